@@ -1,0 +1,1 @@
+//! `ucrypt bench` (SKELETON: the bench owner fills this in).

@@ -1,0 +1,18 @@
+//! SKELETON: owner replaces this module.
+use clap::Subcommand;
+
+use crate::{CmdResult, Failure};
+
+/// Commands of this group.
+#[derive(Subcommand)]
+pub enum Commands {
+    /// Open a volume and serve it.
+    Open,
+}
+
+impl Commands {
+    /// Runs the command.
+    pub fn run(self) -> CmdResult {
+        Err(Failure::usage("not built yet"))
+    }
+}

@@ -1,0 +1,5 @@
+//! Subcommand groups, one module per owner crate.
+pub mod bench;
+pub mod crypt;
+pub mod daemon;
+pub mod luks;

@@ -1,0 +1,79 @@
+//! The `ucrypt` command line. Each subcommand group lives in its own module
+//! under `cmd/` and only parses arguments before calling the library crates.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod cmd;
+
+/// A failed command: the message for stderr and cryptsetup's exit code
+/// (1 wrong parameters, 2 no permission / bad passphrase, 3 out of memory,
+/// 4 wrong device specified, 5 device already exists or busy).
+#[derive(Debug)]
+pub struct Failure {
+    /// Process exit code.
+    pub code: u8,
+    /// Human-readable message (never contains key material).
+    pub message: String,
+}
+
+impl Failure {
+    /// Exit code 1: wrong parameters.
+    pub fn usage(msg: impl Into<String>) -> Self {
+        Self { code: 1, message: msg.into() }
+    }
+    /// Exit code 2: no permission or bad passphrase.
+    pub fn denied(msg: impl Into<String>) -> Self {
+        Self { code: 2, message: msg.into() }
+    }
+    /// Exit code 4: wrong device specified.
+    pub fn device(msg: impl Into<String>) -> Self {
+        Self { code: 4, message: msg.into() }
+    }
+    /// Exit code 5: device already exists or busy.
+    pub fn busy(msg: impl Into<String>) -> Self {
+        Self { code: 5, message: msg.into() }
+    }
+}
+
+/// Result type of every subcommand.
+pub type CmdResult = Result<(), Failure>;
+
+#[derive(Parser)]
+#[command(name = "ucrypt", version, about = "dm-crypt and LUKS in userspace, without the queues")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Crypt(cmd::crypt::Commands),
+    #[command(flatten)]
+    Luks(cmd::luks::Commands),
+    #[command(flatten)]
+    Daemon(cmd::daemon::Commands),
+    #[command(flatten)]
+    Bench(cmd::bench::Commands),
+}
+
+/// Entry point used by `main.rs`.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crypt(c) => c.run(),
+        Command::Luks(c) => c.run(),
+        Command::Daemon(c) => c.run(),
+        Command::Bench(c) => c.run(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("ucrypt: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}

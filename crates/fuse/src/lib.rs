@@ -1,0 +1,1 @@
+//! FUSE single-file export (SKELETON: the frontends owner fills this in).

@@ -1,0 +1,1 @@
+//! NBD server frontend (SKELETON: the frontends owner fills this in).
