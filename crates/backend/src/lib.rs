@@ -1,15 +1,57 @@
 //! Storage backends: where ciphertext lives.
 //!
-//! SKELETON: the data-path owner replaces this with mem (page-aligned
-//! anonymous memory), file (io_uring) and fault backends.
+//! ```text
+//!   datapath::Engine
+//!        │  read_at / write_at(fua) / flush / discard / write_zeroes
+//!        ▼
+//!   dyn Backend ──┬── MemBackend    page-aligned anonymous memory (brd analog)
+//!                 ├── FileBackend   regular files and block devices, io_uring
+//!                 └── FaultBackend  wraps any backend: injected errors and delays
+//! ```
+//!
+//! # The contract
+//!
+//! A [`Backend`] is a byte-addressed device of fixed [`Backend::size`]. Every
+//! operation is synchronous and may be called from many threads at once; the
+//! data path gets parallelism by calling from several threads, never by
+//! relying on a backend's internal queue. Every operation checks its range
+//! with [`check_range`]: a request that does not lie inside `0..size` fails
+//! with [`std::io::ErrorKind::InvalidInput`] and touches nothing. Concurrent
+//! overlapping writes leave each byte with the value of one of the writers
+//! (as a disk does); they never corrupt memory or other ranges.
+//!
+//! # Capabilities and emulation
+//!
+//! [`Caps`] tells what a backend does *natively*; everything is always
+//! available, the flags only tell the cost (the model is nbdkit's
+//! `can_fua`/`can_zero` with `NBDKIT_FUA_EMULATE`/`NBDKIT_ZERO_EMULATE`):
+//!
+//! | operation | native (`Caps` flag set) | emulation (flag clear) |
+//! |-----------|--------------------------|------------------------|
+//! | `write_at(.., fua = true)` | `can_fua`: e.g. `RWF_DSYNC` write | write, then [`Backend::flush`] ([`emulate_fua_write`]) |
+//! | `write_zeroes` | `can_write_zeroes`: e.g. `FALLOC_FL_ZERO_RANGE`, `BLKZEROOUT`, memset | the provided method writes zero buffers in chunks of at most [`ZERO_CHUNK`] bytes |
+//! | `discard` | `can_discard`: punch hole, `BLKDISCARD`, `MADV_DONTNEED` | the provided method calls `write_zeroes`, so the range still reads back zero |
+//!
+//! A backend that implements an operation natively overrides the provided
+//! method and sets the flag. After `discard` the range reads back zero on
+//! every backend in this crate except a block device whose own discard does
+//! not zero (then the content is device-defined, as for `blkdiscard`); use
+//! `write_zeroes` when zeroes are required. `write_zeroes` always leaves
+//! zeroes.
+//!
+//! Errors are [`std::io::Error`]s so the data path can pass them on; those
+//! raised by this crate carry an [`Error`] as their inner error.
 
 use std::io;
-use std::sync::Mutex;
 
-/// What a backend can do natively; the data path emulates the rest.
-#[derive(Debug, Clone, Copy, Default)]
+mod mem;
+
+pub use mem::MemBackend;
+
+/// What a backend can do natively; the rest is emulated (see the module doc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Caps {
-    /// Discard (TRIM / punch hole) is supported.
+    /// Discard (TRIM / punch hole) is supported natively.
     pub can_discard: bool,
     /// Forced unit access writes are supported natively.
     pub can_fua: bool,
@@ -18,6 +60,8 @@ pub struct Caps {
 }
 
 /// A byte-addressed storage device.
+///
+/// Implementations must be safe to call concurrently from many threads.
 pub trait Backend: Send + Sync {
     /// Size in bytes.
     fn size(&self) -> u64;
@@ -29,40 +73,218 @@ pub trait Backend: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
-}
 
-/// The built-in ramdisk (skeleton: a mutex-protected Vec).
-pub struct MemBackend {
-    data: Mutex<Vec<u8>>,
-}
+    /// Discards `len` bytes at `offset`.
+    ///
+    /// Provided: emulated by [`Backend::write_zeroes`], so the range reads
+    /// back zero.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.write_zeroes(offset, len)
+    }
 
-impl MemBackend {
-    /// A zero-filled ramdisk of `size` bytes.
-    pub fn new(size: u64) -> io::Result<Self> {
-        Ok(Self { data: Mutex::new(vec![0; size as usize]) })
+    /// Makes `len` bytes at `offset` read back as zero.
+    ///
+    /// Provided: emulated by writing zero buffers of at most [`ZERO_CHUNK`]
+    /// bytes with [`Backend::write_at`].
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        emulate_write_zeroes(self, offset, len)
     }
 }
 
-impl Backend for MemBackend {
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn size(&self) -> u64 {
-        self.data.lock().unwrap().len() as u64
+        (**self).size()
     }
     fn caps(&self) -> Caps {
-        Caps { can_discard: true, can_fua: true, can_write_zeroes: true }
+        (**self).caps()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let d = self.data.lock().unwrap();
-        let o = offset as usize;
-        buf.copy_from_slice(&d[o..o + buf.len()]);
-        Ok(())
+        (**self).read_at(buf, offset)
     }
-    fn write_at(&self, buf: &[u8], offset: u64, _fua: bool) -> io::Result<()> {
-        let mut d = self.data.lock().unwrap();
-        let o = offset as usize;
-        d[o..o + buf.len()].copy_from_slice(buf);
-        Ok(())
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        (**self).write_at(buf, offset, fua)
     }
     fn flush(&self) -> io::Result<()> {
-        Ok(())
+        (**self).flush()
     }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).discard(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).write_zeroes(offset, len)
+    }
+}
+
+/// Largest zero buffer the write-zeroes emulation writes at once (1 MiB).
+pub const ZERO_CHUNK: usize = 1 << 20;
+
+/// The write-zeroes emulation: zero buffers of at most [`ZERO_CHUNK`] bytes
+/// written with [`Backend::write_at`] (not FUA).
+pub fn emulate_write_zeroes<B: Backend + ?Sized>(b: &B, offset: u64, len: u64) -> io::Result<()> {
+    check_range(b.size(), offset, len)?;
+    let chunk = usize::try_from(len).unwrap_or(ZERO_CHUNK).min(ZERO_CHUNK);
+    let zeroes = vec![0u8; chunk];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(chunk as u64) as usize;
+        b.write_at(&zeroes[..n], offset + done, false)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// The FUA emulation: a plain write followed by [`Backend::flush`].
+pub fn emulate_fua_write<B: Backend + ?Sized>(b: &B, buf: &[u8], offset: u64) -> io::Result<()> {
+    b.write_at(buf, offset, false)?;
+    b.flush()
+}
+
+/// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.
+///
+/// This is the one range check every backend performs before touching data.
+pub fn check_range(size: u64, offset: u64, len: u64) -> io::Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::new(ErrorKind::OutOfRange { offset, len, size }).into()),
+    }
+}
+
+/// An error raised by this crate; converted into [`std::io::Error`] at the
+/// trait boundary (with a matching [`std::io::ErrorKind`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}{}", context.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
+pub struct Error {
+    kind: ErrorKind,
+    context: Option<String>,
+    #[source]
+    source: Option<io::Error>,
+}
+
+/// What went wrong; stable for callers to match on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The request does not lie inside the device.
+    #[error("Request out of range: offset {offset} length {len} device size {size}")]
+    OutOfRange {
+        /// Byte offset requested.
+        offset: u64,
+        /// Length requested.
+        len: u64,
+        /// Device size.
+        size: u64,
+    },
+    /// The backing file or device could not be opened or inspected.
+    #[error("Cannot open backing device {path}")]
+    Open {
+        /// The path given.
+        path: String,
+    },
+    /// The backing file or device is smaller than required.
+    #[error("Backing device {path} is too small: {size} bytes, at least {required} required")]
+    TooSmall {
+        /// The path given.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The minimum asked for.
+        required: u64,
+    },
+    /// The path is neither a regular file nor a block device.
+    #[error("Backing device {path} is not a regular file or block device")]
+    NotABlockDevice {
+        /// The path given.
+        path: String,
+    },
+    /// A write or discard on a backend opened read-only.
+    #[error("Backend is read-only")]
+    ReadOnly,
+    /// A memory mapping could not be created.
+    #[error("Cannot allocate a {size}-byte ramdisk")]
+    Alloc {
+        /// Bytes asked for.
+        size: u64,
+    },
+    /// The device returned fewer bytes than asked for before its end.
+    #[error("Short read at offset {offset}: device ended")]
+    ShortRead {
+        /// Byte offset where the read stopped.
+        offset: u64,
+    },
+    /// The device accepted no bytes of a write.
+    #[error("Write made no progress at offset {offset}")]
+    WriteZero {
+        /// Byte offset where the write stopped.
+        offset: u64,
+    },
+    /// A kernel feature this backend needs is missing.
+    #[error("Not supported by this kernel or device: {0}")]
+    Unsupported(&'static str),
+}
+
+impl Error {
+    /// A new error of `kind`.
+    pub fn new(kind: ErrorKind) -> Self {
+        Self { kind, context: None, source: None }
+    }
+
+    /// Adds the OS error that caused it.
+    pub fn with_source(mut self, source: io::Error) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// Adds a short human-readable context.
+    pub fn with_context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// The stable kind.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The `ErrorKind` of a backend error carried inside an [`io::Error`].
+    pub fn kind_of(err: &io::Error) -> Option<&ErrorKind> {
+        err.get_ref().and_then(|e| e.downcast_ref::<Error>()).map(Error::kind)
+    }
+
+    fn io_kind(&self) -> io::ErrorKind {
+        match &self.kind {
+            ErrorKind::OutOfRange { .. } => io::ErrorKind::InvalidInput,
+            ErrorKind::TooSmall { .. } | ErrorKind::NotABlockDevice { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            ErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
+            ErrorKind::Alloc { .. } => io::ErrorKind::OutOfMemory,
+            ErrorKind::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
+            ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,
+            ErrorKind::Unsupported(_) => io::ErrorKind::Unsupported,
+            ErrorKind::Open { .. } => match &self.source {
+                Some(s) => s.kind(),
+                None => io::ErrorKind::Other,
+            },
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> Self {
+        // Keep the OS errno visible to callers that map errors to errno
+        // (NBD, ublk) while the message names what failed.
+        io::Error::new(e.io_kind(), e)
+    }
+}
+
+/// The raw OS errno behind an error from this crate, if any: the errno of an
+/// [`io::Error`] itself, or of the source inside a crate [`Error`]. Frontends
+/// use it to answer with the right errno.
+pub fn raw_os_error(err: &io::Error) -> Option<i32> {
+    err.raw_os_error().or_else(|| {
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<Error>())
+            .and_then(|e| e.source.as_ref())
+            .and_then(io::Error::raw_os_error)
+    })
 }
