@@ -44,8 +44,12 @@
 
 use std::io;
 
+mod fault;
+mod file;
 mod mem;
 
+pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
+pub use file::{DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine};
 pub use mem::MemBackend;
 
 /// What a backend can do natively; the rest is emulated (see the module doc).
@@ -217,6 +221,16 @@ pub enum ErrorKind {
         /// Byte offset where the write stopped.
         offset: u64,
     },
+    /// An error injected by [`FaultBackend`].
+    #[error("Injected {op} fault at offset {offset} length {len}")]
+    Injected {
+        /// Operation that failed.
+        op: OpKind,
+        /// Its byte offset.
+        offset: u64,
+        /// Its length.
+        len: u64,
+    },
     /// A kernel feature this backend needs is missing.
     #[error("Not supported by this kernel or device: {0}")]
     Unsupported(&'static str),
@@ -261,7 +275,7 @@ impl Error {
             ErrorKind::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
             ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,
             ErrorKind::Unsupported(_) => io::ErrorKind::Unsupported,
-            ErrorKind::Open { .. } => match &self.source {
+            ErrorKind::Open { .. } | ErrorKind::Injected { .. } => match &self.source {
                 Some(s) => s.kind(),
                 None => io::ErrorKind::Other,
             },
