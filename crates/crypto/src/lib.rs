@@ -26,7 +26,7 @@ use zeroize::Zeroizing;
 mod cipher;
 pub mod spec;
 pub mod speed;
-// pub mod table;
+pub mod table;
 
 pub use cipher::{XtsImpl, OPENSSL_XTS_NAME, RUST_XTS_NAME};
 use cipher::{Aes, Cbc, Dir, Ecb, NullCipher, SectorCipher};
@@ -283,6 +283,28 @@ fn essiv_salt(h: EssivHash, key: &[u8]) -> Zeroizing<Vec<u8>> {
         EssivHash::Sha384 => sha2::Sha384::digest(key).to_vec(),
         EssivHash::Sha512 => sha2::Sha512::digest(key).to_vec(),
     })
+}
+
+/// Low-level entry points for known-answer tests and fuzzing; not a stable API.
+#[doc(hidden)]
+pub mod internal {
+    use crate::cipher::{self, Dir, XtsImpl};
+
+    /// XTS-encrypts `buf` (a multiple of 16 bytes) in place with the raw
+    /// 128-bit tweak `tweak` (IEEE 1619 data unit sequence number, LE).
+    /// Returns the implementation name used, or `None` for a bad key.
+    pub fn xts_encrypt(key: &[u8], imp: XtsImpl, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
+        let c = cipher::new_xts(key, imp)?;
+        c.crypt(Dir::Encrypt, buf, &tweak);
+        Some(c.name())
+    }
+
+    /// Inverse of [`xts_encrypt`].
+    pub fn xts_decrypt(key: &[u8], imp: XtsImpl, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
+        let c = cipher::new_xts(key, imp)?;
+        c.crypt(Dir::Decrypt, buf, &tweak);
+        Some(c.name())
+    }
 }
 
 /// Name of the XTS implementation [`SectorCrypt::new`] picks on this

@@ -1,0 +1,424 @@
+//! dm-crypt table lines (hand-written parser and formatter; never panics).
+//!
+//! ```text
+//! <start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [<#opt> <opt>...]
+//! ```
+//!
+//! Parsing follows `crypt_ctr()` and `crypt_ctr_optional()` in Linux
+//! `drivers/md/dm-crypt.c` and refuses what the kernel refuses, with the
+//! kernel's reason text plus the offending field. Options are matched
+//! case-insensitively as the kernel does. The out-of-tree `force_inline`
+//! flag from the original workqueue-bypass patch means both
+//! `no_read_workqueue` and `no_write_workqueue`.
+//!
+//! Formatting writes the options in the kernel's `crypt_status()` order and,
+//! like `dmsetup table` without `--showkeys`, masks the key as zeros of the
+//! same length unless asked to show it.
+
+use std::fmt;
+
+use zeroize::Zeroizing;
+
+use crate::{CipherSpec, CryptConfig, Error, SectorCrypt};
+
+/// Optional parameters of a crypt table line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Pass discards through (`allow_discards`).
+    pub allow_discards: bool,
+    /// Encrypt on the submitting CPU (`same_cpu_crypt`).
+    pub same_cpu_crypt: bool,
+    /// Submit writes from the crypt threads (`submit_from_crypt_cpus`).
+    pub submit_from_crypt_cpus: bool,
+    /// Decrypt reads inline, without the kcryptd queue (`no_read_workqueue`).
+    pub no_read_workqueue: bool,
+    /// Encrypt writes inline, without the kcryptd queue (`no_write_workqueue`).
+    pub no_write_workqueue: bool,
+    /// High-priority workqueues (`high_priority`).
+    pub high_priority: bool,
+    /// Encryption sector size in bytes (`sector_size:N`, default 512).
+    pub sector_size: u32,
+    /// IVs count `sector_size` units (`iv_large_sectors`).
+    pub iv_large_sectors: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            allow_discards: false,
+            same_cpu_crypt: false,
+            submit_from_crypt_cpus: false,
+            no_read_workqueue: false,
+            no_write_workqueue: false,
+            high_priority: false,
+            sector_size: 512,
+            iv_large_sectors: false,
+        }
+    }
+}
+
+impl Options {
+    /// The option words in the kernel's status order (empty when none).
+    pub fn words(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let flags = [
+            (self.allow_discards, "allow_discards"),
+            (self.same_cpu_crypt, "same_cpu_crypt"),
+            (self.high_priority, "high_priority"),
+            (self.submit_from_crypt_cpus, "submit_from_crypt_cpus"),
+            (self.no_read_workqueue, "no_read_workqueue"),
+            (self.no_write_workqueue, "no_write_workqueue"),
+        ];
+        for (on, name) in flags {
+            if on {
+                w.push(name.to_owned());
+            }
+        }
+        if self.sector_size != 512 {
+            w.push(format!("sector_size:{}", self.sector_size));
+        }
+        if self.iv_large_sectors {
+            w.push("iv_large_sectors".to_owned());
+        }
+        w
+    }
+}
+
+/// The kernel's limit on feature arguments (dm-crypt 6.x with high_priority).
+const MAX_FEATURE_ARGS: u64 = 9;
+
+/// A parsed, validated dm-crypt table line. The key is zeroized on drop and
+/// never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Table {
+    /// First logical sector (512-byte units) of the mapping.
+    pub start: u64,
+    /// Length in 512-byte sectors.
+    pub len: u64,
+    /// Cipher spec.
+    pub cipher: CipherSpec,
+    key: Zeroizing<Vec<u8>>,
+    /// IV offset in 512-byte sectors.
+    pub iv_offset: u64,
+    /// Backing device or file path.
+    pub device: String,
+    /// Start of the encrypted data on the device, in 512-byte sectors.
+    pub offset: u64,
+    /// Optional parameters.
+    pub options: Options,
+}
+
+impl fmt::Debug for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .field("cipher", &self.cipher.as_str())
+            .field("key", &format_args!("<{} bytes hidden>", self.key.len()))
+            .field("iv_offset", &self.iv_offset)
+            .field("device", &self.device)
+            .field("offset", &self.offset)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Table {
+    /// Parses one table line (fields separated by blanks).
+    pub fn parse(line: &str) -> Result<Self, Error> {
+        let f: Vec<&str> = line.split_ascii_whitespace().collect();
+        let field = |i: usize, name: &str| -> Result<&str, Error> {
+            f.get(i).copied().ok_or_else(|| {
+                Error::invalid(format!("Not enough arguments: table field <{name}> (field {}) is missing", i + 1))
+            })
+        };
+        let start = parse_u64(field(0, "start")?, "start", "Invalid start sector")?;
+        let len = parse_u64(field(1, "len")?, "len", "Invalid length")?;
+        let target = field(2, "target")?;
+        if target != "crypt" {
+            return Err(Error::invalid(format!(
+                "Unknown target type {target:?} in field <target>: only \"crypt\" lines are accepted"
+            )));
+        }
+        let cipher_text = field(3, "cipher")?;
+        let key_text = field(4, "key")?;
+        let iv_text = field(5, "iv_offset")?;
+        let device = field(6, "device")?;
+        let off_text = field(7, "offset")?;
+        let options = parse_options(&f[8..])?;
+        let cipher = CipherSpec::parse(cipher_text).map_err(|e| prefix(e, "<cipher>"))?;
+        let key = parse_key(key_text, &cipher)?;
+        let iv_offset = parse_u64(iv_text, "iv_offset", "Invalid iv_offset sector")?;
+        let offset = parse_u64(off_text, "offset", "Invalid device sector")?;
+        Self::from_parts(start, len, cipher, key, iv_offset, device.to_owned(), offset, options)
+    }
+
+    /// Builds a table from already-parsed values (e.g. from a LUKS header)
+    /// and validates it exactly like [`Table::parse`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_parts(
+        start: u64,
+        len: u64,
+        cipher: CipherSpec,
+        key: Zeroizing<Vec<u8>>,
+        iv_offset: u64,
+        device: String,
+        offset: u64,
+        options: Options,
+    ) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(Error::invalid("Zero-length target: field <len> is 0"));
+        }
+        if start.checked_add(len).is_none() {
+            return Err(Error::invalid("Invalid length: field <start> + <len> overflows"));
+        }
+        if device.is_empty() || device.chars().any(|c| c.is_whitespace()) {
+            return Err(Error::invalid("Device lookup failed: field <device> is empty or has blanks"));
+        }
+        let ss = options.sector_size;
+        if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
+            return Err(Error::invalid(format!(
+                "Invalid feature value for sector_size: {ss} (option sector_size:N needs a power of two in 512..4096)"
+            )));
+        }
+        let step = u64::from(ss / 512);
+        if len % step != 0 {
+            return Err(Error::invalid(format!(
+                "Device size is not multiple of sector_size feature: field <len> {len} is not a multiple of {step} sectors"
+            )));
+        }
+        if iv_offset % step != 0 {
+            return Err(Error::invalid(format!(
+                "Invalid iv_offset sector: field <iv_offset> {iv_offset} is not a multiple of sector_size {ss} ({step} sectors)"
+            )));
+        }
+        if offset % step != 0 {
+            return Err(Error::invalid(format!(
+                "Invalid device sector: field <offset> {offset} is not a multiple of sector_size {ss} ({step} sectors)"
+            )));
+        }
+        cipher.check_key_len(key.len()).map_err(|e| prefix(e, "<key>"))?;
+        let t = Self { start, len, cipher, key, iv_offset, device, offset, options };
+        // Build the cipher once so every refusal (e.g. an ESSIV hash whose
+        // digest is no valid key) happens at parse time, as in the kernel.
+        SectorCrypt::new(&t.crypt_config())?;
+        Ok(t)
+    }
+
+    /// The raw key (empty for `cipher_null`).
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Formats the line. Without `show_keys` the key is masked as zeros of
+    /// the same length (as `dmsetup table` vs `dmsetup table --showkeys`).
+    pub fn format(&self, show_keys: bool) -> String {
+        let key = if self.key.is_empty() {
+            "-".to_owned()
+        } else if show_keys {
+            hex::encode(&*self.key)
+        } else {
+            "0".repeat(self.key.len() * 2)
+        };
+        let mut s = format!(
+            "{} {} crypt {} {} {} {} {}",
+            self.start, self.len, self.cipher, key, self.iv_offset, self.device, self.offset
+        );
+        let words = self.options.words();
+        if !words.is_empty() {
+            s.push_str(&format!(" {} {}", words.len(), words.join(" ")));
+        }
+        s
+    }
+
+    /// The [`CryptConfig`] for [`SectorCrypt::new`].
+    pub fn crypt_config(&self) -> CryptConfig {
+        CryptConfig {
+            cipher: self.cipher.as_str().to_owned(),
+            key: self.key.clone(),
+            iv_offset: self.iv_offset,
+            sector_size: self.options.sector_size,
+            iv_large_sectors: self.options.iv_large_sectors,
+        }
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.len.saturating_mul(512)
+    }
+
+    /// Byte offset of the encrypted data on the device.
+    pub fn offset_bytes(&self) -> u64 {
+        self.offset.saturating_mul(512)
+    }
+}
+
+impl std::str::FromStr for Table {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::parse(s)
+    }
+}
+
+fn prefix(e: Error, field: &str) -> Error {
+    match e {
+        Error::Invalid(m) => Error::Invalid(format!("{m} (field {field})")),
+        Error::Unsupported(m) => Error::Unsupported(format!("{m} (field {field})")),
+    }
+}
+
+/// Decimal u64 as the kernel's `sscanf("%llu%c")` accepts it, digits only.
+fn parse_u64(s: &str, field: &str, reason: &str) -> Result<u64, Error> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::invalid(format!("{reason}: field <{field}> {s:?} is not a decimal number")));
+    }
+    s.parse()
+        .map_err(|_| Error::invalid(format!("{reason}: field <{field}> {s:?} does not fit in 64 bits")))
+}
+
+fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Zeroizing<Vec<u8>>, Error> {
+    if s == "-" {
+        return Ok(Zeroizing::new(Vec::new()));
+    }
+    if s.starts_with(':') {
+        return Err(Error::unsupported(
+            "Kernel keyring key references (field <key> :<size>:<type>:<desc>) are not supported yet; give the key in hex",
+        ));
+    }
+    if cipher.subkey_sizes() == [0] {
+        return Err(Error::invalid(format!(
+            "Error decoding and setting key: {} takes no key, field <key> must be \"-\"",
+            cipher
+        )));
+    }
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // Never echo the key text.
+        return Err(Error::invalid(format!(
+            "Error decoding and setting key: field <key> is not an even number of hex digits ({} characters)",
+            s.len()
+        )));
+    }
+    let mut key = Zeroizing::new(vec![0u8; s.len() / 2]);
+    hex::decode_to_slice(s, &mut key[..])
+        .map_err(|_| Error::invalid("Error decoding and setting key: field <key> is not valid hex"))?;
+    Ok(key)
+}
+
+fn parse_options(rest: &[&str]) -> Result<Options, Error> {
+    let mut o = Options::default();
+    let Some((count, opts)) = rest.split_first() else {
+        return Ok(o);
+    };
+    let n = parse_u64(count, "#opt_params", "Invalid number of feature args")?;
+    if n > MAX_FEATURE_ARGS {
+        return Err(Error::invalid(format!(
+            "Invalid number of feature args: field <#opt_params> is {n}, at most {MAX_FEATURE_ARGS}"
+        )));
+    }
+    let n = n as usize;
+    if opts.len() < n {
+        return Err(Error::invalid(format!(
+            "Not enough feature arguments: field <#opt_params> says {n}, {} given",
+            opts.len()
+        )));
+    }
+    if opts.len() > n {
+        return Err(Error::invalid(format!(
+            "Too many arguments: field <#opt_params> says {n} but {} follow (first extra: {:?})",
+            opts.len(),
+            opts[n]
+        )));
+    }
+    for &opt in opts {
+        let lower = opt.to_ascii_lowercase();
+        match lower.as_str() {
+            "allow_discards" => o.allow_discards = true,
+            "same_cpu_crypt" => o.same_cpu_crypt = true,
+            "submit_from_crypt_cpus" => o.submit_from_crypt_cpus = true,
+            "no_read_workqueue" => o.no_read_workqueue = true,
+            "no_write_workqueue" => o.no_write_workqueue = true,
+            "high_priority" => o.high_priority = true,
+            "iv_large_sectors" => o.iv_large_sectors = true,
+            // Out-of-tree flag of the original workqueue-bypass patch.
+            "force_inline" => {
+                o.no_read_workqueue = true;
+                o.no_write_workqueue = true;
+            }
+            _ => {
+                if lower.starts_with("integrity:") {
+                    return Err(Error::unsupported(format!(
+                        "Option {opt:?}: integrity (dm-integrity tags, AEAD) is not supported yet"
+                    )));
+                }
+                // The kernel matches "sector_size:%hu%c" case-sensitively.
+                if let Some(v) = opt.strip_prefix("sector_size:") {
+                    let ss = parse_u64(v, "sector_size", "Invalid feature value for sector_size")?;
+                    if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
+                        return Err(Error::invalid(format!(
+                            "Invalid feature value for sector_size: {ss} (option {opt:?} needs a power of two in 512..4096)"
+                        )));
+                    }
+                    o.sector_size = ss as u32;
+                    continue;
+                }
+                return Err(Error::invalid(format!("Invalid feature arguments: unknown option {opt:?}")));
+            }
+        }
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K64: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
+                       202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f";
+
+    #[test]
+    fn seed_lines_parse() {
+        let t = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 force_inline").unwrap();
+        assert!(t.options.no_read_workqueue && t.options.no_write_workqueue);
+        assert!(t.key().is_empty());
+        assert_eq!(
+            t.format(false),
+            "0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 2 no_read_workqueue no_write_workqueue"
+        );
+        let t = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 no_read_workqueue").unwrap();
+        assert!(t.options.no_read_workqueue && !t.options.no_write_workqueue);
+        let e = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 turbo_mode").unwrap_err();
+        assert!(e.to_string().contains("turbo_mode"), "{e}");
+    }
+
+    #[test]
+    fn format_masks_and_shows_keys() {
+        let line = format!("0 1024 crypt aes-xts-plain64 {K64} 16 /tmp/x.img 8 3 allow_discards sector_size:4096 iv_large_sectors");
+        let t = Table::parse(&line).unwrap();
+        assert_eq!(t.format(true), line);
+        let masked = t.format(false);
+        assert!(masked.contains(&"0".repeat(128)) && !masked.contains("0102"));
+        assert_eq!(Table::parse(&t.format(true)).unwrap(), t);
+        assert!(!format!("{t:?}").contains("0102"));
+    }
+
+    #[test]
+    fn kernel_reasons() {
+        let e = |l: &str| Table::parse(l).unwrap_err().to_string();
+        let base = |iv: &str, off: &str, opts: &str| format!("0 1024 crypt aes-xts-plain64 {K64} {iv} /d {off}{opts}");
+        assert!(e(&base("1", "0", " 1 sector_size:4096")).contains("Invalid iv_offset sector"));
+        assert!(e(&base("0", "3", " 1 sector_size:4096")).contains("Invalid device sector"));
+        assert!(e(&base("x", "0", "")).contains("Invalid iv_offset sector"));
+        assert!(e(&base("0", "-1", "")).contains("Invalid device sector"));
+        assert!(e(&base("0", "0", " 1 sector_size:1000")).contains("Invalid feature value for sector_size"));
+        assert!(e(&base("0", "0", " 2 allow_discards")).contains("Not enough feature arguments"));
+        assert!(e(&base("0", "0", " 1 integrity:28:aead")).contains("not supported yet"));
+        assert!(e(&base("0", "0", " 10 a b c d e f g h i j")).contains("Invalid number of feature args"));
+        assert!(e("0 1024 crypt aes-xts-plain64 0011 0 /d 0").contains("Error decoding and setting key"));
+        assert!(e("0 1024 crypt aes-xts-plain64 :64:logon:foo 0 /d 0").contains("not supported yet"));
+        assert!(e("0 1024 crypt aes-xts-plain64").contains("<key>"));
+        assert!(e("0 1024 linear /dev/x 0").contains("<target>"));
+        assert!(e("0 1023 crypt aes-xts-plain64 00 0 /d 0 1 sector_size:4096").contains("Device size"));
+        // Case-insensitive flags, like strcasecmp in the kernel.
+        assert!(Table::parse(&base("0", "0", " 1 ALLOW_DISCARDS")).unwrap().options.allow_discards);
+    }
+}
