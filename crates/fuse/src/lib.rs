@@ -124,8 +124,12 @@ impl Export {
     }
 
     /// Unmounts (not lazily: fails with [`Error::Busy`] while the file is in
-    /// use, leaving the export running) and waits for the session to end.
-    pub fn unmount(mut self) -> Result<(), Error> {
+    /// use, leaving the export mounted and serving) and waits for the session
+    /// to end. Calling it again after success does nothing.
+    pub fn unmount(&mut self) -> Result<(), Error> {
+        if self.session.is_none() {
+            return Ok(());
+        }
         unmount(&self.mountpoint, false)?;
         if let Some(s) = self.session.take() {
             // The kernel closed the connection; the session threads exit.
