@@ -10,6 +10,7 @@ PKGS=(
   nbdkit libnbd-bin                      # peers and nbdcopy/nbdinfo
   qemu-utils qemu-storage-daemon         # qemu-img convert/compare, qsd luks peer
   fuse3 e2fsprogs util-linux             # FUSE export -> loop -> mkfs.ext4 -> mount
+  libclang-dev                           # bindgen in libublk-rs-sys (crates/ublk build)
 )
 missing=()
 for p in "${PKGS[@]}"; do
