@@ -4,8 +4,10 @@
 //!
 //! ```text
 //!   SectorCrypt ──(one per key part)──▶ dyn SectorCipher
-//!                                         ├─ XtsOpenssl  (vendored OpenSSL 3, VAES/AVX-512 or AES-NI)
-//!                                         │     └─ falls back to XtsRust on any OpenSSL error
+//!                                         ├─ Evp (vendored OpenSSL 3: xts/cbc/ecb; VAES/AVX-512
+//!                                         │      or AES-NI picked by OpenSSL at runtime)
+//!                                         │     └─ falls back to the Rust mode below for keys
+//!                                         │        OpenSSL refuses (XTS halves equal, AES-192-XTS)
 //!                                         ├─ XtsRust     (aes::encrypt_blocks in 64-block batches)
 //!                                         ├─ Cbc, Ecb    (aes)
 //!                                         └─ NullCipher
@@ -31,16 +33,17 @@ pub(crate) enum Dir {
     Decrypt,
 }
 
-/// Encrypts or decrypts whole sectors in place with a caller-supplied IV.
+/// Encrypts or decrypts whole sectors in place with caller-supplied IVs.
 pub(crate) trait SectorCipher: Send + Sync {
-    /// Converts one sector (`buf`, a multiple of 16 bytes) with `iv`.
-    fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]);
+    /// Converts `buf` as consecutive `unit`-byte sectors (`unit` a multiple
+    /// of 16); sector `i` uses `ivs[i]`, and `ivs.len() == buf.len() / unit`.
+    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]);
 
-    /// Converts `buf` as consecutive `unit`-byte sectors; sector `i` uses
-    /// `ivs(i)`. Implementations override this to amortise set-up costs.
-    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &mut dyn FnMut(usize) -> [u8; 16]) {
-        for (i, s) in buf.chunks_exact_mut(unit).enumerate() {
-            self.crypt(dir, s, &ivs(i));
+    /// Converts one sector (`buf`, a multiple of 16 bytes) with `iv`.
+    fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
+        let unit = buf.len();
+        if unit > 0 {
+            self.crypt_run(dir, buf, unit, std::slice::from_ref(iv));
         }
     }
 
@@ -48,25 +51,25 @@ pub(crate) trait SectorCipher: Send + Sync {
     fn name(&self) -> &'static str;
 }
 
-/// Which XTS implementation to use.
+/// Which implementation family builds the chain modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum XtsImpl {
-    /// OpenSSL when it accepts the key, else the pure-Rust one. The
-    /// environment variable `UCRYPT_XTS=rust|openssl` overrides the choice.
+pub enum Provider {
+    /// Vendored OpenSSL when it accepts the key, else pure Rust. The
+    /// environment variable `UCRYPT_CRYPTO=rust|openssl` overrides it.
     #[default]
     Auto,
-    /// Vendored OpenSSL (falls back to Rust for keys OpenSSL refuses, such
-    /// as equal halves, or AES-192-XTS which OpenSSL lacks).
+    /// Vendored OpenSSL EVP (falls back to Rust for keys OpenSSL refuses,
+    /// such as XTS keys with equal halves, or AES-192-XTS which it lacks).
     OpenSsl,
-    /// Hand-made XTS over `aes` batched block encryption.
+    /// Hand-made modes over the `aes` crate's batched block functions.
     Rust,
 }
 
 /// Name of the pure-Rust XTS implementation.
-pub const RUST_XTS_NAME: &str = "rust-aes-xts (aes 0.9 encrypt_blocks batches)";
+pub const RUST_XTS_NAME: &str = "rust-aes-xts (hand-made XTS over aes 0.9 encrypt_blocks)";
 /// Name of the OpenSSL XTS implementation.
-pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3, EVP, IV re-init per sector)";
+pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3 EVP, per-sector IV re-init)";
 
 /// AES with the key length chosen at runtime.
 pub(crate) enum Aes {
@@ -102,11 +105,20 @@ impl Aes {
         }
     }
 
-    /// Encrypts one 16-byte block.
-    pub(crate) fn encrypt16(&self, block: &mut [u8; 16]) {
-        let mut b = Block::from(*block);
-        self.encrypt_blocks(std::slice::from_mut(&mut b));
-        block.copy_from_slice(&b);
+    /// Encrypts 16-byte blocks in one batch (a single-block call into the
+    /// `aes` crate costs about as much as dozens of batched blocks).
+    pub(crate) fn encrypt_ivs(&self, ivs: &mut [[u8; 16]]) {
+        let mut tmp = [Block::default(); BATCH];
+        for chunk in ivs.chunks_mut(BATCH) {
+            let t = &mut tmp[..chunk.len()];
+            for (b, iv) in t.iter_mut().zip(chunk.iter()) {
+                b.copy_from_slice(iv);
+            }
+            self.encrypt_blocks(t);
+            for (b, iv) in t.iter().zip(chunk.iter_mut()) {
+                iv.copy_from_slice(b);
+            }
+        }
     }
 }
 
@@ -134,7 +146,8 @@ fn mul_alpha(t: u128) -> u128 {
     (t << 1) ^ ((t >> 127) * 0x87)
 }
 
-/// Blocks per batch handed to `encrypt_blocks` (wide enough for VAES).
+/// Blocks per batch handed to `encrypt_blocks` (the VAES-512 backend's
+/// parallel width).
 const BATCH: usize = 64;
 
 /// Hand-made XTS over `aes`.
@@ -152,12 +165,8 @@ impl XtsRust {
         let (k1, k2) = key.split_at(key.len() / 2);
         Some(Self { data: Aes::new(k1)?, tweak: Aes::new(k2)? })
     }
-}
 
-impl SectorCipher for XtsRust {
-    fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
-        let mut t0 = *iv;
-        self.tweak.encrypt16(&mut t0);
+    fn sector(&self, dir: Dir, buf: &mut [u8], t0: [u8; 16]) {
         let mut t = u128::from_le_bytes(t0);
         let mut tweaks = [0u128; BATCH];
         for chunk in blocks(buf).chunks_mut(BATCH) {
@@ -175,53 +184,95 @@ impl SectorCipher for XtsRust {
             }
         }
     }
+}
+
+impl SectorCipher for XtsRust {
+    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
+        // Encrypt the first tweak of up to BATCH sectors in one call.
+        let mut t0 = [[0u8; 16]; BATCH];
+        for (sectors, ivs) in buf.chunks_mut(unit * BATCH).zip(ivs.chunks(BATCH)) {
+            let t0 = &mut t0[..ivs.len()];
+            t0.copy_from_slice(ivs);
+            self.tweak.encrypt_ivs(t0);
+            for (s, t) in sectors.chunks_exact_mut(unit).zip(t0.iter()) {
+                self.sector(dir, s, *t);
+            }
+        }
+    }
 
     fn name(&self) -> &'static str {
         RUST_XTS_NAME
     }
 }
 
+/// Chain modes the OpenSSL path implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EvpMode {
+    Xts,
+    Cbc,
+    Ecb,
+}
+
 /// A pair of OpenSSL contexts keyed once, re-initialised with the IV only.
 struct CtxPair {
     enc: CipherCtx,
     dec: CipherCtx,
+    /// Output space for block modes: EVP wants `len + block size` bytes of
+    /// room there, so CBC/ECB cannot convert in place (XTS can).
+    scratch: Zeroizing<Vec<u8>>,
 }
 
-/// XTS through vendored OpenSSL's EVP interface.
-pub(crate) struct XtsOpenssl {
+/// A chain mode through vendored OpenSSL's EVP interface, with the Rust
+/// implementation of the same mode as fallback.
+pub(crate) struct Evp {
+    mode: EvpMode,
     cipher: &'static CipherRef,
     key: Zeroizing<Vec<u8>>,
     /// Idle keyed contexts; a call takes one (or makes one) and returns it.
     pool: Mutex<Vec<CtxPair>>,
-    fallback: XtsRust,
+    fallback: Box<dyn SectorCipher>,
+    name: &'static str,
 }
 
-impl XtsOpenssl {
-    /// `None` when OpenSSL has no such XTS or refuses the key (equal halves).
-    pub(crate) fn new(key: &[u8]) -> Option<Self> {
-        let cipher = match key.len() {
-            32 => Cipher::aes_128_xts(),
-            64 => Cipher::aes_256_xts(),
+impl Evp {
+    /// `None` when OpenSSL lacks the mode/key size or refuses the key
+    /// (XTS with equal halves) or disagrees with the Rust implementation.
+    fn new(mode: EvpMode, key: &[u8], fallback: Box<dyn SectorCipher>) -> Option<Self> {
+        let (cipher, name) = match (mode, key.len()) {
+            (EvpMode::Xts, 32) => (Cipher::aes_128_xts(), OPENSSL_XTS_NAME),
+            (EvpMode::Xts, 64) => (Cipher::aes_256_xts(), OPENSSL_XTS_NAME),
+            (EvpMode::Cbc, 16) => (Cipher::aes_128_cbc(), "openssl-cbc (vendored OpenSSL 3 EVP)"),
+            (EvpMode::Cbc, 24) => (Cipher::aes_192_cbc(), "openssl-cbc (vendored OpenSSL 3 EVP)"),
+            (EvpMode::Cbc, 32) => (Cipher::aes_256_cbc(), "openssl-cbc (vendored OpenSSL 3 EVP)"),
+            (EvpMode::Ecb, 16) => (Cipher::aes_128_ecb(), "openssl-ecb (vendored OpenSSL 3 EVP)"),
+            (EvpMode::Ecb, 24) => (Cipher::aes_192_ecb(), "openssl-ecb (vendored OpenSSL 3 EVP)"),
+            (EvpMode::Ecb, 32) => (Cipher::aes_256_ecb(), "openssl-ecb (vendored OpenSSL 3 EVP)"),
             _ => return None,
         };
-        let (k1, k2) = key.split_at(key.len() / 2);
-        if k1 == k2 {
-            return None;
+        if mode == EvpMode::Xts {
+            let (k1, k2) = key.split_at(key.len() / 2);
+            if k1 == k2 {
+                return None;
+            }
         }
-        let fallback = XtsRust::new(key)?;
-        let me = Self { cipher, key: Zeroizing::new(key.to_vec()), pool: Mutex::new(Vec::new()), fallback };
-        // Prove OpenSSL works with this key before choosing it, and that it
-        // agrees with the Rust implementation on a known sector.
+        let me = Self { mode, cipher, key: Zeroizing::new(key.to_vec()), pool: Mutex::new(Vec::new()), fallback, name };
+        // Prove OpenSSL works with this key and agrees with the Rust
+        // implementation before choosing it.
         let pair = me.new_pair()?;
         me.pool_put(pair);
-        let mut a = [0x5au8; 64];
-        let mut b = a;
-        let iv = [7u8; 16];
-        if !me.try_crypt_run(Dir::Encrypt, &mut a, 64, &mut |_| iv) {
-            return None;
+        let ivs = [[7u8; 16], [9u8; 16]];
+        for dir in [Dir::Encrypt, Dir::Decrypt] {
+            let mut a: Vec<u8> = (0..128u8).collect();
+            let mut b = a.clone();
+            if me.try_run(dir, &mut a, 64, &ivs).is_some() {
+                return None;
+            }
+            me.fallback.crypt_run(dir, &mut b, 64, &ivs);
+            if a != b {
+                return None;
+            }
         }
-        me.fallback.crypt(Dir::Encrypt, &mut b, &iv);
-        (a == b).then_some(me)
+        Some(me)
     }
 
     fn new_pair(&self) -> Option<CtxPair> {
@@ -231,7 +282,7 @@ impl XtsOpenssl {
         let mut dec = CipherCtx::new().ok()?;
         dec.decrypt_init(Some(self.cipher), Some(&self.key), None).ok()?;
         dec.set_padding(false);
-        Some(CtxPair { enc, dec })
+        Some(CtxPair { enc, dec, scratch: Zeroizing::new(Vec::new()) })
     }
 
     fn pool_take(&self) -> Option<CtxPair> {
@@ -249,134 +300,117 @@ impl XtsOpenssl {
         }
     }
 
-    /// False if OpenSSL failed anywhere; `buf` may then be partly converted
-    /// and the caller must not use it (only used before a context is trusted
-    /// or to switch to the fallback from a saved copy).
-    fn try_crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &mut dyn FnMut(usize) -> [u8; 16]) -> bool {
-        let Some(mut pair) = self.pool_take() else { return false };
+    /// Converts sector by sector; returns the index of the first sector
+    /// OpenSSL failed on (left untouched: for these modes EVP checks
+    /// everything before writing), or `None` when all are done.
+    fn try_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) -> Option<usize> {
+        let Some(mut pair) = self.pool_take() else { return Some(0) };
+        let CtxPair { enc, dec, scratch } = &mut pair;
         let ctx = match dir {
-            Dir::Encrypt => &mut pair.enc,
-            Dir::Decrypt => &mut pair.dec,
+            Dir::Encrypt => enc,
+            Dir::Decrypt => dec,
         };
-        for (i, s) in buf.chunks_exact_mut(unit).enumerate() {
-            let iv = ivs(i);
-            let ok = match dir {
-                Dir::Encrypt => ctx.encrypt_init(None, None, Some(&iv)),
-                Dir::Decrypt => ctx.decrypt_init(None, None, Some(&iv)),
-            }
-            .is_ok()
-                && ctx.cipher_update_inplace(s, unit).map(|n| n == unit).unwrap_or(false);
+        if self.mode != EvpMode::Xts && scratch.len() < unit + 16 {
+            scratch.resize(unit + 16, 0);
+        }
+        for (i, (s, iv)) in buf.chunks_exact_mut(unit).zip(ivs.iter()).enumerate() {
+            let init_ok = match (self.mode, dir) {
+                (EvpMode::Ecb, _) => true,
+                (_, Dir::Encrypt) => ctx.encrypt_init(None, None, Some(iv)).is_ok(),
+                (_, Dir::Decrypt) => ctx.decrypt_init(None, None, Some(iv)).is_ok(),
+            };
+            let ok = init_ok
+                && if self.mode == EvpMode::Xts {
+                    // XTS has EVP block size 1: in place is allowed.
+                    ctx.cipher_update_inplace(s, unit).is_ok_and(|n| n == unit)
+                } else {
+                    let done = ctx.cipher_update(s, Some(&mut scratch[..unit + 16])).is_ok_and(|n| n == unit);
+                    if done {
+                        s.copy_from_slice(&scratch[..unit]);
+                    }
+                    done
+                };
             if !ok {
                 // Drop this pair: its state is unknown.
-                return false;
+                return Some(i);
             }
         }
         self.pool_put(pair);
-        true
+        None
     }
 }
 
-impl SectorCipher for XtsOpenssl {
-    fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
-        let unit = buf.len();
-        self.crypt_run(dir, buf, unit, &mut |_| *iv);
-    }
-
-    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &mut dyn FnMut(usize) -> [u8; 16]) {
-        // OpenSSL converts sector by sector; a failure part-way (never seen
-        // after the self-test in `new`) is redone by the fallback from the
-        // failing sector on, since each sector is converted independently
-        // and sectors before it are finished.
-        let Some(mut pair) = self.pool_take() else {
-            return self.fallback.crypt_run(dir, buf, unit, ivs);
-        };
-        let mut failed_at = None;
-        {
-            let ctx = match dir {
-                Dir::Encrypt => &mut pair.enc,
-                Dir::Decrypt => &mut pair.dec,
-            };
-            for (i, s) in buf.chunks_exact_mut(unit).enumerate() {
-                let iv = ivs(i);
-                let init = match dir {
-                    Dir::Encrypt => ctx.encrypt_init(None, None, Some(&iv)),
-                    Dir::Decrypt => ctx.decrypt_init(None, None, Some(&iv)),
-                };
-                if init.is_err() {
-                    // Nothing was written to `s` yet.
-                    failed_at = Some((i, iv));
-                    break;
-                }
-                if !ctx.cipher_update_inplace(s, unit).map(|n| n == unit).unwrap_or(false) {
-                    // EVP_CipherUpdate fails before touching the data for
-                    // XTS (length checks); treat the sector as untouched.
-                    failed_at = Some((i, iv));
-                    break;
-                }
-            }
-        }
-        match failed_at {
-            None => self.pool_put(pair),
-            Some((i, iv)) => {
-                let rest = &mut buf[i * unit..];
-                let (first, tail) = rest.split_at_mut(unit);
-                self.fallback.crypt(dir, first, &iv);
-                self.fallback.crypt_run(dir, tail, unit, &mut |j| ivs(i + 1 + j));
-            }
+impl SectorCipher for Evp {
+    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
+        if let Some(i) = self.try_run(dir, buf, unit, ivs) {
+            // Never seen after the self-test in `new`; finish in Rust.
+            self.fallback.crypt_run(dir, &mut buf[i * unit..], unit, &ivs[i..]);
         }
     }
 
     fn name(&self) -> &'static str {
-        OPENSSL_XTS_NAME
+        self.name
     }
 }
 
-/// Builds the XTS implementation for `key` (data key || tweak key).
-pub(crate) fn new_xts(key: &[u8], choice: XtsImpl) -> Option<Box<dyn SectorCipher>> {
+/// Builds a chain mode for `key` (for XTS: data key || tweak key); `None`
+/// when the key length does not fit the mode.
+pub(crate) fn new_mode(chain: crate::spec::ChainMode, key: &[u8], choice: Provider) -> Option<Box<dyn SectorCipher>> {
+    use crate::spec::ChainMode;
     let choice = match choice {
-        XtsImpl::Auto => match std::env::var("UCRYPT_XTS").as_deref() {
-            Ok("rust") => XtsImpl::Rust,
-            _ => XtsImpl::OpenSsl,
+        Provider::Auto => match std::env::var("UCRYPT_CRYPTO").as_deref() {
+            Ok("rust") => Provider::Rust,
+            _ => Provider::OpenSsl,
         },
         c => c,
     };
-    if choice == XtsImpl::OpenSsl {
-        if let Some(x) = XtsOpenssl::new(key) {
-            return Some(Box::new(x));
+    let (rust, mode): (Box<dyn SectorCipher>, EvpMode) = match chain {
+        ChainMode::Xts => (Box::new(XtsRust::new(key)?), EvpMode::Xts),
+        ChainMode::Cbc => (Box::new(Cbc(Aes::new(key)?)), EvpMode::Cbc),
+        ChainMode::Ecb => (Box::new(Ecb(Aes::new(key)?)), EvpMode::Ecb),
+    };
+    if choice == Provider::OpenSsl {
+        // `Evp::new` takes the fallback; rebuild it if OpenSSL declines.
+        if let Some(e) = Evp::new(mode, key, rust) {
+            return Some(Box::new(e));
         }
+        return new_mode(chain, key, Provider::Rust);
     }
-    Some(Box::new(XtsRust::new(key)?))
+    Some(rust)
 }
 
 /// CBC over `aes`.
 pub(crate) struct Cbc(pub(crate) Aes);
 
 impl SectorCipher for Cbc {
-    fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
-        let mut prev = u128::from_le_bytes(*iv);
-        let bl = blocks(buf);
-        match dir {
-            Dir::Encrypt => {
-                for b in bl.iter_mut() {
-                    store(b, load(b) ^ prev);
-                    self.0.encrypt_blocks(std::slice::from_mut(b));
-                    prev = load(b);
+    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
+        for (s, iv) in buf.chunks_exact_mut(unit).zip(ivs.iter()) {
+            let mut prev = u128::from_le_bytes(*iv);
+            let bl = blocks(s);
+            match dir {
+                Dir::Encrypt => {
+                    // Serial by nature: one block at a time.
+                    for b in bl.iter_mut() {
+                        store(b, load(b) ^ prev);
+                        self.0.encrypt_blocks(std::slice::from_mut(b));
+                        prev = load(b);
+                    }
                 }
-            }
-            Dir::Decrypt => {
-                // Decryption is parallel: decrypt a batch, then XOR each
-                // block with the ciphertext block before it.
-                let mut saved = [0u128; BATCH];
-                for chunk in bl.chunks_mut(BATCH) {
-                    for (s, b) in saved.iter_mut().zip(chunk.iter()) {
-                        *s = load(b);
+                Dir::Decrypt => {
+                    // Parallel: decrypt a batch, then XOR each block with
+                    // the ciphertext block before it.
+                    let mut saved = [0u128; BATCH];
+                    for chunk in bl.chunks_mut(BATCH) {
+                        for (sv, b) in saved.iter_mut().zip(chunk.iter()) {
+                            *sv = load(b);
+                        }
+                        self.0.decrypt_blocks(chunk);
+                        for (k, b) in chunk.iter_mut().enumerate() {
+                            let x = if k == 0 { prev } else { saved[k - 1] };
+                            store(b, load(b) ^ x);
+                        }
+                        prev = saved[chunk.len() - 1];
                     }
-                    self.0.decrypt_blocks(chunk);
-                    for (k, b) in chunk.iter_mut().enumerate() {
-                        let x = if k == 0 { prev } else { saved[k - 1] };
-                        store(b, load(b) ^ x);
-                    }
-                    prev = saved[chunk.len() - 1];
                 }
             }
         }
@@ -387,19 +421,15 @@ impl SectorCipher for Cbc {
     }
 }
 
-/// ECB over `aes` (the IV is ignored).
+/// ECB over `aes` (IVs are ignored).
 pub(crate) struct Ecb(pub(crate) Aes);
 
 impl SectorCipher for Ecb {
-    fn crypt(&self, dir: Dir, buf: &mut [u8], _iv: &[u8; 16]) {
+    fn crypt_run(&self, dir: Dir, buf: &mut [u8], _unit: usize, _ivs: &[[u8; 16]]) {
         match dir {
             Dir::Encrypt => self.0.encrypt_blocks(blocks(buf)),
             Dir::Decrypt => self.0.decrypt_blocks(blocks(buf)),
         }
-    }
-
-    fn crypt_run(&self, dir: Dir, buf: &mut [u8], _unit: usize, _ivs: &mut dyn FnMut(usize) -> [u8; 16]) {
-        self.crypt(dir, buf, &[0; 16]);
     }
 
     fn name(&self) -> &'static str {
@@ -411,9 +441,7 @@ impl SectorCipher for Ecb {
 pub(crate) struct NullCipher;
 
 impl SectorCipher for NullCipher {
-    fn crypt(&self, _dir: Dir, _buf: &mut [u8], _iv: &[u8; 16]) {}
-
-    fn crypt_run(&self, _dir: Dir, _buf: &mut [u8], _unit: usize, _ivs: &mut dyn FnMut(usize) -> [u8; 16]) {}
+    fn crypt_run(&self, _dir: Dir, _buf: &mut [u8], _unit: usize, _ivs: &[[u8; 16]]) {}
 
     fn name(&self) -> &'static str {
         "cipher_null"
@@ -431,30 +459,39 @@ mod tests {
     }
 
     #[test]
-    fn openssl_and_rust_xts_agree_and_roundtrip() {
-        let key: Vec<u8> = (0..64u8).collect();
-        let ossl = XtsOpenssl::new(&key).expect("vendored OpenSSL XTS");
-        let rust = XtsRust::new(&key).unwrap();
-        let mut a: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
-        let orig = a.clone();
-        let mut b = a.clone();
-        let mut ivs = |i: usize| {
-            let mut iv = [0u8; 16];
-            iv[..8].copy_from_slice(&(i as u64 + 9).to_le_bytes());
-            iv
-        };
-        ossl.crypt_run(Dir::Encrypt, &mut a, 4096, &mut ivs);
-        rust.crypt_run(Dir::Encrypt, &mut b, 4096, &mut ivs);
-        assert_eq!(a, b);
-        assert_ne!(a, orig);
-        ossl.crypt_run(Dir::Decrypt, &mut a, 4096, &mut ivs);
-        assert_eq!(a, orig);
+    fn openssl_and_rust_agree_and_roundtrip() {
+        use crate::spec::ChainMode;
+        for (chain, klen) in [(ChainMode::Xts, 64), (ChainMode::Xts, 32), (ChainMode::Cbc, 24), (ChainMode::Ecb, 16)] {
+            let key: Vec<u8> = (0..klen as u8).collect();
+            let ossl = new_mode(chain, &key, Provider::OpenSsl).unwrap();
+            assert!(ossl.name().starts_with("openssl"), "{chain:?}: {}", ossl.name());
+            let rust = new_mode(chain, &key, Provider::Rust).unwrap();
+            assert!(rust.name().starts_with("rust"));
+            let mut a: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+            let orig = a.clone();
+            let mut b = a.clone();
+            let ivs: Vec<[u8; 16]> = (0..2u64).map(|i| {
+                let mut iv = [0u8; 16];
+                iv[..8].copy_from_slice(&(i + 9).to_le_bytes());
+                iv
+            }).collect();
+            ossl.crypt_run(Dir::Encrypt, &mut a, 4096, &ivs);
+            rust.crypt_run(Dir::Encrypt, &mut b, 4096, &ivs);
+            assert_eq!(a, b, "{chain:?}");
+            assert_ne!(a, orig);
+            rust.crypt_run(Dir::Decrypt, &mut b, 4096, &ivs);
+            ossl.crypt_run(Dir::Decrypt, &mut a, 4096, &ivs);
+            assert_eq!(a, orig);
+            assert_eq!(b, orig);
+        }
     }
 
     #[test]
     fn openssl_refuses_equal_halves_so_rust_is_used() {
         let key = [0x11u8; 64];
-        assert!(XtsOpenssl::new(&key).is_none());
-        assert_eq!(new_xts(&key, XtsImpl::OpenSsl).unwrap().name(), RUST_XTS_NAME);
+        let c = new_mode(crate::spec::ChainMode::Xts, &key, Provider::OpenSsl).unwrap();
+        assert_eq!(c.name(), RUST_XTS_NAME);
+        let c = new_mode(crate::spec::ChainMode::Xts, &[3u8; 48], Provider::OpenSsl).unwrap();
+        assert_eq!(c.name(), RUST_XTS_NAME, "OpenSSL has no AES-192-XTS");
     }
 }

@@ -18,6 +18,8 @@
 //! checks them against an independent Python oracle
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
 #![forbid(unsafe_code)]
+// `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
+#![allow(clippy::manual_is_multiple_of)]
 
 use std::fmt;
 
@@ -28,8 +30,8 @@ pub mod spec;
 pub mod speed;
 pub mod table;
 
-pub use cipher::{XtsImpl, OPENSSL_XTS_NAME, RUST_XTS_NAME};
-use cipher::{Aes, Cbc, Dir, Ecb, NullCipher, SectorCipher};
+pub use cipher::{Provider, OPENSSL_XTS_NAME, RUST_XTS_NAME};
+use cipher::{Aes, Dir, NullCipher, SectorCipher};
 pub use spec::CipherSpec;
 use spec::{BlockCipher, ChainMode, EssivHash, IvMode};
 
@@ -116,12 +118,12 @@ impl fmt::Debug for SectorCrypt {
 impl SectorCrypt {
     /// Builds the cipher, checking key length and options as dm-crypt does.
     pub fn new(cfg: &CryptConfig) -> Result<Self, Error> {
-        Self::with_xts_impl(cfg, XtsImpl::Auto)
+        Self::with_provider(cfg, Provider::Auto)
     }
 
-    /// Like [`SectorCrypt::new`] with an explicit XTS implementation choice
+    /// Like [`SectorCrypt::new`] with an explicit implementation choice
     /// (tests and benchmarks compare them).
-    pub fn with_xts_impl(cfg: &CryptConfig, xts: XtsImpl) -> Result<Self, Error> {
+    pub fn with_provider(cfg: &CryptConfig, provider: Provider) -> Result<Self, Error> {
         let spec = CipherSpec::parse(&cfg.cipher)?;
         let ss = cfg.sector_size;
         if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
@@ -142,7 +144,7 @@ impl SectorCrypt {
         let mut tfms = Vec::with_capacity(n);
         for i in 0..n {
             let k = &cfg.key[i * sub..(i + 1) * sub];
-            tfms.push(build_tfm(&spec, k, xts)?);
+            tfms.push(build_tfm(&spec, k, provider)?);
         }
         Ok(Self {
             spec,
@@ -199,60 +201,77 @@ impl SectorCrypt {
             return;
         }
         let base = sector.wrapping_add(self.iv_offset);
+        let mut ivs = [[0u8; 16]; IV_BATCH];
         if self.tfms.len() == 1 {
+            // One key: IVs for up to IV_BATCH sectors at a time, one call.
             let tfm = &self.tfms[0];
-            tfm.cipher.crypt_run(dir, buf, self.sector_size, &mut |i| {
-                self.iv(tfm, base.wrapping_add(i as u64 * step))
-            });
+            for (g, chunk) in buf.chunks_mut(self.sector_size * IV_BATCH).enumerate() {
+                let n = chunk.len() / self.sector_size;
+                let first = base.wrapping_add((g * IV_BATCH) as u64 * step);
+                let ivs = &mut ivs[..n];
+                self.fill_ivs(tfm, first, step, ivs);
+                tfm.cipher.crypt_run(dir, chunk, self.sector_size, ivs);
+            }
             return;
         }
+        // dm-crypt's multi-key mode: key part = cc_sector & (keycount - 1).
         let mask = self.tfms.len() as u64 - 1;
         for (i, s) in buf.chunks_exact_mut(self.sector_size).enumerate() {
             let cc_sector = base.wrapping_add(i as u64 * step);
             let tfm = &self.tfms[(cc_sector & mask) as usize];
-            let iv = self.iv(tfm, cc_sector);
-            tfm.cipher.crypt(dir, s, &iv);
+            let iv = &mut ivs[..1];
+            self.fill_ivs(tfm, cc_sector, step, iv);
+            tfm.cipher.crypt(dir, s, &iv[0]);
         }
     }
 
-    /// The IV for `cc_sector` (512-byte units, `iv_offset` included).
-    fn iv(&self, tfm: &Tfm, cc_sector: u64) -> [u8; 16] {
-        let s = if self.iv_large_sectors { cc_sector >> self.shift } else { cc_sector };
-        let mut iv = [0u8; 16];
-        match self.spec.iv {
-            IvMode::None | IvMode::Null => {}
-            IvMode::Plain => iv[..4].copy_from_slice(&(s as u32).to_le_bytes()),
-            IvMode::Plain64 => iv[..8].copy_from_slice(&s.to_le_bytes()),
-            IvMode::Plain64Be => iv[8..].copy_from_slice(&s.to_be_bytes()),
-            IvMode::Essiv(_) => {
-                iv[..8].copy_from_slice(&s.to_le_bytes());
-                if let Some(e) = &tfm.essiv {
-                    e.encrypt16(&mut iv);
-                }
-            }
-            IvMode::Benbi => {
-                // 9 - log2(16): cipher blocks per 512-byte sector, counted from 1.
-                iv[8..].copy_from_slice(&(s << 5).wrapping_add(1).to_be_bytes());
-            }
-            IvMode::Eboiv => {
-                // The byte offset, encrypted by the chain mode of the first
-                // key (as an IV for a zero block), as dm-crypt does.
-                let mut off = [0u8; 16];
-                off[..8].copy_from_slice(&s.wrapping_mul(self.sector_size as u64).to_le_bytes());
-                self.tfms[0].cipher.crypt(Dir::Encrypt, &mut iv, &off);
+    /// The IVs of consecutive sectors starting at `cc_sector` (512-byte
+    /// units, `iv_offset` included), as dm-crypt's generators make them.
+    fn fill_ivs(&self, tfm: &Tfm, cc_sector: u64, step: u64, ivs: &mut [[u8; 16]]) {
+        for (i, iv) in ivs.iter_mut().enumerate() {
+            let cc = cc_sector.wrapping_add(i as u64 * step);
+            let s = if self.iv_large_sectors { cc >> self.shift } else { cc };
+            *iv = [0u8; 16];
+            match self.spec.iv {
+                IvMode::None | IvMode::Null => {}
+                IvMode::Plain => iv[..4].copy_from_slice(&(s as u32).to_le_bytes()),
+                IvMode::Plain64 | IvMode::Essiv(_) => iv[..8].copy_from_slice(&s.to_le_bytes()),
+                IvMode::Plain64Be => iv[8..].copy_from_slice(&s.to_be_bytes()),
+                // 9 - log2(16): cipher blocks per 512-byte sector, from 1.
+                IvMode::Benbi => iv[8..].copy_from_slice(&(s << 5).wrapping_add(1).to_be_bytes()),
+                // Byte offset (iv_sector * sector_size), encrypted below.
+                IvMode::Eboiv => iv[..8].copy_from_slice(&s.wrapping_mul(self.sector_size as u64).to_le_bytes()),
             }
         }
-        iv
+        match self.spec.iv {
+            IvMode::Essiv(_) => {
+                if let Some(e) = &tfm.essiv {
+                    e.encrypt_ivs(ivs);
+                }
+            }
+            IvMode::Eboiv => {
+                // The first key's chain mode encrypts a zero block with the
+                // byte offset as its IV (dm-crypt uses tfms[0] always).
+                let mut zero = [0u8; 16 * IV_BATCH];
+                let z = &mut zero[..16 * ivs.len()];
+                self.tfms[0].cipher.crypt_run(Dir::Encrypt, z, 16, ivs);
+                for (iv, b) in ivs.iter_mut().zip(z.chunks_exact(16)) {
+                    iv.copy_from_slice(b);
+                }
+            }
+            _ => {}
+        }
     }
 }
 
-fn build_tfm(spec: &CipherSpec, key: &[u8], xts: XtsImpl) -> Result<Tfm, Error> {
+/// Sectors whose IVs are computed (and ESSIV-encrypted) in one batch.
+const IV_BATCH: usize = 64;
+
+fn build_tfm(spec: &CipherSpec, key: &[u8], provider: Provider) -> Result<Tfm, Error> {
     let bad_key = || Error::invalid(format!("Error decoding and setting key for {}", spec.as_str()));
-    let cipher: Box<dyn SectorCipher> = match (spec.cipher, spec.chain) {
-        (BlockCipher::Null, _) => Box::new(NullCipher),
-        (BlockCipher::Aes, ChainMode::Xts) => cipher::new_xts(key, xts).ok_or_else(bad_key)?,
-        (BlockCipher::Aes, ChainMode::Cbc) => Box::new(Cbc(Aes::new(key).ok_or_else(bad_key)?)),
-        (BlockCipher::Aes, ChainMode::Ecb) => Box::new(Ecb(Aes::new(key).ok_or_else(bad_key)?)),
+    let cipher: Box<dyn SectorCipher> = match spec.cipher {
+        BlockCipher::Null => Box::new(NullCipher),
+        BlockCipher::Aes => cipher::new_mode(spec.chain, key, provider).ok_or_else(bad_key)?,
     };
     let essiv = match spec.iv {
         IvMode::Essiv(h) => {
@@ -288,20 +307,21 @@ fn essiv_salt(h: EssivHash, key: &[u8]) -> Zeroizing<Vec<u8>> {
 /// Low-level entry points for known-answer tests and fuzzing; not a stable API.
 #[doc(hidden)]
 pub mod internal {
-    use crate::cipher::{self, Dir, XtsImpl};
+    use crate::cipher::{self, Dir, Provider};
+    use crate::spec::ChainMode;
 
     /// XTS-encrypts `buf` (a multiple of 16 bytes) in place with the raw
     /// 128-bit tweak `tweak` (IEEE 1619 data unit sequence number, LE).
     /// Returns the implementation name used, or `None` for a bad key.
-    pub fn xts_encrypt(key: &[u8], imp: XtsImpl, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
-        let c = cipher::new_xts(key, imp)?;
+    pub fn xts_encrypt(key: &[u8], imp: Provider, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
+        let c = cipher::new_mode(ChainMode::Xts, key, imp)?;
         c.crypt(Dir::Encrypt, buf, &tweak);
         Some(c.name())
     }
 
     /// Inverse of [`xts_encrypt`].
-    pub fn xts_decrypt(key: &[u8], imp: XtsImpl, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
-        let c = cipher::new_xts(key, imp)?;
+    pub fn xts_decrypt(key: &[u8], imp: Provider, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
+        let c = cipher::new_mode(ChainMode::Xts, key, imp)?;
         c.crypt(Dir::Decrypt, buf, &tweak);
         Some(c.name())
     }
@@ -311,7 +331,7 @@ pub mod internal {
 /// machine for an ordinary 512-bit key.
 pub fn xts_implementation() -> &'static str {
     let key: Vec<u8> = (0..64u8).collect();
-    cipher::new_xts(&key, XtsImpl::Auto).map_or("none", |c| c.name())
+    cipher::new_mode(ChainMode::Xts, &key, Provider::Auto).map_or("none", |c| c.name())
 }
 
 #[cfg(test)]
@@ -335,8 +355,8 @@ mod tests {
             hex::encode(sha2::Sha256::digest(&a)),
             "b009da373f1e78e1b9b526f23f2a8c4690a9b4f8ab1c9da46af891f2fef2fa98"
         );
-        for imp in [XtsImpl::Rust, XtsImpl::OpenSsl] {
-            let c2 = SectorCrypt::with_xts_impl(&cfg("aes-xts-plain64", (0..64).collect()), imp).unwrap();
+        for imp in [Provider::Rust, Provider::OpenSsl] {
+            let c2 = SectorCrypt::with_provider(&cfg("aes-xts-plain64", (0..64).collect()), imp).unwrap();
             let mut b = vec![0u8; 1024];
             c2.encrypt(0, &mut b);
             assert_eq!(a, b, "{imp:?}");

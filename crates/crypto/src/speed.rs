@@ -53,6 +53,29 @@ fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
     }
 }
 
+/// Runs the system `openssl speed -evp aes-256-xts -bytes 4096` for
+/// `dur` (rounded up to whole seconds) and returns its bytes per second:
+/// the reference the XTS target is measured against.
+pub fn system_openssl_xts(dur: Duration) -> Result<f64, crate::Error> {
+    let secs = dur.as_secs().max(1).to_string();
+    let out = std::process::Command::new("openssl")
+        .args(["speed", "-evp", "aes-256-xts", "-bytes", "4096", "-seconds", &secs])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| crate::Error::unsupported(format!("Cannot run the system openssl: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_openssl_speed(&text)
+        .ok_or_else(|| crate::Error::unsupported("Cannot read the `openssl speed` output (no AES-256-XTS line)"))
+}
+
+/// Parses the `AES-256-XTS  6894161.92k` result line (thousands of bytes/s).
+fn parse_openssl_speed(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.to_ascii_lowercase().starts_with("aes-256-xts"))?;
+    let v = line.split_whitespace().last()?.strip_suffix('k')?;
+    let k: f64 = v.parse().ok()?;
+    (k.is_finite() && k > 0.0).then_some(k * 1000.0)
+}
+
 /// Key-derivation hash for [`pbkdf2_iterations_per_sec`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -159,5 +182,12 @@ mod tests {
         assert!(pbkdf2_iterations_per_sec(PbkdfHash::Sha256, Duration::from_millis(20)) > 0.0);
         let r = argon2_rate(Argon2Kind::Id, 1024, 1).unwrap();
         assert!(r.seconds > 0.0);
+    }
+
+    #[test]
+    fn reads_openssl_speed_output() {
+        let out = "The 'numbers' are in 1000s of bytes per second processed.\ntype           4096 bytes\nAES-256-XTS    6894161.92k\n";
+        assert_eq!(parse_openssl_speed(out), Some(6_894_161_920.0));
+        assert_eq!(parse_openssl_speed("garbage"), None);
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use ucrypt_crypto as crypto;
 use zeroize::Zeroizing;
 
-use crypto::{CryptConfig, SectorCrypt, XtsImpl};
+use crypto::{CryptConfig, SectorCrypt, Provider};
 
 fn oracle() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/oracle/dmcrypt.py")
@@ -27,7 +27,7 @@ struct Case {
     large: bool,
     iv_offset: u64,
     start: u64,
-    xts: XtsImpl,
+    xts: Provider,
 }
 
 /// The real interpreter behind `python3` (skips slow launcher shims).
@@ -112,7 +112,7 @@ fn cases() -> Vec<Case> {
                     large,
                     iv_offset: 3 * step + if large { 0 } else { 8 * step },
                     start: 5 * step,
-                    xts: XtsImpl::Auto,
+                    xts: Provider::Auto,
                 });
             }
         }
@@ -121,11 +121,13 @@ fn cases() -> Vec<Case> {
     for ss in [512u32, 4096] {
         let mut key = key_bytes(32, 9);
         key.extend_from_within(..);
-        v.push(Case { cipher: "aes-xts-plain64".into(), key, sector_size: ss, large: false, iv_offset: 8, start: 16, xts: XtsImpl::OpenSsl });
+        v.push(Case { cipher: "aes-xts-plain64".into(), key, sector_size: ss, large: false, iv_offset: 8, start: 16, xts: Provider::OpenSsl });
     }
-    // The pure-Rust XTS on ordinary keys too.
+    // The pure-Rust modes on ordinary keys too.
     for ss in [512u32, 4096] {
-        v.push(Case { cipher: "aes-xts-plain64".into(), key: key_bytes(64, 1), sector_size: ss, large: true, iv_offset: 64, start: 8, xts: XtsImpl::Rust });
+        for (spec, len) in [("aes-xts-plain64", 64), ("aes-xts-essiv:sha256", 32), ("aes-cbc-essiv:sha256", 32), ("aes-cbc-eboiv", 16), ("aes-ecb", 24)] {
+            v.push(Case { cipher: spec.into(), key: key_bytes(len, 1), sector_size: ss, large: true, iv_offset: 64, start: 8, xts: Provider::Rust });
+        }
     }
     v
 }
@@ -171,7 +173,7 @@ fn check(c: &Case) {
         sector_size: c.sector_size,
         iv_large_sectors: c.large,
     };
-    let sc = SectorCrypt::with_xts_impl(&cfg, c.xts).unwrap();
+    let sc = SectorCrypt::with_provider(&cfg, c.xts).unwrap();
     let sectors = if c.sector_size == 512 { 6 } else { 3 };
     let plain: Vec<u8> = (0..c.sector_size as usize * sectors).map(|i| (i * 31 + i / 512) as u8).collect();
     let mut ours = plain.clone();
@@ -185,7 +187,7 @@ fn check(c: &Case) {
     sc.decrypt(c.start, &mut back);
     assert!(back == plain, "our decryption of the oracle's ciphertext differs");
     // The oracle's own decryption: on half of the cases, to keep the suite fast.
-    if c.large || c.xts != XtsImpl::Auto {
+    if c.large || c.xts != Provider::Auto {
         let back2 = run_oracle(c, "decrypt", &ours);
         assert!(back2 == plain, "the oracle's decryption of our ciphertext differs");
     }

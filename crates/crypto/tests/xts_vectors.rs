@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use ucrypt_crypto as crypto;
 
 use crypto::internal::{xts_decrypt, xts_encrypt};
-use crypto::{CryptConfig, SectorCrypt, XtsImpl};
+use crypto::{CryptConfig, SectorCrypt, Provider};
 use zeroize::Zeroizing;
 
 struct Vector {
@@ -54,7 +54,7 @@ fn ieee_1619_vectors_all_implementations() {
     let vectors = load();
     assert!(vectors.len() >= 6, "expected the IEEE vectors in tests/data/xts");
     for v in &vectors {
-        for imp in [XtsImpl::Rust, XtsImpl::OpenSsl, XtsImpl::Auto] {
+        for imp in [Provider::Rust, Provider::OpenSsl, Provider::Auto] {
             let mut buf = v.plaintext.clone();
             let used = xts_encrypt(&v.key, imp, v.dusn.to_le_bytes(), &mut buf).unwrap();
             assert_eq!(hex::encode(&buf), hex::encode(&v.ciphertext), "{} encrypt via {used}", v.name);
@@ -68,7 +68,7 @@ fn ieee_1619_vectors_all_implementations() {
 fn ieee_1619_sector_vectors_through_sector_crypt() {
     let mut n = 0;
     for v in load().iter().filter(|v| v.plaintext.len() == 512) {
-        for imp in [XtsImpl::Rust, XtsImpl::OpenSsl] {
+        for imp in [Provider::Rust, Provider::OpenSsl] {
             // plain64 IV = little-endian (sector + iv_offset): put the DUSN in iv_offset.
             let cfg = CryptConfig {
                 cipher: "aes-xts-plain64".into(),
@@ -77,7 +77,7 @@ fn ieee_1619_sector_vectors_through_sector_crypt() {
                 sector_size: 512,
                 iv_large_sectors: false,
             };
-            let c = SectorCrypt::with_xts_impl(&cfg, imp).unwrap();
+            let c = SectorCrypt::with_provider(&cfg, imp).unwrap();
             let mut buf = v.plaintext.clone();
             c.encrypt(0, &mut buf);
             assert_eq!(buf, v.ciphertext, "{} via {}", v.name, c.implementation());
@@ -94,7 +94,7 @@ fn equal_halves_vector_uses_the_rust_fallback() {
     let v = load().into_iter().find(|v| v.name.contains("vector-01")).unwrap();
     assert_eq!(v.key[..16], v.key[16..], "vector 1 has equal key halves");
     let mut buf = v.plaintext.clone();
-    let used = xts_encrypt(&v.key, XtsImpl::OpenSsl, [0; 16], &mut buf).unwrap();
+    let used = xts_encrypt(&v.key, Provider::OpenSsl, [0; 16], &mut buf).unwrap();
     assert_eq!(used, crypto::RUST_XTS_NAME);
     assert_eq!(buf, v.ciphertext);
 }
