@@ -1,22 +1,84 @@
-//! The data path: requests in, encrypted IO out.
+//! The data path: requests in, encrypted IO out. dm-crypt's job, in
+//! userspace, three ways.
 //!
-//! SKELETON CONTRACT (the data-path owner fills in the modes; keep these
-//! signatures stable, frontends and the bench code against them):
+//! Hand-written pipeline code. Frontends (nbd, fuse), the bench and the CLI
+//! call [`Engine::submit`] (or the blocking [`Engine::read`] /
+//! [`Engine::write`] / [`Engine::flush`]); every request passes one gate and
+//! one check, then the configured [`CryptMode`] carries it out:
 //!
 //! ```text
-//!   frontends (nbd, fuse, bench, cli map)
-//!        │  Engine::submit(Request, callback)
-//!        ▼
-//!   Engine ── check once (range, alignment, flags) ── mode dispatch
-//!        │                                             classic | inline | adaptive
-//!        ▼
-//!   crypto::SectorCrypt          backend::Backend
+//!  Engine::submit(Request, done)
+//!   │ gate.rs   admit: in_flight < queue_depth, not suspended (else wait)
+//!   │ check.rs  the single choke point: range, alignment, size, flags,
+//!   │           read-only, allow_discards  ──► error completion, nothing done
+//!   ▼  (dm-crypt: crypt_map)
+//!  ┌─────────────── Classic (mode/classic.rs) ─────────────────────────────┐
+//!  │ READ  kcryptd_queue_read ► [kcryptd_io] kcryptd_io_read + crypt_endio   │
+//!  │       ► kcryptd_queue_crypt ► [kcryptd] kcryptd_crypt_read_convert    │
+//!  │ WRITE kcryptd_queue_crypt ► [kcryptd] kcryptd_crypt_write_convert     │
+//!  │       (bounce buffer from the bounded page_pool analog)                │
+//!  │       ► kcryptd_crypt_write_io_submit ► write_tree ► [dmcrypt_write]  │
+//!  │         (or the backend write right there: submit_from_crypt_cpus)   │
+//!  │ no_read_workqueue / no_write_workqueue: that direction runs inline    │
+//!  ├─────────────── Inline (mode/inline.rs) = force_inline ─────────────────┤
+//!  │ READ  backend read, decrypt in place, complete — all in the submitter  │
+//!  │ WRITE encrypt in place, backend write (FUA passed down), complete      │
+//!  ├─────────────── Adaptive (mode/adaptive.rs, ours) ──────────────────────┤
+//!  │ small / all cores busy: the inline path                                │
+//!  │ large + idle core: split one request's IO + crypto into chunks claimed │
+//!  │ by the submitter and warm helpers (dm-crypt never splits a bio)        │
+//!  └────────────────────────────────────────────────────────────────────────┘
+//!   flush, discard, write-zeroes: passed straight down in every mode
+//!   (crypt_map's DM_MAPIO_REMAPPED; zeroes are encrypted zero writes)
+//!   ▼
+//!  crypto::SectorCrypt (encrypt/decrypt by 512-byte sector)   backend::Backend
+//!   │
+//!   └► complete: stats.rs (counters + latency histogram), gate release,
+//!      then the caller's `done`
 //! ```
+//!
+//! A volume without a cipher (`crypt: None`, the raw baseline) is a plain
+//! linear mapping: every mode passes it straight to the backend inline.
+//!
+//! # Live reconfiguration
+//!
+//! [`Engine::reconfigure`] and [`Engine::reload`] follow dm's suspend /
+//! resume: stop admitting, drain what is in flight, swap the generation
+//! (volume + configuration + the mode's threads), resume. Submitters that
+//! arrive meanwhile just wait in the gate.
+//!
+//! # Callbacks
+//!
+//! `done` runs exactly once, on the submitting thread (inline paths) or on
+//! an engine thread (queued paths), after the request's queue slot has been
+//! released. It should not block for long; it may submit more requests.
+#![forbid(unsafe_code)]
 
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use backend::Backend;
 use crypto::SectorCrypt;
+
+mod check;
+mod cpu;
+mod gate;
+mod mode;
+mod queue;
+mod stats;
+
+use gate::Gate;
+use mode::adaptive::Adaptive;
+use mode::classic::Classic;
+use stats::{Dir, Path, StatsCore};
+
+pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};
+
+/// Largest read or write accepted in one request (larger ones fail with
+/// [`Error::Unsupported`]); discard and write-zeroes have no limit.
+pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
 
 /// Errors completing a request.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +109,10 @@ pub enum Error {
     /// Engine shutting down.
     #[error("Engine is shut down")]
     Shutdown,
+    /// The volume or configuration is inconsistent (reported by
+    /// [`Engine::new`], [`Engine::reconfigure`], [`Engine::reload`]).
+    #[error("Invalid volume or configuration: {0}")]
+    Invalid(String),
 }
 
 /// dm-crypt data-path mode.
@@ -163,67 +229,228 @@ pub struct Volume {
 
 /// The engine. `Send + Sync`; share it with `Arc`.
 pub struct Engine {
-    vol: RwLock<Volume>,
-    cfg: RwLock<EngineConfig>,
+    core: Arc<Core>,
+}
+
+/// Engine-wide state shared by every generation.
+pub(crate) struct Core {
+    gate: Gate,
+    stats: StatsCore,
+    /// CPUs available to the process.
+    pub(crate) ncpu: usize,
+    epoch: Instant,
+    /// When a submitter last saw every core busy (ns since `epoch`; 0 = never).
+    pub(crate) contended_at: AtomicU64,
+    /// Machine load, for the adaptive mode's idle-core estimate.
+    pub(crate) idle: cpu::Load,
+    /// Threads of replaced generations, joined at shutdown.
+    retired: Mutex<Vec<JoinHandle<()>>>,
+    reconfig: Mutex<()>,
+}
+
+impl Core {
+    /// Nanoseconds from the engine's start to `t` (at least 1).
+    pub(crate) fn nanos(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64 + 1
+    }
+
+    /// True if every core was seen busy less than `hold` before `now`.
+    pub(crate) fn contended(&self, now: u64, hold: Duration) -> bool {
+        let at = self.contended_at.load(Relaxed);
+        at != 0 && now.saturating_sub(at) < hold.as_nanos() as u64
+    }
+
+    fn retire(&self, mut handles: Vec<JoinHandle<()>>) {
+        let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        // Reap what has already exited so repeated swaps do not pile up.
+        let mut keep = Vec::with_capacity(r.len() + handles.len());
+        for h in r.drain(..).chain(handles.drain(..)) {
+            if h.is_finished() {
+                let _ = h.join();
+            } else {
+                keep.push(h);
+            }
+        }
+        *r = keep;
+    }
+
+    fn join_retired(&self) {
+        let handles = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for h in handles {
+            // A callback running on an engine thread may shut the engine
+            // down; that thread exits on its own right after.
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// One volume + configuration, with the mode's threads: what a table swap
+/// replaces.
+pub(crate) struct Ctx {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) crypt: Option<Arc<SectorCrypt>>,
+    pub(crate) data_offset: u64,
+    pub(crate) size: u64,
+    pub(crate) sector_size: u32,
+    pub(crate) cfg: EngineConfig,
+    pub(crate) core: Arc<Core>,
+}
+
+/// A completion callback carried through queues.
+pub(crate) type Done = Box<dyn FnOnce(Completion) + Send>;
+
+impl Ctx {
+    /// Records stats, releases the request's queue slot, runs `done`.
+    pub(crate) fn complete(&self, dir: Dir, path: Path, bytes: u64, t0: Instant, res: Completion, done: impl FnOnce(Completion)) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.core.stats.record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
+        self.core.gate.release();
+        done(res);
+    }
+}
+
+pub(crate) enum Pipe {
+    Inline,
+    Classic(Classic),
+    Adaptive(Adaptive),
+}
+
+pub(crate) struct Gen {
+    pub(crate) ctx: Arc<Ctx>,
+    pipe: Pipe,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Gen {
+    fn build(core: &Arc<Core>, vol: Volume, cfg: EngineConfig) -> Result<Arc<Gen>, Error> {
+        check_volume(&vol)?;
+        if cfg.queue_depth == 0 {
+            return Err(Error::Invalid("queue_depth must be at least 1".into()));
+        }
+        let ctx = Arc::new(Ctx {
+            backend: vol.backend,
+            crypt: vol.crypt,
+            data_offset: vol.data_offset,
+            size: vol.size,
+            sector_size: vol.sector_size,
+            cfg,
+            core: core.clone(),
+        });
+        let mut handles = Vec::new();
+        let inline = ctx.crypt.is_none()
+            || ctx.cfg.mode == CryptMode::Inline
+            || (ctx.cfg.mode == CryptMode::Classic && ctx.cfg.flags.no_read_workqueue && ctx.cfg.flags.no_write_workqueue);
+        let pipe = if inline {
+            Pipe::Inline
+        } else {
+            match ctx.cfg.mode {
+                CryptMode::Adaptive => Pipe::Adaptive(Adaptive::start(ctx.clone(), &mut handles).inspect_err(|_| core.retire(std::mem::take(&mut handles)))?),
+                _ => Pipe::Classic(Classic::start(ctx.clone(), &mut handles).inspect_err(|_| core.retire(std::mem::take(&mut handles)))?),
+            }
+        };
+        Ok(Arc::new(Gen { ctx, pipe, handles: Mutex::new(handles) }))
+    }
+
+    /// Lets the mode's threads exit (they drain their queues first) and
+    /// hands them to the core for joining.
+    fn retire(&self) {
+        match &self.pipe {
+            Pipe::Inline => {}
+            Pipe::Classic(c) => c.close(),
+            Pipe::Adaptive(a) => a.close(),
+        }
+        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        self.ctx.core.retire(handles);
+    }
+}
+
+fn check_volume(vol: &Volume) -> Result<(), Error> {
+    let ss = vol.sector_size;
+    if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
+        return Err(Error::Invalid(format!("Sector size {ss} is not a power of two in 512..=4096")));
+    }
+    if let Some(c) = &vol.crypt {
+        if c.sector_size() != ss as usize {
+            return Err(Error::Invalid(format!(
+                "Cipher sector size {} differs from the volume sector size {ss}",
+                c.sector_size()
+            )));
+        }
+    }
+    if vol.size % ss as u64 != 0 {
+        return Err(Error::Invalid(format!("Volume size {} is not a multiple of the sector size {ss}", vol.size)));
+    }
+    if vol.data_offset % 512 != 0 {
+        return Err(Error::Invalid(format!("Data offset {} is not a multiple of 512", vol.data_offset)));
+    }
+    let end = vol.data_offset.checked_add(vol.size);
+    if end.is_none_or(|e| e > vol.backend.size()) {
+        return Err(Error::Invalid(format!(
+            "Volume ({} bytes at offset {}) does not fit the {}-byte backend",
+            vol.size,
+            vol.data_offset,
+            vol.backend.size()
+        )));
+    }
+    Ok(())
 }
 
 impl Engine {
     /// Starts an engine over `vol`.
     pub fn new(vol: Volume, cfg: EngineConfig) -> Result<Self, Error> {
-        Ok(Self { vol: RwLock::new(vol), cfg: RwLock::new(cfg) })
+        let core = Arc::new(Core {
+            gate: Gate::new(),
+            stats: StatsCore::new(),
+            ncpu: cpu::count(),
+            epoch: Instant::now(),
+            contended_at: AtomicU64::new(0),
+            idle: cpu::Load::new(),
+            retired: Mutex::new(Vec::new()),
+            reconfig: Mutex::new(()),
+        });
+        let gen = Gen::build(&core, vol, cfg)?;
+        core.gate.install(gen);
+        Ok(Self { core })
     }
 
     /// Submits a request; `done` runs exactly once, on some engine or
-    /// caller thread. Blocks while `queue_depth` requests are in flight.
+    /// caller thread. Blocks while `queue_depth` requests are in flight or
+    /// a reconfiguration is draining the engine.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
-        done(self.run(req));
+        let (gen, depth) = match self.core.gate.admit() {
+            Ok(v) => v,
+            Err(e) => return done(Err(e)),
+        };
+        let t0 = Instant::now();
+        let ctx = &*gen.ctx;
+        let w = match check::check(ctx, req) {
+            Ok(w) => w,
+            Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
+        };
+        match &gen.pipe {
+            Pipe::Inline => mode::inline::run(ctx, w, t0, done),
+            Pipe::Classic(c) => c.submit(ctx, w, t0, done),
+            Pipe::Adaptive(a) => a.submit(ctx, w, t0, depth, done),
+        }
     }
 
+    /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
-        let vol = self.vol.read().unwrap();
-        let ss = vol.sector_size as u64;
-        let len = match &req.op {
-            Op::Read { len } | Op::Discard { len } | Op::WriteZeroes { len } => *len as u64,
-            Op::Write { data } => data.len() as u64,
-            Op::Flush => 0,
-        };
-        if req.offset % ss != 0 || len % ss != 0 {
-            return Err(Error::Misaligned { sector_size: vol.sector_size });
-        }
-        if req.offset.checked_add(len).is_none_or(|e| e > vol.size) {
-            return Err(Error::OutOfRange { offset: req.offset, len, size: vol.size });
-        }
-        let sector = req.offset / 512;
-        let at = vol.data_offset + req.offset;
-        match req.op {
-            Op::Read { len } => {
-                let mut buf = vec![0; len as usize];
-                vol.backend.read_at(&mut buf, at)?;
-                if let Some(c) = &vol.crypt {
-                    c.decrypt(sector, &mut buf);
-                }
-                Ok(Some(buf))
+        let slot = Arc::new((Mutex::new(None), Condvar::new()));
+        let s2 = slot.clone();
+        self.submit(req, move |c| {
+            *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+            s2.1.notify_one();
+        });
+        let mut g = slot.0.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(c) = g.take() {
+                return c;
             }
-            Op::Write { mut data } => {
-                if let Some(c) = &vol.crypt {
-                    c.encrypt(sector, &mut data);
-                }
-                vol.backend.write_at(&data, at, req.fua)?;
-                Ok(None)
-            }
-            Op::WriteZeroes { len } => {
-                let mut data = vec![0; len as usize];
-                if let Some(c) = &vol.crypt {
-                    c.encrypt(sector, &mut data);
-                }
-                vol.backend.write_at(&data, at, req.fua)?;
-                Ok(None)
-            }
-            Op::Flush => {
-                vol.backend.flush()?;
-                Ok(None)
-            }
-            Op::Discard { .. } => Err(Error::Unsupported("discard")),
+            g = slot.1.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -242,41 +469,110 @@ impl Engine {
         self.run(Request { op: Op::Flush, offset: 0, fua: false }).map(|_| ())
     }
 
-    /// Switches mode/flags live: suspend (drain), swap, resume.
+    /// Blocking discard helper.
+    pub fn discard(&self, offset: u64, len: u32) -> Result<(), Error> {
+        self.run(Request { op: Op::Discard { len }, offset, fua: false }).map(|_| ())
+    }
+
+    /// Blocking write-zeroes helper.
+    pub fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<(), Error> {
+        self.run(Request { op: Op::WriteZeroes { len }, offset, fua }).map(|_| ())
+    }
+
+    /// Switches mode/flags live: suspend (drain), swap, resume. The volume
+    /// stays; its backend and cipher are shared with the new generation.
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
-        *self.cfg.write().unwrap() = cfg;
-        Ok(())
+        let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
+        let vol = Volume {
+            backend: cur.ctx.backend.clone(),
+            crypt: cur.ctx.crypt.clone(),
+            data_offset: cur.ctx.data_offset,
+            size: cur.ctx.size,
+            sector_size: cur.ctx.sector_size,
+        };
+        drop(cur);
+        self.swap(vol, cfg)
     }
 
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
-        *self.vol.write().unwrap() = vol;
-        Ok(())
+        let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        let cfg = self.config();
+        self.swap(vol, cfg)
+    }
+
+    fn swap(&self, vol: Volume, cfg: EngineConfig) -> Result<(), Error> {
+        // Build (and start the threads of) the new generation before
+        // suspending, so the pause is only the drain.
+        let new = Gen::build(&self.core, vol, cfg)?;
+        match self.core.gate.swap(new.clone()) {
+            Ok(old) => {
+                old.retire();
+                self.core.stats.reconfigurations.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                new.retire();
+                Err(e)
+            }
+        }
+    }
+
+    fn with_gen<T>(&self, f: impl FnOnce(&Ctx) -> T, dflt: T) -> T {
+        self.core.gate.current().map(|g| f(&g.ctx)).unwrap_or(dflt)
     }
 
     /// Current configuration.
     pub fn config(&self) -> EngineConfig {
-        self.cfg.read().unwrap().clone()
+        self.with_gen(|c| c.cfg.clone(), EngineConfig::default())
     }
 
     /// Decrypted device size in bytes.
     pub fn size(&self) -> u64 {
-        self.vol.read().unwrap().size
+        self.with_gen(|c| c.size, 0)
     }
 
     /// Logical sector size in bytes.
     pub fn sector_size(&self) -> u32 {
-        self.vol.read().unwrap().sector_size
+        self.with_gen(|c| c.sector_size, 512)
     }
 
     /// A snapshot of the engine's counters (for `status` and the bench).
     pub fn stats(&self) -> Stats {
-        Stats::default()
+        let (read, write, flushes, discards, other_errors) = self.core.stats.snapshot();
+        Stats {
+            read,
+            write,
+            flushes,
+            discards,
+            other_errors,
+            in_flight: self.core.gate.in_flight.load(Relaxed) as u64,
+            max_in_flight: self.core.gate.max_in_flight.load(Relaxed) as u64,
+            reconfigurations: self.core.stats.reconfigurations.load(Relaxed),
+            mode: self.with_gen(|c| c.cfg.mode, CryptMode::default()),
+        }
     }
 
-    /// Drains in-flight requests, flushes, stops worker threads.
+    /// Drains in-flight requests, flushes, stops and joins worker threads.
+    /// Later requests fail with [`Error::Shutdown`]. Idempotent.
     pub fn shutdown(&self) -> Result<(), Error> {
-        self.flush()
+        let res = match self.core.gate.close() {
+            Some(last) => {
+                let r = last.ctx.backend.flush().map_err(Error::Io);
+                last.retire();
+                r
+            }
+            None => Ok(()),
+        };
+        self.core.join_retired();
+        res
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
     }
 }
 
@@ -304,6 +600,10 @@ pub struct DirStats {
     pub inline: u64,
     /// Requests handled through worker queues.
     pub queued: u64,
+    /// Requests whose IO and crypto were split across cores (adaptive).
+    pub split: u64,
+    /// Requests per mode they ran under.
+    pub by_mode: ModeCounts,
     /// Latency percentiles since start.
     pub latency: Latency,
 }
@@ -325,4 +625,19 @@ pub struct Stats {
     pub max_in_flight: u64,
     /// Live reconfigurations performed.
     pub reconfigurations: u64,
+    /// Flushes and discards that failed.
+    pub other_errors: u64,
+    /// The mode now configured.
+    pub mode: CryptMode,
+}
+
+/// Request counts per [`CryptMode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModeCounts {
+    /// Under [`CryptMode::Classic`].
+    pub classic: u64,
+    /// Under [`CryptMode::Inline`].
+    pub inline: u64,
+    /// Under [`CryptMode::Adaptive`].
+    pub adaptive: u64,
 }

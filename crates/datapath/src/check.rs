@@ -1,0 +1,107 @@
+//! The single choke point: every request is checked here, once, before it
+//! is dispatched to any mode (nbdkit's `backend_pread` habit).
+//!
+//! Hand-written. A request that passes comes out as a [`Work`] whose ranges
+//! are [`SectorRange`]s, a type only [`check`] can build: range inside the
+//! device, offset and length multiples of the volume's sector size, size
+//! within [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES), flags valid for
+//! the operation, writes refused on a read-only engine, discards refused
+//! unless `allow_discards`. Nothing past this point re-validates, and no
+//! failed check has touched the backend.
+
+use crate::stats::Dir;
+use crate::{Ctx, Error, Op, Request, MAX_REQUEST_BYTES};
+
+/// A checked byte range of the decrypted device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SectorRange {
+    sector: u64,
+    at: u64,
+    len: u64,
+}
+
+impl SectorRange {
+    /// 512-byte sector number relative to the mapping start (the IV input).
+    pub(crate) fn sector(&self) -> u64 {
+        self.sector
+    }
+    /// Byte offset on the backend (data offset applied).
+    pub(crate) fn at(&self) -> u64 {
+        self.at
+    }
+    /// Length in bytes (a multiple of the sector size).
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+    /// The sub-range `off..off + len` (both sector-aligned, inside `self`).
+    pub(crate) fn sub(&self, off: u64, len: u64) -> SectorRange {
+        debug_assert!(off % 512 == 0 && off + len <= self.len);
+        SectorRange { sector: self.sector + off / 512, at: self.at + off, len }
+    }
+}
+
+/// A request that passed the choke point.
+pub(crate) enum Work {
+    /// Read the range.
+    Read(SectorRange),
+    /// Write plaintext `data` (exactly `range.len()` bytes).
+    Write(SectorRange, Vec<u8>, bool),
+    /// Write plaintext zeroes.
+    Zero(SectorRange, bool),
+    /// Discard the range.
+    Discard(SectorRange),
+    /// Flush the backend.
+    Flush,
+}
+
+impl Work {
+    /// The stats direction this work counts under.
+    pub(crate) fn dir(&self) -> Dir {
+        match self {
+            Work::Read(_) => Dir::Read,
+            Work::Write(..) | Work::Zero(..) => Dir::Write,
+            Work::Discard(_) => Dir::Discard,
+            Work::Flush => Dir::Flush,
+        }
+    }
+}
+
+/// Checks `req` against the volume and configuration of `ctx`.
+pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
+    let Request { op, offset, fua } = req;
+    let (dir, len, writes) = match &op {
+        Op::Read { len } => (Dir::Read, *len as u64, false),
+        Op::Write { data } => (Dir::Write, data.len() as u64, true),
+        Op::WriteZeroes { len } => (Dir::Write, *len as u64, true),
+        Op::Discard { len } => (Dir::Discard, *len as u64, true),
+        Op::Flush => return Ok(Work::Flush),
+    };
+    let fail = |e| Err((dir, e));
+    if writes && ctx.cfg.read_only {
+        return fail(Error::Unsupported("write to a read-only device"));
+    }
+    if fua && !writes {
+        return fail(Error::Unsupported("FUA on a read"));
+    }
+    if matches!(op, Op::Discard { .. }) && !ctx.cfg.allow_discards {
+        return fail(Error::Unsupported("discard (allow_discards is off)"));
+    }
+    if matches!(op, Op::Read { .. } | Op::Write { .. }) && len > MAX_REQUEST_BYTES {
+        return fail(Error::Unsupported("request larger than MAX_REQUEST_BYTES"));
+    }
+    let ss = ctx.sector_size as u64;
+    if offset % ss != 0 || len % ss != 0 {
+        return fail(Error::Misaligned { sector_size: ctx.sector_size });
+    }
+    if offset.checked_add(len).is_none_or(|end| end > ctx.size) {
+        return fail(Error::OutOfRange { offset, len, size: ctx.size });
+    }
+    let range = SectorRange { sector: offset / 512, at: ctx.data_offset + offset, len };
+    Ok(match op {
+        Op::Read { .. } => Work::Read(range),
+        Op::Write { data } => Work::Write(range, data, fua),
+        Op::WriteZeroes { .. } => Work::Zero(range, fua),
+        Op::Discard { .. } => Work::Discard(range),
+        Op::Flush => Work::Flush,
+    })
+}

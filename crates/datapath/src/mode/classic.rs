@@ -1,0 +1,268 @@
+//! Classic mode: dm-crypt's queued pipeline, stage for stage.
+//!
+//! Hand-written pipeline code, modelled on (not copied from) Linux
+//! `drivers/md/dm-crypt.c`. Stages carry dm-crypt's function names:
+//!
+//! ```text
+//!  READ                                   WRITE
+//!  crypt_map                              crypt_map
+//!   └► kcryptd_queue_read ─► [kcryptd_io]  └► kcryptd_queue_crypt ─► [kcryptd]
+//!        kcryptd_io_read: backend read          kcryptd_crypt_write_convert:
+//!        crypt_endio                              bounce = page_pool (bounded)
+//!         └► kcryptd_queue_crypt ─► [kcryptd]     encrypt plaintext → bounce
+//!              kcryptd_crypt_read_convert       kcryptd_crypt_write_io_submit:
+//!                decrypt in place                ├ submit_from_crypt_cpus:
+//!              kcryptd_crypt_read_done           │   backend write here
+//!               └► complete                      └ else: insert in write_tree
+//!                                                    (sorted by sector), wake
+//!  no_read_workqueue: the whole read runs             [dmcrypt_write]: take the
+//!  inline in the submitter (see inline.rs)             whole tree, write in order
+//!  no_write_workqueue: encrypt + write inline       crypt_endio: free bounce,
+//!                                                    complete
+//! ```
+//!
+//! `[kcryptd_io]` is a pool of one thread per CPU (the kernel's per-CPU
+//! `kcryptd_io` workqueue with `max_active` 1). Because [`backend::Backend`]
+//! calls block, it also plays the block device: the backend read and
+//! `crypt_endio` run on it. (In the kernel a read is usually submitted
+//! straight from `crypt_map` and only falls back to `kcryptd_io` when the
+//! clone allocation would sleep; here the stage is what makes submission
+//! asynchronous for a blocking backend.)
+//!
+//! `[kcryptd]` is the crypt worker pool: `workers` threads (default one per
+//! CPU) sharing one queue, like the unbound `kcryptd` workqueue; with
+//! `same_cpu_crypt` one queue per CPU, each worker pinned to its CPU, and
+//! work queued on the CPU that queued it (the bound workqueue).
+//!
+//! `[dmcrypt_write]` is one thread that takes every pending encrypted write
+//! at once and submits them in sector order (the rbtree + `blk_start_plug`).
+//!
+//! FLUSH/FUA: a write completes only once the backend write returned (with
+//! `fua` passed down), and a flush goes straight to the backend, so a flush
+//! covers every write completed before it, as in the kernel where flush bios
+//! are remapped to the device without entering the queues.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::check::{SectorRange, Work};
+use crate::mode::inline;
+use crate::queue::{BouncePool, WorkQueue};
+use crate::stats::{Dir, Path};
+use crate::{Completion, Ctx, Done, Error};
+
+/// Bytes of bounce buffers the write path may have lent out at once (the
+/// page_pool budget; a single larger request still proceeds alone).
+const BOUNCE_BUDGET: usize = 64 << 20;
+
+/// A request travelling through the queues.
+struct Io {
+    range: SectorRange,
+    fua: bool,
+    buf: Vec<u8>,
+    done: Done,
+    t0: Instant,
+}
+
+/// Work for the `kcryptd` pool.
+enum CryptWork {
+    ReadConvert(Io),
+    WriteConvert(Io),
+}
+
+/// The encrypted writes waiting for `dmcrypt_write`, sorted by sector.
+struct WriteTree {
+    st: Mutex<(BTreeMap<(u64, u64), Io>, u64, bool)>,
+    cv: Condvar,
+}
+
+struct Shared {
+    ctx: Arc<Ctx>,
+    io_q: WorkQueue<Io>,
+    crypt_qs: Vec<WorkQueue<CryptWork>>,
+    same_cpu: bool,
+    submit_from_crypt_cpus: bool,
+    tree: WriteTree,
+    pool: BouncePool,
+}
+
+/// A running classic pipeline.
+pub(crate) struct Classic {
+    sh: Arc<Shared>,
+}
+
+impl Classic {
+    /// Starts the kcryptd_io, kcryptd and dmcrypt_write threads.
+    pub(crate) fn start(ctx: Arc<Ctx>, handles: &mut Vec<JoinHandle<()>>) -> Result<Self, Error> {
+        let ncpu = ctx.core.ncpu;
+        let workers = if ctx.cfg.workers == 0 { ncpu } else { ctx.cfg.workers };
+        let flags = ctx.cfg.flags;
+        let qd = ctx.cfg.queue_depth.max(1);
+        let nq = if flags.same_cpu_crypt { workers } else { 1 };
+        let sh = Arc::new(Shared {
+            io_q: WorkQueue::new(qd),
+            crypt_qs: (0..nq).map(|_| WorkQueue::new(qd)).collect(),
+            same_cpu: flags.same_cpu_crypt,
+            submit_from_crypt_cpus: flags.submit_from_crypt_cpus,
+            tree: WriteTree { st: Mutex::new((BTreeMap::new(), 0, false)), cv: Condvar::new() },
+            pool: BouncePool::new(BOUNCE_BUDGET),
+            ctx,
+        });
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>, handles: &mut Vec<JoinHandle<()>>| {
+            std::thread::Builder::new().name(name).spawn(f).map(|h| handles.push(h)).map_err(Error::Io)
+        };
+        let started = Self { sh: sh.clone() };
+        let spawn_all = |handles: &mut Vec<JoinHandle<()>>| -> Result<(), Error> {
+            for i in 0..ncpu {
+                let s = sh.clone();
+                spawn(format!("kcryptd_io/{i}"), Box::new(move || kcryptd_io(&s)), handles)?;
+            }
+            for i in 0..workers {
+                let s = sh.clone();
+                let q = if s.same_cpu { i } else { 0 };
+                let f = move || {
+                    if s.same_cpu {
+                        crate::cpu::pin_to(i % s.ctx.core.ncpu);
+                    }
+                    kcryptd(&s, q)
+                };
+                spawn(format!("kcryptd/{i}"), Box::new(f), handles)?;
+            }
+            if !flags.submit_from_crypt_cpus {
+                let s = sh.clone();
+                spawn("dmcrypt_write".into(), Box::new(move || dmcrypt_write(&s)), handles)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = spawn_all(handles) {
+            // The threads already started exit once their queues close.
+            started.close();
+            return Err(e);
+        }
+        Ok(started)
+    }
+
+    /// `crypt_map`: routes a checked request.
+    pub(crate) fn submit(&self, ctx: &Ctx, w: Work, t0: Instant, done: impl FnOnce(Completion) + Send + 'static) {
+        let flags = ctx.cfg.flags;
+        match w {
+            Work::Read(r) if !flags.no_read_workqueue => {
+                // kcryptd_queue_read
+                let io = Io { range: r, fua: false, buf: Vec::new(), done: Box::new(done), t0 };
+                self.sh.io_q.push(io);
+            }
+            Work::Write(r, data, fua) if !flags.no_write_workqueue => {
+                let io = Io { range: r, fua, buf: data, done: Box::new(done), t0 };
+                kcryptd_queue_crypt(&self.sh, CryptWork::WriteConvert(io));
+            }
+            w => inline::run(ctx, w, t0, done),
+        }
+    }
+
+    /// Lets every thread exit once its queue is drained.
+    pub(crate) fn close(&self) {
+        self.sh.io_q.close();
+        for q in &self.sh.crypt_qs {
+            q.close();
+        }
+        self.sh.tree.st.lock().unwrap_or_else(|e| e.into_inner()).2 = true;
+        self.sh.tree.cv.notify_all();
+    }
+}
+
+fn complete(sh: &Shared, dir: Dir, io_range: SectorRange, t0: Instant, res: Completion, done: Done) {
+    sh.ctx.complete(dir, Path::Queued, io_range.len(), t0, res, done);
+}
+
+/// `kcryptd_queue_crypt`: hands work to the crypt pool (this CPU's queue
+/// with `same_cpu_crypt`).
+fn kcryptd_queue_crypt(sh: &Shared, w: CryptWork) {
+    let i = if sh.same_cpu { crate::cpu::current() % sh.crypt_qs.len() } else { 0 };
+    sh.crypt_qs[i].push(w);
+}
+
+/// The `kcryptd_io` worker: `kcryptd_io_read` + the device + `crypt_endio`.
+fn kcryptd_io(sh: &Shared) {
+    while let Some(mut io) = sh.io_q.pop() {
+        io.buf = vec![0u8; io.range.len() as usize];
+        match sh.ctx.backend.read_at(&mut io.buf, io.range.at()) {
+            // crypt_endio: hand the ciphertext to kcryptd for decryption.
+            Ok(()) => kcryptd_queue_crypt(sh, CryptWork::ReadConvert(io)),
+            Err(e) => complete(sh, Dir::Read, io.range, io.t0, Err(Error::Io(e)), io.done),
+        }
+    }
+}
+
+/// The `kcryptd` crypt worker.
+fn kcryptd(sh: &Shared, q: usize) {
+    while let Some(w) = sh.crypt_qs[q].pop() {
+        match w {
+            CryptWork::ReadConvert(io) => kcryptd_crypt_read_convert(sh, io),
+            CryptWork::WriteConvert(io) => kcryptd_crypt_write_convert(sh, io),
+        }
+    }
+}
+
+fn kcryptd_crypt_read_convert(sh: &Shared, mut io: Io) {
+    if let Some(c) = &sh.ctx.crypt {
+        c.decrypt(io.range.sector(), &mut io.buf);
+    }
+    // kcryptd_crypt_read_done
+    let buf = std::mem::take(&mut io.buf);
+    complete(sh, Dir::Read, io.range, io.t0, Ok(Some(buf)), io.done);
+}
+
+fn kcryptd_crypt_write_convert(sh: &Shared, mut io: Io) {
+    let len = io.buf.len();
+    let mut bounce = sh.pool.alloc(len);
+    bounce.extend_from_slice(&io.buf);
+    io.buf = bounce;
+    if let Some(c) = &sh.ctx.crypt {
+        c.encrypt(io.range.sector(), &mut io.buf);
+    }
+    kcryptd_crypt_write_io_submit(sh, io);
+}
+
+fn kcryptd_crypt_write_io_submit(sh: &Shared, io: Io) {
+    if sh.submit_from_crypt_cpus {
+        return write_and_endio(sh, io);
+    }
+    let mut g = sh.tree.st.lock().unwrap_or_else(|e| e.into_inner());
+    let was_empty = g.0.is_empty();
+    let seq = g.1;
+    g.1 += 1;
+    g.0.insert((io.range.sector(), seq), io);
+    drop(g);
+    if was_empty {
+        sh.tree.cv.notify_one();
+    }
+}
+
+/// Backend write of an encrypted bounce buffer, then `crypt_endio`.
+fn write_and_endio(sh: &Shared, mut io: Io) {
+    let res = sh.ctx.backend.write_at(&io.buf, io.range.at(), io.fua);
+    let len = io.range.len() as usize;
+    sh.pool.free(std::mem::take(&mut io.buf), len);
+    let res = res.map(|_| None).map_err(Error::Io);
+    complete(sh, Dir::Write, io.range, io.t0, res, io.done);
+}
+
+/// The `dmcrypt_write` thread.
+fn dmcrypt_write(sh: &Shared) {
+    loop {
+        let mut g = sh.tree.st.lock().unwrap_or_else(|e| e.into_inner());
+        while g.0.is_empty() && !g.2 {
+            g = sh.tree.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        if g.0.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut g.0);
+        drop(g);
+        for (_, io) in batch {
+            write_and_endio(sh, io);
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The three data-path modes; see each module's diagram.
+
+pub(crate) mod adaptive;
+pub(crate) mod classic;
+pub(crate) mod inline;
