@@ -1,0 +1,102 @@
+//! The crate's one error type: a stable [`ErrorKind`] callers match on, a
+//! message (never containing key material) and an optional I/O source.
+
+use std::fmt;
+
+/// What went wrong, stable across versions; callers (the CLI) map it to
+/// cryptsetup's exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The device or header file has no LUKS signature.
+    NotLuks,
+    /// A LUKS header is present but malformed, inconsistent or lies about sizes.
+    Corrupt,
+    /// A valid header uses a feature ucrypt does not implement (or a
+    /// mandatory requirement it does not know).
+    Unsupported,
+    /// No keyslot accepted the passphrase (or the given slot did not).
+    WrongPassphrase,
+    /// A parameter given by the caller is invalid (bad slot number, cipher…).
+    InvalidArgument,
+    /// The requested keyslot is in use / no keyslot is free.
+    SlotBusy,
+    /// The requested keyslot is not active.
+    SlotInactive,
+    /// The device is too small or a range lies outside it.
+    DeviceSize,
+    /// Reading or writing the device failed.
+    Io,
+    /// The header already holds a LUKS volume and `force` was not given.
+    AlreadyLuks,
+}
+
+/// The error of every fallible `luks` function.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<std::io::Error>,
+}
+
+impl Error {
+    /// A new error of `kind`; `message` starts with a capital letter.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), source: None }
+    }
+
+    /// An I/O error with context (`message` says what was being done).
+    pub fn io(message: impl Into<String>, source: std::io::Error) -> Self {
+        Self { kind: ErrorKind::Io, message: message.into(), source: Some(source) }
+    }
+
+    /// The stable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message without the source.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(s) = &self.source {
+            write!(f, ": {s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e as _)
+    }
+}
+
+impl From<crypto::Error> for Error {
+    fn from(e: crypto::Error) -> Self {
+        Error::new(ErrorKind::Unsupported, format!("Keyslot cipher: {e}"))
+    }
+}
+
+/// Shorthand used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `Error::new(ErrorKind::Corrupt, ...)`.
+pub(crate) fn corrupt(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Corrupt, msg)
+}
+
+/// `Error::new(ErrorKind::Unsupported, ...)`.
+pub(crate) fn unsupported(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Unsupported, msg)
+}
+
+/// `Error::new(ErrorKind::InvalidArgument, ...)`.
+pub(crate) fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidArgument, msg)
+}

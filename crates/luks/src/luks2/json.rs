@@ -1,0 +1,533 @@
+//! LUKS2 JSON metadata (spec section 3) as serde types, plus the checks
+//! that make a parsed [`Metadata`] safe to act on: ids in range, areas
+//! inside the keyslots area and not overlapping, KDF costs within limits,
+//! digests pointing at existing objects. Unknown fields are preserved so a
+//! header written back keeps what cryptsetup put there.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{corrupt, unsupported, Result};
+use crate::hash::Hash;
+use crate::kdf::{Argon2Variant, Kdf};
+
+/// Largest keyslots area cryptsetup accepts (128 MiB).
+pub const MAX_KEYSLOTS_SIZE: u64 = 128 << 20;
+/// LUKS2 keyslot ids are 0..32.
+pub const MAX_KEYSLOTS: u32 = 32;
+/// Largest accepted volume / area key (bytes).
+pub const MAX_KEY_SIZE: u32 = 128;
+/// Largest accepted salt or digest (bytes, decoded).
+pub const MAX_SALT: usize = 64;
+
+/// The whole JSON object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Metadata {
+    /// Keyslots by id ("0".."31").
+    pub keyslots: BTreeMap<String, Keyslot>,
+    /// Tokens, kept verbatim.
+    pub tokens: BTreeMap<String, Value>,
+    /// Data segments by id.
+    pub segments: BTreeMap<String, Segment>,
+    /// Volume key digests by id.
+    pub digests: BTreeMap<String, DigestJson>,
+    /// Sizes, flags, requirements.
+    pub config: Config,
+}
+
+/// A `luks2` keyslot.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Keyslot {
+    /// Always `luks2` here.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Volume key size in bytes.
+    pub key_size: u32,
+    /// Anti-forensic splitter.
+    pub af: Af,
+    /// Where the encrypted material is.
+    pub area: Area,
+    /// Passphrase KDF.
+    pub kdf: KdfJson,
+    /// Other fields (e.g. `priority`), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `af` object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Af {
+    /// Always `luks1`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Stripe count (4000).
+    pub stripes: u32,
+    /// AF hash.
+    pub hash: String,
+}
+
+/// `area` object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Area {
+    /// Always `raw`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Byte offset from the device start.
+    #[serde(with = "u64_string")]
+    pub offset: u64,
+    /// Byte length.
+    #[serde(with = "u64_string")]
+    pub size: u64,
+    /// Area cipher (dm-crypt form).
+    pub encryption: String,
+    /// Area cipher key size.
+    pub key_size: u32,
+}
+
+/// `kdf` object (pbkdf2 or argon2i/id fields).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KdfJson {
+    /// `pbkdf2`, `argon2i`, `argon2id`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// PBKDF2 hash.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hash: Option<String>,
+    /// PBKDF2 iterations.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub iterations: Option<u32>,
+    /// Argon2 time cost.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub time: Option<u32>,
+    /// Argon2 memory in KiB.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory: Option<u32>,
+    /// Argon2 lanes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cpus: Option<u32>,
+    /// Base64 salt.
+    pub salt: String,
+}
+
+/// A `crypt` segment.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Segment {
+    /// Always `crypt` here.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Data start in bytes.
+    #[serde(with = "u64_string")]
+    pub offset: u64,
+    /// `dynamic` or a byte count.
+    pub size: String,
+    /// IV offset in 512-byte sectors.
+    #[serde(with = "u64_string")]
+    pub iv_tweak: u64,
+    /// dm-crypt cipher spec.
+    pub encryption: String,
+    /// Encryption sector size.
+    pub sector_size: u32,
+    /// Other fields (`flags`), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A `pbkdf2` digest of the volume key.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DigestJson {
+    /// Always `pbkdf2`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Keyslot ids this digest verifies.
+    pub keyslots: Vec<String>,
+    /// Segment ids this key encrypts.
+    pub segments: Vec<String>,
+    /// PBKDF2 hash.
+    pub hash: String,
+    /// PBKDF2 iterations.
+    pub iterations: u32,
+    /// Base64 salt.
+    pub salt: String,
+    /// Base64 digest.
+    pub digest: String,
+}
+
+/// `config` object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Config {
+    /// JSON area size (hdr_size - 4096).
+    #[serde(with = "u64_string")]
+    pub json_size: u64,
+    /// Keyslots area size.
+    #[serde(with = "u64_string")]
+    pub keyslots_size: u64,
+    /// Persistent flags, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub flags: Option<Vec<String>>,
+    /// Requirements; unknown `mandatory` entries refuse the volume.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub requirements: Option<Value>,
+    /// Other fields, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Serde helper: u64 stored as a decimal string.
+mod u64_string {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(D::Error::custom("expected a decimal number in a string"));
+        }
+        s.parse().map_err(D::Error::custom)
+    }
+}
+
+/// Base64 (standard, padded) decode with a length cap, as cryptsetup writes.
+pub fn b64_decode(s: &str, what: &str) -> Result<Vec<u8>> {
+    if s.len() > MAX_SALT * 2 {
+        return Err(corrupt(format!("LUKS2 {what} is too long")));
+    }
+    let v = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|_| corrupt(format!("LUKS2 {what} is not valid base64")))?;
+    if v.is_empty() || v.len() > MAX_SALT {
+        return Err(corrupt(format!("LUKS2 {what} has invalid length {}", v.len())));
+    }
+    Ok(v)
+}
+
+/// Base64 encode.
+pub fn b64_encode(b: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+fn parse_id(id: &str, what: &str, max: u32) -> Result<u32> {
+    if id.is_empty() || id.len() > 3 || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(corrupt(format!("LUKS2 {what} id {id:?} is invalid")));
+    }
+    let n: u32 = id.parse().map_err(|_| corrupt(format!("LUKS2 {what} id {id:?} is invalid")))?;
+    if n >= max {
+        return Err(corrupt(format!("LUKS2 {what} id {n} is out of range")));
+    }
+    Ok(n)
+}
+
+impl KdfJson {
+    /// Typed KDF (costs checked against the limits).
+    pub fn kdf(&self) -> Result<Kdf> {
+        let kdf = match self.kind.as_str() {
+            "pbkdf2" => Kdf::Pbkdf2 {
+                hash: Hash::parse(self.hash.as_deref().ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no hash"))?)?,
+                iterations: self.iterations.ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no iterations"))?,
+            },
+            "argon2i" | "argon2id" => Kdf::Argon2 {
+                variant: if self.kind == "argon2i" { Argon2Variant::I } else { Argon2Variant::Id },
+                time: self.time.ok_or_else(|| corrupt("LUKS2 argon2 KDF has no time cost"))?,
+                memory_kib: self.memory.ok_or_else(|| corrupt("LUKS2 argon2 KDF has no memory cost"))?,
+                parallel: self.cpus.ok_or_else(|| corrupt("LUKS2 argon2 KDF has no cpus"))?,
+            },
+            other => return Err(unsupported(format!("LUKS2 KDF {other:?} is not supported"))),
+        };
+        kdf.check_limits()?;
+        Ok(kdf)
+    }
+
+    /// JSON form of `kdf` with `salt`.
+    pub fn from_kdf(kdf: &Kdf, salt: &[u8]) -> Self {
+        let salt = b64_encode(salt);
+        match *kdf {
+            Kdf::Pbkdf2 { hash, iterations } => KdfJson {
+                kind: "pbkdf2".into(),
+                hash: Some(hash.name().into()),
+                iterations: Some(iterations),
+                time: None,
+                memory: None,
+                cpus: None,
+                salt,
+            },
+            Kdf::Argon2 { variant, time, memory_kib, parallel } => KdfJson {
+                kind: variant.name().into(),
+                hash: None,
+                iterations: None,
+                time: Some(time),
+                memory: Some(memory_kib),
+                cpus: Some(parallel),
+                salt,
+            },
+        }
+    }
+}
+
+impl Segment {
+    /// Fixed size in bytes, or `None` for `dynamic`.
+    pub fn fixed_size(&self) -> Result<Option<u64>> {
+        if self.size == "dynamic" {
+            return Ok(None);
+        }
+        if self.size.is_empty() || self.size.len() > 20 || !self.size.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(corrupt("LUKS2 segment size is neither \"dynamic\" nor a number"));
+        }
+        self.size.parse().map(Some).map_err(|_| corrupt("LUKS2 segment size is out of range"))
+    }
+}
+
+impl Metadata {
+    /// Parses the JSON area text (up to its NUL) and validates it for a
+    /// header of `hdr_size` bytes. Unsupported features are refused with a
+    /// message naming them.
+    pub fn parse(json_area: &[u8], hdr_size: u64) -> Result<Self> {
+        let end = json_area
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or_else(|| corrupt("LUKS2 JSON area is not NUL-terminated"))?;
+        let value: Value = serde_json::from_slice(&json_area[..end])
+            .map_err(|e| corrupt(format!("LUKS2 JSON metadata is invalid: {e}")))?;
+        precheck(&value)?;
+        let meta: Metadata = serde_json::from_value(value)
+            .map_err(|e| corrupt(format!("LUKS2 JSON metadata has a wrong shape: {e}")))?;
+        meta.validate(hdr_size)?;
+        Ok(meta)
+    }
+
+    /// Serializes to the JSON text (no NUL).
+    pub fn to_json(&self) -> Vec<u8> {
+        // Invariant: every field is a plain string/number/map, which
+        // serde_json always serializes.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Keyslots area start: right after both header copies.
+    pub fn keyslots_start(hdr_size: u64) -> u64 {
+        2 * hdr_size
+    }
+
+    /// The one crypt segment (id and value).
+    pub fn segment(&self) -> (&String, &Segment) {
+        // Invariant: validate() requires exactly one segment.
+        self.segments.iter().next().unwrap_or_else(|| unreachable!("validated: one segment"))
+    }
+
+    /// Id of the digest that covers the segment.
+    pub fn segment_digest(&self) -> Option<(&String, &DigestJson)> {
+        let (sid, _) = self.segment();
+        self.digests.iter().find(|(_, d)| d.segments.iter().any(|s| s == sid))
+    }
+
+    /// Ids of keyslots bound to the segment's digest, ascending.
+    pub fn segment_keyslots(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = match self.segment_digest() {
+            Some((_, d)) => d.keyslots.iter().filter_map(|k| k.parse().ok()).collect(),
+            None => Vec::new(),
+        };
+        v.sort_unstable();
+        v
+    }
+
+    /// Full validation (everything except the device size).
+    pub fn validate(&self, hdr_size: u64) -> Result<()> {
+        let c = &self.config;
+        if c.json_size != hdr_size - 4096 {
+            return Err(corrupt(format!(
+                "LUKS2 config json_size {} does not match the header size {hdr_size}",
+                c.json_size
+            )));
+        }
+        if c.keyslots_size % 4096 != 0 || c.keyslots_size > MAX_KEYSLOTS_SIZE {
+            return Err(corrupt(format!("LUKS2 keyslots_size {} is invalid", c.keyslots_size)));
+        }
+        let area_lo = Self::keyslots_start(hdr_size);
+        let area_hi = area_lo + c.keyslots_size;
+        let mut areas: Vec<(u64, u64, u32)> = Vec::new();
+        for (id, ks) in &self.keyslots {
+            let n = parse_id(id, "keyslot", MAX_KEYSLOTS)?;
+            if ks.kind != "luks2" {
+                return Err(unsupported(format!("LUKS2 keyslot {n} type {:?} is not supported", ks.kind)));
+            }
+            if ks.key_size == 0 || ks.key_size > MAX_KEY_SIZE {
+                return Err(corrupt(format!("LUKS2 keyslot {n} key size {} is invalid", ks.key_size)));
+            }
+            if ks.af.kind != "luks1" || ks.af.stripes != crate::af::STRIPES {
+                return Err(corrupt(format!("LUKS2 keyslot {n} AF must be luks1 with 4000 stripes")));
+            }
+            Hash::parse(&ks.af.hash)?;
+            let a = &ks.area;
+            if a.kind != "raw" {
+                return Err(unsupported(format!("LUKS2 keyslot {n} area type {:?} is not supported", a.kind)));
+            }
+            if a.key_size == 0 || a.key_size > MAX_KEY_SIZE || a.encryption.is_empty() {
+                return Err(corrupt(format!("LUKS2 keyslot {n} area cipher is invalid")));
+            }
+            let need = (u64::from(ks.key_size) * u64::from(ks.af.stripes)).div_ceil(512) * 512;
+            let end = a.offset.checked_add(a.size).ok_or_else(|| corrupt("LUKS2 keyslot area overflows"))?;
+            if a.offset % 512 != 0 || a.offset < area_lo || end > area_hi {
+                return Err(corrupt(format!(
+                    "LUKS2 keyslot {n} area {}+{} lies outside the keyslots area {area_lo}..{area_hi}",
+                    a.offset, a.size
+                )));
+            }
+            if a.size < need {
+                return Err(corrupt(format!("LUKS2 keyslot {n} area is smaller than its key material")));
+            }
+            for &(s, e, m) in &areas {
+                if a.offset < e && s < end {
+                    return Err(corrupt(format!("LUKS2 keyslot areas {m} and {n} overlap")));
+                }
+            }
+            areas.push((a.offset, end, n));
+            ks.kdf.kdf()?;
+            b64_decode(&ks.kdf.salt, "keyslot salt")?;
+        }
+        if self.segments.len() != 1 {
+            return Err(unsupported(format!(
+                "LUKS2 volumes with {} segments are not supported (only one crypt segment)",
+                self.segments.len()
+            )));
+        }
+        for (id, seg) in &self.segments {
+            parse_id(id, "segment", 1000)?;
+            if seg.kind != "crypt" {
+                return Err(unsupported(format!("LUKS2 segment type {:?} is not supported", seg.kind)));
+            }
+            if seg.extra.contains_key("integrity") {
+                return Err(unsupported("LUKS2 segments with integrity protection are not supported"));
+            }
+            if ![512, 1024, 2048, 4096].contains(&seg.sector_size) {
+                return Err(corrupt(format!("LUKS2 segment sector size {} is invalid", seg.sector_size)));
+            }
+            let ss = u64::from(seg.sector_size);
+            if seg.offset % ss != 0 {
+                return Err(corrupt("LUKS2 segment offset is not aligned to its sector size"));
+            }
+            if let Some(sz) = seg.fixed_size()? {
+                if sz == 0 || sz % ss != 0 || seg.offset.checked_add(sz).is_none() {
+                    return Err(corrupt("LUKS2 segment size is invalid"));
+                }
+            }
+            if seg.encryption.is_empty() {
+                return Err(corrupt("LUKS2 segment has no encryption"));
+            }
+            if seg.offset != 0 && seg.offset < area_hi {
+                return Err(corrupt("LUKS2 segment offset overlaps the metadata and keyslots area"));
+            }
+        }
+        for (id, d) in &self.digests {
+            parse_id(id, "digest", 1000)?;
+            if d.kind != "pbkdf2" {
+                return Err(unsupported(format!("LUKS2 digest type {:?} is not supported", d.kind)));
+            }
+            let hash = Hash::parse(&d.hash)?;
+            if d.iterations == 0 {
+                return Err(corrupt("LUKS2 digest iteration count is zero"));
+            }
+            b64_decode(&d.salt, "digest salt")?;
+            let dig = b64_decode(&d.digest, "digest")?;
+            if dig.len() > hash.len() {
+                return Err(corrupt("LUKS2 digest is longer than its hash"));
+            }
+            for k in &d.keyslots {
+                if !self.keyslots.contains_key(k) {
+                    return Err(corrupt(format!("LUKS2 digest {id} names missing keyslot {k:?}")));
+                }
+            }
+            for s in &d.segments {
+                if !self.segments.contains_key(s) {
+                    return Err(corrupt(format!("LUKS2 digest {id} names missing segment {s:?}")));
+                }
+            }
+        }
+        for id in self.tokens.keys() {
+            parse_id(id, "token", MAX_KEYSLOTS)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks on the untyped value that give better messages than a shape error:
+/// mandatory requirements and non-luks2 keyslots.
+fn precheck(v: &Value) -> Result<()> {
+    let obj = v.as_object().ok_or_else(|| corrupt("LUKS2 JSON metadata is not an object"))?;
+    if let Some(req) = obj.get("config").and_then(|c| c.get("requirements")) {
+        if let Some(m) = req.get("mandatory").and_then(Value::as_array) {
+            let names: Vec<String> =
+                m.iter().map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).collect();
+            if !names.is_empty() {
+                return Err(unsupported(format!(
+                    "LUKS2 volume has unmet mandatory requirements: {} (refusing to open it)",
+                    names.join(", ")
+                )));
+            }
+        }
+    }
+    if let Some(ks) = obj.get("keyslots").and_then(Value::as_object) {
+        for (id, k) in ks {
+            if let Some(t) = k.get("type").and_then(Value::as_str) {
+                if t != "luks2" {
+                    return Err(unsupported(format!("LUKS2 keyslot {id} of type {t:?} is not supported")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CRYPTSETUP_JSON: &str = r#"{"keyslots":{"0":{"type":"luks2","key_size":64,"af":{"type":"luks1","stripes":4000,"hash":"sha256"},"area":{"type":"raw","offset":"32768","size":"258048","encryption":"aes-xts-plain64","key_size":64},"kdf":{"type":"pbkdf2","hash":"sha256","iterations":1000,"salt":"bHr9qbLgqY8OZqb69K3UoExbdo8hphvD5od6xMvik14="}}},"tokens":{},"segments":{"0":{"type":"crypt","offset":"16777216","size":"dynamic","iv_tweak":"0","encryption":"aes-xts-plain64","sector_size":4096}},"digests":{"0":{"type":"pbkdf2","keyslots":["0"],"segments":["0"],"hash":"sha256","iterations":1000,"salt":"wjDIIItqMouL/2+YFMfE3B7PCn8XPD/1q+u14uHfG2c=","digest":"E0GWC+jQe6weO8BTwusiu7F/ypdrjVz48CUndF9/wfk="}},"config":{"json_size":"12288","keyslots_size":"16744448"}}"#;
+
+    fn area(s: &str) -> Vec<u8> {
+        let mut v = s.as_bytes().to_vec();
+        v.push(0);
+        v
+    }
+
+    #[test]
+    fn parses_cryptsetup_json_and_round_trips_byte_for_byte() {
+        let m = Metadata::parse(&area(CRYPTSETUP_JSON), 16384).unwrap();
+        assert_eq!(m.segment().1.sector_size, 4096);
+        assert_eq!(m.segment_keyslots(), vec![0]);
+        assert_eq!(String::from_utf8(m.to_json()).unwrap(), CRYPTSETUP_JSON);
+    }
+
+    #[test]
+    fn lies_are_refused() {
+        let cases = [
+            ("\"offset\":\"32768\"", "\"offset\":\"99999999999\""),
+            ("\"size\":\"258048\"", "\"size\":\"1024\""),
+            ("\"iterations\":1000,\"salt\":\"bHr9", "\"iterations\":0,\"salt\":\"bHr9"),
+            ("\"json_size\":\"12288\"", "\"json_size\":\"4096\""),
+            ("\"sector_size\":4096", "\"sector_size\":1000"),
+            ("\"offset\":\"16777216\"", "\"offset\":\"4096\""),
+            ("\"keyslots\":[\"0\"]", "\"keyslots\":[\"5\"]"),
+        ];
+        for (from, to) in cases {
+            let j = CRYPTSETUP_JSON.replacen(from, to, 1);
+            assert_ne!(j, CRYPTSETUP_JSON, "{from}");
+            assert!(Metadata::parse(&area(&j), 16384).is_err(), "accepted {to}");
+        }
+        let argon = CRYPTSETUP_JSON.replacen(
+            "\"type\":\"pbkdf2\",\"hash\":\"sha256\",\"iterations\":1000,\"salt\":\"bHr9",
+            "\"type\":\"argon2id\",\"time\":4,\"memory\":4294967295,\"cpus\":4,\"salt\":\"bHr9",
+            1,
+        );
+        assert!(Metadata::parse(&area(&argon), 16384).is_err());
+        let req = CRYPTSETUP_JSON.replacen(
+            "\"keyslots_size\":\"16744448\"",
+            "\"keyslots_size\":\"16744448\",\"requirements\":{\"mandatory\":[\"online-reencrypt-v2\"]}",
+            1,
+        );
+        let e = Metadata::parse(&area(&req), 16384).unwrap_err();
+        assert!(e.to_string().contains("online-reencrypt-v2"), "{e}");
+    }
+}
