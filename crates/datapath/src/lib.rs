@@ -241,6 +241,8 @@ pub(crate) struct Core {
     epoch: Instant,
     /// When a submitter last saw every core busy (ns since `epoch`; 0 = never).
     pub(crate) contended_at: AtomicU64,
+    /// Test hook: adaptive splits every request of more than 4 KiB.
+    pub(crate) force_split: std::sync::atomic::AtomicBool,
     /// Machine load, for the adaptive mode's idle-core estimate.
     pub(crate) idle: cpu::Load,
     /// Threads of replaced generations, joined at shutdown.
@@ -408,6 +410,7 @@ impl Engine {
             epoch: Instant::now(),
             contended_at: AtomicU64::new(0),
             idle: cpu::Load::new(),
+            force_split: std::sync::atomic::AtomicBool::new(false),
             retired: Mutex::new(Vec::new()),
             reconfig: Mutex::new(()),
         });
@@ -552,6 +555,14 @@ impl Engine {
             reconfigurations: self.core.stats.reconfigurations.load(Relaxed),
             mode: self.with_gen(|c| c.cfg.mode, CryptMode::default()),
         }
+    }
+
+    /// Test hook: make the adaptive mode split every request larger than
+    /// 4 KiB into 4 KiB-aligned chunks whatever the load, so tests exercise
+    /// the split path on a busy machine. Not for production use.
+    #[doc(hidden)]
+    pub fn force_split(&self, on: bool) {
+        self.core.force_split.store(on, Relaxed);
     }
 
     /// Drains in-flight requests, flushes, stops and joins worker threads.

@@ -141,7 +141,13 @@ impl Adaptive {
     /// since every adaptive request completes in its submitter) and idle
     /// cores.
     fn plan(&self, ctx: &Ctx, len: u64, depth: usize, t0: Instant) -> bool {
-        if self.helpers == 0 || len < SPLIT_MIN || ctx.crypt.is_none() {
+        if self.helpers == 0 || ctx.crypt.is_none() {
+            return false;
+        }
+        if ctx.core.force_split.load(Relaxed) {
+            return len > 4096;
+        }
+        if len < SPLIT_MIN {
             return false;
         }
         let now = ctx.core.nanos(t0);
@@ -163,7 +169,8 @@ impl Adaptive {
 
     fn split(&self, ctx: &Ctx, r: SectorRange, buf: Vec<u8>, write: bool, fua: bool) -> Result<Vec<u8>, Error> {
         let participants = 1 + self.helpers as u64;
-        let chunk = (r.len() / (participants * CHUNKS_PER_WORKER)).max(CHUNK_MIN).next_multiple_of(4096);
+        let min = if ctx.core.force_split.load(Relaxed) { 4096 } else { CHUNK_MIN };
+        let chunk = (r.len() / (participants * CHUNKS_PER_WORKER)).max(min).next_multiple_of(4096);
         // Zero-copy: a freshly made Bytes is unique, so try_into_mut succeeds.
         let mut whole = Bytes::from(buf).try_into_mut().unwrap_or_else(|b| BytesMut::from(&b[..]));
         let mut chunks = Vec::with_capacity(r.len().div_ceil(chunk) as usize);
