@@ -179,7 +179,7 @@ fn open(a: OpenArgs) -> CmdResult {
     runtime::check_name(&a.name)?;
     let mode = serve::parse_mode(&a.mode)?;
     let export = parse_export(&a.export, a.listen.as_deref())?;
-    if export == ExportSpec::Ublk {
+    if export == ExportSpec::Ublk && !ublk::available() {
         return Err(Failure::device(serve::ublk_unavailable()));
     }
     let dir = runtime::ensure_dir()?;

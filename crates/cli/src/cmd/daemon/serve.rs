@@ -69,6 +69,7 @@ enum Event {
 enum Frontend {
     Nbd(nbd::Server),
     Fuse(fuse::Export),
+    Ublk { id: u32, thread: std::thread::JoinHandle<Result<(), ublk::Error>> },
 }
 
 struct Daemon {
@@ -123,9 +124,7 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
             let file = e.file().display().to_string();
             (Frontend::Fuse(e), "fuse", file)
         }
-        ExportSpec::Ublk => {
-            return Err(Failure::device(ublk_unavailable()));
-        }
+        ExportSpec::Ublk => start_ublk(&engine)?,
     };
 
     let daemon = Arc::new(Daemon {
@@ -227,14 +226,33 @@ fn start_nbd(
     Ok((Frontend::Nbd(s), "nbd", uri))
 }
 
-/// The message for `--export ublk` in this build.
+/// The message for `--export ublk` on a kernel without ublk.
 pub fn ublk_unavailable() -> String {
-    let why = if std::path::Path::new("/dev/ublk-control").exists() {
-        "this build has no ublk frontend linked in yet"
-    } else {
-        "/dev/ublk-control is missing (load ublk_drv) and this build has no ublk frontend linked in yet"
-    };
-    format!("ublk export not available: {why}; use --export nbd or --export fuse")
+    format!(
+        "ublk export not available: {} is missing (load the ublk_drv kernel module); use --export nbd or --export fuse",
+        ublk::CONTROL_PATH
+    )
+}
+
+/// Starts `/dev/ublkbN` on its own thread and waits until it exists.
+fn start_ublk(engine: &Arc<Engine>) -> Result<(Frontend, &'static str, String), Failure> {
+    let (tx, rx) = mpsc::channel();
+    let e = Arc::clone(engine);
+    let thread = std::thread::Builder::new()
+        .name("ublk".into())
+        .spawn(move || ublk::serve_with(e, &ublk::Options::default(), move |d| drop(tx.send(d))))
+        .map_err(|e| Failure::device(format!("Cannot start the ublk thread: {e}")))?;
+    match rx.recv() {
+        Ok(dev) => Ok((Frontend::Ublk { id: dev.id, thread }, "ublk", dev.path.display().to_string())),
+        // The sender was dropped without a device: serve_with failed.
+        Err(_) => {
+            let why = match thread.join() {
+                Ok(Err(e)) => chain(&e),
+                _ => "the ublk thread ended without creating a device".to_owned(),
+            };
+            Err(Failure::device(format!("ublk export not available: {why}")))
+        }
+    }
 }
 
 /// Error text with its sources, one level each ("A: B: C").
@@ -268,6 +286,16 @@ impl Daemon {
             Some(Frontend::Nbd(_)) => {
                 if let Some(Frontend::Nbd(s)) = slot.take() {
                     s.shutdown();
+                }
+            }
+            Some(Frontend::Ublk { id, .. }) => {
+                if let Err(e) = ublk::stop(*id) {
+                    if !force {
+                        return Err(Failure::busy(chain(&e)));
+                    }
+                }
+                if let Some(Frontend::Ublk { thread, .. }) = slot.take() {
+                    let _ = thread.join();
                 }
             }
             Some(Frontend::Fuse(f)) => match f.unmount() {
