@@ -327,12 +327,24 @@ struct Negotiated {
 }
 
 fn serve_client(stream: Stream, shared: &Shared) -> Result<(), Error> {
-    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    // Replies are written from engine completion callbacks: a client that
+    // stops reading must not pin an engine thread for long.
+    let w = stream.try_clone()?;
+    match &w {
+        Stream::Unix(s) => s.set_write_timeout(Some(REPLY_TIMEOUT))?,
+        Stream::Tcp(s) => s.set_write_timeout(Some(REPLY_TIMEOUT))?,
+    }
+    let writer = Arc::new(Mutex::new(w));
     let mut reader = BufReader::with_capacity(256 << 10, stream);
     let Some(neg) = negotiate(&mut reader, &mut *lock(&writer), shared)? else {
         return Ok(());
     };
-    let conn = Arc::new(Conn { writer, inflight: Mutex::new(0), idle: Condvar::new(), dead: AtomicBool::new(false) });
+    let conn = Arc::new(Conn {
+        writer,
+        inflight: Mutex::new(Inflight::default()),
+        idle: Condvar::new(),
+        dead: AtomicBool::new(false),
+    });
     let r = transmit(&mut reader, &conn, shared, neg);
     // Soft or hard disconnect: first finish what is in flight (NBD requires
     // replies to every request received before DISC).
@@ -503,31 +515,49 @@ fn info_items(req: &proto::InfoRequest, flags: u16, shared: &Shared) -> Vec<Vec<
     items
 }
 
+/// How long a reply may wait for a client that does not read.
+const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Payload bytes one connection may have inside the engine; beyond it the
+/// reader stops reading requests until some complete (bounds memory).
+const MAX_INFLIGHT_BYTES: u64 = 128 << 20;
+
+#[derive(Default)]
+struct Inflight {
+    requests: u64,
+    bytes: u64,
+}
+
 /// Per-connection state shared with completion callbacks.
 struct Conn {
     writer: Arc<Mutex<Stream>>,
-    inflight: Mutex<u64>,
+    inflight: Mutex<Inflight>,
     idle: Condvar,
     /// Set once a reply could not be sent; further replies are dropped.
     dead: AtomicBool,
 }
 
 impl Conn {
-    fn begin(&self) {
-        *lock(&self.inflight) += 1;
+    /// Accounts a request of `bytes` payload (read or write), first waiting
+    /// while the connection already has too much in flight.
+    fn begin(&self, bytes: u64) {
+        let mut n = lock(&self.inflight);
+        while n.requests > 0 && n.bytes + bytes > MAX_INFLIGHT_BYTES {
+            n = self.idle.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        n.requests += 1;
+        n.bytes += bytes;
     }
 
-    fn end(&self) {
+    fn end(&self, bytes: u64) {
         let mut n = lock(&self.inflight);
-        *n -= 1;
-        if *n == 0 {
-            self.idle.notify_all();
-        }
+        n.requests -= 1;
+        n.bytes -= bytes;
+        self.idle.notify_all();
     }
 
     fn wait_idle(&self) {
         let mut n = lock(&self.inflight);
-        while *n > 0 {
+        while n.requests > 0 {
             n = self.idle.wait(n).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -630,7 +660,12 @@ fn transmit(r: &mut impl Read, conn: &Arc<Conn>, shared: &Shared, neg: Negotiate
             err(proto::ESHUTDOWN);
             continue;
         }
-        conn.begin();
+        let bytes = match &op {
+            Op::Read { len } => u64::from(*len),
+            Op::Write { data } => data.len() as u64,
+            _ => 0,
+        };
+        conn.begin(bytes);
         let c = Arc::clone(conn);
         let (cookie, kind) = (h.cookie, h.kind);
         let offset = if kind == proto::CMD_FLUSH { 0 } else { h.offset };
@@ -642,7 +677,7 @@ fn transmit(r: &mut impl Read, conn: &Arc<Conn>, shared: &Shared, neg: Negotiate
                 Ok(_) => c.reply(0, cookie, &[]),
                 Err(e) => c.reply(nbd_errno(&e, kind), cookie, &[]),
             }
-            c.end();
+            c.end(bytes);
         });
     }
 }
