@@ -1,0 +1,328 @@
+//! The in-process workload driver (hand-written; fio's job model over
+//! `datapath::Engine::submit`).
+//!
+//! ```text
+//!   job 0 ──┐  slots: Mutex<JobState> + Condvar, at most `qd` in flight
+//!   job 1 ──┼─ submit(Request, cb) ──► Engine (classic | inline | adaptive)
+//!   job n ──┘        ▲                          │
+//!                    └──── cb: latency, bytes, free a slot ◄─┘
+//! ```
+//!
+//! Each job is one submitting thread. It keeps `qd` requests in flight,
+//! submitting until the run time is up, then drains. Sequential jobs each
+//! walk their own slice of the device (fio's `offset_increment`) and wrap;
+//! random jobs pick block-aligned offsets uniformly over the whole device.
+//! Writes copy a pattern block into a fresh buffer per request (what a
+//! frontend does when it receives data); reads drop the returned buffer.
+//! Throughput counts completed bytes over the wall time from the common
+//! start to the last completion; CPU time is the whole process's
+//! `getrusage` user + system time over the same span (so engine workers
+//! count).
+
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use datapath::{Engine, Op, Request};
+
+/// Direction and access pattern, named as fio's `--rw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    /// Sequential read.
+    Read,
+    /// Sequential write.
+    Write,
+    /// Random read.
+    RandRead,
+    /// Random write.
+    RandWrite,
+}
+
+impl Rw {
+    /// fio's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::RandRead => "randread",
+            Rw::RandWrite => "randwrite",
+        }
+    }
+
+    /// Parses fio's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Rw::Read, Rw::Write, Rw::RandRead, Rw::RandWrite].into_iter().find(|r| r.name() == s)
+    }
+
+    /// True for writes.
+    pub fn is_write(self) -> bool {
+        matches!(self, Rw::Write | Rw::RandWrite)
+    }
+
+    /// True for random access.
+    pub fn is_random(self) -> bool {
+        matches!(self, Rw::RandRead | Rw::RandWrite)
+    }
+}
+
+/// One workload: what fio would call a job file with `numjobs`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workload {
+    /// Direction and pattern.
+    pub rw: Rw,
+    /// Block size in bytes (multiple of 512).
+    pub bs: u32,
+    /// Requests in flight per job.
+    pub qd: usize,
+    /// Submitting threads.
+    pub jobs: usize,
+    /// How long each job keeps submitting.
+    pub runtime: Duration,
+}
+
+/// The raw outcome of one repetition.
+#[derive(Debug, Clone, Default)]
+pub struct RepResult {
+    /// Bytes completed successfully.
+    pub bytes: u64,
+    /// Requests completed successfully.
+    pub ops: u64,
+    /// Requests that failed.
+    pub errors: u64,
+    /// The first error message seen.
+    pub first_error: Option<String>,
+    /// Wall time from start to the last completion.
+    pub elapsed: Duration,
+    /// Process user + system CPU time over the run.
+    pub cpu: Duration,
+    /// Per-request latency (submit to completion callback) in nanoseconds.
+    pub lat_ns: Vec<u64>,
+}
+
+impl RepResult {
+    /// Throughput in bytes per second.
+    pub fn bytes_per_s(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 { self.bytes as f64 / s } else { 0.0 }
+    }
+    /// Requests per second.
+    pub fn iops(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 { self.ops as f64 / s } else { 0.0 }
+    }
+    /// CPU seconds spent per GiB moved (None when nothing moved).
+    pub fn cpu_s_per_gib(&self) -> Option<f64> {
+        (self.bytes > 0).then(|| self.cpu.as_secs_f64() / (self.bytes as f64 / crate::stats::GIB))
+    }
+}
+
+#[derive(Default)]
+struct JobState {
+    in_flight: usize,
+    bytes: u64,
+    ops: u64,
+    errors: u64,
+    first_error: Option<String>,
+    lat_ns: Vec<u64>,
+    started: Option<Instant>,
+    last_done: Option<Instant>,
+}
+
+struct Job {
+    state: Mutex<JobState>,
+    freed: Condvar,
+}
+
+/// Runs one repetition of `w` against `engine` (a device of `size` bytes).
+pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
+    let bs = u64::from(w.bs);
+    let jobs = w.jobs.max(1);
+    let qd = w.qd.max(1);
+    let blocks = size / bs;
+    let barrier = Barrier::new(jobs + 1);
+    let cpu0 = cpu_time();
+    let shared: Vec<Arc<Job>> = (0..jobs)
+        .map(|_| Arc::new(Job { state: Mutex::new(JobState::default()), freed: Condvar::new() }))
+        .collect();
+    std::thread::scope(|s| {
+        for (j, job) in shared.iter().enumerate() {
+            let job = Arc::clone(job);
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                job.state.lock().unwrap_or_else(|p| p.into_inner()).started = Some(start);
+                run_job(engine, &job, w, j as u64, jobs as u64, blocks, qd, start);
+            });
+        }
+        barrier.wait();
+    });
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let mut out = RepResult { cpu, ..RepResult::default() };
+    let mut start: Option<Instant> = None;
+    let mut end: Option<Instant> = None;
+    for job in shared {
+        let mut st = job.state.lock().unwrap_or_else(|p| p.into_inner());
+        out.bytes += st.bytes;
+        out.ops += st.ops;
+        out.errors += st.errors;
+        if out.first_error.is_none() {
+            out.first_error = st.first_error.take();
+        }
+        out.lat_ns.append(&mut st.lat_ns);
+        start = match (start, st.started) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        end = end.max(st.last_done);
+    }
+    if let (Some(s), Some(e)) = (start, end) {
+        out.elapsed = e.saturating_duration_since(s);
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_job(engine: &Arc<Engine>, job: &Arc<Job>, w: &Workload, j: u64, jobs: u64, blocks: u64, qd: usize, start: Instant) {
+    let bs = u64::from(w.bs);
+    // Sequential: this job's slice [first, first + span) in blocks.
+    let span = (blocks / jobs).max(1);
+    let first = if blocks / jobs == 0 { 0 } else { j * span };
+    let mut next = 0u64;
+    let mut rng = XorShift::new(0x9E37_79B9_7F4A_7C15 ^ (j + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let pattern: Vec<u8> = (0..w.bs).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)).collect();
+    let deadline = start + w.runtime;
+    loop {
+        if Instant::now() >= deadline {
+            break;
+        }
+        {
+            let mut st = job.state.lock().unwrap_or_else(|p| p.into_inner());
+            while st.in_flight >= qd {
+                st = job.freed.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            st.in_flight += 1;
+        }
+        let block = if w.rw.is_random() {
+            rng.next() % blocks.max(1)
+        } else {
+            let b = first + next;
+            next = (next + 1) % span;
+            b
+        };
+        let op = if w.rw.is_write() {
+            let mut data = Vec::with_capacity(pattern.len());
+            data.extend_from_slice(&pattern);
+            Op::Write { data }
+        } else {
+            Op::Read { len: w.bs }
+        };
+        let req = Request { op, offset: block * bs, fua: false };
+        let job2 = Arc::clone(job);
+        let t = Instant::now();
+        engine.submit(req, move |res| {
+            let now = Instant::now();
+            let mut st = job2.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.in_flight -= 1;
+            match res {
+                Ok(_) => {
+                    st.ops += 1;
+                    st.bytes += bs;
+                    st.lat_ns.push(now.saturating_duration_since(t).as_nanos() as u64);
+                }
+                Err(e) => {
+                    st.errors += 1;
+                    if st.first_error.is_none() {
+                        st.first_error = Some(e.to_string());
+                    }
+                }
+            }
+            st.last_done = Some(now);
+            drop(st);
+            job2.freed.notify_one();
+        });
+    }
+    // Drain: wait for every request of this job.
+    let mut st = job.state.lock().unwrap_or_else(|p| p.into_inner());
+    while st.in_flight > 0 {
+        st = job.freed.wait(st).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+/// Process user + system CPU time (`getrusage(RUSAGE_SELF)`).
+pub fn cpu_time() -> Duration {
+    // SAFETY: `rusage` is a plain C struct for which all-zero bytes are a
+    // valid value; getrusage only writes into the struct we own for the
+    // duration of the call.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) != 0 {
+            return Duration::ZERO;
+        }
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) as u32) * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// xorshift64* (offsets only; not for keys).
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::Target;
+
+    #[test]
+    fn drives_requests_and_counts_them() {
+        let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(1 << 20).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 8).unwrap());
+        for rw in [Rw::Write, Rw::Read, Rw::RandRead, Rw::RandWrite] {
+            let w = Workload { rw, bs: 4096, qd: 4, jobs: 2, runtime: Duration::from_millis(20) };
+            let r = run(&engine, &w, 1 << 20);
+            assert_eq!(r.errors, 0, "{:?}", r.first_error);
+            assert!(r.ops > 0);
+            assert_eq!(r.bytes, r.ops * 4096);
+            assert_eq!(r.lat_ns.len() as u64, r.ops);
+            assert!(r.elapsed >= Duration::from_millis(20));
+            assert!(r.bytes_per_s() > 0.0 && r.iops() > 0.0);
+        }
+    }
+
+    #[test]
+    fn errors_are_counted_not_hidden() {
+        // A 4 KiB device with 8 KiB blocks: every request is out of range
+        // except none; blocks = 0 so offsets are 0 and 8 KiB > size.
+        let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(4096).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 1).unwrap());
+        let w = Workload { rw: Rw::Read, bs: 8192, qd: 1, jobs: 1, runtime: Duration::from_millis(5) };
+        let r = run(&engine, &w, 4096);
+        assert_eq!(r.ops, 0);
+        assert!(r.errors > 0);
+        assert!(r.first_error.is_some());
+        assert_eq!(r.bytes_per_s(), 0.0);
+    }
+
+    #[test]
+    fn rw_names() {
+        for r in [Rw::Read, Rw::Write, Rw::RandRead, Rw::RandWrite] {
+            assert_eq!(Rw::parse(r.name()), Some(r));
+        }
+        assert_eq!(Rw::parse("rw"), None);
+        assert!(Rw::RandWrite.is_write() && Rw::RandWrite.is_random() && !Rw::Read.is_write());
+    }
+}
