@@ -1,6 +1,12 @@
 //! In-memory throughput measurements (no storage IO): the numbers behind
 //! `ucrypt benchmark` and the bench helper's crypto bound, plus PBKDF2 and
 //! Argon2 iterations per second (cryptsetup's benchmark header lines).
+//!
+//! Throughput divides by the measuring thread's CPU time (from
+//! `/proc/thread-self/schedstat`, nanoseconds), as `openssl speed` divides
+//! by user CPU time and `cryptsetup benchmark` by rusage: on a shared
+//! machine wall time would measure the neighbours, not the cipher. Where
+//! that file is missing, wall time is used.
 
 use std::time::{Duration, Instant};
 
@@ -29,12 +35,12 @@ pub fn throughput(c: &SectorCrypt, bytes_per_call: usize, dur: Duration) -> Thro
     Throughput { encrypt_bytes_per_sec: enc, decrypt_bytes_per_sec: dec }
 }
 
-/// Runs `f(call_index)` until `dur` has passed (checking the clock every few
-/// calls) and returns bytes per second.
+/// Runs `f(call_index)` until `dur` of CPU time has passed (checking the
+/// clock every few calls) and returns bytes per CPU-second.
 fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
     // Warm up caches and the OpenSSL context pool.
     f(0);
-    let start = Instant::now();
+    let clock = Clock::start();
     let mut calls = 0u64;
     let mut batch = 1u64;
     loop {
@@ -42,15 +48,44 @@ fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
             f(calls);
             calls += 1;
         }
-        let el = start.elapsed();
+        let el = clock.elapsed();
         if el >= dur {
-            return (calls as f64 * len as f64) / el.as_secs_f64();
+            return (calls as f64 * len as f64) / el.as_secs_f64().max(1e-9);
         }
         // Aim for ~20 clock checks per measurement.
         if el < dur / 20 {
             batch *= 2;
         }
     }
+}
+
+/// The calling thread's CPU time, or wall time where unavailable.
+enum Clock {
+    Cpu(Duration),
+    Wall(Instant),
+}
+
+impl Clock {
+    fn start() -> Self {
+        match thread_cpu_time() {
+            Some(t) => Self::Cpu(t),
+            None => Self::Wall(Instant::now()),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        match self {
+            Self::Cpu(t0) => thread_cpu_time().map_or(Duration::ZERO, |t| t.saturating_sub(*t0)),
+            Self::Wall(t0) => t0.elapsed(),
+        }
+    }
+}
+
+/// Nanoseconds this thread has run on a CPU (first schedstat field).
+fn thread_cpu_time() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 /// Runs the system `openssl speed -evp aes-256-xts -bytes 4096` for
@@ -99,14 +134,14 @@ impl PbkdfHash {
     }
 }
 
-/// PBKDF2 iterations per second for a 256-bit output key (cryptsetup's
+/// PBKDF2 iterations per CPU-second for a 256-bit output key (cryptsetup's
 /// benchmark measures the same: a 32-byte key from a short password).
 pub fn pbkdf2_iterations_per_sec(hash: PbkdfHash, dur: Duration) -> f64 {
     let password = b"foobarfo";
     let salt = [0x5au8; 32];
     let mut out = [0u8; 32];
     let mut rounds = 1000u32;
-    let start = Instant::now();
+    let start = Clock::start();
     let mut total = 0u64;
     while start.elapsed() < dur {
         match hash {
@@ -117,7 +152,7 @@ pub fn pbkdf2_iterations_per_sec(hash: PbkdfHash, dur: Duration) -> f64 {
         total += u64::from(rounds);
         rounds = rounds.saturating_mul(2).min(1 << 22);
     }
-    total as f64 / start.elapsed().as_secs_f64()
+    total as f64 / start.elapsed().as_secs_f64().max(1e-9)
 }
 
 /// Argon2 variant for [`argon2_rate`].
@@ -139,7 +174,8 @@ pub struct Argon2Rate {
     pub memory_kib: u32,
     /// Lanes (parallel threads).
     pub parallel: u32,
-    /// Seconds one hash with these parameters took.
+    /// CPU seconds one hash with these parameters took (lanes run one after
+    /// another here).
     pub seconds: f64,
 }
 
@@ -155,10 +191,10 @@ pub fn argon2_rate(kind: Argon2Kind, memory_kib: u32, parallel: u32) -> Result<A
     };
     let a = argon2::Argon2::new(alg, argon2::Version::V0x13, params);
     let mut out = [0u8; 32];
-    let start = Instant::now();
+    let start = Clock::start();
     a.hash_password_into(b"foobarfo", &[0x5au8; 32], &mut out)
         .map_err(|e| crate::Error::invalid(format!("Argon2 failed: {e}")))?;
-    Ok(Argon2Rate { iterations, memory_kib, parallel, seconds: start.elapsed().as_secs_f64() })
+    Ok(Argon2Rate { iterations, memory_kib, parallel, seconds: start.elapsed().as_secs_f64().max(1e-9) })
 }
 
 #[cfg(test)]
