@@ -25,6 +25,7 @@ pub mod kdf;
 pub mod keyslot;
 pub mod luks1;
 pub mod luks2;
+pub mod passphrase;
 mod volume;
 
 use std::io::{Cursor, Read, Seek, SeekFrom};

@@ -94,6 +94,15 @@ impl Opened {
     }
 }
 
+impl Opened {
+    /// The dm-crypt table cryptsetup would load, as a parsed
+    /// [`crypto::table::Table`] for the data path.
+    pub fn to_table(&self, device: &Path) -> Result<crypto::table::Table> {
+        crypto::table::Table::parse(&self.table_line(device))
+            .map_err(|e| invalid(format!("Cannot build the dm-crypt table: {e}")))
+    }
+}
+
 /// Unlocks the volume on `device` (header on `device` or the detached
 /// `header`) with `passphrase`, trying `key_slot` only if given.
 pub fn open(device: &Path, header: Option<&Path>, passphrase: &[u8], key_slot: Option<u32>) -> Result<Opened> {
@@ -566,6 +575,27 @@ impl Volume {
         Ok(())
     }
 
+    /// Replaces the volume UUID (cryptsetup luksUUID --uuid).
+    pub fn set_uuid(&mut self, uuid: Option<&str>) -> Result<String> {
+        let uuid = match uuid {
+            Some(u) => checked_uuid(u)?,
+            None => keyslot::random_uuid()?,
+        };
+        let mut f = open_rw(&self.meta_path)?;
+        match &mut self.header {
+            Header::V1(h) => {
+                h.uuid = uuid.clone();
+                write_at(&mut f, 0, &h.to_bytes())?;
+                sync(&f)?;
+            }
+            Header::V2(h) => {
+                h.bin.uuid = uuid.clone();
+                write_luks2(&mut f, h)?;
+            }
+        }
+        Ok(uuid)
+    }
+
     /// Writes a header backup file (everything up to the data, as
     /// cryptsetup's luksHeaderBackup). Refuses to overwrite `path`.
     pub fn header_backup(&self, path: &Path) -> Result<()> {
@@ -620,6 +650,15 @@ impl Volume {
         sync(&f)?;
         Ok(new)
     }
+}
+
+fn checked_uuid(u: &str) -> Result<String> {
+    let ok = u.len() == 36
+        && u.char_indices().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() });
+    if !ok {
+        return Err(invalid(format!("UUID {u:?} is invalid")));
+    }
+    Ok(u.to_ascii_lowercase())
 }
 
 /// First-fit 4 KiB aligned gap of `size` bytes in the keyslots area.
@@ -712,14 +751,7 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
         }
     }
     let uuid = match &opts.uuid {
-        Some(u) => {
-            let ok = u.len() == 36
-                && u.char_indices().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() });
-            if !ok {
-                return Err(invalid(format!("UUID {u:?} is invalid")));
-            }
-            u.to_ascii_lowercase()
-        }
+        Some(u) => checked_uuid(u)?,
         None => keyslot::random_uuid()?,
     };
     let digest_iterations = match opts.kdf.force_iterations {

@@ -1,18 +1,647 @@
-//! SKELETON: owner replaces this module.
-use clap::Subcommand;
+//! LUKS verbs with cryptsetup's names and options: `format`, `dump`,
+//! `add-key`, `remove-key`, `change-key`, `kill-slot`, `header-backup`,
+//! `header-restore`, `is-luks`, `uuid`; plus [`read_passphrase`] and
+//! [`luks_table`] for the other command groups (`map --luks`, `open`).
+//!
+//! Only argument handling lives here; all header and key work is in the
+//! `luks` crate. Exit codes follow cryptsetup: 1 wrong parameters or bad
+//! header, 2 bad passphrase / no permission, 4 wrong device.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use luks::{ErrorKind, FormatOptions, Hash, Header, KdfRequest, Volume};
+use zeroize::Zeroizing;
 
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
 #[derive(Subcommand)]
 pub enum Commands {
-    /// Format a LUKS volume.
-    Format,
+    /// Format a LUKS1/LUKS2 volume (cryptsetup luksFormat).
+    Format(FormatArgs),
+    /// Show the LUKS header (cryptsetup luksDump).
+    Dump(DumpArgs),
+    /// Add a passphrase to a free keyslot (cryptsetup luksAddKey).
+    AddKey(AddKeyArgs),
+    /// Remove the keyslot a passphrase opens (cryptsetup luksRemoveKey).
+    RemoveKey(RemoveKeyArgs),
+    /// Replace a passphrase (cryptsetup luksChangeKey).
+    ChangeKey(AddKeyArgs),
+    /// Wipe one keyslot (cryptsetup luksKillSlot).
+    KillSlot(KillSlotArgs),
+    /// Save the LUKS header and keyslots to a file (cryptsetup luksHeaderBackup).
+    HeaderBackup(BackupArgs),
+    /// Write a saved header back (cryptsetup luksHeaderRestore).
+    HeaderRestore(BackupArgs),
+    /// Exit 0 if DEVICE holds a LUKS header (cryptsetup isLuks).
+    IsLuks(IsLuksArgs),
+    /// Print (or with --uuid set) the volume UUID (cryptsetup luksUUID).
+    Uuid(UuidArgs),
+}
+
+/// Options every LUKS command shares.
+#[derive(Args, Clone)]
+pub struct Common {
+    /// Device or image file with the LUKS volume.
+    pub device: PathBuf,
+    /// Detached header file.
+    #[arg(long)]
+    pub header: Option<PathBuf>,
+    /// Read the passphrase from this file (`-` = stdin) instead of prompting.
+    #[arg(long, short = 'd')]
+    pub key_file: Option<PathBuf>,
+    /// Use only this keyslot.
+    #[arg(long, short = 'S')]
+    pub key_slot: Option<u32>,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'q')]
+    pub batch_mode: bool,
+}
+
+/// Key-derivation options (cryptsetup's names).
+#[derive(Args, Clone)]
+pub struct KdfArgs {
+    /// pbkdf2, argon2i or argon2id (default: argon2id for LUKS2, pbkdf2 for LUKS1).
+    #[arg(long)]
+    pub pbkdf: Option<String>,
+    /// Hash for PBKDF2, AF and the digest.
+    #[arg(long, default_value = "sha256")]
+    pub hash: String,
+    /// Unlock time to aim for, milliseconds.
+    #[arg(long, short = 'i', default_value_t = luks::kdf::DEFAULT_ITER_TIME_MS)]
+    pub iter_time: u32,
+    /// Fixed iterations (PBKDF2) or time cost (Argon2), no benchmark.
+    #[arg(long)]
+    pub pbkdf_force_iterations: Option<u32>,
+    /// Argon2 memory cost in KiB.
+    #[arg(long)]
+    pub pbkdf_memory: Option<u32>,
+    /// Argon2 threads.
+    #[arg(long)]
+    pub pbkdf_parallel: Option<u32>,
+}
+
+/// `ucrypt format`.
+#[derive(Args)]
+pub struct FormatArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    kdf: KdfArgs,
+    /// luks2 (default) or luks1.
+    #[arg(long = "type", short = 'M', default_value = "luks2")]
+    luks_type: String,
+    /// Cipher in dm-crypt form.
+    #[arg(long, short = 'c', default_value = "aes-xts-plain64")]
+    cipher: String,
+    /// Volume key size in bits (default 512 for XTS, else 256).
+    #[arg(long, short = 's')]
+    key_size: Option<u32>,
+    /// Encryption sector size (LUKS2).
+    #[arg(long)]
+    sector_size: Option<u32>,
+    /// LUKS2 label.
+    #[arg(long)]
+    label: Option<String>,
+    /// LUKS2 subsystem.
+    #[arg(long)]
+    subsystem: Option<String>,
+    /// Volume UUID.
+    #[arg(long)]
+    uuid: Option<String>,
+    /// Data offset in 512-byte sectors.
+    #[arg(long)]
+    offset: Option<u64>,
+    /// Use the volume key from this file instead of a random one.
+    #[arg(long)]
+    volume_key_file: Option<PathBuf>,
+    /// Overwrite an existing LUKS header.
+    #[arg(long)]
+    force: bool,
+}
+
+/// `ucrypt dump`.
+#[derive(Args)]
+pub struct DumpArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print the volume key (needs a passphrase).
+    #[arg(long)]
+    dump_volume_key: bool,
+}
+
+/// `ucrypt add-key` / `change-key`.
+#[derive(Args)]
+pub struct AddKeyArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    kdf: KdfArgs,
+    /// File with the new passphrase (`-` = stdin); prompts if absent.
+    new_key_file: Option<PathBuf>,
+    /// Unlock with this volume key file instead of a passphrase.
+    #[arg(long)]
+    volume_key_file: Option<PathBuf>,
+}
+
+/// `ucrypt remove-key`.
+#[derive(Args)]
+pub struct RemoveKeyArgs {
+    #[command(flatten)]
+    common: Common,
+    /// File with the passphrase to remove (same as --key-file).
+    remove_key_file: Option<PathBuf>,
+}
+
+/// `ucrypt kill-slot`.
+#[derive(Args)]
+pub struct KillSlotArgs {
+    /// Device or image file.
+    device: PathBuf,
+    /// Keyslot to wipe.
+    slot: u32,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// A remaining passphrase, from this file (`-` = stdin).
+    #[arg(long, short = 'd')]
+    key_file: Option<PathBuf>,
+    /// Do not ask for a remaining passphrase or confirmation.
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
+}
+
+/// `ucrypt header-backup` / `header-restore`.
+#[derive(Args)]
+pub struct BackupArgs {
+    /// Device or image file.
+    device: PathBuf,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// The backup file.
+    #[arg(long)]
+    header_backup_file: PathBuf,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
+}
+
+/// `ucrypt is-luks`.
+#[derive(Args)]
+pub struct IsLuksArgs {
+    /// Device or image file.
+    device: PathBuf,
+    /// Require this type (luks1 or luks2).
+    #[arg(long = "type")]
+    luks_type: Option<String>,
+    /// Say why on failure.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+/// `ucrypt uuid`.
+#[derive(Args)]
+pub struct UuidArgs {
+    /// Device or image file.
+    device: PathBuf,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// Set this UUID instead of printing it.
+    #[arg(long)]
+    uuid: Option<String>,
 }
 
 impl Commands {
     /// Runs the command.
     pub fn run(self) -> CmdResult {
-        Err(Failure::usage("not built yet"))
+        match self {
+            Self::Format(a) => format(a),
+            Self::Dump(a) => dump(a),
+            Self::AddKey(a) => add_key(a, false),
+            Self::ChangeKey(a) => add_key(a, true),
+            Self::RemoveKey(a) => remove_key(a),
+            Self::KillSlot(a) => kill_slot(a),
+            Self::HeaderBackup(a) => {
+                let vol = load(&a.device, a.header.as_deref())?;
+                vol.header_backup(&a.header_backup_file).map_err(fail)
+            }
+            Self::HeaderRestore(a) => {
+                let h = Volume::header_restore(&a.device, a.header.as_deref(), &a.header_backup_file, a.batch_mode)
+                    .map_err(fail)?;
+                eprintln!("Restored LUKS{} header with UUID {}.", h.version(), h.uuid());
+                Ok(())
+            }
+            Self::IsLuks(a) => is_luks(a),
+            Self::Uuid(a) => {
+                let mut vol = load(&a.device, a.header.as_deref())?;
+                match a.uuid {
+                    Some(u) => vol.set_uuid(Some(&u)).map(|_| ()).map_err(fail),
+                    None => {
+                        println!("{}", vol.header().uuid());
+                        Ok(())
+                    }
+                }
+            }
+        }
     }
+}
+
+/// Reads a passphrase: `key_file` (`-` = stdin, binary-safe), else a
+/// terminal prompt without echo (asked twice when `verify`), else one line
+/// of piped stdin, as cryptsetup does.
+pub fn read_passphrase(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroizing<Vec<u8>>, Failure> {
+    luks::passphrase::read(key_file, prompt, verify).map_err(fail)
+}
+
+/// Unlocks the LUKS volume on `device` and returns the dm-crypt table
+/// cryptsetup would load for it (`ucrypt map --luks`, `ucrypt open --luks`).
+pub fn luks_table(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    key_slot: Option<u32>,
+) -> Result<crypto::table::Table, Failure> {
+    let vol = load(device, header)?;
+    let pass = read_passphrase(key_file, &format!("Enter passphrase for {}: ", device.display()), false)?;
+    let opened = vol.unlock(&pass, key_slot).map_err(fail)?;
+    opened.to_table(device).map_err(fail)
+}
+
+/// Maps a `luks::Error` to cryptsetup's exit codes.
+pub fn fail(e: luks::Error) -> Failure {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::WrongPassphrase => Failure::denied(msg),
+        ErrorKind::Io => Failure::device(msg),
+        _ => Failure::usage(msg),
+    }
+}
+
+fn load(device: &Path, header: Option<&Path>) -> Result<Volume, Failure> {
+    if !device.exists() {
+        return Err(Failure::device(format!("Device {} does not exist or access denied", device.display())));
+    }
+    let vol = Volume::load(device, header).map_err(|e| match e.kind() {
+        ErrorKind::NotLuks => Failure::usage(format!(
+            "Device {} is not a valid LUKS device",
+            header.unwrap_or(device).display()
+        )),
+        _ => fail(e),
+    })?;
+    for w in vol.header().warnings() {
+        eprintln!("WARNING: {w}");
+    }
+    Ok(vol)
+}
+
+fn kdf_request(k: &KdfArgs, default_kind: &str) -> Result<KdfRequest, Failure> {
+    Ok(KdfRequest {
+        kind: k.pbkdf.clone().unwrap_or_else(|| default_kind.to_string()),
+        hash: Hash::parse(&k.hash).map_err(fail)?,
+        iter_time_ms: k.iter_time,
+        force_iterations: k.pbkdf_force_iterations,
+        memory_kib: k.pbkdf_memory,
+        parallel: k.pbkdf_parallel,
+    })
+}
+
+fn confirm(question: &str) -> bool {
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    eprint!("{question} (Type 'yes' in capital letters): ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).is_ok() && line.trim_end() == "YES"
+}
+
+fn format(a: FormatArgs) -> CmdResult {
+    let version = match a.luks_type.as_str() {
+        "luks2" | "luks" => 2,
+        "luks1" => 1,
+        t => return Err(Failure::usage(format!("Unknown LUKS type {t:?} (luks1 or luks2)"))),
+    };
+    let c = &a.common;
+    if !c.device.exists() {
+        return Err(Failure::device(format!("Device {} does not exist or access denied", c.device.display())));
+    }
+    let meta = c.header.as_deref().unwrap_or(&c.device);
+    let mut force = a.force;
+    if !force && meta.exists() {
+        if let Ok(Ok(_)) = std::fs::File::open(meta).map(|mut f| {
+            let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
+            Header::read(&mut f, size)
+        }) {
+            if c.batch_mode || !confirm(&format!("WARNING: {} already contains a LUKS header. Overwrite it?", meta.display())) {
+                return Err(Failure::usage(format!(
+                    "{} already contains a LUKS header; use --force to overwrite it",
+                    meta.display()
+                )));
+            }
+            force = true;
+        }
+    }
+    let mut kdf = kdf_request(&a.kdf, if version == 1 { "pbkdf2" } else { "argon2id" })?;
+    kdf.hash = Hash::parse(&a.kdf.hash).map_err(fail)?;
+    let volume_key = match &a.volume_key_file {
+        Some(p) => Some(Zeroizing::new(
+            std::fs::read(p).map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?,
+        )),
+        None => None,
+    };
+    let opts = FormatOptions {
+        version,
+        cipher: a.cipher.clone(),
+        key_bits: a.key_size,
+        sector_size: a.sector_size,
+        hash: kdf.hash,
+        kdf,
+        label: a.label.clone(),
+        subsystem: a.subsystem.clone(),
+        uuid: a.uuid.clone(),
+        key_slot: c.key_slot,
+        volume_key,
+        data_offset: a.offset.map(|o| o * 512),
+        force,
+    };
+    let pass = read_passphrase(c.key_file.as_deref(), &format!("Enter passphrase for {}: ", c.device.display()), true)?;
+    luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
+    Ok(())
+}
+
+fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
+    let c = &a.common;
+    let mut vol = load(&c.device, c.header.as_deref())?;
+    let (old_slot, vk) = match &a.volume_key_file {
+        Some(p) => {
+            let vk = Zeroizing::new(std::fs::read(p).map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?);
+            if !vol.verify_volume_key(&vk) {
+                return Err(Failure::denied("Volume key does not match the volume"));
+            }
+            (None, vk)
+        }
+        None => {
+            let pass = read_passphrase(c.key_file.as_deref(), "Enter any existing passphrase: ", false)?;
+            // For change-key, --key-slot picks the slot to change; for
+            // add-key it is the target slot, so unlock through any slot.
+            let try_slot = if change { c.key_slot } else { None };
+            let (s, vk) = vol.unlock_key(&pass, try_slot).map_err(fail)?;
+            (Some(s), vk)
+        }
+    };
+    if a.new_key_file.is_some() && a.new_key_file == c.key_file && a.new_key_file.as_deref() == Some(Path::new("-")) {
+        return Err(Failure::usage("Only one of the old and the new passphrase can come from stdin"));
+    }
+    let new = read_passphrase(a.new_key_file.as_deref(), "Enter new passphrase for key slot: ", true)?;
+    let default_kind = match vol.header() {
+        Header::V1(_) => "pbkdf2",
+        Header::V2(_) => "argon2id",
+    };
+    let kdf = kdf_request(&a.kdf, default_kind)?;
+    if !change {
+        let slot = vol.add_key(&vk, &new, c.key_slot, &kdf).map_err(fail)?;
+        eprintln!("Key slot {slot} created.");
+        return Ok(());
+    }
+    let old = old_slot.ok_or_else(|| Failure::usage("change-key needs the old passphrase, not a volume key"))?;
+    // New key in a free slot first, then the old one goes: a crash in
+    // between leaves both passphrases working, never neither.
+    let slot = match vol.add_key(&vk, &new, None, &kdf) {
+        Ok(s) => {
+            vol.kill_slot(old, true).map_err(fail)?;
+            s
+        }
+        Err(e) if e.kind() == ErrorKind::SlotBusy => {
+            // No free slot: overwrite in place, as cryptsetup does.
+            vol.kill_slot(old, true).map_err(fail)?;
+            vol.add_key(&vk, &new, Some(old), &kdf).map_err(fail)?
+        }
+        Err(e) => return Err(fail(e)),
+    };
+    eprintln!("Key slot {old} changed (new passphrase in key slot {slot}).");
+    Ok(())
+}
+
+fn remove_key(a: RemoveKeyArgs) -> CmdResult {
+    let c = &a.common;
+    let mut vol = load(&c.device, c.header.as_deref())?;
+    let kf = a.remove_key_file.as_deref().or(c.key_file.as_deref());
+    let pass = read_passphrase(kf, "Enter passphrase to be deleted: ", false)?;
+    let (slot, _vk) = vol.unlock_key(&pass, c.key_slot).map_err(fail)?;
+    let last = vol.header().active_slots().len() == 1;
+    if last && !c.batch_mode && !confirm("WARNING: This is the last keyslot. The device will become unusable. Remove it?") {
+        return Err(Failure::usage("Refusing to remove the last keyslot without --batch-mode"));
+    }
+    vol.kill_slot(slot, true).map_err(fail)?;
+    eprintln!("Key slot {slot} removed.");
+    Ok(())
+}
+
+fn kill_slot(a: KillSlotArgs) -> CmdResult {
+    let mut vol = load(&a.device, a.header.as_deref())?;
+    let active = vol.header().active_slots();
+    if !active.contains(&a.slot) {
+        return Err(Failure::usage(format!("Keyslot {} is not active", a.slot)));
+    }
+    if !a.batch_mode {
+        if active.len() == 1 {
+            if !confirm("WARNING: This is the last keyslot. The device will become unusable. Kill it?") {
+                return Err(Failure::usage("Refusing to kill the last keyslot without --batch-mode"));
+            }
+        } else {
+            let pass = read_passphrase(a.key_file.as_deref(), "Enter any remaining passphrase: ", false)?;
+            let (s, _vk) = vol.unlock_key(&pass, None).map_err(fail)?;
+            if s == a.slot {
+                return Err(Failure::denied("Give a passphrase of a remaining keyslot, not of the one to kill"));
+            }
+        }
+    }
+    vol.kill_slot(a.slot, true).map_err(fail)?;
+    Ok(())
+}
+
+fn is_luks(a: IsLuksArgs) -> CmdResult {
+    let res = std::fs::File::open(&a.device)
+        .map_err(|e| Failure::device(format!("Cannot open {}: {e}", a.device.display())))
+        .and_then(|mut f| {
+            let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
+            Header::read(&mut f, size).map_err(fail)
+        });
+    let quiet_fail = |msg: String| Failure { code: 1, message: msg };
+    match res {
+        Ok(h) => match a.luks_type.as_deref() {
+            None => Ok(()),
+            Some(t) if t == format!("luks{}", h.version()) || t == "luks" => Ok(()),
+            Some(t) => Err(quiet_fail(format!("Device {} is LUKS{}, not {t}", a.device.display(), h.version()))),
+        },
+        Err(e) => {
+            if a.verbose {
+                eprintln!("{}", e.message);
+            }
+            Err(quiet_fail(format!("Device {} is not a valid LUKS device", a.device.display())))
+        }
+    }
+}
+
+fn hex_lines(bytes: &[u8], cont: &str) -> String {
+    hex_lines_n(bytes, cont, 16)
+}
+
+fn hex_lines_n(bytes: &[u8], cont: &str, per_line: usize) -> String {
+    let mut s = String::new();
+    for (i, chunk) in bytes.chunks(per_line).enumerate() {
+        if i > 0 {
+            s.push('\n');
+            s.push_str(cont);
+        }
+        for b in chunk {
+            s.push_str(&format!("{b:02x} "));
+        }
+    }
+    s
+}
+
+fn dump(a: DumpArgs) -> CmdResult {
+    let c = &a.common;
+    let vol = load(&c.device, c.header.as_deref())?;
+    let target = c.header.as_deref().unwrap_or(&c.device);
+    if a.dump_volume_key {
+        if !c.batch_mode && !confirm("Header dump with volume key is sensitive information. Proceed?") {
+            return Err(Failure::usage("Volume key dump needs confirmation or --batch-mode"));
+        }
+        let pass = read_passphrase(c.key_file.as_deref(), &format!("Enter passphrase for {}: ", c.device.display()), false)?;
+        let opened = vol.unlock(&pass, c.key_slot).map_err(fail)?;
+        let cipher = vol.header().cipher();
+        let (name, mode) = cipher.split_once('-').unwrap_or((cipher.as_str(), ""));
+        let mut out = String::new();
+        out.push_str(&format!("LUKS header information for {}\n", target.display()));
+        out.push_str(&format!("Cipher name:   \t{name}\nCipher mode:   \t{mode}\n"));
+        out.push_str(&format!("Payload offset:\t{}\n", opened.payload_offset / 512));
+        out.push_str(&format!("UUID:          \t{}\n", vol.header().uuid()));
+        out.push_str(&format!("MK bits:       \t{}\n", opened.volume_key.len() * 8));
+        let key = Zeroizing::new(hex_lines(&opened.volume_key, "\t\t"));
+        out.push_str(&format!("MK dump:\t{}\n", key.as_str()));
+        let out = Zeroizing::new(out);
+        print!("{}", out.as_str());
+        return Ok(());
+    }
+    let text = match vol.header() {
+        Header::V1(h) => dump_v1(h, target),
+        Header::V2(h) => dump_v2(h),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+fn dump_v1(h: &luks::luks1::Header, target: &Path) -> String {
+    let mut s = format!("LUKS header information for {}\n\n", target.display());
+    s.push_str("Version:       \t1\n");
+    s.push_str(&format!("Cipher name:   \t{}\nCipher mode:   \t{}\n", h.cipher_name, h.cipher_mode));
+    s.push_str(&format!("Hash spec:     \t{}\n", h.hash.name()));
+    s.push_str(&format!("Payload offset:\t{}\n", h.payload_offset));
+    s.push_str(&format!("MK bits:       \t{}\n", h.key_bytes * 8));
+    s.push_str(&format!("MK digest:     \t{}\n", hex_lines_n(&h.mk_digest, "", 20)));
+    s.push_str(&format!("MK salt:       \t{}\n", hex_lines(&h.mk_digest_salt, "               \t")));
+    s.push_str(&format!("MK iterations: \t{}\n", h.mk_digest_iterations));
+    s.push_str(&format!("UUID:          \t{}\n\n", h.uuid));
+    for (i, k) in h.slots.iter().enumerate() {
+        if k.active {
+            s.push_str(&format!("Key Slot {i}: ENABLED\n"));
+            s.push_str(&format!("\tIterations:         \t{}\n", k.iterations));
+            s.push_str(&format!("\tSalt:               \t{}\n", hex_lines(&k.salt, "\t                      \t")));
+            s.push_str(&format!("\tKey material offset:\t{}\n", k.key_material_offset));
+            s.push_str(&format!("\tAF stripes:            \t{}\n", k.stripes));
+        } else {
+            s.push_str(&format!("Key Slot {i}: DISABLED\n"));
+        }
+    }
+    s
+}
+
+fn b64_hex(b64: &str, cont: &str) -> String {
+    match luks::luks2::json::b64_decode(b64, "value") {
+        Ok(v) => hex_lines(&v, cont),
+        Err(_) => "(invalid)".into(),
+    }
+}
+
+fn dump_v2(h: &luks::luks2::Header) -> String {
+    let m = &h.meta;
+    let mut s = String::from("LUKS header information\n");
+    s.push_str("Version:       \t2\n");
+    s.push_str(&format!("Epoch:         \t{}\n", h.bin.seqid));
+    s.push_str(&format!("Metadata area: \t{} [bytes]\n", h.bin.hdr_size));
+    s.push_str(&format!("Keyslots area: \t{} [bytes]\n", m.config.keyslots_size));
+    s.push_str(&format!("UUID:          \t{}\n", h.bin.uuid));
+    let or = |v: &str, none: &str| if v.is_empty() { none.to_string() } else { v.to_string() };
+    s.push_str(&format!("Label:         \t{}\n", or(&h.bin.label, "(no label)")));
+    s.push_str(&format!("Subsystem:     \t{}\n", or(&h.bin.subsystem, "(no subsystem)")));
+    let flags = m.config.flags.as_ref().map(|f| f.join(" ")).unwrap_or_default();
+    s.push_str(&format!("Flags:       \t{}\n\n", or(&flags, "(no flags)")));
+    s.push_str("Data segments:\n");
+    for (id, seg) in &m.segments {
+        s.push_str(&format!("  {id}: {}\n", seg.kind));
+        s.push_str(&format!("\toffset: {} [bytes]\n", seg.offset));
+        match seg.fixed_size() {
+            Ok(Some(n)) => s.push_str(&format!("\tlength: {n} [bytes]\n")),
+            _ => s.push_str("\tlength: (whole device)\n"),
+        }
+        s.push_str(&format!("\tcipher: {}\n", seg.encryption));
+        s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
+        if seg.iv_tweak != 0 {
+            s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
+        }
+    }
+    s.push_str("\nKeyslots:\n");
+    let mut ids: Vec<(u32, &String)> = m.keyslots.keys().filter_map(|k| k.parse().ok().map(|n| (n, k))).collect();
+    ids.sort_unstable();
+    let cont = "\t            ";
+    for (_, id) in ids {
+        let k = &m.keyslots[id];
+        s.push_str(&format!("  {id}: {}\n", k.kind));
+        s.push_str(&format!("\tKey:        {} bits\n", k.key_size * 8));
+        let prio = match k.extra.get("priority").and_then(|p| p.as_i64()) {
+            Some(0) => "ignored",
+            Some(2) => "high",
+            _ => "normal",
+        };
+        s.push_str(&format!("\tPriority:   {prio}\n"));
+        s.push_str(&format!("\tCipher:     {}\n", k.area.encryption));
+        s.push_str(&format!("\tCipher key: {} bits\n", k.area.key_size * 8));
+        s.push_str(&format!("\tPBKDF:      {}\n", k.kdf.kind));
+        if k.kdf.kind == "pbkdf2" {
+            s.push_str(&format!("\tHash:       {}\n", k.kdf.hash.as_deref().unwrap_or("?")));
+            s.push_str(&format!("\tIterations: {}\n", k.kdf.iterations.unwrap_or(0)));
+        } else {
+            s.push_str(&format!("\tTime cost:  {}\n", k.kdf.time.unwrap_or(0)));
+            s.push_str(&format!("\tMemory:     {}\n", k.kdf.memory.unwrap_or(0)));
+            s.push_str(&format!("\tThreads:    {}\n", k.kdf.cpus.unwrap_or(0)));
+        }
+        s.push_str(&format!("\tSalt:       {}\n", b64_hex(&k.kdf.salt, cont)));
+        s.push_str(&format!("\tAF stripes: {}\n", k.af.stripes));
+        s.push_str(&format!("\tAF hash:    {}\n", k.af.hash));
+        s.push_str(&format!("\tArea offset:{} [bytes]\n", k.area.offset));
+        s.push_str(&format!("\tArea length:{} [bytes]\n", k.area.size));
+        if let Some((did, _)) = m.digests.iter().find(|(_, d)| d.keyslots.contains(id)) {
+            s.push_str(&format!("\tDigest ID:  {did}\n"));
+        }
+    }
+    s.push_str("Tokens:\n");
+    for (id, t) in &m.tokens {
+        let ty = t.get("type").and_then(|v| v.as_str()).unwrap_or("?");
+        s.push_str(&format!("  {id}: {ty}\n"));
+    }
+    s.push_str("Digests:\n");
+    for (id, d) in &m.digests {
+        s.push_str(&format!("  {id}: {}\n", d.kind));
+        s.push_str(&format!("\tHash:       {}\n", d.hash));
+        s.push_str(&format!("\tIterations: {}\n", d.iterations));
+        s.push_str(&format!("\tSalt:       {}\n", b64_hex(&d.salt, cont)));
+        s.push_str(&format!("\tDigest:     {}\n", b64_hex(&d.digest, cont)));
+    }
+    s
 }
