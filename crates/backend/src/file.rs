@@ -21,7 +21,9 @@
 //! Where io_uring is unavailable (an old kernel, `io_uring_disabled`, a
 //! seccomp filter) the backend uses positioned syscalls (`pread`, `pwritev2`,
 //! `fdatasync`) with the same semantics; [`FileBackend::io_engine`] says
-//! which one is in use and [`FileOptions::engine`] can force either.
+//! which one is in use and [`FileOptions::engine`] can force either. A
+//! thread that the kernel refuses a ring later (e.g. a ring limit) uses the
+//! syscalls for its own operations instead of failing them.
 //!
 //! # O_DIRECT and buffered IO
 //!
@@ -145,6 +147,10 @@ pub struct FileStats {
     pub discards: u64,
     /// Native zeroing operations (fallocate / BLKZEROOUT) completed.
     pub zeroes: u64,
+    /// Reads, writes and syncs submitted through io_uring.
+    pub uring_ops: u64,
+    /// Reads, writes and syncs done with plain syscalls.
+    pub syscall_ops: u64,
 }
 
 /// A regular file or block device accessed with io_uring.
@@ -173,6 +179,8 @@ struct Counters {
     dsync_writes: AtomicU64,
     discards: AtomicU64,
     zeroes: AtomicU64,
+    uring_ops: AtomicU64,
+    syscall_ops: AtomicU64,
 }
 
 // Block-device ioctls (linux/fs.h), not all exported by the libc crate.
@@ -271,6 +279,8 @@ impl FileBackend {
             dsync_writes: l(&c.dsync_writes),
             discards: l(&c.discards),
             zeroes: l(&c.zeroes),
+            uring_ops: l(&c.uring_ops),
+            syscall_ops: l(&c.syscall_ops),
         }
     }
 
@@ -307,9 +317,21 @@ impl FileBackend {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The engine for an operation on this thread: io_uring unless this
+    /// thread could not get a ring (then positioned syscalls, same result).
+    fn engine_here(&self) -> IoEngine {
+        if self.engine == IoEngine::Uring && thread_ring_ready() {
+            self.stats.uring_ops.fetch_add(1, Ordering::Relaxed);
+            IoEngine::Uring
+        } else {
+            self.stats.syscall_ops.fetch_add(1, Ordering::Relaxed);
+            IoEngine::Syscalls
+        }
+    }
+
     fn fdatasync(&self) -> io::Result<()> {
         let fd = self.buffered.as_raw_fd();
-        match self.engine {
+        match self.engine_here() {
             IoEngine::Uring => {
                 let sqe = opcode::Fsync::new(types::Fd(fd)).flags(types::FsyncFlags::DATASYNC).build();
                 // SAFETY: an fsync SQE references no memory; the fd is owned
@@ -332,7 +354,7 @@ impl FileBackend {
             let n = (buf.len() - done).min(MAX_XFER);
             let at = offset + done as u64;
             let ptr = buf[done..].as_mut_ptr();
-            let got = match self.engine {
+            let got = match self.engine_here() {
                 IoEngine::Uring => {
                     let sqe = opcode::Read::new(types::Fd(fd), ptr, n as u32).offset(at).build();
                     // SAFETY: the SQE points at `buf[done..done+n]`, which is
@@ -361,7 +383,7 @@ impl FileBackend {
             let n = (buf.len() - done).min(MAX_XFER);
             let at = offset + done as u64;
             let ptr = buf[done..].as_ptr();
-            let put = match self.engine {
+            let put = match self.engine_here() {
                 IoEngine::Uring => {
                     let sqe = opcode::Write::new(types::Fd(fd), ptr, n as u32).offset(at).rw_flags(flags).build();
                     // SAFETY: the SQE points at `buf[done..done+n]`, borrowed
@@ -604,6 +626,23 @@ fn retry_cqe(mut f: impl FnMut() -> io::Result<i32>) -> io::Result<usize> {
 thread_local! {
     /// This thread's ring; `None` until first use or after it was retired.
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+}
+
+thread_local! {
+    /// Set once the kernel refused this thread a ring; it then uses syscalls.
+    static RING_REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True if this thread has its ring or can create it now.
+fn thread_ring_ready() -> bool {
+    if RING_REFUSED.get() {
+        return false;
+    }
+    let ok = with_ring(|_| Ok(())).is_ok();
+    if !ok {
+        RING_REFUSED.set(true);
+    }
+    ok
 }
 
 /// Entries per thread ring: each thread has at most one operation in flight.
