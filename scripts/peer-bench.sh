@@ -13,12 +13,13 @@
 # `cryptsetup luksDump --dump-volume-key` (identical bytes on disk).
 # Each export is pre-filled so no peer serves unallocated (free) zero pages.
 #
-# Usage: scripts/peer-bench.sh            (RUNTIME=10 SIZE_MB=256 by default)
+# Usage: scripts/peer-bench.sh   (env: RUNTIME=10 s per run, ROUNDS=3, SIZE_MB=256)
 # Needs: fio nbdkit qemu-storage-daemon cryptsetup python3 (scripts/install-test-deps.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNTIME=${RUNTIME:-10}
+ROUNDS=${ROUNDS:-3}
 SIZE_MB=${SIZE_MB:-256}
 UCRYPT=${UCRYPT:-${CARGO_TARGET_DIR:-target}/release/ucrypt}
 [ -x "$UCRYPT" ] || cargo build --release -p ucrypt-cli
@@ -30,7 +31,7 @@ WORK=$(mktemp -d /dev/shm/ucrypt-peer.XXXXXX)
 export UCRYPT_RUNTIME_DIR=$WORK/run
 PIDS=()
 cleanup() {
-  "$UCRYPT" close peer >/dev/null 2>&1 || true
+  for m in inline adaptive classic; do "$UCRYPT" close "uc-$m" >/dev/null 2>&1 || true; done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 0.3
   rm -rf "$WORK"
@@ -52,10 +53,10 @@ OFFSET=$(printf '%s\n' "$DUMP" | awk '/Payload offset:/ {print $3}')
 SECTORS=$(( $(stat -c %s "$WORK/luks.img") / 512 - OFFSET ))
 
 # ---- helpers ---------------------------------------------------------------
-# fio_run NAME URI RW BS QD -> prints "iops MiB/s"
+# fio_run URI RW BS QD -> prints IOPS
 fio_run() {
   local out
-  out=$(fio --name="$1" --ioengine=nbd --uri="$2" --rw="$3" --bs="$4" --iodepth="$5" \
+  out=$(fio --name=peer --ioengine=nbd --uri="$1" --rw="$2" --bs="$3" --iodepth="$4" \
     --size=${SIZE_MB}M --time_based --runtime="$RUNTIME" --ramp_time=1 --randrepeat=0 \
     --output-format=json 2>/dev/null)
   printf '%s' "$out" | python3 -c '
@@ -63,87 +64,81 @@ import json, sys
 t = sys.stdin.read()  # fio nbd prints "fio: connected to NBD server" first
 j = json.loads(t[t.index("{"):])["jobs"][0]
 d = j["read"] if j["read"]["io_bytes"] else j["write"]
-print("%.0f %.1f" % (d["iops"], d["bw_bytes"] / 2**20))'
+print("%.0f" % d["iops"])'
 }
 fill() { fio --name=fill --ioengine=nbd --uri="$1" --rw=write --bs=1M --iodepth=8 --size=${SIZE_MB}M >/dev/null; }
-wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1" >&2; exit 1; }
+wait_sock() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1" >&2; exit 1; }
 
-declare -A R
-measure() { # LABEL URI : runs the four jobs used in the table
-  local label=$1 uri=$2
-  R[$label,4k,randread]=$(fio_run "$label" "$uri" randread 4k 1)
-  R[$label,4k,randwrite]=$(fio_run "$label" "$uri" randwrite 4k 1)
-  R[$label,1M,randread]=$(fio_run "$label" "$uri" randread 1M 8)
-  R[$label,1M,randwrite]=$(fio_run "$label" "$uri" randwrite 1M 8)
-}
-
-# ---- nbdkit memory (raw baseline) -----------------------------------------
+# ---- all servers up at once, each on its own copy of the image --------------
+# Peers are then measured round-robin, ROUNDS times per job, and the median
+# is reported: on a shared machine, load changes hit every peer alike.
+declare -A URI
 nbdkit -f -U "$WORK/mem.sock" memory size=${SIZE_MB}M & PIDS+=($!)
-wait_sock "$WORK/mem.sock"
-MEM="nbd+unix:///?socket=$WORK/mem.sock"
-fill "$MEM"
-R[mem,4k,randread]=$(fio_run mem "$MEM" randread 4k 1)
-R[mem,4k,randwrite]=$(fio_run mem "$MEM" randwrite 4k 1)
-R[mem,1M,randread]=$(fio_run mem "$MEM" randread 1M 8)
-R[mem,1M,randwrite]=$(fio_run mem "$MEM" randwrite 1M 8)
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+URI[mem]="nbd+unix:///?socket=$WORK/mem.sock"
 
-# ---- ucrypt, each data-path mode switched live with `ucrypt refresh` -------
-if "$UCRYPT" open --type luks --key-file "$WORK/pass" "$WORK/luks.img" peer >/dev/null 2>&1; then
-  HOW="--type luks"
-else
-  HOW="--type plain (volume key from luksDump)"
-  "$UCRYPT" open --type plain --table "0 $SECTORS crypt aes-xts-plain64 $KEY 0 $WORK/luks.img $OFFSET" \
-    "$WORK/luks.img" peer >/dev/null
-fi
-UC="nbd+unix:///?socket=$UCRYPT_RUNTIME_DIR/peer.nbd.sock"
-fill "$UC"
+HOW="--type luks"
 for mode in inline adaptive classic; do
-  "$UCRYPT" refresh peer --mode "$mode" >/dev/null
-  measure "ucrypt-$mode" "$UC"
+  cp --sparse=always "$WORK/luks.img" "$WORK/uc-$mode.img"
+  if ! "$UCRYPT" open --type luks --key-file "$WORK/pass" --mode "$mode" "$WORK/uc-$mode.img" "uc-$mode" >/dev/null 2>&1; then
+    HOW="--type plain (volume key and offset from luksDump)"
+    "$UCRYPT" open --type plain --mode "$mode" \
+      --table "0 $SECTORS crypt aes-xts-plain64 $KEY 0 $WORK/uc-$mode.img $OFFSET" "$WORK/uc-$mode.img" "uc-$mode" >/dev/null
+  fi
+  URI[ucrypt-$mode]="nbd+unix:///?socket=$UCRYPT_RUNTIME_DIR/uc-$mode.nbd.sock"
 done
-"$UCRYPT" close peer
 
-# ---- nbdkit luks filter -----------------------------------------------------
-nbdkit -f -U "$WORK/nk.sock" --filter=luks file "$WORK/luks.img" passphrase=+"$WORK/pass" & PIDS+=($!)
-wait_sock "$WORK/nk.sock"
-measure nbdkit-luks "nbd+unix:///?socket=$WORK/nk.sock"
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+cp --sparse=always "$WORK/luks.img" "$WORK/nk.img"
+nbdkit -f -U "$WORK/nk.sock" --filter=luks file "$WORK/nk.img" passphrase=+"$WORK/pass" & PIDS+=($!)
+URI[nbdkit-luks]="nbd+unix:///?socket=$WORK/nk.sock"
 
-# ---- qemu-storage-daemon luks driver ---------------------------------------
+cp --sparse=always "$WORK/luks.img" "$WORK/qsd.img"
 qemu-storage-daemon \
   --object secret,id=sec0,file="$WORK/pass" \
-  --blockdev driver=file,node-name=f0,filename="$WORK/luks.img" \
+  --blockdev driver=file,node-name=f0,filename="$WORK/qsd.img" \
   --blockdev driver=luks,node-name=l0,file=f0,key-secret=sec0 \
   --nbd-server addr.type=unix,addr.path="$WORK/qsd.sock" \
   --export type=nbd,id=e0,node-name=l0,writable=on & PIDS+=($!)
-wait_sock "$WORK/qsd.sock"
-measure qsd-luks "nbd+unix:///l0?socket=$WORK/qsd.sock"  # export name = node name
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+URI[qsd-luks]="nbd+unix:///l0?socket=$WORK/qsd.sock"  # export name = node name
+
+wait_sock "$WORK/mem.sock"; wait_sock "$WORK/nk.sock"; wait_sock "$WORK/qsd.sock"
+for p in "${!URI[@]}"; do fill "${URI[$p]}"; done
+
+declare -A R
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+job() { # KEY RW BS QD PEERS...
+  local key=$1 rw=$2 bs=$3 qd=$4; shift 4
+  declare -A runs
+  for _ in $(seq "$ROUNDS"); do
+    for p in "$@"; do runs[$p]+="$(fio_run "${URI[$p]}" "$rw" "$bs" "$qd") "; done
+  done
+  for p in "$@"; do R[$p,$key]=$(median ${runs[$p]}); done
+}
+UCS=(ucrypt-inline ucrypt-adaptive ucrypt-classic)
+job 4kr randread 4k 1 mem "${UCS[@]}"
+job 4kw randwrite 4k 1 mem "${UCS[@]}"
+job 1Mr randread 1M 8 nbdkit-luks qsd-luks "${UCS[@]}"
+job 1Mw randwrite 1M 8 nbdkit-luks qsd-luks "${UCS[@]}"
 
 # ---- report -----------------------------------------------------------------
 echo
-echo "fio nbd engine, ${SIZE_MB} MiB export on tmpfs, ${RUNTIME}s per job, $(nproc) CPUs; ucrypt opened as $HOW"
+echo "fio nbd engine, ${SIZE_MB} MiB export on tmpfs, ${RUNTIME}s per run, median of ${ROUNDS} round-robin"
+echo "rounds, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); ucrypt opened as $HOW"
 echo
-echo "| job | peer | IOPS | MiB/s | ucrypt-inline | ucrypt-adaptive | ucrypt-classic |"
-echo "|---|---|---:|---:|---:|---:|---:|"
-row() { # JOB-KEY PEER LABEL
-  local k=$1 p=$2 job=$3 base
-  base=${R[$p,$k]}
-  local bi=${base%% *} bm=${base##* }
-  local cells=""
+echo "| job | peer | peer IOPS | ucrypt inline | ucrypt adaptive | ucrypt classic |"
+echo "|---|---|---:|---:|---:|---:|"
+row() { # KEY PEER LABEL
+  local k=$1 p=$2 base=${R[$2,$1]} cells=""
   for m in inline adaptive classic; do
     local u=${R[ucrypt-$m,$k]}
-    local ui=${u%% *}
-    cells+=" $(python3 -c "print('%s IOPS = %.2fx' % ($ui, $ui / max($bi, 1)))") |"
+    cells+=" $(python3 -c "print('%s (%.2fx)' % ($u, $u / max($base, 1)))") |"
   done
-  echo "| $job | $p | $bi | $bm |$cells"
+  echo "| $3 | $p | $base |$cells"
 }
-row 4k,randread mem "4k randread QD1"
-row 4k,randwrite mem "4k randwrite QD1"
+row 4kr mem "4k randread QD1"
+row 4kw mem "4k randwrite QD1"
 for p in nbdkit-luks qsd-luks; do
-  row 1M,randread $p "1M randread QD8"
-  row 1M,randwrite $p "1M randwrite QD8"
+  row 1Mr $p "1M randread QD8"
+  row 1Mw $p "1M randwrite QD8"
 done
 echo
 echo "Goals: >= 0.95x of nbdkit memory at 4k QD1; >= 4x of nbdkit-luks and qsd-luks at 1M QD8."

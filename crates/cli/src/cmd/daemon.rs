@@ -204,7 +204,7 @@ fn open(a: OpenArgs) -> CmdResult {
             .read_to_string(&mut line)
             .map_err(|e| Failure::usage(format!("Cannot read the table from stdin: {e}")))?;
         let t = Table::parse(line.trim()).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
-        (t, if kind == VolumeType::Luks { "LUKS" } else { "PLAIN" })
+        (t, if kind == VolumeType::Luks { luks_version(a.header.as_deref().unwrap_or(&device)) } else { "PLAIN" })
     } else {
         resolve_table(&a, kind, &device)?
     };
@@ -252,12 +252,20 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &std::path::Path) -> Re
             if a.table.is_some() {
                 return Err(Failure::usage("--table is only for --type plain"));
             }
-            let _ = (device, &a.header, &a.key_file, a.key_slot);
-            Err(Failure::usage(
-                "LUKS volumes cannot be opened by this build yet (the LUKS header support has not landed); \
-                 use --type plain --table '…'",
-            ))
+            let t = crate::cmd::luks::luks_table(device, a.header.as_deref(), a.key_file.as_deref(), a.key_slot)?;
+            Ok((t, luks_version(a.header.as_deref().unwrap_or(device))))
         }
+    }
+}
+
+/// "LUKS1" / "LUKS2" from the header's magic and version fields.
+fn luks_version(header: &std::path::Path) -> &'static str {
+    let mut b = [0u8; 8];
+    let ok = std::fs::File::open(header).and_then(|mut f| f.read_exact(&mut b)).is_ok();
+    match (ok, &b[..6], u16::from_be_bytes([b[6], b[7]])) {
+        (true, b"LUKS\xba\xbe", 1) => "LUKS1",
+        (true, b"LUKS\xba\xbe", 2) => "LUKS2",
+        _ => "LUKS",
     }
 }
 
@@ -311,6 +319,9 @@ fn describe(v: &Value) -> String {
 fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path) -> Vec<String> {
     let mut v: Vec<String> = vec!["open".into(), "--foreground".into(), "--table-stdin".into()];
     v.push(format!("--type={}", if kind == "PLAIN" { "plain" } else { "luks" }));
+    if let Some(h) = &a.header {
+        v.push(format!("--header={}", std::path::absolute(h).unwrap_or_else(|_| h.clone()).display()));
+    }
     v.push(format!("--export={}", a.export));
     if let Some(l) = &a.listen {
         v.push(format!("--listen={l}"));
