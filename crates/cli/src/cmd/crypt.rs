@@ -75,8 +75,12 @@ impl Commands {
     pub fn run(self) -> CmdResult {
         match self {
             Self::Map(a) => {
-                let table = Table::parse(&a.table).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
-                map_device(&table, if a.read { MapDirection::Read } else { MapDirection::Write })
+                let dir = if a.read { MapDirection::Read } else { MapDirection::Write };
+                // The line holds the key in hex: wipe it once parsed.
+                let line = Zeroizing::new(a.table);
+                let table = Table::parse(&line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
+                drop(line);
+                map_device(&table, dir)
             }
             Self::Benchmark(a) => benchmark(&a),
         }
