@@ -18,11 +18,40 @@
 //! Because every request of the old generation has completed before the new
 //! one admits anything, nothing is lost, duplicated or reordered against a
 //! flush across a swap.
+//!
+//! Engine threads never block here. A completion callback running on an
+//! engine thread (classic mode) may submit again; if the queue is full or a
+//! swap is draining, blocking would deadlock (the drain may be waiting for
+//! requests that thread still has to finish). Like dm's `md->deferred` list
+//! (`queue_io` while suspended, replayed by `dm_wq_work` on resume), such a
+//! request is parked on a FIFO and resubmitted when a slot frees or the swap
+//! resumes. The list holds at most one request per completion callback run
+//! since the last replay, so it is bounded by what was admitted.
 
+use std::cell::Cell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::{Error, Gen};
+use crate::{Done, Error, Gen, Request};
+
+/// A request parked by an engine thread (dm's deferred bio list).
+pub(crate) type Deferred = (Request, Done);
+
+thread_local! {
+    static ENGINE_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as an engine thread (it must never block in
+/// admission).
+pub(crate) fn mark_engine_thread() {
+    ENGINE_THREAD.with(|c| c.set(true));
+}
+
+/// True on an engine worker thread.
+pub(crate) fn on_engine_thread() -> bool {
+    ENGINE_THREAD.with(|c| c.get())
+}
 
 struct State {
     in_flight: usize,
@@ -34,6 +63,7 @@ struct State {
     /// waking is needed: a condvar notify is a syscall).
     waiters: usize,
     gen: Option<Arc<Gen>>,
+    deferred: VecDeque<Deferred>,
 }
 
 /// The admission gate.
@@ -52,7 +82,15 @@ impl Gate {
     /// before the first `admit`.
     pub(crate) fn new() -> Self {
         Self {
-            st: Mutex::new(State { in_flight: 0, queue_depth: 1, suspended: false, shut: false, waiters: 0, gen: None }),
+            st: Mutex::new(State {
+                in_flight: 0,
+                queue_depth: 1,
+                suspended: false,
+                shut: false,
+                waiters: 0,
+                gen: None,
+                deferred: VecDeque::new(),
+            }),
             cv: Condvar::new(),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
@@ -94,25 +132,56 @@ impl Gate {
             }
             g = self.wait(g);
         }
+        Ok(self.take_slot(&mut g))
+    }
+
+    fn take_slot(&self, g: &mut State) -> (Arc<Gen>, usize) {
         g.in_flight += 1;
         let n = g.in_flight;
         self.in_flight.store(n, Relaxed);
         if n > self.max_in_flight.load(Relaxed) {
             self.max_in_flight.store(n, Relaxed);
         }
-        // Invariant: `gen` is only None after `shut` is set, checked above.
+        // Invariant: callers checked `shut`, and `gen` is only None after
+        // `shut` is set.
         let gen = g.gen.clone().expect("engine generation present while not shut down");
-        Ok((gen, n))
+        (gen, n)
     }
 
-    /// Completes one admitted request.
-    pub(crate) fn release(&self) {
+    /// The engine-thread variant of [`Gate::admit`]: never blocks. If no
+    /// slot is free (or a swap is draining) the request in `item` is moved
+    /// to the deferred list and `Ok(None)` is returned.
+    pub(crate) fn admit_or_defer(&self, item: impl FnOnce() -> Deferred) -> Result<Option<(Arc<Gen>, usize)>, Error> {
+        let mut g = self.lock();
+        if g.shut {
+            return Err(Error::Shutdown);
+        }
+        if !g.suspended && g.in_flight < g.queue_depth && g.deferred.is_empty() {
+            return Ok(Some(self.take_slot(&mut g)));
+        }
+        g.deferred.push_back(item());
+        Ok(None)
+    }
+
+    /// Completes one admitted request; returns a deferred request for the
+    /// caller to resubmit if one can now be admitted.
+    pub(crate) fn release(&self) -> Option<Deferred> {
         let mut g = self.lock();
         g.in_flight -= 1;
         self.in_flight.store(g.in_flight, Relaxed);
         if g.waiters > 0 {
             self.cv.notify_all();
         }
+        if !g.deferred.is_empty() && !g.suspended && !g.shut && g.in_flight < g.queue_depth {
+            return g.deferred.pop_front();
+        }
+        None
+    }
+
+    /// Takes every deferred request (for replay after a resume, or to fail
+    /// them at shutdown).
+    pub(crate) fn take_deferred(&self) -> VecDeque<Deferred> {
+        std::mem::take(&mut self.lock().deferred)
     }
 
     /// Suspends admission and waits until nothing is in flight; other

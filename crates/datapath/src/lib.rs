@@ -51,7 +51,11 @@
 //!
 //! `done` runs exactly once, on the submitting thread (inline paths) or on
 //! an engine thread (queued paths), after the request's queue slot has been
-//! released. It should not block for long; it may submit more requests.
+//! released. It should not block for long; it may submit more requests:
+//! from an inline callback those run after it returns (no recursion), and
+//! an engine thread never blocks in admission (see gate.rs). Blocking
+//! helpers ([`Engine::read`] ...) called from a callback on an engine
+//! thread can wait on themselves; use `submit` there.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -309,8 +313,11 @@ impl Ctx {
     pub(crate) fn complete(&self, dir: Dir, path: Path, bytes: u64, t0: Instant, res: Completion, done: impl FnOnce(Completion)) {
         let ns = t0.elapsed().as_nanos() as u64;
         self.core.stats.record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
-        self.core.gate.release();
+        let next = self.core.gate.release();
         done(res);
+        if let Some(d) = next {
+            replay(&self.core, [d]);
+        }
     }
 }
 
@@ -400,6 +407,80 @@ fn check_volume(vol: &Volume) -> Result<(), Error> {
     Ok(())
 }
 
+thread_local! {
+    /// Set while this thread is inside [`dispatch`].
+    static DISPATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Requests submitted by completion callbacks running inside an outer
+    /// [`dispatch`] on this thread, run once it returns.
+    static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// [`Engine::submit`]: a callback that runs inline (inside `submit`) and
+/// submits again does not recurse: its request runs after the outer one
+/// returns, so a resubmitting client cannot overflow the stack.
+fn submit_trampolined(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+    if DISPATCHING.with(|d| d.get()) {
+        TRAMPOLINE.with(|t| t.borrow_mut().push_back((core.clone(), (req, Box::new(done)))));
+        return;
+    }
+    DISPATCHING.with(|d| d.set(true));
+    dispatch(core, req, done);
+    while let Some((core, (req, done))) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
+        dispatch(&core, req, done);
+    }
+    DISPATCHING.with(|d| d.set(false));
+}
+
+/// Admission, the choke point, then the mode.
+fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+    let admitted = if gate::on_engine_thread() {
+        // Never block an engine thread (see gate.rs): park the request on
+        // the deferred list instead.
+        let mut slot = Some((req, done));
+        match core.gate.admit_or_defer(|| {
+            // Invariant: the closure runs at most once, and only then is
+            // the slot emptied.
+            let (r, d) = slot.take().expect("request still in its slot");
+            (r, Box::new(d) as Done)
+        }) {
+            Ok(Some(a)) => {
+                let (r, d) = slot.take().expect("request not deferred");
+                (a, r, d)
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let (_, d) = slot.take().expect("request not deferred");
+                return d(Err(e));
+            }
+        }
+    } else {
+        match core.gate.admit() {
+            Ok(a) => (a, req, done),
+            Err(e) => return done(Err(e)),
+        }
+    };
+    let ((gen, depth), req, done) = admitted;
+    let t0 = Instant::now();
+    let ctx = &*gen.ctx;
+    let w = match check::check(ctx, req) {
+        Ok(w) => w,
+        Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
+    };
+    match &gen.pipe {
+        Pipe::Inline => mode::inline::run(ctx, w, t0, done),
+        Pipe::Classic(c) => c.submit(ctx, w, t0, done),
+        Pipe::Adaptive(a) => a.submit(ctx, w, t0, depth, done),
+    }
+}
+
+/// Resubmits requests the gate deferred.
+fn replay(core: &Arc<Core>, items: impl IntoIterator<Item = gate::Deferred>) {
+    for (req, done) in items {
+        submit_trampolined(core, req, done);
+    }
+}
+
 impl Engine {
     /// Starts an engine over `vol`.
     pub fn new(vol: Volume, cfg: EngineConfig) -> Result<Self, Error> {
@@ -423,28 +504,16 @@ impl Engine {
     /// caller thread. Blocks while `queue_depth` requests are in flight or
     /// a reconfiguration is draining the engine.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
-        let (gen, depth) = match self.core.gate.admit() {
-            Ok(v) => v,
-            Err(e) => return done(Err(e)),
-        };
-        let t0 = Instant::now();
-        let ctx = &*gen.ctx;
-        let w = match check::check(ctx, req) {
-            Ok(w) => w,
-            Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
-        };
-        match &gen.pipe {
-            Pipe::Inline => mode::inline::run(ctx, w, t0, done),
-            Pipe::Classic(c) => c.submit(ctx, w, t0, done),
-            Pipe::Adaptive(a) => a.submit(ctx, w, t0, depth, done),
-        }
+        submit_trampolined(&self.core, req, done);
     }
 
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
-        self.submit(req, move |c| {
+        // Not trampolined: a blocking helper called from a callback must
+        // run now, not after the callback (which is waiting for it).
+        dispatch(&self.core, req, move |c| {
             *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
             s2.1.notify_one();
         });
@@ -513,6 +582,8 @@ impl Engine {
             Ok(old) => {
                 old.retire();
                 self.core.stats.reconfigurations.fetch_add(1, Relaxed);
+                // dm_wq_work: replay what engine threads deferred meanwhile.
+                replay(&self.core, self.core.gate.take_deferred());
                 Ok(())
             }
             Err(e) => {
@@ -576,6 +647,9 @@ impl Engine {
             }
             None => Ok(()),
         };
+        for (_, done) in self.core.gate.take_deferred() {
+            done(Err(Error::Shutdown));
+        }
         self.core.join_retired();
         res
     }

@@ -109,7 +109,10 @@ impl Adaptive {
         let mut me = Self { board: board.clone(), helpers: 0 };
         for i in 0..workers.saturating_sub(1) {
             let (b, c) = (board.clone(), ctx.clone());
-            let h = std::thread::Builder::new().name(format!("ucrypt-helper/{i}")).spawn(move || helper(&b, &c));
+            let h = std::thread::Builder::new().name(format!("ucrypt-helper/{i}")).spawn(move || {
+                crate::gate::mark_engine_thread();
+                helper(&b, &c)
+            });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {

@@ -111,6 +111,10 @@ impl Classic {
             ctx,
         });
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>, handles: &mut Vec<JoinHandle<()>>| {
+            let f = move || {
+                crate::gate::mark_engine_thread();
+                f()
+            };
             std::thread::Builder::new().name(name).spawn(f).map(|h| handles.push(h)).map_err(Error::Io)
         };
         let started = Self { sh: sh.clone() };
