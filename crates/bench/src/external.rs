@@ -87,6 +87,20 @@ pub fn fio(engine_args: &[String], w: &Workload, size: u64, ramp: Duration) -> R
     parse_fio_json(&text, w.rw)
 }
 
+/// Writes the whole device once (1M blocks, QD8).
+pub fn fill(engine_args: &[String], size: u64) -> Result<(), Error> {
+    let out = Command::new("fio")
+        .args(["--name=fill", "--rw=write", "--bs=1M", "--iodepth=8", &format!("--size={size}"), "--output-format=json"])
+        .args(engine_args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::External(format!("Cannot run fio: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::External(format!("fio fill failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(())
+}
+
 /// Extracts throughput, IOPS, latency and CPU from fio's JSON output (text
 /// before the first `{` — warnings — is skipped).
 pub fn parse_fio_json(text: &str, rw: Rw) -> Result<FioRep, Error> {
@@ -146,7 +160,7 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for f in &self.files {
-            let _ = std::fs::remove_file(f);
+            let _ = if f.is_dir() { std::fs::remove_dir_all(f) } else { std::fs::remove_file(f) };
         }
     }
 }
@@ -187,13 +201,30 @@ fn wait_for_socket(sock: &Path, child: &mut Child, what: &str) -> Result<(), Err
     Err(Error::External(format!("{what} did not create its socket {} within 15 s", sock.display())))
 }
 
-fn spawn(name: &str, mut cmd: Command, sock: &Path, export: &str, files: Vec<PathBuf>) -> Result<Server, Error> {
+fn spawn(name: &str, cmd: Command, sock: &Path, export: &str, files: Vec<PathBuf>) -> Result<Server, Error> {
+    spawn_with_input(name, cmd, None, sock, export, files)
+}
+
+/// Starts a server, optionally writing `input` (e.g. a table line with a
+/// key, kept out of the process list) to its standard input.
+fn spawn_with_input(
+    name: &str,
+    mut cmd: Command,
+    input: Option<&str>,
+    sock: &Path,
+    export: &str,
+    files: Vec<PathBuf>,
+) -> Result<Server, Error> {
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| Error::External(format!("Cannot start {name}: {e}")))?;
+    if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
+        use std::io::Write;
+        let _ = stdin.write_all(data.as_bytes()).and_then(|()| stdin.write_all(b"\n"));
+    }
     if let Err(e) = wait_for_socket(sock, &mut child, name) {
         let _ = child.kill();
         let _ = child.wait();
@@ -267,15 +298,17 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                 make_raw_image(&im, size)?;
                 let mut key = zeroize::Zeroizing::new(vec![0u8; cipher.key_len()]);
                 random_bytes(&mut key)?;
-                let hexkey = if key.is_empty() { "-".to_string() } else { key.iter().map(|b| format!("{b:02x}")).collect() };
-                let table = format!("0 {} crypt {} {hexkey} 0 {} 0", size / 512, cipher.spec(), im.display());
+                let hexkey = zeroize::Zeroizing::new(if key.is_empty() { "-".to_string() } else { key.iter().map(|b| format!("{b:02x}")).collect() });
+                let table = zeroize::Zeroizing::new(format!("0 {} crypt {} {} 0 {} 0", size / 512, cipher.spec(), hexkey.as_str(), im.display()));
                 let mode = match t.mode {
                     crate::Mode::Adaptive => "adaptive",
                     crate::Mode::Inline => "inline",
                     _ => "classic",
                 };
+                let run_dir = so.with_extension("run");
                 let mut c = Command::new(&exe);
-                c.args(["open", "--type", "plain", "--foreground", "--table", &table, "--mode", mode]);
+                c.env("UCRYPT_RUNTIME_DIR", &run_dir);
+                c.args(["open", "--type", "plain", "--foreground", "--table-stdin", "--mode", mode]);
                 if t.mode == crate::Mode::InlineRead {
                     c.arg("--perf-no_read_workqueue");
                 }
@@ -283,8 +316,8 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                     c.arg("--perf-no_write_workqueue");
                 }
                 c.arg("--export").arg(format!("nbd={}", so.display()));
-                c.arg(&im).arg(format!("ucrypt-bench-{}-{}", std::process::id(), t));
-                let mut srv = spawn(&name, c, &so, "", vec![so.clone(), im.clone()])?;
+                c.arg(&im).arg(format!("bench-{}", t));
+                let mut srv = spawn_with_input(&name, c, Some(table.as_str()), &so, "", vec![so.clone(), im.clone(), run_dir])?;
                 srv.cipher = t.cipher;
                 srv.mode = Some(t.mode);
                 Ok(srv)
@@ -360,7 +393,8 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
     }
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let t0 = Instant::now();
-    let size = opts.size.min(1 << 30);
+    // Every server gets its own RAM image: keep them small.
+    let size = opts.size.min(256 << 20);
     let mut heads: Vec<Workload> = Vec::new();
     for (bs, qd) in [(4096u32, 1usize), (1 << 20, 8)] {
         for rw in [Rw::Read, Rw::Write] {
@@ -396,6 +430,11 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
             }
         }
         let args = vec!["--ioengine=nbd".to_string(), format!("--uri={}", srv.uri)];
+        // Fill the export so no server answers reads from unallocated holes.
+        if let Err(e) = fill(&args, size) {
+            skipped.push(report::Skipped { target: name, reason: e.to_string() });
+            continue;
+        }
         let target = if srv.name == "nbdkit-memory" { "raw".to_string() } else { srv.name.clone() };
         for (phase, list, reps) in [(Phase::Headline, &heads, opts.reps), (Phase::Sweep, &sweep, opts.sweep_reps)] {
             for w in list.iter() {

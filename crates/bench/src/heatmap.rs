@@ -82,7 +82,7 @@ pub fn build(report: &Report) -> Vec<Heatmap> {
             let panels = panels(&sweep, cipher, &others, &rws, "classic", |c| c.pct_classic);
             out.push(Heatmap {
                 file_stem: format!("heatmap-{}-vs-classic", cipher.short()),
-                title: format!("{name}: % throughput relative to classic dm-crypt queues (>100 = faster than classic)"),
+                title: format!("{name}: % of classic dm-crypt throughput"),
                 subtitle: subtitle.clone(),
                 panels,
             });
@@ -91,7 +91,7 @@ pub fn build(report: &Report) -> Vec<Heatmap> {
             let panels = panels(&sweep, cipher, &modes, &rws, "raw", |c| c.pct_raw);
             out.push(Heatmap {
                 file_stem: format!("heatmap-{}-vs-raw", cipher.short()),
-                title: format!("{name}: % throughput relative to the raw ramdisk (100 = no encryption cost)"),
+                title: format!("{name}: % of raw ramdisk throughput"),
                 subtitle: subtitle.clone(),
                 panels,
             });
@@ -175,32 +175,53 @@ pub struct Canvas {
     shapes: Vec<Shape>,
 }
 
-const CELL_W: i32 = 58;
+const CELL_W: i32 = 72;
 const CELL_H: i32 = 30;
 const LEFT: i32 = 70;
 const PANEL_GAP: i32 = 40;
 const PANEL_HEAD: i32 = 78;
+const MARGIN: i32 = 20;
+const LEGEND_W: i32 = 500;
+
+/// Pixel width of `t` at `scale` (8×8 glyphs).
+fn text_w(t: &str, scale: i32) -> i32 {
+    t.chars().count() as i32 * 8 * scale
+}
 
 impl Heatmap {
-    /// Lays the figure out.
+    /// Lays the figure out; every width accounts for its text.
     pub fn layout(&self) -> Canvas {
         let ncols = self.panels.iter().map(|p| p.cols.len()).max().unwrap_or(1).max(1) as i32;
         let nrows = self.panels.iter().map(|p| p.rows.len()).max().unwrap_or(1).max(1) as i32;
-        let panel_w = LEFT + ncols * CELL_W;
-        let panel_h = PANEL_HEAD + nrows * CELL_H + 34;
-        let per_row = if self.panels.len() > 1 { 2 } else { 1 };
+        let title_w = self.panels.iter().map(|p| text_w(&p.title, 2)).max().unwrap_or(0);
+        let panel_w = (LEFT + ncols * CELL_W).max(title_w);
+        let panel_h = PANEL_HEAD + nrows * CELL_H;
+        let per_row: i32 = if self.panels.len() > 1 && 2 * panel_w + PANEL_GAP + 2 * MARGIN <= 2000 { 2 } else { 1 };
         let grid_rows = (self.panels.len() as i32 + per_row - 1) / per_row;
-        let top = 70;
-        let width = (20 + per_row * panel_w + (per_row - 1) * PANEL_GAP + 20).max(760);
-        let legend_y = top + grid_rows * (panel_h + 20) + 10;
-        let height = legend_y + 90;
+        let axis_note = "rows: block size; columns: jobs (threads) x queue depth (QD) per job; cells: % throughput";
+        let top = 96;
+        let width = [
+            2 * MARGIN + per_row * panel_w + (per_row - 1) * PANEL_GAP,
+            2 * MARGIN + text_w(&self.title, 2),
+            2 * MARGIN + text_w(&self.subtitle, 1),
+            2 * MARGIN + text_w(axis_note, 1),
+            2 * MARGIN + LEGEND_W + 80,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(800);
+        let legend_y = top + grid_rows * (panel_h + 28) + 4;
+        let height = legend_y + 80;
         let mut s = Vec::new();
         s.push(Shape::Rect { x: 0, y: 0, w: width, h: height, fill: WHITE, stroke: None });
         s.push(text(width / 2, 14, &self.title, 2, Anchor::Middle, BLACK));
         s.push(text(width / 2, 42, &self.subtitle, 1, Anchor::Middle, DARK));
+        s.push(text(width / 2, 60, axis_note, 1, Anchor::Middle, DARK));
+        let row_w = per_row * panel_w + (per_row - 1) * PANEL_GAP;
+        let x_start = (width - row_w) / 2;
         for (i, p) in self.panels.iter().enumerate() {
-            let px = 20 + (i as i32 % per_row) * (panel_w + PANEL_GAP);
-            let py = top + (i as i32 / per_row) * (panel_h + 20);
+            let px = x_start + (i as i32 % per_row) * (panel_w + PANEL_GAP);
+            let py = top + (i as i32 / per_row) * (panel_h + 28);
             panel_shapes(&mut s, p, px, py);
         }
         legend(&mut s, width / 2, legend_y);
@@ -242,7 +263,8 @@ fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32) {
     s.push(text(px, gy - 24, "bs \\ QD", 1, Anchor::Start, DARK));
     for (r, &bs) in p.rows.iter().enumerate() {
         let y = gy + r as i32 * CELL_H;
-        s.push(text(gx - 8 - 8 * 2 * fmt_bs(bs).len() as i32, y + CELL_H / 2 - 8, &fmt_bs(bs), 2, Anchor::Start, BLACK));
+        let label = fmt_bs(bs);
+        s.push(text(gx - 8 - text_w(&label, 2), y + CELL_H / 2 - 8, &label, 2, Anchor::Start, BLACK));
         for (c, v) in p.values[r].iter().enumerate() {
             let x = gx + c as i32 * CELL_W;
             let (fill, label) = match v {
@@ -251,7 +273,9 @@ fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32) {
             };
             s.push(Shape::Rect { x, y, w: CELL_W, h: CELL_H, fill, stroke: Some(WHITE) });
             let ink = if luminance(fill) < 110.0 { WHITE } else { BLACK };
-            s.push(text(x + CELL_W / 2, y + CELL_H / 2 - 8, &label, 2, Anchor::Middle, ink));
+            // Up to 4 digits at double size; longer numbers at single size.
+            let scale = if text_w(&label, 2) <= CELL_W - 6 { 2 } else { 1 };
+            s.push(text(x + CELL_W / 2, y + CELL_H / 2 - 4 * scale, &label, scale, Anchor::Middle, ink));
         }
     }
     // Separators between job groups.
@@ -262,14 +286,12 @@ fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32) {
             s.push(Shape::Rect { x: x - 1, y: gy - 50, w: 3, h: p.rows.len() as i32 * CELL_H + 50, fill: DARK, stroke: None });
         }
     }
-    let bottom = gy + p.rows.len() as i32 * CELL_H;
-    s.push(text(gx + p.cols.len() as i32 * CELL_W / 2, bottom + 10, "columns: jobs (threads) x queue depth per job; rows: block size", 1, Anchor::Middle, DARK));
 }
 
 fn legend(s: &mut Vec<Shape>, cx: i32, y: i32) {
-    let w = 500;
+    let w = LEGEND_W;
     let x0 = cx - w / 2;
-    s.push(text(cx, y, "colour scale: % throughput vs baseline (log scale, 100 = equal; blue = faster, red = slower)", 1, Anchor::Middle, BLACK));
+    s.push(text(cx, y, "colour scale: % throughput vs baseline (log scale; 100 = equal, blue = faster, red = slower)", 1, Anchor::Middle, BLACK));
     let steps = 100;
     for i in 0..steps {
         let t = -1.0 + 2.0 * (f64::from(i) + 0.5) / f64::from(steps);

@@ -173,7 +173,8 @@ impl Options {
         head + sweep
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    /// Checks the options (also done by [`run`]).
+    pub fn validate(&self) -> Result<(), Error> {
         if self.size < 1 << 20 || self.size % 512 != 0 {
             return Err(Error::Usage("The ramdisk size must be at least 1 MiB and a multiple of 512".into()));
         }

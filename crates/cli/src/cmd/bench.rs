@@ -164,6 +164,7 @@ impl BenchArgs {
             o.out = p.clone();
         }
         o.progress = !self.no_progress;
+        o.validate().map_err(bench_failure)?;
         Ok(o)
     }
 

@@ -1,0 +1,176 @@
+//! `ucrypt bench`: the quick run end to end (table, JSON schema, CSV, PNG
+//! and SVG heatmaps) and `--dm-crypt`'s refusal where the kernel parts are
+//! missing.
+
+use std::path::Path;
+use std::process::Command;
+
+use testutil::{ucrypt_bin, TempDir};
+
+/// Width and height from a PNG's IHDR chunk, after checking the signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.len() > 33, "PNG too short");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR", "first chunk is IHDR");
+    let be = |i: usize| u32::from_be_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    assert_eq!(be(8), 13, "IHDR length");
+    (be(16), be(20))
+}
+
+/// Width and height attributes of the root `<svg>` element.
+fn svg_size(text: &str) -> (u32, u32) {
+    let start = text.find("<svg").expect("an <svg> root element");
+    assert!(text[..start].trim_start().starts_with("<?xml") || text[..start].trim().is_empty());
+    let tag = &text[start..start + text[start..].find('>').expect("closed <svg> tag")];
+    assert!(tag.contains(r#"xmlns="http://www.w3.org/2000/svg""#), "{tag}");
+    let attr = |name: &str| -> u32 {
+        let key = format!(" {name}=\"");
+        let i = tag.find(&key).unwrap_or_else(|| panic!("no {name} in {tag}")) + key.len();
+        tag[i..i + tag[i..].find('"').unwrap()].parse().unwrap()
+    };
+    assert!(text.trim_end().ends_with("</svg>"));
+    (attr("width"), attr("height"))
+}
+
+fn num(v: &serde_json::Value) -> bool {
+    v.is_number()
+}
+
+#[test]
+fn quick_run_writes_table_json_csv_and_heatmaps() {
+    let tmp = TempDir::new("bench-quick");
+    let out_dir = tmp.join("results");
+    let out = Command::new(ucrypt_bin())
+        .args(["bench", "--quick", "--no-progress", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+
+    // The table comes first, headline workload and every in-process target.
+    assert!(stdout.starts_with("ucrypt bench (in-process, quick)"), "{stdout}");
+    assert!(stdout.contains("4k sequential, QD1, 1 job:"), "{stdout}");
+    let header = stdout.lines().find(|l| l.starts_with("target ")).expect("table header");
+    for col in ["read MiB/s", "write MiB/s"] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert!(stdout.contains("% raw") && stdout.contains("% bound"), "{stdout}");
+    let row = |name: &str| stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).map(str::to_string);
+    let raw = row("raw").expect("raw row");
+    assert!(raw.contains("100%"), "raw is 100% of itself: {raw}");
+    for t in ["null-classic", "null-inline-read", "null-inline-write", "null-inline", "null-adaptive"] {
+        let r = row(t).unwrap_or_else(|| panic!("no {t} row: {stdout}"));
+        let read: f64 = r.split_whitespace().nth(1).unwrap().parse().unwrap_or_else(|_| panic!("{r}"));
+        assert!(read > 0.0, "{r}");
+    }
+    assert!(stdout.contains("crypto c (1 thread, 4k): capi:ecb(cipher_null)"), "{stdout}");
+    assert!(stdout.contains(&format!("results: {}", out_dir.display())), "{stdout}");
+
+    // JSON with the documented schema (docs/BENCHMARKING.md).
+    let json = std::fs::read_to_string(out_dir.join("results.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).expect("results.json parses");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["via"], "in-process");
+    assert!(v["started"].as_str().unwrap().ends_with('Z'));
+    assert!(num(&v["duration_s"]) && num(&v["machine"]["cpus"]));
+    assert_eq!(v["options"]["profile"], "quick");
+    for key in ["size_bytes", "runtime_ms", "sweep_runtime_ms", "warmup_ms", "reps", "sweep_reps"] {
+        assert!(num(&v["options"][key]), "options.{key}");
+    }
+    let crypto = v["crypto"].as_array().unwrap();
+    assert!(crypto.iter().any(|c| c["cipher"] == "capi:ecb(cipher_null)" && c["bs"] == 4096));
+    let cells = v["cells"].as_array().unwrap();
+    let head: Vec<_> = cells.iter().filter(|c| c["phase"] == "headline").collect();
+    assert!(head.len() >= 12, "raw + 5 null modes, read and write");
+    for c in cells {
+        for key in ["target", "rw"] {
+            assert!(c[key].is_string(), "{key}: {c}");
+        }
+        for key in ["bs", "qd", "jobs", "reps", "errors"] {
+            assert!(c[key].is_u64(), "{key}: {c}");
+        }
+        assert!(["headline", "sweep"].contains(&c["phase"].as_str().unwrap()));
+        assert!(["read", "write", "randread", "randwrite"].contains(&c["rw"].as_str().unwrap()));
+        if c["errors"] == 0 {
+            let m = &c["mib_s"];
+            for key in ["median", "min", "max", "spread_pct"] {
+                assert!(num(&m[key]), "mib_s.{key}: {c}");
+            }
+            assert!(m["min"].as_f64() <= m["median"].as_f64() && m["median"].as_f64() <= m["max"].as_f64());
+            for key in ["p50", "p99", "p999"] {
+                assert!(num(&c["lat_us"][key]), "lat_us.{key}: {c}");
+            }
+            assert!(c["lat_us"]["p50"].as_f64() <= c["lat_us"]["p999"].as_f64());
+            assert!(num(&c["iops"]) && num(&c["cpu_s_per_gib"]));
+        }
+    }
+    let raw_read = head.iter().find(|c| c["target"] == "raw" && c["rw"] == "read").expect("raw read cell");
+    assert_eq!(raw_read["pct_raw"].as_f64(), Some(100.0));
+    assert_eq!((raw_read["bs"].as_u64(), raw_read["qd"].as_u64(), raw_read["jobs"].as_u64()), (Some(4096), Some(1), Some(1)));
+    let null_classic = head.iter().find(|c| c["target"] == "null-classic" && c["rw"] == "write").unwrap();
+    assert_eq!(null_classic["cipher"], "null");
+    assert_eq!(null_classic["mode"], "classic");
+    assert!(num(&null_classic["pct_raw"]) && num(&null_classic["pct_bound"]));
+    let sweep = cells.iter().filter(|c| c["phase"] == "sweep").count();
+    assert!(sweep > 0, "the quick sweep ran");
+
+    // CSV: a header and one line per cell.
+    let csv = std::fs::read_to_string(out_dir.join("cells.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert!(lines.next().unwrap().starts_with("phase,target,cipher,mode,rw,bs,qd,jobs,"));
+    assert_eq!(lines.count(), cells.len());
+
+    // Heatmaps: valid PNG and SVG with matching dimensions.
+    let maps: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    assert!(maps.iter().any(|p| p.file_name().unwrap().to_string_lossy().ends_with("-vs-classic.png")), "{maps:?}");
+    assert!(maps.iter().any(|p| p.file_name().unwrap().to_string_lossy().ends_with("-vs-raw.png")), "{maps:?}");
+    for png in &maps {
+        let (w, h) = png_size(&std::fs::read(png).unwrap());
+        assert!(w >= 400 && h >= 200, "{}: {w}x{h}", png.display());
+        let svg = std::fs::read_to_string(png.with_extension("svg")).unwrap();
+        assert_eq!(svg_size(&svg), (w, h), "{}", png.display());
+        assert!(svg.contains(">QD16</text>") && svg.contains(">4k</text>"), "axis labels");
+        assert!(stdout.contains(&png.display().to_string()));
+    }
+    assert!(Path::new(&out_dir.join("table.txt")).exists());
+}
+
+#[test]
+fn dm_crypt_names_missing_components() {
+    let dm_ok = std::fs::OpenOptions::new().read(true).write(true).open("/dev/mapper/control").is_ok();
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let brd = Path::new("/sys/module/brd").exists() || Path::new("/dev/ram0").exists();
+    if dm_ok && root && brd {
+        eprintln!("SKIP dm_crypt_names_missing_components: this host has device-mapper, brd and root");
+        return;
+    }
+    let out = Command::new(ucrypt_bin()).args(["bench", "--dm-crypt", "--no-progress"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must fail here: {stderr}");
+    assert!(stderr.contains("--dm-crypt needs a host with device-mapper, brd, fio and root; missing here:"), "{stderr}");
+    if !dm_ok {
+        assert!(stderr.contains("device-mapper in the kernel (/dev/mapper/control"), "{stderr}");
+    }
+    if !brd {
+        assert!(stderr.contains("the brd ramdisk module"), "{stderr}");
+    }
+    if !root {
+        assert!(stderr.contains("root privileges"), "{stderr}");
+    }
+    assert!(out.stdout.is_empty(), "fails before measuring anything");
+}
+
+#[test]
+fn bad_options_are_refused() {
+    for args in [&["bench", "--targets", "bogus"][..], &["bench", "--bs", "4x"], &["bench", "--qd", "0", "--no-sweep"]] {
+        let out = Command::new(ucrypt_bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.starts_with("ucrypt: ") && e.chars().nth(8).is_some_and(|c| c.is_uppercase()), "{args:?}: {e}");
+    }
+}
