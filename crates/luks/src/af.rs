@@ -68,7 +68,7 @@ fn xor_into(d: &mut [u8], s: &[u8]) {
 /// In-place diffusion: each digest-sized block j becomes
 /// `hash(be32(j) || block)`, the last partial block truncated.
 fn diffuse(buf: &mut [u8], hash: Hash) {
-    let ds = hash.len();
+    let ds = hash.digest_len();
     let mut tmp = [0u8; 64];
     for (j, block) in buf.chunks_mut(ds).enumerate() {
         let iv = (j as u32).to_be_bytes();

@@ -50,7 +50,7 @@ impl Hash {
     }
 
     /// Digest length in bytes.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             Hash::Sha1 | Hash::Ripemd160 => 20,
             Hash::Sha224 => 28,
@@ -61,7 +61,7 @@ impl Hash {
     }
 
     /// Digest of the concatenation of `parts`, truncated/written into `out`
-    /// (`out.len() <= self.len()`).
+    /// (`out.len() <= self.digest_len()`).
     pub fn digest_into(self, parts: &[&[u8]], out: &mut [u8]) {
         fn run<D: Digest>(parts: &[&[u8]], out: &mut [u8]) {
             let mut d = D::new();

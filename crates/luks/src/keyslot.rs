@@ -28,41 +28,40 @@ pub fn material_len(key_size: usize, stripes: u32) -> usize {
     af::split_len(key_size, stripes).div_ceil(512) * 512
 }
 
+/// How one keyslot turns a passphrase into its area key and material.
+pub struct SlotParams<'a> {
+    /// Passphrase KDF.
+    pub kdf: Kdf,
+    /// KDF salt.
+    pub salt: &'a [u8],
+    /// Area cipher (dm-crypt form).
+    pub cipher: &'a str,
+    /// Area cipher key size (the KDF output length).
+    pub area_key_size: usize,
+    /// Volume key size.
+    pub key_size: usize,
+    /// AF stripes.
+    pub stripes: u32,
+    /// AF hash.
+    pub af_hash: Hash,
+}
+
 /// Recovers the candidate volume key from encrypted `material`.
-pub fn open_material(
-    passphrase: &[u8],
-    kdf: &Kdf,
-    salt: &[u8],
-    area_cipher_spec: &str,
-    area_key_size: usize,
-    material: &mut [u8],
-    key_size: usize,
-    stripes: u32,
-    af_hash: Hash,
-) -> Result<Zeroizing<Vec<u8>>> {
-    let mut pk = Zeroizing::new(vec![0u8; area_key_size]);
-    kdf.derive(passphrase, salt, &mut pk)?;
-    area_cipher(area_cipher_spec, &pk)?.decrypt(0, material);
-    af::merge(material, key_size, stripes, af_hash)
+pub fn open_material(passphrase: &[u8], p: &SlotParams<'_>, material: &mut [u8]) -> Result<Zeroizing<Vec<u8>>> {
+    let mut pk = Zeroizing::new(vec![0u8; p.area_key_size]);
+    p.kdf.derive(passphrase, p.salt, &mut pk)?;
+    area_cipher(p.cipher, &pk)?.decrypt(0, material);
+    af::merge(material, p.key_size, p.stripes, p.af_hash)
 }
 
 /// Builds encrypted AF material for `volume_key` (whole sectors).
-pub fn seal_material(
-    passphrase: &[u8],
-    kdf: &Kdf,
-    salt: &[u8],
-    area_cipher_spec: &str,
-    area_key_size: usize,
-    volume_key: &[u8],
-    stripes: u32,
-    af_hash: Hash,
-) -> Result<Zeroizing<Vec<u8>>> {
-    let mut pk = Zeroizing::new(vec![0u8; area_key_size]);
-    kdf.derive(passphrase, salt, &mut pk)?;
-    let split = af::split(volume_key, stripes, af_hash)?;
-    let mut material = Zeroizing::new(vec![0u8; material_len(volume_key.len(), stripes)]);
+pub fn seal_material(passphrase: &[u8], p: &SlotParams<'_>, volume_key: &[u8]) -> Result<Zeroizing<Vec<u8>>> {
+    let mut pk = Zeroizing::new(vec![0u8; p.area_key_size]);
+    p.kdf.derive(passphrase, p.salt, &mut pk)?;
+    let split = af::split(volume_key, p.stripes, p.af_hash)?;
+    let mut material = Zeroizing::new(vec![0u8; material_len(volume_key.len(), p.stripes)]);
     material[..split.len()].copy_from_slice(&split);
-    area_cipher(area_cipher_spec, &pk)?.encrypt(0, &mut material);
+    area_cipher(p.cipher, &pk)?.encrypt(0, &mut material);
     Ok(material)
 }
 

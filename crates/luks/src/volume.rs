@@ -176,11 +176,7 @@ fn device_size(f: &mut File, path: &Path) -> Result<u64> {
 }
 
 fn open_ro(path: &Path) -> Result<File> {
-    File::open(path).map_err(|e| {
-        let kind = if e.kind() == std::io::ErrorKind::NotFound { ErrorKind::Io } else { ErrorKind::Io };
-        let _ = kind;
-        Error::io(format!("Cannot open {}", path.display()), e)
-    })
+    File::open(path).map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))
 }
 
 fn open_rw(path: &Path) -> Result<File> {
@@ -286,17 +282,17 @@ impl Volume {
                 let mut mat = Zeroizing::new(vec![0u8; material_len(h.key_bytes as usize, s.stripes)]);
                 read_exact_at(f, u64::from(s.key_material_offset) * 512, &mut mat)?;
                 let kdf = Kdf::Pbkdf2 { hash: h.hash, iterations: s.iterations };
-                let vk = keyslot::open_material(
-                    pass,
-                    &kdf,
-                    &s.salt,
-                    &h.cipher(),
-                    h.key_bytes as usize,
-                    &mut mat,
-                    h.key_bytes as usize,
-                    s.stripes,
-                    h.hash,
-                )?;
+                let cipher = h.cipher();
+                let params = keyslot::SlotParams {
+                    kdf,
+                    salt: &s.salt,
+                    cipher: &cipher,
+                    area_key_size: h.key_bytes as usize,
+                    key_size: h.key_bytes as usize,
+                    stripes: s.stripes,
+                    af_hash: h.hash,
+                };
+                let vk = keyslot::open_material(pass, &params, &mut mat)?;
                 let ok = keyslot::digest_matches(h.hash, &vk, &h.mk_digest_salt, h.mk_digest_iterations, &h.mk_digest);
                 Ok(ok.then_some(vk))
             }
@@ -315,17 +311,16 @@ impl Volume {
                 let mut mat = Zeroizing::new(vec![0u8; material_len(ks.key_size as usize, ks.af.stripes)]);
                 read_exact_at(f, ks.area.offset, &mut mat)?;
                 let salt = json::b64_decode(&ks.kdf.salt, "keyslot salt")?;
-                let vk = keyslot::open_material(
-                    pass,
-                    &ks.kdf.kdf()?,
-                    &salt,
-                    &ks.area.encryption,
-                    ks.area.key_size as usize,
-                    &mut mat,
-                    ks.key_size as usize,
-                    ks.af.stripes,
-                    Hash::parse(&ks.af.hash)?,
-                )?;
+                let params = keyslot::SlotParams {
+                    kdf: ks.kdf.kdf()?,
+                    salt: &salt,
+                    cipher: &ks.area.encryption,
+                    area_key_size: ks.area.key_size as usize,
+                    key_size: ks.key_size as usize,
+                    stripes: ks.af.stripes,
+                    af_hash: Hash::parse(&ks.af.hash)?,
+                };
+                let vk = keyslot::open_material(pass, &params, &mut mat)?;
                 let dhash = Hash::parse(&dg.hash)?;
                 let dsalt = json::b64_decode(&dg.salt, "digest salt")?;
                 let ddig = json::b64_decode(&dg.digest, "digest")?;
@@ -470,7 +465,16 @@ impl Volume {
                 let salt = keyslot::random(luks1::SALT_LEN)?;
                 let cipher = h.cipher();
                 let s = &mut h.slots[slot as usize];
-                let mat = keyslot::seal_material(new_pass, &k, &salt, &cipher, vk.len(), vk, s.stripes, h.hash)?;
+                let params = keyslot::SlotParams {
+                    kdf: k,
+                    salt: &salt,
+                    cipher: &cipher,
+                    area_key_size: vk.len(),
+                    key_size: vk.len(),
+                    stripes: s.stripes,
+                    af_hash: h.hash,
+                };
+                let mat = keyslot::seal_material(new_pass, &params, vk)?;
                 write_at(&mut f, u64::from(s.key_material_offset) * 512, &mat)?;
                 sync(&f)?;
                 s.active = true;
@@ -503,8 +507,16 @@ impl Volume {
                 let cipher = h.meta.segment().1.encryption.clone();
                 let k = kdf.resolve(vk.len())?;
                 let salt = keyslot::random(32)?;
-                let mat =
-                    keyslot::seal_material(new_pass, &k, &salt, &cipher, vk.len(), vk, af::STRIPES, Hash::parse(&af_hash)?)?;
+                let params = keyslot::SlotParams {
+                    kdf: k,
+                    salt: &salt,
+                    cipher: &cipher,
+                    area_key_size: vk.len(),
+                    key_size: vk.len(),
+                    stripes: af::STRIPES,
+                    af_hash: Hash::parse(&af_hash)?,
+                };
+                let mat = keyslot::seal_material(new_pass, &params, vk)?;
                 write_at(&mut f, offset, &mat)?;
                 sync(&f)?;
                 let id = slot.to_string();
@@ -873,7 +885,7 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             if slot >= json::MAX_KEYSLOTS {
                 return Err(invalid(format!("Keyslot {slot} is invalid for LUKS2")));
             }
-            let dg = keyslot::digest(opts.hash, &vk, &digest_salt, digest_iterations, opts.hash.len());
+            let dg = keyslot::digest(opts.hash, &vk, &digest_salt, digest_iterations, opts.hash.digest_len());
             let mut digests = std::collections::BTreeMap::new();
             digests.insert(
                 "0".to_string(),

@@ -431,7 +431,7 @@ impl Metadata {
             }
             b64_decode(&d.salt, "digest salt")?;
             let dig = b64_decode(&d.digest, "digest")?;
-            if dig.len() > hash.len() {
+            if dig.len() > hash.digest_len() {
                 return Err(corrupt("LUKS2 digest is longer than its hash"));
             }
             for k in &d.keyslots {
