@@ -21,6 +21,12 @@ Usage:
   --start-sector  512-byte sector (relative to the mapping start) of the first
                   input byte (default 0)
 
+Batch mode (one process for many conversions, used by the Rust tests):
+    python3 tests/oracle/dmcrypt.py batch < jobs.jsonl > results.jsonl
+  each input line {"direction", "cipher", "key", "sector_size", "iv_offset",
+  "iv_large_sectors", "start_sector", "data": HEX} gives one output line
+  {"data": HEX} or {"error": MESSAGE}.
+
 Input length must be a multiple of the sector size. Supported: AES-128/192/256
 in xts/cbc/ecb, cipher_null-ecb, IV modes plain, plain64, plain64be,
 essiv:<hash>, benbi, null, eboiv. XTS keys with equal halves and AES-192-XTS
@@ -31,14 +37,18 @@ Exit status 2 with a message on stderr for anything it cannot compute.
 
 import argparse
 import hashlib
+import json
 import sys
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 
+class OracleError(Exception):
+    """Something the oracle cannot compute (bad spec, key or length)."""
+
+
 def fail(msg):
-    sys.stderr.write("dmcrypt.py: " + msg + "\n")
-    sys.exit(2)
+    raise OracleError(msg)
 
 
 def parse_spec(spec):
@@ -113,37 +123,24 @@ def chain_crypt(chain, key, iv, data, encrypt):
     return op.update(data) + op.finalize()
 
 
-def main():
-    ap = argparse.ArgumentParser(description="dm-crypt sector oracle")
-    ap.add_argument("direction", choices=["encrypt", "decrypt"])
-    ap.add_argument("--cipher", required=True)
-    ap.add_argument("--key", required=True)
-    ap.add_argument("--sector-size", type=int, default=512)
-    ap.add_argument("--iv-offset", type=int, default=0)
-    ap.add_argument("--iv-large-sectors", action="store_true")
-    ap.add_argument("--start-sector", type=int, default=0)
-    a = ap.parse_args()
-
-    cipher, keycount, chain, ivmode, ivopts = parse_spec(a.cipher)
-    key = b"" if a.key == "-" else bytes.fromhex(a.key)
-    ss = a.sector_size
+def convert(direction, spec, key, ss=512, iv_offset=0, large=False, start=0, data=b""):
+    """Encrypts or decrypts `data` as dm-crypt would; returns the bytes."""
+    cipher, keycount, chain, ivmode, ivopts = parse_spec(spec)
     if ss < 512 or ss > 4096 or ss & (ss - 1):
         fail("bad sector size")
     step = ss // 512
     shift = step.bit_length() - 1
-    data = sys.stdin.buffer.read()
     if len(data) % ss:
         fail("input is not a multiple of the sector size")
-    encrypt = a.direction == "encrypt"
+    encrypt = direction == "encrypt"
 
     if cipher == "cipher_null":
         if chain != "ecb" or key:
             fail("cipher_null needs ecb and key -")
-        sys.stdout.buffer.write(data)
-        return
+        return bytes(data)
     if cipher != "aes":
         fail("unsupported cipher " + cipher)
-    if len(key) % keycount:
+    if keycount < 1 or len(key) % keycount:
         fail("key does not split into keycount parts")
     sub = len(key) // keycount
     subkeys = [key[i * sub:(i + 1) * sub] for i in range(keycount)]
@@ -152,7 +149,7 @@ def main():
         fail("IV mechanism required")
 
     def iv_for(cc_sector, k):
-        s = (cc_sector >> shift) if a.iv_large_sectors else cc_sector
+        s = (cc_sector >> shift) if large else cc_sector
         m = 1 << 64
         if ivmode == "plain":
             return (s & 0xFFFFFFFF).to_bytes(4, "little") + bytes(12)
@@ -174,11 +171,52 @@ def main():
 
     out = bytearray()
     for i in range(len(data) // ss):
-        cc_sector = a.start_sector + i * step + a.iv_offset
+        cc_sector = start + i * step + iv_offset
         k = cc_sector & (keycount - 1)
         iv = iv_for(cc_sector, k) if has_iv else None
         out += chain_crypt(chain, subkeys[k], iv, data[i * ss:(i + 1) * ss], encrypt)
-    sys.stdout.buffer.write(bytes(out))
+    return bytes(out)
+
+
+def batch():
+    """One JSON object per input line -> one JSON object per output line."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        j = json.loads(line)
+        try:
+            key = b"" if j["key"] == "-" else bytes.fromhex(j["key"])
+            out = convert(j["direction"], j["cipher"], key, j.get("sector_size", 512),
+                          j.get("iv_offset", 0), j.get("iv_large_sectors", False),
+                          j.get("start_sector", 0), bytes.fromhex(j["data"]))
+            res = {"data": out.hex()}
+        except (OracleError, ValueError) as e:
+            res = {"error": str(e)}
+        sys.stdout.write(json.dumps(res) + "\n")
+        sys.stdout.flush()
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "batch":
+        batch()
+        return
+    ap = argparse.ArgumentParser(description="dm-crypt sector oracle")
+    ap.add_argument("direction", choices=["encrypt", "decrypt"])
+    ap.add_argument("--cipher", required=True)
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--sector-size", type=int, default=512)
+    ap.add_argument("--iv-offset", type=int, default=0)
+    ap.add_argument("--iv-large-sectors", action="store_true")
+    ap.add_argument("--start-sector", type=int, default=0)
+    a = ap.parse_args()
+    key = b"" if a.key == "-" else bytes.fromhex(a.key)
+    try:
+        out = convert(a.direction, a.cipher, key, a.sector_size, a.iv_offset,
+                      a.iv_large_sectors, a.start_sector, sys.stdin.buffer.read())
+    except OracleError as e:
+        sys.stderr.write("dmcrypt.py: %s\n" % e)
+        sys.exit(2)
+    sys.stdout.buffer.write(out)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,12 @@
 //! 512 and 4096, with and without `iv_large_sectors`, a non-zero `iv_offset`
 //! and a non-zero start sector; our ciphertext must equal the oracle's, our
 //! decryption must invert the oracle's encryption, and the oracle's
-//! decryption must invert ours.
+//! decryption must invert ours. All conversions go through one
+//! `dmcrypt.py batch` process.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use ucrypt_crypto as crypto;
 use zeroize::Zeroizing;
@@ -45,26 +44,47 @@ fn python() -> &'static str {
     })
 }
 
-fn run_oracle(c: &Case, dir: &str, input: &[u8]) -> Vec<u8> {
-    let key = if c.key.is_empty() { "-".to_owned() } else { hex::encode(&c.key) };
-    let mut cmd = Command::new(python());
-    cmd.arg(oracle())
-        .arg(dir)
-        .args(["--cipher", &c.cipher, "--key", &key])
-        .args(["--sector-size", &c.sector_size.to_string()])
-        .args(["--iv-offset", &c.iv_offset.to_string()])
-        .args(["--start-sector", &c.start.to_string()]);
-    if c.large {
-        cmd.arg("--iv-large-sectors");
-    }
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+/// Runs all `jobs` through one `dmcrypt.py batch` process.
+fn run_oracle_batch(jobs: &[serde_json::Value]) -> Vec<Result<Vec<u8>, String>> {
+    let mut child = Command::new(python())
+        .arg(oracle())
+        .arg("batch")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let data = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let input: String = jobs.iter().map(|j| format!("{j}\n")).collect();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "oracle failed for {}: {}", c.cipher, String::from_utf8_lossy(&out.stderr));
-    out.stdout
+    assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), jobs.len(), "one oracle answer per job");
+    lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            match v["data"].as_str() {
+                Some(h) => Ok(hex::decode(h).unwrap()),
+                None => Err(v["error"].to_string()),
+            }
+        })
+        .collect()
+}
+
+fn job(c: &Case, dir: &str, data: &[u8]) -> serde_json::Value {
+    serde_json::json!({
+        "direction": dir,
+        "cipher": c.cipher,
+        "key": if c.key.is_empty() { "-".to_owned() } else { hex::encode(&c.key) },
+        "sector_size": c.sector_size,
+        "iv_offset": c.iv_offset,
+        "iv_large_sectors": c.large,
+        "start_sector": c.start,
+        "data": hex::encode(data),
+    })
 }
 
 fn key_bytes(len: usize, seed: u8) -> Vec<u8> {
@@ -134,38 +154,58 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_combination_matches_the_python_oracle() {
-    if !testutil::require_tool("every_combination_matches_the_python_oracle", "python3")
-        || !testutil::require_python_module("every_combination_matches_the_python_oracle", "cryptography")
-    {
+    let test = "every_combination_matches_the_python_oracle";
+    if !testutil::require_tool(test, "python3") || !testutil::require_python_module(test, "cryptography") {
         return;
     }
     let cases = cases();
-    let next = AtomicUsize::new(0);
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(c) = cases.get(i) else { break };
-                if let Err(e) = std::panic::catch_unwind(|| check(c)) {
-                    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
-                    failures.lock().unwrap().push(format!(
-                        "{} key {}b ss {} large {} iv_offset {}: {msg}",
-                        c.cipher,
-                        c.key.len() * 8,
-                        c.sector_size,
-                        c.large,
-                        c.iv_offset
-                    ));
+    // Our side first: plaintext, our ciphertext.
+    let ours: Vec<(Vec<u8>, Vec<u8>, SectorCrypt)> = cases.iter().map(ours).collect();
+    // Then one oracle process: its encryption of each plaintext and its
+    // decryption of each of our ciphertexts.
+    let mut jobs = Vec::new();
+    for (c, (plain, enc, _)) in cases.iter().zip(&ours) {
+        jobs.push(job(c, "encrypt", plain));
+        jobs.push(job(c, "decrypt", enc));
+    }
+    let answers = run_oracle_batch(&jobs);
+    let mut failures = Vec::new();
+    for (i, (c, (plain, enc, sc))) in cases.iter().zip(&ours).enumerate() {
+        let what = format!(
+            "{} key {}b ss {} large {} iv_offset {} start {} via {}",
+            c.cipher,
+            c.key.len() * 8,
+            c.sector_size,
+            c.large,
+            c.iv_offset,
+            c.start,
+            sc.implementation()
+        );
+        let (their_enc, their_dec) = (&answers[2 * i], &answers[2 * i + 1]);
+        match their_enc {
+            Ok(t) if t == enc => {
+                let mut back = t.clone();
+                sc.decrypt(c.start, &mut back);
+                if &back != plain {
+                    failures.push(format!("{what}: our decryption of the oracle's ciphertext differs"));
                 }
-            });
+            }
+            Ok(_) => failures.push(format!("{what}: ciphertext differs from the oracle")),
+            Err(e) => failures.push(format!("{what}: oracle error {e}")),
         }
-    });
-    let f = failures.into_inner().unwrap();
-    assert!(f.is_empty(), "{} of {} cases failed:\n{}", f.len(), cases.len(), f.join("\n"));
+        match their_dec {
+            Ok(t) if t == plain => {}
+            Ok(_) => failures.push(format!("{what}: the oracle's decryption of our ciphertext differs")),
+            Err(e) => failures.push(format!("{what}: oracle error {e}")),
+        }
+        if !sc.is_null() && enc == plain {
+            failures.push(format!("{what}: encryption changed nothing"));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
-fn check(c: &Case) {
+fn ours(c: &Case) -> (Vec<u8>, Vec<u8>, SectorCrypt) {
     let cfg = CryptConfig {
         cipher: c.cipher.clone(),
         key: Zeroizing::new(c.key.clone()),
@@ -173,22 +213,10 @@ fn check(c: &Case) {
         sector_size: c.sector_size,
         iv_large_sectors: c.large,
     };
-    let sc = SectorCrypt::with_provider(&cfg, c.xts).unwrap();
+    let sc = SectorCrypt::with_provider(&cfg, c.xts).unwrap_or_else(|e| panic!("{}: {e}", c.cipher));
     let sectors = if c.sector_size == 512 { 6 } else { 3 };
     let plain: Vec<u8> = (0..c.sector_size as usize * sectors).map(|i| (i * 31 + i / 512) as u8).collect();
-    let mut ours = plain.clone();
-    sc.encrypt(c.start, &mut ours);
-    let theirs = run_oracle(c, "encrypt", &plain);
-    assert!(ours == theirs, "ciphertext differs from the oracle ({})", sc.implementation());
-    if !sc.is_null() {
-        assert_ne!(ours, plain, "encryption changed nothing");
-    }
-    let mut back = theirs;
-    sc.decrypt(c.start, &mut back);
-    assert!(back == plain, "our decryption of the oracle's ciphertext differs");
-    // The oracle's own decryption: on half of the cases, to keep the suite fast.
-    if c.large || c.xts != Provider::Auto {
-        let back2 = run_oracle(c, "decrypt", &ours);
-        assert!(back2 == plain, "the oracle's decryption of our ciphertext differs");
-    }
+    let mut enc = plain.clone();
+    sc.encrypt(c.start, &mut enc);
+    (plain, enc, sc)
 }
