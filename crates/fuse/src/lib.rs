@@ -270,6 +270,8 @@ impl Fs {
         self.engine.write(start, buf, fua).map_err(|e| fuse_errno(&e, true))
     }
 
+    // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
+    #[allow(clippy::manual_is_multiple_of)]
     fn aligned(&self, offset: u64, len: u64) -> bool {
         offset % self.sector == 0 && len % self.sector == 0
     }

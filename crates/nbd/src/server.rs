@@ -91,7 +91,7 @@ struct Shared {
     accepted: AtomicU64,
     protocol_errors: AtomicU64,
     /// Open connections: a handle to shut each one down, and its thread.
-    conns: Mutex<HashMap<u64, (Stream, Option<JoinHandle<()>>)>>,
+    conns: Mutex<HashMap<u64, ConnEntry>>,
 }
 
 impl Server {
@@ -225,6 +225,9 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
     }
 }
 
+/// A connection's socket (for shutdown) and its thread (for joining).
+type ConnEntry = (Stream, Option<JoinHandle<()>>);
+
 enum Listener {
     Unix(UnixListener),
     Tcp(TcpListener),
@@ -336,7 +339,7 @@ fn serve_client(stream: Stream, shared: &Shared) -> Result<(), Error> {
     }
     let writer = Arc::new(Mutex::new(w));
     let mut reader = BufReader::with_capacity(256 << 10, stream);
-    let Some(neg) = negotiate(&mut reader, &mut *lock(&writer), shared)? else {
+    let Some(neg) = negotiate(&mut reader, &mut lock(&writer), shared)? else {
         return Ok(());
     };
     let conn = Arc::new(Conn {

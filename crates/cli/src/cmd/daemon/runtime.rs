@@ -112,7 +112,7 @@ pub fn pid_serves(pid: u32, name: &str) -> bool {
     let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
     let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
     // A zombie has an empty cmdline: treat it as dead.
-    args.iter().any(|a| a == b"open") && args.iter().any(|a| *a == name.as_bytes())
+    args.contains(&&b"open"[..]) && args.contains(&name.as_bytes())
 }
 
 /// Removes what a dead daemon left behind (pid file, sockets, dead FUSE mount).
