@@ -207,7 +207,7 @@ impl SectorCrypt {
             let tfm = &self.tfms[0];
             for (g, chunk) in buf.chunks_mut(self.sector_size * IV_BATCH).enumerate() {
                 let n = chunk.len() / self.sector_size;
-                let first = base.wrapping_add((g * IV_BATCH) as u64 * step);
+                let first = base.wrapping_add(((g * IV_BATCH) as u64).wrapping_mul(step));
                 let ivs = &mut ivs[..n];
                 self.fill_ivs(tfm, first, step, ivs);
                 tfm.cipher.crypt_run(dir, chunk, self.sector_size, ivs);
@@ -217,7 +217,7 @@ impl SectorCrypt {
         // dm-crypt's multi-key mode: key part = cc_sector & (keycount - 1).
         let mask = self.tfms.len() as u64 - 1;
         for (i, s) in buf.chunks_exact_mut(self.sector_size).enumerate() {
-            let cc_sector = base.wrapping_add(i as u64 * step);
+            let cc_sector = base.wrapping_add((i as u64).wrapping_mul(step));
             let tfm = &self.tfms[(cc_sector & mask) as usize];
             let iv = &mut ivs[..1];
             self.fill_ivs(tfm, cc_sector, step, iv);
@@ -229,7 +229,7 @@ impl SectorCrypt {
     /// units, `iv_offset` included), as dm-crypt's generators make them.
     fn fill_ivs(&self, tfm: &Tfm, cc_sector: u64, step: u64, ivs: &mut [[u8; 16]]) {
         for (i, iv) in ivs.iter_mut().enumerate() {
-            let cc = cc_sector.wrapping_add(i as u64 * step);
+            let cc = cc_sector.wrapping_add((i as u64).wrapping_mul(step));
             let s = if self.iv_large_sectors { cc >> self.shift } else { cc };
             *iv = [0u8; 16];
             match self.spec.iv {
@@ -377,6 +377,25 @@ mod tests {
         c.sector_size = 1000;
         assert!(e(c).contains("sector_size"));
         assert!(e(cfg("aes-cbc-essiv:sha1", vec![1; 32])).contains("no valid AES key"));
+    }
+
+    #[test]
+    fn sector_crypt_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SectorCrypt>();
+        let c = std::sync::Arc::new(SectorCrypt::new(&cfg("aes-cbc-essiv:sha256", vec![5; 32])).unwrap());
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut b = vec![t as u8; 4096];
+                    c.encrypt(t * 8, &mut b);
+                    c.decrypt(t * 8, &mut b);
+                    b == vec![t as u8; 4096]
+                })
+            })
+            .collect();
+        assert!(handles.into_iter().all(|h| h.join().unwrap()));
     }
 
     #[test]

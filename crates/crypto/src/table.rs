@@ -146,6 +146,18 @@ impl Table {
         let device = field(6, "device")?;
         let off_text = field(7, "offset")?;
         let options = parse_options(&f[8..])?;
+        // The kernel's check for the loop-AES/TrueCrypt IV modes comes
+        // before anything else ucrypt would say about them.
+        if options.sector_size != 512 {
+            for (mode, name) in [("lmk", "LMK"), ("tcw", "TCW")] {
+                let ivmode = cipher_text.rsplit('-').next().unwrap_or("");
+                if ivmode == mode || ivmode.starts_with(&format!("{mode}:")) {
+                    return Err(Error::invalid(format!(
+                        "Unsupported sector size for {name}: field <cipher> {cipher_text:?} needs 512-byte sectors"
+                    )));
+                }
+            }
+        }
         let cipher = CipherSpec::parse(cipher_text).map_err(|e| prefix(e, "<cipher>"))?;
         let key = parse_key(key_text, &cipher)?;
         let iv_offset = parse_u64(iv_text, "iv_offset", "Invalid iv_offset sector")?;
@@ -418,6 +430,8 @@ mod tests {
         assert!(e("0 1024 crypt aes-xts-plain64").contains("<key>"));
         assert!(e("0 1024 linear /dev/x 0").contains("<target>"));
         assert!(e("0 1023 crypt aes-xts-plain64 00 0 /d 0 1 sector_size:4096").contains("Device size"));
+        assert!(e(&format!("0 8 crypt aes:64-cbc-lmk {K64} 0 /d 0 1 sector_size:4096")).contains("Unsupported sector size for LMK"));
+        assert!(e(&format!("0 8 crypt aes-cbc-tcw {K64} 0 /d 0")).contains("not supported yet"));
         // Case-insensitive flags, like strcasecmp in the kernel.
         assert!(Table::parse(&base("0", "0", " 1 ALLOW_DISCARDS")).unwrap().options.allow_discards);
     }
