@@ -269,3 +269,32 @@ fn loop_block_device() {
     let e = FileBackend::open(&dev, &o).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
 }
+
+#[test]
+fn concurrent_neighbours_sharing_pages() {
+    let dir = TempDir::new("be-file");
+    let p = make_file(&dir, "share.img", 64 * 1024);
+    let b: Arc<dyn Backend> = Arc::new(FileBackend::open(&p, &FileOptions::default()).unwrap());
+    common::concurrent_shared_pages(&*b, 4, 300);
+}
+
+#[test]
+fn short_reads_continue_then_fail_cleanly_at_a_shrunken_end() {
+    let dir = TempDir::new("be-file");
+    for engine in ENGINES {
+        let p = make_file(&dir, "shrink.img", 1 << 20);
+        std::fs::write(&p, vec![0x11u8; 1 << 20]).unwrap();
+        let o = opts(DirectIo::Never, Some(engine));
+        let Some(b) = open(&p, &o, "short_reads_continue_then_fail_cleanly") else { continue };
+        // Someone truncates the file under us: reads past the new end must
+        // fail (never return stale zeroes as success), reads before it work.
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(512 * 1024 + 100).unwrap();
+        let mut buf = vec![0u8; 8192];
+        b.read_at(&mut buf, 512 * 1024 - 4096).unwrap_err();
+        let e = b.read_at(&mut buf, 768 * 1024).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+        assert!(e.to_string().starts_with("Short read at offset"), "{e}");
+        b.read_at(&mut buf, 0).unwrap();
+        assert!(buf.iter().all(|&x| x == 0x11));
+    }
+}

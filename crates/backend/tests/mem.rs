@@ -66,3 +66,9 @@ fn concurrent_threads() {
     let b: Arc<dyn Backend> = Arc::new(MemBackend::new(1 << 20).unwrap());
     common::concurrent_threads(&*b, 8, 300);
 }
+
+#[test]
+fn concurrent_neighbours_sharing_pages() {
+    let b: Arc<dyn Backend> = Arc::new(MemBackend::new(64 * 1024).unwrap());
+    common::concurrent_shared_pages(&*b, 8, 2000);
+}
