@@ -114,6 +114,10 @@ pub struct FileOptions {
     pub min_size: u64,
     /// Force an IO engine; `None` = io_uring when the kernel allows it.
     pub engine: Option<IoEngine>,
+    /// Claim a block device exclusively (`O_EXCL`, as mount does): the open
+    /// fails with `EBUSY` while it is mounted or claimed by another opener.
+    /// Ignored for regular files.
+    pub exclusive: bool,
 }
 
 impl Default for FileOptions {
@@ -125,6 +129,7 @@ impl Default for FileOptions {
             allow_discard: true,
             min_size: 0,
             engine: None,
+            exclusive: false,
         }
     }
 }
@@ -200,9 +205,16 @@ impl FileBackend {
         let open_err = |e: io::Error| Error::new(ErrorKind::Open { path: shown.clone() }).with_source(e);
         let mut oo = OpenOptions::new();
         oo.read(true).write(!opts.read_only);
-        let buffered = oo.open(&path).map_err(open_err)?;
+        let mut buffered = oo.open(&path).map_err(open_err)?;
         let meta = buffered.metadata().map_err(open_err)?;
         let is_blockdev = meta.file_type().is_block_device();
+        if is_blockdev && opts.exclusive {
+            // The claim lives as long as this descriptor; the O_DIRECT one
+            // below is a plain open, which an exclusive claim allows.
+            buffered = oo.clone().custom_flags(libc::O_EXCL).open(&path).map_err(|e| {
+                open_err(e).with_context("exclusive open refused: mounted or in use")
+            })?;
+        }
         if !is_blockdev && !meta.is_file() {
             return Err(Error::new(ErrorKind::NotABlockDevice { path: shown }));
         }

@@ -268,6 +268,15 @@ fn loop_block_device() {
     let o = FileOptions { min_size: 8 << 20, ..FileOptions::default() };
     let e = FileBackend::open(&dev, &o).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
+    // An exclusive claim keeps a second exclusive opener out, not a plain one.
+    let ex = FileOptions { exclusive: true, ..FileOptions::default() };
+    let first = FileBackend::open(&dev, &ex).unwrap();
+    first.write_at(&[7u8; 4096], 0, true).unwrap();
+    let e = FileBackend::open(&dev, &ex).unwrap_err();
+    assert_eq!(io::Error::from(e).kind(), io::ErrorKind::ResourceBusy);
+    drop(FileBackend::open(&dev, &FileOptions::default()).unwrap());
+    drop(first);
+    drop(FileBackend::open(&dev, &ex).unwrap());
 }
 
 #[test]
