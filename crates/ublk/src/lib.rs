@@ -410,7 +410,11 @@ fn serve_queue(qid: u16, dev: &UblkDev, engine: &Arc<Engine>) {
             for (tag, len, c) in mailbox.take() {
                 finish(q, &mut bufs, tag, len, c);
             }
-            if let Err(e) = arm_poll(q, efd) {
+            // A failed poll (the ring is being torn down) is not re-armed, so
+            // it cannot turn into a busy loop.
+            if ctx.result() < 0 {
+                eprintln!("ublk queue {qid}: eventfd poll failed with errno {}", -ctx.result());
+            } else if let Err(e) = arm_poll(q, efd) {
                 eprintln!("ublk queue {qid}: cannot re-arm eventfd poll: {e}");
             }
             return;
