@@ -63,7 +63,7 @@ pub fn preflight() -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::Missing(format!(
-            "--dm-crypt needs a host with device-mapper, brd, fio and root; missing here: {}",
+            "The --dm-crypt experiment needs a host with device-mapper, brd, fio and root; missing here: {}",
             missing.join("; ")
         )))
     }
@@ -265,7 +265,7 @@ mod tests {
         // name each missing component.
         if let Err(e) = preflight() {
             let m = e.to_string();
-            assert!(m.starts_with("--dm-crypt needs"), "{m}");
+            assert!(m.starts_with("The --dm-crypt experiment needs"), "{m}");
             assert!(m.contains("missing here:"), "{m}");
         }
     }

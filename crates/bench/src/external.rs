@@ -436,7 +436,12 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
             continue;
         }
         let target = if srv.name == "nbdkit-memory" { "raw".to_string() } else { srv.name.clone() };
-        for (phase, list, reps) in [(Phase::Headline, &heads, opts.reps), (Phase::Sweep, &sweep, opts.sweep_reps)] {
+        // The sweep covers raw and ucrypt's sweep targets; peers get the headline.
+        let swept = target == "raw"
+            || opts.sweep_targets.iter().any(|t| format!("ucrypt-{t}") == target);
+        let none = Vec::new();
+        let sweep_here = if swept && !opts.sweep_targets.is_empty() { &sweep } else { &none };
+        for (phase, list, reps) in [(Phase::Headline, &heads, opts.reps), (Phase::Sweep, sweep_here, opts.sweep_reps)] {
             for w in list.iter() {
                 let mut mib = Vec::new();
                 let mut iops = Vec::new();
@@ -487,7 +492,7 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
         duration_s: t0.elapsed().as_secs_f64(),
         machine: report::Machine::detect(),
         via: if plan.peers { "fio+peers".into() } else { "fio".into() },
-        options: report::OptionsRecord::from(opts),
+        options: report::OptionsRecord::from(&Options { size, ..opts.clone() }),
         crypto,
         cells,
         skipped,

@@ -212,11 +212,12 @@ impl Heatmap {
         .unwrap_or(800);
         let legend_y = top + grid_rows * (panel_h + 28) + 4;
         let height = legend_y + 80;
-        let mut s = Vec::new();
-        s.push(Shape::Rect { x: 0, y: 0, w: width, h: height, fill: WHITE, stroke: None });
-        s.push(text(width / 2, 14, &self.title, 2, Anchor::Middle, BLACK));
-        s.push(text(width / 2, 42, &self.subtitle, 1, Anchor::Middle, DARK));
-        s.push(text(width / 2, 60, axis_note, 1, Anchor::Middle, DARK));
+        let mut s = vec![
+            Shape::Rect { x: 0, y: 0, w: width, h: height, fill: WHITE, stroke: None },
+            text(width / 2, 14, &self.title, 2, Anchor::Middle, BLACK),
+            text(width / 2, 42, &self.subtitle, 1, Anchor::Middle, DARK),
+            text(width / 2, 60, axis_note, 1, Anchor::Middle, DARK),
+        ];
         let row_w = per_row * panel_w + (per_row - 1) * PANEL_GAP;
         let x_start = (width - row_w) / 2;
         for (i, p) in self.panels.iter().enumerate() {

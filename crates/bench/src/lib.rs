@@ -168,9 +168,18 @@ impl Options {
     /// Rough wall-time estimate in seconds (for the banner).
     pub fn estimate_secs(&self) -> f64 {
         let head = self.targets.len() as f64 * 2.0 * (self.warmup + self.runtime * self.reps as u32).as_secs_f64();
-        let cells = (self.rw.len() * self.bs.len() * self.qd.len() * self.jobs.len()) as f64;
-        let sweep = cells * self.sweep_targets.len() as f64 * (self.warmup + self.sweep_runtime * self.sweep_reps as u32).as_secs_f64();
-        head + sweep
+        let mut sweep = 0.0;
+        for &bs in &self.bs {
+            for &qd in &self.qd {
+                for &jobs in &self.jobs {
+                    // Run time plus draining what is in flight at ~1.5 GB/s.
+                    let drain = (u64::from(bs) * (qd * jobs) as u64) as f64 / 1.5e9;
+                    let rep = self.sweep_runtime.as_secs_f64() + drain;
+                    sweep += self.warmup.as_secs_f64() + rep * self.sweep_reps as f64;
+                }
+            }
+        }
+        head + sweep * (self.rw.len() * self.sweep_targets.len()) as f64
     }
 
     /// Checks the options (also done by [`run`]).
@@ -344,7 +353,9 @@ fn run_cell(
     let mut runs: Vec<Vec<driver::RepResult>> = vec![Vec::new(); targets.len()];
     if !opts.warmup.is_zero() {
         for t in targets {
-            let warm = Workload { runtime: opts.warmup, ..*w };
+            // A shallow warm-up: it wakes the engine's threads and caches
+            // without draining a deep queue of large blocks twice.
+            let warm = Workload { runtime: opts.warmup, qd: w.qd.min(4), ..*w };
             driver::run(&engines[t], &warm, opts.size);
             bar.inc(opts.warmup.as_millis() as u64);
         }

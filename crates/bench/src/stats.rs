@@ -37,7 +37,7 @@ pub fn mb_to_mib(mb_s: f64) -> f64 {
 /// Units are whatever the inputs share. Returns 0 when either is 0 or
 /// not finite-positive, and `io` when `crypto` is infinite (a no-op cipher).
 pub fn bound(io: f64, crypto: f64) -> f64 {
-    if !(io > 0.0) || !(crypto > 0.0) {
+    if io.is_nan() || crypto.is_nan() || io <= 0.0 || crypto <= 0.0 {
         return 0.0;
     }
     if crypto.is_infinite() {
@@ -156,7 +156,7 @@ pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
         (s, 1e-3)
     };
     let v: f64 = num.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0 && v < 1e7).then(|| std::time::Duration::from_secs_f64(v * scale))
+    (v.is_finite() && (0.0..1e7).contains(&v)).then(|| std::time::Duration::from_secs_f64(v * scale))
 }
 
 #[cfg(test)]

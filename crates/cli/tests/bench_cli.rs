@@ -152,7 +152,7 @@ fn dm_crypt_names_missing_components() {
     let out = Command::new(ucrypt_bin()).args(["bench", "--dm-crypt", "--no-progress"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "must fail here: {stderr}");
-    assert!(stderr.contains("--dm-crypt needs a host with device-mapper, brd, fio and root; missing here:"), "{stderr}");
+    assert!(stderr.contains("The --dm-crypt experiment needs a host with device-mapper, brd, fio and root; missing here:"), "{stderr}");
     if !dm_ok {
         assert!(stderr.contains("device-mapper in the kernel (/dev/mapper/control"), "{stderr}");
     }

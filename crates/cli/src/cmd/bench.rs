@@ -185,10 +185,11 @@ impl BenchArgs {
             bench::external::run(&opts, &plan).map_err(bench_failure)?
         } else {
             eprintln!(
-                "bench: {} profile, about {:.0} s (in-process, {} MiB ramdisk); --quick for a short run",
+                "bench: {} profile, about {:.0} s (in-process, {} MiB ramdisk){}",
                 opts.profile,
                 opts.estimate_secs(),
-                opts.size >> 20
+                opts.size >> 20,
+                if opts.profile == "quick" { "" } else { "; --quick for a short run" }
             );
             bench::run(&opts).map_err(bench_failure)?
         };
