@@ -67,6 +67,15 @@ pub enum VolumeType {
     Plain,
 }
 
+/// `--io-engine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IoEngineArg {
+    /// pread / pwritev2 / fdatasync.
+    Syscalls,
+    /// One io_uring per calling thread.
+    Uring,
+}
+
 /// dm-crypt performance flags, as `cryptsetup --perf-*`.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct PerfArgs {
@@ -137,6 +146,10 @@ pub struct OpenArgs {
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     pub foreground: bool,
+    /// How the backing file is read and written: syscalls (pread/pwrite, the
+    /// default: lowest latency for one request per thread) or uring.
+    #[arg(long, value_enum, default_value = "syscalls")]
+    pub io_engine: IoEngineArg,
     /// Backing device or file.
     pub device: PathBuf,
     /// Volume name.
@@ -199,8 +212,11 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin { VolumeType::Plain } else { VolumeType::Luks });
     let (mut table, kind_name) = if a.table_stdin {
-        let mut line = Zeroizing::new(String::new());
+        // Room for any table line up front, so no reallocation leaves a
+        // copy of the key behind in freed memory.
+        let mut line = Zeroizing::new(String::with_capacity(64 << 10));
         std::io::stdin()
+            .take(60 << 10)
             .read_to_string(&mut line)
             .map_err(|e| Failure::usage(format!("Cannot read the table from stdin: {e}")))?;
         let t = Table::parse(line.trim()).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
@@ -229,13 +245,17 @@ fn open(a: OpenArgs) -> CmdResult {
     };
 
     if a.foreground {
-        let spec = serve::Spec { name: a.name.clone(), kind: kind_name.to_owned(), table, export, engine };
+        let io_engine = match a.io_engine {
+            IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
+            IoEngineArg::Uring => backend::IoEngine::Uring,
+        };
+        let spec = serve::Spec { name: a.name.clone(), kind: kind_name.to_owned(), table, export, engine, io_engine };
         return serve::run(spec, |v| {
             println!("{}", describe(v));
             let _ = std::io::stdout().flush();
         });
     }
-    spawn_detached(&a, kind_name, &table, &device, &paths)
+    spawn_detached(&a, kind_name, &table, &device, &export, &paths)
 }
 
 /// Builds the mapping in the calling process (prompting, KDFs, …).
@@ -316,15 +336,20 @@ fn describe(v: &Value) -> String {
     }
 }
 
-fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path) -> Vec<String> {
+fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path, export: &ExportSpec) -> Vec<String> {
     let mut v: Vec<String> = vec!["open".into(), "--foreground".into(), "--table-stdin".into()];
     v.push(format!("--type={}", if kind == "PLAIN" { "plain" } else { "luks" }));
     if let Some(h) = &a.header {
         v.push(format!("--header={}", std::path::absolute(h).unwrap_or_else(|_| h.clone()).display()));
     }
-    v.push(format!("--export={}", a.export));
-    if let Some(l) = &a.listen {
-        v.push(format!("--listen={l}"));
+    // Paths already made absolute: the daemon runs in `/`.
+    match export {
+        ExportSpec::NbdUnix(None) => v.push("--export=nbd".into()),
+        ExportSpec::NbdUnix(Some(p)) => v.push(format!("--export=nbd={}", p.display())),
+        ExportSpec::NbdTcp(addr) => v.push(format!("--listen={addr}")),
+        ExportSpec::Fuse(None) => v.push("--export=fuse".into()),
+        ExportSpec::Fuse(Some(p)) => v.push(format!("--export=fuse={}", p.display())),
+        ExportSpec::Ublk => v.push("--export=ublk".into()),
     }
     let p = &a.perf;
     for (on, f) in [
@@ -340,6 +365,7 @@ fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path) -> Vec<String>
         }
     }
     v.push(format!("--mode={}", a.mode));
+    v.push(format!("--io-engine={}", if a.io_engine == IoEngineArg::Uring { "uring" } else { "syscalls" }));
     v.push("--".into());
     v.push(device.display().to_string());
     v.push(a.name.clone());
@@ -351,6 +377,7 @@ fn spawn_detached(
     kind: &str,
     table: &Table,
     device: &std::path::Path,
+    export: &ExportSpec,
     paths: &runtime::Paths,
 ) -> CmdResult {
     let exe = std::env::current_exe().map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
@@ -358,11 +385,14 @@ fn spawn_detached(
         .map_err(|e| Failure::denied(format!("Cannot create {}: {e}", paths.log.display())))?;
     let log2 = log.try_clone().map_err(|e| Failure::denied(format!("Cannot create log: {e}")))?;
     let mut child = Command::new(exe)
-        .args(child_args(a, kind, device))
+        .args(child_args(a, kind, device, export))
         .stdin(Stdio::piped())
         .stdout(log)
         .stderr(log2)
         .process_group(0)
+        // Do not pin the caller's working directory (every path is absolute).
+        .current_dir("/")
+        .env("UCRYPT_RUNTIME_DIR", runtime::dir())
         .spawn()
         .map_err(|e| Failure::device(format!("Cannot start the daemon: {e}")))?;
     {

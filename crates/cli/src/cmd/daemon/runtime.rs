@@ -25,7 +25,8 @@ use crate::Failure;
 /// else `$XDG_RUNTIME_DIR/ucrypt`, else `/tmp/ucrypt-$UID`.
 pub fn dir() -> PathBuf {
     if let Some(d) = std::env::var_os("UCRYPT_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
+        // Absolute: the detached daemon runs in `/`.
+        return std::path::absolute(&d).unwrap_or_else(|_| PathBuf::from(d));
     }
     let uid = euid();
     if uid == 0 {

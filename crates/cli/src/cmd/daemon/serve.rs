@@ -57,6 +57,8 @@ pub struct Spec {
     pub export: ExportSpec,
     /// Initial engine configuration.
     pub engine: EngineConfig,
+    /// How the backing file is accessed.
+    pub io_engine: backend::IoEngine,
 }
 
 enum Event {
@@ -88,13 +90,18 @@ struct Daemon {
 /// reply (export endpoint) once clients can connect.
 pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
-    let Spec { name, kind, table, export, engine: cfg } = spec;
+    let Spec { name, kind, table, export, engine: cfg, io_engine } = spec;
 
     let ro = cfg.read_only;
     let opts = FileOptions {
         read_only: ro,
         allow_discard: cfg.allow_discards,
         min_size: table.offset_bytes().saturating_add(table.len_bytes()),
+        // Each engine thread runs one request at a time to completion, so a
+        // blocking pread/pwrite is the cheapest path; io_uring adds a ring
+        // round trip (and an io-wq hop where the filesystem cannot do
+        // nowait IO, e.g. buffered tmpfs: ~14 us vs ~1.6 us per 4 KiB read).
+        engine: Some(io_engine),
         ..FileOptions::default()
     };
     let backend = FileBackend::open(&table.device, &opts).map_err(|e| Failure::device(chain(&e)))?;
@@ -195,11 +202,8 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
     };
     let _ = std::fs::remove_file(&paths.ctl);
     let _ = std::fs::remove_file(&paths.pid);
-    if daemon.export_kind == "fuse" {
-        if let Some(dir) = std::path::Path::new(&daemon.export_where).parent() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
+    // Our default mountpoint goes; a mountpoint the user named stays.
+    let _ = std::fs::remove_dir(&paths.fuse);
     result
 }
 
