@@ -122,6 +122,10 @@ fn format_both_ways(luks_type: &str, kdf: &[&str]) {
     assert_eq!(ours, theirs, "volume key dump differs");
     let vk = mk_dump_key(&theirs);
     assert!(vk.len() == 64, "MK dump parsed: {}", vk.len());
+    let (b1, b2) = (dir.join("ours.bak"), dir.join("theirs.bak"));
+    ok("ucrypt", &["header-backup", "--header-backup-file", s(&b1), s(&dev)]);
+    ok("cryptsetup", &["luksHeaderBackup", "--header-backup-file", s(&b2), s(&dev)]);
+    assert!(std::fs::read(&b1).unwrap() == std::fs::read(&b2).unwrap(), "{luks_type} backup differs from cryptsetup's");
 
     ok("ucrypt", &args(&["add-key", "-d", s(&kf)], kdf, &[s(&dev), s(&kf2)]));
     let via2 = ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf2), s(&dev)]);

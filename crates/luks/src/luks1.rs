@@ -109,13 +109,16 @@ impl Header {
         (u64::from(self.key_bytes) * 4000).div_ceil(512)
     }
 
-    /// End (bytes) of the last keyslot area: the minimum metadata size.
+    /// End (bytes) of the last keyslot area rounded up to 4 KiB, as
+    /// cryptsetup's `LUKS_device_sectors`: the header backup size.
     pub fn metadata_end(&self) -> u64 {
         self.slots
             .iter()
             .map(|s| (u64::from(s.key_material_offset) + af_sectors(self.key_bytes, s.stripes)) * 512)
             .max()
             .unwrap_or(HEADER_LEN as u64)
+            .div_ceil(4096)
+            * 4096
     }
 
     /// Parses and validates the first [`HEADER_LEN`] bytes of `buf`.

@@ -608,14 +608,13 @@ impl Volume {
         Ok(uuid)
     }
 
-    /// Writes a header backup file (everything up to the data, as
-    /// cryptsetup's luksHeaderBackup). Refuses to overwrite `path`.
+    /// Writes a header backup file (headers and keyslot areas, byte for
+    /// byte what cryptsetup's luksHeaderBackup writes). Refuses to
+    /// overwrite `path`.
     pub fn header_backup(&self, path: &Path) -> Result<()> {
-        let len = match &self.header {
-            Header::V1(h) if !self.detached && h.payload_offset != 0 => u64::from(h.payload_offset) * 512,
-            h => h.metadata_end(),
-        }
-        .min(self.meta_size);
+        // cryptsetup saves the headers and keyslot areas, not the gap
+        // up to the payload.
+        let len = self.header.metadata_end().min(self.meta_size);
         let mut src = open_ro(&self.meta_path)?;
         let mut buf = vec![0u8; len as usize];
         read_exact_at(&mut src, 0, &mut buf)?;
@@ -624,7 +623,7 @@ impl Volume {
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(0o600);
+            opts.mode(0o400); // read-only, as cryptsetup creates it
         }
         let mut out = opts.open(path).map_err(|e| Error::io(format!("Cannot create {}", path.display()), e))?;
         out.write_all(&buf).map_err(|e| Error::io("Cannot write the header backup", e))?;
