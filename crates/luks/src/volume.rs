@@ -110,8 +110,9 @@ pub fn open(device: &Path, header: Option<&Path>, passphrase: &[u8], key_slot: O
     vol.unlock(passphrase, key_slot)
 }
 
-/// What `format` creates (cryptsetup's luksFormat options).
-#[derive(Debug, Clone)]
+/// What `format` creates (cryptsetup's luksFormat options). `Debug`
+/// never shows the volume key.
+#[derive(Clone)]
 pub struct FormatOptions {
     /// 1 or 2.
     pub version: u32,
@@ -139,6 +140,26 @@ pub struct FormatOptions {
     pub data_offset: Option<u64>,
     /// Overwrite an existing LUKS header.
     pub force: bool,
+}
+
+impl std::fmt::Debug for FormatOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FormatOptions")
+            .field("version", &self.version)
+            .field("cipher", &self.cipher)
+            .field("key_bits", &self.key_bits)
+            .field("sector_size", &self.sector_size)
+            .field("hash", &self.hash)
+            .field("kdf", &self.kdf)
+            .field("label", &self.label)
+            .field("subsystem", &self.subsystem)
+            .field("uuid", &self.uuid)
+            .field("key_slot", &self.key_slot)
+            .field("volume_key", &self.volume_key.as_ref().map(|_| "<redacted>"))
+            .field("data_offset", &self.data_offset)
+            .field("force", &self.force)
+            .finish()
+    }
 }
 
 impl Default for FormatOptions {
@@ -956,5 +977,51 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             Volume::load(device, header)
         }
         v => Err(invalid(format!("LUKS version {v} is not supported (1 or 2)"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_keys() {
+        let key = Zeroizing::new(vec![0xabu8; 32]);
+        let opts = FormatOptions { volume_key: Some(key.clone()), ..FormatOptions::default() };
+        let o = Opened {
+            volume_key: key,
+            keyslot: 0,
+            cipher: "aes-xts-plain64".into(),
+            sector_size: 512,
+            iv_offset: 0,
+            iv_large_sectors: false,
+            payload_offset: 0,
+            size: 512,
+            uuid: String::new(),
+        };
+        for text in [format!("{opts:?}"), format!("{o:?}")] {
+            assert!(!text.contains("171") && !text.contains("ab, ab") && !text.contains("abab"), "{text}");
+            assert!(text.contains("redacted"), "{text}");
+        }
+        assert!(o.table_line(Path::new("/dev/x")).contains(&"ab".repeat(32)));
+    }
+
+    #[test]
+    fn allocate_area_first_fit() {
+        let json = r#"{"keyslots":{},"tokens":{},"segments":{"0":{"type":"crypt","offset":"16777216","size":"dynamic","iv_tweak":"0","encryption":"aes-xts-plain64","sector_size":512}},"digests":{},"config":{"json_size":"12288","keyslots_size":"16744448"}}"#;
+        let mut meta: json::Metadata = serde_json::from_str(json).unwrap();
+        assert_eq!(allocate_area(&meta, 16384, 258048).unwrap(), 32768);
+        let ks: json::Keyslot = serde_json::from_value(serde_json::json!({
+            "type":"luks2","key_size":64,"af":{"type":"luks1","stripes":4000,"hash":"sha256"},
+            "area":{"type":"raw","offset":"32768","size":"258048","encryption":"aes-xts-plain64","key_size":64},
+            "kdf":{"type":"pbkdf2","hash":"sha256","iterations":1000,"salt":"AAAA"}}))
+        .unwrap();
+        meta.keyslots.insert("0".into(), ks.clone());
+        assert_eq!(allocate_area(&meta, 16384, 258048).unwrap(), 32768 + 258048);
+        let mut far = ks;
+        far.area.offset = 32768 + 2 * 258048;
+        meta.keyslots.insert("2".into(), far);
+        assert_eq!(allocate_area(&meta, 16384, 258048).unwrap(), 32768 + 258048, "fills the gap");
+        assert!(allocate_area(&meta, 16384, 1 << 30).is_err());
     }
 }
