@@ -201,6 +201,14 @@ impl SectorCrypt {
             return;
         }
         let base = sector.wrapping_add(self.iv_offset);
+        if self.tfms.len() == 1 && buf.len() == self.sector_size {
+            // The common one-sector call: no IV batch array to clear.
+            let tfm = &self.tfms[0];
+            let mut iv = [[0u8; 16]; 1];
+            self.fill_ivs(tfm, base, step, &mut iv);
+            tfm.cipher.crypt_run(dir, buf, self.sector_size, &iv);
+            return;
+        }
         let mut ivs = [[0u8; 16]; IV_BATCH];
         if self.tfms.len() == 1 {
             // One key: IVs for up to IV_BATCH sectors at a time, one call.
