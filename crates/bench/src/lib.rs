@@ -172,9 +172,8 @@ impl Options {
         for &bs in &self.bs {
             for &qd in &self.qd {
                 for &jobs in &self.jobs {
-                    // Run time plus draining what is in flight at ~1.5 GB/s.
-                    let drain = (u64::from(bs) * (qd * jobs) as u64) as f64 / 1.5e9;
-                    let rep = self.sweep_runtime.as_secs_f64() + drain;
+                    let w = Workload { rw: Rw::Read, bs, qd, jobs, runtime: self.sweep_runtime };
+                    let rep = (self.sweep_runtime + drain_estimate(&w)).as_secs_f64();
                     sweep += self.warmup.as_secs_f64() + rep * self.sweep_reps as f64;
                 }
             }
@@ -201,6 +200,12 @@ impl Options {
         }
         Ok(())
     }
+}
+
+/// Time to drain what a workload keeps in flight, at an assumed 1.5 GB/s
+/// (for estimates and the progress bar only).
+fn drain_estimate(w: &Workload) -> Duration {
+    Duration::from_secs_f64((u64::from(w.bs) * (w.qd * w.jobs) as u64) as f64 / 1.5e9)
 }
 
 /// raw + `cipher` classic/inline/adaptive: what the heatmaps need.
@@ -308,7 +313,10 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
             }
         }
     }
-    let cost = |w: &Workload, reps: usize, n: usize| ((opts.warmup + w.runtime * reps as u32) * n as u32).as_millis() as u64;
+    let cost = |w: &Workload, reps: usize, n: usize| {
+        let rep = w.runtime + drain_estimate(w);
+        ((opts.warmup + rep * reps as u32) * n as u32).as_millis() as u64
+    };
     let total: u64 = head_w.iter().map(|w| cost(w, opts.reps, head_targets.len())).sum::<u64>()
         + sweep_w.iter().map(|w| cost(w, opts.sweep_reps, sweep_targets.len())).sum::<u64>();
     let bar = progress_bar(opts.progress, total);
@@ -364,7 +372,7 @@ fn run_cell(
     for _ in 0..reps {
         for (i, t) in targets.iter().enumerate() {
             runs[i].push(driver::run(&engines[t], w, opts.size));
-            bar.inc(w.runtime.as_millis() as u64);
+            bar.inc((w.runtime + drain_estimate(w)).as_millis() as u64);
         }
     }
     targets.iter().zip(runs).map(|(t, r)| CellResult::from_reps(phase, &t.to_string(), t.cipher, Some(t.mode), w, r)).collect()
@@ -394,4 +402,34 @@ fn progress_bar(enabled: bool, total_ms: u64) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_are_valid_and_ordered() {
+        let (q, d, f) = (Options::quick(), Options::standard(), Options::full());
+        for o in [&q, &d, &f] {
+            o.validate().unwrap();
+            assert!(o.size <= 2 << 30, "ramdisk stays within 2 GiB");
+            assert!(o.sweep_targets.contains(&Target::RAW));
+        }
+        assert!(q.estimate_secs() < d.estimate_secs() && d.estimate_secs() < f.estimate_secs());
+        assert_eq!(d.bs.len() * d.qd.len() * d.jobs.len(), 6 * 4 * 3);
+        let mut bad = q.clone();
+        bad.qd = vec![0];
+        assert!(matches!(bad.validate(), Err(Error::Usage(_))));
+        bad = q.clone();
+        bad.bs = vec![1000];
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn drain_estimate_scales_with_bytes_in_flight() {
+        let w = Workload { rw: Rw::Read, bs: 4 << 20, qd: 64, jobs: 4, runtime: Duration::ZERO };
+        let d = drain_estimate(&w).as_secs_f64();
+        assert!((d - (1u64 << 30) as f64 / 1.5e9).abs() < 1e-6);
+    }
 }
