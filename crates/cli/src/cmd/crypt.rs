@@ -13,6 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -36,11 +37,25 @@ pub enum Commands {
 /// Arguments of `ucrypt map`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["read", "write"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks"])))]
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
     #[arg(long)]
-    pub table: String,
+    pub table: Option<String>,
+    /// Map the LUKS volume on this device instead of a table line (the table
+    /// cryptsetup would load; unlocked by passphrase or --key-file).
+    #[arg(long, value_name = "DEVICE")]
+    pub luks: Option<PathBuf>,
+    /// Detached LUKS header file (with --luks).
+    #[arg(long, requires = "luks")]
+    pub header: Option<PathBuf>,
+    /// Read the passphrase from this file (`-` = stdin) instead of prompting (with --luks).
+    #[arg(long, short = 'd', requires = "luks")]
+    pub key_file: Option<PathBuf>,
+    /// Try only this keyslot (with --luks).
+    #[arg(long, short = 'S', requires = "luks")]
+    pub key_slot: Option<u32>,
     /// Decrypt the whole mapped range to stdout.
     #[arg(long)]
     pub read: bool,
@@ -76,10 +91,21 @@ impl Commands {
         match self {
             Self::Map(a) => {
                 let dir = if a.read { MapDirection::Read } else { MapDirection::Write };
-                // The line holds the key in hex: wipe it once parsed.
-                let line = Zeroizing::new(a.table);
-                let table = Table::parse(&line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
-                drop(line);
+                let table = match (a.table, a.luks) {
+                    (Some(line), _) => {
+                        // The line holds the key in hex: wipe it once parsed.
+                        let line = Zeroizing::new(line);
+                        Table::parse(&line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?
+                    }
+                    (None, Some(device)) => {
+                        if dir == MapDirection::Write && a.key_file.as_deref() == Some(Path::new("-")) {
+                            return Err(Failure::usage("--write reads plaintext from stdin: give the passphrase with --key-file FILE, not -"));
+                        }
+                        crate::cmd::luks::luks_table(&device, a.header.as_deref(), a.key_file.as_deref(), a.key_slot)?
+                    }
+                    // clap's "source" group requires one of them.
+                    (None, None) => return Err(Failure::usage("Give --table or --luks")),
+                };
                 map_device(&table, dir)
             }
             Self::Benchmark(a) => benchmark(&a),
