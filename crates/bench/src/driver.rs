@@ -298,15 +298,15 @@ mod tests {
             assert!(r.ops > 0);
             assert_eq!(r.bytes, r.ops * 4096);
             assert_eq!(r.lat_ns.len() as u64, r.ops);
-            assert!(r.elapsed >= Duration::from_millis(20));
+            assert!(r.elapsed > Duration::ZERO);
             assert!(r.bytes_per_s() > 0.0 && r.iops() > 0.0);
         }
     }
 
     #[test]
     fn errors_are_counted_not_hidden() {
-        // A 4 KiB device with 8 KiB blocks: every request is out of range
-        // except none; blocks = 0 so offsets are 0 and 8 KiB > size.
+        // 8 KiB blocks on a device of 4 KiB: every request (offset 0,
+        // 8 KiB long) is out of range and must be counted as an error.
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(4096).unwrap());
         let engine = Arc::new(Target::RAW.engine(be, 1).unwrap());
         let w = Workload { rw: Rw::Read, bs: 8192, qd: 1, jobs: 1, runtime: Duration::from_millis(5) };

@@ -47,6 +47,8 @@ pub struct Heatmap {
     pub subtitle: String,
     /// Panels, laid out two per row.
     pub panels: Vec<Panel>,
+    /// Colour scale.
+    pub scale: Scale,
 }
 
 /// Builds every heatmap the report's sweep supports: for each cipher with
@@ -85,6 +87,7 @@ pub fn build(report: &Report) -> Vec<Heatmap> {
                 title: format!("{name}: % of classic dm-crypt throughput"),
                 subtitle: subtitle.clone(),
                 panels,
+                scale: Scale::VS_CLASSIC,
             });
         }
         if sweep.iter().any(|c| c.target == "raw") {
@@ -94,6 +97,7 @@ pub fn build(report: &Report) -> Vec<Heatmap> {
                 title: format!("{name}: % of raw ramdisk throughput"),
                 subtitle: subtitle.clone(),
                 panels,
+                scale: Scale::VS_RAW,
             });
         }
     }
@@ -139,12 +143,43 @@ const DARK: Rgb = [60, 60, 60];
 const WORSE: Rgb = [202, 0, 32];
 const BETTER: Rgb = [5, 113, 176];
 
-/// Colour for a percentage: log scale, white at 100, red at ≤50, blue at ≥200.
-pub fn colour(pct: f64) -> Rgb {
-    let t = (pct.max(1e-9) / 100.0).log2().clamp(-1.0, 1.0);
-    let (to, t) = if t < 0.0 { (WORSE, -t) } else { (BETTER, t) };
-    let mix = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * t).round() as u8;
-    [mix(WHITE[0], to[0]), mix(WHITE[1], to[1]), mix(WHITE[2], to[2])]
+/// The colour scale of a figure: log scale, white at 100 %, full red at
+/// `lo` % and below, full blue at `hi` % and above.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scale {
+    /// Percentage drawn full red (and everything below it).
+    pub lo: f64,
+    /// Percentage drawn full blue (and everything above it).
+    pub hi: f64,
+}
+
+impl Scale {
+    /// Mode vs classic: a quarter to four times (Le Moal's range of gains
+    /// and losses).
+    pub const VS_CLASSIC: Scale = Scale { lo: 25.0, hi: 400.0 };
+    /// Mode vs raw: encryption costs down to a tenth of raw; above raw is
+    /// noise, so the blue side is short.
+    pub const VS_RAW: Scale = Scale { lo: 10.0, hi: 200.0 };
+
+    /// Position in -1..=1 (0 = 100 %): each side is linear in log(pct).
+    pub fn position(&self, pct: f64) -> f64 {
+        let l = (pct.max(1e-9) / 100.0).ln();
+        if l < 0.0 { -(l / (self.lo / 100.0).ln()).min(1.0) } else { (l / (self.hi / 100.0).ln()).min(1.0) }
+    }
+
+    /// The percentage at position `t` in -1..=1.
+    pub fn at(&self, t: f64) -> f64 {
+        let end = if t < 0.0 { self.lo } else { self.hi };
+        100.0 * (end / 100.0).powf(t.abs())
+    }
+
+    /// The colour of a percentage.
+    pub fn colour(&self, pct: f64) -> Rgb {
+        let t = self.position(pct);
+        let (to, t) = if t < 0.0 { (WORSE, -t) } else { (BETTER, t) };
+        let mix = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * t).round() as u8;
+        [mix(WHITE[0], to[0]), mix(WHITE[1], to[1]), mix(WHITE[2], to[2])]
+    }
 }
 
 fn luminance(c: Rgb) -> f64 {
@@ -223,9 +258,9 @@ impl Heatmap {
         for (i, p) in self.panels.iter().enumerate() {
             let px = x_start + (i as i32 % per_row) * (panel_w + PANEL_GAP);
             let py = top + (i as i32 / per_row) * (panel_h + 28);
-            panel_shapes(&mut s, p, px, py);
+            panel_shapes(&mut s, p, px, py, &self.scale);
         }
-        legend(&mut s, width / 2, legend_y);
+        legend(&mut s, width / 2, legend_y, &self.scale);
         Canvas { width: width as u32, height: height as u32, shapes: s }
     }
 
@@ -244,7 +279,7 @@ fn text(x: i32, y: i32, t: &str, scale: i32, anchor: Anchor, colour: Rgb) -> Sha
     Shape::Text { x, y, text: t.to_string(), scale, anchor, colour }
 }
 
-fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32) {
+fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32, scale: &Scale) {
     s.push(text(px, py, &p.title, 2, Anchor::Start, BLACK));
     let gx = px + LEFT;
     let gy = py + PANEL_HEAD;
@@ -269,7 +304,7 @@ fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32) {
         for (c, v) in p.values[r].iter().enumerate() {
             let x = gx + c as i32 * CELL_W;
             let (fill, label) = match v {
-                Some(v) => (colour(*v), format!("{v:.0}")),
+                Some(v) => (scale.colour(*v), format!("{v:.0}")),
                 None => (GREY, "-".to_string()),
             };
             s.push(Shape::Rect { x, y, w: CELL_W, h: CELL_H, fill, stroke: Some(WHITE) });
@@ -289,22 +324,28 @@ fn panel_shapes(s: &mut Vec<Shape>, p: &Panel, px: i32, py: i32) {
     }
 }
 
-fn legend(s: &mut Vec<Shape>, cx: i32, y: i32) {
+fn legend(s: &mut Vec<Shape>, cx: i32, y: i32, scale: &Scale) {
     let w = LEGEND_W;
     let x0 = cx - w / 2;
     s.push(text(cx, y, "colour scale: % throughput vs baseline (log scale; 100 = equal, blue = faster, red = slower)", 1, Anchor::Middle, BLACK));
     let steps = 100;
     for i in 0..steps {
         let t = -1.0 + 2.0 * (f64::from(i) + 0.5) / f64::from(steps);
-        let pct = 100.0 * 2f64.powf(t);
-        s.push(Shape::Rect { x: x0 + i * w / steps, y: y + 16, w: w / steps + 1, h: 22, fill: colour(pct), stroke: None });
+        s.push(Shape::Rect { x: x0 + i * w / steps, y: y + 16, w: w / steps + 1, h: 22, fill: scale.colour(scale.at(t)), stroke: None });
     }
     s.push(Shape::Rect { x: x0, y: y + 16, w, h: 22, fill: [0, 0, 0], stroke: None }.outline());
-    for (pct, label) in [(50.0, "<=50"), (70.7, "71"), (100.0, "100"), (141.4, "141"), (200.0, ">=200")] {
-        let t: f64 = (pct / 100.0f64).log2();
+    for t in [-1.0, -0.5, 0.0, 0.5, 1.0] {
+        let pct = scale.at(t);
+        let label = if t <= -1.0 {
+            format!("<={pct:.0}")
+        } else if t >= 1.0 {
+            format!(">={pct:.0}")
+        } else {
+            format!("{pct:.0}")
+        };
         let x = x0 + ((t + 1.0) / 2.0 * f64::from(w)).round() as i32;
         s.push(Shape::Rect { x: x - 1, y: y + 38, w: 2, h: 8, fill: BLACK, stroke: None });
-        s.push(text(x, y + 50, label, 2, Anchor::Middle, BLACK));
+        s.push(text(x, y + 50, &label, 2, Anchor::Middle, BLACK));
     }
 }
 
@@ -457,18 +498,26 @@ mod tests {
                 cols: vec![(1, 1), (1, 16), (2, 1)],
                 values: vec![vec![Some(250.0), Some(100.0), None], vec![Some(50.0), Some(75.0), Some(141.0)]],
             }],
+            scale: Scale { lo: 50.0, hi: 200.0 },
         }
     }
 
     #[test]
     fn colour_scale_is_diverging_and_clamped() {
-        assert_eq!(colour(100.0), WHITE);
-        assert_eq!(colour(50.0), WORSE);
-        assert_eq!(colour(10.0), WORSE);
-        assert_eq!(colour(200.0), BETTER);
-        assert_eq!(colour(1000.0), BETTER);
-        let mid = colour(141.42);
+        let sc = Scale { lo: 50.0, hi: 200.0 };
+        assert_eq!(sc.colour(100.0), WHITE);
+        assert_eq!(sc.colour(50.0), WORSE);
+        assert_eq!(sc.colour(10.0), WORSE);
+        assert_eq!(sc.colour(200.0), BETTER);
+        assert_eq!(sc.colour(1000.0), BETTER);
+        let mid = sc.colour(141.42);
         assert!(mid[0] < 255 && mid[0] > BETTER[0]);
+        let raw = Scale::VS_RAW;
+        assert!((raw.position(10.0) + 1.0).abs() < 1e-12);
+        assert!((raw.position(200.0) - 1.0).abs() < 1e-12);
+        assert!((raw.at(-0.5) - 31.62).abs() < 0.01, "geometric middle of 10 and 100");
+        assert!((raw.position(raw.at(0.3)) - 0.3).abs() < 1e-9);
+        assert_ne!(raw.colour(20.0), raw.colour(40.0), "no saturation inside the range");
     }
 
     #[test]
