@@ -314,7 +314,14 @@ impl Ctx {
         let ns = t0.elapsed().as_nanos() as u64;
         self.core.stats.record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
         let next = self.core.gate.release();
-        done(res);
+        if gate::on_engine_thread() {
+            // A panicking callback must not take an engine thread (and
+            // every request queued behind it) down with it; the panic hook
+            // has already reported it.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(res)));
+        } else {
+            done(res);
+        }
         if let Some(d) = next {
             replay(&self.core, [d]);
         }
