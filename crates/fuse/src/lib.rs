@@ -211,8 +211,66 @@ struct Fs {
     uid: u32,
     gid: u32,
     started: SystemTime,
-    /// Serialises read-modify-write of partial sectors.
-    rmw: Mutex<()>,
+    /// Orders read-modify-write of partial sectors against other writes.
+    gate: Arc<WriteGate>,
+}
+
+/// Writes in flight vs. a read-modify-write in progress. A partial-sector
+/// write reads whole sectors, patches them and writes them back; a write
+/// to the same sectors completing in between would be lost. So RMW waits
+/// for the writes in flight to finish and holds new ones back meanwhile
+/// (partial writes are rare: page-cache and direct IO are sector-aligned).
+#[derive(Default)]
+struct WriteGate {
+    state: Mutex<GateState>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    inflight: u64,
+    rmw: bool,
+}
+
+impl WriteGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn wait<'a>(&self, g: std::sync::MutexGuard<'a, GateState>) -> std::sync::MutexGuard<'a, GateState> {
+        self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+    /// An aligned write starts.
+    fn enter(&self) {
+        let mut g = self.lock();
+        while g.rmw {
+            g = self.wait(g);
+        }
+        g.inflight += 1;
+    }
+    /// An aligned write completed.
+    fn leave(&self) {
+        let mut g = self.lock();
+        g.inflight -= 1;
+        if g.inflight == 0 {
+            self.cv.notify_all();
+        }
+    }
+    /// Runs `f` with no other write in flight.
+    fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+        let mut g = self.lock();
+        while g.rmw {
+            g = self.wait(g);
+        }
+        g.rmw = true;
+        while g.inflight > 0 {
+            g = self.wait(g);
+        }
+        drop(g);
+        let r = f();
+        self.lock().rmw = false;
+        self.cv.notify_all();
+        r
+    }
 }
 
 impl Fs {
@@ -220,7 +278,7 @@ impl Fs {
         let size = engine.size();
         let sector = u64::from(engine.sector_size().max(512));
         let (uid, gid) = owner();
-        Self { engine, cfg, size, sector, uid, gid, started: SystemTime::now(), rmw: Mutex::new(()) }
+        Self { engine, cfg, size, sector, uid, gid, started: SystemTime::now(), gate: Arc::default() }
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
@@ -258,7 +316,10 @@ impl Fs {
     }
 
     fn write_unaligned(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), Errno> {
-        let _g = self.rmw.lock().unwrap_or_else(|e| e.into_inner());
+        self.gate.exclusive(|| self.rmw(offset, data, fua))
+    }
+
+    fn rmw(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), Errno> {
         let start = offset / self.sector * self.sector;
         let end = (offset + data.len() as u64).div_ceil(self.sector) * self.sector;
         let mut buf = self
@@ -418,9 +479,14 @@ impl Filesystem for Fs {
             };
         }
         let req = IoRequest { op: Op::Write { data: data.to_vec() }, offset, fua };
-        self.engine.submit(req, move |res| match res {
-            Ok(_) => reply.written(len as u32),
-            Err(e) => reply.error(fuse_errno(&e, true)),
+        self.gate.enter();
+        let gate = Arc::clone(&self.gate);
+        self.engine.submit(req, move |res| {
+            gate.leave();
+            match res {
+                Ok(_) => reply.written(len as u32),
+                Err(e) => reply.error(fuse_errno(&e, true)),
+            }
         });
     }
 
@@ -507,9 +573,14 @@ impl Filesystem for Fs {
             Op::Discard { .. } => Op::Discard { len },
             _ => Op::WriteZeroes { len },
         };
-        self.engine.submit(IoRequest { op, offset, fua: false }, move |res| match res {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(fuse_errno(&e, true)),
+        self.gate.enter();
+        let gate = Arc::clone(&self.gate);
+        self.engine.submit(IoRequest { op, offset, fua: false }, move |res| {
+            gate.leave();
+            match res {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(fuse_errno(&e, true)),
+            }
         });
     }
 }
