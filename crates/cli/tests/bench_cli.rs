@@ -174,3 +174,41 @@ fn bad_options_are_refused() {
         assert!(e.starts_with("ucrypt: ") && e.chars().nth(8).is_some_and(|c| c.is_uppercase()), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn via_fio_drives_ucrypt_open_over_nbd() {
+    let test = "via_fio_drives_ucrypt_open_over_nbd";
+    if !testutil::require_tool(test, "fio") || !testutil::require_tool(test, "nbdkit") {
+        return;
+    }
+    let tmp = TempDir::new("bench-fio");
+    let out_dir = tmp.join("results");
+    let out = Command::new(ucrypt_bin())
+        .args(["bench", "--via", "fio", "--no-sweep", "--no-progress", "--targets", "aes-inline"])
+        .args(["--size", "32M", "--reps", "1", "--runtime", "100ms", "--warmup", "0ms", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("ucrypt bench (fio, "), "{stdout}");
+    assert!(stdout.contains("4k sequential, QD1, 1 job:") && stdout.contains("1M sequential, QD8, 1 job:"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(v["via"], "fio");
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 0, "every server started: {}", v["skipped"]);
+    let cells = v["cells"].as_array().unwrap();
+    for target in ["raw", "ucrypt-aes-inline"] {
+        for rw in ["read", "write"] {
+            let c = cells
+                .iter()
+                .find(|c| c["target"] == target && c["rw"] == rw && c["bs"] == 4096)
+                .unwrap_or_else(|| panic!("no {target} {rw} cell"));
+            assert_eq!(c["errors"], 0, "{c}");
+            assert!(c["mib_s"]["median"].as_f64().unwrap() > 0.0, "{c}");
+            assert!(c["lat_us"]["p99"].as_f64().unwrap() > 0.0, "{c}");
+        }
+    }
+    let enc = cells.iter().find(|c| c["target"] == "ucrypt-aes-inline" && c["bs"] == 4096).unwrap();
+    assert_eq!((enc["cipher"].as_str(), enc["mode"].as_str()), (Some("aes-xts"), Some("inline")));
+    assert!(enc["pct_raw"].is_number() && enc["pct_bound"].is_number(), "{enc}");
+}
