@@ -336,3 +336,41 @@ fn u_luks2_xts256_pbkdf2_512() {
 fn u_luks2_cbc_essiv_detached() {
     ucrypt_to_cs("u_luks2_cbc_essiv_detached", 2, "aes-cbc-essiv:sha256", 256, 4096, "argon2id", true);
 }
+
+/// Non-default LUKS2 geometry: 64 KiB metadata copies, a 1 MiB keyslots
+/// area and a 2 MiB data offset from cryptsetup; ucrypt opens it, adds a
+/// keyslot into the small area, and cryptsetup opens with that keyslot.
+#[test]
+fn cs_luks2_64k_metadata_small_keyslots_area() {
+    if !tools("cryptsetup_to_ucrypt::64k_metadata") {
+        return;
+    }
+    let dir = TempDir::new("luks-64k");
+    let dev = dir.join("dev.img");
+    let kf = dir.join("key");
+    let kf2 = dir.join("key2");
+    write_file(&kf, PASS);
+    write_file(&kf2, PASS2);
+    sparse(&dev, 4 << 20);
+    cryptsetup(&[
+        "luksFormat", "--batch-mode", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
+        "--luks2-metadata-size", "64k", "--luks2-keyslots-size", "1m", "--offset", "4096",
+        "--label", "geo", "--key-file", kf.to_str().unwrap(), dev.to_str().unwrap(),
+    ]);
+    let mut vol = luks::Volume::load(&dev, None).unwrap();
+    assert_eq!(vol.header().label(), "geo");
+    let o = vol.unlock(PASS, None).unwrap();
+    assert_eq!(o.payload_offset, 2 << 20);
+    assert_eq!(&o.volume_key[..], &cs_volume_key(&dev, None, &kf)[..]);
+    let req = KdfRequest { kind: "pbkdf2".into(), force_iterations: Some(1000), ..KdfRequest::default() };
+    let slot = vol.add_key(&o.volume_key, PASS2, None, &req).unwrap();
+    assert_eq!(slot, 1);
+    assert_eq!(&cs_volume_key(&dev, None, &kf2)[..], &o.volume_key[..]);
+    // The 1 MiB area holds 4 keyslots of 258048 bytes; the 5th is refused.
+    for _ in 0..2 {
+        vol.add_key(&o.volume_key, b"more", None, &req).unwrap();
+    }
+    let e = vol.add_key(&o.volume_key, b"more", None, &req).unwrap_err();
+    assert_eq!(e.kind(), luks::ErrorKind::SlotBusy, "{e}");
+    cryptsetup(&["luksDump", dev.to_str().unwrap()]);
+}
