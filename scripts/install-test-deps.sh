@@ -2,15 +2,15 @@
 # Installs what the test suite uses as independent references and real clients.
 # Debian 12; needs root (or sudo). Idempotent.
 set -euo pipefail
+# Build dependencies first (C toolchain, perl/make for vendored OpenSSL, libclang for libublk).
+bash "$(dirname "$0")/install-build-deps.sh"
 PKGS=(
-  build-essential perl make pkg-config   # vendored OpenSSL build
   python3 python3-cryptography           # independent AES/XTS/CBC oracle
   cryptsetup-bin                         # LUKS reference (format/dump on plain files)
   fio                                    # real NBD client (nbd engine)
   nbdkit libnbd-bin                      # peers and nbdcopy/nbdinfo
-  qemu-utils qemu-storage-daemon         # qemu-img convert/compare, qsd luks peer
+  qemu-utils qemu-system-common          # qemu-img convert/compare; qemu-storage-daemon (luks peer)
   fuse3 e2fsprogs util-linux             # FUSE export -> loop -> mkfs.ext4 -> mount
-  libclang-dev                           # bindgen in libublk-rs-sys (crates/ublk build)
 )
 missing=()
 for p in "${PKGS[@]}"; do
