@@ -73,7 +73,11 @@ fn main() {
                         let mut r = vec![0f64; modes.len()];
                         for _ in 0..rounds {
                             raw = raw.max(run(vol(None), CryptMode::Inline, write, bs, qd, jobs, secs));
-                            for (i, (_, m)) in modes.iter().enumerate() {
+                            let only = std::env::var("GRID_MODES").unwrap_or_default();
+                            for (i, (mname, m)) in modes.iter().enumerate() {
+                                if !only.is_empty() && !only.contains(mname) {
+                                    continue;
+                                }
                                 r[i] = r[i].max(run(vol(Some(crypt.clone())), *m, write, bs, qd, jobs, secs));
                             }
                         }

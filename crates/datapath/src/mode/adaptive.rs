@@ -27,6 +27,15 @@
 //! simply finds fewer chunks left: the split never costs more than a few
 //! atomics over inline.
 //!
+//! "Idle cores" is measured, not assumed: besides the engine's own queue
+//! depth (other submitters inside the engine), the planner samples the
+//! machine's runnable-thread count (`/proc/loadavg`, at most every 2 ms, see
+//! `cpu::Load`). A split is only worth it if its helper really runs at the
+//! same time: measured on a 2-vCPU VM shared with ~10 runnable processes,
+//! forced splitting halved throughput (the helper is preempted while it
+//! holds a chunk, and the owner waits a whole scheduler slice for it), so
+//! with no idle core the request stays inline.
+//!
 //! Helpers are kept warm by spinning only while load lasts: after
 //! [`SPIN_WINDOW`] with nothing to do, or as soon as every core has a
 //! submitter of its own (queue depth ≥ CPUs, remembered for

@@ -72,9 +72,12 @@ enum CryptWork {
     WriteConvert(Io),
 }
 
+/// Pending writes keyed by (sector, arrival), next arrival number, closed.
+type TreeState = (BTreeMap<(u64, u64), Io>, u64, bool);
+
 /// The encrypted writes waiting for `dmcrypt_write`, sorted by sector.
 struct WriteTree {
-    st: Mutex<(BTreeMap<(u64, u64), Io>, u64, bool)>,
+    st: Mutex<TreeState>,
     cv: Condvar,
 }
 
