@@ -190,5 +190,27 @@ fn fuse_file_semantics() {
     assert!(f.set_len(MIB).is_err(), "truncate must be refused");
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 4 * MIB);
     drop(f);
+    // SIGTERM: flush, unmount, remove the mountpoint, socket and pid file.
+    let pid = vol.pid().unwrap();
+    run(Command::new("kill").args(["-TERM", &pid.to_string()]));
+    for _ in 0..500 {
+        if vol.pid().is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(vol.pid().is_none(), "SIGTERM did not stop the daemon");
+    let mnt = file.parent().unwrap();
+    assert!(!mnt.exists(), "SIGTERM left the mountpoint behind");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(&mnt.display().to_string()), "still mounted after SIGTERM");
+    // What was written before the signal is on disk: reopen and read back.
+    vol.open(&["--export", "fuse"]);
+    let mut b = [0u8; 14];
+    let mut f = std::fs::File::open(&file).unwrap();
+    f.seek(SeekFrom::Start(4093)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"hello, sectors");
+    drop(f);
     vol.close();
 }

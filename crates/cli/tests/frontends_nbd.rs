@@ -14,17 +14,29 @@ use frontends_common::{random_bytes, run, Vol, KEY};
 const MIB: u64 = 1 << 20;
 
 fn fio(vol: &Vol, bs: &str, depth: u32, size: &str) {
+    fio_jobs(vol, bs, depth, size, 1);
+}
+
+/// `jobs` > 1: that many connections at once (multi-conn), each on its own
+/// region of the export.
+fn fio_jobs(vol: &Vol, bs: &str, depth: u32, size: &str, jobs: u32) {
     let o = run(Command::new("fio")
+        .arg(format!("--numjobs={jobs}"))
+        .arg(format!("--offset_increment={size}"))
         .args(["--name=verify", "--ioengine=nbd", "--rw=randwrite", "--verify=crc32c"])
-        .args(["--do_verify=1", "--verify_fatal=1", "--randrepeat=0", "--output-format=terse"])
+        .args(["--do_verify=1", "--verify_fatal=1", "--randrepeat=0", "--output-format=terse", "--terse-version=3"])
         .arg(format!("--uri={}", vol.uri()))
         .arg(format!("--bs={bs}"))
         .arg(format!("--iodepth={depth}"))
         .arg(format!("--size={size}")));
     // terse v3: field 5 is the job's error code.
     let out = String::from_utf8_lossy(&o.stdout);
-    let err = out.lines().last().and_then(|l| l.split(';').nth(4)).unwrap_or("?");
-    assert_eq!(err, "0", "fio {bs} QD{depth} reported error: {out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("3;")).collect();
+    assert_eq!(lines.len(), jobs as usize, "one terse line per job expected: {out}");
+    for l in lines {
+        let err = l.split(';').nth(4).unwrap_or("?");
+        assert_eq!(err, "0", "fio {bs} QD{depth} reported error: {out}");
+    }
 }
 
 #[test]
@@ -38,6 +50,8 @@ fn fio_nbd_write_verify_4k_and_1m_at_qd1_and_qd16() {
     fio(&vol, "4k", 16, "8M");
     fio(&vol, "1M", 1, "16M");
     fio(&vol, "1M", 16, "32M");
+    // Multi-conn: four connections at once, each verifying its own 8 MiB.
+    fio_jobs(&vol, "64k", 8, "8M", 4);
     // What fio wrote and verified through NBD is what dm-crypt would have
     // written: the independent oracle decrypts the backing file to the same
     // bytes a real client reads back.
