@@ -76,6 +76,17 @@ pub enum IoEngineArg {
     Uring,
 }
 
+/// `--direct-io`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DirectIoArg {
+    /// O_DIRECT for aligned requests when the file allows it.
+    Auto,
+    /// Always through the page cache.
+    Never,
+    /// O_DIRECT only; fail if refused.
+    Required,
+}
+
 /// dm-crypt performance flags, as `cryptsetup --perf-*`.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct PerfArgs {
@@ -150,6 +161,10 @@ pub struct OpenArgs {
     /// default: lowest latency for one request per thread) or uring.
     #[arg(long, value_enum, default_value = "syscalls")]
     pub io_engine: IoEngineArg,
+    /// O_DIRECT on the backing file: auto (aligned requests bypass the page
+    /// cache, like loop --direct-io), never, or required.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub direct_io: DirectIoArg,
     /// Backing device or file.
     pub device: PathBuf,
     /// Volume name.
@@ -249,7 +264,13 @@ fn open(a: OpenArgs) -> CmdResult {
             IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
             IoEngineArg::Uring => backend::IoEngine::Uring,
         };
-        let spec = serve::Spec { name: a.name.clone(), kind: kind_name.to_owned(), table, export, engine, io_engine };
+        let direct = match a.direct_io {
+            DirectIoArg::Auto => backend::DirectIo::Auto,
+            DirectIoArg::Never => backend::DirectIo::Never,
+            DirectIoArg::Required => backend::DirectIo::Required,
+        };
+        let spec =
+            serve::Spec { name: a.name.clone(), kind: kind_name.to_owned(), table, export, engine, io_engine, direct };
         return serve::run(spec, |v| {
             println!("{}", describe(v));
             let _ = std::io::stdout().flush();
@@ -366,6 +387,14 @@ fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path, export: &Expor
     }
     v.push(format!("--mode={}", a.mode));
     v.push(format!("--io-engine={}", if a.io_engine == IoEngineArg::Uring { "uring" } else { "syscalls" }));
+    v.push(
+        match a.direct_io {
+            DirectIoArg::Auto => "--direct-io=auto",
+            DirectIoArg::Never => "--direct-io=never",
+            DirectIoArg::Required => "--direct-io=required",
+        }
+        .into(),
+    );
     v.push("--".into());
     v.push(device.display().to_string());
     v.push(a.name.clone());

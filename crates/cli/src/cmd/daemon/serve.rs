@@ -59,6 +59,8 @@ pub struct Spec {
     pub engine: EngineConfig,
     /// How the backing file is accessed.
     pub io_engine: backend::IoEngine,
+    /// O_DIRECT policy for the backing file.
+    pub direct: backend::DirectIo,
 }
 
 enum Event {
@@ -90,7 +92,7 @@ struct Daemon {
 /// reply (export endpoint) once clients can connect.
 pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
-    let Spec { name, kind, table, export, engine: cfg, io_engine } = spec;
+    let Spec { name, kind, table, export, engine: cfg, io_engine, direct } = spec;
 
     let ro = cfg.read_only;
     let opts = FileOptions {
@@ -102,6 +104,7 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
         // round trip (and an io-wq hop where the filesystem cannot do
         // nowait IO, e.g. buffered tmpfs: ~14 us vs ~1.6 us per 4 KiB read).
         engine: Some(io_engine),
+        direct,
         ..FileOptions::default()
     };
     let backend = FileBackend::open(&table.device, &opts).map_err(|e| Failure::device(chain(&e)))?;
