@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 export UCRYPT_REQUIRE_TOOLS=1
 cargo build --release --workspace --locked
-cargo test --release --workspace --locked
+cargo test --release --workspace --locked --no-fail-fast

@@ -233,7 +233,7 @@ fn concurrent_threads_each_with_own_ring() {
     for direct in [DirectIo::Never, DirectIo::Auto] {
         let p = make_file(&dir, "conc.img", 1 << 20);
         let b: Arc<dyn Backend> = Arc::new(FileBackend::open(&p, &opts(direct, None)).unwrap());
-        common::concurrent_threads(&*b, 6, 100);
+        common::concurrent_threads(&*b, 6, 100, false);
     }
 }
 

@@ -64,7 +64,7 @@ fn absurd_size_is_a_clean_error() {
 #[test]
 fn concurrent_threads() {
     let b: Arc<dyn Backend> = Arc::new(MemBackend::new(1 << 20).unwrap());
-    common::concurrent_threads(&*b, 8, 300);
+    common::concurrent_threads(&*b, 8, 300, true);
 }
 
 #[test]

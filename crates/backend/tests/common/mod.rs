@@ -127,9 +127,12 @@ pub fn zeroes_read_back(b: &dyn Backend, align: u64) {
 }
 
 /// Many threads hammer disjoint slots and a shared hot region; each thread's
-/// own slots must read back exactly, and the hot region must hold, page by
-/// page, one writer's whole pattern (no torn bytes within a 512-byte sector).
-pub fn concurrent_threads(b: &(dyn Backend + 'static), threads: usize, iters: usize) {
+/// own slots must read back exactly. With `sector_atomic`, the hot region
+/// must also hold one writer's whole pattern (no torn bytes within a 512-byte
+/// sector): MemBackend's per-page locks promise that, but buffered file IO
+/// does not (Linux does not make a buffered read atomic against a concurrent
+/// write to the same page), so the file tests only check the disjoint slots.
+pub fn concurrent_threads(b: &(dyn Backend + 'static), threads: usize, iters: usize, sector_atomic: bool) {
     let size = b.size();
     let slot = 8192u64;
     assert!(size >= slot * (threads as u64 + 2));
@@ -149,7 +152,11 @@ pub fn concurrent_threads(b: &(dyn Backend + 'static), threads: usize, iters: us
                     b.write_at(&[t as u8 + 1; 512], 0, false).unwrap();
                     let mut hot = [0u8; 512];
                     b.read_at(&mut hot, 0).unwrap();
-                    assert!(hot.iter().all(|&x| x == hot[0]), "torn sector under concurrency");
+                    if sector_atomic {
+                        assert!(hot.iter().all(|&x| x == hot[0]), "torn sector under concurrency");
+                    } else {
+                        assert!(hot.iter().all(|&x| (1..=threads as u8).contains(&x)), "hot sector holds bytes no thread wrote");
+                    }
                 }
             });
         }
