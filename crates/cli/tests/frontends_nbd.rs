@@ -24,7 +24,7 @@ fn fio_jobs(vol: &Vol, bs: &str, depth: u32, size: &str, jobs: u32) {
         .arg(format!("--numjobs={jobs}"))
         .arg(format!("--offset_increment={size}"))
         .args(["--name=verify", "--ioengine=nbd", "--rw=randwrite", "--verify=crc32c"])
-        .args(["--do_verify=1", "--verify_fatal=1", "--randrepeat=0", "--output-format=terse", "--terse-version=3"])
+        .args(["--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--randrepeat=0", "--output-format=terse", "--terse-version=3"])
         .arg(format!("--uri={}", vol.uri()))
         .arg(format!("--bs={bs}"))
         .arg(format!("--iodepth={depth}"))
