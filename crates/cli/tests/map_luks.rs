@@ -151,3 +151,40 @@ fn map_luks_wrong_passphrase_exits_2_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert!(before == contents(&dev), "device changed after a wrong passphrase");
 }
+
+#[test]
+fn map_luks_write_refuses_passphrase_from_the_data_stream() {
+    let test = "map_luks_write_refuses_passphrase_from_the_data_stream";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("mapluks-stdin");
+    let dev = dir.join("vol.img");
+    let key = dir.join("key");
+    std::fs::write(&key, b"right").unwrap();
+    std::fs::File::create(&dev).unwrap().set_len(20 << 20).unwrap();
+    let st = Command::new("cryptsetup")
+        .args(["luksFormat", "-q", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"])
+        .arg(&key)
+        .arg(&dev)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let before = contents(&dev);
+    // No --key-file and a piped stdin: the first line of the data must not
+    // be taken as the passphrase.
+    let data = dir.join("data");
+    std::fs::write(&data, [b"right\n".as_slice(), &[7u8; 4090]].concat()).unwrap();
+    for extra in [&[][..], &["--key-file", "-"][..]] {
+        let out = Command::new(ucrypt_bin())
+            .args(["map", "--write", "--luks"])
+            .arg(&dev)
+            .args(extra)
+            .stdin(Stdio::from(std::fs::File::open(&data).unwrap()))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--key-file FILE"));
+    }
+    assert!(before == contents(&dev), "device changed");
+}

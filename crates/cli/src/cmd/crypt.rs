@@ -98,8 +98,16 @@ impl Commands {
                         Table::parse(&line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?
                     }
                     (None, Some(device)) => {
-                        if dir == MapDirection::Write && a.key_file.as_deref() == Some(Path::new("-")) {
-                            return Err(Failure::usage("--write reads plaintext from stdin: give the passphrase with --key-file FILE, not -"));
+                        // --write reads plaintext from stdin, so the passphrase
+                        // must not come from there too (neither `-` nor the
+                        // prompt's non-tty fallback, which reads a stdin line).
+                        let stdin_is_tty = std::io::IsTerminal::is_terminal(&io::stdin());
+                        if dir == MapDirection::Write
+                            && (a.key_file.as_deref() == Some(Path::new("-")) || (a.key_file.is_none() && !stdin_is_tty))
+                        {
+                            return Err(Failure::usage(
+                                "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
+                            ));
                         }
                         crate::cmd::luks::luks_table(&device, a.header.as_deref(), a.key_file.as_deref(), a.key_slot)?
                     }
