@@ -97,53 +97,35 @@ pub trait Backend: Send + Sync {
 
 // Shared and boxed backends are backends, so wrappers such as FaultBackend
 // can hold an `Arc<dyn Backend>` or a `Box<dyn Backend>`.
-impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
-    fn size(&self) -> u64 {
-        (**self).size()
-    }
-    fn caps(&self) -> Caps {
-        (**self).caps()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        (**self).write_at(buf, offset, fua)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        (**self).discard(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        (**self).write_zeroes(offset, len)
-    }
+macro_rules! forward_backend {
+    ($($ptr:ident)::+) => {
+        impl<B: Backend + ?Sized> Backend for $($ptr)::+<B> {
+            fn size(&self) -> u64 {
+                (**self).size()
+            }
+            fn caps(&self) -> Caps {
+                (**self).caps()
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+                (**self).read_at(buf, offset)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+                (**self).write_at(buf, offset, fua)
+            }
+            fn flush(&self) -> io::Result<()> {
+                (**self).flush()
+            }
+            fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+                (**self).discard(offset, len)
+            }
+            fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+                (**self).write_zeroes(offset, len)
+            }
+        }
+    };
 }
-
-impl<B: Backend + ?Sized> Backend for Box<B> {
-    fn size(&self) -> u64 {
-        (**self).size()
-    }
-    fn caps(&self) -> Caps {
-        (**self).caps()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        (**self).write_at(buf, offset, fua)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        (**self).discard(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        (**self).write_zeroes(offset, len)
-    }
-}
+forward_backend!(std::sync::Arc);
+forward_backend!(Box);
 
 /// Largest zero buffer the write-zeroes emulation writes at once (1 MiB).
 pub const ZERO_CHUNK: usize = 1 << 20;

@@ -12,6 +12,17 @@ fn contents(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
 
+/// Formats the file `dev` as LUKS2 with cryptsetup (fast pbkdf2).
+fn cryptsetup_luks2(dev: &Path, key: &Path) {
+    let st = Command::new("cryptsetup")
+        .args(["luksFormat", "-q", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"])
+        .arg(key)
+        .arg(dev)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cryptsetup luksFormat");
+}
+
 fn volume_key_hex(dev: &Path, key: &Path) -> String {
     let out = Command::new("cryptsetup")
         .args(["luksDump", "-q", "--dump-volume-key", "--key-file"])
@@ -132,13 +143,7 @@ fn map_luks_wrong_passphrase_exits_2_and_writes_nothing() {
     std::fs::write(&key, b"right").unwrap();
     std::fs::write(&bad, b"wrong").unwrap();
     std::fs::File::create(&dev).unwrap().set_len(20 << 20).unwrap();
-    let st = Command::new("cryptsetup")
-        .args(["luksFormat", "-q", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"])
-        .arg(&key)
-        .arg(&dev)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    cryptsetup_luks2(&dev, &key);
     let before = contents(&dev);
     let out = Command::new(ucrypt_bin())
         .args(["map", "--write", "--luks"])
@@ -163,13 +168,7 @@ fn map_luks_write_refuses_passphrase_from_the_data_stream() {
     let key = dir.join("key");
     std::fs::write(&key, b"right").unwrap();
     std::fs::File::create(&dev).unwrap().set_len(20 << 20).unwrap();
-    let st = Command::new("cryptsetup")
-        .args(["luksFormat", "-q", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"])
-        .arg(&key)
-        .arg(&dev)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    cryptsetup_luks2(&dev, &key);
     let before = contents(&dev);
     // No --key-file and a piped stdin: the first line of the data must not
     // be taken as the passphrase.

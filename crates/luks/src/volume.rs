@@ -723,6 +723,23 @@ fn write_luks2(f: &mut File, h: &mut luks2::Header) -> Result<()> {
     sync(f)
 }
 
+/// The common end of `format` for both versions: with the fresh header on
+/// disk (no active slot), add the first passphrase and reload the volume the
+/// way any other reader would.
+fn add_first_key(
+    mut vol: Volume,
+    vk: &[u8],
+    passphrase: &[u8],
+    slot: u32,
+    opts: &FormatOptions,
+    device: &Path,
+    header: Option<&Path>,
+) -> Result<Volume> {
+    let req = KdfRequest { hash: opts.hash, ..opts.kdf.clone() };
+    vol.add_key(vk, passphrase, Some(slot), &req)?;
+    Volume::load(device, header)
+}
+
 /// Formats `device` (header on it, or in the detached `header` file, which
 /// is created if missing). Returns the loaded volume.
 pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passphrase: &[u8]) -> Result<Volume> {
@@ -850,16 +867,14 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             write_at(&mut f, 0, &h.to_bytes())?;
             sync(&f)?;
             drop(f);
-            let mut vol = Volume {
+            let vol = Volume {
                 header: Header::V1(h),
                 meta_path: meta_path.to_path_buf(),
                 detached: header.is_some(),
                 meta_size: meta_size.max(wipe),
                 data_size,
             };
-            let req = KdfRequest { hash: opts.hash, ..opts.kdf.clone() };
-            vol.add_key(&vk, passphrase, Some(slot), &req)?;
-            Volume::load(device, header)
+            add_first_key(vol, &vk, passphrase, slot, opts, device, header)
         }
         2 => {
             let hdr_size: u64 = 16384;
@@ -965,16 +980,14 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             zero_range(&mut f, 0, wipe)?;
             write_luks2(&mut f, &mut h)?;
             drop(f);
-            let mut vol = Volume {
+            let vol = Volume {
                 header: Header::V2(h),
                 meta_path: meta_path.to_path_buf(),
                 detached: header.is_some(),
                 meta_size: meta_size.max(wipe),
                 data_size,
             };
-            let req = KdfRequest { hash: opts.hash, ..opts.kdf.clone() };
-            vol.add_key(&vk, passphrase, Some(slot), &req)?;
-            Volume::load(device, header)
+            add_first_key(vol, &vk, passphrase, slot, opts, device, header)
         }
         v => Err(invalid(format!("LUKS version {v} is not supported (1 or 2)"))),
     }
