@@ -11,13 +11,23 @@ const SIZE: u64 = 64 << 20;
 const OPS: u64 = 20_000;
 
 fn main() {
-    let dir = std::env::args().nth(1).map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = std::env::args()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     let path = dir.join(format!("ucrypt-filespeed-{}.img", std::process::id()));
     std::fs::write(&path, vec![0xA5u8; SIZE as usize]).expect("create test file");
-    println!("{:>9} {:>9} {:>7} {:>10} {:>9}", "engine", "direct", "threads", "kIOPS", "us/op");
+    println!(
+        "{:>9} {:>9} {:>7} {:>10} {:>9}",
+        "engine", "direct", "threads", "kIOPS", "us/op"
+    );
     for engine in [IoEngine::Uring, IoEngine::Syscalls] {
         for direct in [DirectIo::Never, DirectIo::Required] {
-            let o = FileOptions { engine: Some(engine), direct, ..FileOptions::default() };
+            let o = FileOptions {
+                engine: Some(engine),
+                direct,
+                ..FileOptions::default()
+            };
             let b = match FileBackend::open(&path, &o) {
                 Ok(b) => b,
                 Err(e) => {
@@ -42,7 +52,11 @@ fn main() {
                 let secs = t0.elapsed().as_secs_f64();
                 let e = format!("{engine:?}");
                 let d = format!("{direct:?}");
-                println!("{e:>9} {d:>9} {threads:>7} {:>10.1} {:>9.2}", OPS as f64 / secs / 1e3, secs * 1e6 * threads as f64 / OPS as f64);
+                println!(
+                    "{e:>9} {d:>9} {threads:>7} {:>10.1} {:>9.2}",
+                    OPS as f64 / secs / 1e3,
+                    secs * 1e6 * threads as f64 / OPS as f64
+                );
             }
         }
     }

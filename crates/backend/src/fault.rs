@@ -129,12 +129,26 @@ pub struct FaultRule {
 impl FaultRule {
     /// A sticky rule failing `ops` with `errno`.
     pub fn error(ops: OpKinds, errno: i32) -> Self {
-        Self { ops, range: None, skip: 0, trigger: Trigger::Sticky, errno: Some(errno), delay: None }
+        Self {
+            ops,
+            range: None,
+            skip: 0,
+            trigger: Trigger::Sticky,
+            errno: Some(errno),
+            delay: None,
+        }
     }
 
     /// A sticky rule delaying `ops` by `delay`.
     pub fn delay(ops: OpKinds, delay: Duration) -> Self {
-        Self { ops, range: None, skip: 0, trigger: Trigger::Sticky, errno: None, delay: Some(delay) }
+        Self {
+            ops,
+            range: None,
+            skip: 0,
+            trigger: Trigger::Sticky,
+            errno: None,
+            delay: Some(delay),
+        }
     }
 
     /// Restricts the rule to operations overlapping `range`.
@@ -222,14 +236,27 @@ struct Installed {
 impl<B: Backend> FaultBackend<B> {
     /// Wraps `inner` with no rules (a transparent, counting pass-through).
     pub fn new(inner: B) -> Self {
-        Self { inner, rules: RwLock::new(Vec::new()), next_id: AtomicU64::new(1), counts: Default::default() }
+        Self {
+            inner,
+            rules: RwLock::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+            counts: Default::default(),
+        }
     }
 
     /// Installs a rule; rules are evaluated in installation order.
     pub fn add_rule(&self, rule: FaultRule) -> RuleId {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let installed = Arc::new(Installed { id, rule, matched: AtomicU64::new(0), fired: AtomicU64::new(0) });
-        self.rules.write().unwrap_or_else(|e| e.into_inner()).push(installed);
+        let installed = Arc::new(Installed {
+            id,
+            rule,
+            matched: AtomicU64::new(0),
+            fired: AtomicU64::new(0),
+        });
+        self.rules
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(installed);
         RuleId(id)
     }
 
@@ -243,13 +270,19 @@ impl<B: Backend> FaultBackend<B> {
 
     /// Removes every rule.
     pub fn clear_rules(&self) {
-        self.rules.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.rules
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// How many times a rule has fired (None if not installed).
     pub fn fired(&self, id: RuleId) -> Option<u64> {
         let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
-        rules.iter().find(|r| r.id == id.0).map(|r| r.fired.load(Ordering::Relaxed))
+        rules
+            .iter()
+            .find(|r| r.id == id.0)
+            .map(|r| r.fired.load(Ordering::Relaxed))
     }
 
     /// Counters since creation.
@@ -283,7 +316,11 @@ impl<B: Backend> FaultBackend<B> {
             if rules.is_empty() {
                 return Ok(());
             }
-            rules.iter().filter(|r| r.rule.matches(op, offset, len) && r.fires()).cloned().collect()
+            rules
+                .iter()
+                .filter(|r| r.rule.matches(op, offset, len) && r.fires())
+                .cloned()
+                .collect()
         };
         for r in firing {
             if let Some(d) = r.rule.delay {
@@ -314,16 +351,26 @@ impl Installed {
             Trigger::Sticky => u64::MAX,
         };
         self.fired
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| (f < limit).then_some(f + 1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                (f < limit).then_some(f + 1)
+            })
             .is_ok()
     }
 }
 
 impl<B: Backend> fmt::Debug for FaultBackend<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rules: Vec<FaultRule> =
-            self.rules.read().unwrap_or_else(|e| e.into_inner()).iter().map(|r| r.rule.clone()).collect();
-        f.debug_struct("FaultBackend").field("rules", &rules).field("counts", &self.counts()).finish()
+        let rules: Vec<FaultRule> = self
+            .rules
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|r| r.rule.clone())
+            .collect();
+        f.debug_struct("FaultBackend")
+            .field("rules", &rules)
+            .field("counts", &self.counts())
+            .finish()
     }
 }
 

@@ -202,7 +202,12 @@ impl FileBackend {
     pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<Self, Error> {
         let path = path.as_ref().to_path_buf();
         let shown = path.display().to_string();
-        let open_err = |e: io::Error| Error::new(ErrorKind::Open { path: shown.clone() }).with_source(e);
+        let open_err = |e: io::Error| {
+            Error::new(ErrorKind::Open {
+                path: shown.clone(),
+            })
+            .with_source(e)
+        };
         let mut oo = OpenOptions::new();
         oo.read(true).write(!opts.read_only);
         let mut buffered = oo.open(&path).map_err(open_err)?;
@@ -211,23 +216,38 @@ impl FileBackend {
         if is_blockdev && opts.exclusive {
             // The claim lives as long as this descriptor; the O_DIRECT one
             // below is a plain open, which an exclusive claim allows.
-            buffered = oo.clone().custom_flags(libc::O_EXCL).open(&path).map_err(|e| {
-                open_err(e).with_context("exclusive open refused: mounted or in use")
-            })?;
+            buffered = oo
+                .clone()
+                .custom_flags(libc::O_EXCL)
+                .open(&path)
+                .map_err(|e| {
+                    open_err(e).with_context("exclusive open refused: mounted or in use")
+                })?;
         }
         if !is_blockdev && !meta.is_file() {
             return Err(Error::new(ErrorKind::NotABlockDevice { path: shown }));
         }
-        let size = if is_blockdev { blockdev_size(&buffered).map_err(open_err)? } else { meta.len() };
+        let size = if is_blockdev {
+            blockdev_size(&buffered).map_err(open_err)?
+        } else {
+            meta.len()
+        };
         if size < opts.min_size {
-            return Err(Error::new(ErrorKind::TooSmall { path: shown, size, required: opts.min_size }));
+            return Err(Error::new(ErrorKind::TooSmall {
+                path: shown,
+                size,
+                required: opts.min_size,
+            }));
         }
         let direct = match opts.direct {
             DirectIo::Never => None,
             DirectIo::Auto => oo.clone().custom_flags(libc::O_DIRECT).open(&path).ok(),
-            DirectIo::Required => Some(oo.clone().custom_flags(libc::O_DIRECT).open(&path).map_err(|e| {
-                open_err(e).with_context("O_DIRECT required but refused")
-            })?),
+            DirectIo::Required => Some(
+                oo.clone()
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&path)
+                    .map_err(|e| open_err(e).with_context("O_DIRECT required but refused"))?,
+            ),
         };
         let dio_align = match &direct {
             Some(_) if is_blockdev => blockdev_logical_block(&buffered).unwrap_or(4096),
@@ -345,7 +365,9 @@ impl FileBackend {
         let fd = self.buffered.as_raw_fd();
         match self.engine_here() {
             IoEngine::Uring => {
-                let sqe = opcode::Fsync::new(types::Fd(fd)).flags(types::FsyncFlags::DATASYNC).build();
+                let sqe = opcode::Fsync::new(types::Fd(fd))
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build();
                 // SAFETY: an fsync SQE references no memory; the fd is owned
                 // by `self`, borrowed until `run_sqe` returns after its CQE.
                 retry_cqe(|| unsafe { with_ring(|r| run_sqe(r, &sqe)) })?;
@@ -368,7 +390,9 @@ impl FileBackend {
             let ptr = buf[done..].as_mut_ptr();
             let got = match self.engine_here() {
                 IoEngine::Uring => {
-                    let sqe = opcode::Read::new(types::Fd(fd), ptr, n as u32).offset(at).build();
+                    let sqe = opcode::Read::new(types::Fd(fd), ptr, n as u32)
+                        .offset(at)
+                        .build();
                     // SAFETY: the SQE points at `buf[done..done+n]`, which is
                     // exclusively borrowed by this function; `run_sqe` does not
                     // return until the kernel has posted this SQE's CQE (or
@@ -377,7 +401,9 @@ impl FileBackend {
                     retry_cqe(|| unsafe { with_ring(|r| run_sqe(r, &sqe)) })?
                 }
                 // SAFETY: `ptr` is valid for `n` writable bytes (inside buf).
-                IoEngine::Syscalls => cvt_retry(|| unsafe { libc::pread(fd, ptr.cast(), n, at as i64) })?,
+                IoEngine::Syscalls => {
+                    cvt_retry(|| unsafe { libc::pread(fd, ptr.cast(), n, at as i64) })?
+                }
             };
             if got == 0 {
                 return Err(Error::new(ErrorKind::ShortRead { offset: at }).into());
@@ -397,7 +423,10 @@ impl FileBackend {
             let ptr = buf[done..].as_ptr();
             let put = match self.engine_here() {
                 IoEngine::Uring => {
-                    let sqe = opcode::Write::new(types::Fd(fd), ptr, n as u32).offset(at).rw_flags(flags).build();
+                    let sqe = opcode::Write::new(types::Fd(fd), ptr, n as u32)
+                        .offset(at)
+                        .rw_flags(flags)
+                        .build();
                     // SAFETY: the SQE points at `buf[done..done+n]`, borrowed
                     // by this function; `run_sqe` returns only after the CQE
                     // arrived (or the SQE was never consumed), so the buffer
@@ -405,7 +434,10 @@ impl FileBackend {
                     retry_cqe(|| unsafe { with_ring(|r| run_sqe(r, &sqe)) })?
                 }
                 IoEngine::Syscalls => {
-                    let iov = libc::iovec { iov_base: ptr as *mut _, iov_len: n };
+                    let iov = libc::iovec {
+                        iov_base: ptr as *mut _,
+                        iov_len: n,
+                    };
                     // SAFETY: the iovec describes `n` readable bytes of buf,
                     // borrowed for the duration of the call.
                     cvt_retry(|| unsafe { libc::pwritev2(fd, &iov, 1, at as i64, flags) })?
@@ -425,7 +457,8 @@ impl FileBackend {
     fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
         let fd = self.buffered.as_raw_fd();
         // SAFETY: plain syscall on an fd owned by self; no memory passed.
-        cvt_retry(|| unsafe { libc::fallocate(fd, mode, offset as i64, len as i64) as isize }).map(drop)
+        cvt_retry(|| unsafe { libc::fallocate(fd, mode, offset as i64, len as i64) as isize })
+            .map(drop)
     }
 
     fn blk_ioctl(&self, req: libc::c_ulong, offset: u64, len: u64) -> io::Result<()> {
@@ -442,7 +475,11 @@ impl FileBackend {
         let a = blockdev_logical_block(&self.buffered).unwrap_or(512);
         let start = offset.next_multiple_of(a);
         let end = (offset + len) / a * a;
-        if start < end { (start, end) } else { (offset, offset) }
+        if start < end {
+            (start, end)
+        } else {
+            (offset, offset)
+        }
     }
 
     /// Zeroes the parts of `offset..offset+len` outside `inner` with writes.
@@ -546,7 +583,11 @@ impl Backend for FileBackend {
                 self.blk_ioctl(BLKDISCARD, inner.0, inner.1 - inner.0)
                     .and_then(|()| self.zero_edges(offset, len, inner))
             } else {
-                self.fallocate(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, len)
+                self.fallocate(
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset,
+                    len,
+                )
             };
             match r {
                 Ok(()) => {
@@ -574,7 +615,9 @@ impl Backend for FileBackend {
                         self.stats.zeroes.fetch_add(1, Ordering::Relaxed);
                         return self.zero_edges(offset, len, inner);
                     }
-                    Err(e) if is_unsupported(&e) => self.zero_range_ok.store(false, Ordering::Relaxed),
+                    Err(e) if is_unsupported(&e) => {
+                        self.zero_range_ok.store(false, Ordering::Relaxed)
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -601,7 +644,10 @@ impl Backend for FileBackend {
 }
 
 fn is_unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS | libc::EINVAL))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS | libc::EINVAL)
+    )
 }
 
 fn aligned_mem(p: *const u8, align: u64) -> bool {
@@ -712,7 +758,11 @@ unsafe fn run_sqe(ring: &mut IoUring, sqe: &squeue::Entry) -> io::Result<i32> {
     loop {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
             Err(e) => {
                 if !ring.submission().is_empty() {
                     // Never consumed: the caller retires the ring.
@@ -737,7 +787,11 @@ thread_local! {
 /// Bounce buffers kept per thread up to this size; larger ones are freed.
 const BOUNCE_KEEP: usize = 4 << 20;
 
-fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> io::Result<T>) -> io::Result<T> {
+fn with_bounce<T>(
+    len: usize,
+    align: usize,
+    f: impl FnOnce(&mut [u8]) -> io::Result<T>,
+) -> io::Result<T> {
     BOUNCE.with(|cell| {
         let mut b = cell.borrow_mut();
         if b.len < len || b.align < align {
@@ -760,7 +814,11 @@ struct AlignedBuf {
 
 impl AlignedBuf {
     const fn empty() -> Self {
-        Self { ptr: std::ptr::null_mut(), len: 0, align: 1 }
+        Self {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            align: 1,
+        }
     }
 
     fn new(len: usize, align: usize) -> io::Result<Self> {
@@ -769,7 +827,10 @@ impl AlignedBuf {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "Cannot allocate a bounce buffer"));
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "Cannot allocate a bounce buffer",
+            ));
         }
         Ok(Self { ptr, len, align })
     }
@@ -789,7 +850,10 @@ impl Drop for AlignedBuf {
         if !self.ptr.is_null() {
             // SAFETY: allocated in `new` with exactly this layout.
             unsafe {
-                std::alloc::dealloc(self.ptr, std::alloc::Layout::from_size_align_unchecked(self.len.max(1), self.align))
+                std::alloc::dealloc(
+                    self.ptr,
+                    std::alloc::Layout::from_size_align_unchecked(self.len.max(1), self.align),
+                )
             };
         }
     }

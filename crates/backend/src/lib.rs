@@ -247,7 +247,11 @@ pub enum ErrorKind {
 impl Error {
     /// A new error of `kind`.
     pub fn new(kind: ErrorKind) -> Self {
-        Self { kind, context: None, source: None }
+        Self {
+            kind,
+            context: None,
+            source: None,
+        }
     }
 
     /// Adds the OS error that caused it.
@@ -269,7 +273,9 @@ impl Error {
 
     /// The `ErrorKind` of a backend error carried inside an [`io::Error`].
     pub fn kind_of(err: &io::Error) -> Option<&ErrorKind> {
-        err.get_ref().and_then(|e| e.downcast_ref::<Error>()).map(Error::kind)
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<Error>())
+            .map(Error::kind)
     }
 
     fn io_kind(&self) -> io::ErrorKind {

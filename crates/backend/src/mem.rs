@@ -90,9 +90,16 @@ impl MemBackend {
             }
             NonNull::new(p.cast::<u8>()).ok_or_else(alloc_err)?
         };
-        let mut this = Self { base, size, map_len, pages: Box::new([]) };
+        let mut this = Self {
+            base,
+            size,
+            map_len,
+            pages: Box::new([]),
+        };
         let mut pages = Vec::new();
-        pages.try_reserve_exact(map_len / PAGE).map_err(|_| alloc_err())?;
+        pages
+            .try_reserve_exact(map_len / PAGE)
+            .map_err(|_| alloc_err())?;
         pages.extend((0..map_len / PAGE).map(|_| RwLock::new(())));
         this.pages = pages.into_boxed_slice();
         Ok(this)
@@ -114,11 +121,15 @@ impl MemBackend {
     fn read_lock(&self, at: usize) -> RwLockReadGuard<'_, ()> {
         // The locks guard no data of their own, so a poisoned lock (a panic
         // while holding it, impossible in a memcpy) leaves nothing broken.
-        self.pages[at / PAGE].read().unwrap_or_else(|e| e.into_inner())
+        self.pages[at / PAGE]
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn write_lock(&self, at: usize) -> RwLockWriteGuard<'_, ()> {
-        self.pages[at / PAGE].write().unwrap_or_else(|e| e.into_inner())
+        self.pages[at / PAGE]
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Zeroes `offset..offset+len` (range already checked).
@@ -129,7 +140,9 @@ impl MemBackend {
             let first_page = at / PAGE;
             let last_page = ((end - 1) / PAGE).min(first_page + BATCH_PAGES - 1);
             let batch_end = ((last_page + 1) * PAGE).min(end);
-            let _guards: Vec<_> = (first_page..=last_page).map(|p| self.write_lock(p * PAGE)).collect();
+            let _guards: Vec<_> = (first_page..=last_page)
+                .map(|p| self.write_lock(p * PAGE))
+                .collect();
             // Whole pages inside [at, batch_end) go back to the kernel.
             let whole_start = at.next_multiple_of(PAGE);
             let whole_end = batch_end - batch_end % PAGE;
@@ -181,7 +194,9 @@ impl Drop for MemBackend {
 
 impl std::fmt::Debug for MemBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemBackend").field("size", &self.size).finish()
+        f.debug_struct("MemBackend")
+            .field("size", &self.size)
+            .finish()
     }
 }
 
@@ -191,7 +206,11 @@ impl Backend for MemBackend {
     }
 
     fn caps(&self) -> Caps {
-        Caps { can_discard: true, can_fua: true, can_write_zeroes: true }
+        Caps {
+            can_discard: true,
+            can_fua: true,
+            can_write_zeroes: true,
+        }
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -204,7 +223,9 @@ impl Backend for MemBackend {
             // destination is `buf[in_buf..in_buf+n]`, exclusively borrowed
             // for this call, and cannot overlap the mapping because no
             // reference to the mapping ever leaves this type.
-            unsafe { std::ptr::copy_nonoverlapping(self.base.as_ptr().add(at), dst.add(in_buf), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.base.as_ptr().add(at), dst.add(in_buf), n)
+            };
         });
         Ok(())
     }
@@ -217,7 +238,13 @@ impl Backend for MemBackend {
             // range) whose exclusive lock we hold, so nobody else reads or
             // writes it; the source is `buf[in_buf..in_buf+n]`, borrowed for
             // this call and disjoint from the mapping.
-            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(in_buf), self.base.as_ptr().add(at), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    buf.as_ptr().add(in_buf),
+                    self.base.as_ptr().add(at),
+                    n,
+                )
+            };
         });
         Ok(())
     }

@@ -28,11 +28,21 @@ fn pass_through_without_rules_and_counts() {
 #[test]
 fn sticky_error_per_op_kind_with_errno() {
     let b = fb();
-    let id = b.add_rule(FaultRule::error(OpKinds::WRITE | OpKinds::FLUSH, libc::ENOSPC));
+    let id = b.add_rule(FaultRule::error(
+        OpKinds::WRITE | OpKinds::FLUSH,
+        libc::ENOSPC,
+    ));
     let e = b.write_at(&[1u8; 512], 0, false).unwrap_err();
     assert_eq!(raw_os_error(&e), Some(libc::ENOSPC));
     assert_eq!(e.kind(), io::ErrorKind::StorageFull);
-    assert!(matches!(Error::kind_of(&e), Some(ErrorKind::Injected { op: OpKind::Write, offset: 0, len: 512 })));
+    assert!(matches!(
+        Error::kind_of(&e),
+        Some(ErrorKind::Injected {
+            op: OpKind::Write,
+            offset: 0,
+            len: 512
+        })
+    ));
     assert!(e.to_string().starts_with("Injected write fault"), "{e}");
     assert!(b.flush().is_err());
     assert!(b.write_at(&[1u8; 512], 4096, true).is_err());
@@ -73,10 +83,22 @@ fn times_n() {
 fn byte_range_selects_overlapping_requests() {
     let b = fb();
     b.add_rule(FaultRule::error(OpKinds::ALL, libc::EIO).range(8192..12288));
-    assert!(b.write_at(&[1u8; 4096], 4096, false).is_ok(), "adjacent below");
-    assert!(b.write_at(&[1u8; 4096], 12288, false).is_ok(), "adjacent above");
-    assert!(b.write_at(&[1u8; 2], 8191, false).is_err(), "overlaps first byte");
-    assert!(b.write_at(&[1u8; 1], 12287, false).is_err(), "overlaps last byte");
+    assert!(
+        b.write_at(&[1u8; 4096], 4096, false).is_ok(),
+        "adjacent below"
+    );
+    assert!(
+        b.write_at(&[1u8; 4096], 12288, false).is_ok(),
+        "adjacent above"
+    );
+    assert!(
+        b.write_at(&[1u8; 2], 8191, false).is_err(),
+        "overlaps first byte"
+    );
+    assert!(
+        b.write_at(&[1u8; 1], 12287, false).is_err(),
+        "overlaps last byte"
+    );
     assert!(b.read_at(&mut [0u8; 1 << 16], 0).is_err(), "covers it");
     assert!(b.write_zeroes(10_000, 1).is_err());
     assert!(b.discard(0, 1 << 20).is_err());
@@ -87,7 +109,10 @@ fn byte_range_selects_overlapping_requests() {
     b.read_at(&mut got, 8191).unwrap_err();
     b.inner().read_at(&mut got, 8191).unwrap();
     assert_eq!((got[0], got[4097]), (1, 1));
-    assert!(got[1..4097].iter().all(|&x| x == 0), "a failed write wrote data");
+    assert!(
+        got[1..4097].iter().all(|&x| x == 0),
+        "a failed write wrote data"
+    );
 }
 
 #[test]
@@ -101,7 +126,11 @@ fn delay_rules_delay_and_pass_on() {
     let c = b.counts();
     assert_eq!((c.delayed, c.reads, c.injected_errors), (2, 3, 0));
     b.clear_rules();
-    b.add_rule(FaultRule::error(OpKinds::WRITE, libc::EIO).with_delay(Duration::from_millis(1)).once());
+    b.add_rule(
+        FaultRule::error(OpKinds::WRITE, libc::EIO)
+            .with_delay(Duration::from_millis(1))
+            .once(),
+    );
     assert!(b.write_at(&buf, 0, false).is_err());
     assert_eq!(b.counts().delayed, 3);
 }

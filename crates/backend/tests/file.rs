@@ -9,9 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use testutil::TempDir;
-use ucrypt_backend::{
-    Backend, DirectIo, ErrorKind, FileBackend, FileOptions, FuaMode, IoEngine,
-};
+use ucrypt_backend::{Backend, DirectIo, ErrorKind, FileBackend, FileOptions, FuaMode, IoEngine};
 
 fn make_file(dir: &TempDir, name: &str, size: u64) -> std::path::PathBuf {
     let p = dir.join(name);
@@ -21,7 +19,11 @@ fn make_file(dir: &TempDir, name: &str, size: u64) -> std::path::PathBuf {
 }
 
 fn opts(direct: DirectIo, engine: Option<IoEngine>) -> FileOptions {
-    FileOptions { direct, engine, ..FileOptions::default() }
+    FileOptions {
+        direct,
+        engine,
+        ..FileOptions::default()
+    }
 }
 
 /// Opens with the requested engine, or prints SKIP when io_uring is refused
@@ -29,7 +31,10 @@ fn opts(direct: DirectIo, engine: Option<IoEngine>) -> FileOptions {
 fn open(path: &Path, o: &FileOptions, test: &str) -> Option<FileBackend> {
     match FileBackend::open(path, o) {
         Ok(b) => Some(b),
-        Err(e) if o.engine == Some(IoEngine::Uring) && e.to_string().contains("io_uring unavailable") => {
+        Err(e)
+            if o.engine == Some(IoEngine::Uring)
+                && e.to_string().contains("io_uring unavailable") =>
+        {
             eprintln!("SKIP {test}: io_uring unavailable on this kernel: {e}");
             None
         }
@@ -44,7 +49,11 @@ fn buffered_byte_granular_workload() {
     let dir = TempDir::new("be-file");
     for engine in ENGINES {
         let p = make_file(&dir, "buf.img", 512 * 1024 + 77);
-        let Some(b) = open(&p, &opts(DirectIo::Never, Some(engine)), "buffered_byte_granular_workload") else {
+        let Some(b) = open(
+            &p,
+            &opts(DirectIo::Never, Some(engine)),
+            "buffered_byte_granular_workload",
+        ) else {
             continue;
         };
         assert_eq!(b.io_engine(), engine);
@@ -64,7 +73,11 @@ fn direct_aligned_workload_uses_o_direct() {
     let dir = TempDir::new("be-file");
     for engine in ENGINES {
         let p = make_file(&dir, "dio.img", 4 << 20);
-        let Some(b) = open(&p, &opts(DirectIo::Required, Some(engine)), "direct_aligned_workload") else {
+        let Some(b) = open(
+            &p,
+            &opts(DirectIo::Required, Some(engine)),
+            "direct_aligned_workload",
+        ) else {
             continue;
         };
         let a = b.direct_alignment().expect("O_DIRECT in use");
@@ -130,7 +143,10 @@ fn discard_and_zeroes_read_back_zero_natively() {
         assert!(b.caps().can_discard && b.caps().can_write_zeroes);
         common::zeroes_read_back(&b, align);
         let s = b.stats();
-        assert!(s.discards >= 1 && s.zeroes >= 1, "native ops not used: {s:?}");
+        assert!(
+            s.discards >= 1 && s.zeroes >= 1,
+            "native ops not used: {s:?}"
+        );
     }
     // Punching a hole really frees blocks on the file.
     let p = make_file(&dir, "hole.img", 8 << 20);
@@ -141,14 +157,21 @@ fn discard_and_zeroes_read_back_zero_natively() {
     let before = blocks(&p);
     b.discard(0, 8 << 20).unwrap();
     assert!(blocks(&p) < before, "punch hole freed nothing");
-    assert_eq!(std::fs::metadata(&p).unwrap().len(), 8 << 20, "discard changed the size");
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().len(),
+        8 << 20,
+        "discard changed the size"
+    );
 }
 
 #[test]
 fn discard_not_allowed_is_emulated_by_zeroing() {
     let dir = TempDir::new("be-file");
     let p = make_file(&dir, "nd.img", 1 << 20);
-    let o = FileOptions { allow_discard: false, ..FileOptions::default() };
+    let o = FileOptions {
+        allow_discard: false,
+        ..FileOptions::default()
+    };
     let b = FileBackend::open(&p, &o).unwrap();
     assert!(!b.caps().can_discard);
     b.write_at(&[0xEE; 8192], 4096, false).unwrap();
@@ -164,7 +187,11 @@ fn flush_and_fua_reach_fdatasync() {
     let dir = TempDir::new("be-file");
     for engine in ENGINES {
         let p = make_file(&dir, "sync.img", 1 << 20);
-        let Some(b) = open(&p, &opts(DirectIo::Auto, Some(engine)), "flush_and_fua_reach_fdatasync") else {
+        let Some(b) = open(
+            &p,
+            &opts(DirectIo::Auto, Some(engine)),
+            "flush_and_fua_reach_fdatasync",
+        ) else {
             continue;
         };
         assert!(b.caps().can_fua);
@@ -177,8 +204,14 @@ fn flush_and_fua_reach_fdatasync() {
         assert_eq!((b.stats().syncs, b.stats().dsync_writes), (1, 2));
 
         let p = make_file(&dir, "sync2.img", 1 << 20);
-        let o = FileOptions { fua: FuaMode::WriteThenFlush, engine: Some(engine), ..FileOptions::default() };
-        let Some(b) = open(&p, &o, "flush_and_fua_reach_fdatasync") else { continue };
+        let o = FileOptions {
+            fua: FuaMode::WriteThenFlush,
+            engine: Some(engine),
+            ..FileOptions::default()
+        };
+        let Some(b) = open(&p, &o, "flush_and_fua_reach_fdatasync") else {
+            continue;
+        };
         assert!(!b.caps().can_fua);
         b.write_at(&[2u8; 4096], 4096, true).unwrap();
         b.write_at(&[2u8; 4096], 0, false).unwrap();
@@ -194,11 +227,22 @@ fn read_only_refuses_writes() {
     let dir = TempDir::new("be-file");
     let p = make_file(&dir, "ro.img", 64 * 1024);
     std::fs::write(&p, vec![0x42u8; 64 * 1024]).unwrap();
-    let b = FileBackend::open(&p, &FileOptions { read_only: true, ..FileOptions::default() }).unwrap();
+    let b = FileBackend::open(
+        &p,
+        &FileOptions {
+            read_only: true,
+            ..FileOptions::default()
+        },
+    )
+    .unwrap();
     let mut buf = [0u8; 512];
     b.read_at(&mut buf, 512).unwrap();
     assert_eq!(buf, [0x42; 512]);
-    for r in [b.write_at(&[0u8; 512], 0, false), b.discard(0, 512), b.write_zeroes(0, 512)] {
+    for r in [
+        b.write_at(&[0u8; 512], 0, false),
+        b.discard(0, 512),
+        b.write_zeroes(0, 512),
+    ] {
         let e = r.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
         assert!(e.to_string().starts_with("Backend is read-only"), "{e}");
@@ -212,17 +256,36 @@ fn open_errors_are_clear() {
     let dir = TempDir::new("be-file");
     let e = FileBackend::open(dir.join("missing.img"), &FileOptions::default()).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Open { .. }));
-    assert!(e.to_string().starts_with("Cannot open backing device"), "{e}");
+    assert!(
+        e.to_string().starts_with("Cannot open backing device"),
+        "{e}"
+    );
     let io: io::Error = e.into();
     assert_eq!(io.kind(), io::ErrorKind::NotFound);
 
     let p = make_file(&dir, "small.img", 1000);
-    let o = FileOptions { min_size: 4096, ..FileOptions::default() };
+    let o = FileOptions {
+        min_size: 4096,
+        ..FileOptions::default()
+    };
     let e = FileBackend::open(&p, &o).unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::TooSmall { size: 1000, required: 4096, .. }), "{e}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::TooSmall {
+                size: 1000,
+                required: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("too small"), "{e}");
 
-    let ro = FileOptions { read_only: true, ..FileOptions::default() };
+    let ro = FileOptions {
+        read_only: true,
+        ..FileOptions::default()
+    };
     let e = FileBackend::open(dir.path(), &ro).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::NotABlockDevice { .. }), "{e}");
 }
@@ -245,10 +308,17 @@ fn loop_block_device() {
     }
     let dir = TempDir::new("be-loop");
     let img = make_file(&dir, "loop.img", 4 << 20);
-    let out = Command::new("losetup").args(["--find", "--show"]).arg(&img).output().unwrap();
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&img)
+        .output()
+        .unwrap();
     if !out.status.success() {
         // No loop devices in this sandbox (not a missing tool CI could install).
-        eprintln!("SKIP {T}: losetup cannot attach here: {}", String::from_utf8_lossy(&out.stderr).trim());
+        eprintln!(
+            "SKIP {T}: losetup cannot attach here: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
         return;
     }
     let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -265,11 +335,17 @@ fn loop_block_device() {
     common::random_workload(&b, 21, 400, 512, 128 * 1024);
     common::out_of_range_rejected(&b);
     common::zeroes_read_back(&b, 512);
-    let o = FileOptions { min_size: 8 << 20, ..FileOptions::default() };
+    let o = FileOptions {
+        min_size: 8 << 20,
+        ..FileOptions::default()
+    };
     let e = FileBackend::open(&dev, &o).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
     // An exclusive claim keeps a second exclusive opener out, not a plain one.
-    let ex = FileOptions { exclusive: true, ..FileOptions::default() };
+    let ex = FileOptions {
+        exclusive: true,
+        ..FileOptions::default()
+    };
     let first = FileBackend::open(&dev, &ex).unwrap();
     first.write_at(&[7u8; 4096], 0, true).unwrap();
     let e = FileBackend::open(&dev, &ex).unwrap_err();
@@ -294,10 +370,17 @@ fn short_reads_continue_then_fail_cleanly_at_a_shrunken_end() {
         let p = make_file(&dir, "shrink.img", 1 << 20);
         std::fs::write(&p, vec![0x11u8; 1 << 20]).unwrap();
         let o = opts(DirectIo::Never, Some(engine));
-        let Some(b) = open(&p, &o, "short_reads_continue_then_fail_cleanly") else { continue };
+        let Some(b) = open(&p, &o, "short_reads_continue_then_fail_cleanly") else {
+            continue;
+        };
         // Someone truncates the file under us: reads past the new end must
         // fail (never return stale zeroes as success), reads before it work.
-        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(512 * 1024 + 100).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(512 * 1024 + 100)
+            .unwrap();
         let mut buf = vec![0u8; 8192];
         b.read_at(&mut buf, 512 * 1024 - 4096).unwrap_err();
         let e = b.read_at(&mut buf, 768 * 1024).unwrap_err();

@@ -43,17 +43,33 @@ pub fn preflight() -> Result<(), Error> {
     if which("dmsetup").is_none() {
         missing.push("dmsetup (apt-get install dmsetup)".to_string());
     }
-    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/mapper/control") {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/mapper/control")
+    {
         Ok(_) => {}
-        Err(e) => missing.push(format!("device-mapper in the kernel (/dev/mapper/control: {e})")),
+        Err(e) => missing.push(format!(
+            "device-mapper in the kernel (/dev/mapper/control: {e})"
+        )),
     }
     let brd_loaded = Path::new("/sys/module/brd").exists() || Path::new("/dev/ram0").exists();
     if !brd_loaded {
-        let probe = which("modprobe").map(|m| Command::new(m).args(["-n", "brd"]).stderr(Stdio::null()).status());
+        let probe = which("modprobe").map(|m| {
+            Command::new(m)
+                .args(["-n", "brd"])
+                .stderr(Stdio::null())
+                .status()
+        });
         match probe {
             Some(Ok(st)) if st.success() => {}
-            Some(_) => missing.push("the brd ramdisk module (modprobe -n brd fails: no module for this kernel)".to_string()),
-            None => missing.push("the brd ramdisk module (not loaded, and no modprobe to load it)".to_string()),
+            Some(_) => missing.push(
+                "the brd ramdisk module (modprobe -n brd fails: no module for this kernel)"
+                    .to_string(),
+            ),
+            None => missing.push(
+                "the brd ramdisk module (not loaded, and no modprobe to load it)".to_string(),
+            ),
         }
     }
     if which("fio").is_none() {
@@ -104,7 +120,13 @@ pub fn workloads(runtime: Duration) -> Vec<Workload> {
     let mut v = Vec::new();
     for (bs, qd, jobs) in [(4096u32, 1usize, 1usize), (4096, 32, 4), (4 << 20, 16, 1)] {
         for rw in [Rw::Read, Rw::Write] {
-            v.push(Workload { rw, bs, qd, jobs, runtime });
+            v.push(Workload {
+                rw,
+                bs,
+                qd,
+                jobs,
+                runtime,
+            });
         }
     }
     v
@@ -114,7 +136,9 @@ struct Mapping(String);
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        let _ = Command::new("dmsetup").args(["remove", "--retry", &self.0]).status();
+        let _ = Command::new("dmsetup")
+            .args(["remove", "--retry", &self.0])
+            .status();
     }
 }
 
@@ -129,9 +153,14 @@ fn create(name: &str, table: &str) -> Result<Mapping, Error> {
         // The table carries the key: stdin keeps it out of the process list.
         let _ = i.write_all(table.as_bytes());
     }
-    let out = child.wait_with_output().map_err(|e| Error::External(format!("dmsetup create {name}: {e}")))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::External(format!("dmsetup create {name}: {e}")))?;
     if !out.status.success() {
-        return Err(Error::External(format!("dmsetup create {name} failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(Error::External(format!(
+            "dmsetup create {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(Mapping(name.to_string()))
 }
@@ -156,26 +185,54 @@ pub fn run(opts: &Options) -> Result<String, Error> {
         .min(size);
     let sectors = ram_size / 512;
     let ws = workloads(opts.runtime);
-    let direct = |dev: &str| vec![format!("--filename={dev}"), "--ioengine=libaio".into(), "--direct=1".into()];
+    let direct = |dev: &str| {
+        vec![
+            format!("--filename={dev}"),
+            "--ioengine=libaio".into(),
+            "--direct=1".into(),
+        ]
+    };
     let measure = |dev: &str, w: &Workload| -> Result<f64, Error> {
         let mut v = Vec::new();
         for _ in 0..opts.reps {
-            v.push(stats::mib_per_s(fio(&direct(dev), w, ram_size, opts.warmup)?.bytes_per_s));
+            v.push(stats::mib_per_s(
+                fio(&direct(dev), w, ram_size, opts.warmup)?.bytes_per_s,
+            ));
         }
         Ok(stats::median(&v).unwrap_or(0.0))
     };
     let mut cells = Vec::new();
     for w in &ws {
-        cells.push(KernelCell { device: "ram0".into(), cipher: None, flags: None, rw: w.rw, bs: w.bs, qd: w.qd, jobs: w.jobs, mib_s: measure("/dev/ram0", w)? });
+        cells.push(KernelCell {
+            device: "ram0".into(),
+            cipher: None,
+            flags: None,
+            rw: w.rw,
+            bs: w.bs,
+            qd: w.qd,
+            jobs: w.jobs,
+            mib_s: measure("/dev/ram0", w)?,
+        });
     }
     for cipher in [Cipher::Null, Cipher::AesXts] {
         let mut key = zeroize::Zeroizing::new(vec![0u8; cipher.key_len()]);
         random_bytes(&mut key)?;
-        let hexkey: zeroize::Zeroizing<String> =
-            zeroize::Zeroizing::new(if key.is_empty() { "-".into() } else { key.iter().map(|b| format!("{b:02x}")).collect() });
+        let hexkey: zeroize::Zeroizing<String> = zeroize::Zeroizing::new(if key.is_empty() {
+            "-".into()
+        } else {
+            key.iter().map(|b| format!("{b:02x}")).collect()
+        });
         for (fname, flags) in FLAG_SETS {
-            let name = format!("ucrypt-bench-{}-{}", cipher.short(), fname.replace('_', "-"));
-            let mut table = format!("0 {sectors} crypt {} {} 0 /dev/ram0 0", cipher.spec(), hexkey.as_str());
+            let name = format!(
+                "ucrypt-bench-{}-{}",
+                cipher.short(),
+                fname.replace('_', "-")
+            );
+            let mut table = format!(
+                "0 {sectors} crypt {} {} 0 /dev/ram0 0",
+                cipher.spec(),
+                hexkey.as_str()
+            );
             if !flags.is_empty() {
                 table.push_str(&format!(" {} {}", flags.len(), flags.join(" ")));
             }
@@ -205,8 +262,15 @@ pub fn run(opts: &Options) -> Result<String, Error> {
 pub fn advise(cells: &[KernelCell], ws: &[Workload]) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let _ = writeln!(s, "dm-crypt on brd (/dev/ram0), fio libaio direct=1, MiB/s (median):");
-    let _ = writeln!(s, "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}", "device", "4k QD1 r", "4k QD1 w", "4k 32x4 r", "4k 32x4 w", "4M QD16 r", "4M QD16 w");
+    let _ = writeln!(
+        s,
+        "dm-crypt on brd (/dev/ram0), fio libaio direct=1, MiB/s (median):"
+    );
+    let _ = writeln!(
+        s,
+        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "device", "4k QD1 r", "4k QD1 w", "4k 32x4 r", "4k 32x4 w", "4M QD16 r", "4M QD16 w"
+    );
     let mut devices: Vec<&str> = Vec::new();
     for c in cells {
         if !devices.contains(&c.device.as_str()) {
@@ -216,7 +280,9 @@ pub fn advise(cells: &[KernelCell], ws: &[Workload]) -> String {
     for d in &devices {
         let _ = write!(s, "{d:<26}");
         for w in ws {
-            let v = cells.iter().find(|c| c.device == *d && c.rw == w.rw && c.bs == w.bs && c.qd == w.qd && c.jobs == w.jobs);
+            let v = cells.iter().find(|c| {
+                c.device == *d && c.rw == w.rw && c.bs == w.bs && c.qd == w.qd && c.jobs == w.jobs
+            });
             let _ = write!(s, " {:>9.1}", v.map_or(0.0, |c| c.mib_s));
         }
         let _ = writeln!(s);
@@ -228,13 +294,32 @@ pub fn advise(cells: &[KernelCell], ws: &[Workload]) -> String {
             let [r, w] = pair else { continue };
             // The flag set with the best read + write for this workload.
             let score = |fname: &str| {
-                [r, w].iter().map(|wl| {
-                    cells.iter().find(|c| c.cipher.as_deref() == Some(cipher.spec()) && c.flags.as_deref() == Some(fname) && c.rw == wl.rw && c.bs == wl.bs && c.qd == wl.qd && c.jobs == wl.jobs).map_or(0.0, |c| c.mib_s)
-                }).sum::<f64>()
+                [r, w]
+                    .iter()
+                    .map(|wl| {
+                        cells
+                            .iter()
+                            .find(|c| {
+                                c.cipher.as_deref() == Some(cipher.spec())
+                                    && c.flags.as_deref() == Some(fname)
+                                    && c.rw == wl.rw
+                                    && c.bs == wl.bs
+                                    && c.qd == wl.qd
+                                    && c.jobs == wl.jobs
+                            })
+                            .map_or(0.0, |c| c.mib_s)
+                    })
+                    .sum::<f64>()
             };
-            let best = FLAG_SETS.iter().map(|(f, _)| (*f, score(f))).max_by(|a, b| a.1.total_cmp(&b.1));
+            let best = FLAG_SETS
+                .iter()
+                .map(|(f, _)| (*f, score(f)))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
             if let Some((f, _)) = best {
-                pairs.push((format!("{} QD{} jobs={}", crate::report::fmt_bs(r.bs), r.qd, r.jobs), f));
+                pairs.push((
+                    format!("{} QD{} jobs={}", crate::report::fmt_bs(r.bs), r.qd, r.jobs),
+                    f,
+                ));
             }
         }
         for (wl, f) in pairs {
@@ -282,7 +367,16 @@ mod tests {
                     ("none", b) if b > 4096 => 900.0,
                     _ => 100.0,
                 };
-                cells.push(KernelCell { device: format!("aes/{fname}"), cipher: Some("aes-xts-plain64".into()), flags: Some(fname.into()), rw: w.rw, bs: w.bs, qd: w.qd, jobs: w.jobs, mib_s: mib });
+                cells.push(KernelCell {
+                    device: format!("aes/{fname}"),
+                    cipher: Some("aes-xts-plain64".into()),
+                    flags: Some(fname.into()),
+                    rw: w.rw,
+                    bs: w.bs,
+                    qd: w.qd,
+                    jobs: w.jobs,
+                    mib_s: mib,
+                });
             }
         }
         let s = advise(&cells, &ws);

@@ -51,7 +51,9 @@ impl Rw {
 
     /// Parses fio's name.
     pub fn parse(s: &str) -> Option<Self> {
-        [Rw::Read, Rw::Write, Rw::RandRead, Rw::RandWrite].into_iter().find(|r| r.name() == s)
+        [Rw::Read, Rw::Write, Rw::RandRead, Rw::RandWrite]
+            .into_iter()
+            .find(|r| r.name() == s)
     }
 
     /// True for writes.
@@ -103,12 +105,20 @@ impl RepResult {
     /// Throughput in bytes per second.
     pub fn bytes_per_s(&self) -> f64 {
         let s = self.elapsed.as_secs_f64();
-        if s > 0.0 { self.bytes as f64 / s } else { 0.0 }
+        if s > 0.0 {
+            self.bytes as f64 / s
+        } else {
+            0.0
+        }
     }
     /// Requests per second.
     pub fn iops(&self) -> f64 {
         let s = self.elapsed.as_secs_f64();
-        if s > 0.0 { self.ops as f64 / s } else { 0.0 }
+        if s > 0.0 {
+            self.ops as f64 / s
+        } else {
+            0.0
+        }
     }
     /// CPU seconds spent per GiB moved (None when nothing moved).
     pub fn cpu_s_per_gib(&self) -> Option<f64> {
@@ -142,7 +152,12 @@ pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
     let barrier = Barrier::new(jobs + 1);
     let cpu0 = cpu_time();
     let shared: Vec<Arc<Job>> = (0..jobs)
-        .map(|_| Arc::new(Job { state: Mutex::new(JobState::default()), freed: Condvar::new() }))
+        .map(|_| {
+            Arc::new(Job {
+                state: Mutex::new(JobState::default()),
+                freed: Condvar::new(),
+            })
+        })
         .collect();
     std::thread::scope(|s| {
         for (j, job) in shared.iter().enumerate() {
@@ -158,7 +173,10 @@ pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
         barrier.wait();
     });
     let cpu = cpu_time().saturating_sub(cpu0);
-    let mut out = RepResult { cpu, ..RepResult::default() };
+    let mut out = RepResult {
+        cpu,
+        ..RepResult::default()
+    };
     let mut start: Option<Instant> = None;
     let mut end: Option<Instant> = None;
     for job in shared {
@@ -183,14 +201,26 @@ pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_job(engine: &Arc<Engine>, job: &Arc<Job>, w: &Workload, j: u64, jobs: u64, blocks: u64, qd: usize, start: Instant) {
+fn run_job(
+    engine: &Arc<Engine>,
+    job: &Arc<Job>,
+    w: &Workload,
+    j: u64,
+    jobs: u64,
+    blocks: u64,
+    qd: usize,
+    start: Instant,
+) {
     let bs = u64::from(w.bs);
     // Sequential: this job's slice [first, first + span) in blocks.
     let span = (blocks / jobs).max(1);
     let first = if blocks / jobs == 0 { 0 } else { j * span };
     let mut next = 0u64;
-    let mut rng = XorShift::new(0x9E37_79B9_7F4A_7C15 ^ (j + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
-    let pattern: Vec<u8> = (0..w.bs).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)).collect();
+    let mut rng =
+        XorShift::new(0x9E37_79B9_7F4A_7C15 ^ (j + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let pattern: Vec<u8> = (0..w.bs)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(7))
+        .collect();
     let deadline = start + w.runtime;
     loop {
         if Instant::now() >= deadline {
@@ -217,7 +247,11 @@ fn run_job(engine: &Arc<Engine>, job: &Arc<Job>, w: &Workload, j: u64, jobs: u64
         } else {
             Op::Read { len: w.bs }
         };
-        let req = Request { op, offset: block * bs, fua: false };
+        let req = Request {
+            op,
+            offset: block * bs,
+            fua: false,
+        };
         let job2 = Arc::clone(job);
         let t = Instant::now();
         engine.submit(req, move |res| {
@@ -228,7 +262,8 @@ fn run_job(engine: &Arc<Engine>, job: &Arc<Job>, w: &Workload, j: u64, jobs: u64
                 Ok(_) => {
                     st.ops += 1;
                     st.bytes += bs;
-                    st.lat_ns.push(now.saturating_duration_since(t).as_nanos() as u64);
+                    st.lat_ns
+                        .push(now.saturating_duration_since(t).as_nanos() as u64);
                 }
                 Err(e) => {
                     st.errors += 1;
@@ -261,7 +296,12 @@ pub fn cpu_time() -> Duration {
         }
         ru
     };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) as u32) * 1000);
+    let tv = |t: libc::timeval| {
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            (t.tv_usec.clamp(0, 999_999) as u32) * 1000,
+        )
+    };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
@@ -292,7 +332,13 @@ mod tests {
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(1 << 20).unwrap());
         let engine = Arc::new(Target::RAW.engine(be, 8).unwrap());
         for rw in [Rw::Write, Rw::Read, Rw::RandRead, Rw::RandWrite] {
-            let w = Workload { rw, bs: 4096, qd: 4, jobs: 2, runtime: Duration::from_millis(20) };
+            let w = Workload {
+                rw,
+                bs: 4096,
+                qd: 4,
+                jobs: 2,
+                runtime: Duration::from_millis(20),
+            };
             let r = run(&engine, &w, 1 << 20);
             assert_eq!(r.errors, 0, "{:?}", r.first_error);
             assert!(r.ops > 0);
@@ -309,7 +355,13 @@ mod tests {
         // 8 KiB long) is out of range and must be counted as an error.
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(4096).unwrap());
         let engine = Arc::new(Target::RAW.engine(be, 1).unwrap());
-        let w = Workload { rw: Rw::Read, bs: 8192, qd: 1, jobs: 1, runtime: Duration::from_millis(5) };
+        let w = Workload {
+            rw: Rw::Read,
+            bs: 8192,
+            qd: 1,
+            jobs: 1,
+            runtime: Duration::from_millis(5),
+        };
         let r = run(&engine, &w, 4096);
         assert_eq!(r.ops, 0);
         assert!(r.errors > 0);

@@ -54,10 +54,18 @@ pub struct FioRep {
 
 /// Runs one fio job; `engine_args` says where (e.g. `--ioengine=nbd`,
 /// `--uri=…`, or `--filename=/dev/…`, `--ioengine=libaio`, `--direct=1`).
-pub fn fio(engine_args: &[String], w: &Workload, size: u64, ramp: Duration) -> Result<FioRep, Error> {
+pub fn fio(
+    engine_args: &[String],
+    w: &Workload,
+    size: u64,
+    ramp: Duration,
+) -> Result<FioRep, Error> {
     let per_job = (size / w.jobs as u64) / u64::from(w.bs) * u64::from(w.bs);
     if per_job == 0 {
-        return Err(Error::Usage(format!("Device of {size} bytes too small for {} jobs of {} bytes", w.jobs, w.bs)));
+        return Err(Error::Usage(format!(
+            "Device of {size} bytes too small for {} jobs of {} bytes",
+            w.jobs, w.bs
+        )));
     }
     let mut cmd = Command::new("fio");
     cmd.args([
@@ -75,13 +83,21 @@ pub fn fio(engine_args: &[String], w: &Workload, size: u64, ramp: Duration) -> R
         "--output-format=json".into(),
     ]);
     cmd.args(engine_args);
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| Error::External(format!("Cannot run fio: {e}")))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::External(format!("Cannot run fio: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(Error::External(format!(
             "fio failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).lines().chain(text.lines()).take(4).collect::<Vec<_>>().join(" | ")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .chain(text.lines())
+                .take(4)
+                .collect::<Vec<_>>()
+                .join(" | ")
         )));
     }
     parse_fio_json(&text, w.rw)
@@ -90,13 +106,23 @@ pub fn fio(engine_args: &[String], w: &Workload, size: u64, ramp: Duration) -> R
 /// Writes the whole device once (1M blocks, QD8).
 pub fn fill(engine_args: &[String], size: u64) -> Result<(), Error> {
     let out = Command::new("fio")
-        .args(["--name=fill", "--rw=write", "--bs=1M", "--iodepth=8", &format!("--size={size}"), "--output-format=json"])
+        .args([
+            "--name=fill",
+            "--rw=write",
+            "--bs=1M",
+            "--iodepth=8",
+            &format!("--size={size}"),
+            "--output-format=json",
+        ])
         .args(engine_args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Error::External(format!("Cannot run fio: {e}")))?;
     if !out.status.success() {
-        return Err(Error::External(format!("fio fill failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(Error::External(format!(
+            "fio fill failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(())
 }
@@ -104,11 +130,21 @@ pub fn fill(engine_args: &[String], size: u64) -> Result<(), Error> {
 /// Extracts throughput, IOPS, latency and CPU from fio's JSON output (text
 /// before the first `{` — warnings — is skipped).
 pub fn parse_fio_json(text: &str, rw: Rw) -> Result<FioRep, Error> {
-    let start = text.find('{').ok_or_else(|| Error::External("fio printed no JSON".into()))?;
-    let v: serde_json::Value = serde_json::from_str(&text[start..]).map_err(|e| Error::External(format!("fio JSON unreadable: {e}")))?;
+    let start = text
+        .find('{')
+        .ok_or_else(|| Error::External("fio printed no JSON".into()))?;
+    let v: serde_json::Value = serde_json::from_str(&text[start..])
+        .map_err(|e| Error::External(format!("fio JSON unreadable: {e}")))?;
     let job = &v["jobs"][0];
-    let dir = if rw.is_write() { &job["write"] } else { &job["read"] };
-    let num = |x: &serde_json::Value| x.as_f64().ok_or_else(|| Error::External("fio JSON lacks a field".into()));
+    let dir = if rw.is_write() {
+        &job["write"]
+    } else {
+        &job["read"]
+    };
+    let num = |x: &serde_json::Value| {
+        x.as_f64()
+            .ok_or_else(|| Error::External("fio JSON lacks a field".into()))
+    };
     let bytes_per_s = num(&dir["bw_bytes"])?;
     let iops = num(&dir["iops"])?;
     let bytes = dir["io_bytes"].as_u64().unwrap_or(0);
@@ -123,7 +159,13 @@ pub fn parse_fio_json(text: &str, rw: Rw) -> Result<FioRep, Error> {
     };
     let runtime_s = job["job_runtime"].as_f64().unwrap_or(0.0) / 1000.0;
     let cpu_pct = job["usr_cpu"].as_f64().unwrap_or(0.0) + job["sys_cpu"].as_f64().unwrap_or(0.0);
-    Ok(FioRep { bytes_per_s, iops, lat, cpu_s: cpu_pct / 100.0 * runtime_s, bytes })
+    Ok(FioRep {
+        bytes_per_s,
+        iops,
+        lat,
+        cpu_s: cpu_pct / 100.0 * runtime_s,
+        bytes,
+    })
 }
 
 /// A block-device server we started, serving NBD on a unix socket.
@@ -160,16 +202,24 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for f in &self.files {
-            let _ = if f.is_dir() { std::fs::remove_dir_all(f) } else { std::fs::remove_file(f) };
+            let _ = if f.is_dir() {
+                std::fs::remove_dir_all(f)
+            } else {
+                std::fs::remove_file(f)
+            };
         }
     }
 }
 
 /// User + system CPU of process `pid` (`/proc/<pid>/stat` fields 14, 15).
 pub fn process_cpu(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return Duration::ZERO };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
     // Fields after the parenthesised command name (which may contain spaces).
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return Duration::ZERO };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Duration::ZERO;
+    };
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // rest[0] is field 3 (state): utime = field 14 → index 11, stime → 12.
@@ -179,7 +229,12 @@ pub fn process_cpu(pid: u32) -> Duration {
 }
 
 fn tool(name: &str) -> bool {
-    Command::new(name).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
 }
 
 fn wait_for_socket(sock: &Path, child: &mut Child, what: &str) -> Result<(), Error> {
@@ -194,14 +249,26 @@ fn wait_for_socket(sock: &Path, child: &mut Child, what: &str) -> Result<(), Err
                 use std::io::Read;
                 let _ = e.read_to_string(&mut err);
             }
-            return Err(Error::External(format!("{what} exited ({st}): {}", err.lines().take(3).collect::<Vec<_>>().join(" | "))));
+            return Err(Error::External(format!(
+                "{what} exited ({st}): {}",
+                err.lines().take(3).collect::<Vec<_>>().join(" | ")
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(Error::External(format!("{what} did not create its socket {} within 15 s", sock.display())))
+    Err(Error::External(format!(
+        "{what} did not create its socket {} within 15 s",
+        sock.display()
+    )))
 }
 
-fn spawn(name: &str, cmd: Command, sock: &Path, export: &str, files: Vec<PathBuf>) -> Result<Server, Error> {
+fn spawn(
+    name: &str,
+    cmd: Command,
+    sock: &Path,
+    export: &str,
+    files: Vec<PathBuf>,
+) -> Result<Server, Error> {
     spawn_with_input(name, cmd, None, sock, export, files)
 }
 
@@ -216,14 +283,20 @@ fn spawn_with_input(
     files: Vec<PathBuf>,
 ) -> Result<Server, Error> {
     let mut child = cmd
-        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| Error::External(format!("Cannot start {name}: {e}")))?;
     if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
         use std::io::Write;
-        let _ = stdin.write_all(data.as_bytes()).and_then(|()| stdin.write_all(b"\n"));
+        let _ = stdin
+            .write_all(data.as_bytes())
+            .and_then(|()| stdin.write_all(b"\n"));
     }
     if let Err(e) = wait_for_socket(sock, &mut child, name) {
         let _ = child.kill();
@@ -237,30 +310,53 @@ fn spawn_with_input(
     if let Some(mut e) = child.stderr.take() {
         std::thread::spawn(move || std::io::copy(&mut e, &mut std::io::sink()));
     }
-    Ok(Server { name: name.into(), child, uri: format!("nbd+unix:///{export}?socket={}", sock.display()), cipher: None, mode: None, files })
+    Ok(Server {
+        name: name.into(),
+        child,
+        uri: format!("nbd+unix:///{export}?socket={}", sock.display()),
+        cipher: None,
+        mode: None,
+        files,
+    })
 }
 
 fn shm_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
 }
 
 fn make_raw_image(path: &Path, size: u64) -> Result<(), Error> {
-    let f = std::fs::File::create(path).map_err(|source| Error::Output { path: path.into(), source })?;
-    f.set_len(size).map_err(|source| Error::Output { path: path.into(), source })
+    let f = std::fs::File::create(path).map_err(|source| Error::Output {
+        path: path.into(),
+        source,
+    })?;
+    f.set_len(size).map_err(|source| Error::Output {
+        path: path.into(),
+        source,
+    })
 }
 
 fn make_luks_image(path: &Path, size: u64, pass: &str) -> Result<(), Error> {
     let out = Command::new("qemu-img")
         .args(["create", "-q", "-f", "luks", "--object"])
         .arg(format!("secret,id=sec0,data={pass}"))
-        .args(["-o", "key-secret=sec0,iter-time=10,cipher-alg=aes-256,cipher-mode=xts,ivgen-alg=plain64"])
+        .args([
+            "-o",
+            "key-secret=sec0,iter-time=10,cipher-alg=aes-256,cipher-mode=xts,ivgen-alg=plain64",
+        ])
         .arg(path)
         .arg(size.to_string())
         .output()
         .map_err(|e| Error::External(format!("Cannot run qemu-img: {e}")))?;
     if !out.status.success() {
-        return Err(Error::External(format!("qemu-img create -f luks failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(Error::External(format!(
+            "qemu-img create -f luks failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(())
 }
@@ -282,7 +378,9 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
         Box::new(move || {
             let so = s("nbdkit-memory");
             let mut c = Command::new("nbdkit");
-            c.args(["--foreground", "--unix"]).arg(&so).args(["memory", &format!("size={size}")]);
+            c.args(["--foreground", "--unix"])
+                .arg(&so)
+                .args(["memory", &format!("size={size}")]);
             let _ = &i;
             spawn("nbdkit-memory", c, &so, "", vec![so.clone()])
         }),
@@ -298,8 +396,18 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                 make_raw_image(&im, size)?;
                 let mut key = zeroize::Zeroizing::new(vec![0u8; cipher.key_len()]);
                 random_bytes(&mut key)?;
-                let hexkey = zeroize::Zeroizing::new(if key.is_empty() { "-".to_string() } else { key.iter().map(|b| format!("{b:02x}")).collect() });
-                let table = zeroize::Zeroizing::new(format!("0 {} crypt {} {} 0 {} 0", size / 512, cipher.spec(), hexkey.as_str(), im.display()));
+                let hexkey = zeroize::Zeroizing::new(if key.is_empty() {
+                    "-".to_string()
+                } else {
+                    key.iter().map(|b| format!("{b:02x}")).collect()
+                });
+                let table = zeroize::Zeroizing::new(format!(
+                    "0 {} crypt {} {} 0 {} 0",
+                    size / 512,
+                    cipher.spec(),
+                    hexkey.as_str(),
+                    im.display()
+                ));
                 let mode = match t.mode {
                     crate::Mode::Adaptive => "adaptive",
                     crate::Mode::Inline => "inline",
@@ -308,7 +416,15 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                 let run_dir = so.with_extension("run");
                 let mut c = Command::new(&exe);
                 c.env("UCRYPT_RUNTIME_DIR", &run_dir);
-                c.args(["open", "--type", "plain", "--foreground", "--table-stdin", "--mode", mode]);
+                c.args([
+                    "open",
+                    "--type",
+                    "plain",
+                    "--foreground",
+                    "--table-stdin",
+                    "--mode",
+                    mode,
+                ]);
                 if t.mode == crate::Mode::InlineRead {
                     c.arg("--perf-no_read_workqueue");
                 }
@@ -317,7 +433,14 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                 }
                 c.arg("--export").arg(format!("nbd={}", so.display()));
                 c.arg(&im).arg(format!("bench-{}", t));
-                let mut srv = spawn_with_input(&name, c, Some(table.as_str()), &so, "", vec![so.clone(), im.clone(), run_dir])?;
+                let mut srv = spawn_with_input(
+                    &name,
+                    c,
+                    Some(table.as_str()),
+                    &so,
+                    "",
+                    vec![so.clone(), im.clone(), run_dir],
+                )?;
                 srv.cipher = t.cipher;
                 srv.mode = Some(t.mode);
                 Ok(srv)
@@ -333,7 +456,10 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                 let (so, im) = (s("nbdkit-luks"), i("nbdkit-luks"));
                 make_luks_image(&im, size, pass)?;
                 let mut c = Command::new("nbdkit");
-                c.args(["--foreground", "--unix"]).arg(&so).args(["--filter=luks", "file"]).arg(format!("file={}", im.display()));
+                c.args(["--foreground", "--unix"])
+                    .arg(&so)
+                    .args(["--filter=luks", "file"])
+                    .arg(format!("file={}", im.display()));
                 c.arg(format!("passphrase={pass}"));
                 let mut srv = spawn("nbdkit-luks", c, &so, "", vec![so.clone(), im.clone()])?;
                 srv.cipher = Some(Cipher::AesXts);
@@ -354,14 +480,19 @@ fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<(String, Starter)> {
                     } else {
                         make_raw_image(&im, size)?;
                     }
-                    c.arg("--blockdev").arg(format!("driver=file,node-name=file0,filename={}", im.display()));
+                    c.arg("--blockdev").arg(format!(
+                        "driver=file,node-name=file0,filename={}",
+                        im.display()
+                    ));
                     c.arg("--blockdev").arg(if luks {
                         "driver=luks,node-name=disk0,file=file0,key-secret=sec0".to_string()
                     } else {
                         "driver=raw,node-name=disk0,file=file0".to_string()
                     });
-                    c.arg("--nbd-server").arg(format!("addr.type=unix,addr.path={}", so.display()));
-                    c.arg("--export").arg("type=nbd,id=exp0,node-name=disk0,name=disk0,writable=on");
+                    c.arg("--nbd-server")
+                        .arg(format!("addr.type=unix,addr.path={}", so.display()));
+                    c.arg("--export")
+                        .arg("type=nbd,id=exp0,node-name=disk0,name=disk0,writable=on");
                     let mut srv = spawn(name, c, &so, "disk0", vec![so.clone(), im.clone()])?;
                     srv.cipher = luks.then_some(Cipher::AesXts);
                     Ok(srv)
@@ -389,7 +520,10 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
         missing.push("qemu-img (to make LUKS images)");
     }
     if !missing.is_empty() {
-        return Err(Error::Missing(format!("Missing for --via fio/--peers: {}", missing.join(", "))));
+        return Err(Error::Missing(format!(
+            "Missing for --via fio/--peers: {}",
+            missing.join(", ")
+        )));
     }
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let t0 = Instant::now();
@@ -398,7 +532,13 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
     let mut heads: Vec<Workload> = Vec::new();
     for (bs, qd) in [(4096u32, 1usize), (1 << 20, 8)] {
         for rw in [Rw::Read, Rw::Write] {
-            heads.push(Workload { rw, bs, qd, jobs: 1, runtime: opts.runtime });
+            heads.push(Workload {
+                rw,
+                bs,
+                qd,
+                jobs: 1,
+                runtime: opts.runtime,
+            });
         }
     }
     let mut sweep: Vec<Workload> = Vec::new();
@@ -406,7 +546,13 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
         for &bs in &opts.bs {
             for &jobs in &opts.jobs {
                 for &qd in &opts.qd {
-                    sweep.push(Workload { rw, bs, qd, jobs, runtime: opts.sweep_runtime });
+                    sweep.push(Workload {
+                        rw,
+                        bs,
+                        qd,
+                        jobs,
+                        runtime: opts.sweep_runtime,
+                    });
                 }
             }
         }
@@ -420,7 +566,10 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
         let srv = match start() {
             Ok(s) => s,
             Err(e) => {
-                skipped.push(report::Skipped { target: name, reason: e.to_string() });
+                skipped.push(report::Skipped {
+                    target: name,
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
@@ -432,16 +581,33 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
         let args = vec!["--ioengine=nbd".to_string(), format!("--uri={}", srv.uri)];
         // Fill the export so no server answers reads from unallocated holes.
         if let Err(e) = fill(&args, size) {
-            skipped.push(report::Skipped { target: name, reason: e.to_string() });
+            skipped.push(report::Skipped {
+                target: name,
+                reason: e.to_string(),
+            });
             continue;
         }
-        let target = if srv.name == "nbdkit-memory" { "raw".to_string() } else { srv.name.clone() };
+        let target = if srv.name == "nbdkit-memory" {
+            "raw".to_string()
+        } else {
+            srv.name.clone()
+        };
         // The sweep covers raw and ucrypt's sweep targets; peers get the headline.
         let swept = target == "raw"
-            || opts.sweep_targets.iter().any(|t| format!("ucrypt-{t}") == target);
+            || opts
+                .sweep_targets
+                .iter()
+                .any(|t| format!("ucrypt-{t}") == target);
         let none = Vec::new();
-        let sweep_here = if swept && !opts.sweep_targets.is_empty() { &sweep } else { &none };
-        for (phase, list, reps) in [(Phase::Headline, &heads, opts.reps), (Phase::Sweep, sweep_here, opts.sweep_reps)] {
+        let sweep_here = if swept && !opts.sweep_targets.is_empty() {
+            &sweep
+        } else {
+            &none
+        };
+        for (phase, list, reps) in [
+            (Phase::Headline, &heads, opts.reps),
+            (Phase::Sweep, sweep_here, opts.sweep_reps),
+        ] {
             for w in list.iter() {
                 let mut mib = Vec::new();
                 let mut iops = Vec::new();
@@ -467,7 +633,9 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
                         }
                     }
                 }
-                let mut cell = CellResult::from_parts(phase, &target, srv.cipher, srv.mode, w, reps, &mib, &iops, &lats, &cpu);
+                let mut cell = CellResult::from_parts(
+                    phase, &target, srv.cipher, srv.mode, w, reps, &mib, &iops, &lats, &cpu,
+                );
                 cell.errors = errors;
                 cell.error = error;
                 cells.push(cell);
@@ -477,11 +645,19 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
     }
     let mut crypto = Vec::new();
     for c in ciphers {
-        let mut sizes: Vec<u32> = heads.iter().map(|w| w.bs).chain(opts.bs.iter().copied()).collect();
+        let mut sizes: Vec<u32> = heads
+            .iter()
+            .map(|w| w.bs)
+            .chain(opts.bs.iter().copied())
+            .collect();
         sizes.sort_unstable();
         sizes.dedup();
         for bs in sizes {
-            crypto.push(crate::measure_crypto(c, bs, (opts.sweep_runtime / 2).max(Duration::from_millis(10)))?);
+            crypto.push(crate::measure_crypto(
+                c,
+                bs,
+                (opts.sweep_runtime / 2).max(Duration::from_millis(10)),
+            )?);
         }
     }
     report::derive(&mut cells, &crypto);
@@ -491,8 +667,15 @@ pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
         started,
         duration_s: t0.elapsed().as_secs_f64(),
         machine: report::Machine::detect(),
-        via: if plan.peers { "fio+peers".into() } else { "fio".into() },
-        options: report::OptionsRecord::from(&Options { size, ..opts.clone() }),
+        via: if plan.peers {
+            "fio+peers".into()
+        } else {
+            "fio".into()
+        },
+        options: report::OptionsRecord::from(&Options {
+            size,
+            ..opts.clone()
+        }),
         crypto,
         cells,
         skipped,
@@ -513,7 +696,14 @@ mod tests {
         let r = parse_fio_json(text, Rw::Read).unwrap();
         assert_eq!(stats::mib_per_s(r.bytes_per_s), 100.0);
         assert_eq!(r.iops, 25600.0);
-        assert_eq!(r.lat, Some(Percentiles { p50: 12.0, p99: 30.0, p999: 45.0 }));
+        assert_eq!(
+            r.lat,
+            Some(Percentiles {
+                p50: 12.0,
+                p99: 30.0,
+                p999: 45.0
+            })
+        );
         assert!((r.cpu_s - 0.25).abs() < 1e-9);
         assert_eq!(parse_fio_json(text, Rw::Write).unwrap().lat, None);
         assert!(parse_fio_json("garbage", Rw::Read).is_err());

@@ -149,7 +149,11 @@ impl Options {
     /// `--full`: longer runs, more repetitions, 8 jobs, both ciphers swept.
     pub fn full() -> Self {
         let mut sweep_targets = sweep_set(Cipher::Null);
-        sweep_targets.extend(sweep_set(Cipher::AesXts).into_iter().filter(|t| *t != Target::RAW));
+        sweep_targets.extend(
+            sweep_set(Cipher::AesXts)
+                .into_iter()
+                .filter(|t| *t != Target::RAW),
+        );
         Self {
             profile: "full".into(),
             size: 2 << 30,
@@ -167,12 +171,20 @@ impl Options {
 
     /// Rough wall-time estimate in seconds (for the banner).
     pub fn estimate_secs(&self) -> f64 {
-        let head = self.targets.len() as f64 * 2.0 * (self.warmup + self.runtime * self.reps as u32).as_secs_f64();
+        let head = self.targets.len() as f64
+            * 2.0
+            * (self.warmup + self.runtime * self.reps as u32).as_secs_f64();
         let mut sweep = 0.0;
         for &bs in &self.bs {
             for &qd in &self.qd {
                 for &jobs in &self.jobs {
-                    let w = Workload { rw: Rw::Read, bs, qd, jobs, runtime: self.sweep_runtime };
+                    let w = Workload {
+                        rw: Rw::Read,
+                        bs,
+                        qd,
+                        jobs,
+                        runtime: self.sweep_runtime,
+                    };
                     let rep = (self.sweep_runtime + drain_estimate(&w)).as_secs_f64();
                     sweep += self.warmup.as_secs_f64() + rep * self.sweep_reps as f64;
                 }
@@ -184,13 +196,23 @@ impl Options {
     /// Checks the options (also done by [`run`]).
     pub fn validate(&self) -> Result<(), Error> {
         if self.size < 1 << 20 || self.size % 512 != 0 {
-            return Err(Error::Usage("The ramdisk size must be at least 1 MiB and a multiple of 512".into()));
+            return Err(Error::Usage(
+                "The ramdisk size must be at least 1 MiB and a multiple of 512".into(),
+            ));
         }
-        if let Some(bs) = self.bs.iter().find(|&&b| b == 0 || b % 512 != 0 || u64::from(b) > self.size) {
-            return Err(Error::Usage(format!("Block size {bs} is not a non-zero multiple of 512 no larger than the ramdisk")));
+        if let Some(bs) = self
+            .bs
+            .iter()
+            .find(|&&b| b == 0 || b % 512 != 0 || u64::from(b) > self.size)
+        {
+            return Err(Error::Usage(format!(
+                "Block size {bs} is not a non-zero multiple of 512 no larger than the ramdisk"
+            )));
         }
         if self.qd.contains(&0) || self.jobs.contains(&0) {
-            return Err(Error::Usage("Queue depth and jobs must be at least 1".into()));
+            return Err(Error::Usage(
+                "Queue depth and jobs must be at least 1".into(),
+            ));
         }
         if self.reps == 0 || self.sweep_reps == 0 {
             return Err(Error::Usage("Repetitions must be at least 1".into()));
@@ -210,7 +232,12 @@ fn drain_estimate(w: &Workload) -> Duration {
 
 /// raw + `cipher` classic/inline/adaptive: what the heatmaps need.
 pub fn sweep_set(cipher: Cipher) -> Vec<Target> {
-    vec![Target::RAW, Target::new(cipher, Mode::Classic), Target::new(cipher, Mode::Inline), Target::new(cipher, Mode::Adaptive)]
+    vec![
+        Target::RAW,
+        Target::new(cipher, Mode::Classic),
+        Target::new(cipher, Mode::Inline),
+        Target::new(cipher, Mode::Adaptive),
+    ]
 }
 
 /// `./results/bench-<UTC timestamp>/`.
@@ -220,7 +247,9 @@ pub fn default_out_dir() -> PathBuf {
 
 /// UTC now as `20261121T111500Z`.
 pub fn timestamp_compact() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string().replace(['-', ':'], "")
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 /// Crypto throughput of one cipher at one buffer size, single thread.
@@ -255,15 +284,24 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
     opts.validate()?;
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let t0 = Instant::now();
-    let mem = MemBackend::new(opts.size)
-        .map_err(|e| Error::Target(format!("Cannot allocate a {} MiB ramdisk: {e}", opts.size >> 20)))?;
+    let mem = MemBackend::new(opts.size).map_err(|e| {
+        Error::Target(format!(
+            "Cannot allocate a {} MiB ramdisk: {e}",
+            opts.size >> 20
+        ))
+    })?;
     let backend: Arc<dyn Backend> = Arc::new(mem);
     prefill(&*backend)?;
 
     // Engines for every target; a target that cannot start is skipped.
-    let max_qd = opts.qd.iter().max().copied().unwrap_or(1) * opts.jobs.iter().max().copied().unwrap_or(1);
+    let max_qd =
+        opts.qd.iter().max().copied().unwrap_or(1) * opts.jobs.iter().max().copied().unwrap_or(1);
     let mut all: Vec<Target> = opts.targets.clone();
-    all.extend(opts.sweep_targets.iter().filter(|t| !opts.targets.contains(t)));
+    all.extend(
+        opts.sweep_targets
+            .iter()
+            .filter(|t| !opts.targets.contains(t)),
+    );
     let mut engines: HashMap<Target, Arc<datapath::Engine>> = HashMap::new();
     let mut skipped = Vec::new();
     for t in &all {
@@ -271,15 +309,32 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
             Ok(e) => {
                 engines.insert(*t, Arc::new(e));
             }
-            Err(e) => skipped.push(report::Skipped { target: t.to_string(), reason: e.to_string() }),
+            Err(e) => skipped.push(report::Skipped {
+                target: t.to_string(),
+                reason: e.to_string(),
+            }),
         }
     }
-    let head_targets: Vec<Target> = opts.targets.iter().copied().filter(|t| engines.contains_key(t)).collect();
-    let sweep_targets: Vec<Target> = opts.sweep_targets.iter().copied().filter(|t| engines.contains_key(t)).collect();
+    let head_targets: Vec<Target> = opts
+        .targets
+        .iter()
+        .copied()
+        .filter(|t| engines.contains_key(t))
+        .collect();
+    let sweep_targets: Vec<Target> = opts
+        .sweep_targets
+        .iter()
+        .copied()
+        .filter(|t| engines.contains_key(t))
+        .collect();
 
     // Crypto throughput of every cipher in use at every block size.
     let mut crypto_speeds = Vec::new();
-    let mut ciphers: Vec<Cipher> = all.iter().filter(|t| engines.contains_key(t)).filter_map(|t| t.cipher).collect();
+    let mut ciphers: Vec<Cipher> = all
+        .iter()
+        .filter(|t| engines.contains_key(t))
+        .filter_map(|t| t.cipher)
+        .collect();
     ciphers.dedup();
     ciphers.sort_by_key(|c| c.short());
     ciphers.dedup();
@@ -299,7 +354,13 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
     // The plan, for the progress bar.
     let head_w: Vec<Workload> = [Rw::Read, Rw::Write]
         .into_iter()
-        .map(|rw| Workload { rw, bs: 4096, qd: 1, jobs: 1, runtime: opts.runtime })
+        .map(|rw| Workload {
+            rw,
+            bs: 4096,
+            qd: 1,
+            jobs: 1,
+            runtime: opts.runtime,
+        })
         .collect();
     let mut sweep_w = Vec::new();
     if sweep_targets.len() > 1 {
@@ -307,7 +368,13 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
             for &bs in &opts.bs {
                 for &jobs in &opts.jobs {
                     for &qd in &opts.qd {
-                        sweep_w.push(Workload { rw, bs, qd, jobs, runtime: opts.sweep_runtime });
+                        sweep_w.push(Workload {
+                            rw,
+                            bs,
+                            qd,
+                            jobs,
+                            runtime: opts.sweep_runtime,
+                        });
                     }
                 }
             }
@@ -317,18 +384,46 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
         let rep = w.runtime + drain_estimate(w);
         ((opts.warmup + rep * reps as u32) * n as u32).as_millis() as u64
     };
-    let total: u64 = head_w.iter().map(|w| cost(w, opts.reps, head_targets.len())).sum::<u64>()
-        + sweep_w.iter().map(|w| cost(w, opts.sweep_reps, sweep_targets.len())).sum::<u64>();
+    let total: u64 = head_w
+        .iter()
+        .map(|w| cost(w, opts.reps, head_targets.len()))
+        .sum::<u64>()
+        + sweep_w
+            .iter()
+            .map(|w| cost(w, opts.sweep_reps, sweep_targets.len()))
+            .sum::<u64>();
     let bar = progress_bar(opts.progress, total);
 
     let mut cells = Vec::new();
     for w in &head_w {
         bar.set_message(format!("headline {} 4k QD1", w.rw.name()));
-        cells.extend(run_cell(&engines, &head_targets, w, opts.reps, opts, Phase::Headline, &bar));
+        cells.extend(run_cell(
+            &engines,
+            &head_targets,
+            w,
+            opts.reps,
+            opts,
+            Phase::Headline,
+            &bar,
+        ));
     }
     for w in &sweep_w {
-        bar.set_message(format!("sweep {} bs={} QD{} jobs={}", w.rw.name(), report::fmt_bs(w.bs), w.qd, w.jobs));
-        cells.extend(run_cell(&engines, &sweep_targets, w, opts.sweep_reps, opts, Phase::Sweep, &bar));
+        bar.set_message(format!(
+            "sweep {} bs={} QD{} jobs={}",
+            w.rw.name(),
+            report::fmt_bs(w.bs),
+            w.qd,
+            w.jobs
+        ));
+        cells.extend(run_cell(
+            &engines,
+            &sweep_targets,
+            w,
+            opts.sweep_reps,
+            opts,
+            Phase::Sweep,
+            &bar,
+        ));
     }
     bar.finish_and_clear();
     for e in engines.values() {
@@ -363,7 +458,11 @@ fn run_cell(
         for t in targets {
             // A shallow warm-up: it wakes the engine's threads and caches
             // without draining a deep queue of large blocks twice.
-            let warm = Workload { runtime: opts.warmup, qd: w.qd.min(4), ..*w };
+            let warm = Workload {
+                runtime: opts.warmup,
+                qd: w.qd.min(4),
+                ..*w
+            };
             driver::run(&engines[t], &warm, opts.size);
             bar.inc(opts.warmup.as_millis() as u64);
         }
@@ -375,7 +474,11 @@ fn run_cell(
             bar.inc((w.runtime + drain_estimate(w)).as_millis() as u64);
         }
     }
-    targets.iter().zip(runs).map(|(t, r)| CellResult::from_reps(phase, &t.to_string(), t.cipher, Some(t.mode), w, r)).collect()
+    targets
+        .iter()
+        .zip(runs)
+        .map(|(t, r)| CellResult::from_reps(phase, &t.to_string(), t.cipher, Some(t.mode), w, r))
+        .collect()
 }
 
 /// Writes a pattern over the whole ramdisk so reads touch real pages.
@@ -397,8 +500,10 @@ fn progress_bar(enabled: bool, total_ms: u64) -> indicatif::ProgressBar {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(total_ms);
-    let style = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% ETA {eta} {msg}")
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% ETA {eta} {msg}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
@@ -428,7 +533,13 @@ mod tests {
 
     #[test]
     fn drain_estimate_scales_with_bytes_in_flight() {
-        let w = Workload { rw: Rw::Read, bs: 4 << 20, qd: 64, jobs: 4, runtime: Duration::ZERO };
+        let w = Workload {
+            rw: Rw::Read,
+            bs: 4 << 20,
+            qd: 64,
+            jobs: 4,
+            runtime: Duration::ZERO,
+        };
         let d = drain_estimate(&w).as_secs_f64();
         assert!((d - (1u64 << 30) as f64 / 1.5e9).abs() < 1e-6);
     }

@@ -70,15 +70,28 @@ pub struct CellResult {
 
 impl CellResult {
     /// Aggregates repetitions: medians and spread.
-    pub fn from_reps(phase: Phase, target: &str, cipher: Option<Cipher>, mode: Option<Mode>, w: &Workload, reps: Vec<RepResult>) -> Self {
+    pub fn from_reps(
+        phase: Phase,
+        target: &str,
+        cipher: Option<Cipher>,
+        mode: Option<Mode>,
+        w: &Workload,
+        reps: Vec<RepResult>,
+    ) -> Self {
         let n = reps.len();
         let errors = reps.iter().map(|r| r.errors).sum();
         let error = reps.iter().find_map(|r| r.first_error.clone());
         let ok: Vec<RepResult> = reps.into_iter().filter(|r| r.ops > 0).collect();
-        let mib: Vec<f64> = ok.iter().map(|r| stats::mib_per_s(r.bytes_per_s())).collect();
+        let mib: Vec<f64> = ok
+            .iter()
+            .map(|r| stats::mib_per_s(r.bytes_per_s()))
+            .collect();
         let iops: Vec<f64> = ok.iter().map(RepResult::iops).collect();
         let cpu: Vec<f64> = ok.iter().filter_map(RepResult::cpu_s_per_gib).collect();
-        let lats: Vec<Percentiles> = ok.into_iter().filter_map(|mut r| Percentiles::of_ns(&mut r.lat_ns)).collect();
+        let lats: Vec<Percentiles> = ok
+            .into_iter()
+            .filter_map(|mut r| Percentiles::of_ns(&mut r.lat_ns))
+            .collect();
         let mut c = Self::from_parts(phase, target, cipher, mode, w, n, &mib, &iops, &lats, &cpu);
         c.errors = errors;
         c.error = error;
@@ -129,7 +142,11 @@ impl CellResult {
     }
 
     fn same_workload(&self, o: &CellResult) -> bool {
-        self.phase == o.phase && self.rw == o.rw && self.bs == o.bs && self.qd == o.qd && self.jobs == o.jobs
+        self.phase == o.phase
+            && self.rw == o.rw
+            && self.bs == o.bs
+            && self.qd == o.qd
+            && self.jobs == o.jobs
     }
 }
 
@@ -176,14 +193,23 @@ impl Machine {
             .collect();
         let mem_total_bytes = std::fs::read_to_string("/proc/meminfo")
             .ok()
-            .and_then(|m| m.lines().find(|l| l.starts_with("MemTotal:")).map(str::to_string))
-            .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+            .and_then(|m| {
+                m.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .map(str::to_string)
+            })
+            .and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
             .map_or(0, |kb| kb * 1024);
         Self {
             cpu_model: field("model name").unwrap_or_else(|| "unknown".into()),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             mem_total_bytes,
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "unknown".into(), |s| s.trim().to_string()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map_or_else(|_| "unknown".into(), |s| s.trim().to_string()),
             cpu_flags,
         }
     }
@@ -194,7 +220,11 @@ impl Machine {
             "{}, {} CPUs ({}), {:.1} GiB RAM, Linux {}",
             self.cpu_model,
             self.cpus,
-            if self.cpu_flags.is_empty() { "no AES-NI".into() } else { self.cpu_flags.join(" ") },
+            if self.cpu_flags.is_empty() {
+                "no AES-NI".into()
+            } else {
+                self.cpu_flags.join(" ")
+            },
             self.mem_total_bytes as f64 / stats::GIB,
             self.kernel
         )
@@ -283,16 +313,27 @@ pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {
     let snapshot: Vec<CellResult> = cells.to_vec();
     for (i, c) in snapshot.iter().enumerate() {
         let Some(mine) = c.mib() else { continue };
-        let peer = |pred: &dyn Fn(&CellResult) -> bool| snapshot.iter().find(|o| o.same_workload(c) && pred(o)).and_then(CellResult::mib);
+        let peer = |pred: &dyn Fn(&CellResult) -> bool| {
+            snapshot
+                .iter()
+                .find(|o| o.same_workload(c) && pred(o))
+                .and_then(CellResult::mib)
+        };
         let out = &mut cells[i];
         let raw = peer(&|o| o.target == "raw");
         if let Some(raw) = raw {
             out.pct_raw = stats::percent(mine, raw);
         }
         if let (Some(cipher), Some(raw)) = (c.cipher, raw) {
-            let speed = crypto.iter().find(|s| s.cipher == cipher.spec() && s.bs == c.bs);
+            let speed = crypto
+                .iter()
+                .find(|s| s.cipher == cipher.spec() && s.bs == c.bs);
             if let Some(s) = speed {
-                let cs = if c.rw.is_write() { s.encrypt_mib_s } else { s.decrypt_mib_s };
+                let cs = if c.rw.is_write() {
+                    s.encrypt_mib_s
+                } else {
+                    s.decrypt_mib_s
+                };
                 let b = stats::bound(raw, cs);
                 if b > 0.0 {
                     out.bound_mib_s = Some(b);
@@ -301,7 +342,10 @@ pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {
             }
         }
         if c.cipher.is_some() {
-            let classic = c.mode.and_then(|m| c.target.strip_suffix(m.name())).map(|p| format!("{p}classic"));
+            let classic = c
+                .mode
+                .and_then(|m| c.target.strip_suffix(m.name()))
+                .map(|p| format!("{p}classic"));
             if let Some(cl) = classic.and_then(|name| peer(&|o| o.target == name)) {
                 out.pct_classic = stats::percent(mine, cl);
             }
@@ -333,7 +377,11 @@ impl Report {
     /// then the crypto speeds, then a one-line summary per heatmap.
     pub fn table(&self) -> String {
         let mut s = String::new();
-        let head: Vec<&CellResult> = self.cells.iter().filter(|c| c.phase == Phase::Headline).collect();
+        let head: Vec<&CellResult> = self
+            .cells
+            .iter()
+            .filter(|c| c.phase == Phase::Headline)
+            .collect();
         let o = &self.options;
         let _ = writeln!(
             s,
@@ -352,9 +400,18 @@ impl Report {
             }
         }
         for (bs, qd, jobs) in workloads {
-            let head: Vec<&CellResult> = head.iter().copied().filter(|c| (c.bs, c.qd, c.jobs) == (bs, qd, jobs)).collect();
+            let head: Vec<&CellResult> = head
+                .iter()
+                .copied()
+                .filter(|c| (c.bs, c.qd, c.jobs) == (bs, qd, jobs))
+                .collect();
             let _ = writeln!(s);
-            let _ = writeln!(s, "{} sequential, QD{qd}, {jobs} job{}:", fmt_bs(bs), if jobs == 1 { "" } else { "s" });
+            let _ = writeln!(
+                s,
+                "{} sequential, QD{qd}, {jobs} job{}:",
+                fmt_bs(bs),
+                if jobs == 1 { "" } else { "s" }
+            );
             head_table(&mut s, &head);
         }
         let crypto4k: Vec<&CryptoSpeed> = self.crypto.iter().filter(|c| c.bs == 4096).collect();
@@ -369,15 +426,29 @@ impl Report {
                     opt(Some(c.decrypt_mib_s), 0, "")
                 );
             }
-            let _ = writeln!(s, "bound = io·c/(io+c), io = raw's MiB/s in the same cell (seed 002)");
+            let _ = writeln!(
+                s,
+                "bound = io·c/(io+c), io = raw's MiB/s in the same cell (seed 002)"
+            );
         }
         for c in head.iter().filter(|c| c.error.is_some()) {
-            let _ = writeln!(s, "error: {} {}: {} failed request(s): {}", c.target, c.rw.name(), c.errors, c.error.as_deref().unwrap_or(""));
+            let _ = writeln!(
+                s,
+                "error: {} {}: {} failed request(s): {}",
+                c.target,
+                c.rw.name(),
+                c.errors,
+                c.error.as_deref().unwrap_or("")
+            );
         }
         for k in &self.skipped {
             let _ = writeln!(s, "skipped: {}: {}", k.target, k.reason);
         }
-        let sweep: Vec<&CellResult> = self.cells.iter().filter(|c| c.phase == Phase::Sweep).collect();
+        let sweep: Vec<&CellResult> = self
+            .cells
+            .iter()
+            .filter(|c| c.phase == Phase::Sweep)
+            .collect();
         if !sweep.is_empty() {
             let _ = writeln!(s);
             let _ = writeln!(
@@ -393,17 +464,31 @@ impl Report {
             );
             let mut names: Vec<&str> = Vec::new();
             for c in &sweep {
-                if c.pct_classic.is_some() && c.mode != Some(Mode::Classic) && !names.contains(&c.target.as_str()) {
+                if c.pct_classic.is_some()
+                    && c.mode != Some(Mode::Classic)
+                    && !names.contains(&c.target.as_str())
+                {
                     names.push(&c.target);
                 }
             }
             for name in names {
                 for &rw in &o.rw {
-                    let v: Vec<&&CellResult> = sweep.iter().filter(|c| c.target == name && c.rw == rw && c.pct_classic.is_some()).collect();
+                    let v: Vec<&&CellResult> = sweep
+                        .iter()
+                        .filter(|c| c.target == name && c.rw == rw && c.pct_classic.is_some())
+                        .collect();
                     let p: Vec<f64> = v.iter().filter_map(|c| c.pct_classic).collect();
                     let (Some(min), Some(max)) = (
-                        v.iter().min_by(|a, b| a.pct_classic.unwrap_or(0.0).total_cmp(&b.pct_classic.unwrap_or(0.0))),
-                        v.iter().max_by(|a, b| a.pct_classic.unwrap_or(0.0).total_cmp(&b.pct_classic.unwrap_or(0.0))),
+                        v.iter().min_by(|a, b| {
+                            a.pct_classic
+                                .unwrap_or(0.0)
+                                .total_cmp(&b.pct_classic.unwrap_or(0.0))
+                        }),
+                        v.iter().max_by(|a, b| {
+                            a.pct_classic
+                                .unwrap_or(0.0)
+                                .total_cmp(&b.pct_classic.unwrap_or(0.0))
+                        }),
                     ) else {
                         continue;
                     };
@@ -476,11 +561,17 @@ impl Report {
     /// Writes table.txt, results.json, cells.csv and the heatmaps into
     /// `dir`; returns the files written.
     pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| Error::Output {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let mut files = Vec::new();
         let mut put = |name: &str, bytes: &[u8]| -> Result<(), Error> {
             let p = dir.join(name);
-            std::fs::write(&p, bytes).map_err(|source| Error::Output { path: p.clone(), source })?;
+            std::fs::write(&p, bytes).map_err(|source| Error::Output {
+                path: p.clone(),
+                source,
+            })?;
             files.push(p);
             Ok(())
         };
@@ -499,7 +590,17 @@ fn head_table(s: &mut String, head: &[&CellResult]) {
     let _ = writeln!(
         s,
         "{:<24} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
-        "target", "read MiB/s", "write MiB/s", "read", "write", "read", "write", "read p50", "write p50", "read", "write"
+        "target",
+        "read MiB/s",
+        "write MiB/s",
+        "read",
+        "write",
+        "read",
+        "write",
+        "read p50",
+        "write p50",
+        "read",
+        "write"
     );
     let _ = writeln!(
         s,
@@ -513,9 +614,16 @@ fn head_table(s: &mut String, head: &[&CellResult]) {
         }
     }
     for name in names {
-        let get = |rw: Rw| head.iter().find(|c| c.target == name && c.rw == rw).copied();
+        let get = |rw: Rw| {
+            head.iter()
+                .find(|c| c.target == name && c.rw == rw)
+                .copied()
+        };
         let (r, w) = (get(Rw::Read), get(Rw::Write));
-        let f = |c: Option<&CellResult>, g: &dyn Fn(&CellResult) -> Option<f64>, p: usize, suf: &str| opt(c.and_then(g), p, suf);
+        let f = |c: Option<&CellResult>,
+                 g: &dyn Fn(&CellResult) -> Option<f64>,
+                 p: usize,
+                 suf: &str| opt(c.and_then(g), p, suf);
         let tput = |c: Option<&CellResult>| match c {
             Some(c) if c.mib_s.is_none() => "error".to_string(),
             _ => f(c, &CellResult::mib, 1, ""),
@@ -544,11 +652,29 @@ mod tests {
     use std::time::Duration;
 
     fn rep(bytes: u64, ms: u64) -> RepResult {
-        RepResult { bytes, ops: bytes / 4096, elapsed: Duration::from_millis(ms), lat_ns: vec![1000; 3], ..RepResult::default() }
+        RepResult {
+            bytes,
+            ops: bytes / 4096,
+            elapsed: Duration::from_millis(ms),
+            lat_ns: vec![1000; 3],
+            ..RepResult::default()
+        }
     }
 
-    fn cell(target: &str, cipher: Option<Cipher>, mode: Mode, rw: Rw, mib_per_100ms: &[u64]) -> CellResult {
-        let w = Workload { rw, bs: 4096, qd: 1, jobs: 1, runtime: Duration::from_millis(100) };
+    fn cell(
+        target: &str,
+        cipher: Option<Cipher>,
+        mode: Mode,
+        rw: Rw,
+        mib_per_100ms: &[u64],
+    ) -> CellResult {
+        let w = Workload {
+            rw,
+            bs: 4096,
+            qd: 1,
+            jobs: 1,
+            runtime: Duration::from_millis(100),
+        };
         let reps = mib_per_100ms.iter().map(|&m| rep(m << 20, 100)).collect();
         CellResult::from_reps(Phase::Headline, target, cipher, Some(mode), &w, reps)
     }
@@ -559,13 +685,36 @@ mod tests {
         // c = 300 MiB/s → bound 200·300/500 = 120 → 83.3%.
         let mut cells = vec![
             cell("raw", None, Mode::Classic, Rw::Read, &[19, 20, 21]),
-            cell("null-classic", Some(Cipher::Null), Mode::Classic, Rw::Read, &[8, 8, 9]),
-            cell("null-inline", Some(Cipher::Null), Mode::Inline, Rw::Read, &[20, 20, 20]),
-            cell("aes-inline", Some(Cipher::AesXts), Mode::Inline, Rw::Read, &[10]),
+            cell(
+                "null-classic",
+                Some(Cipher::Null),
+                Mode::Classic,
+                Rw::Read,
+                &[8, 8, 9],
+            ),
+            cell(
+                "null-inline",
+                Some(Cipher::Null),
+                Mode::Inline,
+                Rw::Read,
+                &[20, 20, 20],
+            ),
+            cell(
+                "aes-inline",
+                Some(Cipher::AesXts),
+                Mode::Inline,
+                Rw::Read,
+                &[10],
+            ),
         ];
         assert_eq!(cells[0].mib(), Some(200.0));
         assert_eq!(cells[0].mib_s.unwrap().spread_pct, 10.0);
-        let crypto = vec![CryptoSpeed { cipher: "aes-xts-plain64".into(), bs: 4096, encrypt_mib_s: 1.0, decrypt_mib_s: 300.0 }];
+        let crypto = vec![CryptoSpeed {
+            cipher: "aes-xts-plain64".into(),
+            bs: 4096,
+            encrypt_mib_s: 1.0,
+            decrypt_mib_s: 300.0,
+        }];
         derive(&mut cells, &crypto);
         assert_eq!(cells[0].pct_raw, Some(100.0));
         assert_eq!(cells[1].pct_raw, Some(40.0));
@@ -573,7 +722,10 @@ mod tests {
         assert_eq!(cells[3].bound_mib_s, Some(120.0));
         assert!((cells[3].pct_bound.unwrap() - 83.333).abs() < 0.01);
         assert_eq!(cells[3].pct_classic, None);
-        assert_eq!(cells[1].pct_bound, None, "no crypto speed measured for null");
+        assert_eq!(
+            cells[1].pct_bound, None,
+            "no crypto speed measured for null"
+        );
     }
 
     #[test]

@@ -60,7 +60,11 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 /// Median, minimum, maximum and relative spread of repeated measurements.
@@ -83,8 +87,17 @@ impl Summary {
         let finite = xs.iter().copied().filter(|x| !x.is_nan());
         let min = finite.clone().fold(f64::INFINITY, f64::min);
         let max = finite.fold(f64::NEG_INFINITY, f64::max);
-        let spread_pct = if median > 0.0 { (max - min) / median * 100.0 } else { 0.0 };
-        Some(Self { median, min, max, spread_pct })
+        let spread_pct = if median > 0.0 {
+            (max - min) / median * 100.0
+        } else {
+            0.0
+        };
+        Some(Self {
+            median,
+            min,
+            max,
+            spread_pct,
+        })
     }
 }
 
@@ -117,13 +130,21 @@ impl Percentiles {
     pub fn of_ns(ns: &mut [u64]) -> Option<Self> {
         ns.sort_unstable();
         let us = |p| percentile_sorted(ns, p).map(|v| v as f64 / 1000.0);
-        Some(Self { p50: us(50.0)?, p99: us(99.0)?, p999: us(99.9)? })
+        Some(Self {
+            p50: us(50.0)?,
+            p99: us(99.0)?,
+            p999: us(99.9)?,
+        })
     }
 
     /// Per-percentile median over repetitions.
     pub fn median_of(reps: &[Self]) -> Option<Self> {
         let pick = |f: fn(&Self) -> f64| median(&reps.iter().map(f).collect::<Vec<_>>());
-        Some(Self { p50: pick(|p| p.p50)?, p99: pick(|p| p.p99)?, p999: pick(|p| p.p999)? })
+        Some(Self {
+            p50: pick(|p| p.p50)?,
+            p99: pick(|p| p.p99)?,
+            p999: pick(|p| p.p999)?,
+        })
     }
 }
 
@@ -156,7 +177,8 @@ pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
         (s, 1e-3)
     };
     let v: f64 = num.trim().parse().ok()?;
-    (v.is_finite() && (0.0..1e7).contains(&v)).then(|| std::time::Duration::from_secs_f64(v * scale))
+    (v.is_finite() && (0.0..1e7).contains(&v))
+        .then(|| std::time::Duration::from_secs_f64(v * scale))
 }
 
 #[cfg(test)]
@@ -203,9 +225,18 @@ mod tests {
         assert_eq!(parse_size("4x"), None);
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("99999999999999999999k"), None);
-        assert_eq!(parse_duration("250ms"), Some(std::time::Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5s"), Some(std::time::Duration::from_millis(1500)));
-        assert_eq!(parse_duration("40"), Some(std::time::Duration::from_millis(40)));
+        assert_eq!(
+            parse_duration("250ms"),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_duration("1.5s"),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        assert_eq!(
+            parse_duration("40"),
+            Some(std::time::Duration::from_millis(40))
+        );
         assert_eq!(parse_duration("-1s"), None);
         assert_eq!(parse_duration("fast"), None);
     }
@@ -235,15 +266,39 @@ mod tests {
         assert_eq!(percentile_sorted(&v, 0.0), Some(1));
         assert_eq!(percentile_sorted(&[], 50.0), None);
         // 10 samples: p50 = 5th, p99 = p99.9 = 10th.
-        let mut ns: Vec<u64> = vec![10_000, 1_000, 9_000, 2_000, 8_000, 3_000, 7_000, 4_000, 6_000, 5_000];
+        let mut ns: Vec<u64> = vec![
+            10_000, 1_000, 9_000, 2_000, 8_000, 3_000, 7_000, 4_000, 6_000, 5_000,
+        ];
         let p = Percentiles::of_ns(&mut ns).unwrap();
-        assert_eq!(p, Percentiles { p50: 5.0, p99: 10.0, p999: 10.0 });
+        assert_eq!(
+            p,
+            Percentiles {
+                p50: 5.0,
+                p99: 10.0,
+                p999: 10.0
+            }
+        );
         let m = Percentiles::median_of(&[
             p,
-            Percentiles { p50: 1.0, p99: 2.0, p999: 3.0 },
-            Percentiles { p50: 9.0, p99: 9.0, p999: 9.0 },
+            Percentiles {
+                p50: 1.0,
+                p99: 2.0,
+                p999: 3.0,
+            },
+            Percentiles {
+                p50: 9.0,
+                p99: 9.0,
+                p999: 9.0,
+            },
         ])
         .unwrap();
-        assert_eq!(m, Percentiles { p50: 5.0, p99: 9.0, p999: 9.0 });
+        assert_eq!(
+            m,
+            Percentiles {
+                p50: 5.0,
+                p99: 9.0,
+                p999: 9.0
+            }
+        );
     }
 }

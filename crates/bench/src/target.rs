@@ -92,7 +92,13 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in table order.
-    pub const ALL: [Mode; 5] = [Mode::Classic, Mode::InlineRead, Mode::InlineWrite, Mode::Inline, Mode::Adaptive];
+    pub const ALL: [Mode; 5] = [
+        Mode::Classic,
+        Mode::InlineRead,
+        Mode::InlineWrite,
+        Mode::Inline,
+        Mode::Adaptive,
+    ];
 
     /// Name used in target names.
     pub fn name(self) -> &'static str {
@@ -116,7 +122,11 @@ impl Mode {
         };
         EngineConfig {
             mode,
-            flags: PerfFlags { no_read_workqueue: r, no_write_workqueue: w, ..PerfFlags::default() },
+            flags: PerfFlags {
+                no_read_workqueue: r,
+                no_write_workqueue: w,
+                ..PerfFlags::default()
+            },
             queue_depth,
             ..EngineConfig::default()
         }
@@ -134,20 +144,29 @@ pub struct Target {
 
 impl Target {
     /// The raw baseline.
-    pub const RAW: Target = Target { cipher: None, mode: Mode::Classic };
+    pub const RAW: Target = Target {
+        cipher: None,
+        mode: Mode::Classic,
+    };
 
     /// Every in-process target in table order: raw, null × modes, aes × modes.
     pub fn all() -> Vec<Target> {
         let mut v = vec![Target::RAW];
         for c in [Cipher::Null, Cipher::AesXts] {
-            v.extend(Mode::ALL.iter().map(|&mode| Target { cipher: Some(c), mode }));
+            v.extend(Mode::ALL.iter().map(|&mode| Target {
+                cipher: Some(c),
+                mode,
+            }));
         }
         v
     }
 
     /// The encrypted target for `cipher` in `mode`.
     pub fn new(cipher: Cipher, mode: Mode) -> Self {
-        Self { cipher: Some(cipher), mode }
+        Self {
+            cipher: Some(cipher),
+            mode,
+        }
     }
 
     /// Parses a comma-separated list: target names, `raw`, `null`/`aes`
@@ -158,8 +177,16 @@ impl Target {
         for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             let matched: Vec<Target> = match word {
                 "all" => all.clone(),
-                "null" | "aes" => all.iter().copied().filter(|t| t.cipher.map(Cipher::short) == Some(word)).collect(),
-                _ => all.iter().copied().filter(|t| t.to_string() == word).collect(),
+                "null" | "aes" => all
+                    .iter()
+                    .copied()
+                    .filter(|t| t.cipher.map(Cipher::short) == Some(word))
+                    .collect(),
+                _ => all
+                    .iter()
+                    .copied()
+                    .filter(|t| t.to_string() == word)
+                    .collect(),
             };
             if matched.is_empty() {
                 let names: Vec<String> = all.iter().map(ToString::to_string).collect();
@@ -183,7 +210,13 @@ impl Target {
             None => None,
         };
         let size = backend.size();
-        let vol = Volume { backend, crypt, data_offset: 0, size, sector_size: 512 };
+        let vol = Volume {
+            backend,
+            crypt,
+            data_offset: 0,
+            size,
+            sector_size: 512,
+        };
         Engine::new(vol, self.mode.engine_config(queue_depth))
             .map_err(|e| Error::Target(format!("{self}: engine failed to start: {e}")))
     }
@@ -221,7 +254,10 @@ mod tests {
             assert_eq!(Target::parse_list(&t.to_string()).unwrap(), vec![*t]);
         }
         let l = Target::parse_list("aes-inline, raw,null-classic,raw").unwrap();
-        assert_eq!(l.iter().map(ToString::to_string).collect::<Vec<_>>(), ["raw", "null-classic", "aes-inline"]);
+        assert_eq!(
+            l.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["raw", "null-classic", "aes-inline"]
+        );
         assert_eq!(Target::parse_list("null").unwrap().len(), 5);
         assert_eq!(Target::parse_list("all").unwrap(), all);
         assert!(Target::parse_list("bogus").is_err());
@@ -231,9 +267,24 @@ mod tests {
     #[test]
     fn modes_map_to_flags() {
         let c = Mode::InlineRead.engine_config(8);
-        assert_eq!((c.mode, c.flags.no_read_workqueue, c.flags.no_write_workqueue, c.queue_depth), (CryptMode::Classic, true, false, 8));
+        assert_eq!(
+            (
+                c.mode,
+                c.flags.no_read_workqueue,
+                c.flags.no_write_workqueue,
+                c.queue_depth
+            ),
+            (CryptMode::Classic, true, false, 8)
+        );
         let c = Mode::Inline.engine_config(1);
-        assert_eq!((c.mode, c.flags.no_read_workqueue, c.flags.no_write_workqueue), (CryptMode::Inline, true, true));
+        assert_eq!(
+            (
+                c.mode,
+                c.flags.no_read_workqueue,
+                c.flags.no_write_workqueue
+            ),
+            (CryptMode::Inline, true, true)
+        );
         assert_eq!(Mode::Adaptive.engine_config(1).mode, CryptMode::Adaptive);
     }
 }

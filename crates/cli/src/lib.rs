@@ -22,19 +22,31 @@ pub struct Failure {
 impl Failure {
     /// Exit code 1: wrong parameters.
     pub fn usage(msg: impl Into<String>) -> Self {
-        Self { code: 1, message: msg.into() }
+        Self {
+            code: 1,
+            message: msg.into(),
+        }
     }
     /// Exit code 2: no permission or bad passphrase.
     pub fn denied(msg: impl Into<String>) -> Self {
-        Self { code: 2, message: msg.into() }
+        Self {
+            code: 2,
+            message: msg.into(),
+        }
     }
     /// Exit code 4: wrong device specified.
     pub fn device(msg: impl Into<String>) -> Self {
-        Self { code: 4, message: msg.into() }
+        Self {
+            code: 4,
+            message: msg.into(),
+        }
     }
     /// Exit code 5: device already exists or busy.
     pub fn busy(msg: impl Into<String>) -> Self {
-        Self { code: 5, message: msg.into() }
+        Self {
+            code: 5,
+            message: msg.into(),
+        }
     }
 }
 
@@ -42,7 +54,11 @@ impl Failure {
 pub type CmdResult = Result<(), Failure>;
 
 #[derive(Parser)]
-#[command(name = "ucrypt", version, about = "dm-crypt and LUKS in userspace, without the queues")]
+#[command(
+    name = "ucrypt",
+    version,
+    about = "dm-crypt and LUKS in userspace, without the queues"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

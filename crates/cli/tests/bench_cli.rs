@@ -22,10 +22,16 @@ fn svg_size(text: &str) -> (u32, u32) {
     let start = text.find("<svg").expect("an <svg> root element");
     assert!(text[..start].trim_start().starts_with("<?xml") || text[..start].trim().is_empty());
     let tag = &text[start..start + text[start..].find('>').expect("closed <svg> tag")];
-    assert!(tag.contains(r#"xmlns="http://www.w3.org/2000/svg""#), "{tag}");
+    assert!(
+        tag.contains(r#"xmlns="http://www.w3.org/2000/svg""#),
+        "{tag}"
+    );
     let attr = |name: &str| -> u32 {
         let key = format!(" {name}=\"");
-        let i = tag.find(&key).unwrap_or_else(|| panic!("no {name} in {tag}")) + key.len();
+        let i = tag
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name} in {tag}"))
+            + key.len();
         tag[i..i + tag[i..].find('"').unwrap()].parse().unwrap()
     };
     assert!(text.trim_end().ends_with("</svg>"));
@@ -46,26 +52,61 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The table comes first, headline workload and every in-process target.
-    assert!(stdout.starts_with("ucrypt bench (in-process, quick)"), "{stdout}");
+    assert!(
+        stdout.starts_with("ucrypt bench (in-process, quick)"),
+        "{stdout}"
+    );
     assert!(stdout.contains("4k sequential, QD1, 1 job:"), "{stdout}");
-    let header = stdout.lines().find(|l| l.starts_with("target ")).expect("table header");
+    let header = stdout
+        .lines()
+        .find(|l| l.starts_with("target "))
+        .expect("table header");
     for col in ["read MiB/s", "write MiB/s"] {
         assert!(header.contains(col), "{header}");
     }
-    assert!(stdout.contains("% raw") && stdout.contains("% bound"), "{stdout}");
-    let row = |name: &str| stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).map(str::to_string);
+    assert!(
+        stdout.contains("% raw") && stdout.contains("% bound"),
+        "{stdout}"
+    );
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .map(str::to_string)
+    };
     let raw = row("raw").expect("raw row");
     assert!(raw.contains("100%"), "raw is 100% of itself: {raw}");
-    for t in ["null-classic", "null-inline-read", "null-inline-write", "null-inline", "null-adaptive"] {
+    for t in [
+        "null-classic",
+        "null-inline-read",
+        "null-inline-write",
+        "null-inline",
+        "null-adaptive",
+    ] {
         let r = row(t).unwrap_or_else(|| panic!("no {t} row: {stdout}"));
-        let read: f64 = r.split_whitespace().nth(1).unwrap().parse().unwrap_or_else(|_| panic!("{r}"));
+        let read: f64 = r
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("{r}"));
         assert!(read > 0.0, "{r}");
     }
-    assert!(stdout.contains("crypto c (1 thread, 4k): capi:ecb(cipher_null)"), "{stdout}");
-    assert!(stdout.contains(&format!("results: {}", out_dir.display())), "{stdout}");
+    assert!(
+        stdout.contains("crypto c (1 thread, 4k): capi:ecb(cipher_null)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("results: {}", out_dir.display())),
+        "{stdout}"
+    );
 
     // JSON with the documented schema (docs/BENCHMARKING.md).
     let json = std::fs::read_to_string(out_dir.join("results.json")).unwrap();
@@ -75,11 +116,20 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
     assert!(v["started"].as_str().unwrap().ends_with('Z'));
     assert!(num(&v["duration_s"]) && num(&v["machine"]["cpus"]));
     assert_eq!(v["options"]["profile"], "quick");
-    for key in ["size_bytes", "runtime_ms", "sweep_runtime_ms", "warmup_ms", "reps", "sweep_reps"] {
+    for key in [
+        "size_bytes",
+        "runtime_ms",
+        "sweep_runtime_ms",
+        "warmup_ms",
+        "reps",
+        "sweep_reps",
+    ] {
         assert!(num(&v["options"][key]), "options.{key}");
     }
     let crypto = v["crypto"].as_array().unwrap();
-    assert!(crypto.iter().any(|c| c["cipher"] == "capi:ecb(cipher_null)" && c["bs"] == 4096));
+    assert!(crypto
+        .iter()
+        .any(|c| c["cipher"] == "capi:ecb(cipher_null)" && c["bs"] == 4096));
     let cells = v["cells"].as_array().unwrap();
     let head: Vec<_> = cells.iter().filter(|c| c["phase"] == "headline").collect();
     assert!(head.len() >= 12, "raw + 5 null modes, read and write");
@@ -97,7 +147,10 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
             for key in ["median", "min", "max", "spread_pct"] {
                 assert!(num(&m[key]), "mib_s.{key}: {c}");
             }
-            assert!(m["min"].as_f64() <= m["median"].as_f64() && m["median"].as_f64() <= m["max"].as_f64());
+            assert!(
+                m["min"].as_f64() <= m["median"].as_f64()
+                    && m["median"].as_f64() <= m["max"].as_f64()
+            );
             for key in ["p50", "p99", "p999"] {
                 assert!(num(&c["lat_us"][key]), "lat_us.{key}: {c}");
             }
@@ -105,10 +158,23 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
             assert!(num(&c["iops"]) && num(&c["cpu_s_per_gib"]));
         }
     }
-    let raw_read = head.iter().find(|c| c["target"] == "raw" && c["rw"] == "read").expect("raw read cell");
+    let raw_read = head
+        .iter()
+        .find(|c| c["target"] == "raw" && c["rw"] == "read")
+        .expect("raw read cell");
     assert_eq!(raw_read["pct_raw"].as_f64(), Some(100.0));
-    assert_eq!((raw_read["bs"].as_u64(), raw_read["qd"].as_u64(), raw_read["jobs"].as_u64()), (Some(4096), Some(1), Some(1)));
-    let null_classic = head.iter().find(|c| c["target"] == "null-classic" && c["rw"] == "write").unwrap();
+    assert_eq!(
+        (
+            raw_read["bs"].as_u64(),
+            raw_read["qd"].as_u64(),
+            raw_read["jobs"].as_u64()
+        ),
+        (Some(4096), Some(1), Some(1))
+    );
+    let null_classic = head
+        .iter()
+        .find(|c| c["target"] == "null-classic" && c["rw"] == "write")
+        .unwrap();
     assert_eq!(null_classic["cipher"], "null");
     assert_eq!(null_classic["mode"], "classic");
     assert!(num(&null_classic["pct_raw"]) && num(&null_classic["pct_bound"]));
@@ -118,7 +184,10 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
     // CSV: a header and one line per cell.
     let csv = std::fs::read_to_string(out_dir.join("cells.csv")).unwrap();
     let mut lines = csv.lines();
-    assert!(lines.next().unwrap().starts_with("phase,target,cipher,mode,rw,bs,qd,jobs,"));
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("phase,target,cipher,mode,rw,bs,qd,jobs,"));
     assert_eq!(lines.count(), cells.len());
 
     // Heatmaps: valid PNG and SVG with matching dimensions.
@@ -127,14 +196,31 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .collect();
-    assert!(maps.iter().any(|p| p.file_name().unwrap().to_string_lossy().ends_with("-vs-classic.png")), "{maps:?}");
-    assert!(maps.iter().any(|p| p.file_name().unwrap().to_string_lossy().ends_with("-vs-raw.png")), "{maps:?}");
+    assert!(
+        maps.iter().any(|p| p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .ends_with("-vs-classic.png")),
+        "{maps:?}"
+    );
+    assert!(
+        maps.iter().any(|p| p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .ends_with("-vs-raw.png")),
+        "{maps:?}"
+    );
     for png in &maps {
         let (w, h) = png_size(&std::fs::read(png).unwrap());
         assert!(w >= 400 && h >= 200, "{}: {w}x{h}", png.display());
         let svg = std::fs::read_to_string(png.with_extension("svg")).unwrap();
         assert_eq!(svg_size(&svg), (w, h), "{}", png.display());
-        assert!(svg.contains(">QD16</text>") && svg.contains(">4k</text>"), "axis labels");
+        assert!(
+            svg.contains(">QD16</text>") && svg.contains(">4k</text>"),
+            "axis labels"
+        );
         assert!(stdout.contains(&png.display().to_string()));
     }
     assert!(Path::new(&out_dir.join("table.txt")).exists());
@@ -142,19 +228,34 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
 
 #[test]
 fn dm_crypt_names_missing_components() {
-    let dm_ok = std::fs::OpenOptions::new().read(true).write(true).open("/dev/mapper/control").is_ok();
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let dm_ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/mapper/control")
+        .is_ok();
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
     let brd = Path::new("/sys/module/brd").exists() || Path::new("/dev/ram0").exists();
     if dm_ok && root && brd {
-        eprintln!("SKIP dm_crypt_names_missing_components: this host has device-mapper, brd and root");
+        eprintln!(
+            "SKIP dm_crypt_names_missing_components: this host has device-mapper, brd and root"
+        );
         return;
     }
-    let out = Command::new(ucrypt_bin()).args(["bench", "--dm-crypt", "--no-progress"]).output().unwrap();
+    let out = Command::new(ucrypt_bin())
+        .args(["bench", "--dm-crypt", "--no-progress"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "must fail here: {stderr}");
     assert!(stderr.contains("The --dm-crypt experiment needs a host with device-mapper, brd, fio and root; missing here:"), "{stderr}");
     if !dm_ok {
-        assert!(stderr.contains("device-mapper in the kernel (/dev/mapper/control"), "{stderr}");
+        assert!(
+            stderr.contains("device-mapper in the kernel (/dev/mapper/control"),
+            "{stderr}"
+        );
     }
     if !brd {
         assert!(stderr.contains("the brd ramdisk module"), "{stderr}");
@@ -167,11 +268,18 @@ fn dm_crypt_names_missing_components() {
 
 #[test]
 fn bad_options_are_refused() {
-    for args in [&["bench", "--targets", "bogus"][..], &["bench", "--bs", "4x"], &["bench", "--qd", "0", "--no-sweep"]] {
+    for args in [
+        &["bench", "--targets", "bogus"][..],
+        &["bench", "--bs", "4x"],
+        &["bench", "--qd", "0", "--no-sweep"],
+    ] {
         let out = Command::new(ucrypt_bin()).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let e = String::from_utf8_lossy(&out.stderr);
-        assert!(e.starts_with("ucrypt: ") && e.chars().nth(8).is_some_and(|c| c.is_uppercase()), "{args:?}: {e}");
+        assert!(
+            e.starts_with("ucrypt: ") && e.chars().nth(8).is_some_and(|c| c.is_uppercase()),
+            "{args:?}: {e}"
+        );
     }
 }
 
@@ -184,18 +292,51 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
     let tmp = TempDir::new("bench-fio");
     let out_dir = tmp.join("results");
     let out = Command::new(ucrypt_bin())
-        .args(["bench", "--via", "fio", "--no-sweep", "--no-progress", "--targets", "aes-inline"])
-        .args(["--size", "32M", "--reps", "1", "--runtime", "100ms", "--warmup", "0ms", "--out"])
+        .args([
+            "bench",
+            "--via",
+            "fio",
+            "--no-sweep",
+            "--no-progress",
+            "--targets",
+            "aes-inline",
+        ])
+        .args([
+            "--size",
+            "32M",
+            "--reps",
+            "1",
+            "--runtime",
+            "100ms",
+            "--warmup",
+            "0ms",
+            "--out",
+        ])
         .arg(&out_dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.starts_with("ucrypt bench (fio, "), "{stdout}");
-    assert!(stdout.contains("4k sequential, QD1, 1 job:") && stdout.contains("1M sequential, QD8, 1 job:"), "{stdout}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    assert!(
+        stdout.contains("4k sequential, QD1, 1 job:")
+            && stdout.contains("1M sequential, QD8, 1 job:"),
+        "{stdout}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
     assert_eq!(v["via"], "fio");
-    assert_eq!(v["skipped"].as_array().unwrap().len(), 0, "every server started: {}", v["skipped"]);
+    assert_eq!(
+        v["skipped"].as_array().unwrap().len(),
+        0,
+        "every server started: {}",
+        v["skipped"]
+    );
     let cells = v["cells"].as_array().unwrap();
     for target in ["raw", "ucrypt-aes-inline"] {
         for rw in ["read", "write"] {
@@ -208,7 +349,16 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
             assert!(c["lat_us"]["p99"].as_f64().unwrap() > 0.0, "{c}");
         }
     }
-    let enc = cells.iter().find(|c| c["target"] == "ucrypt-aes-inline" && c["bs"] == 4096).unwrap();
-    assert_eq!((enc["cipher"].as_str(), enc["mode"].as_str()), (Some("aes-xts"), Some("inline")));
-    assert!(enc["pct_raw"].is_number() && enc["pct_bound"].is_number(), "{enc}");
+    let enc = cells
+        .iter()
+        .find(|c| c["target"] == "ucrypt-aes-inline" && c["bs"] == 4096)
+        .unwrap();
+    assert_eq!(
+        (enc["cipher"].as_str(), enc["mode"].as_str()),
+        (Some("aes-xts"), Some("inline"))
+    );
+    assert!(
+        enc["pct_raw"].is_number() && enc["pct_bound"].is_number(),
+        "{enc}"
+    );
 }

@@ -22,7 +22,11 @@ fn missing_capability() -> Option<String> {
     }
     let uid = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")));
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        });
     if uid != Some(true) {
         return Some("not root (losetup and mount need it)".into());
     }
@@ -81,7 +85,14 @@ impl Drop for Mount {
 
 #[test]
 fn loop_direct_io_ext4_survives_close_and_reopen() {
-    for t in ["losetup", "mkfs.ext4", "fsck.ext4", "mount", "umount", "fusermount3"] {
+    for t in [
+        "losetup",
+        "mkfs.ext4",
+        "fsck.ext4",
+        "mount",
+        "umount",
+        "fusermount3",
+    ] {
         if !testutil::require_tool("loop_direct_io_ext4", t) {
             return;
         }
@@ -104,7 +115,11 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
         let lo = Loop::attach(&file, false);
         // DIO column of `losetup -l`: direct IO really is on.
         let o = run(Command::new("losetup").args(["-l", "-n", "-O", "DIO", &lo.0]));
-        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1", "loop device is not using direct IO");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "1",
+            "loop device is not using direct IO"
+        );
         run(Command::new("mkfs.ext4").args(["-q", "-F", &lo.0]));
         run(Command::new("mount").arg(&lo.0).arg(&mnt));
         let m = Mount(mnt.clone());
@@ -114,7 +129,11 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
             std::fs::create_dir_all(&dir).unwrap();
             for f in 0..8 {
                 let len = 1usize << (9 + (d * 8 + f) % 12);
-                std::fs::write(dir.join(format!("f{f}.bin")), random_bytes(len + f, (d * 100 + f) as u64)).unwrap();
+                std::fs::write(
+                    dir.join(format!("f{f}.bin")),
+                    random_bytes(len + f, (d * 100 + f) as u64),
+                )
+                .unwrap();
             }
         }
         std::fs::write(mnt.join("big.bin"), random_bytes(8 << 20, 42)).unwrap();
@@ -133,19 +152,32 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
 
     // Ciphertext at rest: the marker text appears nowhere in the backing file.
     let raw = std::fs::read(&vol.image).unwrap();
-    assert!(!raw.windows(24).any(|w| w == &marker[..24]), "plaintext found in the backing file");
+    assert!(
+        !raw.windows(24).any(|w| w == &marker[..24]),
+        "plaintext found in the backing file"
+    );
 
     vol.open(&["--export", "fuse"]);
     let o = run(Command::new("fsck.ext4").arg("-fn").arg(&file));
-    assert!(o.status.success(), "fsck: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        o.status.success(),
+        "fsck: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     {
         let lo = Loop::attach(&file, true);
-        run(Command::new("mount").args(["-o", "ro"]).arg(&lo.0).arg(&mnt));
+        run(Command::new("mount")
+            .args(["-o", "ro"])
+            .arg(&lo.0)
+            .arg(&mnt));
         let m = Mount(mnt.clone());
         let read = sha_tree(&mnt);
         assert_eq!(read.len(), written.len());
         for (k, v) in &written {
-            assert!(read.get(k) == Some(v), "file {k} changed across close/reopen");
+            assert!(
+                read.get(k) == Some(v),
+                "file {k} changed across close/reopen"
+            );
         }
         drop(m);
         drop(lo);
@@ -153,10 +185,17 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
     // The decrypted export (and the oracle's decryption of the backing
     // file, when available) hold the same ext4 image.
     let plain = std::fs::read(&file).unwrap();
-    assert_eq!(&plain[1024 + 56..1024 + 58], &[0x53, 0xef], "no ext4 superblock magic");
+    assert_eq!(
+        &plain[1024 + 56..1024 + 58],
+        &[0x53, 0xef],
+        "no ext4 superblock magic"
+    );
     vol.close();
     if testutil::require_python_module("loop_direct_io_ext4_oracle", "cryptography") {
-        assert!(vol.oracle_decrypt() == plain, "oracle decryption differs from the FUSE export");
+        assert!(
+            vol.oracle_decrypt() == plain,
+            "oracle decryption differs from the FUSE export"
+        );
     }
 }
 
@@ -173,7 +212,11 @@ fn fuse_file_semantics() {
     let mut vol = Vol::new("fe-fsem", 4 * MIB, 4096);
     vol.open(&["--export", "fuse"]);
     let file = vol.fuse_file();
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(&file).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .unwrap();
     // Unaligned write/read (read-modify-write of 4096-byte sectors).
     f.seek(SeekFrom::Start(4093)).unwrap();
     f.write_all(b"hello, sectors").unwrap();
@@ -203,7 +246,10 @@ fn fuse_file_semantics() {
     let mnt = file.parent().unwrap();
     assert!(!mnt.exists(), "SIGTERM left the mountpoint behind");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    assert!(!mounts.contains(&mnt.display().to_string()), "still mounted after SIGTERM");
+    assert!(
+        !mounts.contains(&mnt.display().to_string()),
+        "still mounted after SIGTERM"
+    );
     // What was written before the signal is on disk: reopen and read back.
     vol.open(&["--export", "fuse"]);
     let mut b = [0u8; 14];

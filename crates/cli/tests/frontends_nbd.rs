@@ -23,8 +23,20 @@ fn fio_jobs(vol: &Vol, bs: &str, depth: u32, size: &str, jobs: u32) {
     let o = run(Command::new("fio")
         .arg(format!("--numjobs={jobs}"))
         .arg(format!("--offset_increment={size}"))
-        .args(["--name=verify", "--ioengine=nbd", "--rw=randwrite", "--verify=crc32c"])
-        .args(["--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--randrepeat=0", "--output-format=terse", "--terse-version=3"])
+        .args([
+            "--name=verify",
+            "--ioengine=nbd",
+            "--rw=randwrite",
+            "--verify=crc32c",
+        ])
+        .args([
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--randrepeat=0",
+            "--output-format=terse",
+            "--terse-version=3",
+        ])
         .arg(format!("--uri={}", vol.uri()))
         .arg(format!("--bs={bs}"))
         .arg(format!("--iodepth={depth}"))
@@ -32,7 +44,11 @@ fn fio_jobs(vol: &Vol, bs: &str, depth: u32, size: &str, jobs: u32) {
     // terse v3: field 5 is the job's error code.
     let out = String::from_utf8_lossy(&o.stdout);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("3;")).collect();
-    assert_eq!(lines.len(), jobs as usize, "one terse line per job expected: {out}");
+    assert_eq!(
+        lines.len(),
+        jobs as usize,
+        "one terse line per job expected: {out}"
+    );
     for l in lines {
         let err = l.split(';').nth(4).unwrap_or("?");
         assert_eq!(err, "0", "fio {bs} QD{depth} reported error: {out}");
@@ -41,7 +57,9 @@ fn fio_jobs(vol: &Vol, bs: &str, depth: u32, size: &str, jobs: u32) {
 
 #[test]
 fn fio_nbd_write_verify_4k_and_1m_at_qd1_and_qd16() {
-    if !testutil::require_tool("fio_nbd_write_verify", "fio") || !testutil::require_tool("fio_nbd", "python3") {
+    if !testutil::require_tool("fio_nbd_write_verify", "fio")
+        || !testutil::require_tool("fio_nbd", "python3")
+    {
         return;
     }
     let mut vol = Vol::new("fe-fio", 64 * MIB, 512);
@@ -58,9 +76,16 @@ fn fio_nbd_write_verify_4k_and_1m_at_qd1_and_qd16() {
     let plain = read_all(&vol);
     vol.close();
     let raw = std::fs::read(&vol.image).unwrap();
-    assert_ne!(raw[..MIB as usize], plain[..MIB as usize], "backing file holds plaintext");
+    assert_ne!(
+        raw[..MIB as usize],
+        plain[..MIB as usize],
+        "backing file holds plaintext"
+    );
     if testutil::require_python_module("fio_nbd_oracle", "cryptography") {
-        assert!(vol.oracle_decrypt() == plain, "oracle decryption differs from what NBD clients read");
+        assert!(
+            vol.oracle_decrypt() == plain,
+            "oracle decryption differs from what NBD clients read"
+        );
     }
 }
 
@@ -85,15 +110,24 @@ fn nbdcopy_and_qemu_img_round_trip() {
     vol.open(&[]);
     // nbdcopy in, qemu-img compare against the export.
     run(Command::new("nbdcopy").arg(&src).arg(vol.uri()));
-    run(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&src).arg(vol.uri()));
+    run(Command::new("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&src)
+        .arg(vol.uri()));
     // qemu-img convert out of the export, byte-identical.
     let out = vol.dir.join("out.raw");
-    run(Command::new("qemu-img").args(["convert", "-f", "raw", "-O", "raw"]).arg(vol.uri()).arg(&out));
+    run(Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "raw"])
+        .arg(vol.uri())
+        .arg(&out));
     assert!(std::fs::read(&out).unwrap() == std::fs::read(&src).unwrap());
     // qemu-img convert into the export (-n: target exists), nbdcopy back.
     let src2 = vol.dir.join("src2.raw");
     std::fs::write(&src2, random_bytes(size as usize, 0xfeed)).unwrap();
-    run(Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&src2).arg(vol.uri()));
+    run(Command::new("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&src2)
+        .arg(vol.uri()));
     vol.close();
     // Persistent across close/reopen, and encrypted at rest.
     let raw = std::fs::read(&vol.image).unwrap();
@@ -228,7 +262,10 @@ fn bad_clients_only_hurt_themselves() {
     drop(good);
     drop(g);
     vol.close();
-    assert!(std::fs::read(&vol.image).unwrap() == before, "a bad client changed the backing file");
+    assert!(
+        std::fs::read(&vol.image).unwrap() == before,
+        "a bad client changed the backing file"
+    );
 }
 
 #[test]
@@ -259,15 +296,28 @@ fn lifecycle_status_table_refresh_list_and_crash_recovery() {
     // table: key masked unless --showkeys.
     let t = String::from_utf8_lossy(&vol.ucrypt(&["table", &name]).stdout).into_owned();
     assert!(!t.contains(KEY) && t.contains(&"0".repeat(128)), "{t}");
-    assert!(t.contains("allow_discards") && t.contains("no_read_workqueue"), "{t}");
-    let t = String::from_utf8_lossy(&vol.ucrypt(&["table", &name, "--showkeys"]).stdout).into_owned();
+    assert!(
+        t.contains("allow_discards") && t.contains("no_read_workqueue"),
+        "{t}"
+    );
+    let t =
+        String::from_utf8_lossy(&vol.ucrypt(&["table", &name, "--showkeys"]).stdout).into_owned();
     assert!(t.contains(KEY), "{t}");
 
     // refresh switches live; the flags given replace the old set.
-    let o = vol.ucrypt(&["refresh", &name, "--perf-no_write_workqueue", "--mode", "inline"]);
+    let o = vol.ucrypt(&[
+        "refresh",
+        &name,
+        "--perf-no_write_workqueue",
+        "--mode",
+        "inline",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = String::from_utf8_lossy(&vol.ucrypt(&["status", &name]).stdout).into_owned();
-    assert!(s.contains("data path: inline") && s.contains("no_write_workqueue"), "{s}");
+    assert!(
+        s.contains("data path: inline") && s.contains("no_write_workqueue"),
+        "{s}"
+    );
     assert!(!s.contains("no_read_workqueue"), "{s}");
     let o = vol.ucrypt(&["refresh", &name, "--mode", "sideways"]);
     assert_eq!(o.status.code(), Some(1));
@@ -278,7 +328,12 @@ fn lifecycle_status_table_refresh_list_and_crash_recovery() {
     let table = vol.table();
     let image = vol.image.display().to_string();
     let o = vol.ucrypt(&["open", "--table", &table, &image, &name]);
-    assert_eq!(o.status.code(), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     // A crashed daemon (SIGKILL) leaves pid file and sockets behind; the
     // next open cleans them up and serves again.
@@ -290,7 +345,10 @@ fn lifecycle_status_table_refresh_list_and_crash_recovery() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(vol.socket().exists(), "a SIGKILLed daemon cannot remove its socket");
+    assert!(
+        vol.socket().exists(),
+        "a SIGKILLed daemon cannot remove its socket"
+    );
     let o = vol.ucrypt(&["status", &name]);
     assert_eq!(o.status.code(), Some(4));
     vol.open(&[]);
@@ -304,9 +362,16 @@ fn lifecycle_status_table_refresh_list_and_crash_recovery() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(!vol.socket().exists() && vol.pid().is_none(), "SIGTERM left files behind");
+    assert!(
+        !vol.socket().exists() && vol.pid().is_none(),
+        "SIGTERM left files behind"
+    );
     let o = vol.ucrypt(&["close", &name]);
-    assert_eq!(o.status.code(), Some(4), "closing a closed volume must fail");
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "closing a closed volume must fail"
+    );
 
     // Bad arguments fail with cryptsetup's exit codes and clear messages.
     let o = vol.ucrypt(&["open", "--table", "0 8 crypt nope - 0 x 0", &image, &name]);
@@ -334,9 +399,15 @@ fn tcp_listen_is_loopback_and_warns() {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let log = std::fs::read_to_string(vol.runtime().join(format!("{name}.log"))).unwrap();
     assert!(log.contains("unencrypted"), "no warning: {log}");
-    let uri = out.split_whitespace().find(|w| w.starts_with("nbd://127.0.0.1:")).expect("loopback uri");
+    let uri = out
+        .split_whitespace()
+        .find(|w| w.starts_with("nbd://127.0.0.1:"))
+        .expect("loopback uri");
     let o = run(Command::new("nbdinfo").arg("--size").arg(uri));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), (8 * MIB).to_string());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        (8 * MIB).to_string()
+    );
     let o = vol.ucrypt(&["close", &name]);
     assert!(o.status.success());
 }

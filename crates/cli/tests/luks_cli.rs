@@ -13,7 +13,16 @@ use testutil::TempDir;
 use ucrypt_cli::cmd::crypt::{map_device_io, MapDirection};
 use ucrypt_cli::cmd::luks::luks_table;
 
-const FAST_ARGON: &[&str] = &["--pbkdf", "argon2id", "--pbkdf-force-iterations", "4", "--pbkdf-memory", "1024", "--pbkdf-parallel", "1"];
+const FAST_ARGON: &[&str] = &[
+    "--pbkdf",
+    "argon2id",
+    "--pbkdf-force-iterations",
+    "4",
+    "--pbkdf-memory",
+    "1024",
+    "--pbkdf-parallel",
+    "1",
+];
 const FAST_PBKDF2: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 
 fn tools(test: &str) -> bool {
@@ -27,7 +36,11 @@ fn s(p: &Path) -> &str {
 }
 
 fn run(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let bin = if prog == "ucrypt" { testutil::ucrypt_bin() } else { PathBuf::from(prog) };
+    let bin = if prog == "ucrypt" {
+        testutil::ucrypt_bin()
+    } else {
+        PathBuf::from(prog)
+    };
     let mut child = Command::new(bin)
         .args(args)
         .stdin(Stdio::piped())
@@ -45,7 +58,12 @@ fn run(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
 
 fn ok(prog: &str, args: &[&str]) -> String {
     let o = run(prog, args, None);
-    assert!(o.status.success(), "{prog} {args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{prog} {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8(o.stdout).unwrap()
 }
 
@@ -55,7 +73,10 @@ fn code(o: &Output) -> i32 {
 
 fn image(dir: &TempDir, name: &str, mib: u64) -> PathBuf {
     let p = dir.join(name);
-    std::fs::File::create(&p).unwrap().set_len(mib << 20).unwrap();
+    std::fs::File::create(&p)
+        .unwrap()
+        .set_len(mib << 20)
+        .unwrap();
     p
 }
 
@@ -78,8 +99,25 @@ fn oracle(dir: &str, cipher: &str, key: &[u8], sector_size: u32, data: &[u8]) ->
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/oracle/dmcrypt.py");
     let hexkey: String = key.iter().map(|b| format!("{b:02x}")).collect();
     let ss = sector_size.to_string();
-    let o = run("python3", &[s(&script), dir, "--cipher", cipher, "--key", &hexkey, "--sector-size", &ss], Some(data));
-    assert!(o.status.success(), "oracle: {}", String::from_utf8_lossy(&o.stderr));
+    let o = run(
+        "python3",
+        &[
+            s(&script),
+            dir,
+            "--cipher",
+            cipher,
+            "--key",
+            &hexkey,
+            "--sector-size",
+            &ss,
+        ],
+        Some(data),
+    );
+    assert!(
+        o.status.success(),
+        "oracle: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     o.stdout
 }
 
@@ -95,7 +133,10 @@ fn mk_dump_key(text: &str) -> Vec<u8> {
         }
     }
     let hex: String = hex.split_whitespace().collect();
-    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 /// ucrypt format -> cryptsetup isLuks/luksDump (identical dump text), same
@@ -111,48 +152,154 @@ fn format_both_ways(luks_type: &str, kdf: &[&str]) {
     let kf = key(&dir, "k1", b"first passphrase");
     let kf2 = key(&dir, "k2", b"second passphrase");
     let kf3 = key(&dir, "k3", b"third \x00 binary \n key");
-    ok("ucrypt", &args(&["format", "--type", luks_type, "-d", s(&kf), "--uuid", "12345678-1234-4234-8234-123456789abc"], kdf, &[s(&dev)]));
+    ok(
+        "ucrypt",
+        &args(
+            &[
+                "format",
+                "--type",
+                luks_type,
+                "-d",
+                s(&kf),
+                "--uuid",
+                "12345678-1234-4234-8234-123456789abc",
+            ],
+            kdf,
+            &[s(&dev)],
+        ),
+    );
     ok("cryptsetup", &["isLuks", s(&dev)]);
     let ours = ok("ucrypt", &["dump", s(&dev)]);
     let theirs = ok("cryptsetup", &["luksDump", s(&dev)]);
     assert_eq!(ours, theirs, "dump differs from cryptsetup luksDump");
     assert!(ours.contains("12345678-1234-4234-8234-123456789abc"));
-    let ours = ok("ucrypt", &["dump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)]);
-    let theirs = ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)]);
+    let ours = ok(
+        "ucrypt",
+        &["dump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+    );
+    let theirs = ok(
+        "cryptsetup",
+        &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+    );
     assert_eq!(ours, theirs, "volume key dump differs");
     let vk = mk_dump_key(&theirs);
     assert!(vk.len() == 64, "MK dump parsed: {}", vk.len());
     let (b1, b2) = (dir.join("ours.bak"), dir.join("theirs.bak"));
-    ok("ucrypt", &["header-backup", "--header-backup-file", s(&b1), s(&dev)]);
-    ok("cryptsetup", &["luksHeaderBackup", "--header-backup-file", s(&b2), s(&dev)]);
-    assert!(std::fs::read(&b1).unwrap() == std::fs::read(&b2).unwrap(), "{luks_type} backup differs from cryptsetup's");
+    ok(
+        "ucrypt",
+        &["header-backup", "--header-backup-file", s(&b1), s(&dev)],
+    );
+    ok(
+        "cryptsetup",
+        &["luksHeaderBackup", "--header-backup-file", s(&b2), s(&dev)],
+    );
+    assert!(
+        std::fs::read(&b1).unwrap() == std::fs::read(&b2).unwrap(),
+        "{luks_type} backup differs from cryptsetup's"
+    );
 
-    ok("ucrypt", &args(&["add-key", "-d", s(&kf)], kdf, &[s(&dev), s(&kf2)]));
-    let via2 = ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf2), s(&dev)]);
+    ok(
+        "ucrypt",
+        &args(&["add-key", "-d", s(&kf)], kdf, &[s(&dev), s(&kf2)]),
+    );
+    let via2 = ok(
+        "cryptsetup",
+        &[
+            "luksDump",
+            "--dump-volume-key",
+            "-q",
+            "-d",
+            s(&kf2),
+            s(&dev),
+        ],
+    );
     assert_eq!(mk_dump_key(&via2), vk);
     let ds = ok("cryptsetup", &["luksDump", s(&dev)]);
     assert_eq!(ds, ok("ucrypt", &["dump", s(&dev)]), "dump after add-key");
 
-    ok("cryptsetup", &args(&["luksAddKey", "-q", "-d", s(&kf2)], kdf, &[s(&dev), s(&kf3)]));
-    let via3 = ok("ucrypt", &["dump", "--dump-volume-key", "-q", "-d", s(&kf3), s(&dev)]);
+    ok(
+        "cryptsetup",
+        &args(
+            &["luksAddKey", "-q", "-d", s(&kf2)],
+            kdf,
+            &[s(&dev), s(&kf3)],
+        ),
+    );
+    let via3 = ok(
+        "ucrypt",
+        &["dump", "--dump-volume-key", "-q", "-d", s(&kf3), s(&dev)],
+    );
     assert_eq!(mk_dump_key(&via3), vk);
-    assert_eq!(ok("ucrypt", &["dump", s(&dev)]), ok("cryptsetup", &["luksDump", s(&dev)]));
+    assert_eq!(
+        ok("ucrypt", &["dump", s(&dev)]),
+        ok("cryptsetup", &["luksDump", s(&dev)])
+    );
 
     // remove-key / change-key / kill-slot, checked by cryptsetup.
     ok("ucrypt", &["remove-key", "-q", "-d", s(&kf2), s(&dev)]);
-    let o = run("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf2), s(&dev)], None);
-    assert!(!o.status.success(), "removed passphrase still opens in cryptsetup");
+    let o = run(
+        "cryptsetup",
+        &[
+            "luksDump",
+            "--dump-volume-key",
+            "-q",
+            "-d",
+            s(&kf2),
+            s(&dev),
+        ],
+        None,
+    );
+    assert!(
+        !o.status.success(),
+        "removed passphrase still opens in cryptsetup"
+    );
     let kf4 = key(&dir, "k4", b"changed");
-    ok("ucrypt", &args(&["change-key", "-d", s(&kf3)], kdf, &[s(&dev), s(&kf4)]));
-    assert_eq!(mk_dump_key(&ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf4), s(&dev)])), vk);
-    assert!(!run("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf3), s(&dev)], None).status.success());
+    ok(
+        "ucrypt",
+        &args(&["change-key", "-d", s(&kf3)], kdf, &[s(&dev), s(&kf4)]),
+    );
+    assert_eq!(
+        mk_dump_key(&ok(
+            "cryptsetup",
+            &[
+                "luksDump",
+                "--dump-volume-key",
+                "-q",
+                "-d",
+                s(&kf4),
+                s(&dev)
+            ]
+        )),
+        vk
+    );
+    assert!(!run(
+        "cryptsetup",
+        &[
+            "luksDump",
+            "--dump-volume-key",
+            "-q",
+            "-d",
+            s(&kf3),
+            s(&dev)
+        ],
+        None
+    )
+    .status
+    .success());
     let before = ok("cryptsetup", &["luksDump", s(&dev)]);
-    let slot4 = if luks_type == "luks1" { "Key Slot 1: ENABLED" } else { "  1: luks2" };
+    let slot4 = if luks_type == "luks1" {
+        "Key Slot 1: ENABLED"
+    } else {
+        "  1: luks2"
+    };
     assert!(before.contains(slot4), "{before}");
     ok("ucrypt", &["kill-slot", "-d", s(&kf), s(&dev), "1"]);
     let after = ok("cryptsetup", &["luksDump", s(&dev)]);
     assert!(!after.contains(slot4), "{after}");
-    ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)]);
+    ok(
+        "cryptsetup",
+        &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+    );
 }
 
 #[test]
@@ -175,16 +322,39 @@ fn wrong_passphrase_exits_2_and_changes_nothing() {
     let kf = key(&dir, "k", b"right");
     let bad = key(&dir, "bad", b"wrong");
     let new = key(&dir, "new", b"new");
-    ok("ucrypt", &args(&["format", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev)]));
-    ok("ucrypt", &args(&["add-key", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev), s(&new)]));
+    ok(
+        "ucrypt",
+        &args(&["format", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev)]),
+    );
+    ok(
+        "ucrypt",
+        &args(&["add-key", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev), s(&new)]),
+    );
     let before = sha(&dev);
     let cases: Vec<Vec<&str>> = vec![
         vec!["dump", "--dump-volume-key", "-q", "-d", s(&bad), s(&dev)],
-        args(&["add-key", "-d", s(&bad)], FAST_PBKDF2, &[s(&dev), s(&new)]),
+        args(
+            &["add-key", "-d", s(&bad)],
+            FAST_PBKDF2,
+            &[s(&dev), s(&new)],
+        ),
         vec!["remove-key", "-q", "-d", s(&bad), s(&dev)],
-        args(&["change-key", "-d", s(&bad)], FAST_PBKDF2, &[s(&dev), s(&new)]),
+        args(
+            &["change-key", "-d", s(&bad)],
+            FAST_PBKDF2,
+            &[s(&dev), s(&new)],
+        ),
         vec!["kill-slot", "-d", s(&bad), s(&dev), "1"],
-        vec!["dump", "--dump-volume-key", "-q", "-S", "1", "-d", s(&kf), s(&dev)],
+        vec![
+            "dump",
+            "--dump-volume-key",
+            "-q",
+            "-S",
+            "1",
+            "-d",
+            s(&kf),
+            s(&dev),
+        ],
     ];
     for a in cases {
         let o = run("ucrypt", &a, None);
@@ -201,7 +371,14 @@ fn wrong_passphrase_exits_2_and_changes_nothing() {
     let o = run("ucrypt", &["is-luks", s(&kf)], None);
     assert_eq!(code(&o), 1);
     ok("ucrypt", &["is-luks", "--type", "luks2", s(&dev)]);
-    assert_eq!(code(&run("ucrypt", &["is-luks", "--type", "luks1", s(&dev)], None)), 1);
+    assert_eq!(
+        code(&run(
+            "ucrypt",
+            &["is-luks", "--type", "luks1", s(&dev)],
+            None
+        )),
+        1
+    );
 }
 
 #[test]
@@ -212,13 +389,31 @@ fn format_refuses_existing_header_without_force() {
     let dir = TempDir::new("luks-cli-force");
     let dev = image(&dir, "dev.img", 18);
     let kf = key(&dir, "k", b"pass");
-    ok("cryptsetup", &args(&["luksFormat", "-q", "--type", "luks1", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev)]));
+    ok(
+        "cryptsetup",
+        &args(
+            &["luksFormat", "-q", "--type", "luks1", "-d", s(&kf)],
+            FAST_PBKDF2,
+            &[s(&dev)],
+        ),
+    );
     let before = sha(&dev);
-    let o = run("ucrypt", &args(&["format", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev)]), None);
+    let o = run(
+        "ucrypt",
+        &args(&["format", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev)]),
+        None,
+    );
     assert_eq!(code(&o), 1, "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--force"));
     assert_eq!(sha(&dev), before);
-    ok("ucrypt", &args(&["format", "--force", "-d", s(&kf)], FAST_PBKDF2, &[s(&dev)]));
+    ok(
+        "ucrypt",
+        &args(
+            &["format", "--force", "-d", s(&kf)],
+            FAST_PBKDF2,
+            &[s(&dev)],
+        ),
+    );
     assert!(ok("cryptsetup", &["luksDump", s(&dev)]).contains("Version:       \t2"));
 }
 
@@ -230,14 +425,43 @@ fn passphrase_from_stdin_and_piped_line() {
     let dir = TempDir::new("luks-cli-stdin");
     let dev = image(&dir, "dev.img", 18);
     // Piped (no key file): one line, newline stripped, like cryptsetup.
-    let o = run("ucrypt", &args(&["format"], FAST_PBKDF2, &[s(&dev)]), Some(b"line pass\nignored"));
+    let o = run(
+        "ucrypt",
+        &args(&["format"], FAST_PBKDF2, &[s(&dev)]),
+        Some(b"line pass\nignored"),
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let kf = key(&dir, "k", b"line pass");
-    ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)]);
+    ok(
+        "cryptsetup",
+        &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+    );
     // --key-file - : all of stdin, binary-safe.
-    let o = run("ucrypt", &["dump", "--dump-volume-key", "-q", "--key-file", "-", s(&dev)], Some(b"line pass"));
+    let o = run(
+        "ucrypt",
+        &[
+            "dump",
+            "--dump-volume-key",
+            "-q",
+            "--key-file",
+            "-",
+            s(&dev),
+        ],
+        Some(b"line pass"),
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = run("ucrypt", &["dump", "--dump-volume-key", "-q", "--key-file", "-", s(&dev)], Some(b"line pass\n"));
+    let o = run(
+        "ucrypt",
+        &[
+            "dump",
+            "--dump-volume-key",
+            "-q",
+            "--key-file",
+            "-",
+            s(&dev),
+        ],
+        Some(b"line pass\n"),
+    );
     assert_eq!(code(&o), 2, "a key file keeps its newline");
 }
 
@@ -249,39 +473,98 @@ fn header_backup_restore_both_ways_and_secondary_fallback() {
     let dir = TempDir::new("luks-cli-bak");
     let dev = image(&dir, "dev.img", 18);
     let kf = key(&dir, "k", b"pass");
-    ok("ucrypt", &args(&["format", "-d", s(&kf)], FAST_ARGON, &[s(&dev)]));
+    ok(
+        "ucrypt",
+        &args(&["format", "-d", s(&kf)], FAST_ARGON, &[s(&dev)]),
+    );
     let uuid = ok("ucrypt", &["uuid", s(&dev)]);
     assert_eq!(uuid, ok("cryptsetup", &["luksUUID", s(&dev)]));
     let ours = dir.join("ours.bak");
-    ok("ucrypt", &["header-backup", "--header-backup-file", s(&ours), s(&dev)]);
+    ok(
+        "ucrypt",
+        &["header-backup", "--header-backup-file", s(&ours), s(&dev)],
+    );
     let theirs = dir.join("theirs.bak");
-    ok("cryptsetup", &["luksHeaderBackup", "--header-backup-file", s(&theirs), s(&dev)]);
-    assert_eq!(std::fs::read(&ours).unwrap(), std::fs::read(&theirs).unwrap(), "same backup bytes as cryptsetup");
+    ok(
+        "cryptsetup",
+        &[
+            "luksHeaderBackup",
+            "--header-backup-file",
+            s(&theirs),
+            s(&dev),
+        ],
+    );
+    assert_eq!(
+        std::fs::read(&ours).unwrap(),
+        std::fs::read(&theirs).unwrap(),
+        "same backup bytes as cryptsetup"
+    );
 
     // Primary copy damaged: ucrypt warns and opens from the secondary.
     let mut img = std::fs::read(&dev).unwrap();
     img[4096 + 3] ^= 0xff;
     std::fs::write(&dev, &img).unwrap();
-    let o = run("ucrypt", &["dump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)], None);
+    let o = run(
+        "ucrypt",
+        &["dump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+        None,
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("WARNING: Primary LUKS2 header is corrupted"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("WARNING: Primary LUKS2 header is corrupted")
+    );
 
     // Both damaged: clean failure; restore cryptsetup's backup with ucrypt.
     img[16384 + 4096 + 3] ^= 0xff;
     std::fs::write(&dev, &img).unwrap();
     let o = run("ucrypt", &["dump", s(&dev)], None);
     assert_eq!(code(&o), 1, "{}", String::from_utf8_lossy(&o.stderr));
-    ok("ucrypt", &["header-restore", "-q", "--header-backup-file", s(&theirs), s(&dev)]);
-    ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)]);
+    ok(
+        "ucrypt",
+        &[
+            "header-restore",
+            "-q",
+            "--header-backup-file",
+            s(&theirs),
+            s(&dev),
+        ],
+    );
+    ok(
+        "cryptsetup",
+        &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+    );
     // And ucrypt's backup restored by cryptsetup.
     img = std::fs::read(&dev).unwrap();
     img[..4096].fill(0);
     std::fs::write(&dev, &img).unwrap();
-    ok("cryptsetup", &["luksHeaderRestore", "-q", "--header-backup-file", s(&ours), s(&dev)]);
-    ok("ucrypt", &["dump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)]);
+    ok(
+        "cryptsetup",
+        &[
+            "luksHeaderRestore",
+            "-q",
+            "--header-backup-file",
+            s(&ours),
+            s(&dev),
+        ],
+    );
+    ok(
+        "ucrypt",
+        &["dump", "--dump-volume-key", "-q", "-d", s(&kf), s(&dev)],
+    );
     // uuid --uuid sets it; cryptsetup agrees.
-    ok("ucrypt", &["uuid", "--uuid", "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee", s(&dev)]);
-    assert_eq!(ok("cryptsetup", &["luksUUID", s(&dev)]).trim(), "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee");
+    ok(
+        "ucrypt",
+        &[
+            "uuid",
+            "--uuid",
+            "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee",
+            s(&dev),
+        ],
+    );
+    assert_eq!(
+        ok("cryptsetup", &["luksUUID", s(&dev)]).trim(),
+        "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
+    );
 }
 
 /// `map --luks` core: cryptsetup-made volumes read through luks_table +
@@ -302,7 +585,18 @@ fn map_luks_matches_oracle() {
         let hdr = dir.join("hdr.img");
         let _ = std::fs::remove_file(&hdr);
         let kf = key(&dir, "k", b"map pass");
-        let mut a = vec!["luksFormat", "-q", "--type", t, "--cipher", cipher, "--key-size", bits, "-d", s(&kf)];
+        let mut a = vec![
+            "luksFormat",
+            "-q",
+            "--type",
+            t,
+            "--cipher",
+            cipher,
+            "--key-size",
+            bits,
+            "-d",
+            s(&kf),
+        ];
         a.extend(FAST_PBKDF2);
         if t == "luks2" {
             a.extend(["--sector-size", sector]);
@@ -314,33 +608,71 @@ fn map_luks_matches_oracle() {
         ok("cryptsetup", &a);
         let header = detached.then_some(hdr.as_path());
         let meta = header.unwrap_or(&dev);
-        let vk = mk_dump_key(&ok("cryptsetup", &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(meta)]));
+        let vk = mk_dump_key(&ok(
+            "cryptsetup",
+            &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(meta)],
+        ));
         let table = luks_table(&dev, header, Some(&kf), None).expect("luks_table");
         let off = table.offset * 512;
         let len = std::fs::metadata(&dev).unwrap().len() - off;
         // Ciphertext as dm-crypt would have written it.
         let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let ct: Vec<u8> = (0..len).map(|_| { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 }).collect();
+        let ct: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
         {
             use std::os::unix::fs::FileExt;
-            std::fs::OpenOptions::new().write(true).open(&dev).unwrap().write_all_at(&ct, off).unwrap();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&dev)
+                .unwrap()
+                .write_all_at(&ct, off)
+                .unwrap();
         }
         let mut out = Vec::new();
-        map_device_io(&table, MapDirection::Read, &mut std::io::empty(), None, &mut out).map_err(|f| f.message).unwrap();
+        map_device_io(
+            &table,
+            MapDirection::Read,
+            &mut std::io::empty(),
+            None,
+            &mut out,
+        )
+        .map_err(|f| f.message)
+        .unwrap();
         let ss: u32 = sector.parse().unwrap();
-        assert!(out == oracle("decrypt", cipher, &vk, ss, &ct), "{t} {cipher}: map --luks read differs from the oracle");
+        assert!(
+            out == oracle("decrypt", cipher, &vk, ss, &ct),
+            "{t} {cipher}: map --luks read differs from the oracle"
+        );
         // Write direction.
         let plain: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-        map_device_io(&table, MapDirection::Write, &mut &plain[..], Some(len), &mut std::io::sink())
-            .map_err(|f| f.message)
-            .unwrap();
+        map_device_io(
+            &table,
+            MapDirection::Write,
+            &mut &plain[..],
+            Some(len),
+            &mut std::io::sink(),
+        )
+        .map_err(|f| f.message)
+        .unwrap();
         let on_disk = {
             use std::os::unix::fs::FileExt;
             let mut b = vec![0u8; len as usize];
-            std::fs::File::open(&dev).unwrap().read_exact_at(&mut b, off).unwrap();
+            std::fs::File::open(&dev)
+                .unwrap()
+                .read_exact_at(&mut b, off)
+                .unwrap();
             b
         };
-        assert!(oracle("decrypt", cipher, &vk, ss, &on_disk) == plain, "{t} {cipher}: map --luks write not decryptable");
+        assert!(
+            oracle("decrypt", cipher, &vk, ss, &on_disk) == plain,
+            "{t} {cipher}: map --luks write not decryptable"
+        );
 
         // Through the binary, once the coordinator wires `map --luks`.
         let help = ok("ucrypt", &["map", "--help"]);

@@ -15,7 +15,17 @@ fn contents(path: &Path) -> Vec<u8> {
 /// Formats the file `dev` as LUKS2 with cryptsetup (fast pbkdf2).
 fn cryptsetup_luks2(dev: &Path, key: &Path) {
     let st = Command::new("cryptsetup")
-        .args(["luksFormat", "-q", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"])
+        .args([
+            "luksFormat",
+            "-q",
+            "--type",
+            "luks2",
+            "--pbkdf",
+            "pbkdf2",
+            "--pbkdf-force-iterations",
+            "1000",
+            "--key-file",
+        ])
         .arg(key)
         .arg(dev)
         .status()
@@ -30,13 +40,20 @@ fn volume_key_hex(dev: &Path, key: &Path) -> String {
         .arg(dev)
         .output()
         .unwrap();
-    assert!(out.status.success(), "luksDump: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "luksDump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     // "MK dump:\t8f cc ..." then continuation lines starting with tabs.
     let mut hex = String::new();
     let mut inside = false;
     for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("MK dump:").or_else(|| line.strip_prefix("Volume key:")) {
+        if let Some(rest) = line
+            .strip_prefix("MK dump:")
+            .or_else(|| line.strip_prefix("Volume key:"))
+        {
             inside = true;
             hex.extend(rest.split_whitespace());
         } else if inside && line.starts_with('\t') {
@@ -59,10 +76,29 @@ fn map_luks_round_trip(luks_type: &str, sector_size: &str, cipher: &str, key_siz
     let key = dir.join("key");
     let plain = dir.join("plain.bin");
     std::fs::write(&key, b"correct horse").unwrap();
-    std::fs::File::create(&dev).unwrap().set_len(24 << 20).unwrap();
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(24 << 20)
+        .unwrap();
     let mut fmt = Command::new("cryptsetup");
-    fmt.args(["luksFormat", "-q", "--type", luks_type, "--cipher", cipher, "--key-size", key_size]);
-    fmt.args(["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"]).arg(&key);
+    fmt.args([
+        "luksFormat",
+        "-q",
+        "--type",
+        luks_type,
+        "--cipher",
+        cipher,
+        "--key-size",
+        key_size,
+    ]);
+    fmt.args([
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+    ])
+    .arg(&key);
     if luks_type == "luks2" {
         fmt.args(["--sector-size", sector_size]);
     }
@@ -70,7 +106,9 @@ fn map_luks_round_trip(luks_type: &str, sector_size: &str, cipher: &str, key_siz
     assert!(st.success(), "cryptsetup luksFormat");
 
     // Payload size and offset from ucrypt's own table for this volume.
-    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..4u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     std::fs::write(&plain, &data).unwrap();
     let st = Command::new(ucrypt_bin())
         .args(["map", "--write", "--luks"])
@@ -82,31 +120,73 @@ fn map_luks_round_trip(luks_type: &str, sector_size: &str, cipher: &str, key_siz
         .unwrap();
     assert!(st.success(), "ucrypt map --luks --write");
 
-    let out = Command::new(ucrypt_bin()).args(["map", "--read", "--luks"]).arg(&dev).arg("--key-file").arg(&key).output().unwrap();
-    assert!(out.status.success(), "ucrypt map --luks --read: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(&out.stdout[..data.len()], &data[..], "read back differs from what was written");
+    let out = Command::new(ucrypt_bin())
+        .args(["map", "--read", "--luks"])
+        .arg(&dev)
+        .arg("--key-file")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ucrypt map --luks --read: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        &out.stdout[..data.len()],
+        &data[..],
+        "read back differs from what was written"
+    );
 
     // Independent check: decrypt the payload with the oracle and cryptsetup's key.
-    let dump = Command::new("cryptsetup").args(["luksDump"]).arg(&dev).output().unwrap();
+    let dump = Command::new("cryptsetup")
+        .args(["luksDump"])
+        .arg(&dev)
+        .output()
+        .unwrap();
     let dump = String::from_utf8_lossy(&dump.stdout).to_string();
     let offset_bytes: u64 = if luks_type == "luks2" {
         // "offset: 16777216 [bytes]" in the Data segments section.
         dump.lines()
-            .find_map(|l| l.trim().strip_prefix("offset:").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("offset:")
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+            })
             .expect("LUKS2 segment offset")
     } else {
         let sectors: u64 = dump
             .lines()
-            .find_map(|l| l.strip_prefix("Payload offset:").map(|r| r.trim().parse().unwrap()))
+            .find_map(|l| {
+                l.strip_prefix("Payload offset:")
+                    .map(|r| r.trim().parse().unwrap())
+            })
             .expect("LUKS1 payload offset");
         sectors * 512
     };
     let raw = std::fs::read(&dev).unwrap();
     let cipher_text = &raw[offset_bytes as usize..offset_bytes as usize + data.len()];
     let mut oracle = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/oracle/dmcrypt.py"))
-        .args(["decrypt", "--cipher", cipher, "--key", &volume_key_hex(&dev, &key)])
-        .args(["--sector-size", if luks_type == "luks2" { sector_size } else { "512" }])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/oracle/dmcrypt.py"
+        ))
+        .args([
+            "decrypt",
+            "--cipher",
+            cipher,
+            "--key",
+            &volume_key_hex(&dev, &key),
+        ])
+        .args([
+            "--sector-size",
+            if luks_type == "luks2" {
+                sector_size
+            } else {
+                "512"
+            },
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -117,7 +197,10 @@ fn map_luks_round_trip(luks_type: &str, sector_size: &str, cipher: &str, key_siz
     let out = oracle.wait_with_output().unwrap();
     feeder.join().unwrap();
     assert!(out.status.success(), "oracle failed");
-    assert_eq!(out.stdout, data, "oracle decryption of ucrypt's ciphertext differs ({luks_type}, {sector_size}, {cipher})");
+    assert_eq!(
+        out.stdout, data,
+        "oracle decryption of ucrypt's ciphertext differs ({luks_type}, {sector_size}, {cipher})"
+    );
 }
 
 #[test]
@@ -142,7 +225,10 @@ fn map_luks_wrong_passphrase_exits_2_and_writes_nothing() {
     let bad = dir.join("bad");
     std::fs::write(&key, b"right").unwrap();
     std::fs::write(&bad, b"wrong").unwrap();
-    std::fs::File::create(&dev).unwrap().set_len(20 << 20).unwrap();
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(20 << 20)
+        .unwrap();
     cryptsetup_luks2(&dev, &key);
     let before = contents(&dev);
     let out = Command::new(ucrypt_bin())
@@ -153,8 +239,16 @@ fn map_luks_wrong_passphrase_exits_2_and_writes_nothing() {
         .stdin(Stdio::from(std::fs::File::open(&key).unwrap()))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(before == contents(&dev), "device changed after a wrong passphrase");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        before == contents(&dev),
+        "device changed after a wrong passphrase"
+    );
 }
 
 #[test]
@@ -167,7 +261,10 @@ fn map_luks_write_refuses_passphrase_from_the_data_stream() {
     let dev = dir.join("vol.img");
     let key = dir.join("key");
     std::fs::write(&key, b"right").unwrap();
-    std::fs::File::create(&dev).unwrap().set_len(20 << 20).unwrap();
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(20 << 20)
+        .unwrap();
     cryptsetup_luks2(&dev, &key);
     let before = contents(&dev);
     // No --key-file and a piped stdin: the first line of the data must not
@@ -182,7 +279,12 @@ fn map_luks_write_refuses_passphrase_from_the_data_stream() {
             .stdin(Stdio::from(std::fs::File::open(&data).unwrap()))
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(String::from_utf8_lossy(&out.stderr).contains("--key-file FILE"));
     }
     assert!(before == contents(&dev), "device changed");

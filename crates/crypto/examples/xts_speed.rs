@@ -9,7 +9,7 @@ use std::time::Duration;
 use ucrypt_crypto as crypto;
 use zeroize::Zeroizing;
 
-use crypto::{speed, CryptConfig, SectorCrypt, Provider};
+use crypto::{speed, CryptConfig, Provider, SectorCrypt};
 
 fn main() {
     let dur = Duration::from_millis(400);
@@ -45,10 +45,17 @@ fn main() {
         };
         let c = SectorCrypt::new(&cfg).expect("cipher");
         let t = speed::throughput(&c, 1 << 20, dur);
-        println!("{spec} 256b enc {:>7.0} MB/s  dec {:>7.0} MB/s", t.encrypt_bytes_per_sec / 1e6, t.decrypt_bytes_per_sec / 1e6);
+        println!(
+            "{spec} 256b enc {:>7.0} MB/s  dec {:>7.0} MB/s",
+            t.encrypt_bytes_per_sec / 1e6,
+            t.decrypt_bytes_per_sec / 1e6
+        );
     }
     match speed::system_openssl_xts(Duration::from_secs(1)) {
-        Ok(bps) => println!("system openssl speed -evp aes-256-xts -bytes 4096: {:.0} MB/s", bps / 1e6),
+        Ok(bps) => println!(
+            "system openssl speed -evp aes-256-xts -bytes 4096: {:.0} MB/s",
+            bps / 1e6
+        ),
         Err(e) => println!("system openssl speed unavailable: {e}"),
     }
 }

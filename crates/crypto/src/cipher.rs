@@ -163,9 +163,11 @@ impl XtsRust {
             return None;
         }
         let (k1, k2) = key.split_at(key.len() / 2);
-        Some(Self { data: Aes::new(k1)?, tweak: Aes::new(k2)? })
+        Some(Self {
+            data: Aes::new(k1)?,
+            tweak: Aes::new(k2)?,
+        })
     }
-
 }
 
 /// Fills `out` with the tweaks of consecutive blocks starting at `t0`.
@@ -331,12 +333,30 @@ impl Evp {
         let (cipher, name) = match (mode, key.len()) {
             (EvpMode::Xts, 32) => (Cipher::aes_128_xts(), OPENSSL_XTS_NAME),
             (EvpMode::Xts, 64) => (Cipher::aes_256_xts(), OPENSSL_XTS_NAME),
-            (EvpMode::Cbc, 16) => (Cipher::aes_128_cbc(), "openssl-cbc (vendored OpenSSL 3 EVP)"),
-            (EvpMode::Cbc, 24) => (Cipher::aes_192_cbc(), "openssl-cbc (vendored OpenSSL 3 EVP)"),
-            (EvpMode::Cbc, 32) => (Cipher::aes_256_cbc(), "openssl-cbc (vendored OpenSSL 3 EVP)"),
-            (EvpMode::Ecb, 16) => (Cipher::aes_128_ecb(), "openssl-ecb (vendored OpenSSL 3 EVP)"),
-            (EvpMode::Ecb, 24) => (Cipher::aes_192_ecb(), "openssl-ecb (vendored OpenSSL 3 EVP)"),
-            (EvpMode::Ecb, 32) => (Cipher::aes_256_ecb(), "openssl-ecb (vendored OpenSSL 3 EVP)"),
+            (EvpMode::Cbc, 16) => (
+                Cipher::aes_128_cbc(),
+                "openssl-cbc (vendored OpenSSL 3 EVP)",
+            ),
+            (EvpMode::Cbc, 24) => (
+                Cipher::aes_192_cbc(),
+                "openssl-cbc (vendored OpenSSL 3 EVP)",
+            ),
+            (EvpMode::Cbc, 32) => (
+                Cipher::aes_256_cbc(),
+                "openssl-cbc (vendored OpenSSL 3 EVP)",
+            ),
+            (EvpMode::Ecb, 16) => (
+                Cipher::aes_128_ecb(),
+                "openssl-ecb (vendored OpenSSL 3 EVP)",
+            ),
+            (EvpMode::Ecb, 24) => (
+                Cipher::aes_192_ecb(),
+                "openssl-ecb (vendored OpenSSL 3 EVP)",
+            ),
+            (EvpMode::Ecb, 32) => (
+                Cipher::aes_256_ecb(),
+                "openssl-ecb (vendored OpenSSL 3 EVP)",
+            ),
             _ => return None,
         };
         if mode == EvpMode::Xts {
@@ -345,7 +365,14 @@ impl Evp {
                 return None;
             }
         }
-        let me = Self { mode, cipher, key: Zeroizing::new(key.to_vec()), pool: Mutex::new(Vec::new()), fallback, name };
+        let me = Self {
+            mode,
+            cipher,
+            key: Zeroizing::new(key.to_vec()),
+            pool: Mutex::new(Vec::new()),
+            fallback,
+            name,
+        };
         // Prove OpenSSL works with this key and agrees with the Rust
         // implementation before choosing it.
         let pair = me.new_pair()?;
@@ -367,12 +394,18 @@ impl Evp {
 
     fn new_pair(&self) -> Option<CtxPair> {
         let mut enc = CipherCtx::new().ok()?;
-        enc.encrypt_init(Some(self.cipher), Some(&self.key), None).ok()?;
+        enc.encrypt_init(Some(self.cipher), Some(&self.key), None)
+            .ok()?;
         enc.set_padding(false);
         let mut dec = CipherCtx::new().ok()?;
-        dec.decrypt_init(Some(self.cipher), Some(&self.key), None).ok()?;
+        dec.decrypt_init(Some(self.cipher), Some(&self.key), None)
+            .ok()?;
         dec.set_padding(false);
-        Some(CtxPair { enc, dec, scratch: Zeroizing::new(Vec::new()) })
+        Some(CtxPair {
+            enc,
+            dec,
+            scratch: Zeroizing::new(Vec::new()),
+        })
     }
 
     fn pool_take(&self) -> Option<CtxPair> {
@@ -394,7 +427,9 @@ impl Evp {
     /// OpenSSL failed on (left untouched: for these modes EVP checks
     /// everything before writing), or `None` when all are done.
     fn try_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) -> Option<usize> {
-        let Some(mut pair) = self.pool_take() else { return Some(0) };
+        let Some(mut pair) = self.pool_take() else {
+            return Some(0);
+        };
         let CtxPair { enc, dec, scratch } = &mut pair;
         let ctx = match dir {
             Dir::Encrypt => enc,
@@ -414,7 +449,9 @@ impl Evp {
                     // XTS has EVP block size 1: in place is allowed.
                     ctx.cipher_update_inplace(s, unit).is_ok_and(|n| n == unit)
                 } else {
-                    let done = ctx.cipher_update(s, Some(&mut scratch[..unit + 16])).is_ok_and(|n| n == unit);
+                    let done = ctx
+                        .cipher_update(s, Some(&mut scratch[..unit + 16]))
+                        .is_ok_and(|n| n == unit);
                     if done {
                         s.copy_from_slice(&scratch[..unit]);
                     }
@@ -434,7 +471,8 @@ impl SectorCipher for Evp {
     fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
         if let Some(i) = self.try_run(dir, buf, unit, ivs) {
             // Never seen after the self-test in `new`; finish in Rust.
-            self.fallback.crypt_run(dir, &mut buf[i * unit..], unit, &ivs[i..]);
+            self.fallback
+                .crypt_run(dir, &mut buf[i * unit..], unit, &ivs[i..]);
         }
     }
 
@@ -445,7 +483,11 @@ impl SectorCipher for Evp {
 
 /// Builds a chain mode for `key` (for XTS: data key || tweak key); `None`
 /// when the key length does not fit the mode.
-pub(crate) fn new_mode(chain: crate::spec::ChainMode, key: &[u8], choice: Provider) -> Option<Box<dyn SectorCipher>> {
+pub(crate) fn new_mode(
+    chain: crate::spec::ChainMode,
+    key: &[u8],
+    choice: Provider,
+) -> Option<Box<dyn SectorCipher>> {
     use crate::spec::ChainMode;
     let choice = match choice {
         Provider::Auto => match std::env::var("UCRYPT_CRYPTO").as_deref() {
@@ -560,20 +602,31 @@ mod tests {
     #[test]
     fn openssl_and_rust_agree_and_roundtrip() {
         use crate::spec::ChainMode;
-        for (chain, klen) in [(ChainMode::Xts, 64), (ChainMode::Xts, 32), (ChainMode::Cbc, 24), (ChainMode::Ecb, 16)] {
+        for (chain, klen) in [
+            (ChainMode::Xts, 64),
+            (ChainMode::Xts, 32),
+            (ChainMode::Cbc, 24),
+            (ChainMode::Ecb, 16),
+        ] {
             let key: Vec<u8> = (0..klen as u8).collect();
             let ossl = new_mode(chain, &key, Provider::OpenSsl).unwrap();
-            assert!(ossl.name().starts_with("openssl"), "{chain:?}: {}", ossl.name());
+            assert!(
+                ossl.name().starts_with("openssl"),
+                "{chain:?}: {}",
+                ossl.name()
+            );
             let rust = new_mode(chain, &key, Provider::Rust).unwrap();
             assert!(rust.name().starts_with("rust"));
             let mut a: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
             let orig = a.clone();
             let mut b = a.clone();
-            let ivs: Vec<[u8; 16]> = (0..2u64).map(|i| {
-                let mut iv = [0u8; 16];
-                iv[..8].copy_from_slice(&(i + 9).to_le_bytes());
-                iv
-            }).collect();
+            let ivs: Vec<[u8; 16]> = (0..2u64)
+                .map(|i| {
+                    let mut iv = [0u8; 16];
+                    iv[..8].copy_from_slice(&(i + 9).to_le_bytes());
+                    iv
+                })
+                .collect();
             ossl.crypt_run(Dir::Encrypt, &mut a, 4096, &ivs);
             rust.crypt_run(Dir::Encrypt, &mut b, 4096, &ivs);
             assert_eq!(a, b, "{chain:?}");

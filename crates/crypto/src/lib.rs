@@ -30,8 +30,8 @@ pub mod spec;
 pub mod speed;
 pub mod table;
 
-pub use cipher::{Provider, OPENSSL_XTS_NAME, RUST_XTS_NAME};
 use cipher::{Aes, Dir, NullCipher, SectorCipher};
+pub use cipher::{Provider, OPENSSL_XTS_NAME, RUST_XTS_NAME};
 pub use spec::CipherSpec;
 use spec::{BlockCipher, ChainMode, EssivHash, IvMode};
 
@@ -238,7 +238,11 @@ impl SectorCrypt {
     fn fill_ivs(&self, tfm: &Tfm, cc_sector: u64, step: u64, ivs: &mut [[u8; 16]]) {
         for (i, iv) in ivs.iter_mut().enumerate() {
             let cc = cc_sector.wrapping_add((i as u64).wrapping_mul(step));
-            let s = if self.iv_large_sectors { cc >> self.shift } else { cc };
+            let s = if self.iv_large_sectors {
+                cc >> self.shift
+            } else {
+                cc
+            };
             *iv = [0u8; 16];
             match self.spec.iv {
                 IvMode::None | IvMode::Null => {}
@@ -248,7 +252,9 @@ impl SectorCrypt {
                 // 9 - log2(16): cipher blocks per 512-byte sector, from 1.
                 IvMode::Benbi => iv[8..].copy_from_slice(&(s << 5).wrapping_add(1).to_be_bytes()),
                 // Byte offset (iv_sector * sector_size), encrypted below.
-                IvMode::Eboiv => iv[..8].copy_from_slice(&s.wrapping_mul(self.sector_size as u64).to_le_bytes()),
+                IvMode::Eboiv => {
+                    iv[..8].copy_from_slice(&s.wrapping_mul(self.sector_size as u64).to_le_bytes())
+                }
             }
         }
         match self.spec.iv {
@@ -276,7 +282,12 @@ impl SectorCrypt {
 const IV_BATCH: usize = 64;
 
 fn build_tfm(spec: &CipherSpec, key: &[u8], provider: Provider) -> Result<Tfm, Error> {
-    let bad_key = || Error::invalid(format!("Error decoding and setting key for {}", spec.as_str()));
+    let bad_key = || {
+        Error::invalid(format!(
+            "Error decoding and setting key for {}",
+            spec.as_str()
+        ))
+    };
     let cipher: Box<dyn SectorCipher> = match spec.cipher {
         BlockCipher::Null => Box::new(NullCipher),
         BlockCipher::Aes => cipher::new_mode(spec.chain, key, provider).ok_or_else(bad_key)?,
@@ -321,14 +332,24 @@ pub mod internal {
     /// XTS-encrypts `buf` (a multiple of 16 bytes) in place with the raw
     /// 128-bit tweak `tweak` (IEEE 1619 data unit sequence number, LE).
     /// Returns the implementation name used, or `None` for a bad key.
-    pub fn xts_encrypt(key: &[u8], imp: Provider, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
+    pub fn xts_encrypt(
+        key: &[u8],
+        imp: Provider,
+        tweak: [u8; 16],
+        buf: &mut [u8],
+    ) -> Option<&'static str> {
         let c = cipher::new_mode(ChainMode::Xts, key, imp)?;
         c.crypt(Dir::Encrypt, buf, &tweak);
         Some(c.name())
     }
 
     /// Inverse of [`xts_encrypt`].
-    pub fn xts_decrypt(key: &[u8], imp: Provider, tweak: [u8; 16], buf: &mut [u8]) -> Option<&'static str> {
+    pub fn xts_decrypt(
+        key: &[u8],
+        imp: Provider,
+        tweak: [u8; 16],
+        buf: &mut [u8],
+    ) -> Option<&'static str> {
         let c = cipher::new_mode(ChainMode::Xts, key, imp)?;
         c.crypt(Dir::Decrypt, buf, &tweak);
         Some(c.name())
@@ -347,7 +368,13 @@ mod tests {
     use super::*;
 
     fn cfg(cipher: &str, key: Vec<u8>) -> CryptConfig {
-        CryptConfig { cipher: cipher.into(), key: Zeroizing::new(key), iv_offset: 0, sector_size: 512, iv_large_sectors: false }
+        CryptConfig {
+            cipher: cipher.into(),
+            key: Zeroizing::new(key),
+            iv_offset: 0,
+            sector_size: 512,
+            iv_large_sectors: false,
+        }
     }
 
     #[test]
@@ -364,7 +391,8 @@ mod tests {
             "b009da373f1e78e1b9b526f23f2a8c4690a9b4f8ab1c9da46af891f2fef2fa98"
         );
         for imp in [Provider::Rust, Provider::OpenSsl] {
-            let c2 = SectorCrypt::with_provider(&cfg("aes-xts-plain64", (0..64).collect()), imp).unwrap();
+            let c2 = SectorCrypt::with_provider(&cfg("aes-xts-plain64", (0..64).collect()), imp)
+                .unwrap();
             let mut b = vec![0u8; 1024];
             c2.encrypt(0, &mut b);
             assert_eq!(a, b, "{imp:?}");
@@ -391,7 +419,9 @@ mod tests {
     fn sector_crypt_is_shareable_across_threads() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<SectorCrypt>();
-        let c = std::sync::Arc::new(SectorCrypt::new(&cfg("aes-cbc-essiv:sha256", vec![5; 32])).unwrap());
+        let c = std::sync::Arc::new(
+            SectorCrypt::new(&cfg("aes-cbc-essiv:sha256", vec![5; 32])).unwrap(),
+        );
         let handles: Vec<_> = (0..4u64)
             .map(|t| {
                 let c = c.clone();
@@ -410,6 +440,9 @@ mod tests {
     fn debug_hides_key() {
         let c = cfg("aes-xts-plain64", vec![0xAB; 64]);
         let s = format!("{c:?}");
-        assert!(!s.to_lowercase().contains("abab") && !s.contains("171"), "{s}");
+        assert!(
+            !s.to_lowercase().contains("abab") && !s.contains("171"),
+            "{s}"
+        );
     }
 }

@@ -153,7 +153,14 @@ impl CipherSpec {
         } else {
             parse_legacy(text)?
         };
-        let Parts { cipher, key_count, chain, ivmode, ivopts, capi } = parts;
+        let Parts {
+            cipher,
+            key_count,
+            chain,
+            ivmode,
+            ivopts,
+            capi,
+        } = parts;
         let cipher = match cipher {
             "aes" => BlockCipher::Aes,
             "cipher_null" => BlockCipher::Null,
@@ -240,11 +247,20 @@ impl CipherSpec {
                     )));
                 }
                 Some(other) => {
-                    return Err(Error::invalid(format!("Invalid IV mode {other:?} in {text:?}")));
+                    return Err(Error::invalid(format!(
+                        "Invalid IV mode {other:?} in {text:?}"
+                    )));
                 }
             }
         };
-        Ok(Self { cipher, key_count, chain, iv, capi, text: text.to_owned() })
+        Ok(Self {
+            cipher,
+            key_count,
+            chain,
+            iv,
+            capi,
+            text: text.to_owned(),
+        })
     }
 
     /// The spec text as given.
@@ -286,7 +302,6 @@ impl CipherSpec {
             len * 8
         )))
     }
-
 }
 
 impl fmt::Display for CipherSpec {
@@ -303,10 +318,14 @@ impl std::str::FromStr for CipherSpec {
 }
 
 /// Ciphers the kernel knows but ucrypt does not implement (clearer error).
-const KNOWN_KERNEL_CIPHERS: &[&str] =
-    &["serpent", "twofish", "camellia", "cast5", "cast6", "des", "des3_ede", "blowfish", "sm4", "aria", "adiantum"];
+const KNOWN_KERNEL_CIPHERS: &[&str] = &[
+    "serpent", "twofish", "camellia", "cast5", "cast6", "des", "des3_ede", "blowfish", "sm4",
+    "aria", "adiantum",
+];
 /// Chain modes the kernel knows but ucrypt does not implement.
-const KNOWN_KERNEL_MODES: &[&str] = &["lrw", "ctr", "cts", "pcbc", "ofb", "cfb", "gcm", "ccm", "hctr2"];
+const KNOWN_KERNEL_MODES: &[&str] = &[
+    "lrw", "ctr", "cts", "pcbc", "ofb", "cfb", "gcm", "ccm", "hctr2",
+];
 
 struct Parts<'a> {
     cipher: &'a str,
@@ -359,7 +378,14 @@ fn parse_legacy(text: &str) -> Result<Parts<'_>, Error> {
         }
         Some(c) => c,
     };
-    Ok(Parts { cipher, key_count, chain, ivmode, ivopts, capi: false })
+    Ok(Parts {
+        cipher,
+        key_count,
+        chain,
+        ivmode,
+        ivopts,
+        capi: false,
+    })
 }
 
 /// `capi:mode(cipher)[-ivmode[:ivopts]]`, split like crypt_ctr_cipher_new
@@ -377,17 +403,30 @@ fn parse_capi<'a>(text: &'a str, rest: &'a str) -> Result<Parts<'a>, Error> {
         return Err(alloc_error(text, "IV options without an IV mode"));
     }
     let Some(inner) = api.strip_suffix(')') else {
-        return Err(alloc_error(text, &format!("{api:?} is not of the form mode(cipher)")));
+        return Err(alloc_error(
+            text,
+            &format!("{api:?} is not of the form mode(cipher)"),
+        ));
     };
     let Some((chain, cipher)) = inner.split_once('(') else {
-        return Err(alloc_error(text, &format!("{api:?} is not of the form mode(cipher)")));
+        return Err(alloc_error(
+            text,
+            &format!("{api:?} is not of the form mode(cipher)"),
+        ));
     };
     if cipher.contains(['(', ')', ',']) || chain.contains(['(', ')', ',']) {
         return Err(Error::unsupported(format!(
             "Crypto API spec {api:?} (in {text:?}) is not supported yet; use xts(aes), cbc(aes), ecb(aes) or ecb(cipher_null)"
         )));
     }
-    Ok(Parts { cipher, key_count: 1, chain, ivmode, ivopts, capi: true })
+    Ok(Parts {
+        cipher,
+        key_count: 1,
+        chain,
+        ivmode,
+        ivopts,
+        capi: true,
+    })
 }
 
 fn split_once_opt(s: &str, c: char) -> (&str, Option<&str>) {
@@ -414,26 +453,53 @@ mod tests {
     #[test]
     fn parses_both_forms() {
         let s = CipherSpec::parse("aes-xts-plain64").unwrap();
-        assert_eq!((s.cipher, s.chain, s.iv, s.key_count), (BlockCipher::Aes, ChainMode::Xts, IvMode::Plain64, 1));
+        assert_eq!(
+            (s.cipher, s.chain, s.iv, s.key_count),
+            (BlockCipher::Aes, ChainMode::Xts, IvMode::Plain64, 1)
+        );
         let s = CipherSpec::parse("capi:xts(aes)-plain64").unwrap();
-        assert_eq!((s.chain, s.iv, s.capi), (ChainMode::Xts, IvMode::Plain64, true));
+        assert_eq!(
+            (s.chain, s.iv, s.capi),
+            (ChainMode::Xts, IvMode::Plain64, true)
+        );
         let s = CipherSpec::parse("aes:2-cbc-essiv:sha256").unwrap();
         assert_eq!((s.key_count, s.iv), (2, IvMode::Essiv(EssivHash::Sha256)));
         let s = CipherSpec::parse("capi:cbc(aes)-essiv:sha256").unwrap();
         assert_eq!(s.iv, IvMode::Essiv(EssivHash::Sha256));
         let s = CipherSpec::parse("capi:ecb(cipher_null)").unwrap();
-        assert_eq!((s.cipher, s.chain, s.iv), (BlockCipher::Null, ChainMode::Ecb, IvMode::None));
+        assert_eq!(
+            (s.cipher, s.chain, s.iv),
+            (BlockCipher::Null, ChainMode::Ecb, IvMode::None)
+        );
         let s = CipherSpec::parse("cipher_null-ecb").unwrap();
         assert_eq!(s.cipher, BlockCipher::Null);
         assert_eq!(CipherSpec::parse("aes-ecb").unwrap().iv, IvMode::None);
         // ECB ignores an IV mode, as the kernel does.
-        assert_eq!(CipherSpec::parse("aes-ecb-plain64").unwrap().iv, IvMode::None);
-        assert_eq!(CipherSpec::parse("aes-cbc-plain64be").unwrap().iv, IvMode::Plain64Be);
-        assert_eq!(CipherSpec::parse("aes-cbc-benbi").unwrap().iv, IvMode::Benbi);
-        assert_eq!(CipherSpec::parse("aes-xts-eboiv").unwrap().iv, IvMode::Eboiv);
+        assert_eq!(
+            CipherSpec::parse("aes-ecb-plain64").unwrap().iv,
+            IvMode::None
+        );
+        assert_eq!(
+            CipherSpec::parse("aes-cbc-plain64be").unwrap().iv,
+            IvMode::Plain64Be
+        );
+        assert_eq!(
+            CipherSpec::parse("aes-cbc-benbi").unwrap().iv,
+            IvMode::Benbi
+        );
+        assert_eq!(
+            CipherSpec::parse("aes-xts-eboiv").unwrap().iv,
+            IvMode::Eboiv
+        );
         assert_eq!(CipherSpec::parse("aes-cbc-null").unwrap().iv, IvMode::Null);
-        assert_eq!(CipherSpec::parse("aes-cbc-plain:ignored").unwrap().iv, IvMode::Plain);
-        assert_eq!(CipherSpec::parse("aes-xts-plain64").unwrap().to_string(), "aes-xts-plain64");
+        assert_eq!(
+            CipherSpec::parse("aes-cbc-plain:ignored").unwrap().iv,
+            IvMode::Plain
+        );
+        assert_eq!(
+            CipherSpec::parse("aes-xts-plain64").unwrap().to_string(),
+            "aes-xts-plain64"
+        );
     }
 
     #[test]
@@ -455,7 +521,10 @@ mod tests {
         assert!(e("xts(aes)-plain64").contains("Bad cipher specification"));
         assert!(e("aes-cbc-essiv:sha512").contains("Error allocating crypto tfm"));
         for m in ["lmk", "tcw", "random", "elephant"] {
-            assert!(e(&format!("aes-cbc-{m}")).contains("not supported yet"), "{m}");
+            assert!(
+                e(&format!("aes-cbc-{m}")).contains("not supported yet"),
+                "{m}"
+            );
         }
         assert!(e("serpent-xts-plain64").contains("not supported yet"));
         assert!(e("capi:gcm(aes)-random").contains("not supported yet"));
@@ -465,8 +534,16 @@ mod tests {
     #[test]
     fn key_lengths() {
         let s = CipherSpec::parse("aes-xts-plain64").unwrap();
-        assert!(s.check_key_len(32).is_ok() && s.check_key_len(64).is_ok() && s.check_key_len(48).is_ok());
-        assert!(s.check_key_len(16).unwrap_err().to_string().contains("256, 384, 512 bits"));
+        assert!(
+            s.check_key_len(32).is_ok()
+                && s.check_key_len(64).is_ok()
+                && s.check_key_len(48).is_ok()
+        );
+        assert!(s
+            .check_key_len(16)
+            .unwrap_err()
+            .to_string()
+            .contains("256, 384, 512 bits"));
         let s = CipherSpec::parse("aes:4-cbc-plain").unwrap();
         assert!(s.check_key_len(64).is_ok());
         assert!(s.check_key_len(32).is_err());

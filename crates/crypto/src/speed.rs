@@ -30,9 +30,16 @@ pub fn throughput(c: &SectorCrypt, bytes_per_call: usize, dur: Duration) -> Thro
     let mut buf: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31)).collect();
     let step = (ss / 512) as u64;
     let per_call_sectors = (len / ss) as u64 * step;
-    let enc = measure(dur, len, |n| c.encrypt(n * per_call_sectors % (1 << 40), &mut buf));
-    let dec = measure(dur, len, |n| c.decrypt(n * per_call_sectors % (1 << 40), &mut buf));
-    Throughput { encrypt_bytes_per_sec: enc, decrypt_bytes_per_sec: dec }
+    let enc = measure(dur, len, |n| {
+        c.encrypt(n * per_call_sectors % (1 << 40), &mut buf)
+    });
+    let dec = measure(dur, len, |n| {
+        c.decrypt(n * per_call_sectors % (1 << 40), &mut buf)
+    });
+    Throughput {
+        encrypt_bytes_per_sec: enc,
+        decrypt_bytes_per_sec: dec,
+    }
 }
 
 /// Runs `f(call_index)` until `dur` of CPU time has passed (checking the
@@ -94,18 +101,29 @@ fn thread_cpu_time() -> Option<Duration> {
 pub fn system_openssl_xts(dur: Duration) -> Result<f64, crate::Error> {
     let secs = dur.as_secs().max(1).to_string();
     let out = std::process::Command::new("openssl")
-        .args(["speed", "-evp", "aes-256-xts", "-bytes", "4096", "-seconds", &secs])
+        .args([
+            "speed",
+            "-evp",
+            "aes-256-xts",
+            "-bytes",
+            "4096",
+            "-seconds",
+            &secs,
+        ])
         .stderr(std::process::Stdio::null())
         .output()
         .map_err(|e| crate::Error::unsupported(format!("Cannot run the system openssl: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    parse_openssl_speed(&text)
-        .ok_or_else(|| crate::Error::unsupported("Cannot read the `openssl speed` output (no AES-256-XTS line)"))
+    parse_openssl_speed(&text).ok_or_else(|| {
+        crate::Error::unsupported("Cannot read the `openssl speed` output (no AES-256-XTS line)")
+    })
 }
 
 /// Parses the `AES-256-XTS  6894161.92k` result line (thousands of bytes/s).
 fn parse_openssl_speed(text: &str) -> Option<f64> {
-    let line = text.lines().find(|l| l.to_ascii_lowercase().starts_with("aes-256-xts"))?;
+    let line = text
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("aes-256-xts"))?;
     let v = line.split_whitespace().last()?.strip_suffix('k')?;
     let k: f64 = v.parse().ok()?;
     (k.is_finite() && k > 0.0).then_some(k * 1000.0)
@@ -146,8 +164,12 @@ pub fn pbkdf2_iterations_per_sec(hash: PbkdfHash, dur: Duration) -> f64 {
     while start.elapsed() < dur {
         match hash {
             PbkdfHash::Sha1 => pbkdf2::pbkdf2_hmac::<sha1::Sha1>(password, &salt, rounds, &mut out),
-            PbkdfHash::Sha256 => pbkdf2::pbkdf2_hmac::<sha2::Sha256>(password, &salt, rounds, &mut out),
-            PbkdfHash::Sha512 => pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password, &salt, rounds, &mut out),
+            PbkdfHash::Sha256 => {
+                pbkdf2::pbkdf2_hmac::<sha2::Sha256>(password, &salt, rounds, &mut out)
+            }
+            PbkdfHash::Sha512 => {
+                pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password, &salt, rounds, &mut out)
+            }
         }
         total += u64::from(rounds);
         rounds = rounds.saturating_mul(2).min(1 << 22);
@@ -181,7 +203,11 @@ pub struct Argon2Rate {
 
 /// Times one Argon2 hash with cryptsetup's minimum benchmark cost
 /// (4 iterations, `memory_kib`, `parallel` lanes) and returns the rate.
-pub fn argon2_rate(kind: Argon2Kind, memory_kib: u32, parallel: u32) -> Result<Argon2Rate, crate::Error> {
+pub fn argon2_rate(
+    kind: Argon2Kind,
+    memory_kib: u32,
+    parallel: u32,
+) -> Result<Argon2Rate, crate::Error> {
     let iterations = 4;
     let params = argon2::Params::new(memory_kib, iterations, parallel, Some(32))
         .map_err(|e| crate::Error::invalid(format!("Invalid Argon2 parameters: {e}")))?;
@@ -194,7 +220,12 @@ pub fn argon2_rate(kind: Argon2Kind, memory_kib: u32, parallel: u32) -> Result<A
     let start = Clock::start();
     a.hash_password_into(b"foobarfo", &[0x5au8; 32], &mut out)
         .map_err(|e| crate::Error::invalid(format!("Argon2 failed: {e}")))?;
-    Ok(Argon2Rate { iterations, memory_kib, parallel, seconds: start.elapsed().as_secs_f64().max(1e-9) })
+    Ok(Argon2Rate {
+        iterations,
+        memory_kib,
+        parallel,
+        seconds: start.elapsed().as_secs_f64().max(1e-9),
+    })
 }
 
 #[cfg(test)]

@@ -129,7 +129,10 @@ impl Table {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         let field = |i: usize, name: &str| -> Result<&str, Error> {
             f.get(i).copied().ok_or_else(|| {
-                Error::invalid(format!("Not enough arguments: table field <{name}> (field {}) is missing", i + 1))
+                Error::invalid(format!(
+                    "Not enough arguments: table field <{name}> (field {}) is missing",
+                    i + 1
+                ))
             })
         };
         let start = parse_u64(field(0, "start")?, "start", "Invalid start sector")?;
@@ -162,7 +165,16 @@ impl Table {
         let key = parse_key(key_text, &cipher)?;
         let iv_offset = parse_u64(iv_text, "iv_offset", "Invalid iv_offset sector")?;
         let offset = parse_u64(off_text, "offset", "Invalid device sector")?;
-        Self::from_parts(start, len, cipher, key, iv_offset, device.to_owned(), offset, options)
+        Self::from_parts(
+            start,
+            len,
+            cipher,
+            key,
+            iv_offset,
+            device.to_owned(),
+            offset,
+            options,
+        )
     }
 
     /// Builds a table from already-parsed values (e.g. from a LUKS header)
@@ -182,10 +194,14 @@ impl Table {
             return Err(Error::invalid("Zero-length target: field <len> is 0"));
         }
         if start.checked_add(len).is_none() {
-            return Err(Error::invalid("Invalid length: field <start> + <len> overflows"));
+            return Err(Error::invalid(
+                "Invalid length: field <start> + <len> overflows",
+            ));
         }
         if device.is_empty() || device.chars().any(|c| c.is_whitespace()) {
-            return Err(Error::invalid("Device lookup failed: field <device> is empty or has blanks"));
+            return Err(Error::invalid(
+                "Device lookup failed: field <device> is empty or has blanks",
+            ));
         }
         let ss = options.sector_size;
         if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
@@ -209,8 +225,19 @@ impl Table {
                 "Invalid device sector: field <offset> {offset} is not a multiple of sector_size {ss} ({step} sectors)"
             )));
         }
-        cipher.check_key_len(key.len()).map_err(|e| prefix(e, "<key>"))?;
-        let t = Self { start, len, cipher, key, iv_offset, device, offset, options };
+        cipher
+            .check_key_len(key.len())
+            .map_err(|e| prefix(e, "<key>"))?;
+        let t = Self {
+            start,
+            len,
+            cipher,
+            key,
+            iv_offset,
+            device,
+            offset,
+            options,
+        };
         // Build the cipher once so every refusal (e.g. an ESSIV hash whose
         // digest is no valid key) happens at parse time, as in the kernel.
         SectorCrypt::new(&t.crypt_config())?;
@@ -282,10 +309,15 @@ fn prefix(e: Error, field: &str) -> Error {
 /// Decimal u64 as the kernel's `sscanf("%llu%c")` accepts it, digits only.
 fn parse_u64(s: &str, field: &str, reason: &str) -> Result<u64, Error> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Error::invalid(format!("{reason}: field <{field}> {s:?} is not a decimal number")));
+        return Err(Error::invalid(format!(
+            "{reason}: field <{field}> {s:?} is not a decimal number"
+        )));
     }
-    s.parse()
-        .map_err(|_| Error::invalid(format!("{reason}: field <{field}> {s:?} does not fit in 64 bits")))
+    s.parse().map_err(|_| {
+        Error::invalid(format!(
+            "{reason}: field <{field}> {s:?} does not fit in 64 bits"
+        ))
+    })
 }
 
 fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Zeroizing<Vec<u8>>, Error> {
@@ -311,8 +343,9 @@ fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Zeroizing<Vec<u8>>, Error> 
         )));
     }
     let mut key = Zeroizing::new(vec![0u8; s.len() / 2]);
-    hex::decode_to_slice(s, &mut key[..])
-        .map_err(|_| Error::invalid("Error decoding and setting key: field <key> is not valid hex"))?;
+    hex::decode_to_slice(s, &mut key[..]).map_err(|_| {
+        Error::invalid("Error decoding and setting key: field <key> is not valid hex")
+    })?;
     Ok(key)
 }
 
@@ -373,7 +406,9 @@ fn parse_options(rest: &[&str]) -> Result<Options, Error> {
                     o.sector_size = ss as u32;
                     continue;
                 }
-                return Err(Error::invalid(format!("Invalid feature arguments: unknown option {opt:?}")));
+                return Err(Error::invalid(format!(
+                    "Invalid feature arguments: unknown option {opt:?}"
+                )));
             }
         }
     }
@@ -389,16 +424,22 @@ mod tests {
 
     #[test]
     fn seed_lines_parse() {
-        let t = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 force_inline").unwrap();
+        let t =
+            Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 force_inline")
+                .unwrap();
         assert!(t.options.no_read_workqueue && t.options.no_write_workqueue);
         assert!(t.key().is_empty());
         assert_eq!(
             t.format(false),
             "0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 2 no_read_workqueue no_write_workqueue"
         );
-        let t = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 no_read_workqueue").unwrap();
+        let t = Table::parse(
+            "0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 no_read_workqueue",
+        )
+        .unwrap();
         assert!(t.options.no_read_workqueue && !t.options.no_write_workqueue);
-        let e = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 turbo_mode").unwrap_err();
+        let e = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 turbo_mode")
+            .unwrap_err();
         assert!(e.to_string().contains("turbo_mode"), "{e}");
     }
 
@@ -416,23 +457,40 @@ mod tests {
     #[test]
     fn kernel_reasons() {
         let e = |l: &str| Table::parse(l).unwrap_err().to_string();
-        let base = |iv: &str, off: &str, opts: &str| format!("0 1024 crypt aes-xts-plain64 {K64} {iv} /d {off}{opts}");
+        let base = |iv: &str, off: &str, opts: &str| {
+            format!("0 1024 crypt aes-xts-plain64 {K64} {iv} /d {off}{opts}")
+        };
         assert!(e(&base("1", "0", " 1 sector_size:4096")).contains("Invalid iv_offset sector"));
         assert!(e(&base("0", "3", " 1 sector_size:4096")).contains("Invalid device sector"));
         assert!(e(&base("x", "0", "")).contains("Invalid iv_offset sector"));
         assert!(e(&base("0", "-1", "")).contains("Invalid device sector"));
-        assert!(e(&base("0", "0", " 1 sector_size:1000")).contains("Invalid feature value for sector_size"));
+        assert!(e(&base("0", "0", " 1 sector_size:1000"))
+            .contains("Invalid feature value for sector_size"));
         assert!(e(&base("0", "0", " 2 allow_discards")).contains("Not enough feature arguments"));
         assert!(e(&base("0", "0", " 1 integrity:28:aead")).contains("not supported yet"));
-        assert!(e(&base("0", "0", " 10 a b c d e f g h i j")).contains("Invalid number of feature args"));
-        assert!(e("0 1024 crypt aes-xts-plain64 0011 0 /d 0").contains("Error decoding and setting key"));
-        assert!(e("0 1024 crypt aes-xts-plain64 :64:logon:foo 0 /d 0").contains("not supported yet"));
+        assert!(e(&base("0", "0", " 10 a b c d e f g h i j"))
+            .contains("Invalid number of feature args"));
+        assert!(e("0 1024 crypt aes-xts-plain64 0011 0 /d 0")
+            .contains("Error decoding and setting key"));
+        assert!(
+            e("0 1024 crypt aes-xts-plain64 :64:logon:foo 0 /d 0").contains("not supported yet")
+        );
         assert!(e("0 1024 crypt aes-xts-plain64").contains("<key>"));
         assert!(e("0 1024 linear /dev/x 0").contains("<target>"));
-        assert!(e("0 1023 crypt aes-xts-plain64 00 0 /d 0 1 sector_size:4096").contains("Device size"));
-        assert!(e(&format!("0 8 crypt aes:64-cbc-lmk {K64} 0 /d 0 1 sector_size:4096")).contains("Unsupported sector size for LMK"));
+        assert!(
+            e("0 1023 crypt aes-xts-plain64 00 0 /d 0 1 sector_size:4096").contains("Device size")
+        );
+        assert!(e(&format!(
+            "0 8 crypt aes:64-cbc-lmk {K64} 0 /d 0 1 sector_size:4096"
+        ))
+        .contains("Unsupported sector size for LMK"));
         assert!(e(&format!("0 8 crypt aes-cbc-tcw {K64} 0 /d 0")).contains("not supported yet"));
         // Case-insensitive flags, like strcasecmp in the kernel.
-        assert!(Table::parse(&base("0", "0", " 1 ALLOW_DISCARDS")).unwrap().options.allow_discards);
+        assert!(
+            Table::parse(&base("0", "0", " 1 ALLOW_DISCARDS"))
+                .unwrap()
+                .options
+                .allow_discards
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use ucrypt_crypto as crypto;
 use zeroize::Zeroizing;
 
-use crypto::{CryptConfig, SectorCrypt, Provider};
+use crypto::{CryptConfig, Provider, SectorCrypt};
 
 fn oracle() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/oracle/dmcrypt.py")
@@ -59,7 +59,11 @@ fn run_oracle_batch(jobs: &[serde_json::Value]) -> Vec<Result<Vec<u8>, String>> 
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
     assert_eq!(lines.len(), jobs.len(), "one oracle answer per job");
     lines
@@ -88,7 +92,9 @@ fn job(c: &Case, dir: &str, data: &[u8]) -> serde_json::Value {
 }
 
 fn key_bytes(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(73).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(73).wrapping_add(seed))
+        .collect()
 }
 
 fn cases() -> Vec<Case> {
@@ -141,12 +147,34 @@ fn cases() -> Vec<Case> {
     for ss in [512u32, 4096] {
         let mut key = key_bytes(32, 9);
         key.extend_from_within(..);
-        v.push(Case { cipher: "aes-xts-plain64".into(), key, sector_size: ss, large: false, iv_offset: 8, start: 16, xts: Provider::OpenSsl });
+        v.push(Case {
+            cipher: "aes-xts-plain64".into(),
+            key,
+            sector_size: ss,
+            large: false,
+            iv_offset: 8,
+            start: 16,
+            xts: Provider::OpenSsl,
+        });
     }
     // The pure-Rust modes on ordinary keys too.
     for ss in [512u32, 4096] {
-        for (spec, len) in [("aes-xts-plain64", 64), ("aes-xts-essiv:sha256", 32), ("aes-cbc-essiv:sha256", 32), ("aes-cbc-eboiv", 16), ("aes-ecb", 24)] {
-            v.push(Case { cipher: spec.into(), key: key_bytes(len, 1), sector_size: ss, large: true, iv_offset: 64, start: 8, xts: Provider::Rust });
+        for (spec, len) in [
+            ("aes-xts-plain64", 64),
+            ("aes-xts-essiv:sha256", 32),
+            ("aes-cbc-essiv:sha256", 32),
+            ("aes-cbc-eboiv", 16),
+            ("aes-ecb", 24),
+        ] {
+            v.push(Case {
+                cipher: spec.into(),
+                key: key_bytes(len, 1),
+                sector_size: ss,
+                large: true,
+                iv_offset: 64,
+                start: 8,
+                xts: Provider::Rust,
+            });
         }
     }
     v
@@ -155,7 +183,9 @@ fn cases() -> Vec<Case> {
 #[test]
 fn every_combination_matches_the_python_oracle() {
     let test = "every_combination_matches_the_python_oracle";
-    if !testutil::require_tool(test, "python3") || !testutil::require_python_module(test, "cryptography") {
+    if !testutil::require_tool(test, "python3")
+        || !testutil::require_python_module(test, "cryptography")
+    {
         return;
     }
     let cases = cases();
@@ -187,7 +217,9 @@ fn every_combination_matches_the_python_oracle() {
                 let mut back = t.clone();
                 sc.decrypt(c.start, &mut back);
                 if &back != plain {
-                    failures.push(format!("{what}: our decryption of the oracle's ciphertext differs"));
+                    failures.push(format!(
+                        "{what}: our decryption of the oracle's ciphertext differs"
+                    ));
                 }
             }
             Ok(_) => failures.push(format!("{what}: ciphertext differs from the oracle")),
@@ -195,14 +227,22 @@ fn every_combination_matches_the_python_oracle() {
         }
         match their_dec {
             Ok(t) if t == plain => {}
-            Ok(_) => failures.push(format!("{what}: the oracle's decryption of our ciphertext differs")),
+            Ok(_) => failures.push(format!(
+                "{what}: the oracle's decryption of our ciphertext differs"
+            )),
             Err(e) => failures.push(format!("{what}: oracle error {e}")),
         }
         if !sc.is_null() && enc == plain {
             failures.push(format!("{what}: encryption changed nothing"));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 fn ours(c: &Case) -> (Vec<u8>, Vec<u8>, SectorCrypt) {
@@ -213,9 +253,12 @@ fn ours(c: &Case) -> (Vec<u8>, Vec<u8>, SectorCrypt) {
         sector_size: c.sector_size,
         iv_large_sectors: c.large,
     };
-    let sc = SectorCrypt::with_provider(&cfg, c.xts).unwrap_or_else(|e| panic!("{}: {e}", c.cipher));
+    let sc =
+        SectorCrypt::with_provider(&cfg, c.xts).unwrap_or_else(|e| panic!("{}: {e}", c.cipher));
     let sectors = if c.sector_size == 512 { 6 } else { 3 };
-    let plain: Vec<u8> = (0..c.sector_size as usize * sectors).map(|i| (i * 31 + i / 512) as u8).collect();
+    let plain: Vec<u8> = (0..c.sector_size as usize * sectors)
+        .map(|i| (i * 31 + i / 512) as u8)
+        .collect();
     let mut enc = plain.clone();
     sc.encrypt(c.start, &mut enc);
     (plain, enc, sc)

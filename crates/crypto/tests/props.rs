@@ -20,13 +20,24 @@ const SPECS: &[(&str, &[usize])] = &[
 ];
 
 fn crypt_strategy() -> impl Strategy<Value = (CryptConfig, u64, usize)> {
-    (0..SPECS.len(), 0usize..4, 0u32..4, any::<bool>(), 0u64..1 << 20, 0u64..1 << 40, 1usize..4, any::<u64>())
+    (
+        0..SPECS.len(),
+        0usize..4,
+        0u32..4,
+        any::<bool>(),
+        0u64..1 << 20,
+        0u64..1 << 40,
+        1usize..4,
+        any::<u64>(),
+    )
         .prop_map(|(si, ki, ssi, large, ivo, sector, n, seed)| {
             let (spec, lens) = SPECS[si];
             let len = lens[ki % lens.len()];
             let ss = 512u32 << ssi;
             let step = u64::from(ss / 512);
-            let key: Vec<u8> = (0..len).map(|i| (seed.rotate_left(i as u32 % 64) as u8) ^ i as u8).collect();
+            let key: Vec<u8> = (0..len)
+                .map(|i| (seed.rotate_left(i as u32 % 64) as u8) ^ i as u8)
+                .collect();
             let cfg = CryptConfig {
                 cipher: spec.into(),
                 key: Zeroizing::new(key),

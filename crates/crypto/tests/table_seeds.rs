@@ -32,10 +32,12 @@ fn seed_lines_round_trip() {
         c.decrypt(8, &mut buf);
         assert_eq!(buf, vec![7u8; 4096]);
     }
-    let t = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 force_inline").unwrap();
+    let t = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 force_inline")
+        .unwrap();
     assert!(t.options.no_read_workqueue && t.options.no_write_workqueue);
     assert_eq!(Table::parse(&t.format(false)).unwrap(), t);
-    let e = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 no_such_flag").unwrap_err();
+    let e = Table::parse("0 8388608 crypt capi:ecb(cipher_null) - 0 /dev/ram0 0 1 no_such_flag")
+        .unwrap_err();
     assert!(e.to_string().contains("no_such_flag"), "{e}");
 }
 
@@ -43,11 +45,17 @@ fn seed_lines_round_trip() {
 fn seed_xts_line_has_equal_key_halves_and_still_works() {
     // An all-zero 256-bit XTS key: both halves equal. OpenSSL refuses it,
     // dm-crypt accepts it, so ucrypt must too (the Rust fallback runs it).
-    let t = Table::parse(&format!("0 8388608 crypt aes-xts-plain64 {ZERO_KEY} 0 1:0 0")).unwrap();
+    let t = Table::parse(&format!(
+        "0 8388608 crypt aes-xts-plain64 {ZERO_KEY} 0 1:0 0"
+    ))
+    .unwrap();
     let c = SectorCrypt::new(&t.crypt_config()).unwrap();
     assert_eq!(c.implementation(), crypto::RUST_XTS_NAME);
     // IEEE 1619 vector 1 is exactly this key at sector 0.
     let mut buf = vec![0u8; 512];
     c.encrypt(0, &mut buf);
-    assert_eq!(hex::encode(&buf[..32]), "917cf69ebd68b2ec9b9fe9a3eadda692cd43d2f59598ed858c02c2652fbf922e");
+    assert_eq!(
+        hex::encode(&buf[..32]),
+        "917cf69ebd68b2ec9b9fe9a3eadda692cd43d2f59598ed858c02c2652fbf922e"
+    );
 }

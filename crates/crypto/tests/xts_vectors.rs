@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use ucrypt_crypto as crypto;
 
 use crypto::internal::{xts_decrypt, xts_encrypt};
-use crypto::{CryptConfig, SectorCrypt, Provider};
+use crypto::{CryptConfig, Provider, SectorCrypt};
 use zeroize::Zeroizing;
 
 struct Vector {
@@ -52,12 +52,20 @@ fn load() -> Vec<Vector> {
 #[test]
 fn ieee_1619_vectors_all_implementations() {
     let vectors = load();
-    assert!(vectors.len() >= 6, "expected the IEEE vectors in tests/data/xts");
+    assert!(
+        vectors.len() >= 6,
+        "expected the IEEE vectors in tests/data/xts"
+    );
     for v in &vectors {
         for imp in [Provider::Rust, Provider::OpenSsl, Provider::Auto] {
             let mut buf = v.plaintext.clone();
             let used = xts_encrypt(&v.key, imp, v.dusn.to_le_bytes(), &mut buf).unwrap();
-            assert_eq!(hex::encode(&buf), hex::encode(&v.ciphertext), "{} encrypt via {used}", v.name);
+            assert_eq!(
+                hex::encode(&buf),
+                hex::encode(&v.ciphertext),
+                "{} encrypt via {used}",
+                v.name
+            );
             xts_decrypt(&v.key, imp, v.dusn.to_le_bytes(), &mut buf).unwrap();
             assert_eq!(buf, v.plaintext, "{} decrypt via {used}", v.name);
         }
@@ -91,7 +99,10 @@ fn ieee_1619_sector_vectors_through_sector_crypt() {
 
 #[test]
 fn equal_halves_vector_uses_the_rust_fallback() {
-    let v = load().into_iter().find(|v| v.name.contains("vector-01")).unwrap();
+    let v = load()
+        .into_iter()
+        .find(|v| v.name.contains("vector-01"))
+        .unwrap();
     assert_eq!(v.key[..16], v.key[16..], "vector 1 has equal key halves");
     let mut buf = v.plaintext.clone();
     let used = xts_encrypt(&v.key, Provider::OpenSsl, [0; 16], &mut buf).unwrap();

@@ -35,9 +35,19 @@ fn main() {
     for off in (0..DEV).step_by(fill.len()) {
         mem.write_at(&fill, off, false).expect("fill");
     }
-    let ciphers = [("null", "cipher_null-ecb", 0usize), ("xts", "aes-xts-plain64", 64)];
-    let modes = [("classic", CryptMode::Classic), ("inline", CryptMode::Inline), ("adaptive", CryptMode::Adaptive)];
-    println!("{:<28} {:>9} {:>9} {:>9} {:>9}  adaptive/best", "cell (MiB/s)", "raw", "classic", "inline", "adaptive");
+    let ciphers = [
+        ("null", "cipher_null-ecb", 0usize),
+        ("xts", "aes-xts-plain64", 64),
+    ];
+    let modes = [
+        ("classic", CryptMode::Classic),
+        ("inline", CryptMode::Inline),
+        ("adaptive", CryptMode::Adaptive),
+    ];
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>9}  adaptive/best",
+        "cell (MiB/s)", "raw", "classic", "inline", "adaptive"
+    );
     let (mut cells, mut wins) = (0, 0);
     for (cname, spec, klen) in ciphers {
         let crypt = Arc::new(
@@ -72,13 +82,29 @@ fn main() {
                         let mut raw = 0f64;
                         let mut r = vec![0f64; modes.len()];
                         for _ in 0..rounds {
-                            raw = raw.max(run(vol(None), CryptMode::Inline, write, bs, qd, jobs, secs));
+                            raw = raw.max(run(
+                                vol(None),
+                                CryptMode::Inline,
+                                write,
+                                bs,
+                                qd,
+                                jobs,
+                                secs,
+                            ));
                             let only = std::env::var("GRID_MODES").unwrap_or_default();
                             for (i, (mname, m)) in modes.iter().enumerate() {
                                 if !only.is_empty() && !only.contains(mname) {
                                     continue;
                                 }
-                                r[i] = r[i].max(run(vol(Some(crypt.clone())), *m, write, bs, qd, jobs, secs));
+                                r[i] = r[i].max(run(
+                                    vol(Some(crypt.clone())),
+                                    *m,
+                                    write,
+                                    bs,
+                                    qd,
+                                    jobs,
+                                    secs,
+                                ));
                             }
                         }
                         let best = r[0].max(r[1]);
@@ -87,7 +113,11 @@ fn main() {
                             wins += 1;
                         }
                         let extra = if bs == 4096 && qd == 1 && jobs == 1 {
-                            format!("  inline/raw {:.2}, classic/raw {:.2}", r[1] / raw, r[0] / raw)
+                            format!(
+                                "  inline/raw {:.2}, classic/raw {:.2}",
+                                r[1] / raw,
+                                r[0] / raw
+                            )
                         } else {
                             String::new()
                         };
@@ -116,12 +146,25 @@ fn human(b: u64) -> String {
 }
 
 /// One measurement: MiB/s over `secs` after a short warm-up.
-fn run(vol: Volume, mode: CryptMode, write: bool, bs: u64, qd: usize, jobs: usize, secs: f64) -> f64 {
-    let cfg = EngineConfig { mode, queue_depth: qd * jobs, ..EngineConfig::default() };
+fn run(
+    vol: Volume,
+    mode: CryptMode,
+    write: bool,
+    bs: u64,
+    qd: usize,
+    jobs: usize,
+    secs: f64,
+) -> f64 {
+    let cfg = EngineConfig {
+        mode,
+        queue_depth: qd * jobs,
+        ..EngineConfig::default()
+    };
     let engine = Arc::new(Engine::new(vol, cfg).expect("engine"));
     // GRID_FORCE_SPLIT=1: adaptive splits whatever the load (to measure
     // what splitting would give on an idle machine).
-    engine.force_split(mode == CryptMode::Adaptive && std::env::var_os("GRID_FORCE_SPLIT").is_some());
+    engine
+        .force_split(mode == CryptMode::Adaptive && std::env::var_os("GRID_FORCE_SPLIT").is_some());
     let region = DEV / jobs as u64;
     let warm = Duration::from_secs_f64(secs / 4.0);
     let dur = Duration::from_secs_f64(secs);
@@ -133,7 +176,14 @@ fn run(vol: Volume, mode: CryptMode, write: bool, bs: u64, qd: usize, jobs: usiz
         .collect();
     let rate: f64 = threads.into_iter().map(|t| t.join().expect("job")).sum();
     if std::env::var_os("GRID_STATS").is_some() {
-        eprintln!("{mode:?} {:?}", if write { engine.stats().write } else { engine.stats().read });
+        eprintln!(
+            "{mode:?} {:?}",
+            if write {
+                engine.stats().write
+            } else {
+                engine.stats().read
+            }
+        );
     }
     engine.shutdown().expect("shutdown");
     rate / (1 << 20) as f64
@@ -141,7 +191,16 @@ fn run(vol: Volume, mode: CryptMode, write: bool, bs: u64, qd: usize, jobs: usiz
 
 /// Keeps `qd` requests in flight; returns bytes/s over the timed part.
 #[allow(clippy::too_many_arguments)]
-fn job(e: &Engine, write: bool, bs: u64, qd: usize, base: u64, region: u64, warm: Duration, dur: Duration) -> f64 {
+fn job(
+    e: &Engine,
+    write: bool,
+    bs: u64,
+    qd: usize,
+    base: u64,
+    region: u64,
+    warm: Duration,
+    dur: Duration,
+) -> f64 {
     let done = Arc::new(AtomicUsize::new(0));
     let me = std::thread::current();
     let (mut submitted, mut seen, mut off) = (0usize, 0usize, 0u64);
@@ -159,13 +218,26 @@ fn job(e: &Engine, write: bool, bs: u64, qd: usize, base: u64, region: u64, warm
             }
         }
         while submitted - seen < qd {
-            let op = if write { Op::Write { data: vec![0xa5; bs as usize] } } else { Op::Read { len: bs as u32 } };
+            let op = if write {
+                Op::Write {
+                    data: vec![0xa5; bs as usize],
+                }
+            } else {
+                Op::Read { len: bs as u32 }
+            };
             let (d, w) = (done.clone(), me.clone());
-            e.submit(Request { op, offset: base + off, fua: false }, move |c| {
-                c.expect("request failed");
-                d.fetch_add(1, Release);
-                w.unpark();
-            });
+            e.submit(
+                Request {
+                    op,
+                    offset: base + off,
+                    fua: false,
+                },
+                move |c| {
+                    c.expect("request failed");
+                    d.fetch_add(1, Release);
+                    w.unpark();
+                },
+            );
             submitted += 1;
             off = (off + bs) % (region - region % bs);
         }

@@ -36,7 +36,11 @@ impl SectorRange {
     /// The sub-range `off..off + len` (both sector-aligned, inside `self`).
     pub(crate) fn sub(&self, off: u64, len: u64) -> SectorRange {
         debug_assert!(off % 512 == 0 && off + len <= self.len);
-        SectorRange { sector: self.sector + off / 512, at: self.at + off, len }
+        SectorRange {
+            sector: self.sector + off / 512,
+            at: self.at + off,
+            len,
+        }
     }
 }
 
@@ -91,12 +95,22 @@ pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
     }
     let ss = ctx.sector_size as u64;
     if offset % ss != 0 || len % ss != 0 {
-        return fail(Error::Misaligned { sector_size: ctx.sector_size });
+        return fail(Error::Misaligned {
+            sector_size: ctx.sector_size,
+        });
     }
     if offset.checked_add(len).is_none_or(|end| end > ctx.size) {
-        return fail(Error::OutOfRange { offset, len, size: ctx.size });
+        return fail(Error::OutOfRange {
+            offset,
+            len,
+            size: ctx.size,
+        });
     }
-    let range = SectorRange { sector: offset / 512, at: ctx.data_offset + offset, len };
+    let range = SectorRange {
+        sector: offset / 512,
+        at: ctx.data_offset + offset,
+        len,
+    };
     Ok(match op {
         Op::Read { .. } => Work::Read(range),
         Op::Write { data } => Work::Write(range, data, fua),

@@ -11,7 +11,9 @@ use nix::unistd::Pid;
 
 /// Number of CPUs this process may run on (at least 1).
 pub(crate) fn count() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// The CPU the calling thread runs on now (0 if unknown).
@@ -42,7 +44,11 @@ pub(crate) struct Load {
 
 impl Load {
     pub(crate) fn new() -> Self {
-        Self { sampled_at: AtomicU64::new(0), last: AtomicUsize::new(0), smoothed: AtomicUsize::new(0) }
+        Self {
+            sampled_at: AtomicU64::new(0),
+            last: AtomicUsize::new(0),
+            smoothed: AtomicUsize::new(0),
+        }
     }
 
     /// Runnable threads other than the caller and `ours` engine threads
@@ -51,7 +57,10 @@ impl Load {
     pub(crate) fn others(&self, now: u64, ours: usize) -> usize {
         let at = self.sampled_at.load(Relaxed);
         if now.saturating_sub(at) >= SAMPLE_NS
-            && self.sampled_at.compare_exchange(at, now, Relaxed, Relaxed).is_ok()
+            && self
+                .sampled_at
+                .compare_exchange(at, now, Relaxed, Relaxed)
+                .is_ok()
         {
             if let Some(running) = runnable() {
                 let fresh = running.saturating_sub(1 + ours);

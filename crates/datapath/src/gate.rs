@@ -144,14 +144,20 @@ impl Gate {
         }
         // Invariant: callers checked `shut`, and `gen` is only None after
         // `shut` is set.
-        let gen = g.gen.clone().expect("engine generation present while not shut down");
+        let gen = g
+            .gen
+            .clone()
+            .expect("engine generation present while not shut down");
         (gen, n)
     }
 
     /// The engine-thread variant of [`Gate::admit`]: never blocks. If no
     /// slot is free (or a swap is draining) the request in `item` is moved
     /// to the deferred list and `Ok(None)` is returned.
-    pub(crate) fn admit_or_defer(&self, item: impl FnOnce() -> Deferred) -> Result<Option<(Arc<Gen>, usize)>, Error> {
+    pub(crate) fn admit_or_defer(
+        &self,
+        item: impl FnOnce() -> Deferred,
+    ) -> Result<Option<(Arc<Gen>, usize)>, Error> {
         let mut g = self.lock();
         if g.shut {
             return Err(Error::Shutdown);
@@ -206,7 +212,10 @@ impl Gate {
     pub(crate) fn swap(&self, new: Arc<Gen>) -> Result<Arc<Gen>, Error> {
         let mut g = self.suspend()?;
         g.queue_depth = new.ctx.cfg.queue_depth.max(1);
-        let old = g.gen.replace(new).expect("engine generation present while not shut down");
+        let old = g
+            .gen
+            .replace(new)
+            .expect("engine generation present while not shut down");
         g.suspended = false;
         if g.waiters > 0 {
             self.cv.notify_all();

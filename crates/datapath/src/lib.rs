@@ -310,9 +310,19 @@ pub(crate) type Done = Box<dyn FnOnce(Completion) + Send>;
 
 impl Ctx {
     /// Records stats, releases the request's queue slot, runs `done`.
-    pub(crate) fn complete(&self, dir: Dir, path: Path, bytes: u64, t0: Instant, res: Completion, done: impl FnOnce(Completion)) {
+    pub(crate) fn complete(
+        &self,
+        dir: Dir,
+        path: Path,
+        bytes: u64,
+        t0: Instant,
+        res: Completion,
+        done: impl FnOnce(Completion),
+    ) {
         let ns = t0.elapsed().as_nanos() as u64;
-        self.core.stats.record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
+        self.core
+            .stats
+            .record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
         let next = self.core.gate.release();
         if gate::on_engine_thread() {
             // A panicking callback must not take an engine thread (and
@@ -358,16 +368,28 @@ impl Gen {
         let mut handles = Vec::new();
         let inline = ctx.crypt.is_none()
             || ctx.cfg.mode == CryptMode::Inline
-            || (ctx.cfg.mode == CryptMode::Classic && ctx.cfg.flags.no_read_workqueue && ctx.cfg.flags.no_write_workqueue);
+            || (ctx.cfg.mode == CryptMode::Classic
+                && ctx.cfg.flags.no_read_workqueue
+                && ctx.cfg.flags.no_write_workqueue);
         let pipe = if inline {
             Pipe::Inline
         } else {
             match ctx.cfg.mode {
-                CryptMode::Adaptive => Pipe::Adaptive(Adaptive::start(ctx.clone(), &mut handles).inspect_err(|_| core.retire(std::mem::take(&mut handles)))?),
-                _ => Pipe::Classic(Classic::start(ctx.clone(), &mut handles).inspect_err(|_| core.retire(std::mem::take(&mut handles)))?),
+                CryptMode::Adaptive => Pipe::Adaptive(
+                    Adaptive::start(ctx.clone(), &mut handles)
+                        .inspect_err(|_| core.retire(std::mem::take(&mut handles)))?,
+                ),
+                _ => Pipe::Classic(
+                    Classic::start(ctx.clone(), &mut handles)
+                        .inspect_err(|_| core.retire(std::mem::take(&mut handles)))?,
+                ),
             }
         };
-        Ok(Arc::new(Gen { ctx, pipe, handles: Mutex::new(handles) }))
+        Ok(Arc::new(Gen {
+            ctx,
+            pipe,
+            handles: Mutex::new(handles),
+        }))
     }
 
     /// Lets the mode's threads exit (they drain their queues first) and
@@ -386,7 +408,9 @@ impl Gen {
 fn check_volume(vol: &Volume) -> Result<(), Error> {
     let ss = vol.sector_size;
     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
-        return Err(Error::Invalid(format!("Sector size {ss} is not a power of two in 512..=4096")));
+        return Err(Error::Invalid(format!(
+            "Sector size {ss} is not a power of two in 512..=4096"
+        )));
     }
     if let Some(c) = &vol.crypt {
         if c.sector_size() != ss as usize {
@@ -397,10 +421,16 @@ fn check_volume(vol: &Volume) -> Result<(), Error> {
         }
     }
     if vol.size % ss as u64 != 0 {
-        return Err(Error::Invalid(format!("Volume size {} is not a multiple of the sector size {ss}", vol.size)));
+        return Err(Error::Invalid(format!(
+            "Volume size {} is not a multiple of the sector size {ss}",
+            vol.size
+        )));
     }
     if vol.data_offset % 512 != 0 {
-        return Err(Error::Invalid(format!("Data offset {} is not a multiple of 512", vol.data_offset)));
+        return Err(Error::Invalid(format!(
+            "Data offset {} is not a multiple of 512",
+            vol.data_offset
+        )));
     }
     let end = vol.data_offset.checked_add(vol.size);
     if end.is_none_or(|e| e > vol.backend.size()) {
@@ -426,9 +456,16 @@ thread_local! {
 /// [`Engine::submit`]: a callback that runs inline (inside `submit`) and
 /// submits again does not recurse: its request runs after the outer one
 /// returns, so a resubmitting client cannot overflow the stack.
-fn submit_trampolined(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+fn submit_trampolined(
+    core: &Arc<Core>,
+    req: Request,
+    done: impl FnOnce(Completion) + Send + 'static,
+) {
     if DISPATCHING.with(|d| d.get()) {
-        TRAMPOLINE.with(|t| t.borrow_mut().push_back((core.clone(), (req, Box::new(done)))));
+        TRAMPOLINE.with(|t| {
+            t.borrow_mut()
+                .push_back((core.clone(), (req, Box::new(done))))
+        });
         return;
     }
     DISPATCHING.with(|d| d.set(true));
@@ -535,27 +572,52 @@ impl Engine {
 
     /// Blocking read helper.
     pub fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, Error> {
-        self.run(Request { op: Op::Read { len }, offset, fua: false }).map(|d| d.unwrap_or_default())
+        self.run(Request {
+            op: Op::Read { len },
+            offset,
+            fua: false,
+        })
+        .map(|d| d.unwrap_or_default())
     }
 
     /// Blocking write helper.
     pub fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), Error> {
-        self.run(Request { op: Op::Write { data }, offset, fua }).map(|_| ())
+        self.run(Request {
+            op: Op::Write { data },
+            offset,
+            fua,
+        })
+        .map(|_| ())
     }
 
     /// Blocking flush helper.
     pub fn flush(&self) -> Result<(), Error> {
-        self.run(Request { op: Op::Flush, offset: 0, fua: false }).map(|_| ())
+        self.run(Request {
+            op: Op::Flush,
+            offset: 0,
+            fua: false,
+        })
+        .map(|_| ())
     }
 
     /// Blocking discard helper.
     pub fn discard(&self, offset: u64, len: u32) -> Result<(), Error> {
-        self.run(Request { op: Op::Discard { len }, offset, fua: false }).map(|_| ())
+        self.run(Request {
+            op: Op::Discard { len },
+            offset,
+            fua: false,
+        })
+        .map(|_| ())
     }
 
     /// Blocking write-zeroes helper.
     pub fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<(), Error> {
-        self.run(Request { op: Op::WriteZeroes { len }, offset, fua }).map(|_| ())
+        self.run(Request {
+            op: Op::WriteZeroes { len },
+            offset,
+            fua,
+        })
+        .map(|_| ())
     }
 
     /// Switches mode/flags live: suspend (drain), swap, resume. The volume

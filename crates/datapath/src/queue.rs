@@ -31,7 +31,11 @@ fn relock<G>(r: Result<G, std::sync::PoisonError<G>>) -> G {
 impl<T> WorkQueue<T> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            st: Mutex::new(QState { items: VecDeque::with_capacity(capacity), closed: false, idle: 0 }),
+            st: Mutex::new(QState {
+                items: VecDeque::with_capacity(capacity),
+                closed: false,
+                idle: 0,
+            }),
             cv: Condvar::new(),
         }
     }
@@ -93,7 +97,12 @@ impl BouncePool {
     /// A pool lending at most `budget` bytes at once.
     pub(crate) fn new(budget: usize) -> Self {
         Self {
-            st: Mutex::new(PoolState { free: Vec::new(), lent: 0, cached: 0, waiting: 0 }),
+            st: Mutex::new(PoolState {
+                free: Vec::new(),
+                lent: 0,
+                cached: 0,
+                waiting: 0,
+            }),
             cv: Condvar::new(),
             budget,
         }
@@ -153,9 +162,13 @@ mod tests {
             tx.send(()).unwrap();
             p2.free(c, 4096);
         });
-        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "third alloc must wait");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "third alloc must wait"
+        );
         pool.free(a, 4096);
-        rx.recv_timeout(Duration::from_secs(10)).expect("alloc resumes after free");
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("alloc resumes after free");
         t.join().unwrap();
         pool.free(b, 4096);
         // Oversized requests still go through when nothing is lent.

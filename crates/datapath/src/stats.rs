@@ -136,18 +136,33 @@ impl StatsCore {
                 other_errors: AtomicU64::new(0),
             })
             .collect();
-        Self { shards, reconfigurations: AtomicU64::new(0) }
+        Self {
+            shards,
+            reconfigurations: AtomicU64::new(0),
+        }
     }
 
     /// Records one completed request.
-    pub(crate) fn record(&self, dir: Dir, mode: CryptMode, path: Path, bytes: u64, ns: u64, ok: bool) {
+    pub(crate) fn record(
+        &self,
+        dir: Dir,
+        mode: CryptMode,
+        path: Path,
+        bytes: u64,
+        ns: u64,
+        ok: bool,
+    ) {
         let shard = &self.shards[shard_index()];
         let d = match dir {
             Dir::Read => &shard.dirs[0],
             Dir::Write => &shard.dirs[1],
             Dir::Flush | Dir::Discard => {
                 if ok {
-                    let c = if dir == Dir::Flush { &shard.flushes } else { &shard.discards };
+                    let c = if dir == Dir::Flush {
+                        &shard.flushes
+                    } else {
+                        &shard.discards
+                    };
                     c.fetch_add(1, Relaxed);
                 } else {
                     shard.other_errors.fetch_add(1, Relaxed);
@@ -190,7 +205,11 @@ impl StatsCore {
                 *h += c.load(Relaxed);
             }
         }
-        out.by_mode = ModeCounts { classic: modes[0], inline: modes[1], adaptive: modes[2] };
+        out.by_mode = ModeCounts {
+            classic: modes[0],
+            inline: modes[1],
+            adaptive: modes[2],
+        };
         out.latency = percentiles(&hist);
         out
     }
@@ -223,7 +242,11 @@ fn percentiles(hist: &[u64; BUCKETS]) -> Latency {
         }
         bucket_mid(BUCKETS - 1) / 1000.0
     };
-    Latency { p50_us: at(0.50), p99_us: at(0.99), p999_us: at(0.999) }
+    Latency {
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+    }
 }
 
 #[cfg(test)]
@@ -233,7 +256,22 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_close() {
         let mut last = 0;
-        for ns in [0u64, 1, 3, 4, 5, 7, 8, 100, 1000, 4095, 4096, 1 << 20, 123_456_789, u64::MAX / 2] {
+        for ns in [
+            0u64,
+            1,
+            3,
+            4,
+            5,
+            7,
+            8,
+            100,
+            1000,
+            4095,
+            4096,
+            1 << 20,
+            123_456_789,
+            u64::MAX / 2,
+        ] {
             let b = bucket_of(ns);
             assert!(b >= last, "bucket order at {ns}");
             assert!(b < BUCKETS);
@@ -259,7 +297,11 @@ mod tests {
         assert_eq!(r.bytes, 4096 * 1000);
         assert_eq!(r.by_mode.inline, 1000);
         assert!((r.latency.p50_us - 10.0).abs() < 2.5, "{:?}", r.latency);
-        assert!((r.latency.p999_us - 1000.0).abs() < 250.0, "{:?}", r.latency);
+        assert!(
+            (r.latency.p999_us - 1000.0).abs() < 250.0,
+            "{:?}",
+            r.latency
+        );
         assert_eq!((w.requests, w.errors, w.bytes, w.queued), (1, 1, 0, 1));
     }
 }

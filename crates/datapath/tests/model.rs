@@ -19,7 +19,9 @@ fn check_config(idx: usize) {
         for c in [NULL, XTS, XTS_4K] {
             let what = format!("{name} / {store:?} / {} {}", c.spec, c.sector_size);
             let b = backing(store, SIZE + DATA_OFFSET);
-            let e = Arc::new(Engine::new(volume(b.backend.clone(), c, SIZE), cfg.clone()).expect("engine"));
+            let e = Arc::new(
+                Engine::new(volume(b.backend.clone(), c, SIZE), cfg.clone()).expect("engine"),
+            );
             e.force_split(force);
             let halves = [0..SIZE / 2, SIZE / 2..SIZE];
             let threads: Vec<_> = halves
@@ -30,31 +32,66 @@ fn check_config(idx: usize) {
                     let (e, what) = (e.clone(), what.clone());
                     std::thread::spawn(move || {
                         let mut m = Model::new(region.clone());
-                        let load = Load { ops: 300, qd: 8, max_len: 1 << 20, discards: true };
-                        workload(&what, &e, region.clone(), &mut m, 1000 * idx as u64 + i as u64, load);
+                        let load = Load {
+                            ops: 300,
+                            qd: 8,
+                            max_len: 1 << 20,
+                            discards: true,
+                        };
+                        workload(
+                            &what,
+                            &e,
+                            region.clone(),
+                            &mut m,
+                            1000 * idx as u64 + i as u64,
+                            load,
+                        );
                         verify_all(&what, &e, region, &m);
                         m
                     })
                 })
                 .collect();
-            let models: Vec<Model> = threads.into_iter().map(|t| t.join().expect("workload thread")).collect();
+            let models: Vec<Model> = threads
+                .into_iter()
+                .map(|t| t.join().expect("workload thread"))
+                .collect();
             e.flush().expect("flush");
             for (region, m) in halves.iter().zip(&models) {
                 verify_ciphertext(&what, &*b.backend, c, region.clone(), m);
             }
             let st = e.stats();
-            assert!(st.read.requests > 0 && st.write.requests > 0, "{what}: stats count requests");
-            assert_eq!(st.read.errors + st.write.errors + st.other_errors, 0, "{what}: no errors");
+            assert!(
+                st.read.requests > 0 && st.write.requests > 0,
+                "{what}: stats count requests"
+            );
+            assert_eq!(
+                st.read.errors + st.write.errors + st.other_errors,
+                0,
+                "{what}: no errors"
+            );
             assert_eq!(st.in_flight, 0);
             if force {
-                assert!(st.read.split + st.write.split > 0, "{what}: split path exercised");
+                assert!(
+                    st.read.split + st.write.split > 0,
+                    "{what}: split path exercised"
+                );
             }
             if name == "classic" {
-                assert!(st.read.queued > 0 && st.write.queued > 0, "{what}: classic queues requests");
-                assert!(st.max_in_flight >= 2, "{what}: requests overlapped in flight");
+                assert!(
+                    st.read.queued > 0 && st.write.queued > 0,
+                    "{what}: classic queues requests"
+                );
+                assert!(
+                    st.max_in_flight >= 2,
+                    "{what}: requests overlapped in flight"
+                );
             }
             if name == "inline" {
-                assert_eq!(st.read.queued + st.write.queued, 0, "{what}: inline never queues");
+                assert_eq!(
+                    st.read.queued + st.write.queued,
+                    0,
+                    "{what}: inline never queues"
+                );
             }
             e.shutdown().expect("shutdown");
         }

@@ -86,22 +86,37 @@ fn flush_and_fua_make_completed_writes_durable() {
                 let len = 4096 * (1 + rng.below(8) as usize);
                 let (done, be2, tx2) = (completed.clone(), be.clone(), tx.clone());
                 let name = name.to_string();
-                e.submit(Request { op: Op::Write { data: vec![i as u8; len] }, offset: off, fua }, move |c| {
-                    c.expect("write");
-                    if fua {
-                        let d = be2.durable.lock().unwrap();
-                        for b in (off..off + len as u64).step_by(4096) {
-                            assert!(d.contains(&(DATA_OFFSET + b)), "{name}: FUA write at {b} completed before it was durable");
+                e.submit(
+                    Request {
+                        op: Op::Write {
+                            data: vec![i as u8; len],
+                        },
+                        offset: off,
+                        fua,
+                    },
+                    move |c| {
+                        c.expect("write");
+                        if fua {
+                            let d = be2.durable.lock().unwrap();
+                            for b in (off..off + len as u64).step_by(4096) {
+                                assert!(
+                                    d.contains(&(DATA_OFFSET + b)),
+                                    "{name}: FUA write at {b} completed before it was durable"
+                                );
+                            }
                         }
-                    }
-                    done.lock().unwrap().extend((off..off + len as u64).step_by(4096));
-                    let _ = tx2.send(());
-                });
+                        done.lock()
+                            .unwrap()
+                            .extend((off..off + len as u64).step_by(4096));
+                        let _ = tx2.send(());
+                    },
+                );
             }
             outstanding += 1;
         }
         for _ in 0..outstanding {
-            rx.recv_timeout(HANG).expect("completion (assertions run in callbacks)");
+            rx.recv_timeout(HANG)
+                .expect("completion (assertions run in callbacks)");
         }
         e.shutdown().expect("shutdown");
     }

@@ -10,7 +10,9 @@ use common::*;
 use ucrypt_datapath::{Engine, Error};
 
 fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .count()
 }
 
 /// The thread count once it has settled at `want` (or the last count seen).
@@ -42,12 +44,24 @@ fn shutdown_and_drop_join_all_threads() {
         e.reconfigure(cfg).expect("back");
         assert_eq!(e.read(0, 4096).expect("read"), vec![1; 4096]);
         e.shutdown().expect("shutdown");
-        assert!(matches!(e.write(0, vec![0; 512], false), Err(Error::Shutdown)));
-        assert_eq!(settled_threads(before), before, "{name}: threads left after shutdown");
+        assert!(matches!(
+            e.write(0, vec![0; 512], false),
+            Err(Error::Shutdown)
+        ));
+        assert_eq!(
+            settled_threads(before),
+            before,
+            "{name}: threads left after shutdown"
+        );
         // Dropping without an explicit shutdown also joins.
-        let e = Engine::new(volume(mem.clone(), XTS, 1 << 20), configs()[0].1.clone()).expect("engine");
+        let e =
+            Engine::new(volume(mem.clone(), XTS, 1 << 20), configs()[0].1.clone()).expect("engine");
         e.write(4096, vec![2; 8192], true).expect("write");
         drop(e);
-        assert_eq!(settled_threads(before), before, "{name}: threads left after drop");
+        assert_eq!(
+            settled_threads(before),
+            before,
+            "{name}: threads left after drop"
+        );
     }
 }

@@ -17,7 +17,9 @@ const SIZE: u64 = 4 << 20;
 fn switch_under_load(store: Store, c: Cipher) {
     let b = backing(store, SIZE + DATA_OFFSET);
     let cfgs = configs();
-    let e = Arc::new(Engine::new(volume(b.backend.clone(), c, SIZE), cfgs[0].1.clone()).expect("engine"));
+    let e = Arc::new(
+        Engine::new(volume(b.backend.clone(), c, SIZE), cfgs[0].1.clone()).expect("engine"),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let switcher = {
         let (e, stop, backend) = (e.clone(), stop.clone(), b.backend.clone());
@@ -48,7 +50,12 @@ fn switch_under_load(store: Store, c: Cipher) {
             std::thread::spawn(move || {
                 let what = format!("switching {store:?} {} worker {i}", c.spec);
                 let mut m = Model::new(region.clone());
-                let load = Load { ops: 1500, qd: 8, max_len: 512 << 10, discards: true };
+                let load = Load {
+                    ops: 1500,
+                    qd: 8,
+                    max_len: 512 << 10,
+                    discards: true,
+                };
                 workload(&what, &e, region.clone(), &mut m, 99 + i as u64, load);
                 verify_all(&what, &e, region, &m);
                 let _ = tx.send(());
@@ -56,7 +63,8 @@ fn switch_under_load(store: Store, c: Cipher) {
         })
         .collect();
     for _ in 0..2 {
-        rx.recv_timeout(Duration::from_secs(240)).expect("workload finished in time (no hang)");
+        rx.recv_timeout(Duration::from_secs(240))
+            .expect("workload finished in time (no hang)");
     }
     for w in workers {
         w.join().expect("workload passed");
@@ -92,7 +100,9 @@ fn resubmitting_callbacks_survive_swaps() {
 
     let b = backing(Store::Mem, SIZE + DATA_OFFSET);
     let cfgs = configs();
-    let e = Arc::new(Engine::new(volume(b.backend.clone(), XTS, SIZE), cfgs[0].1.clone()).expect("engine"));
+    let e = Arc::new(
+        Engine::new(volume(b.backend.clone(), XTS, SIZE), cfgs[0].1.clone()).expect("engine"),
+    );
     let left = Arc::new(AtomicI64::new(4000));
     let (tx, rx) = mpsc::channel::<()>();
     fn chain(e: Arc<Engine>, left: Arc<AtomicI64>, tx: mpsc::Sender<()>, n: u64) {
@@ -100,12 +110,25 @@ fn resubmitting_callbacks_survive_swaps() {
             let _ = tx.send(());
             return;
         }
-        let op = if n % 2 == 0 { Op::Write { data: vec![n as u8; 8192] } } else { Op::Read { len: 8192 } };
+        let op = if n % 2 == 0 {
+            Op::Write {
+                data: vec![n as u8; 8192],
+            }
+        } else {
+            Op::Read { len: 8192 }
+        };
         let e2 = e.clone();
-        e.submit(Request { op, offset: (n % 256) * 8192, fua: false }, move |c| {
-            c.expect("chained request");
-            chain(e2, left, tx, n + 1);
-        });
+        e.submit(
+            Request {
+                op,
+                offset: (n % 256) * 8192,
+                fua: false,
+            },
+            move |c| {
+                c.expect("chained request");
+                chain(e2, left, tx, n + 1);
+            },
+        );
     }
     for s in 0..4 {
         chain(e.clone(), left.clone(), tx.clone(), s * 1000);

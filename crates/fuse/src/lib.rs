@@ -29,9 +29,10 @@ use std::time::{Duration, SystemTime};
 
 use datapath::{Engine, Op, Request as IoRequest};
 use fuser::{
-    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
+    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags,
+    ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, Request, WriteFlags,
 };
 
 /// Errors of the FUSE frontend.
@@ -88,11 +89,21 @@ impl Export {
     /// Mounts the export at `mountpoint` (created if missing). A stale mount
     /// left there by a crashed daemon is detached first.
     pub fn mount(engine: Arc<Engine>, mountpoint: &Path, cfg: ExportConfig) -> Result<Self, Error> {
-        let merr = |source| Error::Mount { path: mountpoint.to_owned(), source };
+        let merr = |source| Error::Mount {
+            path: mountpoint.to_owned(),
+            source,
+        };
         clean_stale_mount(mountpoint).map_err(merr)?;
         std::fs::create_dir_all(mountpoint).map_err(merr)?;
-        if cfg.file_name.is_empty() || cfg.file_name.contains('/') || cfg.file_name == "." || cfg.file_name == ".." {
-            return Err(merr(io::Error::new(io::ErrorKind::InvalidInput, "Invalid export file name")));
+        if cfg.file_name.is_empty()
+            || cfg.file_name.contains('/')
+            || cfg.file_name == "."
+            || cfg.file_name == ".."
+        {
+            return Err(merr(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "Invalid export file name",
+            )));
         }
         let file = mountpoint.join(&cfg.file_name);
         let mut options = vec![
@@ -103,14 +114,22 @@ impl Export {
             MountOption::NoDev,
             MountOption::NoSuid,
         ];
-        options.push(if cfg.read_only { MountOption::RO } else { MountOption::RW });
+        options.push(if cfg.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        });
         let mut config = Config::default();
         config.mount_options = options;
         config.n_threads = Some(cfg.threads.max(1));
         config.clone_fd = cfg.threads > 1;
         let fs = Fs::new(engine, cfg);
         let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(merr)?;
-        Ok(Self { mountpoint: mountpoint.to_owned(), file, session: Some(session) })
+        Ok(Self {
+            mountpoint: mountpoint.to_owned(),
+            file,
+            session: Some(session),
+        })
     }
 
     /// The exported file.
@@ -186,7 +205,10 @@ fn unmount(path: &Path, lazy: bool) -> Result<(), Error> {
             Err(e) => message = e.to_string(),
         }
     }
-    Err(Error::Unmount { path: path.to_owned(), message })
+    Err(Error::Unmount {
+        path: path.to_owned(),
+        message,
+    })
 }
 
 /// Maps an engine error to the errno returned to the kernel; the one place
@@ -196,9 +218,15 @@ pub fn fuse_errno(err: &datapath::Error, write: bool) -> Errno {
     match err {
         E::OutOfRange { .. } if write => Errno::ENOSPC,
         E::OutOfRange { .. } | E::Misaligned { .. } => Errno::EINVAL,
-        E::Unsupported(what) if what.contains("read-only") || what.contains("read only") => Errno::EROFS,
+        E::Unsupported(what) if what.contains("read-only") || what.contains("read only") => {
+            Errno::EROFS
+        }
         E::Unsupported(_) => Errno::EOPNOTSUPP,
-        E::Io(e) => e.raw_os_error().filter(|&n| n > 0).map(Errno::from_i32).unwrap_or(Errno::EIO),
+        E::Io(e) => e
+            .raw_os_error()
+            .filter(|&n| n > 0)
+            .map(Errno::from_i32)
+            .unwrap_or(Errno::EIO),
         _ => Errno::EIO,
     }
 }
@@ -236,7 +264,10 @@ impl WriteGate {
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
-    fn wait<'a>(&self, g: std::sync::MutexGuard<'a, GateState>) -> std::sync::MutexGuard<'a, GateState> {
+    fn wait<'a>(
+        &self,
+        g: std::sync::MutexGuard<'a, GateState>,
+    ) -> std::sync::MutexGuard<'a, GateState> {
         self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
     }
     /// An aligned write starts.
@@ -278,7 +309,16 @@ impl Fs {
         let size = engine.size();
         let sector = u64::from(engine.sector_size().max(512));
         let (uid, gid) = owner();
-        Self { engine, cfg, size, sector, uid, gid, started: SystemTime::now(), gate: Arc::default() }
+        Self {
+            engine,
+            cfg,
+            size,
+            sector,
+            uid,
+            gid,
+            started: SystemTime::now(),
+            gate: Arc::default(),
+        }
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
@@ -292,8 +332,16 @@ impl Fs {
             mtime: self.started,
             ctime: self.started,
             crtime: self.started,
-            kind: if file { FileType::RegularFile } else { FileType::Directory },
-            perm: if file { 0o400 | write_bits } else { 0o500 | write_bits },
+            kind: if file {
+                FileType::RegularFile
+            } else {
+                FileType::Directory
+            },
+            perm: if file {
+                0o400 | write_bits
+            } else {
+                0o500 | write_bits
+            },
             nlink: if file { 1 } else { 2 },
             uid: self.uid,
             gid: self.gid,
@@ -309,7 +357,10 @@ impl Fs {
         let end = (offset + len).div_ceil(self.sector) * self.sector;
         let mut all = self
             .engine
-            .read(start, u32::try_from(end - start).map_err(|_| Errno::EINVAL)?)
+            .read(
+                start,
+                u32::try_from(end - start).map_err(|_| Errno::EINVAL)?,
+            )
             .map_err(|e| fuse_errno(&e, false))?;
         all.truncate((offset + len - start) as usize);
         Ok(all.split_off((offset - start) as usize))
@@ -324,11 +375,16 @@ impl Fs {
         let end = (offset + data.len() as u64).div_ceil(self.sector) * self.sector;
         let mut buf = self
             .engine
-            .read(start, u32::try_from(end - start).map_err(|_| Errno::EINVAL)?)
+            .read(
+                start,
+                u32::try_from(end - start).map_err(|_| Errno::EINVAL)?,
+            )
             .map_err(|e| fuse_errno(&e, false))?;
         let at = (offset - start) as usize;
         buf[at..at + data.len()].copy_from_slice(data);
-        self.engine.write(start, buf, fua).map_err(|e| fuse_errno(&e, true))
+        self.engine
+            .write(start, buf, fua)
+            .map_err(|e| fuse_errno(&e, true))
     }
 
     // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
@@ -342,7 +398,9 @@ fn owner() -> (u32, u32) {
     use std::os::unix::fs::MetadataExt;
     // The daemon's own uid/gid, read without libc: a file we just created
     // is owned by us (/proc/self is owned by the process's euid/egid).
-    std::fs::metadata("/proc/self").map(|m| (m.uid(), m.gid())).unwrap_or((0, 0))
+    std::fs::metadata("/proc/self")
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or((0, 0))
 }
 
 impl Filesystem for Fs {
@@ -436,7 +494,11 @@ impl Filesystem for Fs {
                 Err(e) => reply.error(e),
             };
         }
-        let req = IoRequest { op: Op::Read { len: len as u32 }, offset, fua: false };
+        let req = IoRequest {
+            op: Op::Read { len: len as u32 },
+            offset,
+            fua: false,
+        };
         self.engine.submit(req, move |res| match res {
             Ok(Some(d)) => reply.data(&d),
             Ok(None) => reply.error(Errno::EIO),
@@ -478,7 +540,13 @@ impl Filesystem for Fs {
                 Err(e) => reply.error(e),
             };
         }
-        let req = IoRequest { op: Op::Write { data: data.to_vec() }, offset, fua };
+        let req = IoRequest {
+            op: Op::Write {
+                data: data.to_vec(),
+            },
+            offset,
+            fua,
+        };
         self.gate.enter();
         let gate = Arc::clone(&self.gate);
         self.engine.submit(req, move |res| {
@@ -490,24 +558,56 @@ impl Filesystem for Fs {
         });
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         // close(2): nothing is cached here; durability is fsync's job.
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let req = IoRequest { op: Op::Flush, offset: 0, fua: false };
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let req = IoRequest {
+            op: Op::Flush,
+            offset: 0,
+            fua: false,
+        };
         self.engine.submit(req, move |res| match res {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(fuse_errno(&e, true)),
         });
     }
 
-    fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.fsync(req, ino, fh, datasync, reply);
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         if ino != ROOT {
             return reply.error(Errno::ENOTDIR);
         }
@@ -575,13 +675,20 @@ impl Filesystem for Fs {
         };
         self.gate.enter();
         let gate = Arc::clone(&self.gate);
-        self.engine.submit(IoRequest { op, offset, fua: false }, move |res| {
-            gate.leave();
-            match res {
-                Ok(_) => reply.ok(),
-                Err(e) => reply.error(fuse_errno(&e, true)),
-            }
-        });
+        self.engine.submit(
+            IoRequest {
+                op,
+                offset,
+                fua: false,
+            },
+            move |res| {
+                gate.leave();
+                match res {
+                    Ok(_) => reply.ok(),
+                    Err(e) => reply.error(fuse_errno(&e, true)),
+                }
+            },
+        );
     }
 }
 
@@ -592,11 +699,21 @@ mod tests {
     #[test]
     fn errno_mapping() {
         use datapath::Error as E;
-        let oor = E::OutOfRange { offset: 0, len: 1, size: 0 };
+        let oor = E::OutOfRange {
+            offset: 0,
+            len: 1,
+            size: 0,
+        };
         assert_eq!(fuse_errno(&oor, true), Errno::ENOSPC);
         assert_eq!(fuse_errno(&oor, false), Errno::EINVAL);
-        assert_eq!(fuse_errno(&E::Io(io::Error::from_raw_os_error(libc::ENOSPC)), true), Errno::ENOSPC);
+        assert_eq!(
+            fuse_errno(&E::Io(io::Error::from_raw_os_error(libc::ENOSPC)), true),
+            Errno::ENOSPC
+        );
         assert_eq!(fuse_errno(&E::Io(io::Error::other("x")), false), Errno::EIO);
-        assert_eq!(fuse_errno(&E::Unsupported("discard"), true), Errno::EOPNOTSUPP);
+        assert_eq!(
+            fuse_errno(&E::Unsupported("discard"), true),
+            Errno::EOPNOTSUPP
+        );
     }
 }

@@ -45,9 +45,16 @@ pub fn split(key: &[u8], stripes: u32, hash: Hash) -> Result<Zeroizing<Vec<u8>>>
 
 /// Recovers the key of length `key_len` from AF material (at least
 /// `key_len * stripes` bytes; extra padding is ignored).
-pub fn merge(material: &[u8], key_len: usize, stripes: u32, hash: Hash) -> Result<Zeroizing<Vec<u8>>> {
+pub fn merge(
+    material: &[u8],
+    key_len: usize,
+    stripes: u32,
+    hash: Hash,
+) -> Result<Zeroizing<Vec<u8>>> {
     if stripes == 0 || key_len == 0 || material.len() < split_len(key_len, stripes) {
-        return Err(invalid("AF material is shorter than key size times stripes"));
+        return Err(invalid(
+            "AF material is shorter than key size times stripes",
+        ));
     }
     let n = key_len;
     let mut d = Zeroizing::new(vec![0u8; n]);
@@ -55,7 +62,10 @@ pub fn merge(material: &[u8], key_len: usize, stripes: u32, hash: Hash) -> Resul
         xor_into(&mut d, &material[i * n..(i + 1) * n]);
         diffuse(&mut d, hash);
     }
-    xor_into(&mut d, &material[(stripes as usize - 1) * n..stripes as usize * n]);
+    xor_into(
+        &mut d,
+        &material[(stripes as usize - 1) * n..stripes as usize * n],
+    );
     Ok(d)
 }
 

@@ -52,7 +52,10 @@ impl<'a> Reader<'a> {
         let len = raw.iter().position(|&b| b == 0).unwrap_or(n);
         let s = &raw[..len];
         if !s.iter().all(|b| (0x20..0x7f).contains(b)) {
-            return Err(corrupt(format!("{} field {field} is not printable ASCII", self.what)));
+            return Err(corrupt(format!(
+                "{} field {field} is not printable ASCII",
+                self.what
+            )));
         }
         // Invariant: checked ASCII above, so this is valid UTF-8.
         Ok(String::from_utf8(s.to_vec()).unwrap_or_default())

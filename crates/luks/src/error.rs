@@ -42,12 +42,20 @@ pub struct Error {
 impl Error {
     /// A new error of `kind`; `message` starts with a capital letter.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), source: None }
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// An I/O error with context (`message` says what was being done).
     pub fn io(message: impl Into<String>, source: std::io::Error) -> Self {
-        Self { kind: ErrorKind::Io, message: message.into(), source: Some(source) }
+        Self {
+            kind: ErrorKind::Io,
+            message: message.into(),
+            source: Some(source),
+        }
     }
 
     /// The stable kind.

@@ -108,7 +108,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for h in [Hash::Sha1, Hash::Sha224, Hash::Sha256, Hash::Sha384, Hash::Sha512, Hash::Ripemd160] {
+        for h in [
+            Hash::Sha1,
+            Hash::Sha224,
+            Hash::Sha256,
+            Hash::Sha384,
+            Hash::Sha512,
+            Hash::Ripemd160,
+        ] {
             assert_eq!(Hash::parse(h.name()).unwrap(), h);
         }
         assert!(Hash::parse("md4").is_err());

@@ -89,12 +89,19 @@ impl Kdf {
                     return Err(corrupt("PBKDF2 iteration count is zero"));
                 }
             }
-            Kdf::Argon2 { time, memory_kib, parallel, .. } => {
+            Kdf::Argon2 {
+                time,
+                memory_kib,
+                parallel,
+                ..
+            } => {
                 if !(1..=MAX_ARGON2_TIME).contains(&time) {
                     return Err(corrupt(format!("Argon2 time cost {time} is out of range")));
                 }
                 if !(1..=MAX_ARGON2_PARALLEL).contains(&parallel) {
-                    return Err(corrupt(format!("Argon2 parallel cost {parallel} is out of range")));
+                    return Err(corrupt(format!(
+                        "Argon2 parallel cost {parallel} is out of range"
+                    )));
                 }
                 if !(MIN_ARGON2_MEMORY_KIB..=MAX_ARGON2_MEMORY_KIB).contains(&memory_kib) {
                     return Err(corrupt(format!(
@@ -124,7 +131,12 @@ impl Kdf {
                 hash.pbkdf2(password, salt, iterations, out);
                 Ok(())
             }
-            Kdf::Argon2 { variant, time, memory_kib, parallel } => {
+            Kdf::Argon2 {
+                variant,
+                time,
+                memory_kib,
+                parallel,
+            } => {
                 let alg = match variant {
                     Argon2Variant::I => argon2::Algorithm::Argon2i,
                     Argon2Variant::Id => argon2::Algorithm::Argon2id,
@@ -186,13 +198,22 @@ impl KdfRequest {
                     Some(n) => n,
                     None => calibrate_pbkdf2(self.hash, key_len, self.iter_time_ms),
                 };
-                Ok(Kdf::Pbkdf2 { hash: self.hash, iterations })
+                Ok(Kdf::Pbkdf2 {
+                    hash: self.hash,
+                    iterations,
+                })
             }
             "argon2i" | "argon2id" => {
-                let variant = if self.kind == "argon2i" { Argon2Variant::I } else { Argon2Variant::Id };
+                let variant = if self.kind == "argon2i" {
+                    Argon2Variant::I
+                } else {
+                    Argon2Variant::Id
+                };
                 let parallel = self.parallel.unwrap_or_else(default_parallel);
                 if !(1..=MAX_ARGON2_PARALLEL).contains(&parallel) {
-                    return Err(invalid(format!("Parallel cost must be 1..={MAX_ARGON2_PARALLEL}")));
+                    return Err(invalid(format!(
+                        "Parallel cost must be 1..={MAX_ARGON2_PARALLEL}"
+                    )));
                 }
                 let max_mem = self.memory_kib.unwrap_or_else(default_max_memory_kib);
                 if !(MIN_ARGON2_MEMORY_KIB..=MAX_ARGON2_MEMORY_KIB).contains(&max_mem) {
@@ -202,28 +223,45 @@ impl KdfRequest {
                 }
                 let (time, memory_kib) = match self.force_iterations {
                     Some(t) => (t.max(1), max_mem),
-                    None => calibrate_argon2(variant, key_len, self.iter_time_ms, max_mem, parallel)?,
+                    None => {
+                        calibrate_argon2(variant, key_len, self.iter_time_ms, max_mem, parallel)?
+                    }
                 };
-                let kdf = Kdf::Argon2 { variant, time, memory_kib, parallel };
-                kdf.check_limits().map_err(|e| invalid(e.message().to_string()))?;
+                let kdf = Kdf::Argon2 {
+                    variant,
+                    time,
+                    memory_kib,
+                    parallel,
+                };
+                kdf.check_limits()
+                    .map_err(|e| invalid(e.message().to_string()))?;
                 Ok(kdf)
             }
-            other => Err(invalid(format!("Unknown PBKDF {other:?} (use pbkdf2, argon2i or argon2id)"))),
+            other => Err(invalid(format!(
+                "Unknown PBKDF {other:?} (use pbkdf2, argon2i or argon2id)"
+            ))),
         }
     }
 }
 
 /// Lanes cryptsetup picks: min(4, online CPUs).
 pub fn default_parallel() -> u32 {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     cpus.min(4) as u32
 }
 
 /// cryptsetup's memory ceiling: 1 GiB, at most half the physical memory.
 pub fn default_max_memory_kib() -> u32 {
     let phys = physical_memory_kib();
-    let half = if phys == 0 { u64::from(DEFAULT_ARGON2_MEMORY_KIB) } else { phys / 2 };
-    half.min(u64::from(DEFAULT_ARGON2_MEMORY_KIB)).max(u64::from(MIN_ARGON2_MEMORY_KIB)) as u32
+    let half = if phys == 0 {
+        u64::from(DEFAULT_ARGON2_MEMORY_KIB)
+    } else {
+        phys / 2
+    };
+    half.min(u64::from(DEFAULT_ARGON2_MEMORY_KIB))
+        .max(u64::from(MIN_ARGON2_MEMORY_KIB)) as u32
 }
 
 /// Physical memory in KiB from /proc/meminfo (0 when unknown).
@@ -231,9 +269,13 @@ pub fn physical_memory_kib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| {
-                l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok())
-            })
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|n| n.parse::<u64>().ok())
+                })
         })
         .unwrap_or(0)
 }
@@ -271,11 +313,18 @@ pub fn calibrate_argon2(
     let mut out = Zeroizing::new(vec![0u8; key_len.max(4)]);
     let salt = [0xa5u8; 32];
     // Sample with one pass over a large-enough memory to see DRAM speed.
-    let sample_mem = max_memory_kib.min(256 * 1024).max(MIN_ARGON2_MEMORY_KIB.max(8 * parallel));
+    let sample_mem = max_memory_kib
+        .min(256 * 1024)
+        .max(MIN_ARGON2_MEMORY_KIB.max(8 * parallel));
     let mut ms;
     let mut sample_time = 1u32;
     loop {
-        let kdf = Kdf::Argon2 { variant, time: sample_time, memory_kib: sample_mem, parallel };
+        let kdf = Kdf::Argon2 {
+            variant,
+            time: sample_time,
+            memory_kib: sample_mem,
+            parallel,
+        };
         let start = Instant::now();
         kdf.derive(b"ucrypt-benchmark", &salt, &mut out)?;
         ms = start.elapsed().as_secs_f64() * 1000.0;
@@ -293,7 +342,10 @@ pub fn calibrate_argon2(
         Ok((MIN_ARGON2_TIME, mem))
     } else {
         let t = target / (per_unit * f64::from(max_memory_kib));
-        Ok(((t as u32).clamp(MIN_ARGON2_TIME, MAX_ARGON2_TIME), max_memory_kib))
+        Ok((
+            (t as u32).clamp(MIN_ARGON2_TIME, MAX_ARGON2_TIME),
+            max_memory_kib,
+        ))
     }
 }
 
@@ -304,7 +356,12 @@ mod tests {
     #[test]
     fn argon2id_rfc9106_shape() {
         // Same inputs twice give the same output; a different salt differs.
-        let kdf = Kdf::Argon2 { variant: Argon2Variant::Id, time: 1, memory_kib: 64, parallel: 2 };
+        let kdf = Kdf::Argon2 {
+            variant: Argon2Variant::Id,
+            time: 1,
+            memory_kib: 64,
+            parallel: 2,
+        };
         let mut a = [0u8; 32];
         let mut b = [0u8; 32];
         kdf.derive(b"pw", b"saltsaltsaltsalt", &mut a).unwrap();
@@ -316,11 +373,26 @@ mod tests {
 
     #[test]
     fn absurd_costs_refused() {
-        let huge = Kdf::Argon2 { variant: Argon2Variant::Id, time: 4, memory_kib: u32::MAX, parallel: 4 };
+        let huge = Kdf::Argon2 {
+            variant: Argon2Variant::Id,
+            time: 4,
+            memory_kib: u32::MAX,
+            parallel: 4,
+        };
         assert_eq!(huge.check_limits().unwrap_err().kind(), ErrorKind::Corrupt);
-        let lanes = Kdf::Argon2 { variant: Argon2Variant::I, time: 4, memory_kib: 1024, parallel: 1000 };
+        let lanes = Kdf::Argon2 {
+            variant: Argon2Variant::I,
+            time: 4,
+            memory_kib: 1024,
+            parallel: 1000,
+        };
         assert!(lanes.check_limits().is_err());
-        assert!(Kdf::Pbkdf2 { hash: Hash::Sha256, iterations: 0 }.check_limits().is_err());
+        assert!(Kdf::Pbkdf2 {
+            hash: Hash::Sha256,
+            iterations: 0
+        }
+        .check_limits()
+        .is_err());
     }
 
     #[test]
@@ -330,9 +402,21 @@ mod tests {
             force_iterations: Some(1234),
             ..KdfRequest::default()
         };
-        assert_eq!(req.resolve(32).unwrap(), Kdf::Pbkdf2 { hash: Hash::Sha256, iterations: 1234 });
-        let low = KdfRequest { force_iterations: Some(10), ..req };
-        assert_eq!(low.resolve(32).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            req.resolve(32).unwrap(),
+            Kdf::Pbkdf2 {
+                hash: Hash::Sha256,
+                iterations: 1234
+            }
+        );
+        let low = KdfRequest {
+            force_iterations: Some(10),
+            ..req
+        };
+        assert_eq!(
+            low.resolve(32).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
     }
 
     #[test]

@@ -47,7 +47,11 @@ pub struct SlotParams<'a> {
 }
 
 /// Recovers the candidate volume key from encrypted `material`.
-pub fn open_material(passphrase: &[u8], p: &SlotParams<'_>, material: &mut [u8]) -> Result<Zeroizing<Vec<u8>>> {
+pub fn open_material(
+    passphrase: &[u8],
+    p: &SlotParams<'_>,
+    material: &mut [u8],
+) -> Result<Zeroizing<Vec<u8>>> {
     let mut pk = Zeroizing::new(vec![0u8; p.area_key_size]);
     p.kdf.derive(passphrase, p.salt, &mut pk)?;
     area_cipher(p.cipher, &pk)?.decrypt(0, material);
@@ -55,7 +59,11 @@ pub fn open_material(passphrase: &[u8], p: &SlotParams<'_>, material: &mut [u8])
 }
 
 /// Builds encrypted AF material for `volume_key` (whole sectors).
-pub fn seal_material(passphrase: &[u8], p: &SlotParams<'_>, volume_key: &[u8]) -> Result<Zeroizing<Vec<u8>>> {
+pub fn seal_material(
+    passphrase: &[u8],
+    p: &SlotParams<'_>,
+    volume_key: &[u8],
+) -> Result<Zeroizing<Vec<u8>>> {
     let mut pk = Zeroizing::new(vec![0u8; p.area_key_size]);
     p.kdf.derive(passphrase, p.salt, &mut pk)?;
     let split = af::split(volume_key, p.stripes, p.af_hash)?;
@@ -73,7 +81,13 @@ pub fn digest(hash: Hash, volume_key: &[u8], salt: &[u8], iterations: u32, len: 
 }
 
 /// Constant-time digest check.
-pub fn digest_matches(hash: Hash, volume_key: &[u8], salt: &[u8], iterations: u32, expected: &[u8]) -> bool {
+pub fn digest_matches(
+    hash: Hash,
+    volume_key: &[u8],
+    salt: &[u8],
+    iterations: u32,
+    expected: &[u8],
+) -> bool {
     let got = digest(hash, volume_key, salt, iterations, expected.len());
     bool::from(got.ct_eq(expected))
 }
@@ -81,8 +95,12 @@ pub fn digest_matches(hash: Hash, volume_key: &[u8], salt: &[u8], iterations: u3
 /// Random bytes (salts, volume keys).
 pub fn random(len: usize) -> Result<Zeroizing<Vec<u8>>> {
     let mut v = Zeroizing::new(vec![0u8; len]);
-    getrandom::fill(&mut v)
-        .map_err(|e| crate::error::Error::new(crate::ErrorKind::Io, format!("No randomness available: {e}")))?;
+    getrandom::fill(&mut v).map_err(|e| {
+        crate::error::Error::new(
+            crate::ErrorKind::Io,
+            format!("No randomness available: {e}"),
+        )
+    })?;
     Ok(v)
 }
 
@@ -93,5 +111,12 @@ pub fn random_uuid() -> Result<String> {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]))
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    ))
 }

@@ -53,30 +53,41 @@ impl Header {
     pub fn read<R: Read + Seek>(dev: &mut R, size: u64) -> Result<Self> {
         let mut head = [0u8; 8];
         let n = (size.min(8)) as usize;
-        dev.seek(SeekFrom::Start(0)).map_err(|e| Error::io("Cannot seek the header device", e))?;
-        dev.read_exact(&mut head[..n]).map_err(|e| Error::io("Cannot read the header device", e))?;
+        dev.seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io("Cannot seek the header device", e))?;
+        dev.read_exact(&mut head[..n])
+            .map_err(|e| Error::io("Cannot read the header device", e))?;
         if n == 8 && head[..6] == luks1::MAGIC && head[6..8] == [0, 1] {
             if size < luks1::HEADER_LEN as u64 {
                 return Err(corrupt("LUKS1 header is truncated"));
             }
             let mut buf = vec![0u8; luks1::HEADER_LEN];
-            dev.seek(SeekFrom::Start(0)).map_err(|e| Error::io("Cannot seek the header device", e))?;
-            dev.read_exact(&mut buf).map_err(|e| Error::io("Cannot read the header device", e))?;
+            dev.seek(SeekFrom::Start(0))
+                .map_err(|e| Error::io("Cannot seek the header device", e))?;
+            dev.read_exact(&mut buf)
+                .map_err(|e| Error::io("Cannot read the header device", e))?;
             let h = luks1::Header::parse(&buf)?;
             if h.metadata_end() > size {
-                return Err(corrupt("LUKS1 keyslot areas extend beyond the device (truncated)"));
+                return Err(corrupt(
+                    "LUKS1 keyslot areas extend beyond the device (truncated)",
+                ));
             }
             return Ok(Header::V1(h));
         }
         if n == 8 && head[..6] == luks1::MAGIC && head[6..8] != [0, 2] {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                format!("LUKS version {} is not supported", u16::from_be_bytes([head[6], head[7]])),
+                format!(
+                    "LUKS version {} is not supported",
+                    u16::from_be_bytes([head[6], head[7]])
+                ),
             ));
         }
         let h = luks2::Header::read(dev, size)?;
         if h.metadata_end() > size {
-            return Err(corrupt("LUKS2 keyslots area extends beyond the device (truncated)"));
+            return Err(corrupt(
+                "LUKS2 keyslots area extends beyond the device (truncated)",
+            ));
         }
         Ok(Header::V2(h))
     }
@@ -161,7 +172,12 @@ impl Header {
         match self {
             Header::V1(h) => (0..8u32).filter(|&i| h.slots[i as usize].active).collect(),
             Header::V2(h) => {
-                let mut v: Vec<u32> = h.meta.keyslots.keys().filter_map(|k| k.parse().ok()).collect();
+                let mut v: Vec<u32> = h
+                    .meta
+                    .keyslots
+                    .keys()
+                    .filter_map(|k| k.parse().ok())
+                    .collect();
                 v.sort_unstable();
                 v
             }
@@ -189,8 +205,19 @@ pub mod internal {
         /// checks that re-serializing gives the same value. Must never panic.
         pub fn header(data: &[u8]) {
             if let Ok(h) = Header::from_bytes(data) {
-                let _ = (h.uuid(), h.cipher(), h.key_size(), h.sector_size(), h.payload_offset());
-                let _ = (h.metadata_end(), h.active_slots(), h.warnings().len(), h.label());
+                let _ = (
+                    h.uuid(),
+                    h.cipher(),
+                    h.key_size(),
+                    h.sector_size(),
+                    h.payload_offset(),
+                );
+                let _ = (
+                    h.metadata_end(),
+                    h.active_slots(),
+                    h.warnings().len(),
+                    h.label(),
+                );
             }
             if let Ok(v1) = crate::luks1::Header::parse(data) {
                 let again = crate::luks1::Header::parse(&v1.to_bytes());
@@ -203,7 +230,11 @@ pub mod internal {
                 let _ = v2.meta.segment_keyslots();
                 if let Ok((p, s)) = v2.to_copies() {
                     let again = crate::luks2::Header::parse_copy(&p, true, 0);
-                    assert_eq!(again.ok().map(|x| x.meta).as_ref(), Some(&v2.meta), "LUKS2 round trip");
+                    assert_eq!(
+                        again.ok().map(|x| x.meta).as_ref(),
+                        Some(&v2.meta),
+                        "LUKS2 round trip"
+                    );
                     let again = crate::luks2::Header::parse_copy(&s, false, v2.bin.hdr_size);
                     assert!(again.is_ok(), "LUKS2 secondary round trip");
                 }

@@ -114,7 +114,9 @@ impl Header {
     pub fn metadata_end(&self) -> u64 {
         self.slots
             .iter()
-            .map(|s| (u64::from(s.key_material_offset) + af_sectors(self.key_bytes, s.stripes)) * 512)
+            .map(|s| {
+                (u64::from(s.key_material_offset) + af_sectors(self.key_bytes, s.stripes)) * 512
+            })
             .max()
             .unwrap_or(HEADER_LEN as u64)
             .div_ceil(4096)
@@ -155,19 +157,31 @@ impl Header {
 
     fn from_raw(raw: RawHeader) -> Result<Self> {
         if raw.version != 1 {
-            return Err(unsupported(format!("LUKS version {} is not LUKS1", raw.version)));
+            return Err(unsupported(format!(
+                "LUKS version {} is not LUKS1",
+                raw.version
+            )));
         }
         if raw.cipher_name.is_empty() || raw.cipher_mode.is_empty() {
             return Err(corrupt("LUKS1 header has an empty cipher name or mode"));
         }
         let hash = Hash::parse(&raw.hash_spec)?;
         if raw.key_bytes == 0 || raw.key_bytes > MAX_KEY_BYTES {
-            return Err(corrupt(format!("LUKS1 key size {} bytes is invalid", raw.key_bytes)));
+            return Err(corrupt(format!(
+                "LUKS1 key size {} bytes is invalid",
+                raw.key_bytes
+            )));
         }
         if raw.mk_digest_iterations == 0 {
             return Err(corrupt("LUKS1 digest iteration count is zero"));
         }
-        let mut slots = [Slot { active: false, iterations: 0, salt: [0; SALT_LEN], key_material_offset: 0, stripes: 0 }; SLOTS];
+        let mut slots = [Slot {
+            active: false,
+            iterations: 0,
+            salt: [0; SALT_LEN],
+            key_material_offset: 0,
+            stripes: 0,
+        }; SLOTS];
         // Header occupies sectors 0..2 (592 bytes); keyslot areas follow.
         let header_sectors = (HEADER_LEN as u64).div_ceil(512);
         let mut areas: Vec<(u64, u64, usize)> = Vec::new();
@@ -175,10 +189,17 @@ impl Header {
             let active = match rs.active {
                 KEY_ENABLED => true,
                 KEY_DISABLED => false,
-                v => return Err(corrupt(format!("LUKS1 keyslot {i} has invalid state 0x{v:08x}"))),
+                v => {
+                    return Err(corrupt(format!(
+                        "LUKS1 keyslot {i} has invalid state 0x{v:08x}"
+                    )))
+                }
             };
             if rs.stripes != 4000 {
-                return Err(corrupt(format!("LUKS1 keyslot {i} has {} AF stripes (expected 4000)", rs.stripes)));
+                return Err(corrupt(format!(
+                    "LUKS1 keyslot {i} has {} AF stripes (expected 4000)",
+                    rs.stripes
+                )));
             }
             if active && rs.iterations == 0 {
                 return Err(corrupt(format!("LUKS1 keyslot {i} has zero iterations")));
@@ -230,7 +251,10 @@ impl RawHeader {
         let mut r = Reader::new(buf, "LUKS1 header");
         let magic: [u8; 6] = r.array()?;
         if magic != MAGIC {
-            return Err(crate::error::Error::new(crate::ErrorKind::NotLuks, "No LUKS signature"));
+            return Err(crate::error::Error::new(
+                crate::ErrorKind::NotLuks,
+                "No LUKS signature",
+            ));
         }
         let version = r.u16()?;
         let cipher_name = r.cstr(32, "cipherName")?;
@@ -288,7 +312,13 @@ mod tests {
 
     fn sample() -> Header {
         let (offs, payload) = default_layout(64);
-        let mut slots = [Slot { active: false, iterations: 0, salt: [0; 32], key_material_offset: 0, stripes: 4000 }; 8];
+        let mut slots = [Slot {
+            active: false,
+            iterations: 0,
+            salt: [0; 32],
+            key_material_offset: 0,
+            stripes: 4000,
+        }; 8];
         for (s, o) in slots.iter_mut().zip(offs) {
             s.key_material_offset = o;
         }

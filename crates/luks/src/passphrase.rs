@@ -28,7 +28,8 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroi
             check_len(buf)
         }
         Some(p) => {
-            let f = std::fs::File::open(p).map_err(|e| Error::io(format!("Cannot open key file {}", p.display()), e))?;
+            let f = std::fs::File::open(p)
+                .map_err(|e| Error::io(format!("Cannot open key file {}", p.display()), e))?;
             let mut buf = Zeroizing::new(Vec::new());
             f.take(MAX_KEYFILE + 1)
                 .read_to_end(&mut buf)
@@ -37,7 +38,8 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroi
         }
         None if std::io::stdin().is_terminal() => {
             let first = Zeroizing::new(
-                rpassword::prompt_password(prompt).map_err(|e| Error::io("Cannot read the passphrase", e))?,
+                rpassword::prompt_password(prompt)
+                    .map_err(|e| Error::io("Cannot read the passphrase", e))?,
             );
             if verify {
                 let again = Zeroizing::new(
@@ -49,7 +51,9 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroi
                 }
             }
             if first.len() > MAX_PASSPHRASE {
-                return Err(invalid(format!("Passphrase is longer than {MAX_PASSPHRASE} characters")));
+                return Err(invalid(format!(
+                    "Passphrase is longer than {MAX_PASSPHRASE} characters"
+                )));
             }
             Ok(Zeroizing::new(first.as_bytes().to_vec()))
         }
@@ -66,7 +70,9 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroi
                     Err(e) => return Err(Error::io("Cannot read the passphrase from stdin", e)),
                 }
                 if buf.len() > MAX_PASSPHRASE {
-                    return Err(invalid(format!("Passphrase is longer than {MAX_PASSPHRASE} characters")));
+                    return Err(invalid(format!(
+                        "Passphrase is longer than {MAX_PASSPHRASE} characters"
+                    )));
                 }
             }
             if buf.is_empty() {

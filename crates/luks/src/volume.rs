@@ -105,7 +105,12 @@ impl Opened {
 
 /// Unlocks the volume on `device` (header on `device` or the detached
 /// `header`) with `passphrase`, trying `key_slot` only if given.
-pub fn open(device: &Path, header: Option<&Path>, passphrase: &[u8], key_slot: Option<u32>) -> Result<Opened> {
+pub fn open(
+    device: &Path,
+    header: Option<&Path>,
+    passphrase: &[u8],
+    key_slot: Option<u32>,
+) -> Result<Opened> {
     let vol = Volume::load(device, header)?;
     vol.unlock(passphrase, key_slot)
 }
@@ -155,7 +160,10 @@ impl std::fmt::Debug for FormatOptions {
             .field("subsystem", &self.subsystem)
             .field("uuid", &self.uuid)
             .field("key_slot", &self.key_slot)
-            .field("volume_key", &self.volume_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "volume_key",
+                &self.volume_key.as_ref().map(|_| "<redacted>"),
+            )
             .field("data_offset", &self.data_offset)
             .field("force", &self.force)
             .finish()
@@ -193,7 +201,8 @@ pub struct Volume {
 }
 
 fn device_size(f: &mut File, path: &Path) -> Result<u64> {
-    f.seek(SeekFrom::End(0)).map_err(|e| Error::io(format!("Cannot size {}", path.display()), e))
+    f.seek(SeekFrom::End(0))
+        .map_err(|e| Error::io(format!("Cannot size {}", path.display()), e))
 }
 
 fn open_ro(path: &Path) -> Result<File> {
@@ -209,17 +218,22 @@ fn open_rw(path: &Path) -> Result<File> {
 }
 
 fn write_at(f: &mut File, off: u64, buf: &[u8]) -> Result<()> {
-    f.seek(SeekFrom::Start(off)).map_err(|e| Error::io("Cannot seek the header device", e))?;
-    f.write_all(buf).map_err(|e| Error::io("Cannot write the header device", e))
+    f.seek(SeekFrom::Start(off))
+        .map_err(|e| Error::io("Cannot seek the header device", e))?;
+    f.write_all(buf)
+        .map_err(|e| Error::io("Cannot write the header device", e))
 }
 
 fn read_exact_at(f: &mut File, off: u64, buf: &mut [u8]) -> Result<()> {
-    f.seek(SeekFrom::Start(off)).map_err(|e| Error::io("Cannot seek the header device", e))?;
-    f.read_exact(buf).map_err(|e| Error::io("Cannot read keyslot material", e))
+    f.seek(SeekFrom::Start(off))
+        .map_err(|e| Error::io("Cannot seek the header device", e))?;
+    f.read_exact(buf)
+        .map_err(|e| Error::io("Cannot read keyslot material", e))
 }
 
 fn sync(f: &File) -> Result<()> {
-    f.sync_all().map_err(|e| Error::io("Cannot flush the header device", e))
+    f.sync_all()
+        .map_err(|e| Error::io("Cannot flush the header device", e))
 }
 
 /// Overwrites `[off, off+len)` with zeros in 1 MiB chunks.
@@ -248,7 +262,13 @@ impl Volume {
             (data, data_size)
         };
         let h = Header::read(&mut meta, meta_size)?;
-        let vol = Volume { header: h, meta_path, detached: header.is_some(), meta_size, data_size };
+        let vol = Volume {
+            header: h,
+            meta_path,
+            detached: header.is_some(),
+            meta_size,
+            data_size,
+        };
         vol.check_data_device()?;
         Ok(vol)
     }
@@ -259,18 +279,26 @@ impl Volume {
             return Err(corrupt("Data offset lies inside the LUKS metadata"));
         }
         if !self.detached && off == 0 {
-            return Err(corrupt("Data offset 0 on a device that holds its own header"));
+            return Err(corrupt(
+                "Data offset 0 on a device that holds its own header",
+            ));
         }
         if off > self.data_size {
             return Err(Error::new(
                 ErrorKind::DeviceSize,
-                format!("Data offset {off} lies beyond the device size {}", self.data_size),
+                format!(
+                    "Data offset {off} lies beyond the device size {}",
+                    self.data_size
+                ),
             ));
         }
         if let Header::V2(h) = &self.header {
             if let Some(sz) = h.meta.segment().1.fixed_size()? {
                 if off + sz > self.data_size {
-                    return Err(Error::new(ErrorKind::DeviceSize, "LUKS2 segment extends beyond the device"));
+                    return Err(Error::new(
+                        ErrorKind::DeviceSize,
+                        "LUKS2 segment extends beyond the device",
+                    ));
                 }
             }
         }
@@ -296,13 +324,23 @@ impl Volume {
     fn try_slot(&self, f: &mut File, slot: u32, pass: &[u8]) -> Result<Option<Zeroizing<Vec<u8>>>> {
         match &self.header {
             Header::V1(h) => {
-                let s = h.slots.get(slot as usize).ok_or_else(|| invalid(format!("Keyslot {slot} is invalid")))?;
+                let s = h
+                    .slots
+                    .get(slot as usize)
+                    .ok_or_else(|| invalid(format!("Keyslot {slot} is invalid")))?;
                 if !s.active {
-                    return Err(Error::new(ErrorKind::SlotInactive, format!("Keyslot {slot} is not active")));
+                    return Err(Error::new(
+                        ErrorKind::SlotInactive,
+                        format!("Keyslot {slot} is not active"),
+                    ));
                 }
-                let mut mat = Zeroizing::new(vec![0u8; material_len(h.key_bytes as usize, s.stripes)]);
+                let mut mat =
+                    Zeroizing::new(vec![0u8; material_len(h.key_bytes as usize, s.stripes)]);
                 read_exact_at(f, u64::from(s.key_material_offset) * 512, &mut mat)?;
-                let kdf = Kdf::Pbkdf2 { hash: h.hash, iterations: s.iterations };
+                let kdf = Kdf::Pbkdf2 {
+                    hash: h.hash,
+                    iterations: s.iterations,
+                };
                 let cipher = h.cipher();
                 let params = keyslot::SlotParams {
                     kdf,
@@ -314,22 +352,30 @@ impl Volume {
                     af_hash: h.hash,
                 };
                 let vk = keyslot::open_material(pass, &params, &mut mat)?;
-                let ok = keyslot::digest_matches(h.hash, &vk, &h.mk_digest_salt, h.mk_digest_iterations, &h.mk_digest);
+                let ok = keyslot::digest_matches(
+                    h.hash,
+                    &vk,
+                    &h.mk_digest_salt,
+                    h.mk_digest_iterations,
+                    &h.mk_digest,
+                );
                 Ok(ok.then_some(vk))
             }
             Header::V2(h) => {
-                let ks = h
-                    .meta
-                    .keyslots
-                    .get(&slot.to_string())
-                    .ok_or_else(|| Error::new(ErrorKind::SlotInactive, format!("Keyslot {slot} is not active")))?;
+                let ks = h.meta.keyslots.get(&slot.to_string()).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::SlotInactive,
+                        format!("Keyslot {slot} is not active"),
+                    )
+                })?;
                 let (_, dg) = h
                     .meta
                     .digests
                     .iter()
                     .find(|(_, d)| d.keyslots.iter().any(|k| k == &slot.to_string()))
                     .ok_or_else(|| corrupt(format!("Keyslot {slot} has no digest")))?;
-                let mut mat = Zeroizing::new(vec![0u8; material_len(ks.key_size as usize, ks.af.stripes)]);
+                let mut mat =
+                    Zeroizing::new(vec![0u8; material_len(ks.key_size as usize, ks.af.stripes)]);
                 read_exact_at(f, ks.area.offset, &mut mat)?;
                 let salt = json::b64_decode(&ks.kdf.salt, "keyslot salt")?;
                 let params = keyslot::SlotParams {
@@ -352,7 +398,11 @@ impl Volume {
     }
 
     /// Finds the keyslot `pass` opens: `(slot, volume key)`.
-    pub fn unlock_key(&self, pass: &[u8], key_slot: Option<u32>) -> Result<(u32, Zeroizing<Vec<u8>>)> {
+    pub fn unlock_key(
+        &self,
+        pass: &[u8],
+        key_slot: Option<u32>,
+    ) -> Result<(u32, Zeroizing<Vec<u8>>)> {
         let mut f = open_ro(&self.meta_path)?;
         let slots: Vec<u32> = match key_slot {
             Some(s) => vec![s],
@@ -419,7 +469,10 @@ impl Volume {
             }
         };
         if size == 0 {
-            return Err(Error::new(ErrorKind::DeviceSize, "The LUKS data area is empty (device too small)"));
+            return Err(Error::new(
+                ErrorKind::DeviceSize,
+                "The LUKS data area is empty (device too small)",
+            ));
         }
         Ok(Opened {
             volume_key,
@@ -439,7 +492,13 @@ impl Volume {
         match &self.header {
             Header::V1(h) => {
                 vk.len() == h.key_bytes as usize
-                    && keyslot::digest_matches(h.hash, vk, &h.mk_digest_salt, h.mk_digest_iterations, &h.mk_digest)
+                    && keyslot::digest_matches(
+                        h.hash,
+                        vk,
+                        &h.mk_digest_salt,
+                        h.mk_digest_iterations,
+                        &h.mk_digest,
+                    )
             }
             Header::V2(h) => match h.meta.segment_digest() {
                 Some((_, dg)) => {
@@ -460,9 +519,18 @@ impl Volume {
 
     /// Adds `new_pass` for the (already verified) volume key `vk` into
     /// `slot` or the first free one. Returns the slot used.
-    pub fn add_key(&mut self, vk: &[u8], new_pass: &[u8], slot: Option<u32>, kdf: &KdfRequest) -> Result<u32> {
+    pub fn add_key(
+        &mut self,
+        vk: &[u8],
+        new_pass: &[u8],
+        slot: Option<u32>,
+        kdf: &KdfRequest,
+    ) -> Result<u32> {
         if !self.verify_volume_key(vk) {
-            return Err(Error::new(ErrorKind::WrongPassphrase, "Volume key does not match the volume"));
+            return Err(Error::new(
+                ErrorKind::WrongPassphrase,
+                "Volume key does not match the volume",
+            ));
         }
         let mut f = open_rw(&self.meta_path)?;
         match &mut self.header {
@@ -471,18 +539,28 @@ impl Volume {
                     return Err(invalid("LUKS1 keyslots support only the pbkdf2 KDF"));
                 }
                 let slot = match slot {
-                    Some(s) if s as usize >= luks1::SLOTS => return Err(invalid(format!("Keyslot {s} is invalid"))),
+                    Some(s) if s as usize >= luks1::SLOTS => {
+                        return Err(invalid(format!("Keyslot {s} is invalid")))
+                    }
                     Some(s) if h.slots[s as usize].active => {
-                        return Err(Error::new(ErrorKind::SlotBusy, format!("Keyslot {s} is already in use")))
+                        return Err(Error::new(
+                            ErrorKind::SlotBusy,
+                            format!("Keyslot {s} is already in use"),
+                        ))
                     }
                     Some(s) => s,
                     None => (0..8u32)
                         .find(|&s| !h.slots[s as usize].active)
                         .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
                 };
-                let req = KdfRequest { hash: h.hash, ..kdf.clone() };
+                let req = KdfRequest {
+                    hash: h.hash,
+                    ..kdf.clone()
+                };
                 let k = req.resolve(h.key_bytes as usize)?;
-                let Kdf::Pbkdf2 { iterations, .. } = k else { unreachable!("pbkdf2 requested") };
+                let Kdf::Pbkdf2 { iterations, .. } = k else {
+                    unreachable!("pbkdf2 requested")
+                };
                 let salt = keyslot::random(luks1::SALT_LEN)?;
                 let cipher = h.cipher();
                 let s = &mut h.slots[slot as usize];
@@ -507,9 +585,14 @@ impl Volume {
             }
             Header::V2(h) => {
                 let slot = match slot {
-                    Some(s) if s >= json::MAX_KEYSLOTS => return Err(invalid(format!("Keyslot {s} is invalid"))),
+                    Some(s) if s >= json::MAX_KEYSLOTS => {
+                        return Err(invalid(format!("Keyslot {s} is invalid")))
+                    }
                     Some(s) if h.meta.keyslots.contains_key(&s.to_string()) => {
-                        return Err(Error::new(ErrorKind::SlotBusy, format!("Keyslot {s} is already in use")))
+                        return Err(Error::new(
+                            ErrorKind::SlotBusy,
+                            format!("Keyslot {s} is already in use"),
+                        ))
                     }
                     Some(s) => s,
                     None => (0..json::MAX_KEYSLOTS)
@@ -546,7 +629,11 @@ impl Volume {
                     json::Keyslot {
                         kind: "luks2".into(),
                         key_size: vk.len() as u32,
-                        af: json::Af { kind: "luks1".into(), stripes: af::STRIPES, hash: af_hash },
+                        af: json::Af {
+                            kind: "luks1".into(),
+                            stripes: af::STRIPES,
+                            hash: af_hash,
+                        },
                         area: json::Area {
                             kind: "raw".into(),
                             offset,
@@ -559,7 +646,12 @@ impl Volume {
                     },
                 );
                 let sid = h.meta.segment().0.clone();
-                if let Some(d) = h.meta.digests.values_mut().find(|d| d.segments.contains(&sid)) {
+                if let Some(d) = h
+                    .meta
+                    .digests
+                    .values_mut()
+                    .find(|d| d.segments.contains(&sid))
+                {
                     d.keyslots.push(id);
                 }
                 write_luks2(&mut f, h)?;
@@ -573,7 +665,10 @@ impl Volume {
     pub fn kill_slot(&mut self, slot: u32, allow_last: bool) -> Result<()> {
         let active = self.header.active_slots();
         if !active.contains(&slot) {
-            return Err(Error::new(ErrorKind::SlotInactive, format!("Keyslot {slot} is not active")));
+            return Err(Error::new(
+                ErrorKind::SlotInactive,
+                format!("Keyslot {slot} is not active"),
+            ));
         }
         if active.len() == 1 && !allow_last {
             return Err(Error::new(
@@ -588,7 +683,10 @@ impl Volume {
                 s.active = false;
                 s.iterations = 0;
                 s.salt = [0; luks1::SALT_LEN];
-                let (off, len) = (u64::from(s.key_material_offset) * 512, material_len(h.key_bytes as usize, s.stripes));
+                let (off, len) = (
+                    u64::from(s.key_material_offset) * 512,
+                    material_len(h.key_bytes as usize, s.stripes),
+                );
                 write_at(&mut f, 0, &h.to_bytes())?;
                 sync(&f)?;
                 zero_range(&mut f, off, len as u64)?;
@@ -596,7 +694,11 @@ impl Volume {
             }
             Header::V2(h) => {
                 let id = slot.to_string();
-                let ks = h.meta.keyslots.remove(&id).ok_or_else(|| invalid("Keyslot vanished"))?;
+                let ks = h
+                    .meta
+                    .keyslots
+                    .remove(&id)
+                    .ok_or_else(|| invalid("Keyslot vanished"))?;
                 for d in h.meta.digests.values_mut() {
                     d.keyslots.retain(|k| k != &id);
                 }
@@ -646,35 +748,55 @@ impl Volume {
             use std::os::unix::fs::OpenOptionsExt;
             opts.mode(0o400); // read-only, as cryptsetup creates it
         }
-        let mut out = opts.open(path).map_err(|e| Error::io(format!("Cannot create {}", path.display()), e))?;
-        out.write_all(&buf).map_err(|e| Error::io("Cannot write the header backup", e))?;
+        let mut out = opts
+            .open(path)
+            .map_err(|e| Error::io(format!("Cannot create {}", path.display()), e))?;
+        out.write_all(&buf)
+            .map_err(|e| Error::io("Cannot write the header backup", e))?;
         sync(&out)
     }
 
     /// Restores a backup made by [`Volume::header_backup`] (or cryptsetup)
     /// onto `device` (or the detached `header`). A different UUID on the
     /// target needs `force`.
-    pub fn header_restore(device: &Path, header: Option<&Path>, backup: &Path, force: bool) -> Result<Header> {
-        let img = std::fs::read(backup).map_err(|e| Error::io(format!("Cannot read {}", backup.display()), e))?;
+    pub fn header_restore(
+        device: &Path,
+        header: Option<&Path>,
+        backup: &Path,
+        force: bool,
+    ) -> Result<Header> {
+        let img = std::fs::read(backup)
+            .map_err(|e| Error::io(format!("Cannot read {}", backup.display()), e))?;
         let new = Header::from_bytes(&img)?;
         let target = header.unwrap_or(device);
         let mut f = open_rw(target)?;
         let size = device_size(&mut f, target)?;
         if (img.len() as u64) > size && header.is_none() {
-            return Err(Error::new(ErrorKind::DeviceSize, "The backup is larger than the device"));
+            return Err(Error::new(
+                ErrorKind::DeviceSize,
+                "The backup is larger than the device",
+            ));
         }
-        if header.is_none() && new.payload_offset() != 0 && (img.len() as u64) > new.payload_offset() {
+        if header.is_none()
+            && new.payload_offset() != 0
+            && (img.len() as u64) > new.payload_offset()
+        {
             return Err(corrupt("The backup extends into its own data area"));
         }
         match Header::read(&mut f, size) {
             Ok(old) if old.uuid() != new.uuid() && !force => {
                 return Err(Error::new(
                     ErrorKind::AlreadyLuks,
-                    format!("Device has a different LUKS header (UUID {}); use force to replace it", old.uuid()),
+                    format!(
+                        "Device has a different LUKS header (UUID {}); use force to replace it",
+                        old.uuid()
+                    ),
                 ))
             }
             Ok(old) if old.payload_offset() != new.payload_offset() && header.is_none() => {
-                return Err(invalid("The backup's data offset differs from the device's header"));
+                return Err(invalid(
+                    "The backup's data offset differs from the device's header",
+                ));
             }
             _ => {}
         }
@@ -686,7 +808,13 @@ impl Volume {
 
 fn checked_uuid(u: &str) -> Result<String> {
     let ok = u.len() == 36
-        && u.char_indices().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() });
+        && u.char_indices().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
     if !ok {
         return Err(invalid(format!("UUID {u:?} is invalid")));
     }
@@ -697,7 +825,11 @@ fn checked_uuid(u: &str) -> Result<String> {
 fn allocate_area(meta: &json::Metadata, hdr_size: u64, size: u64) -> Result<u64> {
     let lo = json::Metadata::keyslots_start(hdr_size);
     let hi = lo + meta.config.keyslots_size;
-    let mut used: Vec<(u64, u64)> = meta.keyslots.values().map(|k| (k.area.offset, k.area.offset + k.area.size)).collect();
+    let mut used: Vec<(u64, u64)> = meta
+        .keyslots
+        .values()
+        .map(|k| (k.area.offset, k.area.offset + k.area.size))
+        .collect();
     used.sort_unstable();
     let mut pos = lo;
     for (s, e) in used {
@@ -707,7 +839,10 @@ fn allocate_area(meta: &json::Metadata, hdr_size: u64, size: u64) -> Result<u64>
         pos = pos.max(e.div_ceil(4096) * 4096);
     }
     if pos + size > hi {
-        return Err(Error::new(ErrorKind::SlotBusy, "No space left in the LUKS2 keyslots area"));
+        return Err(Error::new(
+            ErrorKind::SlotBusy,
+            "No space left in the LUKS2 keyslots area",
+        ));
     }
     Ok(pos)
 }
@@ -735,25 +870,41 @@ fn add_first_key(
     device: &Path,
     header: Option<&Path>,
 ) -> Result<Volume> {
-    let req = KdfRequest { hash: opts.hash, ..opts.kdf.clone() };
+    let req = KdfRequest {
+        hash: opts.hash,
+        ..opts.kdf.clone()
+    };
     vol.add_key(vk, passphrase, Some(slot), &req)?;
     Volume::load(device, header)
 }
 
 /// Formats `device` (header on it, or in the detached `header` file, which
 /// is created if missing). Returns the loaded volume.
-pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passphrase: &[u8]) -> Result<Volume> {
-    let (cipher_name, cipher_mode) = opts
-        .cipher
-        .split_once('-')
-        .ok_or_else(|| invalid(format!("Cipher {:?} is not in cipher-mode-iv form", opts.cipher)))?;
-    let key_bits = opts.key_bits.unwrap_or(if cipher_mode.starts_with("xts") { 512 } else { 256 });
+pub fn format(
+    device: &Path,
+    header: Option<&Path>,
+    opts: &FormatOptions,
+    passphrase: &[u8],
+) -> Result<Volume> {
+    let (cipher_name, cipher_mode) = opts.cipher.split_once('-').ok_or_else(|| {
+        invalid(format!(
+            "Cipher {:?} is not in cipher-mode-iv form",
+            opts.cipher
+        ))
+    })?;
+    let key_bits = opts.key_bits.unwrap_or(if cipher_mode.starts_with("xts") {
+        512
+    } else {
+        256
+    });
     if key_bits == 0 || key_bits % 8 != 0 || key_bits / 8 > json::MAX_KEY_SIZE {
         return Err(invalid(format!("Key size {key_bits} bits is invalid")));
     }
     let key_len = (key_bits / 8) as usize;
     let vk = match &opts.volume_key {
-        Some(k) if k.len() != key_len => return Err(invalid("Volume key length does not match the key size")),
+        Some(k) if k.len() != key_len => {
+            return Err(invalid("Volume key length does not match the key size"))
+        }
         Some(k) => k.clone(),
         None => keyslot::random(key_len)?,
     };
@@ -765,7 +916,12 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
         sector_size: 512,
         iv_large_sectors: false,
     })
-    .map_err(|e| invalid(format!("Cipher {} with a {key_bits}-bit key is not usable: {e}", opts.cipher)))?;
+    .map_err(|e| {
+        invalid(format!(
+            "Cipher {} with a {key_bits}-bit key is not usable: {e}",
+            opts.cipher
+        ))
+    })?;
 
     let mut data = open_ro(device)?;
     let data_size = device_size(&mut data, device)?;
@@ -829,13 +985,21 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             }
             let (offs, default_payload) = luks1::default_layout(key_len as u32);
             let payload_sectors = match (opts.data_offset, header.is_some()) {
-                (Some(o), _) if o % 512 != 0 => return Err(invalid("Data offset must be a multiple of 512")),
+                (Some(o), _) if o % 512 != 0 => {
+                    return Err(invalid("Data offset must be a multiple of 512"))
+                }
                 (Some(o), _) => (o / 512) as u32,
                 (None, true) => 0,
                 (None, false) => default_payload,
             };
             let mut mk_digest = [0u8; luks1::DIGEST_LEN];
-            mk_digest.copy_from_slice(&keyslot::digest(opts.hash, &vk, &digest_salt, digest_iterations, 20));
+            mk_digest.copy_from_slice(&keyslot::digest(
+                opts.hash,
+                &vk,
+                &digest_salt,
+                digest_iterations,
+                20,
+            ));
             let mut h = luks1::Header {
                 cipher_name: cipher_name.to_string(),
                 cipher_mode: cipher_mode.to_string(),
@@ -846,8 +1010,13 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
                 mk_digest_salt: [0; 32],
                 mk_digest_iterations: digest_iterations,
                 uuid,
-                slots: [luks1::Slot { active: false, iterations: 0, salt: [0; 32], key_material_offset: 0, stripes: 4000 };
-                    luks1::SLOTS],
+                slots: [luks1::Slot {
+                    active: false,
+                    iterations: 0,
+                    salt: [0; 32],
+                    key_material_offset: 0,
+                    stripes: 4000,
+                }; luks1::SLOTS],
             };
             h.mk_digest_salt.copy_from_slice(&digest_salt);
             for (s, o) in h.slots.iter_mut().zip(offs) {
@@ -859,9 +1028,16 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             }
             let data_start = u64::from(payload_sectors) * 512;
             if data_size <= data_start {
-                return Err(Error::new(ErrorKind::DeviceSize, format!("Device {} is too small", device.display())));
+                return Err(Error::new(
+                    ErrorKind::DeviceSize,
+                    format!("Device {} is too small", device.display()),
+                ));
             }
-            let wipe = if header.is_some() { meta_end } else { data_start.max(meta_end) };
+            let wipe = if header.is_some() {
+                meta_end
+            } else {
+                data_start.max(meta_end)
+            };
             zero_range(&mut f, 0, wipe)?;
             // Write the header with no active slot, then add the key.
             write_at(&mut f, 0, &h.to_bytes())?;
@@ -894,12 +1070,17 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             }
             .min(json::MAX_KEYSLOTS_SIZE);
             if data_size <= data_offset {
-                return Err(Error::new(ErrorKind::DeviceSize, format!("Device {} is too small", device.display())));
+                return Err(Error::new(
+                    ErrorKind::DeviceSize,
+                    format!("Device {} is too small", device.display()),
+                ));
             }
             let avail = data_size - data_offset;
             let sector_size = match opts.sector_size {
                 Some(s) if ![512, 1024, 2048, 4096].contains(&s) => {
-                    return Err(invalid(format!("Sector size {s} is invalid (512, 1024, 2048 or 4096)")))
+                    return Err(invalid(format!(
+                        "Sector size {s} is invalid (512, 1024, 2048 or 4096)"
+                    )))
                 }
                 Some(s) => s,
                 None if avail % 4096 == 0 => 4096,
@@ -909,7 +1090,10 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
                 return Err(invalid("Data offset is not aligned to the sector size"));
             }
             if avail < u64::from(sector_size) {
-                return Err(Error::new(ErrorKind::DeviceSize, format!("Device {} is too small", device.display())));
+                return Err(Error::new(
+                    ErrorKind::DeviceSize,
+                    format!("Device {} is too small", device.display()),
+                ));
             }
             let label = opts.label.clone().unwrap_or_default();
             let subsystem = opts.subsystem.clone().unwrap_or_default();
@@ -920,7 +1104,13 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             if slot >= json::MAX_KEYSLOTS {
                 return Err(invalid(format!("Keyslot {slot} is invalid for LUKS2")));
             }
-            let dg = keyslot::digest(opts.hash, &vk, &digest_salt, digest_iterations, opts.hash.digest_len());
+            let dg = keyslot::digest(
+                opts.hash,
+                &vk,
+                &digest_salt,
+                digest_iterations,
+                opts.hash.digest_len(),
+            );
             let mut digests = std::collections::BTreeMap::new();
             digests.insert(
                 "0".to_string(),
@@ -976,7 +1166,11 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
                 warnings: Vec::new(),
             };
             let meta_end = h.metadata_end();
-            let wipe = if header.is_some() { meta_end } else { data_offset.max(meta_end) };
+            let wipe = if header.is_some() {
+                meta_end
+            } else {
+                data_offset.max(meta_end)
+            };
             zero_range(&mut f, 0, wipe)?;
             write_luks2(&mut f, &mut h)?;
             drop(f);
@@ -989,7 +1183,9 @@ pub fn format(device: &Path, header: Option<&Path>, opts: &FormatOptions, passph
             };
             add_first_key(vol, &vk, passphrase, slot, opts, device, header)
         }
-        v => Err(invalid(format!("LUKS version {v} is not supported (1 or 2)"))),
+        v => Err(invalid(format!(
+            "LUKS version {v} is not supported (1 or 2)"
+        ))),
     }
 }
 
@@ -1000,7 +1196,10 @@ mod tests {
     #[test]
     fn debug_never_shows_keys() {
         let key = Zeroizing::new(vec![0xabu8; 32]);
-        let opts = FormatOptions { volume_key: Some(key.clone()), ..FormatOptions::default() };
+        let opts = FormatOptions {
+            volume_key: Some(key.clone()),
+            ..FormatOptions::default()
+        };
         let o = Opened {
             volume_key: key,
             keyslot: 0,
@@ -1013,7 +1212,10 @@ mod tests {
             uuid: String::new(),
         };
         for text in [format!("{opts:?}"), format!("{o:?}")] {
-            assert!(!text.contains("171") && !text.contains("ab, ab") && !text.contains("abab"), "{text}");
+            assert!(
+                !text.contains("171") && !text.contains("ab, ab") && !text.contains("abab"),
+                "{text}"
+            );
             assert!(text.contains("redacted"), "{text}");
         }
         assert!(o.table_line(Path::new("/dev/x")).contains(&"ab".repeat(32)));
@@ -1034,7 +1236,11 @@ mod tests {
         let mut far = ks;
         far.area.offset = 32768 + 2 * 258048;
         meta.keyslots.insert("2".into(), far);
-        assert_eq!(allocate_area(&meta, 16384, 258048).unwrap(), 32768 + 258048, "fills the gap");
+        assert_eq!(
+            allocate_area(&meta, 16384, 258048).unwrap(),
+            32768 + 258048,
+            "fills the gap"
+        );
         assert!(allocate_area(&meta, 16384, 1 << 30).is_err());
     }
 }

@@ -6,24 +6,31 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-use ucrypt_luks as luks;
 use luks::{ErrorKind, FormatOptions, KdfRequest, Volume};
+use serde_json::Value;
 use testutil::TempDir;
+use ucrypt_luks as luks;
 
 const PASS: &[u8] = b"hunter2";
 
 fn fast(version: u32) -> FormatOptions {
     FormatOptions {
         version,
-        kdf: KdfRequest { kind: "pbkdf2".into(), force_iterations: Some(1000), ..KdfRequest::default() },
+        kdf: KdfRequest {
+            kind: "pbkdf2".into(),
+            force_iterations: Some(1000),
+            ..KdfRequest::default()
+        },
         ..FormatOptions::default()
     }
 }
 
 fn image(dir: &TempDir, version: u32) -> PathBuf {
     let p = dir.join(&format!("v{version}.img"));
-    std::fs::File::create(&p).unwrap().set_len(17 << 20).unwrap();
+    std::fs::File::create(&p)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
     luks::format(&p, None, &fast(version), PASS).unwrap();
     p
 }
@@ -62,9 +69,15 @@ fn wrong_passphrase_changes_nothing() {
         let e = vol.unlock_key(b"wrong", None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::WrongPassphrase);
         // add_key with a key that is not the volume key is refused.
-        let e = vol.add_key(&[0u8; 64], b"new", None, &fast(v).kdf).unwrap_err();
+        let e = vol
+            .add_key(&[0u8; 64], b"new", None, &fast(v).kdf)
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::WrongPassphrase);
-        assert_eq!(digest(&p), before, "LUKS{v}: a failed unlock must not write");
+        assert_eq!(
+            digest(&p),
+            before,
+            "LUKS{v}: a failed unlock must not write"
+        );
         assert!(!format!("{e}").is_empty());
     }
 }
@@ -78,7 +91,14 @@ fn corrupted_primary_opens_from_secondary_with_warning() {
     img[4096 + 10] ^= 0x55; // JSON byte: checksum no longer matches
     std::fs::write(&p, &img).unwrap();
     let vol = Volume::load(&p, None).unwrap();
-    assert!(vol.header().warnings().iter().any(|w| w.contains("Primary")), "{:?}", vol.header().warnings());
+    assert!(
+        vol.header()
+            .warnings()
+            .iter()
+            .any(|w| w.contains("Primary")),
+        "{:?}",
+        vol.header().warnings()
+    );
     let o = vol.unlock(PASS, None).unwrap();
     assert_eq!(o.volume_key, good.volume_key);
     // Magic gone too: found by scanning the secondary offsets.
@@ -107,7 +127,10 @@ fn both_copies_corrupted_or_truncated_fail_cleanly() {
             std::fs::write(&p, &full[..len]).unwrap();
             let e = Volume::load(&p, None).unwrap_err();
             assert!(
-                matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotLuks | ErrorKind::DeviceSize),
+                matches!(
+                    e.kind(),
+                    ErrorKind::Corrupt | ErrorKind::NotLuks | ErrorKind::DeviceSize
+                ),
                 "LUKS{v} truncated to {len}: {e:?}"
             );
         }
@@ -119,8 +142,16 @@ fn lying_json_is_refused() {
     let dir = TempDir::new("luks-lies");
     type Edit = Box<dyn Fn(&mut Value)>;
     let cases: Vec<(&str, Edit, ErrorKind)> = vec![
-        ("area beyond keyslots", Box::new(|v| v["keyslots"]["0"]["area"]["offset"] = "999999999999".into()), ErrorKind::Corrupt),
-        ("area too small", Box::new(|v| v["keyslots"]["0"]["area"]["size"] = "4096".into()), ErrorKind::Corrupt),
+        (
+            "area beyond keyslots",
+            Box::new(|v| v["keyslots"]["0"]["area"]["offset"] = "999999999999".into()),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "area too small",
+            Box::new(|v| v["keyslots"]["0"]["area"]["size"] = "4096".into()),
+            ErrorKind::Corrupt,
+        ),
         (
             "overlapping areas",
             Box::new(|v| {
@@ -149,19 +180,56 @@ fn lying_json_is_refused() {
             }),
             ErrorKind::Corrupt,
         ),
-        ("segment beyond device", Box::new(|v| v["segments"]["0"]["offset"] = "1099511627776".into()), ErrorKind::DeviceSize),
-        ("segment size beyond device", Box::new(|v| v["segments"]["0"]["size"] = "1099511627776".into()), ErrorKind::DeviceSize),
-        ("segment over metadata", Box::new(|v| v["segments"]["0"]["offset"] = "32768".into()), ErrorKind::Corrupt),
-        ("keyslots_size huge", Box::new(|v| v["config"]["keyslots_size"] = "17179869184".into()), ErrorKind::Corrupt),
-        ("stripes", Box::new(|v| v["keyslots"]["0"]["af"]["stripes"] = 4294967295u32.into()), ErrorKind::Corrupt),
-        ("key size", Box::new(|v| v["keyslots"]["0"]["key_size"] = 1000000.into()), ErrorKind::Corrupt),
-        ("digest names ghost slot", Box::new(|v| v["digests"]["0"]["keyslots"] = serde_json::json!(["7"])), ErrorKind::Corrupt),
+        (
+            "segment beyond device",
+            Box::new(|v| v["segments"]["0"]["offset"] = "1099511627776".into()),
+            ErrorKind::DeviceSize,
+        ),
+        (
+            "segment size beyond device",
+            Box::new(|v| v["segments"]["0"]["size"] = "1099511627776".into()),
+            ErrorKind::DeviceSize,
+        ),
+        (
+            "segment over metadata",
+            Box::new(|v| v["segments"]["0"]["offset"] = "32768".into()),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "keyslots_size huge",
+            Box::new(|v| v["config"]["keyslots_size"] = "17179869184".into()),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "stripes",
+            Box::new(|v| v["keyslots"]["0"]["af"]["stripes"] = 4294967295u32.into()),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "key size",
+            Box::new(|v| v["keyslots"]["0"]["key_size"] = 1000000.into()),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "digest names ghost slot",
+            Box::new(|v| v["digests"]["0"]["keyslots"] = serde_json::json!(["7"])),
+            ErrorKind::Corrupt,
+        ),
         (
             "mandatory requirement",
-            Box::new(|v| v["config"]["requirements"] = serde_json::json!({"mandatory": ["online-reencrypt-v2"]})),
+            Box::new(|v| {
+                v["config"]["requirements"] =
+                    serde_json::json!({"mandatory": ["online-reencrypt-v2"]})
+            }),
             ErrorKind::Unsupported,
         ),
-        ("integrity", Box::new(|v| v["segments"]["0"]["integrity"] = serde_json::json!({"type": "hmac(sha256)"})), ErrorKind::Unsupported),
+        (
+            "integrity",
+            Box::new(|v| {
+                v["segments"]["0"]["integrity"] = serde_json::json!({"type": "hmac(sha256)"})
+            }),
+            ErrorKind::Unsupported,
+        ),
     ];
     for (name, edit, kind) in cases {
         let p = image(&dir, 2);
@@ -185,12 +253,18 @@ fn luks1_lies_are_refused() {
     let mut img = orig.clone();
     img[108..112].copy_from_slice(&u32::MAX.to_be_bytes());
     std::fs::write(&p, &img).unwrap();
-    assert_eq!(Volume::load(&p, None).unwrap_err().kind(), ErrorKind::Corrupt);
+    assert_eq!(
+        Volume::load(&p, None).unwrap_err().kind(),
+        ErrorKind::Corrupt
+    );
     // payload offset beyond the device.
     let mut img = orig;
     img[104..108].copy_from_slice(&0x7fff_ffffu32.to_be_bytes());
     std::fs::write(&p, &img).unwrap();
-    assert_eq!(Volume::load(&p, None).unwrap_err().kind(), ErrorKind::DeviceSize);
+    assert_eq!(
+        Volume::load(&p, None).unwrap_err().kind(),
+        ErrorKind::DeviceSize
+    );
 }
 
 /// A crash between the two LUKS2 header writes leaves one valid copy: the
@@ -209,7 +283,14 @@ fn crash_between_header_copies_leaves_a_valid_header() {
     crashed[..16384].copy_from_slice(&before[..16384]);
     std::fs::write(&p, &crashed).unwrap();
     let v = Volume::load(&p, None).unwrap();
-    assert!(v.header().warnings().iter().any(|w| w.contains("secondary")), "{:?}", v.header().warnings());
+    assert!(
+        v.header()
+            .warnings()
+            .iter()
+            .any(|w| w.contains("secondary")),
+        "{:?}",
+        v.header().warnings()
+    );
     assert_eq!(v.unlock(b"new pass", None).unwrap().keyslot, slot);
     assert_eq!(v.unlock(PASS, None).unwrap().keyslot, 0);
     // State after "keyslot material written, crash before any header".
@@ -229,9 +310,15 @@ fn format_refuses_existing_header_without_force() {
     let e = luks::format(&p, None, &fast(2), b"other").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::AlreadyLuks);
     assert_eq!(digest(&p), before);
-    let forced = FormatOptions { force: true, ..fast(1) };
+    let forced = FormatOptions {
+        force: true,
+        ..fast(1)
+    };
     luks::format(&p, None, &forced, b"other").unwrap();
-    assert_eq!(luks::open(&p, None, b"other", None).unwrap().sector_size, 512);
+    assert_eq!(
+        luks::open(&p, None, b"other", None).unwrap().sector_size,
+        512
+    );
 }
 
 #[test]
@@ -244,16 +331,30 @@ fn keyslot_lifecycle_and_backup() {
         let s1 = vol.add_key(&vk, b"two", None, &fast(v).kdf).unwrap();
         let s5 = vol.add_key(&vk, b"five", Some(5), &fast(v).kdf).unwrap();
         assert_eq!((s1, s5), (1, 5));
-        assert_eq!(vol.add_key(&vk, b"x", Some(5), &fast(v).kdf).unwrap_err().kind(), ErrorKind::SlotBusy);
+        assert_eq!(
+            vol.add_key(&vk, b"x", Some(5), &fast(v).kdf)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::SlotBusy
+        );
         assert_eq!(luks::open(&p, None, b"five", Some(5)).unwrap().keyslot, 5);
-        assert_eq!(luks::open(&p, None, b"five", Some(1)).unwrap_err().kind(), ErrorKind::WrongPassphrase);
+        assert_eq!(
+            luks::open(&p, None, b"five", Some(1)).unwrap_err().kind(),
+            ErrorKind::WrongPassphrase
+        );
         vol.kill_slot(1, false).unwrap();
-        assert_eq!(luks::open(&p, None, b"two", None).unwrap_err().kind(), ErrorKind::WrongPassphrase);
+        assert_eq!(
+            luks::open(&p, None, b"two", None).unwrap_err().kind(),
+            ErrorKind::WrongPassphrase
+        );
         // Backup, clobber, restore.
         let bak = dir.join(&format!("v{v}.bak"));
         let _ = std::fs::remove_file(&bak);
         vol.header_backup(&bak).unwrap();
-        assert!(vol.header_backup(&bak).is_err(), "never overwrites a backup");
+        assert!(
+            vol.header_backup(&bak).is_err(),
+            "never overwrites a backup"
+        );
         let mut img = std::fs::read(&p).unwrap();
         img[..40000].fill(0);
         std::fs::write(&p, &img).unwrap();
@@ -263,7 +364,10 @@ fn keyslot_lifecycle_and_backup() {
         // Last slot needs allow_last.
         let mut vol = Volume::load(&p, None).unwrap();
         vol.kill_slot(5, false).unwrap();
-        assert_eq!(vol.kill_slot(0, false).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            vol.kill_slot(0, false).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         let old = vol.header().uuid().to_string();
         let new = vol.set_uuid(None).unwrap();
         assert_ne!(old, new);

@@ -4,13 +4,13 @@
 //! bytes are checked against the independent python oracle
 //! (tests/oracle/dmcrypt.py) using the key cryptsetup reveals.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::io::Write;
 
-use ucrypt_luks as luks;
 use luks::{FormatOptions, Hash, KdfRequest};
 use testutil::TempDir;
+use ucrypt_luks as luks;
 
 const PASS: &[u8] = b"correct horse battery staple";
 const PASS2: &[u8] = b"second\npassphrase\0with nul";
@@ -26,7 +26,10 @@ fn oracle() -> PathBuf {
 }
 
 fn cryptsetup(args: &[&str]) -> std::process::Output {
-    let out = Command::new("cryptsetup").args(args).output().expect("run cryptsetup");
+    let out = Command::new("cryptsetup")
+        .args(args)
+        .output()
+        .expect("run cryptsetup");
     assert!(
         out.status.success(),
         "cryptsetup {args:?} failed: {}",
@@ -70,16 +73,31 @@ fn cs_volume_key(dev: &Path, header: Option<&Path>, keyfile: &Path) -> Vec<u8> {
     }
     let hex: String = hex.split_whitespace().collect();
     assert!(!hex.is_empty(), "no MK dump in: {text}");
-    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 /// The oracle's transform of `data`.
-fn oracle_run(dir: &str, cipher: &str, key: &[u8], sector_size: u32, iv_offset: u64, data: &[u8]) -> Vec<u8> {
+fn oracle_run(
+    dir: &str,
+    cipher: &str,
+    key: &[u8],
+    sector_size: u32,
+    iv_offset: u64,
+    data: &[u8],
+) -> Vec<u8> {
     let key_hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
     let mut child = Command::new("python3")
         .arg(oracle())
         .args([dir, "--cipher", cipher, "--key", &key_hex])
-        .args(["--sector-size", &sector_size.to_string(), "--iv-offset", &iv_offset.to_string()])
+        .args([
+            "--sector-size",
+            &sector_size.to_string(),
+            "--iv-offset",
+            &iv_offset.to_string(),
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -90,7 +108,11 @@ fn oracle_run(dir: &str, cipher: &str, key: &[u8], sector_size: u32, iv_offset: 
     let w = std::thread::spawn(move || stdin.write_all(&data));
     let out = child.wait_with_output().unwrap();
     w.join().unwrap().unwrap();
-    assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
@@ -158,12 +180,26 @@ fn cs_to_ucrypt(c: &Cell) {
         kf.to_str().unwrap().into(),
     ];
     let kdf_args: Vec<String> = if c.pbkdf == "pbkdf2" {
-        vec!["--pbkdf".into(), "pbkdf2".into(), "--pbkdf-force-iterations".into(), "1000".into()]
+        vec![
+            "--pbkdf".into(),
+            "pbkdf2".into(),
+            "--pbkdf-force-iterations".into(),
+            "1000".into(),
+        ]
     } else {
-        ["--pbkdf", c.pbkdf, "--pbkdf-force-iterations", "4", "--pbkdf-memory", "1024", "--pbkdf-parallel", "1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        [
+            "--pbkdf",
+            c.pbkdf,
+            "--pbkdf-force-iterations",
+            "4",
+            "--pbkdf-memory",
+            "1024",
+            "--pbkdf-parallel",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     args.extend(kdf_args.iter().cloned());
     if c.luks_type == "luks2" {
@@ -177,7 +213,11 @@ fn cs_to_ucrypt(c: &Cell) {
     cryptsetup(&argv);
     let header = c.detached.then_some(hdr.as_path());
     if c.second_key {
-        let mut a: Vec<String> = vec!["luksAddKey".into(), "--batch-mode".into(), "--key-file".into()];
+        let mut a: Vec<String> = vec![
+            "luksAddKey".into(),
+            "--batch-mode".into(),
+            "--key-file".into(),
+        ];
         a.push(kf.to_str().unwrap().into());
         a.extend(kdf_args.iter().cloned());
         if let Some(h) = header {
@@ -194,7 +234,11 @@ fn cs_to_ucrypt(c: &Cell) {
     let (pass, slot) = if c.second_key { (PASS2, 1) } else { (PASS, 0) };
     let opened = luks::open(&dev, header, pass, None).expect("ucrypt opens the cryptsetup volume");
     assert_eq!(opened.keyslot, slot);
-    assert_eq!(&opened.volume_key[..], &cs_key[..], "same volume key as cryptsetup");
+    assert_eq!(
+        &opened.volume_key[..],
+        &cs_key[..],
+        "same volume key as cryptsetup"
+    );
     assert_eq!(opened.cipher, c.cipher);
     assert_eq!(opened.sector_size, c.sector);
     if c.second_key {
@@ -205,7 +249,13 @@ fn cs_to_ucrypt(c: &Cell) {
     }
     let e = luks::open(&dev, header, b"wrong", None).unwrap_err();
     assert_eq!(e.kind(), luks::ErrorKind::WrongPassphrase);
-    let expect_off = if c.detached { 0 } else if c.luks_type == "luks1" { 2 << 20 } else { 16 << 20 };
+    let expect_off = if c.detached {
+        0
+    } else if c.luks_type == "luks1" {
+        2 << 20
+    } else {
+        16 << 20
+    };
     assert_eq!(opened.payload_offset, expect_off);
 
     // Payload: ciphertext as dm-crypt would have written; both decrypt it.
@@ -215,8 +265,19 @@ fn cs_to_ucrypt(c: &Cell) {
     let mut mine = pread(&dev, opened.payload_offset, len);
     let sc = crypto::SectorCrypt::new(&opened.crypt_config()).unwrap();
     sc.decrypt(0, &mut mine);
-    let theirs = oracle_run("decrypt", c.cipher, &cs_key, c.sector, opened.iv_offset, &ct);
-    assert!(mine == theirs, "{}: ucrypt plaintext differs from the oracle's", c.name);
+    let theirs = oracle_run(
+        "decrypt",
+        c.cipher,
+        &cs_key,
+        c.sector,
+        opened.iv_offset,
+        &ct,
+    );
+    assert!(
+        mine == theirs,
+        "{}: ucrypt plaintext differs from the oracle's",
+        c.name
+    );
 }
 
 macro_rules! cell {
@@ -237,22 +298,147 @@ macro_rules! cell {
     };
 }
 
-cell!(cs_luks1_xts512_pbkdf2, "luks1", "aes-xts-plain64", 512, 512, "pbkdf2", false, false);
-cell!(cs_luks1_xts256_pbkdf2, "luks1", "aes-xts-plain64", 256, 512, "pbkdf2", false, false);
-cell!(cs_luks1_cbc_essiv, "luks1", "aes-cbc-essiv:sha256", 256, 512, "pbkdf2", false, false);
-cell!(cs_luks1_detached, "luks1", "aes-xts-plain64", 512, 512, "pbkdf2", true, false);
-cell!(cs_luks1_second_slot, "luks1", "aes-xts-plain64", 512, 512, "pbkdf2", false, true);
-cell!(cs_luks2_xts512_pbkdf2_512, "luks2", "aes-xts-plain64", 512, 512, "pbkdf2", false, false);
-cell!(cs_luks2_xts512_argon2id_4096, "luks2", "aes-xts-plain64", 512, 4096, "argon2id", false, false);
-cell!(cs_luks2_xts256_argon2i_4096, "luks2", "aes-xts-plain64", 256, 4096, "argon2i", false, false);
-cell!(cs_luks2_xts256_pbkdf2_512, "luks2", "aes-xts-plain64", 256, 512, "pbkdf2", false, false);
-cell!(cs_luks2_cbc_essiv_512, "luks2", "aes-cbc-essiv:sha256", 256, 512, "pbkdf2", false, false);
-cell!(cs_luks2_cbc_essiv_4096, "luks2", "aes-cbc-essiv:sha256", 256, 4096, "argon2id", false, false);
-cell!(cs_luks2_detached_4096, "luks2", "aes-xts-plain64", 512, 4096, "argon2id", true, false);
-cell!(cs_luks2_second_slot, "luks2", "aes-xts-plain64", 512, 4096, "argon2id", false, true);
+cell!(
+    cs_luks1_xts512_pbkdf2,
+    "luks1",
+    "aes-xts-plain64",
+    512,
+    512,
+    "pbkdf2",
+    false,
+    false
+);
+cell!(
+    cs_luks1_xts256_pbkdf2,
+    "luks1",
+    "aes-xts-plain64",
+    256,
+    512,
+    "pbkdf2",
+    false,
+    false
+);
+cell!(
+    cs_luks1_cbc_essiv,
+    "luks1",
+    "aes-cbc-essiv:sha256",
+    256,
+    512,
+    "pbkdf2",
+    false,
+    false
+);
+cell!(
+    cs_luks1_detached,
+    "luks1",
+    "aes-xts-plain64",
+    512,
+    512,
+    "pbkdf2",
+    true,
+    false
+);
+cell!(
+    cs_luks1_second_slot,
+    "luks1",
+    "aes-xts-plain64",
+    512,
+    512,
+    "pbkdf2",
+    false,
+    true
+);
+cell!(
+    cs_luks2_xts512_pbkdf2_512,
+    "luks2",
+    "aes-xts-plain64",
+    512,
+    512,
+    "pbkdf2",
+    false,
+    false
+);
+cell!(
+    cs_luks2_xts512_argon2id_4096,
+    "luks2",
+    "aes-xts-plain64",
+    512,
+    4096,
+    "argon2id",
+    false,
+    false
+);
+cell!(
+    cs_luks2_xts256_argon2i_4096,
+    "luks2",
+    "aes-xts-plain64",
+    256,
+    4096,
+    "argon2i",
+    false,
+    false
+);
+cell!(
+    cs_luks2_xts256_pbkdf2_512,
+    "luks2",
+    "aes-xts-plain64",
+    256,
+    512,
+    "pbkdf2",
+    false,
+    false
+);
+cell!(
+    cs_luks2_cbc_essiv_512,
+    "luks2",
+    "aes-cbc-essiv:sha256",
+    256,
+    512,
+    "pbkdf2",
+    false,
+    false
+);
+cell!(
+    cs_luks2_cbc_essiv_4096,
+    "luks2",
+    "aes-cbc-essiv:sha256",
+    256,
+    4096,
+    "argon2id",
+    false,
+    false
+);
+cell!(
+    cs_luks2_detached_4096,
+    "luks2",
+    "aes-xts-plain64",
+    512,
+    4096,
+    "argon2id",
+    true,
+    false
+);
+cell!(
+    cs_luks2_second_slot,
+    "luks2",
+    "aes-xts-plain64",
+    512,
+    4096,
+    "argon2id",
+    false,
+    true
+);
 
 /// One cell of the ucrypt -> cryptsetup matrix.
-fn ucrypt_to_cs(name: &str, version: u32, cipher: &str, key_bits: u32, sector: u32, pbkdf: &str, detached: bool) {
+fn ucrypt_to_cs(
+    name: &str,
+    version: u32,
+    cipher: &str,
+    key_bits: u32,
+    sector: u32,
+    pbkdf: &str,
+    detached: bool,
+) {
     let test = format!("ucrypt_to_cryptsetup::{name}");
     if !tools(&test) {
         return;
@@ -286,14 +472,31 @@ fn ucrypt_to_cs(name: &str, version: u32, cipher: &str, key_bits: u32, sector: u
     cryptsetup(&["isLuks", target.to_str().unwrap()]);
     let dump = cryptsetup(&["luksDump", target.to_str().unwrap()]);
     let dump = String::from_utf8(dump.stdout).unwrap();
-    assert!(dump.contains(&format!("Version:       \t{version}")), "{dump}");
+    assert!(
+        dump.contains(&format!("Version:       \t{version}")),
+        "{dump}"
+    );
     let opened = luks::open(&dev, header, PASS, None).unwrap();
     let cs_key = cs_volume_key(&dev, header, &kf);
-    assert_eq!(&opened.volume_key[..], &cs_key[..], "cryptsetup reveals the key ucrypt uses");
+    assert_eq!(
+        &opened.volume_key[..],
+        &cs_key[..],
+        "cryptsetup reveals the key ucrypt uses"
+    );
 
     // cryptsetup adds a key to the ucrypt header; ucrypt opens with it.
-    let mut a = vec!["luksAddKey", "--batch-mode", "--key-file", kf.to_str().unwrap()];
-    a.extend(["--pbkdf", pbkdf, "--pbkdf-force-iterations", if pbkdf == "pbkdf2" { "1000" } else { "4" }]);
+    let mut a = vec![
+        "luksAddKey",
+        "--batch-mode",
+        "--key-file",
+        kf.to_str().unwrap(),
+    ];
+    a.extend([
+        "--pbkdf",
+        pbkdf,
+        "--pbkdf-force-iterations",
+        if pbkdf == "pbkdf2" { "1000" } else { "4" },
+    ]);
     if pbkdf != "pbkdf2" {
         a.extend(["--pbkdf-memory", "1024", "--pbkdf-parallel", "1"]);
     }
@@ -310,31 +513,83 @@ fn ucrypt_to_cs(name: &str, version: u32, cipher: &str, key_bits: u32, sector: u
     let len = 32 * 1024;
     let plain = random_bytes(len, 99 + u64::from(sector));
     let mut ct = plain.clone();
-    crypto::SectorCrypt::new(&opened.crypt_config()).unwrap().encrypt(0, &mut ct);
+    crypto::SectorCrypt::new(&opened.crypt_config())
+        .unwrap()
+        .encrypt(0, &mut ct);
     pwrite(&dev, opened.payload_offset, &ct);
-    let back = oracle_run("decrypt", cipher, &cs_key, opened.sector_size, opened.iv_offset, &pread(&dev, opened.payload_offset, len));
-    assert!(back == plain, "{name}: oracle does not decrypt ucrypt's ciphertext");
+    let back = oracle_run(
+        "decrypt",
+        cipher,
+        &cs_key,
+        opened.sector_size,
+        opened.iv_offset,
+        &pread(&dev, opened.payload_offset, len),
+    );
+    assert!(
+        back == plain,
+        "{name}: oracle does not decrypt ucrypt's ciphertext"
+    );
 }
 
 #[test]
 fn u_luks1_xts512() {
-    ucrypt_to_cs("u_luks1_xts512", 1, "aes-xts-plain64", 512, 512, "pbkdf2", false);
+    ucrypt_to_cs(
+        "u_luks1_xts512",
+        1,
+        "aes-xts-plain64",
+        512,
+        512,
+        "pbkdf2",
+        false,
+    );
 }
 #[test]
 fn u_luks1_cbc_essiv_detached() {
-    ucrypt_to_cs("u_luks1_cbc_essiv_detached", 1, "aes-cbc-essiv:sha256", 256, 512, "pbkdf2", true);
+    ucrypt_to_cs(
+        "u_luks1_cbc_essiv_detached",
+        1,
+        "aes-cbc-essiv:sha256",
+        256,
+        512,
+        "pbkdf2",
+        true,
+    );
 }
 #[test]
 fn u_luks2_xts512_argon2id_4096() {
-    ucrypt_to_cs("u_luks2_xts512_argon2id_4096", 2, "aes-xts-plain64", 512, 4096, "argon2id", false);
+    ucrypt_to_cs(
+        "u_luks2_xts512_argon2id_4096",
+        2,
+        "aes-xts-plain64",
+        512,
+        4096,
+        "argon2id",
+        false,
+    );
 }
 #[test]
 fn u_luks2_xts256_pbkdf2_512() {
-    ucrypt_to_cs("u_luks2_xts256_pbkdf2_512", 2, "aes-xts-plain64", 256, 512, "pbkdf2", false);
+    ucrypt_to_cs(
+        "u_luks2_xts256_pbkdf2_512",
+        2,
+        "aes-xts-plain64",
+        256,
+        512,
+        "pbkdf2",
+        false,
+    );
 }
 #[test]
 fn u_luks2_cbc_essiv_detached() {
-    ucrypt_to_cs("u_luks2_cbc_essiv_detached", 2, "aes-cbc-essiv:sha256", 256, 4096, "argon2id", true);
+    ucrypt_to_cs(
+        "u_luks2_cbc_essiv_detached",
+        2,
+        "aes-cbc-essiv:sha256",
+        256,
+        4096,
+        "argon2id",
+        true,
+    );
 }
 
 /// Non-default LUKS2 geometry: 64 KiB metadata copies, a 1 MiB keyslots
@@ -353,16 +608,36 @@ fn cs_luks2_64k_metadata_small_keyslots_area() {
     write_file(&kf2, PASS2);
     sparse(&dev, 4 << 20);
     cryptsetup(&[
-        "luksFormat", "--batch-mode", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
-        "--luks2-metadata-size", "64k", "--luks2-keyslots-size", "1m", "--offset", "4096",
-        "--label", "geo", "--key-file", kf.to_str().unwrap(), dev.to_str().unwrap(),
+        "luksFormat",
+        "--batch-mode",
+        "--type",
+        "luks2",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--luks2-metadata-size",
+        "64k",
+        "--luks2-keyslots-size",
+        "1m",
+        "--offset",
+        "4096",
+        "--label",
+        "geo",
+        "--key-file",
+        kf.to_str().unwrap(),
+        dev.to_str().unwrap(),
     ]);
     let mut vol = luks::Volume::load(&dev, None).unwrap();
     assert_eq!(vol.header().label(), "geo");
     let o = vol.unlock(PASS, None).unwrap();
     assert_eq!(o.payload_offset, 2 << 20);
     assert_eq!(&o.volume_key[..], &cs_volume_key(&dev, None, &kf)[..]);
-    let req = KdfRequest { kind: "pbkdf2".into(), force_iterations: Some(1000), ..KdfRequest::default() };
+    let req = KdfRequest {
+        kind: "pbkdf2".into(),
+        force_iterations: Some(1000),
+        ..KdfRequest::default()
+    };
     let slot = vol.add_key(&o.volume_key, PASS2, None, &req).unwrap();
     assert_eq!(slot, 1);
     assert_eq!(&cs_volume_key(&dev, None, &kf2)[..], &o.volume_key[..]);

@@ -54,7 +54,8 @@ fn seeds_parse_and_round_trip() {
         let mut c = std::io::Cursor::new(&s[..]);
         let is_v2 = s[6..8] == [0, 2];
         if is_v2 {
-            let h = luks::luks2::Header::read(&mut c, s.len() as u64).expect("cryptsetup LUKS2 seed parses");
+            let h = luks::luks2::Header::read(&mut c, s.len() as u64)
+                .expect("cryptsetup LUKS2 seed parses");
             assert!(h.warnings.is_empty(), "{:?}", h.warnings);
         } else {
             luks::luks1::Header::parse(&s).expect("cryptsetup LUKS1 seed parses");

@@ -49,7 +49,10 @@ pub enum Error {
 
 impl Error {
     fn bind(endpoint: &str, source: io::Error) -> Self {
-        Self::Bind { endpoint: endpoint.to_owned(), source }
+        Self::Bind {
+            endpoint: endpoint.to_owned(),
+            source,
+        }
     }
 }
 
@@ -57,13 +60,18 @@ impl Error {
 /// request type `cmd` (`proto::CMD_*`). The one place this translation lives.
 pub fn nbd_errno(err: &datapath::Error, cmd: u16) -> u32 {
     use datapath::Error as E;
-    let writes = matches!(cmd, proto::CMD_WRITE | proto::CMD_WRITE_ZEROES | proto::CMD_TRIM);
+    let writes = matches!(
+        cmd,
+        proto::CMD_WRITE | proto::CMD_WRITE_ZEROES | proto::CMD_TRIM
+    );
     match err {
         // proto.md: writes beyond the end SHOULD fail with ENOSPC, other
         // requests beyond the end with EINVAL.
         E::OutOfRange { .. } if writes => proto::ENOSPC,
         E::OutOfRange { .. } | E::Misaligned { .. } => proto::EINVAL,
-        E::Unsupported(what) if what.contains("read-only") || what.contains("read only") => proto::EPERM,
+        E::Unsupported(what) if what.contains("read-only") || what.contains("read only") => {
+            proto::EPERM
+        }
         E::Unsupported(_) => proto::EINVAL,
         E::Io(e) => match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => proto::ENOSPC,
@@ -83,13 +91,23 @@ mod tests {
     #[test]
     fn errno_mapping() {
         use datapath::Error as E;
-        let oor = E::OutOfRange { offset: 0, len: 1, size: 0 };
+        let oor = E::OutOfRange {
+            offset: 0,
+            len: 1,
+            size: 0,
+        };
         assert_eq!(nbd_errno(&oor, proto::CMD_READ), proto::EINVAL);
         assert_eq!(nbd_errno(&oor, proto::CMD_WRITE), proto::ENOSPC);
-        assert_eq!(nbd_errno(&E::Misaligned { sector_size: 4096 }, proto::CMD_READ), proto::EINVAL);
+        assert_eq!(
+            nbd_errno(&E::Misaligned { sector_size: 4096 }, proto::CMD_READ),
+            proto::EINVAL
+        );
         assert_eq!(nbd_errno(&E::Shutdown, proto::CMD_READ), proto::ESHUTDOWN);
         let nospc = E::Io(io::Error::from_raw_os_error(libc::ENOSPC));
         assert_eq!(nbd_errno(&nospc, proto::CMD_WRITE), proto::ENOSPC);
-        assert_eq!(nbd_errno(&E::Io(io::Error::other("x")), proto::CMD_READ), proto::EIO);
+        assert_eq!(
+            nbd_errno(&E::Io(io::Error::other("x")), proto::CMD_READ),
+            proto::EIO
+        );
     }
 }

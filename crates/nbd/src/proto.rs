@@ -143,7 +143,13 @@ impl RequestHeader {
         if r.u32()? != REQUEST_MAGIC {
             return None;
         }
-        Some(Self { flags: r.u16()?, kind: r.u16()?, cookie: r.u64()?, offset: r.u64()?, len: r.u32()? })
+        Some(Self {
+            flags: r.u16()?,
+            kind: r.u16()?,
+            cookie: r.u64()?,
+            offset: r.u64()?,
+            len: r.u32()?,
+        })
     }
 
     /// Encodes the header (used by tests that play a hostile client).
@@ -229,7 +235,8 @@ impl<'a> Reader<'a> {
     }
     /// Big-endian u32.
     pub fn u32(&mut self) -> Option<u32> {
-        self.bytes(4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        self.bytes(4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
     /// Big-endian u64.
     pub fn u64(&mut self) -> Option<u64> {
@@ -250,7 +257,13 @@ mod tests {
 
     #[test]
     fn request_round_trip() {
-        let h = RequestHeader { flags: 1, kind: CMD_WRITE, cookie: 0xdead_beef, offset: 4096, len: 512 };
+        let h = RequestHeader {
+            flags: 1,
+            kind: CMD_WRITE,
+            cookie: 0xdead_beef,
+            offset: 4096,
+            len: 512,
+        };
         assert_eq!(RequestHeader::decode(&h.encode()), Some(h));
         let mut bad = h.encode();
         bad[0] ^= 1;

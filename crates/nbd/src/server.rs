@@ -99,11 +99,16 @@ impl Server {
     ///
     /// A unix socket path left behind by a dead server is replaced; one that
     /// still accepts connections is an error (`AddrInUse`).
-    pub fn start(engine: Arc<Engine>, export: ExportConfig, endpoint: Endpoint) -> Result<Self, Error> {
+    pub fn start(
+        engine: Arc<Engine>,
+        export: ExportConfig,
+        endpoint: Endpoint,
+    ) -> Result<Self, Error> {
         let (listener, endpoint) = match endpoint {
             Endpoint::Unix(path) => {
                 remove_stale_socket(&path)?;
-                let l = UnixListener::bind(&path).map_err(|e| Error::bind(&path.display().to_string(), e))?;
+                let l = UnixListener::bind(&path)
+                    .map_err(|e| Error::bind(&path.display().to_string(), e))?;
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
                     .map_err(|e| Error::bind(&path.display().to_string(), e))?;
                 (Listener::Unix(l), Endpoint::Unix(path))
@@ -127,7 +132,11 @@ impl Server {
         let accept = std::thread::Builder::new()
             .name("nbd-accept".into())
             .spawn(move || accept_loop(listener, s))?;
-        Ok(Self { shared, endpoint, accept: Some(accept) })
+        Ok(Self {
+            shared,
+            endpoint,
+            accept: Some(accept),
+        })
     }
 
     /// The bound endpoint (with the real port for `Tcp(…:0)`).
@@ -211,14 +220,20 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
             if UnixStream::connect(path).is_ok() {
                 return Err(Error::bind(
                     &path.display().to_string(),
-                    io::Error::new(io::ErrorKind::AddrInUse, "another server is listening there"),
+                    io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        "another server is listening there",
+                    ),
                 ));
             }
             std::fs::remove_file(path).map_err(|e| Error::bind(&path.display().to_string(), e))
         }
         Ok(_) => Err(Error::bind(
             &path.display().to_string(),
-            io::Error::new(io::ErrorKind::AlreadyExists, "path exists and is not a socket"),
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "path exists and is not a socket",
+            ),
         )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::bind(&path.display().to_string(), e)),
@@ -304,20 +319,24 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
         };
         shared.accepted.fetch_add(1, Ordering::Relaxed);
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let Ok(ctl) = stream.try_clone() else { continue };
+        let Ok(ctl) = stream.try_clone() else {
+            continue;
+        };
         let s = Arc::clone(&shared);
         // Hold the table lock across spawn so the thread's own removal of
         // its entry cannot run before the entry exists.
         let mut conns = lock(&shared.conns);
-        let spawned = std::thread::Builder::new().name(format!("nbd-conn-{id}")).spawn(move || {
-            let r = serve_client(stream, &s);
-            if let Err(Error::Protocol(why)) = &r {
-                s.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("ucrypt nbd: client {id} disconnected: {why}");
-            }
-            // Detach our join handle unless shutdown() already took it.
-            lock(&s.conns).remove(&id);
-        });
+        let spawned = std::thread::Builder::new()
+            .name(format!("nbd-conn-{id}"))
+            .spawn(move || {
+                let r = serve_client(stream, &s);
+                if let Err(Error::Protocol(why)) = &r {
+                    s.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("ucrypt nbd: client {id} disconnected: {why}");
+                }
+                // Detach our join handle unless shutdown() already took it.
+                lock(&s.conns).remove(&id);
+            });
         if let Ok(h) = spawned {
             conns.insert(id, (ctl, Some(h)));
         }
@@ -369,7 +388,11 @@ fn read_exact(r: &mut impl Read, buf: &mut [u8], what: &str) -> Result<(), Error
 }
 
 /// Fixed newstyle negotiation. `Ok(None)` when the client aborted.
-fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Option<Negotiated>, Error> {
+fn negotiate(
+    r: &mut impl Read,
+    w: &mut Stream,
+    shared: &Shared,
+) -> Result<Option<Negotiated>, Error> {
     let mut hello = Vec::with_capacity(18);
     hello.extend_from_slice(&proto::NBDMAGIC.to_be_bytes());
     hello.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
@@ -380,7 +403,9 @@ fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Optio
     read_exact(r, &mut cf, "client flags")?;
     let client_flags = u32::from_be_bytes(cf);
     if client_flags & !(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES) != 0 {
-        return Err(Error::Protocol(format!("Unknown client flags {client_flags:#x}")));
+        return Err(Error::Protocol(format!(
+            "Unknown client flags {client_flags:#x}"
+        )));
     }
     let no_zeroes = client_flags & proto::FLAG_C_NO_ZEROES != 0;
     let flags = transmission_flags(shared);
@@ -397,7 +422,9 @@ fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Optio
             return Err(Error::Protocol(format!("Bad option magic {magic:#x}")));
         }
         if len > proto::MAX_OPTION_LEN {
-            return Err(Error::Protocol(format!("Option {opt} length {len} too large")));
+            return Err(Error::Protocol(format!(
+                "Option {opt} length {len} too large"
+            )));
         }
         let mut data = vec![0u8; len as usize];
         read_exact(r, &mut data, "option data")?;
@@ -406,7 +433,9 @@ fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Optio
             proto::OPT_EXPORT_NAME => {
                 if stopping || !name_matches(&data, shared) {
                     // This option cannot carry an error: the spec says close.
-                    return Err(Error::Protocol("Unknown export name in NBD_OPT_EXPORT_NAME".into()));
+                    return Err(Error::Protocol(
+                        "Unknown export name in NBD_OPT_EXPORT_NAME".into(),
+                    ));
                 }
                 let mut b = Vec::with_capacity(134);
                 b.extend_from_slice(&shared.engine.size().to_be_bytes());
@@ -424,7 +453,14 @@ fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Optio
             }
             proto::OPT_LIST => {
                 if !data.is_empty() {
-                    write_all(w, &proto::option_reply(opt, proto::REP_ERR_INVALID, b"NBD_OPT_LIST takes no data"))?;
+                    write_all(
+                        w,
+                        &proto::option_reply(
+                            opt,
+                            proto::REP_ERR_INVALID,
+                            b"NBD_OPT_LIST takes no data",
+                        ),
+                    )?;
                     continue;
                 }
                 let name = shared.export.name.as_bytes();
@@ -437,15 +473,32 @@ fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Optio
             }
             proto::OPT_INFO | proto::OPT_GO => {
                 let Some(req) = proto::InfoRequest::decode(&data) else {
-                    write_all(w, &proto::option_reply(opt, proto::REP_ERR_INVALID, b"Malformed info request"))?;
+                    write_all(
+                        w,
+                        &proto::option_reply(
+                            opt,
+                            proto::REP_ERR_INVALID,
+                            b"Malformed info request",
+                        ),
+                    )?;
                     continue;
                 };
                 if stopping {
-                    write_all(w, &proto::option_reply(opt, proto::REP_ERR_SHUTDOWN, b"Server is shutting down"))?;
+                    write_all(
+                        w,
+                        &proto::option_reply(
+                            opt,
+                            proto::REP_ERR_SHUTDOWN,
+                            b"Server is shutting down",
+                        ),
+                    )?;
                     continue;
                 }
                 if !name_matches(&req.name, shared) {
-                    write_all(w, &proto::option_reply(opt, proto::REP_ERR_UNKNOWN, b"No such export"))?;
+                    write_all(
+                        w,
+                        &proto::option_reply(opt, proto::REP_ERR_UNKNOWN, b"No such export"),
+                    )?;
                     continue;
                 }
                 for item in info_items(&req, flags, shared) {
@@ -457,7 +510,10 @@ fn negotiate(r: &mut impl Read, w: &mut Stream, shared: &Shared) -> Result<Optio
                 }
             }
             proto::OPT_STARTTLS => {
-                write_all(w, &proto::option_reply(opt, proto::REP_ERR_POLICY, b"TLS is not supported"))?;
+                write_all(
+                    w,
+                    &proto::option_reply(opt, proto::REP_ERR_POLICY, b"TLS is not supported"),
+                )?;
             }
             _ => {
                 // Structured replies, meta contexts, extended headers, …:
@@ -595,7 +651,12 @@ fn write_all_vectored(w: &mut Stream, a: &[u8], b: &[u8]) -> io::Result<()> {
 }
 
 /// The transmission phase: read, check framing, submit, repeat.
-fn transmit(r: &mut impl Read, conn: &Arc<Conn>, shared: &Shared, neg: Negotiated) -> Result<(), Error> {
+fn transmit(
+    r: &mut impl Read,
+    conn: &Arc<Conn>,
+    shared: &Shared,
+    neg: Negotiated,
+) -> Result<(), Error> {
     let read_only = neg.flags & proto::FLAG_READ_ONLY != 0;
     let trim = neg.flags & proto::FLAG_SEND_TRIM != 0;
     let known_flags = proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE;
@@ -622,7 +683,10 @@ fn transmit(r: &mut impl Read, conn: &Arc<Conn>, shared: &Shared, neg: Negotiate
         // framing is lost: read it first, decide afterwards.
         let payload = if h.kind == proto::CMD_WRITE {
             if h.len > proto::MAX_PAYLOAD {
-                return Err(Error::Protocol(format!("Write payload of {} bytes exceeds the maximum", h.len)));
+                return Err(Error::Protocol(format!(
+                    "Write payload of {} bytes exceeds the maximum",
+                    h.len
+                )));
             }
             let mut data = vec![0u8; h.len as usize];
             read_exact(r, &mut data, "write payload")?;
@@ -648,7 +712,9 @@ fn transmit(r: &mut impl Read, conn: &Arc<Conn>, shared: &Shared, neg: Negotiate
                 err(proto::EPERM);
                 continue;
             }
-            proto::CMD_WRITE => Op::Write { data: payload.unwrap_or_default() },
+            proto::CMD_WRITE => Op::Write {
+                data: payload.unwrap_or_default(),
+            },
             proto::CMD_WRITE_ZEROES => Op::WriteZeroes { len: h.len },
             proto::CMD_TRIM if trim => Op::Discard { len: h.len },
             proto::CMD_FLUSH => Op::Flush,
@@ -671,16 +737,22 @@ fn transmit(r: &mut impl Read, conn: &Arc<Conn>, shared: &Shared, neg: Negotiate
         conn.begin(bytes);
         let c = Arc::clone(conn);
         let (cookie, kind) = (h.cookie, h.kind);
-        let offset = if kind == proto::CMD_FLUSH { 0 } else { h.offset };
-        shared.engine.submit(Request { op, offset, fua }, move |res| {
-            match res {
-                Ok(Some(data)) if kind == proto::CMD_READ => c.reply(0, cookie, &data),
-                // A read without data would desynchronise the stream.
-                Ok(_) if kind == proto::CMD_READ => c.reply(proto::EIO, cookie, &[]),
-                Ok(_) => c.reply(0, cookie, &[]),
-                Err(e) => c.reply(nbd_errno(&e, kind), cookie, &[]),
-            }
-            c.end(bytes);
-        });
+        let offset = if kind == proto::CMD_FLUSH {
+            0
+        } else {
+            h.offset
+        };
+        shared
+            .engine
+            .submit(Request { op, offset, fua }, move |res| {
+                match res {
+                    Ok(Some(data)) if kind == proto::CMD_READ => c.reply(0, cookie, &data),
+                    // A read without data would desynchronise the stream.
+                    Ok(_) if kind == proto::CMD_READ => c.reply(proto::EIO, cookie, &[]),
+                    Ok(_) => c.reply(0, cookie, &[]),
+                    Err(e) => c.reply(nbd_errno(&e, kind), cookie, &[]),
+                }
+                c.end(bytes);
+            });
     }
 }

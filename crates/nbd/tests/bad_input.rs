@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use backend::{Backend, MemBackend};
 use datapath::{Engine, EngineConfig, Volume};
-use ucrypt_nbd as nbd;
 use nbd::proto::{self, RequestHeader};
 use nbd::{Endpoint, ExportConfig, Server};
+use ucrypt_nbd as nbd;
 
 const SIZE: u64 = 1 << 20;
 
@@ -28,12 +28,31 @@ impl Fixture {
         let dir = testutil::TempDir::new("nbd-bad");
         let path = dir.join("nbd.sock");
         let mem = Arc::new(MemBackend::new(SIZE).unwrap());
-        let vol = Volume { backend: mem.clone(), crypt: None, data_offset: 0, size: SIZE, sector_size: 512 };
-        let cfg = EngineConfig { read_only, ..EngineConfig::default() };
+        let vol = Volume {
+            backend: mem.clone(),
+            crypt: None,
+            data_offset: 0,
+            size: SIZE,
+            sector_size: 512,
+        };
+        let cfg = EngineConfig {
+            read_only,
+            ..EngineConfig::default()
+        };
         let engine = Arc::new(Engine::new(vol, cfg).unwrap());
-        let export = ExportConfig { name: "t".into(), description: "test".into(), read_only, allow_trim: false };
+        let export = ExportConfig {
+            name: "t".into(),
+            description: "test".into(),
+            read_only,
+            allow_trim: false,
+        };
         let server = Server::start(engine, export, Endpoint::Unix(path.clone())).unwrap();
-        Self { _dir: dir, path, mem, server: Some(server) }
+        Self {
+            _dir: dir,
+            path,
+            mem,
+            server: Some(server),
+        }
     }
 
     fn connect(&self) -> UnixStream {
@@ -48,7 +67,8 @@ impl Fixture {
         let mut hello = [0u8; 18];
         s.read_exact(&mut hello).unwrap();
         assert_eq!(&hello[..8], b"NBDMAGIC");
-        s.write_all(&(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
+        s.write_all(&(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES).to_be_bytes())
+            .unwrap();
         let mut data = 0u32.to_be_bytes().to_vec();
         data.extend_from_slice(&0u16.to_be_bytes());
         send_option(&mut s, proto::OPT_GO, &data);
@@ -97,7 +117,10 @@ fn send_option(s: &mut UnixStream, opt: u32, data: &[u8]) {
 fn read_option_reply(s: &mut UnixStream) -> (u32, Vec<u8>) {
     let mut h = [0u8; 20];
     s.read_exact(&mut h).unwrap();
-    assert_eq!(u64::from_be_bytes(h[..8].try_into().unwrap()), proto::REPLY_MAGIC);
+    assert_eq!(
+        u64::from_be_bytes(h[..8].try_into().unwrap()),
+        proto::REPLY_MAGIC
+    );
     let rep = u32::from_be_bytes(h[12..16].try_into().unwrap());
     let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
     let mut d = vec![0u8; len as usize];
@@ -106,7 +129,13 @@ fn read_option_reply(s: &mut UnixStream) -> (u32, Vec<u8>) {
 }
 
 fn request(s: &mut UnixStream, kind: u16, cookie: u64, offset: u64, len: u32, payload: &[u8]) {
-    let h = RequestHeader { flags: 0, kind, cookie, offset, len };
+    let h = RequestHeader {
+        flags: 0,
+        kind,
+        cookie,
+        offset,
+        len,
+    };
     let mut b = h.encode().to_vec();
     b.extend_from_slice(payload);
     s.write_all(&b).unwrap();
@@ -116,8 +145,14 @@ fn request(s: &mut UnixStream, kind: u16, cookie: u64, offset: u64, len: u32, pa
 fn reply(s: &mut UnixStream) -> (u32, u64) {
     let mut h = [0u8; 16];
     s.read_exact(&mut h).unwrap();
-    assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), proto::SIMPLE_REPLY_MAGIC);
-    (u32::from_be_bytes(h[4..8].try_into().unwrap()), u64::from_be_bytes(h[8..16].try_into().unwrap()))
+    assert_eq!(
+        u32::from_be_bytes(h[..4].try_into().unwrap()),
+        proto::SIMPLE_REPLY_MAGIC
+    );
+    (
+        u32::from_be_bytes(h[4..8].try_into().unwrap()),
+        u64::from_be_bytes(h[8..16].try_into().unwrap()),
+    )
 }
 
 /// True once the server has closed `s` (read returns EOF).
@@ -159,7 +194,8 @@ fn garbage_disconnects_only_that_client() {
     let mut g = f.connect();
     g.read_exact(&mut hello).unwrap();
     g.write_all(&1u32.to_be_bytes()).unwrap();
-    g.write_all(b"this is not an NBD option header at all").unwrap();
+    g.write_all(b"this is not an NBD option header at all")
+        .unwrap();
     assert!(closed(&mut g));
 
     // Garbage in the transmission phase, with another client connected.
@@ -179,8 +215,17 @@ fn truncated_requests_write_nothing() {
     let f = Fixture::new(false);
     let (mut s, _, _) = f.client();
     // Half a header, then hang up.
-    s.write_all(&RequestHeader { flags: 0, kind: proto::CMD_WRITE, cookie: 1, offset: 0, len: 4096 }.encode()[..10])
-        .unwrap();
+    s.write_all(
+        &RequestHeader {
+            flags: 0,
+            kind: proto::CMD_WRITE,
+            cookie: 1,
+            offset: 0,
+            len: 4096,
+        }
+        .encode()[..10],
+    )
+    .unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     assert!(closed(&mut s));
 
@@ -219,7 +264,13 @@ fn past_the_end_and_unknown_commands_get_errors() {
         assert_eq!(reply(&mut s), (proto::EINVAL, 10 + i as u64));
     }
     // Unknown command flag.
-    let h = RequestHeader { flags: 1 << 12, kind: proto::CMD_FLUSH, cookie: 20, offset: 0, len: 0 };
+    let h = RequestHeader {
+        flags: 1 << 12,
+        kind: proto::CMD_FLUSH,
+        cookie: 20,
+        offset: 0,
+        len: 0,
+    };
     s.write_all(&h.encode()).unwrap();
     assert_eq!(reply(&mut s), (proto::EINVAL, 20));
     // A read larger than the maximum payload.

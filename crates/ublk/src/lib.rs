@@ -61,7 +61,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { id: None, queues: 1, depth: 64, max_io_bytes: 512 * 1024 }
+        Self {
+            id: None,
+            queues: 1,
+            depth: 64,
+            max_io_bytes: 512 * 1024,
+        }
     }
 }
 
@@ -107,7 +112,10 @@ impl Error {
     }
 
     fn ublk(what: &'static str, e: impl std::fmt::Display) -> Self {
-        Self::new(ErrorKind::Ublk { what, detail: e.to_string() })
+        Self::new(ErrorKind::Ublk {
+            what,
+            detail: e.to_string(),
+        })
     }
 
     /// The stable kind.
@@ -142,7 +150,8 @@ pub fn serve_with(
         return Err(Error::new(ErrorKind::Unavailable(CONTROL_PATH)));
     }
     let id = match opts.id {
-        Some(n) => i32::try_from(n).map_err(|_| Error::new(ErrorKind::InvalidOptions(format!("device id {n}"))))?,
+        Some(n) => i32::try_from(n)
+            .map_err(|_| Error::new(ErrorKind::InvalidOptions(format!("device id {n}"))))?,
         None => -1,
     };
     let ctrl = UblkCtrlBuilder::default()
@@ -163,9 +172,13 @@ pub fn serve_with(
     let queue_fn = move |qid: u16, dev: &UblkDev| serve_queue(qid, dev, &q_engine);
     let on_start = move |c: &UblkCtrl| {
         let id = c.dev_info().dev_id;
-        ready(Device { id, path: PathBuf::from(format!("/dev/ublkb{id}")) });
+        ready(Device {
+            id,
+            path: PathBuf::from(format!("/dev/ublkb{id}")),
+        });
     };
-    ctrl.run_target(tgt_init, queue_fn, on_start).map_err(|e| Error::ublk("run", e))?;
+    ctrl.run_target(tgt_init, queue_fn, on_start)
+        .map_err(|e| Error::ublk("run", e))?;
     Ok(())
 }
 
@@ -174,7 +187,8 @@ pub fn stop(id: u32) -> Result<(), Error> {
     if !available() {
         return Err(Error::new(ErrorKind::Unavailable(CONTROL_PATH)));
     }
-    let id = i32::try_from(id).map_err(|_| Error::new(ErrorKind::InvalidOptions(format!("device id {id}"))))?;
+    let id = i32::try_from(id)
+        .map_err(|_| Error::new(ErrorKind::InvalidOptions(format!("device id {id}"))))?;
     let ctrl = UblkCtrl::new_simple(id).map_err(|e| Error::ublk("open device", e))?;
     ctrl.kill_dev().map_err(|e| Error::ublk("stop device", e))?;
     Ok(())
@@ -239,7 +253,10 @@ fn os_errno(e: &std::io::Error) -> Option<i32> {
     }
     let mut cur: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|x| x as _);
     while let Some(err) = cur {
-        if let Some(n) = err.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) {
+        if let Some(n) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+        {
             return Some(n);
         }
         cur = err.source();
@@ -278,23 +295,42 @@ impl DeviceParams {
     /// Checks `opts` against the engine and derives the parameters.
     pub fn new(engine: &Engine, opts: &Options) -> Result<Self, Error> {
         let cfg = engine.config();
-        Self::from_parts(engine.size(), engine.sector_size(), cfg.allow_discards, cfg.read_only, opts)
+        Self::from_parts(
+            engine.size(),
+            engine.sector_size(),
+            cfg.allow_discards,
+            cfg.read_only,
+            opts,
+        )
     }
 
-    fn from_parts(size: u64, sector: u32, discard: bool, read_only: bool, opts: &Options) -> Result<Self, Error> {
+    fn from_parts(
+        size: u64,
+        sector: u32,
+        discard: bool,
+        read_only: bool,
+        opts: &Options,
+    ) -> Result<Self, Error> {
         let bad = |m: String| Err(Error::new(ErrorKind::InvalidOptions(m)));
         if !sector.is_power_of_two() || !(512..=4096).contains(&sector) {
-            return bad(format!("sector size {sector} is not 512..4096 and a power of two"));
+            return bad(format!(
+                "sector size {sector} is not 512..4096 and a power of two"
+            ));
         }
         if opts.queues == 0 || opts.depth == 0 {
             return bad("queues and depth must be at least 1".into());
         }
         // `sector` is a power of two (checked above).
         if opts.max_io_bytes < sector || opts.max_io_bytes & (sector - 1) != 0 {
-            return bad(format!("max IO size {} is not a multiple of the sector size {sector}", opts.max_io_bytes));
+            return bad(format!(
+                "max IO size {} is not a multiple of the sector size {sector}",
+                opts.max_io_bytes
+            ));
         }
         if size & (u64::from(sector) - 1) != 0 {
-            return bad(format!("device size {size} is not a multiple of the sector size {sector}"));
+            return bad(format!(
+                "device size {size} is not a multiple of the sector size {sector}"
+            ));
         }
         Ok(Self {
             size,
@@ -323,8 +359,16 @@ impl DeviceParams {
         d.discard_alignment = 0;
         d.discard_granularity = 1 << self.logical_shift;
         d.max_discard_segments = 1;
-        d.max_discard_sectors = if self.discard && !self.read_only { MAX_DISCARD_SECTORS } else { 0 };
-        d.max_write_zeroes_sectors = if self.read_only { 0 } else { MAX_DISCARD_SECTORS };
+        d.max_discard_sectors = if self.discard && !self.read_only {
+            MAX_DISCARD_SECTORS
+        } else {
+            0
+        };
+        d.max_write_zeroes_sectors = if self.read_only {
+            0
+        } else {
+            MAX_DISCARD_SECTORS
+        };
     }
 }
 
@@ -344,12 +388,18 @@ impl Mailbox {
         }
         // SAFETY: see above: `fd` is fresh and owned by no one else.
         let eventfd = unsafe { File::from_raw_fd(fd) };
-        Ok(Self { done: Mutex::new(Vec::new()), eventfd })
+        Ok(Self {
+            done: Mutex::new(Vec::new()),
+            eventfd,
+        })
     }
 
     /// Called on an engine thread.
     fn post(&self, tag: u16, len: u32, c: Completion) {
-        self.done.lock().unwrap_or_else(|e| e.into_inner()).push((tag, len, c));
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((tag, len, c));
         // The counter cannot overflow in practice (2^64-2); a failed write
         // (EAGAIN at the limit) still leaves it readable, which is all we need.
         let _ = (&self.eventfd).write(&1u64.to_ne_bytes());
@@ -413,15 +463,24 @@ fn serve_queue(qid: u16, dev: &UblkDev, engine: &Arc<Engine>) {
             // A failed poll (the ring is being torn down) is not re-armed, so
             // it cannot turn into a busy loop.
             if ctx.result() < 0 {
-                eprintln!("ublk queue {qid}: eventfd poll failed with errno {}", -ctx.result());
+                eprintln!(
+                    "ublk queue {qid}: eventfd poll failed with errno {}",
+                    -ctx.result()
+                );
             } else if let Err(e) = arm_poll(q, efd) {
                 eprintln!("ublk queue {qid}: cannot re-arm eventfd poll: {e}");
             }
             return;
         }
         let iod = q.get_iod(tag);
-        let d = IoDesc { op_flags: iod.op_flags, nr_sectors: iod.nr_sectors, start_sector: iod.start_sector };
-        let Some(buf) = bufs.get(usize::from(tag)) else { return };
+        let d = IoDesc {
+            op_flags: iod.op_flags,
+            nr_sectors: iod.nr_sectors,
+            start_sector: iod.start_sector,
+        };
+        let Some(buf) = bufs.get(usize::from(tag)) else {
+            return;
+        };
         match translate(&d, buf.as_slice()) {
             Ok(req) => {
                 let len = d.nr_sectors.saturating_mul(512);
@@ -435,7 +494,13 @@ fn serve_queue(qid: u16, dev: &UblkDev, engine: &Arc<Engine>) {
 }
 
 /// Copies read data into the tag buffer and completes the command.
-fn finish(q: &UblkQueue, bufs: &mut [libublk::helpers::IoBuf<u8>], tag: u16, len: u32, c: Completion) {
+fn finish(
+    q: &UblkQueue,
+    bufs: &mut [libublk::helpers::IoBuf<u8>],
+    tag: u16,
+    len: u32,
+    c: Completion,
+) {
     let mut res = completion_result(len, &c);
     if let (Ok(Some(data)), Some(buf)) = (&c, bufs.get_mut(usize::from(tag))) {
         match buf.as_mut_slice().get_mut(..data.len()) {
@@ -447,9 +512,18 @@ fn finish(q: &UblkQueue, bufs: &mut [libublk::helpers::IoBuf<u8>], tag: u16, len
 }
 
 fn complete(q: &UblkQueue, bufs: &[libublk::helpers::IoBuf<u8>], tag: u16, res: i32) {
-    let Some(buf) = bufs.get(usize::from(tag)) else { return };
-    if let Err(e) = q.complete_io_cmd_unified(tag, BufDesc::Slice(buf.as_slice()), Ok(UblkIORes::Result(res))) {
-        eprintln!("ublk queue {}: completing tag {tag} failed: {e}", q.get_qid());
+    let Some(buf) = bufs.get(usize::from(tag)) else {
+        return;
+    };
+    if let Err(e) = q.complete_io_cmd_unified(
+        tag,
+        BufDesc::Slice(buf.as_slice()),
+        Ok(UblkIORes::Result(res)),
+    ) {
+        eprintln!(
+            "ublk queue {}: completing tag {tag} failed: {e}",
+            q.get_qid()
+        );
     }
 }
 
@@ -458,7 +532,11 @@ mod tests {
     use super::*;
 
     fn desc(op: u32, flags: u32, start: u64, sectors: u32) -> IoDesc {
-        IoDesc { op_flags: op | flags, nr_sectors: sectors, start_sector: start }
+        IoDesc {
+            op_flags: op | flags,
+            nr_sectors: sectors,
+            start_sector: start,
+        }
     }
 
     #[test]
@@ -480,31 +558,66 @@ mod tests {
         assert!(matches!(r.op, Op::Flush));
         let r = translate(&desc(sys::UBLK_IO_OP_DISCARD, 0, 100, 2048), &[]).unwrap();
         assert!(matches!(r.op, Op::Discard { len: 1_048_576 }) && r.offset == 51_200);
-        let r = translate(&desc(sys::UBLK_IO_OP_WRITE_ZEROES, sys::UBLK_IO_F_NOUNMAP, 7, 1), &[]).unwrap();
+        let r = translate(
+            &desc(sys::UBLK_IO_OP_WRITE_ZEROES, sys::UBLK_IO_F_NOUNMAP, 7, 1),
+            &[],
+        )
+        .unwrap();
         assert!(matches!(r.op, Op::WriteZeroes { len: 512 }) && r.offset == 3584);
     }
 
     #[test]
     fn rejects_unknown_ops_and_oversized_or_overflowing_requests() {
-        assert_eq!(translate(&desc(sys::UBLK_IO_OP_WRITE_SAME, 0, 0, 1), &[0; 512]).unwrap_err(), libc::EOPNOTSUPP);
-        assert_eq!(translate(&desc(sys::UBLK_IO_OP_ZONE_APPEND, 0, 0, 1), &[0; 512]).unwrap_err(), libc::EOPNOTSUPP);
-        assert_eq!(translate(&desc(0xff, 0, 0, 1), &[0; 512]).unwrap_err(), libc::EOPNOTSUPP);
+        assert_eq!(
+            translate(&desc(sys::UBLK_IO_OP_WRITE_SAME, 0, 0, 1), &[0; 512]).unwrap_err(),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            translate(&desc(sys::UBLK_IO_OP_ZONE_APPEND, 0, 0, 1), &[0; 512]).unwrap_err(),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            translate(&desc(0xff, 0, 0, 1), &[0; 512]).unwrap_err(),
+            libc::EOPNOTSUPP
+        );
         // Larger than the tag buffer.
-        assert_eq!(translate(&desc(sys::UBLK_IO_OP_READ, 0, 0, 3), &[0; 1024]).unwrap_err(), libc::EINVAL);
-        assert_eq!(translate(&desc(sys::UBLK_IO_OP_WRITE, 0, 0, 3), &[0; 1024]).unwrap_err(), libc::EINVAL);
+        assert_eq!(
+            translate(&desc(sys::UBLK_IO_OP_READ, 0, 0, 3), &[0; 1024]).unwrap_err(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            translate(&desc(sys::UBLK_IO_OP_WRITE, 0, 0, 3), &[0; 1024]).unwrap_err(),
+            libc::EINVAL
+        );
         // Byte offset overflow and lengths beyond u32.
-        assert_eq!(translate(&desc(sys::UBLK_IO_OP_READ, 0, u64::MAX / 256, 1), &[0; 512]).unwrap_err(), libc::EINVAL);
-        assert_eq!(translate(&desc(sys::UBLK_IO_OP_DISCARD, 0, 0, u32::MAX), &[]).unwrap_err(), libc::EINVAL);
+        assert_eq!(
+            translate(&desc(sys::UBLK_IO_OP_READ, 0, u64::MAX / 256, 1), &[0; 512]).unwrap_err(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            translate(&desc(sys::UBLK_IO_OP_DISCARD, 0, 0, u32::MAX), &[]).unwrap_err(),
+            libc::EINVAL
+        );
     }
 
     #[test]
     fn maps_engine_errors_to_errno() {
         use datapath::Error as E;
-        assert_eq!(errno(&E::OutOfRange { offset: 0, len: 1, size: 0 }), libc::EINVAL);
+        assert_eq!(
+            errno(&E::OutOfRange {
+                offset: 0,
+                len: 1,
+                size: 0
+            }),
+            libc::EINVAL
+        );
         assert_eq!(errno(&E::Misaligned { sector_size: 4096 }), libc::EINVAL);
         assert_eq!(errno(&E::Unsupported("discard")), libc::EOPNOTSUPP);
         assert_eq!(errno(&E::Shutdown), libc::ENODEV);
-        assert_eq!(errno(&E::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))), libc::ENOSPC);
+        assert_eq!(
+            errno(&E::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))),
+            libc::ENOSPC
+        );
         // An errno wrapped inside a custom error (as backend errors are).
         let wrapped = std::io::Error::other(std::io::Error::from_raw_os_error(libc::EROFS));
         assert_eq!(errno(&E::Io(wrapped)), libc::EROFS);
@@ -525,7 +638,13 @@ mod tests {
         assert_ne!(raw.basic.attrs & sys::UBLK_ATTR_FUA, 0);
         assert_ne!(raw.basic.attrs & sys::UBLK_ATTR_VOLATILE_CACHE, 0);
         assert_eq!(raw.basic.attrs & sys::UBLK_ATTR_READ_ONLY, 0);
-        assert_eq!((raw.discard.discard_granularity, raw.discard.max_discard_segments), (4096, 1));
+        assert_eq!(
+            (
+                raw.discard.discard_granularity,
+                raw.discard.max_discard_segments
+            ),
+            (4096, 1)
+        );
         assert!(raw.discard.max_discard_sectors > 0);
 
         let p = DeviceParams::from_parts(1 << 20, 512, false, true, &o).unwrap();
@@ -533,14 +652,34 @@ mod tests {
         p.apply(&mut raw);
         assert_eq!(raw.basic.logical_bs_shift, 9);
         assert_ne!(raw.basic.attrs & sys::UBLK_ATTR_READ_ONLY, 0);
-        assert_eq!((raw.discard.max_discard_sectors, raw.discard.max_write_zeroes_sectors), (0, 0));
+        assert_eq!(
+            (
+                raw.discard.max_discard_sectors,
+                raw.discard.max_write_zeroes_sectors
+            ),
+            (0, 0)
+        );
 
         for (size, sector, opts) in [
             (1 << 20, 1024 + 512, o.clone()),
             (1 << 20, 8192, o.clone()),
             (1000, 512, o.clone()),
-            (1 << 20, 4096, Options { max_io_bytes: 6000, ..o.clone() }),
-            (1 << 20, 512, Options { depth: 0, ..o.clone() }),
+            (
+                1 << 20,
+                4096,
+                Options {
+                    max_io_bytes: 6000,
+                    ..o.clone()
+                },
+            ),
+            (
+                1 << 20,
+                512,
+                Options {
+                    depth: 0,
+                    ..o.clone()
+                },
+            ),
         ] {
             let e = DeviceParams::from_parts(size, sector, false, false, &opts).unwrap_err();
             assert!(e.to_string().starts_with("Invalid ublk options"), "{e}");

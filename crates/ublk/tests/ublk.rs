@@ -30,12 +30,20 @@ fn serves_engine_as_block_device() {
     let engine = Arc::new(Engine::new(vol, EngineConfig::default()).unwrap());
     let (tx, rx) = mpsc::channel();
     let e2 = engine.clone();
-    let server = std::thread::spawn(move || serve_with(e2, &Options::default(), move |d| tx.send(d).unwrap()));
-    let dev = rx.recv_timeout(Duration::from_secs(30)).expect("device did not come up");
+    let server = std::thread::spawn(move || {
+        serve_with(e2, &Options::default(), move |d| tx.send(d).unwrap())
+    });
+    let dev = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("device did not come up");
 
     let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
     {
-        let f = OpenOptions::new().read(true).write(true).open(&dev.path).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&dev.path)
+            .unwrap();
         f.write_all_at(&data, 4096).unwrap();
         f.sync_all().unwrap();
     }
@@ -66,16 +74,28 @@ fn without_driver_or_with_bad_options_serve_fails_clearly() {
     };
     let engine = Arc::new(Engine::new(vol, EngineConfig::default()).unwrap());
     // Bad options are refused before the kernel is asked.
-    let bad = Options { max_io_bytes: 1000, ..Options::default() };
+    let bad = Options {
+        max_io_bytes: 1000,
+        ..Options::default()
+    };
     let e = serve(engine.clone(), &bad).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::InvalidOptions(_)), "{e}");
     assert!(e.to_string().starts_with("Invalid ublk options"), "{e}");
     if ucrypt_ublk::available() {
-        eprintln!("SKIP without_driver_or_with_bad_options_serve_fails_clearly: ublk_drv is loaded here");
+        eprintln!(
+            "SKIP without_driver_or_with_bad_options_serve_fails_clearly: ublk_drv is loaded here"
+        );
         return;
     }
     let e = serve(engine.clone(), &Options::default()).unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::Unavailable(CONTROL_PATH));
-    assert!(e.to_string().starts_with("Cannot serve ublk: /dev/ublk-control not found"), "{e}");
-    assert!(matches!(stop(0).unwrap_err().kind(), ErrorKind::Unavailable(_)));
+    assert!(
+        e.to_string()
+            .starts_with("Cannot serve ublk: /dev/ublk-control not found"),
+        "{e}"
+    );
+    assert!(matches!(
+        stop(0).unwrap_err().kind(),
+        ErrorKind::Unavailable(_)
+    ));
 }

@@ -45,7 +45,10 @@ pub fn random_workload(b: &dyn Backend, seed: u64, ops: usize, align: u64, max_l
             0..=2 => {
                 let mut buf = vec![0xAA; l];
                 b.read_at(&mut buf, off).unwrap();
-                assert!(buf == model[o..o + l], "op {i}: read {off}+{len} differs from model");
+                assert!(
+                    buf == model[o..o + l],
+                    "op {i}: read {off}+{len} differs from model"
+                );
             }
             3..=5 => {
                 let mut buf = vec![0; l];
@@ -81,13 +84,29 @@ pub fn out_of_range_rejected(b: &dyn Backend) {
     let size = b.size();
     let mut before = vec![0u8; size as usize];
     b.read_at(&mut before, 0).unwrap();
-    let bad = [(size, 1u64), (size - 512, 1024), (u64::MAX - 10, 512), (size + 4096, 512)];
+    let bad = [
+        (size, 1u64),
+        (size - 512, 1024),
+        (u64::MAX - 10, 512),
+        (size + 4096, 512),
+    ];
     for (off, len) in bad {
         let mut buf = vec![0u8; len.min(4096) as usize];
         let kind = |r: io::Result<()>| r.expect_err("out-of-range op succeeded").kind();
-        assert_eq!(kind(b.read_at(&mut buf, off)), io::ErrorKind::InvalidInput, "read {off}+{}", buf.len());
-        assert_eq!(kind(b.write_at(&vec![7u8; buf.len()], off, false)), io::ErrorKind::InvalidInput);
-        assert_eq!(kind(b.write_at(&vec![7u8; buf.len()], off, true)), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            kind(b.read_at(&mut buf, off)),
+            io::ErrorKind::InvalidInput,
+            "read {off}+{}",
+            buf.len()
+        );
+        assert_eq!(
+            kind(b.write_at(&vec![7u8; buf.len()], off, false)),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            kind(b.write_at(&vec![7u8; buf.len()], off, true)),
+            io::ErrorKind::InvalidInput
+        );
         assert_eq!(kind(b.discard(off, len)), io::ErrorKind::InvalidInput);
         assert_eq!(kind(b.write_zeroes(off, len)), io::ErrorKind::InvalidInput);
     }
@@ -113,8 +132,14 @@ pub fn zeroes_read_back(b: &dyn Backend, align: u64) {
     let mut got = vec![0u8; size as usize];
     b.read_at(&mut got, 0).unwrap();
     let (o, l) = (off as usize, len as usize);
-    assert!(got[o..o + l].iter().all(|&x| x == 0), "discarded range not zero");
-    assert!(got[..o] == data[..o] && got[o + l..] == data[o + l..], "discard hit neighbours");
+    assert!(
+        got[o..o + l].iter().all(|&x| x == 0),
+        "discarded range not zero"
+    );
+    assert!(
+        got[..o] == data[..o] && got[o + l..] == data[o + l..],
+        "discard hit neighbours"
+    );
 
     b.write_at(&data, 0, false).unwrap();
     let off2 = (size / 3) / align * align;
@@ -122,8 +147,14 @@ pub fn zeroes_read_back(b: &dyn Backend, align: u64) {
     b.write_zeroes(off2, len2).unwrap();
     b.read_at(&mut got, 0).unwrap();
     let (o, l) = (off2 as usize, len2 as usize);
-    assert!(got[o..o + l].iter().all(|&x| x == 0), "zeroed range not zero");
-    assert!(got[..o] == data[..o] && got[o + l..] == data[o + l..], "write_zeroes hit neighbours");
+    assert!(
+        got[o..o + l].iter().all(|&x| x == 0),
+        "zeroed range not zero"
+    );
+    assert!(
+        got[..o] == data[..o] && got[o + l..] == data[o + l..],
+        "write_zeroes hit neighbours"
+    );
 }
 
 /// Many threads hammer disjoint slots and a shared hot region; each thread's
@@ -132,7 +163,12 @@ pub fn zeroes_read_back(b: &dyn Backend, align: u64) {
 /// sector): MemBackend's per-page locks promise that, but buffered file IO
 /// does not (Linux does not make a buffered read atomic against a concurrent
 /// write to the same page), so the file tests only check the disjoint slots.
-pub fn concurrent_threads(b: &(dyn Backend + 'static), threads: usize, iters: usize, sector_atomic: bool) {
+pub fn concurrent_threads(
+    b: &(dyn Backend + 'static),
+    threads: usize,
+    iters: usize,
+    sector_atomic: bool,
+) {
     let size = b.size();
     let slot = 8192u64;
     assert!(size >= slot * (threads as u64 + 2));
@@ -153,9 +189,15 @@ pub fn concurrent_threads(b: &(dyn Backend + 'static), threads: usize, iters: us
                     let mut hot = [0u8; 512];
                     b.read_at(&mut hot, 0).unwrap();
                     if sector_atomic {
-                        assert!(hot.iter().all(|&x| x == hot[0]), "torn sector under concurrency");
+                        assert!(
+                            hot.iter().all(|&x| x == hot[0]),
+                            "torn sector under concurrency"
+                        );
                     } else {
-                        assert!(hot.iter().all(|&x| (1..=threads as u8).contains(&x)), "hot sector holds bytes no thread wrote");
+                        assert!(
+                            hot.iter().all(|&x| (1..=threads as u8).contains(&x)),
+                            "hot sector holds bytes no thread wrote"
+                        );
                     }
                 }
             });
@@ -199,7 +241,10 @@ pub fn concurrent_shared_pages(b: &(dyn Backend + 'static), threads: usize, ops:
                         _ => {
                             let mut buf = vec![0u8; l];
                             b.read_at(&mut buf, base + off).unwrap();
-                            assert!(buf == model[o..o + l], "thread {t} op {i}: lost or torn update");
+                            assert!(
+                                buf == model[o..o + l],
+                                "thread {t} op {i}: lost or torn update"
+                            );
                         }
                     }
                 }

@@ -91,7 +91,12 @@ impl Commands {
 }
 
 fn list<T>(s: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, Failure> {
-    let v: Option<Vec<T>> = s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(&parse).collect();
+    let v: Option<Vec<T>> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(&parse)
+        .collect();
     match v {
         Some(v) if !v.is_empty() => Ok(v),
         _ => Err(Failure::usage(format!("Invalid {what} list `{s}`"))),
@@ -100,7 +105,10 @@ fn list<T>(s: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Vec
 
 fn duration(s: &Option<String>, what: &str) -> Result<Option<std::time::Duration>, Failure> {
     s.as_deref()
-        .map(|s| bench::stats::parse_duration(s).ok_or_else(|| Failure::usage(format!("Invalid {what} `{s}` (e.g. 250ms, 2s)"))))
+        .map(|s| {
+            bench::stats::parse_duration(s)
+                .ok_or_else(|| Failure::usage(format!("Invalid {what} `{s}` (e.g. 250ms, 2s)")))
+        })
         .transpose()
 }
 
@@ -108,7 +116,10 @@ fn bench_failure(e: bench::Error) -> Failure {
     match e {
         bench::Error::Usage(_) => Failure::usage(e.to_string()),
         bench::Error::Missing(_) => Failure::device(e.to_string()),
-        _ => Failure { code: 1, message: e.to_string() },
+        _ => Failure {
+            code: 1,
+            message: e.to_string(),
+        },
     }
 }
 
@@ -131,7 +142,9 @@ impl BenchArgs {
             o.sweep_targets.clear();
         }
         if let Some(s) = &self.bs {
-            o.bs = list(s, "block size", |x| bench::stats::parse_size(x).and_then(|v| u32::try_from(v).ok()))?;
+            o.bs = list(s, "block size", |x| {
+                bench::stats::parse_size(x).and_then(|v| u32::try_from(v).ok())
+            })?;
         }
         if let Some(s) = &self.qd {
             o.qd = list(s, "queue depth", |x| x.parse().ok())?;
@@ -158,7 +171,8 @@ impl BenchArgs {
             o.sweep_reps = n;
         }
         if let Some(s) = &self.size {
-            o.size = bench::stats::parse_size(s).ok_or_else(|| Failure::usage(format!("Invalid size `{s}` (e.g. 512M, 1G)")))?;
+            o.size = bench::stats::parse_size(s)
+                .ok_or_else(|| Failure::usage(format!("Invalid size `{s}` (e.g. 512M, 1G)")))?;
         }
         if let Some(p) = &self.out {
             o.out = p.clone();
@@ -176,7 +190,8 @@ impl BenchArgs {
             return Ok(());
         }
         let report = if self.via.as_deref() == Some("fio") || self.peers {
-            let exe = std::env::current_exe().map_err(|e| Failure::usage(format!("Cannot find the ucrypt binary: {e}")))?;
+            let exe = std::env::current_exe()
+                .map_err(|e| Failure::usage(format!("Cannot find the ucrypt binary: {e}")))?;
             let plan = bench::external::FioPlan {
                 ucrypt_targets: opts.targets.clone(),
                 peers: self.peers,
@@ -189,7 +204,11 @@ impl BenchArgs {
                 opts.profile,
                 opts.estimate_secs(),
                 opts.size >> 20,
-                if opts.profile == "quick" { "" } else { "; --quick for a short run" }
+                if opts.profile == "quick" {
+                    ""
+                } else {
+                    "; --quick for a short run"
+                }
             );
             bench::run(&opts).map_err(bench_failure)?
         };

@@ -90,12 +90,17 @@ impl Commands {
     pub fn run(self) -> CmdResult {
         match self {
             Self::Map(a) => {
-                let dir = if a.read { MapDirection::Read } else { MapDirection::Write };
+                let dir = if a.read {
+                    MapDirection::Read
+                } else {
+                    MapDirection::Write
+                };
                 let table = match (a.table, a.luks) {
                     (Some(line), _) => {
                         // The line holds the key in hex: wipe it once parsed.
                         let line = Zeroizing::new(line);
-                        Table::parse(&line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?
+                        Table::parse(&line)
+                            .map_err(|e| Failure::usage(format!("Invalid table: {e}")))?
                     }
                     (None, Some(device)) => {
                         // --write reads plaintext from stdin, so the passphrase
@@ -103,13 +108,19 @@ impl Commands {
                         // prompt's non-tty fallback, which reads a stdin line).
                         let stdin_is_tty = std::io::IsTerminal::is_terminal(&io::stdin());
                         if dir == MapDirection::Write
-                            && (a.key_file.as_deref() == Some(Path::new("-")) || (a.key_file.is_none() && !stdin_is_tty))
+                            && (a.key_file.as_deref() == Some(Path::new("-"))
+                                || (a.key_file.is_none() && !stdin_is_tty))
                         {
                             return Err(Failure::usage(
                                 "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
                             ));
                         }
-                        crate::cmd::luks::luks_table(&device, a.header.as_deref(), a.key_file.as_deref(), a.key_slot)?
+                        crate::cmd::luks::luks_table(
+                            &device,
+                            a.header.as_deref(),
+                            a.key_file.as_deref(),
+                            a.key_slot,
+                        )?
                     }
                     // clap's "source" group requires one of them.
                     (None, None) => return Err(Failure::usage("Give --table or --luks")),
@@ -163,7 +174,8 @@ pub fn map_device_io(
     input_len: Option<u64>,
     output: &mut dyn Write,
 ) -> CmdResult {
-    let crypt = SectorCrypt::new(&table.crypt_config()).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
+    let crypt = SectorCrypt::new(&table.crypt_config())
+        .map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
     let ss = crypt.sector_size() as u64;
     let path = &table.device;
     let mut dev = OpenOptions::new()
@@ -190,13 +202,18 @@ pub fn map_device_io(
             while pos < total {
                 let n = (total - pos).min(CHUNK as u64) as usize;
                 let b = &mut buf[..n];
-                dev.read_exact_at(b, base + pos)
-                    .map_err(|e| Failure::device(format!("Read error on {path} at byte {}: {e}", base + pos)))?;
+                dev.read_exact_at(b, base + pos).map_err(|e| {
+                    Failure::device(format!("Read error on {path} at byte {}: {e}", base + pos))
+                })?;
                 crypt.decrypt(pos / 512, b);
-                output.write_all(b).map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
+                output
+                    .write_all(b)
+                    .map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
                 pos += n as u64;
             }
-            output.flush().map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
+            output
+                .flush()
+                .map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
             Ok(())
         }
         MapDirection::Write => {
@@ -218,13 +235,16 @@ pub fn map_device_io(
             while pos < len {
                 let n = (len - pos).min(CHUNK as u64) as usize;
                 let b = &mut buf[..n];
-                src.read_exact(b).map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
+                src.read_exact(b)
+                    .map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
                 crypt.encrypt(pos / 512, b);
-                dev.write_all_at(b, base + pos)
-                    .map_err(|e| Failure::device(format!("Write error on {path} at byte {}: {e}", base + pos)))?;
+                dev.write_all_at(b, base + pos).map_err(|e| {
+                    Failure::device(format!("Write error on {path} at byte {}: {e}", base + pos))
+                })?;
                 pos += n as u64;
             }
-            dev.sync_data().map_err(|e| Failure::device(format!("Cannot flush {path}: {e}")))?;
+            dev.sync_data()
+                .map_err(|e| Failure::device(format!("Cannot flush {path}: {e}")))?;
             Ok(())
         }
     }
@@ -248,11 +268,18 @@ fn sized_input<'a>(
         .write(true)
         .create_new(true)
         .open(&name)
-        .map_err(|e| Failure::usage(format!("Cannot create a spool file in {}: {e}", dir.display())))?;
+        .map_err(|e| {
+            Failure::usage(format!(
+                "Cannot create a spool file in {}: {e}",
+                dir.display()
+            ))
+        })?;
     let _ = std::fs::remove_file(&name);
     let copied = io::copy(&mut input.take(limit.saturating_add(1)), &mut spool)
         .map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
-    spool.seek(SeekFrom::Start(0)).map_err(|e| Failure::usage(format!("Cannot rewind the spool file: {e}")))?;
+    spool
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| Failure::usage(format!("Cannot rewind the spool file: {e}")))?;
     Ok((Box::new(spool), copied))
 }
 
@@ -275,7 +302,9 @@ fn stdin_regular_file_len() -> Option<u64> {
 /// Current offset of fd 0 from /proc/self/fdinfo/0 (`pos:` line).
 fn read_stdin_pos() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/self/fdinfo/0").ok()?;
-    info.lines().find_map(|l| l.strip_prefix("pos:")).and_then(|v| v.trim().parse().ok())
+    info.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// One cipher row of the benchmark.
@@ -300,7 +329,9 @@ const BENCH_BUF: usize = 1 << 20;
 fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let ss = a.sector_size;
     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
-        return Err(Failure::usage(format!("Invalid --sector-size {ss}: a power of two in 512..4096")));
+        return Err(Failure::usage(format!(
+            "Invalid --sector-size {ss}: a power of two in 512..4096"
+        )));
     }
     let list: Vec<(String, usize)> = match &a.cipher {
         Some(c) => {
@@ -332,16 +363,26 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let mut rows = Vec::new();
     for (spec, bits) in &list {
         if bits % 8 != 0 {
-            return Err(Failure::usage(format!("Invalid key size {bits}: not a whole number of bytes")));
+            return Err(Failure::usage(format!(
+                "Invalid key size {bits}: not a whole number of bytes"
+            )));
         }
         let cfg = CryptConfig {
             cipher: spec.clone(),
-            key: Zeroizing::new((0..bits / 8).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect()),
+            key: Zeroizing::new(
+                (0..bits / 8)
+                    .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
+                    .collect(),
+            ),
             iv_offset: 0,
             sector_size: ss,
             iv_large_sectors: false,
         };
-        let c = SectorCrypt::new(&cfg).map_err(|e| Failure::usage(format!("Cannot benchmark {spec} with a {bits}-bit key: {e}")))?;
+        let c = SectorCrypt::new(&cfg).map_err(|e| {
+            Failure::usage(format!(
+                "Cannot benchmark {spec} with a {bits}-bit key: {e}"
+            ))
+        })?;
         let t = speed::throughput(&c, BENCH_BUF, CELL);
         rows.push(Row {
             name: row_name(spec),
@@ -355,7 +396,12 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let pbkdf: Vec<(PbkdfHash, f64)> = if kdf {
         [PbkdfHash::Sha1, PbkdfHash::Sha256, PbkdfHash::Sha512]
             .into_iter()
-            .map(|h| (h, speed::pbkdf2_iterations_per_sec(h, Duration::from_millis(150))))
+            .map(|h| {
+                (
+                    h,
+                    speed::pbkdf2_iterations_per_sec(h, Duration::from_millis(150)),
+                )
+            })
             .collect()
     } else {
         Vec::new()
@@ -419,11 +465,19 @@ fn argon_estimate(kind: Argon2Kind) -> Result<ArgonEstimate, Failure> {
     let iter_time = per_kib_iter * f64::from(max_kib) / f64::from(parallel);
     let iterations = (target / iter_time).floor();
     if iterations >= 4.0 {
-        return Ok(ArgonEstimate { iterations: iterations.min(1e6) as u32, memory_kib: max_kib, parallel });
+        return Ok(ArgonEstimate {
+            iterations: iterations.min(1e6) as u32,
+            memory_kib: max_kib,
+            parallel,
+        });
     }
     // Too slow for 1 GiB at 4 iterations: shrink memory like cryptsetup.
     let kib = (target * f64::from(parallel) / (4.0 * per_kib_iter)).clamp(32.0, f64::from(max_kib));
-    Ok(ArgonEstimate { iterations: 4, memory_kib: kib as u32, parallel })
+    Ok(ArgonEstimate {
+        iterations: 4,
+        memory_kib: kib as u32,
+        parallel,
+    })
 }
 
 /// Result of the XTS comparison with the system OpenSSL.
@@ -457,7 +511,11 @@ fn compare_openssl() -> Compare {
         }
     }
     let openssl = speed::system_openssl_xts(Duration::from_secs(1)).map_err(|e| e.to_string());
-    Compare { implementation, openssl, ours }
+    Compare {
+        implementation,
+        openssl,
+        ours,
+    }
 }
 
 fn print_table(
@@ -469,7 +527,11 @@ fn print_table(
 ) {
     println!("# Tests are approximate using memory only (no storage IO).");
     for (h, rate) in pbkdf {
-        println!("{:<16} {:>7} iterations per second for 256-bit key", format!("PBKDF2-{}", h.name()), *rate as u64);
+        println!(
+            "{:<16} {:>7} iterations per second for 256-bit key",
+            format!("PBKDF2-{}", h.name()),
+            *rate as u64
+        );
     }
     for (name, e) in argon {
         println!(
@@ -477,7 +539,10 @@ fn print_table(
             name, e.iterations, e.memory_kib, e.parallel
         );
     }
-    println!("#{:>14} |{:>10} |{:>16} |{:>16}", "Algorithm", "Key", "Encryption", "Decryption");
+    println!(
+        "#{:>14} |{:>10} |{:>16} |{:>16}",
+        "Algorithm", "Key", "Encryption", "Decryption"
+    );
     for r in rows {
         println!(
             "{:>15}{:>12}{:>12.1} MiB/s{:>12.1} MiB/s",
@@ -489,13 +554,19 @@ fn print_table(
     }
     println!("# Sector size {ss} bytes, 1 MiB per call, one thread.");
     for r in rows {
-        println!("# {} {}b implementation: {}", r.name, r.key_bits, r.implementation);
+        println!(
+            "# {} {}b implementation: {}",
+            r.name, r.key_bits, r.implementation
+        );
     }
     if let Some(c) = cmp {
         println!("# XTS implementation: {}", c.implementation);
         match &c.openssl {
             Ok(o) => {
-                println!("# system `openssl speed -evp aes-256-xts -bytes 4096`: {:.1} MiB/s", mib(*o));
+                println!(
+                    "# system `openssl speed -evp aes-256-xts -bytes 4096`: {:.1} MiB/s",
+                    mib(*o)
+                );
                 for (bits, e, d) in &c.ours {
                     println!(
                         "# aes-xts {bits}b per 4 KiB sector: {:.1} / {:.1} MiB/s = {:.2}x / {:.2}x system openssl (encryption / decryption)",
@@ -562,5 +633,8 @@ fn print_json(
         "ciphers": ciphers,
         "xts_vs_openssl": compare,
     });
-    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string()));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string())
+    );
 }

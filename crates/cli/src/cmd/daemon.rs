@@ -193,7 +193,11 @@ impl Commands {
             Commands::Status { name } => status(&name),
             Commands::Table { name, showkeys } => {
                 runtime::check_name(&name)?;
-                let v = runtime::request(&name, &json!({"cmd": "table", "showkeys": showkeys}), Duration::from_secs(10))?;
+                let v = runtime::request(
+                    &name,
+                    &json!({"cmd": "table", "showkeys": showkeys}),
+                    Duration::from_secs(10),
+                )?;
                 println!("{}", v["table"].as_str().unwrap_or_default());
                 Ok(())
             }
@@ -214,18 +218,32 @@ fn open(a: OpenArgs) -> CmdResult {
     let paths = runtime::Paths::new(&dir, &a.name);
     if let Some(pid) = runtime::live_pid(&paths, &a.name) {
         if !(a.table_stdin && pid == std::process::id()) {
-            return Err(Failure::busy(format!("Device {} already exists (served by pid {pid}).", a.name)));
+            return Err(Failure::busy(format!(
+                "Device {} already exists (served by pid {pid}).",
+                a.name
+            )));
         }
     }
     // Whatever a crashed daemon left behind must not block us.
     runtime::clean_stale(&paths);
 
-    let device = std::path::absolute(&a.device)
-        .map_err(|e| Failure::device(format!("Device {} does not exist or access denied: {e}", a.device.display())))?;
+    let device = std::path::absolute(&a.device).map_err(|e| {
+        Failure::device(format!(
+            "Device {} does not exist or access denied: {e}",
+            a.device.display()
+        ))
+    })?;
     if !device.exists() {
-        return Err(Failure::device(format!("Device {} does not exist or access denied.", device.display())));
+        return Err(Failure::device(format!(
+            "Device {} does not exist or access denied.",
+            device.display()
+        )));
     }
-    let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin { VolumeType::Plain } else { VolumeType::Luks });
+    let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin {
+        VolumeType::Plain
+    } else {
+        VolumeType::Luks
+    });
     let (mut table, kind_name) = if a.table_stdin {
         // Room for any table line up front, so no reallocation leaves a
         // copy of the key behind in freed memory.
@@ -234,8 +252,16 @@ fn open(a: OpenArgs) -> CmdResult {
             .take(60 << 10)
             .read_to_string(&mut line)
             .map_err(|e| Failure::usage(format!("Cannot read the table from stdin: {e}")))?;
-        let t = Table::parse(line.trim()).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
-        (t, if kind == VolumeType::Luks { luks_version(a.header.as_deref().unwrap_or(&device)) } else { "PLAIN" })
+        let t =
+            Table::parse(line.trim()).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
+        (
+            t,
+            if kind == VolumeType::Luks {
+                luks_version(a.header.as_deref().unwrap_or(&device))
+            } else {
+                "PLAIN"
+            },
+        )
     } else {
         resolve_table(&a, kind, &device)?
     };
@@ -269,8 +295,15 @@ fn open(a: OpenArgs) -> CmdResult {
             DirectIoArg::Never => backend::DirectIo::Never,
             DirectIoArg::Required => backend::DirectIo::Required,
         };
-        let spec =
-            serve::Spec { name: a.name.clone(), kind: kind_name.to_owned(), table, export, engine, io_engine, direct };
+        let spec = serve::Spec {
+            name: a.name.clone(),
+            kind: kind_name.to_owned(),
+            table,
+            export,
+            engine,
+            io_engine,
+            direct,
+        };
         return serve::run(spec, |v| {
             println!("{}", describe(v));
             let _ = std::io::stdout().flush();
@@ -280,20 +313,30 @@ fn open(a: OpenArgs) -> CmdResult {
 }
 
 /// Builds the mapping in the calling process (prompting, KDFs, …).
-fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &std::path::Path) -> Result<(Table, &'static str), Failure> {
+fn resolve_table(
+    a: &OpenArgs,
+    kind: VolumeType,
+    device: &std::path::Path,
+) -> Result<(Table, &'static str), Failure> {
     match kind {
         VolumeType::Plain => {
             let line = a.table.as_deref().ok_or_else(|| {
                 Failure::usage("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
             })?;
-            let t = Table::parse(line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
+            let t =
+                Table::parse(line).map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
             Ok((t, "PLAIN"))
         }
         VolumeType::Luks => {
             if a.table.is_some() {
                 return Err(Failure::usage("--table is only for --type plain"));
             }
-            let t = crate::cmd::luks::luks_table(device, a.header.as_deref(), a.key_file.as_deref(), a.key_slot)?;
+            let t = crate::cmd::luks::luks_table(
+                device,
+                a.header.as_deref(),
+                a.key_file.as_deref(),
+                a.key_slot,
+            )?;
             Ok((t, luks_version(a.header.as_deref().unwrap_or(device))))
         }
     }
@@ -302,7 +345,9 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &std::path::Path) -> Re
 /// "LUKS1" / "LUKS2" from the header's magic and version fields.
 fn luks_version(header: &std::path::Path) -> &'static str {
     let mut b = [0u8; 8];
-    let ok = std::fs::File::open(header).and_then(|mut f| f.read_exact(&mut b)).is_ok();
+    let ok = std::fs::File::open(header)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok();
     match (ok, &b[..6], u16::from_be_bytes([b[6], b[7]])) {
         (true, b"LUKS\xba\xbe", 1) => "LUKS1",
         (true, b"LUKS\xba\xbe", 2) => "LUKS2",
@@ -321,7 +366,9 @@ fn parse_export(s: &str, listen: Option<&str>) -> Result<ExportSpec, Failure> {
     let spec = match (kind, arg) {
         ("nbd", _) if listen.is_some() => {
             if arg.is_some() {
-                return Err(Failure::usage("Give either --export nbd=SOCKET or --listen, not both"));
+                return Err(Failure::usage(
+                    "Give either --export nbd=SOCKET or --listen, not both",
+                ));
             }
             ExportSpec::NbdTcp(parse_listen(listen.unwrap_or_default())?)
         }
@@ -330,7 +377,11 @@ fn parse_export(s: &str, listen: Option<&str>) -> Result<ExportSpec, Failure> {
         ("fuse", None) => ExportSpec::Fuse(None),
         ("fuse", Some(p)) => ExportSpec::Fuse(Some(path(p)?)),
         ("ublk", None) => ExportSpec::Ublk,
-        _ => return Err(Failure::usage(format!("Unknown export {s:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT] or ublk"))),
+        _ => {
+            return Err(Failure::usage(format!(
+                "Unknown export {s:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT] or ublk"
+            )))
+        }
     };
     if listen.is_some() && !matches!(spec, ExportSpec::NbdTcp(_)) {
         return Err(Failure::usage("--listen only applies to --export nbd"));
@@ -343,8 +394,11 @@ fn parse_listen(s: &str) -> Result<SocketAddr, Failure> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
-    s.parse::<SocketAddr>()
-        .map_err(|_| Failure::usage(format!("Invalid --listen {s:?}: use PORT or ADDR:PORT (e.g. 127.0.0.1:10809)")))
+    s.parse::<SocketAddr>().map_err(|_| {
+        Failure::usage(format!(
+            "Invalid --listen {s:?}: use PORT or ADDR:PORT (e.g. 127.0.0.1:10809)"
+        ))
+    })
 }
 
 /// Human description of a ping reply.
@@ -352,16 +406,32 @@ fn describe(v: &Value) -> String {
     let name = v["name"].as_str().unwrap_or("?");
     let w = v["where"].as_str().unwrap_or("?");
     match v["export"].as_str() {
-        Some("fuse") => format!("{name}: serving the decrypted device as file {w} (pid {})", v["pid"]),
+        Some("fuse") => format!(
+            "{name}: serving the decrypted device as file {w} (pid {})",
+            v["pid"]
+        ),
         _ => format!("{name}: serving NBD at {w} (pid {})", v["pid"]),
     }
 }
 
-fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path, export: &ExportSpec) -> Vec<String> {
+fn child_args(
+    a: &OpenArgs,
+    kind: &str,
+    device: &std::path::Path,
+    export: &ExportSpec,
+) -> Vec<String> {
     let mut v: Vec<String> = vec!["open".into(), "--foreground".into(), "--table-stdin".into()];
-    v.push(format!("--type={}", if kind == "PLAIN" { "plain" } else { "luks" }));
+    v.push(format!(
+        "--type={}",
+        if kind == "PLAIN" { "plain" } else { "luks" }
+    ));
     if let Some(h) = &a.header {
-        v.push(format!("--header={}", std::path::absolute(h).unwrap_or_else(|_| h.clone()).display()));
+        v.push(format!(
+            "--header={}",
+            std::path::absolute(h)
+                .unwrap_or_else(|_| h.clone())
+                .display()
+        ));
     }
     // Paths already made absolute: the daemon runs in `/`.
     match export {
@@ -386,7 +456,14 @@ fn child_args(a: &OpenArgs, kind: &str, device: &std::path::Path, export: &Expor
         }
     }
     v.push(format!("--mode={}", a.mode));
-    v.push(format!("--io-engine={}", if a.io_engine == IoEngineArg::Uring { "uring" } else { "syscalls" }));
+    v.push(format!(
+        "--io-engine={}",
+        if a.io_engine == IoEngineArg::Uring {
+            "uring"
+        } else {
+            "syscalls"
+        }
+    ));
     v.push(
         match a.direct_io {
             DirectIoArg::Auto => "--direct-io=auto",
@@ -409,10 +486,13 @@ fn spawn_detached(
     export: &ExportSpec,
     paths: &runtime::Paths,
 ) -> CmdResult {
-    let exe = std::env::current_exe().map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
     let log = std::fs::File::create(&paths.log)
         .map_err(|e| Failure::denied(format!("Cannot create {}: {e}", paths.log.display())))?;
-    let log2 = log.try_clone().map_err(|e| Failure::denied(format!("Cannot create log: {e}")))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| Failure::denied(format!("Cannot create log: {e}")))?;
     let mut child = Command::new(exe)
         .args(child_args(a, kind, device, export))
         .stdin(Stdio::piped())
@@ -426,7 +506,10 @@ fn spawn_detached(
         .map_err(|e| Failure::device(format!("Cannot start the daemon: {e}")))?;
     {
         let line = Zeroizing::new(table.format(true));
-        let mut stdin = child.stdin.take().ok_or_else(|| Failure::device("Daemon has no stdin"))?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| Failure::device("Daemon has no stdin"))?;
         stdin
             .write_all(line.as_bytes())
             .map_err(|e| Failure::device(format!("Cannot hand the table to the daemon: {e}")))?;
@@ -441,7 +524,11 @@ fn spawn_detached(
                 .find_map(|l| l.strip_prefix("ucrypt: "))
                 .unwrap_or("the daemon exited during start-up")
                 .to_owned();
-            let code = st.code().and_then(|c| u8::try_from(c).ok()).filter(|&c| c != 0).unwrap_or(1);
+            let code = st
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .filter(|&c| c != 0)
+                .unwrap_or(1);
             return Err(Failure { code, message: msg });
         }
         if let Ok(v) = runtime::request(&a.name, &json!({"cmd": "ping"}), Duration::from_secs(2)) {
@@ -488,9 +575,15 @@ fn status(name: &str) -> CmdResult {
     runtime::check_name(name)?;
     let v = runtime::request(name, &json!({"cmd": "status"}), Duration::from_secs(10))?;
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
-    let flags: Vec<&str> = v["flags"].as_array().map(|a| a.iter().filter_map(|f| f.as_str()).collect()).unwrap_or_default();
+    let flags: Vec<&str> = v["flags"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+        .unwrap_or_default();
     let in_use = v["nbd"]["connections"].as_u64().unwrap_or(0) > 0;
-    println!("{name} is active{}.", if in_use { " and is in use" } else { "" });
+    println!(
+        "{name} is active{}.",
+        if in_use { " and is in use" } else { "" }
+    );
     println!("  type:    {}", v["type"].as_str().unwrap_or("?"));
     println!("  cipher:  {}", v["cipher"].as_str().unwrap_or("?"));
     println!("  keysize: {} bits", n("keysize_bits"));
@@ -499,12 +592,23 @@ fn status(name: &str) -> CmdResult {
     println!("  sector size:  {}", n("sector_size"));
     println!("  offset:  {} sectors", n("offset_sectors"));
     println!("  size:    {} sectors", n("size_sectors"));
-    println!("  mode:    {}", if v["read_only"] == true { "readonly" } else { "read/write" });
+    println!(
+        "  mode:    {}",
+        if v["read_only"] == true {
+            "readonly"
+        } else {
+            "read/write"
+        }
+    );
     if !flags.is_empty() {
         println!("  flags:   {}", flags.join(" "));
     }
     println!("  data path: {}", v["mode"].as_str().unwrap_or("?"));
-    println!("  export:  {} {}", v["export"].as_str().unwrap_or("?"), v["where"].as_str().unwrap_or("?"));
+    println!(
+        "  export:  {} {}",
+        v["export"].as_str().unwrap_or("?"),
+        v["where"].as_str().unwrap_or("?")
+    );
     if v["nbd"].is_object() {
         let c = &v["nbd"];
         println!(
@@ -550,27 +654,43 @@ fn refresh(a: &RefreshArgs) -> CmdResult {
         },
     });
     let v = runtime::request(&a.name, &req, Duration::from_secs(60))?;
-    let flags: Vec<&str> = v["flags"].as_array().map(|a| a.iter().filter_map(|f| f.as_str()).collect()).unwrap_or_default();
+    let flags: Vec<&str> = v["flags"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+        .unwrap_or_default();
     println!(
         "{}: data path {}, flags: {}",
         a.name,
         v["mode"].as_str().unwrap_or("?"),
-        if flags.is_empty() { "(none)".to_owned() } else { flags.join(" ") }
+        if flags.is_empty() {
+            "(none)".to_owned()
+        } else {
+            flags.join(" ")
+        }
     );
     Ok(())
 }
 
 fn list() -> CmdResult {
     let dir = runtime::dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".pid")).map(str::to_owned))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".pid"))
+                .map(str::to_owned)
+        })
         .collect();
     names.sort();
     for name in names {
         let paths = runtime::Paths::new(&dir, &name);
-        let Some(pid) = runtime::live_pid(&paths, &name) else { continue };
+        let Some(pid) = runtime::live_pid(&paths, &name) else {
+            continue;
+        };
         match runtime::request(&name, &json!({"cmd": "ping"}), Duration::from_secs(2)) {
             Ok(v) => println!(
                 "{name}\tpid {pid}\t{}\t{}",

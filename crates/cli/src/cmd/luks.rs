@@ -230,9 +230,18 @@ impl Commands {
                 vol.header_backup(&a.header_backup_file).map_err(fail)
             }
             Self::HeaderRestore(a) => {
-                let h = Volume::header_restore(&a.device, a.header.as_deref(), &a.header_backup_file, a.batch_mode)
-                    .map_err(fail)?;
-                eprintln!("Restored LUKS{} header with UUID {}.", h.version(), h.uuid());
+                let h = Volume::header_restore(
+                    &a.device,
+                    a.header.as_deref(),
+                    &a.header_backup_file,
+                    a.batch_mode,
+                )
+                .map_err(fail)?;
+                eprintln!(
+                    "Restored LUKS{} header with UUID {}.",
+                    h.version(),
+                    h.uuid()
+                );
                 Ok(())
             }
             Self::IsLuks(a) => is_luks(a),
@@ -253,7 +262,11 @@ impl Commands {
 /// Reads a passphrase: `key_file` (`-` = stdin, binary-safe), else a
 /// terminal prompt without echo (asked twice when `verify`), else one line
 /// of piped stdin, as cryptsetup does.
-pub fn read_passphrase(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroizing<Vec<u8>>, Failure> {
+pub fn read_passphrase(
+    key_file: Option<&Path>,
+    prompt: &str,
+    verify: bool,
+) -> Result<Zeroizing<Vec<u8>>, Failure> {
     luks::passphrase::read(key_file, prompt, verify).map_err(fail)
 }
 
@@ -266,7 +279,11 @@ pub fn luks_table(
     key_slot: Option<u32>,
 ) -> Result<crypto::table::Table, Failure> {
     let vol = load(device, header)?;
-    let pass = read_passphrase(key_file, &format!("Enter passphrase for {}: ", device.display()), false)?;
+    let pass = read_passphrase(
+        key_file,
+        &format!("Enter passphrase for {}: ", device.display()),
+        false,
+    )?;
     let opened = vol.unlock(&pass, key_slot).map_err(fail)?;
     opened.to_table(device).map_err(fail)
 }
@@ -283,7 +300,10 @@ pub fn fail(e: luks::Error) -> Failure {
 
 fn load(device: &Path, header: Option<&Path>) -> Result<Volume, Failure> {
     if !device.exists() {
-        return Err(Failure::device(format!("Device {} does not exist or access denied", device.display())));
+        return Err(Failure::device(format!(
+            "Device {} does not exist or access denied",
+            device.display()
+        )));
     }
     let vol = Volume::load(device, header).map_err(|e| match e.kind() {
         ErrorKind::NotLuks => Failure::usage(format!(
@@ -323,11 +343,18 @@ fn format(a: FormatArgs) -> CmdResult {
     let version = match a.luks_type.as_str() {
         "luks2" | "luks" => 2,
         "luks1" => 1,
-        t => return Err(Failure::usage(format!("Unknown LUKS type {t:?} (luks1 or luks2)"))),
+        t => {
+            return Err(Failure::usage(format!(
+                "Unknown LUKS type {t:?} (luks1 or luks2)"
+            )))
+        }
     };
     let c = &a.common;
     if !c.device.exists() {
-        return Err(Failure::device(format!("Device {} does not exist or access denied", c.device.display())));
+        return Err(Failure::device(format!(
+            "Device {} does not exist or access denied",
+            c.device.display()
+        )));
     }
     let meta = c.header.as_deref().unwrap_or(&c.device);
     let mut force = a.force;
@@ -336,7 +363,12 @@ fn format(a: FormatArgs) -> CmdResult {
             let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
             Header::read(&mut f, size)
         }) {
-            if c.batch_mode || !confirm(&format!("WARNING: {} already contains a LUKS header. Overwrite it?", meta.display())) {
+            if c.batch_mode
+                || !confirm(&format!(
+                    "WARNING: {} already contains a LUKS header. Overwrite it?",
+                    meta.display()
+                ))
+            {
                 return Err(Failure::usage(format!(
                     "{} already contains a LUKS header; use --force to overwrite it",
                     meta.display()
@@ -348,9 +380,9 @@ fn format(a: FormatArgs) -> CmdResult {
     let mut kdf = kdf_request(&a.kdf, if version == 1 { "pbkdf2" } else { "argon2id" })?;
     kdf.hash = Hash::parse(&a.kdf.hash).map_err(fail)?;
     let volume_key = match &a.volume_key_file {
-        Some(p) => Some(Zeroizing::new(
-            std::fs::read(p).map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?,
-        )),
+        Some(p) => Some(Zeroizing::new(std::fs::read(p).map_err(|e| {
+            Failure::usage(format!("Cannot read {}: {e}", p.display()))
+        })?)),
         None => None,
     };
     let opts = FormatOptions {
@@ -368,7 +400,11 @@ fn format(a: FormatArgs) -> CmdResult {
         data_offset: a.offset.map(|o| o * 512),
         force,
     };
-    let pass = read_passphrase(c.key_file.as_deref(), &format!("Enter passphrase for {}: ", c.device.display()), true)?;
+    let pass = read_passphrase(
+        c.key_file.as_deref(),
+        &format!("Enter passphrase for {}: ", c.device.display()),
+        true,
+    )?;
     luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
     Ok(())
 }
@@ -378,14 +414,21 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
     let mut vol = load(&c.device, c.header.as_deref())?;
     let (old_slot, vk) = match &a.volume_key_file {
         Some(p) => {
-            let vk = Zeroizing::new(std::fs::read(p).map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?);
+            let vk = Zeroizing::new(
+                std::fs::read(p)
+                    .map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?,
+            );
             if !vol.verify_volume_key(&vk) {
                 return Err(Failure::denied("Volume key does not match the volume"));
             }
             (None, vk)
         }
         None => {
-            let pass = read_passphrase(c.key_file.as_deref(), "Enter any existing passphrase: ", false)?;
+            let pass = read_passphrase(
+                c.key_file.as_deref(),
+                "Enter any existing passphrase: ",
+                false,
+            )?;
             // For change-key, --key-slot picks the slot to change; for
             // add-key it is the target slot, so unlock through any slot.
             let try_slot = if change { c.key_slot } else { None };
@@ -393,10 +436,19 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             (Some(s), vk)
         }
     };
-    if a.new_key_file.is_some() && a.new_key_file == c.key_file && a.new_key_file.as_deref() == Some(Path::new("-")) {
-        return Err(Failure::usage("Only one of the old and the new passphrase can come from stdin"));
+    if a.new_key_file.is_some()
+        && a.new_key_file == c.key_file
+        && a.new_key_file.as_deref() == Some(Path::new("-"))
+    {
+        return Err(Failure::usage(
+            "Only one of the old and the new passphrase can come from stdin",
+        ));
     }
-    let new = read_passphrase(a.new_key_file.as_deref(), "Enter new passphrase for key slot: ", true)?;
+    let new = read_passphrase(
+        a.new_key_file.as_deref(),
+        "Enter new passphrase for key slot: ",
+        true,
+    )?;
     let default_kind = match vol.header() {
         Header::V1(_) => "pbkdf2",
         Header::V2(_) => "argon2id",
@@ -407,7 +459,8 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
         eprintln!("Key slot {slot} created.");
         return Ok(());
     }
-    let old = old_slot.ok_or_else(|| Failure::usage("change-key needs the old passphrase, not a volume key"))?;
+    let old = old_slot
+        .ok_or_else(|| Failure::usage("change-key needs the old passphrase, not a volume key"))?;
     // New key in a free slot first, then the old one goes: a crash in
     // between leaves both passphrases working, never neither.
     let slot = match vol.add_key(&vk, &new, None, &kdf) {
@@ -433,8 +486,15 @@ fn remove_key(a: RemoveKeyArgs) -> CmdResult {
     let pass = read_passphrase(kf, "Enter passphrase to be deleted: ", false)?;
     let (slot, _vk) = vol.unlock_key(&pass, c.key_slot).map_err(fail)?;
     let last = vol.header().active_slots().len() == 1;
-    if last && !c.batch_mode && !confirm("WARNING: This is the last keyslot. The device will become unusable. Remove it?") {
-        return Err(Failure::usage("Refusing to remove the last keyslot without --batch-mode"));
+    if last
+        && !c.batch_mode
+        && !confirm(
+            "WARNING: This is the last keyslot. The device will become unusable. Remove it?",
+        )
+    {
+        return Err(Failure::usage(
+            "Refusing to remove the last keyslot without --batch-mode",
+        ));
     }
     vol.kill_slot(slot, true).map_err(fail)?;
     eprintln!("Key slot {slot} removed.");
@@ -449,14 +509,24 @@ fn kill_slot(a: KillSlotArgs) -> CmdResult {
     }
     if !a.batch_mode {
         if active.len() == 1 {
-            if !confirm("WARNING: This is the last keyslot. The device will become unusable. Kill it?") {
-                return Err(Failure::usage("Refusing to kill the last keyslot without --batch-mode"));
+            if !confirm(
+                "WARNING: This is the last keyslot. The device will become unusable. Kill it?",
+            ) {
+                return Err(Failure::usage(
+                    "Refusing to kill the last keyslot without --batch-mode",
+                ));
             }
         } else {
-            let pass = read_passphrase(a.key_file.as_deref(), "Enter any remaining passphrase: ", false)?;
+            let pass = read_passphrase(
+                a.key_file.as_deref(),
+                "Enter any remaining passphrase: ",
+                false,
+            )?;
             let (s, _vk) = vol.unlock_key(&pass, None).map_err(fail)?;
             if s == a.slot {
-                return Err(Failure::denied("Give a passphrase of a remaining keyslot, not of the one to kill"));
+                return Err(Failure::denied(
+                    "Give a passphrase of a remaining keyslot, not of the one to kill",
+                ));
             }
         }
     }
@@ -471,18 +541,28 @@ fn is_luks(a: IsLuksArgs) -> CmdResult {
             let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
             Header::read(&mut f, size).map_err(fail)
         });
-    let quiet_fail = |msg: String| Failure { code: 1, message: msg };
+    let quiet_fail = |msg: String| Failure {
+        code: 1,
+        message: msg,
+    };
     match res {
         Ok(h) => match a.luks_type.as_deref() {
             None => Ok(()),
             Some(t) if t == format!("luks{}", h.version()) || t == "luks" => Ok(()),
-            Some(t) => Err(quiet_fail(format!("Device {} is LUKS{}, not {t}", a.device.display(), h.version()))),
+            Some(t) => Err(quiet_fail(format!(
+                "Device {} is LUKS{}, not {t}",
+                a.device.display(),
+                h.version()
+            ))),
         },
         Err(e) => {
             if a.verbose {
                 eprintln!("{}", e.message);
             }
-            Err(quiet_fail(format!("Device {} is not a valid LUKS device", a.device.display())))
+            Err(quiet_fail(format!(
+                "Device {} is not a valid LUKS device",
+                a.device.display()
+            )))
         }
     }
 }
@@ -510,19 +590,38 @@ fn dump(a: DumpArgs) -> CmdResult {
     let vol = load(&c.device, c.header.as_deref())?;
     let target = c.header.as_deref().unwrap_or(&c.device);
     if a.dump_volume_key {
-        if !c.batch_mode && !confirm("Header dump with volume key is sensitive information. Proceed?") {
-            return Err(Failure::usage("Volume key dump needs confirmation or --batch-mode"));
+        if !c.batch_mode
+            && !confirm("Header dump with volume key is sensitive information. Proceed?")
+        {
+            return Err(Failure::usage(
+                "Volume key dump needs confirmation or --batch-mode",
+            ));
         }
-        let pass = read_passphrase(c.key_file.as_deref(), &format!("Enter passphrase for {}: ", c.device.display()), false)?;
+        let pass = read_passphrase(
+            c.key_file.as_deref(),
+            &format!("Enter passphrase for {}: ", c.device.display()),
+            false,
+        )?;
         let opened = vol.unlock(&pass, c.key_slot).map_err(fail)?;
         let cipher = vol.header().cipher();
         let (name, mode) = cipher.split_once('-').unwrap_or((cipher.as_str(), ""));
         let mut out = String::new();
-        out.push_str(&format!("LUKS header information for {}\n", target.display()));
-        out.push_str(&format!("Cipher name:   \t{name}\nCipher mode:   \t{mode}\n"));
-        out.push_str(&format!("Payload offset:\t{}\n", opened.payload_offset / 512));
+        out.push_str(&format!(
+            "LUKS header information for {}\n",
+            target.display()
+        ));
+        out.push_str(&format!(
+            "Cipher name:   \t{name}\nCipher mode:   \t{mode}\n"
+        ));
+        out.push_str(&format!(
+            "Payload offset:\t{}\n",
+            opened.payload_offset / 512
+        ));
         out.push_str(&format!("UUID:          \t{}\n", vol.header().uuid()));
-        out.push_str(&format!("MK bits:       \t{}\n", opened.volume_key.len() * 8));
+        out.push_str(&format!(
+            "MK bits:       \t{}\n",
+            opened.volume_key.len() * 8
+        ));
         let key = Zeroizing::new(hex_lines(&opened.volume_key, "\t\t"));
         out.push_str(&format!("MK dump:\t{}\n", key.as_str()));
         let out = Zeroizing::new(out);
@@ -540,20 +639,35 @@ fn dump(a: DumpArgs) -> CmdResult {
 fn dump_v1(h: &luks::luks1::Header, target: &Path) -> String {
     let mut s = format!("LUKS header information for {}\n\n", target.display());
     s.push_str("Version:       \t1\n");
-    s.push_str(&format!("Cipher name:   \t{}\nCipher mode:   \t{}\n", h.cipher_name, h.cipher_mode));
+    s.push_str(&format!(
+        "Cipher name:   \t{}\nCipher mode:   \t{}\n",
+        h.cipher_name, h.cipher_mode
+    ));
     s.push_str(&format!("Hash spec:     \t{}\n", h.hash.name()));
     s.push_str(&format!("Payload offset:\t{}\n", h.payload_offset));
     s.push_str(&format!("MK bits:       \t{}\n", h.key_bytes * 8));
-    s.push_str(&format!("MK digest:     \t{}\n", hex_lines_n(&h.mk_digest, "", 20)));
-    s.push_str(&format!("MK salt:       \t{}\n", hex_lines(&h.mk_digest_salt, "               \t")));
+    s.push_str(&format!(
+        "MK digest:     \t{}\n",
+        hex_lines_n(&h.mk_digest, "", 20)
+    ));
+    s.push_str(&format!(
+        "MK salt:       \t{}\n",
+        hex_lines(&h.mk_digest_salt, "               \t")
+    ));
     s.push_str(&format!("MK iterations: \t{}\n", h.mk_digest_iterations));
     s.push_str(&format!("UUID:          \t{}\n\n", h.uuid));
     for (i, k) in h.slots.iter().enumerate() {
         if k.active {
             s.push_str(&format!("Key Slot {i}: ENABLED\n"));
             s.push_str(&format!("\tIterations:         \t{}\n", k.iterations));
-            s.push_str(&format!("\tSalt:               \t{}\n", hex_lines(&k.salt, "\t                      \t")));
-            s.push_str(&format!("\tKey material offset:\t{}\n", k.key_material_offset));
+            s.push_str(&format!(
+                "\tSalt:               \t{}\n",
+                hex_lines(&k.salt, "\t                      \t")
+            ));
+            s.push_str(&format!(
+                "\tKey material offset:\t{}\n",
+                k.key_material_offset
+            ));
             s.push_str(&format!("\tAF stripes:            \t{}\n", k.stripes));
         } else {
             s.push_str(&format!("Key Slot {i}: DISABLED\n"));
@@ -575,12 +689,32 @@ fn dump_v2(h: &luks::luks2::Header) -> String {
     s.push_str("Version:       \t2\n");
     s.push_str(&format!("Epoch:         \t{}\n", h.bin.seqid));
     s.push_str(&format!("Metadata area: \t{} [bytes]\n", h.bin.hdr_size));
-    s.push_str(&format!("Keyslots area: \t{} [bytes]\n", m.config.keyslots_size));
+    s.push_str(&format!(
+        "Keyslots area: \t{} [bytes]\n",
+        m.config.keyslots_size
+    ));
     s.push_str(&format!("UUID:          \t{}\n", h.bin.uuid));
-    let or = |v: &str, none: &str| if v.is_empty() { none.to_string() } else { v.to_string() };
-    s.push_str(&format!("Label:         \t{}\n", or(&h.bin.label, "(no label)")));
-    s.push_str(&format!("Subsystem:     \t{}\n", or(&h.bin.subsystem, "(no subsystem)")));
-    let flags = m.config.flags.as_ref().map(|f| f.join(" ")).unwrap_or_default();
+    let or = |v: &str, none: &str| {
+        if v.is_empty() {
+            none.to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    s.push_str(&format!(
+        "Label:         \t{}\n",
+        or(&h.bin.label, "(no label)")
+    ));
+    s.push_str(&format!(
+        "Subsystem:     \t{}\n",
+        or(&h.bin.subsystem, "(no subsystem)")
+    ));
+    let flags = m
+        .config
+        .flags
+        .as_ref()
+        .map(|f| f.join(" "))
+        .unwrap_or_default();
     s.push_str(&format!("Flags:       \t{}\n\n", or(&flags, "(no flags)")));
     s.push_str("Data segments:\n");
     for (id, seg) in &m.segments {
@@ -597,7 +731,11 @@ fn dump_v2(h: &luks::luks2::Header) -> String {
         }
     }
     s.push_str("\nKeyslots:\n");
-    let mut ids: Vec<(u32, &String)> = m.keyslots.keys().filter_map(|k| k.parse().ok().map(|n| (n, k))).collect();
+    let mut ids: Vec<(u32, &String)> = m
+        .keyslots
+        .keys()
+        .filter_map(|k| k.parse().ok().map(|n| (n, k)))
+        .collect();
     ids.sort_unstable();
     let cont = "\t            ";
     for (_, id) in ids {
@@ -614,8 +752,14 @@ fn dump_v2(h: &luks::luks2::Header) -> String {
         s.push_str(&format!("\tCipher key: {} bits\n", k.area.key_size * 8));
         s.push_str(&format!("\tPBKDF:      {}\n", k.kdf.kind));
         if k.kdf.kind == "pbkdf2" {
-            s.push_str(&format!("\tHash:       {}\n", k.kdf.hash.as_deref().unwrap_or("?")));
-            s.push_str(&format!("\tIterations: {}\n", k.kdf.iterations.unwrap_or(0)));
+            s.push_str(&format!(
+                "\tHash:       {}\n",
+                k.kdf.hash.as_deref().unwrap_or("?")
+            ));
+            s.push_str(&format!(
+                "\tIterations: {}\n",
+                k.kdf.iterations.unwrap_or(0)
+            ));
         } else {
             s.push_str(&format!("\tTime cost:  {}\n", k.kdf.time.unwrap_or(0)));
             s.push_str(&format!("\tMemory:     {}\n", k.kdf.memory.unwrap_or(0)));

@@ -29,13 +29,28 @@ impl Vol {
         let image = dir.join("backing.img");
         let f = std::fs::File::create(&image).unwrap();
         f.set_len(size).unwrap();
-        Self { dir, image, name: format!("t{}", std::process::id()), size, sector_size, open: false }
+        Self {
+            dir,
+            image,
+            name: format!("t{}", std::process::id()),
+            size,
+            sector_size,
+            open: false,
+        }
     }
 
     /// The dm table line for this volume.
     pub fn table(&self) -> String {
-        let opts = if self.sector_size == 512 { String::new() } else { format!(" 1 sector_size:{}", self.sector_size) };
-        format!("0 {} crypt aes-xts-plain64 {KEY} 0 {} 0{opts}", self.size / 512, self.image.display())
+        let opts = if self.sector_size == 512 {
+            String::new()
+        } else {
+            format!(" 1 sector_size:{}", self.sector_size)
+        };
+        format!(
+            "0 {} crypt aes-xts-plain64 {KEY} 0 {} 0{opts}",
+            self.size / 512,
+            self.image.display()
+        )
     }
 
     pub fn runtime(&self) -> PathBuf {
@@ -61,14 +76,22 @@ impl Vol {
         let name = self.name.clone();
         args.push(&name);
         let o = self.ucrypt(&args);
-        assert!(o.status.success(), "open failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "open failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         self.open = true;
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     pub fn close(&mut self) {
         let o = self.ucrypt(&["close", &self.name.clone()]);
-        assert!(o.status.success(), "close failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "close failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         self.open = false;
     }
 
@@ -81,11 +104,17 @@ impl Vol {
     }
 
     pub fn fuse_file(&self) -> PathBuf {
-        self.runtime().join(format!("{}.fuse", self.name)).join(&self.name)
+        self.runtime()
+            .join(format!("{}.fuse", self.name))
+            .join(&self.name)
     }
 
     pub fn pid(&self) -> Option<u32> {
-        std::fs::read_to_string(self.runtime().join(format!("{}.pid", self.name))).ok()?.trim().parse().ok()
+        std::fs::read_to_string(self.runtime().join(format!("{}.pid", self.name)))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// Decrypts the whole backing image with the independent Python oracle.
@@ -98,7 +127,11 @@ impl Vol {
             .stdin(std::fs::File::open(&self.image).unwrap())
             .output()
             .expect("run oracle");
-        assert!(o.status.success(), "oracle: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "oracle: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         o.stdout
     }
 }

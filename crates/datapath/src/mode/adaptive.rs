@@ -105,7 +105,11 @@ pub(crate) struct Adaptive {
 impl Adaptive {
     /// Starts `workers - 1` helpers (the submitter is the other worker).
     pub(crate) fn start(ctx: Arc<Ctx>, handles: &mut Vec<JoinHandle<()>>) -> Result<Self, Error> {
-        let workers = if ctx.cfg.workers == 0 { ctx.core.ncpu } else { ctx.cfg.workers };
+        let workers = if ctx.cfg.workers == 0 {
+            ctx.core.ncpu
+        } else {
+            ctx.cfg.workers
+        };
         let board = Arc::new(Board {
             jobs: Mutex::new(Vec::new()),
             open: AtomicUsize::new(0),
@@ -115,13 +119,18 @@ impl Adaptive {
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
         });
-        let mut me = Self { board: board.clone(), helpers: 0 };
+        let mut me = Self {
+            board: board.clone(),
+            helpers: 0,
+        };
         for i in 0..workers.saturating_sub(1) {
             let (b, c) = (board.clone(), ctx.clone());
-            let h = std::thread::Builder::new().name(format!("ucrypt-helper/{i}")).spawn(move || {
-                crate::gate::mark_engine_thread();
-                helper(&b, &c)
-            });
+            let h = std::thread::Builder::new()
+                .name(format!("ucrypt-helper/{i}"))
+                .spawn(move || {
+                    crate::gate::mark_engine_thread();
+                    helper(&b, &c)
+                });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -135,10 +144,19 @@ impl Adaptive {
     }
 
     /// Runs a checked request: inline or split, always completing here.
-    pub(crate) fn submit(&self, ctx: &Ctx, w: Work, t0: Instant, depth: usize, done: impl FnOnce(Completion)) {
+    pub(crate) fn submit(
+        &self,
+        ctx: &Ctx,
+        w: Work,
+        t0: Instant,
+        depth: usize,
+        done: impl FnOnce(Completion),
+    ) {
         match w {
             Work::Read(r) if self.plan(ctx, r.len(), depth, t0) => {
-                let res = self.split(ctx, r, vec![0u8; r.len() as usize], false, false).map(Some);
+                let res = self
+                    .split(ctx, r, vec![0u8; r.len() as usize], false, false)
+                    .map(Some);
                 ctx.complete(Dir::Read, Path::Split, r.len(), t0, res, done);
             }
             Work::Write(r, data, fua) if self.plan(ctx, r.len(), depth, t0) => {
@@ -185,12 +203,27 @@ impl Adaptive {
         len >= WAKE_MIN || self.board.spinning.load(Relaxed) > 0
     }
 
-    fn split(&self, ctx: &Ctx, r: SectorRange, buf: Vec<u8>, write: bool, fua: bool) -> Result<Vec<u8>, Error> {
+    fn split(
+        &self,
+        ctx: &Ctx,
+        r: SectorRange,
+        buf: Vec<u8>,
+        write: bool,
+        fua: bool,
+    ) -> Result<Vec<u8>, Error> {
         let participants = 1 + self.helpers as u64;
-        let min = if ctx.core.force_split.load(Relaxed) { 4096 } else { CHUNK_MIN };
-        let chunk = (r.len() / (participants * CHUNKS_PER_WORKER)).max(min).next_multiple_of(4096);
+        let min = if ctx.core.force_split.load(Relaxed) {
+            4096
+        } else {
+            CHUNK_MIN
+        };
+        let chunk = (r.len() / (participants * CHUNKS_PER_WORKER))
+            .max(min)
+            .next_multiple_of(4096);
         // Zero-copy: a freshly made Bytes is unique, so try_into_mut succeeds.
-        let mut whole = Bytes::from(buf).try_into_mut().unwrap_or_else(|b| BytesMut::from(&b[..]));
+        let mut whole = Bytes::from(buf)
+            .try_into_mut()
+            .unwrap_or_else(|b| BytesMut::from(&b[..]));
         let mut chunks = Vec::with_capacity(r.len().div_ceil(chunk) as usize);
         while !whole.is_empty() {
             let n = whole.len().min(chunk as usize);
@@ -227,7 +260,10 @@ impl Adaptive {
         if let Some(e) = job.err.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(e);
         }
-        let mut parts = job.chunks.iter().map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let mut parts = job
+            .chunks
+            .iter()
+            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).take());
         // Invariant: every chunk was put back before `finished` reached n.
         let mut whole = parts.next().flatten().unwrap_or_default();
         for p in parts {
@@ -246,7 +282,10 @@ impl Adaptive {
 
 impl Board {
     fn post(&self, job: &Arc<SplitJob>) {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).push(job.clone());
+        self.jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job.clone());
         self.open.fetch_add(1, SeqCst);
         if self.spinning.load(SeqCst) == 0 {
             let g = self.parked.lock().unwrap_or_else(|e| e.into_inner());
@@ -257,7 +296,10 @@ impl Board {
     }
 
     fn withdraw(&self, job: &Arc<SplitJob>) {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).retain(|j| !Arc::ptr_eq(j, job));
+        self.jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|j| !Arc::ptr_eq(j, job));
         self.open.fetch_sub(1, SeqCst);
     }
 
@@ -276,11 +318,22 @@ fn run_chunks(ctx: &Ctx, job: &SplitJob) {
         }
         let slot = &job.chunks[i];
         // Invariant: chunk i is taken only by the claimer of index i.
-        let mut b = slot.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
+        let mut b = slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
         let r = job.range.sub(i as u64 * job.chunk, b.len() as u64);
-        let res = if job.write { inline::write_from(ctx, r, &mut b, job.fua) } else { inline::read_into(ctx, r, &mut b) };
+        let res = if job.write {
+            inline::write_from(ctx, r, &mut b, job.fua)
+        } else {
+            inline::read_into(ctx, r, &mut b)
+        };
         if let Err(e) = res {
-            job.err.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+            job.err
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(e);
         }
         *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
         if job.finished.fetch_add(1, AcqRel) + 1 == job.n {
@@ -315,7 +368,9 @@ fn helper(board: &Board, ctx: &Ctx) {
             continue;
         }
         let now = Instant::now();
-        if now.duration_since(last_work) < SPIN_WINDOW && !ctx.core.contended(ctx.core.nanos(now), CONTENDED_HOLD) {
+        if now.duration_since(last_work) < SPIN_WINDOW
+            && !ctx.core.contended(ctx.core.nanos(now), CONTENDED_HOLD)
+        {
             continue;
         }
         board.spinning.fetch_sub(1, SeqCst);

@@ -100,7 +100,11 @@ impl Classic {
     /// Starts the kcryptd_io, kcryptd and dmcrypt_write threads.
     pub(crate) fn start(ctx: Arc<Ctx>, handles: &mut Vec<JoinHandle<()>>) -> Result<Self, Error> {
         let ncpu = ctx.core.ncpu;
-        let workers = if ctx.cfg.workers == 0 { ncpu } else { ctx.cfg.workers };
+        let workers = if ctx.cfg.workers == 0 {
+            ncpu
+        } else {
+            ctx.cfg.workers
+        };
         let flags = ctx.cfg.flags;
         let qd = ctx.cfg.queue_depth.max(1);
         let nq = if flags.same_cpu_crypt { workers } else { 1 };
@@ -109,22 +113,34 @@ impl Classic {
             crypt_qs: (0..nq).map(|_| WorkQueue::new(qd)).collect(),
             same_cpu: flags.same_cpu_crypt,
             submit_from_crypt_cpus: flags.submit_from_crypt_cpus,
-            tree: WriteTree { st: Mutex::new((BTreeMap::new(), 0, false)), cv: Condvar::new() },
+            tree: WriteTree {
+                st: Mutex::new((BTreeMap::new(), 0, false)),
+                cv: Condvar::new(),
+            },
             pool: BouncePool::new(BOUNCE_BUDGET),
             ctx,
         });
-        let spawn = |name: String, f: Box<dyn FnOnce() + Send>, handles: &mut Vec<JoinHandle<()>>| {
-            let f = move || {
-                crate::gate::mark_engine_thread();
-                f()
+        let spawn =
+            |name: String, f: Box<dyn FnOnce() + Send>, handles: &mut Vec<JoinHandle<()>>| {
+                let f = move || {
+                    crate::gate::mark_engine_thread();
+                    f()
+                };
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(f)
+                    .map(|h| handles.push(h))
+                    .map_err(Error::Io)
             };
-            std::thread::Builder::new().name(name).spawn(f).map(|h| handles.push(h)).map_err(Error::Io)
-        };
         let started = Self { sh: sh.clone() };
         let spawn_all = |handles: &mut Vec<JoinHandle<()>>| -> Result<(), Error> {
             for i in 0..ncpu {
                 let s = sh.clone();
-                spawn(format!("kcryptd_io/{i}"), Box::new(move || kcryptd_io(&s)), handles)?;
+                spawn(
+                    format!("kcryptd_io/{i}"),
+                    Box::new(move || kcryptd_io(&s)),
+                    handles,
+                )?;
             }
             for i in 0..workers {
                 let s = sh.clone();
@@ -139,7 +155,11 @@ impl Classic {
             }
             if !flags.submit_from_crypt_cpus {
                 let s = sh.clone();
-                spawn("dmcrypt_write".into(), Box::new(move || dmcrypt_write(&s)), handles)?;
+                spawn(
+                    "dmcrypt_write".into(),
+                    Box::new(move || dmcrypt_write(&s)),
+                    handles,
+                )?;
             }
             Ok(())
         };
@@ -152,16 +172,34 @@ impl Classic {
     }
 
     /// `crypt_map`: routes a checked request.
-    pub(crate) fn submit(&self, ctx: &Ctx, w: Work, t0: Instant, done: impl FnOnce(Completion) + Send + 'static) {
+    pub(crate) fn submit(
+        &self,
+        ctx: &Ctx,
+        w: Work,
+        t0: Instant,
+        done: impl FnOnce(Completion) + Send + 'static,
+    ) {
         let flags = ctx.cfg.flags;
         match w {
             Work::Read(r) if !flags.no_read_workqueue => {
                 // kcryptd_queue_read
-                let io = Io { range: r, fua: false, buf: Vec::new(), done: Box::new(done), t0 };
+                let io = Io {
+                    range: r,
+                    fua: false,
+                    buf: Vec::new(),
+                    done: Box::new(done),
+                    t0,
+                };
                 self.sh.io_q.push(io);
             }
             Work::Write(r, data, fua) if !flags.no_write_workqueue => {
-                let io = Io { range: r, fua, buf: data, done: Box::new(done), t0 };
+                let io = Io {
+                    range: r,
+                    fua,
+                    buf: data,
+                    done: Box::new(done),
+                    t0,
+                };
                 kcryptd_queue_crypt(&self.sh, CryptWork::WriteConvert(io));
             }
             w => inline::run(ctx, w, t0, done),
@@ -179,14 +217,26 @@ impl Classic {
     }
 }
 
-fn complete(sh: &Shared, dir: Dir, io_range: SectorRange, t0: Instant, res: Completion, done: Done) {
-    sh.ctx.complete(dir, Path::Queued, io_range.len(), t0, res, done);
+fn complete(
+    sh: &Shared,
+    dir: Dir,
+    io_range: SectorRange,
+    t0: Instant,
+    res: Completion,
+    done: Done,
+) {
+    sh.ctx
+        .complete(dir, Path::Queued, io_range.len(), t0, res, done);
 }
 
 /// `kcryptd_queue_crypt`: hands work to the crypt pool (this CPU's queue
 /// with `same_cpu_crypt`).
 fn kcryptd_queue_crypt(sh: &Shared, w: CryptWork) {
-    let i = if sh.same_cpu { crate::cpu::current() % sh.crypt_qs.len() } else { 0 };
+    let i = if sh.same_cpu {
+        crate::cpu::current() % sh.crypt_qs.len()
+    } else {
+        0
+    };
     sh.crypt_qs[i].push(w);
 }
 

@@ -41,7 +41,14 @@ pub(crate) fn exec(ctx: &Ctx, w: Work) -> (Dir, u64, Completion) {
         Work::Read(r) => (dir, r.len(), read(ctx, r).map(Some)),
         Work::Write(r, data, fua) => (dir, r.len(), write(ctx, r, data, fua).map(|_| None)),
         Work::Zero(r, fua) => (dir, r.len(), write_zeroes(ctx, r, fua).map(|_| None)),
-        Work::Discard(r) => (dir, r.len(), ctx.backend.discard(r.at(), r.len()).map(|_| None).map_err(Error::Io)),
+        Work::Discard(r) => (
+            dir,
+            r.len(),
+            ctx.backend
+                .discard(r.at(), r.len())
+                .map(|_| None)
+                .map_err(Error::Io),
+        ),
         Work::Flush => (dir, 0, ctx.backend.flush().map(|_| None).map_err(Error::Io)),
     }
 }
@@ -68,7 +75,12 @@ pub(crate) fn write(ctx: &Ctx, r: SectorRange, mut data: Vec<u8>, fua: bool) -> 
 }
 
 /// Encrypts `buf` (the plaintext of `r`) in place and writes it.
-pub(crate) fn write_from(ctx: &Ctx, r: SectorRange, buf: &mut [u8], fua: bool) -> Result<(), Error> {
+pub(crate) fn write_from(
+    ctx: &Ctx,
+    r: SectorRange,
+    buf: &mut [u8],
+    fua: bool,
+) -> Result<(), Error> {
     if let Some(c) = &ctx.crypt {
         c.encrypt(r.sector(), buf);
     }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use backend::{Backend, FileBackend, FileOptions, MemBackend};
 use crypto::{CryptConfig, SectorCrypt};
-use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Error, Op, PerfFlags, Request, Volume};
+use ucrypt_datapath::{
+    Completion, CryptMode, Engine, EngineConfig, Error, Op, PerfFlags, Request, Volume,
+};
 
 /// Longest a test waits for any single completion before failing.
 pub const HANG: Duration = Duration::from_secs(60);
@@ -50,9 +52,24 @@ pub struct Cipher {
     pub iv_large_sectors: bool,
 }
 
-pub const NULL: Cipher = Cipher { spec: "cipher_null-ecb", key_len: 0, sector_size: 512, iv_large_sectors: false };
-pub const XTS: Cipher = Cipher { spec: "aes-xts-plain64", key_len: 64, sector_size: 512, iv_large_sectors: false };
-pub const XTS_4K: Cipher = Cipher { spec: "aes-xts-plain64", key_len: 32, sector_size: 4096, iv_large_sectors: true };
+pub const NULL: Cipher = Cipher {
+    spec: "cipher_null-ecb",
+    key_len: 0,
+    sector_size: 512,
+    iv_large_sectors: false,
+};
+pub const XTS: Cipher = Cipher {
+    spec: "aes-xts-plain64",
+    key_len: 64,
+    sector_size: 512,
+    iv_large_sectors: false,
+};
+pub const XTS_4K: Cipher = Cipher {
+    spec: "aes-xts-plain64",
+    key_len: 32,
+    sector_size: 4096,
+    iv_large_sectors: true,
+};
 
 pub fn sector_crypt(c: Cipher) -> Arc<SectorCrypt> {
     Arc::new(
@@ -82,13 +99,21 @@ pub struct Backing {
 
 pub fn backing(store: Store, size: u64) -> Backing {
     match store {
-        Store::Mem => Backing { backend: Arc::new(MemBackend::new(size).expect("mem")), _dir: None },
+        Store::Mem => Backing {
+            backend: Arc::new(MemBackend::new(size).expect("mem")),
+            _dir: None,
+        },
         Store::File => {
             let dir = testutil::TempDir::new("datapath");
             let path = dir.join("disk.img");
-            std::fs::File::create(&path).and_then(|f| f.set_len(size)).expect("create image");
+            std::fs::File::create(&path)
+                .and_then(|f| f.set_len(size))
+                .expect("create image");
             let b = FileBackend::open(&path, &FileOptions::default()).expect("open file backend");
-            Backing { backend: Arc::new(b), _dir: Some(dir) }
+            Backing {
+                backend: Arc::new(b),
+                _dir: Some(dir),
+            }
         }
     }
 }
@@ -97,22 +122,85 @@ pub fn backing(store: Store, size: u64) -> Backing {
 pub const DATA_OFFSET: u64 = 8192;
 
 pub fn volume(backend: Arc<dyn Backend>, c: Cipher, size: u64) -> Volume {
-    Volume { backend, crypt: Some(sector_crypt(c)), data_offset: DATA_OFFSET, size, sector_size: c.sector_size }
+    Volume {
+        backend,
+        crypt: Some(sector_crypt(c)),
+        data_offset: DATA_OFFSET,
+        size,
+        sector_size: c.sector_size,
+    }
 }
 
 /// The named mode/flag combinations every correctness test covers.
 pub fn configs() -> Vec<(&'static str, EngineConfig, bool)> {
-    let base = EngineConfig { queue_depth: 16, allow_discards: true, ..EngineConfig::default() };
-    let classic = |flags: PerfFlags| EngineConfig { mode: CryptMode::Classic, flags, ..base.clone() };
+    let base = EngineConfig {
+        queue_depth: 16,
+        allow_discards: true,
+        ..EngineConfig::default()
+    };
+    let classic = |flags: PerfFlags| EngineConfig {
+        mode: CryptMode::Classic,
+        flags,
+        ..base.clone()
+    };
     vec![
         ("classic", classic(PerfFlags::default()), false),
-        ("classic+same_cpu_crypt", classic(PerfFlags { same_cpu_crypt: true, ..PerfFlags::default() }), false),
-        ("classic+submit_from_crypt_cpus", classic(PerfFlags { submit_from_crypt_cpus: true, ..PerfFlags::default() }), false),
-        ("classic+no_read_workqueue", classic(PerfFlags { no_read_workqueue: true, ..PerfFlags::default() }), false),
-        ("classic+no_write_workqueue", classic(PerfFlags { no_write_workqueue: true, ..PerfFlags::default() }), false),
-        ("inline", EngineConfig { mode: CryptMode::Inline, ..base.clone() }, false),
-        ("adaptive", EngineConfig { mode: CryptMode::Adaptive, ..base.clone() }, false),
-        ("adaptive+forced split", EngineConfig { mode: CryptMode::Adaptive, ..base.clone() }, true),
+        (
+            "classic+same_cpu_crypt",
+            classic(PerfFlags {
+                same_cpu_crypt: true,
+                ..PerfFlags::default()
+            }),
+            false,
+        ),
+        (
+            "classic+submit_from_crypt_cpus",
+            classic(PerfFlags {
+                submit_from_crypt_cpus: true,
+                ..PerfFlags::default()
+            }),
+            false,
+        ),
+        (
+            "classic+no_read_workqueue",
+            classic(PerfFlags {
+                no_read_workqueue: true,
+                ..PerfFlags::default()
+            }),
+            false,
+        ),
+        (
+            "classic+no_write_workqueue",
+            classic(PerfFlags {
+                no_write_workqueue: true,
+                ..PerfFlags::default()
+            }),
+            false,
+        ),
+        (
+            "inline",
+            EngineConfig {
+                mode: CryptMode::Inline,
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "adaptive",
+            EngineConfig {
+                mode: CryptMode::Adaptive,
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "adaptive+forced split",
+            EngineConfig {
+                mode: CryptMode::Adaptive,
+                ..base.clone()
+            },
+            true,
+        ),
     ]
 }
 
@@ -128,7 +216,11 @@ impl Model {
     /// A model of `region`, whose content is not known yet.
     pub fn new(region: Range<u64>) -> Self {
         let n = (region.end - region.start) as usize;
-        Self { base: region.start, data: vec![0; n], defined: vec![false; n / 512] }
+        Self {
+            base: region.start,
+            data: vec![0; n],
+            defined: vec![false; n / 512],
+        }
     }
 
     fn span(&self, off: u64, len: u64) -> Range<usize> {
@@ -153,14 +245,22 @@ impl Model {
         for (i, sec) in got.chunks(512).enumerate() {
             let s = r.start / 512 + i;
             if self.defined[s] && sec != &self.data[s * 512..(s + 1) * 512] {
-                panic!("{what}: mismatch in sector at device offset {}", self.base + s as u64 * 512);
+                panic!(
+                    "{what}: mismatch in sector at device offset {}",
+                    self.base + s as u64 * 512
+                );
             }
         }
     }
 }
 
 enum Pending {
-    Read { off: u64, len: u64, expect: Vec<u8>, defined: Vec<bool> },
+    Read {
+        off: u64,
+        len: u64,
+        expect: Vec<u8>,
+        defined: Vec<bool>,
+    },
     Other,
 }
 
@@ -185,20 +285,37 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
     let mut inflight: HashMap<u64, (Range<u64>, bool, Pending)> = HashMap::new();
     let mut next_id = 0u64;
     let sectors = (region.end - region.start) / ss;
-    let finish = |id: u64, c: Completion, inflight: &mut HashMap<u64, (Range<u64>, bool, Pending)>| {
-        let (_, _, p) = inflight.remove(&id).expect("completion for a known request");
-        let got = c.unwrap_or_else(|e| panic!("{what}: request failed: {e}"));
-        if let Pending::Read { off, len, expect, defined } = p {
-            let got = got.expect("read returns data");
-            assert_eq!(got.len() as u64, len, "{what}: read length");
-            let m = Model { base: off, data: expect, defined };
-            m.check(what, off, &got);
-        }
-    };
+    let finish =
+        |id: u64, c: Completion, inflight: &mut HashMap<u64, (Range<u64>, bool, Pending)>| {
+            let (_, _, p) = inflight
+                .remove(&id)
+                .expect("completion for a known request");
+            let got = c.unwrap_or_else(|e| panic!("{what}: request failed: {e}"));
+            if let Pending::Read {
+                off,
+                len,
+                expect,
+                defined,
+            } = p
+            {
+                let got = got.expect("read returns data");
+                assert_eq!(got.len() as u64, len, "{what}: read length");
+                let m = Model {
+                    base: off,
+                    data: expect,
+                    defined,
+                };
+                m.check(what, off, &got);
+            }
+        };
     for _ in 0..l.ops {
         let roll = rng.below(100);
         let big = rng.below(10) == 0;
-        let max = if big { l.max_len / ss } else { (16384 / ss).max(1) };
+        let max = if big {
+            l.max_len / ss
+        } else {
+            (16384 / ss).max(1)
+        };
         let n = 1 + rng.below(max.min(sectors));
         let start = rng.below(sectors - n + 1);
         let (off, len) = (region.start + start * ss, n * ss);
@@ -213,14 +330,22 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
             87..=92 if l.discards => (Op::Discard { len: len as u32 }, true),
             _ => (Op::WriteZeroes { len: len as u32 }, true),
         };
-        let range = if matches!(op, Op::Flush) { 0..0 } else { off..off + len };
+        let range = if matches!(op, Op::Flush) {
+            0..0
+        } else {
+            off..off + len
+        };
         // Wait for room and for overlapping requests to finish.
         loop {
-            let conflict = inflight.values().any(|(r, w, _)| (is_write || *w) && r.start < range.end && range.start < r.end);
+            let conflict = inflight
+                .values()
+                .any(|(r, w, _)| (is_write || *w) && r.start < range.end && range.start < r.end);
             if !conflict && inflight.len() < l.qd {
                 break;
             }
-            let (id, c) = rx.recv_timeout(HANG).unwrap_or_else(|_| panic!("{what}: request hung"));
+            let (id, c) = rx
+                .recv_timeout(HANG)
+                .unwrap_or_else(|_| panic!("{what}: request hung"));
             finish(id, c, &mut inflight);
         }
         let fua = is_write && rng.below(8) == 0 && !matches!(op, Op::Discard { .. });
@@ -252,12 +377,21 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
         next_id += 1;
         inflight.insert(id, (range, is_write, pending));
         let tx = tx.clone();
-        e.submit(Request { op, offset: off, fua }, move |c| {
-            let _ = tx.send((id, c));
-        });
+        e.submit(
+            Request {
+                op,
+                offset: off,
+                fua,
+            },
+            move |c| {
+                let _ = tx.send((id, c));
+            },
+        );
     }
     while !inflight.is_empty() {
-        let (id, c) = rx.recv_timeout(HANG).unwrap_or_else(|_| panic!("{what}: request hung at the end"));
+        let (id, c) = rx
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: request hung at the end"));
         finish(id, c, &mut inflight);
     }
 }
@@ -267,7 +401,9 @@ pub fn verify_all(what: &str, e: &Engine, region: Range<u64>, model: &Model) {
     let mut off = region.start;
     while off < region.end {
         let n = (region.end - off).min(1 << 20);
-        let got = e.read(off, n as u32).unwrap_or_else(|err| panic!("{what}: final read failed: {err}"));
+        let got = e
+            .read(off, n as u32)
+            .unwrap_or_else(|err| panic!("{what}: final read failed: {err}"));
         model.check(what, off, &got);
         off += n;
     }
@@ -275,11 +411,19 @@ pub fn verify_all(what: &str, e: &Engine, region: Range<u64>, model: &Model) {
 
 /// Checks that the backend holds exactly the ciphertext SectorCrypt makes
 /// of the model (every mode writes the same dm-crypt format).
-pub fn verify_ciphertext(what: &str, backend: &dyn Backend, c: Cipher, region: Range<u64>, model: &Model) {
+pub fn verify_ciphertext(
+    what: &str,
+    backend: &dyn Backend,
+    c: Cipher,
+    region: Range<u64>,
+    model: &Model,
+) {
     let crypt = sector_crypt(c);
     let ss = c.sector_size as usize;
     let mut raw = vec![0u8; (region.end - region.start) as usize];
-    backend.read_at(&mut raw, DATA_OFFSET + region.start).expect("raw read");
+    backend
+        .read_at(&mut raw, DATA_OFFSET + region.start)
+        .expect("raw read");
     for (i, (cipher, plain)) in raw.chunks(ss).zip(model.data.chunks(ss)).enumerate() {
         let first = (i * ss) / 512;
         if !model.defined[first..first + ss / 512].iter().all(|d| *d) {
@@ -287,7 +431,11 @@ pub fn verify_ciphertext(what: &str, backend: &dyn Backend, c: Cipher, region: R
         }
         let mut p = plain.to_vec();
         crypt.encrypt((region.start + (i * ss) as u64) / 512, &mut p);
-        assert!(p == cipher, "{what}: ciphertext differs from SectorCrypt at device offset {}", region.start + (i * ss) as u64);
+        assert!(
+            p == cipher,
+            "{what}: ciphertext differs from SectorCrypt at device offset {}",
+            region.start + (i * ss) as u64
+        );
     }
 }
 

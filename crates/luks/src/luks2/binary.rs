@@ -65,7 +65,9 @@ impl BinHeader {
         }
         let hdr_size = r.u64()?;
         if !HDR_SIZES.contains(&hdr_size) {
-            return Err(corrupt(format!("LUKS2 header size {hdr_size} is not allowed")));
+            return Err(corrupt(format!(
+                "LUKS2 header size {hdr_size} is not allowed"
+            )));
         }
         let seqid = r.u64()?;
         let label = r.cstr(48, "label")?;
@@ -78,15 +80,31 @@ impl BinHeader {
         r.take(64)?; // csum, checked by verify_checksum
         r.take(BIN_LEN - 512)?;
         if checksum_alg != "sha256" {
-            return Err(unsupported(format!("LUKS2 checksum {checksum_alg:?} is not supported")));
+            return Err(unsupported(format!(
+                "LUKS2 checksum {checksum_alg:?} is not supported"
+            )));
         }
-        Ok(Self { primary, hdr_size, seqid, label, checksum_alg, salt, uuid, subsystem, hdr_offset })
+        Ok(Self {
+            primary,
+            hdr_size,
+            seqid,
+            label,
+            checksum_alg,
+            salt,
+            uuid,
+            subsystem,
+            hdr_offset,
+        })
     }
 
     /// Serializes the binary part with a zero checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(BIN_LEN);
-        out.extend_from_slice(if self.primary { &MAGIC_PRIMARY } else { &MAGIC_SECONDARY });
+        out.extend_from_slice(if self.primary {
+            &MAGIC_PRIMARY
+        } else {
+            &MAGIC_SECONDARY
+        });
         out.extend_from_slice(&2u16.to_be_bytes());
         out.extend_from_slice(&self.hdr_size.to_be_bytes());
         out.extend_from_slice(&self.seqid.to_be_bytes());

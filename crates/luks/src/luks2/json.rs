@@ -201,7 +201,10 @@ pub fn b64_decode(s: &str, what: &str) -> Result<Vec<u8>> {
         .decode(s)
         .map_err(|_| corrupt(format!("LUKS2 {what} is not valid base64")))?;
     if v.is_empty() || v.len() > MAX_SALT {
-        return Err(corrupt(format!("LUKS2 {what} has invalid length {}", v.len())));
+        return Err(corrupt(format!(
+            "LUKS2 {what} has invalid length {}",
+            v.len()
+        )));
     }
     Ok(v)
 }
@@ -215,7 +218,9 @@ fn parse_id(id: &str, what: &str, max: u32) -> Result<u32> {
     if id.is_empty() || id.len() > 3 || !id.bytes().all(|b| b.is_ascii_digit()) {
         return Err(corrupt(format!("LUKS2 {what} id {id:?} is invalid")));
     }
-    let n: u32 = id.parse().map_err(|_| corrupt(format!("LUKS2 {what} id {id:?} is invalid")))?;
+    let n: u32 = id
+        .parse()
+        .map_err(|_| corrupt(format!("LUKS2 {what} id {id:?} is invalid")))?;
     if n >= max {
         return Err(corrupt(format!("LUKS2 {what} id {n} is out of range")));
     }
@@ -227,14 +232,30 @@ impl KdfJson {
     pub fn kdf(&self) -> Result<Kdf> {
         let kdf = match self.kind.as_str() {
             "pbkdf2" => Kdf::Pbkdf2 {
-                hash: Hash::parse(self.hash.as_deref().ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no hash"))?)?,
-                iterations: self.iterations.ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no iterations"))?,
+                hash: Hash::parse(
+                    self.hash
+                        .as_deref()
+                        .ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no hash"))?,
+                )?,
+                iterations: self
+                    .iterations
+                    .ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no iterations"))?,
             },
             "argon2i" | "argon2id" => Kdf::Argon2 {
-                variant: if self.kind == "argon2i" { Argon2Variant::I } else { Argon2Variant::Id },
-                time: self.time.ok_or_else(|| corrupt("LUKS2 argon2 KDF has no time cost"))?,
-                memory_kib: self.memory.ok_or_else(|| corrupt("LUKS2 argon2 KDF has no memory cost"))?,
-                parallel: self.cpus.ok_or_else(|| corrupt("LUKS2 argon2 KDF has no cpus"))?,
+                variant: if self.kind == "argon2i" {
+                    Argon2Variant::I
+                } else {
+                    Argon2Variant::Id
+                },
+                time: self
+                    .time
+                    .ok_or_else(|| corrupt("LUKS2 argon2 KDF has no time cost"))?,
+                memory_kib: self
+                    .memory
+                    .ok_or_else(|| corrupt("LUKS2 argon2 KDF has no memory cost"))?,
+                parallel: self
+                    .cpus
+                    .ok_or_else(|| corrupt("LUKS2 argon2 KDF has no cpus"))?,
             },
             other => return Err(unsupported(format!("LUKS2 KDF {other:?} is not supported"))),
         };
@@ -255,7 +276,12 @@ impl KdfJson {
                 cpus: None,
                 salt,
             },
-            Kdf::Argon2 { variant, time, memory_kib, parallel } => KdfJson {
+            Kdf::Argon2 {
+                variant,
+                time,
+                memory_kib,
+                parallel,
+            } => KdfJson {
                 kind: variant.name().into(),
                 hash: None,
                 iterations: None,
@@ -274,10 +300,18 @@ impl Segment {
         if self.size == "dynamic" {
             return Ok(None);
         }
-        if self.size.is_empty() || self.size.len() > 20 || !self.size.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(corrupt("LUKS2 segment size is neither \"dynamic\" nor a number"));
+        if self.size.is_empty()
+            || self.size.len() > 20
+            || !self.size.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(corrupt(
+                "LUKS2 segment size is neither \"dynamic\" nor a number",
+            ));
         }
-        self.size.parse().map(Some).map_err(|_| corrupt("LUKS2 segment size is out of range"))
+        self.size
+            .parse()
+            .map(Some)
+            .map_err(|_| corrupt("LUKS2 segment size is out of range"))
     }
 }
 
@@ -314,13 +348,18 @@ impl Metadata {
     /// The one crypt segment (id and value).
     pub fn segment(&self) -> (&String, &Segment) {
         // Invariant: validate() requires exactly one segment.
-        self.segments.iter().next().unwrap_or_else(|| unreachable!("validated: one segment"))
+        self.segments
+            .iter()
+            .next()
+            .unwrap_or_else(|| unreachable!("validated: one segment"))
     }
 
     /// Id of the digest that covers the segment.
     pub fn segment_digest(&self) -> Option<(&String, &DigestJson)> {
         let (sid, _) = self.segment();
-        self.digests.iter().find(|(_, d)| d.segments.iter().any(|s| s == sid))
+        self.digests
+            .iter()
+            .find(|(_, d)| d.segments.iter().any(|s| s == sid))
     }
 
     /// Ids of keyslots bound to the segment's digest, ascending.
@@ -343,7 +382,10 @@ impl Metadata {
             )));
         }
         if c.keyslots_size % 4096 != 0 || c.keyslots_size > MAX_KEYSLOTS_SIZE {
-            return Err(corrupt(format!("LUKS2 keyslots_size {} is invalid", c.keyslots_size)));
+            return Err(corrupt(format!(
+                "LUKS2 keyslots_size {} is invalid",
+                c.keyslots_size
+            )));
         }
         let area_lo = Self::keyslots_start(hdr_size);
         let area_hi = area_lo + c.keyslots_size;
@@ -351,24 +393,38 @@ impl Metadata {
         for (id, ks) in &self.keyslots {
             let n = parse_id(id, "keyslot", MAX_KEYSLOTS)?;
             if ks.kind != "luks2" {
-                return Err(unsupported(format!("LUKS2 keyslot {n} type {:?} is not supported", ks.kind)));
+                return Err(unsupported(format!(
+                    "LUKS2 keyslot {n} type {:?} is not supported",
+                    ks.kind
+                )));
             }
             if ks.key_size == 0 || ks.key_size > MAX_KEY_SIZE {
-                return Err(corrupt(format!("LUKS2 keyslot {n} key size {} is invalid", ks.key_size)));
+                return Err(corrupt(format!(
+                    "LUKS2 keyslot {n} key size {} is invalid",
+                    ks.key_size
+                )));
             }
             if ks.af.kind != "luks1" || ks.af.stripes != crate::af::STRIPES {
-                return Err(corrupt(format!("LUKS2 keyslot {n} AF must be luks1 with 4000 stripes")));
+                return Err(corrupt(format!(
+                    "LUKS2 keyslot {n} AF must be luks1 with 4000 stripes"
+                )));
             }
             Hash::parse(&ks.af.hash)?;
             let a = &ks.area;
             if a.kind != "raw" {
-                return Err(unsupported(format!("LUKS2 keyslot {n} area type {:?} is not supported", a.kind)));
+                return Err(unsupported(format!(
+                    "LUKS2 keyslot {n} area type {:?} is not supported",
+                    a.kind
+                )));
             }
             if a.key_size == 0 || a.key_size > MAX_KEY_SIZE || a.encryption.is_empty() {
                 return Err(corrupt(format!("LUKS2 keyslot {n} area cipher is invalid")));
             }
             let need = (u64::from(ks.key_size) * u64::from(ks.af.stripes)).div_ceil(512) * 512;
-            let end = a.offset.checked_add(a.size).ok_or_else(|| corrupt("LUKS2 keyslot area overflows"))?;
+            let end = a
+                .offset
+                .checked_add(a.size)
+                .ok_or_else(|| corrupt("LUKS2 keyslot area overflows"))?;
             if a.offset % 512 != 0 || a.offset < area_lo || end > area_hi {
                 return Err(corrupt(format!(
                     "LUKS2 keyslot {n} area {}+{} lies outside the keyslots area {area_lo}..{area_hi}",
@@ -376,7 +432,9 @@ impl Metadata {
                 )));
             }
             if a.size < need {
-                return Err(corrupt(format!("LUKS2 keyslot {n} area is smaller than its key material")));
+                return Err(corrupt(format!(
+                    "LUKS2 keyslot {n} area is smaller than its key material"
+                )));
             }
             for &(s, e, m) in &areas {
                 if a.offset < e && s < end {
@@ -396,17 +454,27 @@ impl Metadata {
         for (id, seg) in &self.segments {
             parse_id(id, "segment", 1000)?;
             if seg.kind != "crypt" {
-                return Err(unsupported(format!("LUKS2 segment type {:?} is not supported", seg.kind)));
+                return Err(unsupported(format!(
+                    "LUKS2 segment type {:?} is not supported",
+                    seg.kind
+                )));
             }
             if seg.extra.contains_key("integrity") {
-                return Err(unsupported("LUKS2 segments with integrity protection are not supported"));
+                return Err(unsupported(
+                    "LUKS2 segments with integrity protection are not supported",
+                ));
             }
             if ![512, 1024, 2048, 4096].contains(&seg.sector_size) {
-                return Err(corrupt(format!("LUKS2 segment sector size {} is invalid", seg.sector_size)));
+                return Err(corrupt(format!(
+                    "LUKS2 segment sector size {} is invalid",
+                    seg.sector_size
+                )));
             }
             let ss = u64::from(seg.sector_size);
             if seg.offset % ss != 0 {
-                return Err(corrupt("LUKS2 segment offset is not aligned to its sector size"));
+                return Err(corrupt(
+                    "LUKS2 segment offset is not aligned to its sector size",
+                ));
             }
             if let Some(sz) = seg.fixed_size()? {
                 if sz == 0 || sz % ss != 0 || seg.offset.checked_add(sz).is_none() {
@@ -417,13 +485,18 @@ impl Metadata {
                 return Err(corrupt("LUKS2 segment has no encryption"));
             }
             if seg.offset != 0 && seg.offset < area_hi {
-                return Err(corrupt("LUKS2 segment offset overlaps the metadata and keyslots area"));
+                return Err(corrupt(
+                    "LUKS2 segment offset overlaps the metadata and keyslots area",
+                ));
             }
         }
         for (id, d) in &self.digests {
             parse_id(id, "digest", 1000)?;
             if d.kind != "pbkdf2" {
-                return Err(unsupported(format!("LUKS2 digest type {:?} is not supported", d.kind)));
+                return Err(unsupported(format!(
+                    "LUKS2 digest type {:?} is not supported",
+                    d.kind
+                )));
             }
             let hash = Hash::parse(&d.hash)?;
             if d.iterations == 0 {
@@ -436,12 +509,16 @@ impl Metadata {
             }
             for k in &d.keyslots {
                 if !self.keyslots.contains_key(k) {
-                    return Err(corrupt(format!("LUKS2 digest {id} names missing keyslot {k:?}")));
+                    return Err(corrupt(format!(
+                        "LUKS2 digest {id} names missing keyslot {k:?}"
+                    )));
                 }
             }
             for s in &d.segments {
                 if !self.segments.contains_key(s) {
-                    return Err(corrupt(format!("LUKS2 digest {id} names missing segment {s:?}")));
+                    return Err(corrupt(format!(
+                        "LUKS2 digest {id} names missing segment {s:?}"
+                    )));
                 }
             }
         }
@@ -455,11 +532,19 @@ impl Metadata {
 /// Checks on the untyped value that give better messages than a shape error:
 /// mandatory requirements and non-luks2 keyslots.
 fn precheck(v: &Value) -> Result<()> {
-    let obj = v.as_object().ok_or_else(|| corrupt("LUKS2 JSON metadata is not an object"))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| corrupt("LUKS2 JSON metadata is not an object"))?;
     if let Some(req) = obj.get("config").and_then(|c| c.get("requirements")) {
         if let Some(m) = req.get("mandatory").and_then(Value::as_array) {
-            let names: Vec<String> =
-                m.iter().map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).collect();
+            let names: Vec<String> = m
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| x.to_string())
+                })
+                .collect();
             if !names.is_empty() {
                 return Err(unsupported(format!(
                     "LUKS2 volume has unmet mandatory requirements: {} (refusing to open it)",
@@ -472,7 +557,9 @@ fn precheck(v: &Value) -> Result<()> {
         for (id, k) in ks {
             if let Some(t) = k.get("type").and_then(Value::as_str) {
                 if t != "luks2" {
-                    return Err(unsupported(format!("LUKS2 keyslot {id} of type {t:?} is not supported")));
+                    return Err(unsupported(format!(
+                        "LUKS2 keyslot {id} of type {t:?} is not supported"
+                    )));
                 }
             }
         }
@@ -505,7 +592,10 @@ mod tests {
         let cases = [
             ("\"offset\":\"32768\"", "\"offset\":\"99999999999\""),
             ("\"size\":\"258048\"", "\"size\":\"1024\""),
-            ("\"iterations\":1000,\"salt\":\"bHr9", "\"iterations\":0,\"salt\":\"bHr9"),
+            (
+                "\"iterations\":1000,\"salt\":\"bHr9",
+                "\"iterations\":0,\"salt\":\"bHr9",
+            ),
             ("\"json_size\":\"12288\"", "\"json_size\":\"4096\""),
             ("\"sector_size\":4096", "\"sector_size\":1000"),
             ("\"offset\":\"16777216\"", "\"offset\":\"4096\""),

@@ -61,7 +61,8 @@ impl Header {
                 break;
             }
         }
-        let secondary = secondary.unwrap_or_else(|| Err(Error::new(ErrorKind::NotLuks, "No secondary header")));
+        let secondary =
+            secondary.unwrap_or_else(|| Err(Error::new(ErrorKind::NotLuks, "No secondary header")));
         match (primary, secondary) {
             (Ok(mut p), Ok(s)) => {
                 if s.bin.seqid > p.bin.seqid {
@@ -82,25 +83,33 @@ impl Header {
                 }
             }
             (Ok(mut p), Err(e)) => {
-                p.warnings.push(format!("Secondary LUKS2 header is unusable: {e}"));
+                p.warnings
+                    .push(format!("Secondary LUKS2 header is unusable: {e}"));
                 Ok(p)
             }
             (Err(e), Ok(mut s)) => {
                 if e.kind() == ErrorKind::Unsupported {
                     return Err(e);
                 }
-                s.warnings.push(format!("Primary LUKS2 header is corrupted ({e}); using the secondary copy"));
+                s.warnings.push(format!(
+                    "Primary LUKS2 header is corrupted ({e}); using the secondary copy"
+                ));
                 Ok(s)
             }
             (Err(pe), Err(se)) => {
                 if pe.kind() == ErrorKind::NotLuks && se.kind() == ErrorKind::NotLuks {
                     Err(pe)
                 } else if pe.kind() == ErrorKind::NotLuks {
-                    Err(Error::new(se.kind(), format!("Both LUKS2 header copies are unusable: secondary: {se}")))
+                    Err(Error::new(
+                        se.kind(),
+                        format!("Both LUKS2 header copies are unusable: secondary: {se}"),
+                    ))
                 } else {
                     Err(Error::new(
                         pe.kind(),
-                        format!("Both LUKS2 header copies are unusable: primary: {pe}; secondary: {se}"),
+                        format!(
+                            "Both LUKS2 header copies are unusable: primary: {pe}; secondary: {se}"
+                        ),
                     ))
                 }
             }
@@ -111,10 +120,16 @@ impl Header {
     pub fn parse_copy(area: &[u8], expect_primary: bool, offset: u64) -> Result<Self> {
         let bin = BinHeader::parse(area)?;
         if bin.primary != expect_primary {
-            return Err(Error::new(ErrorKind::NotLuks, "Header copy has the other copy's magic"));
+            return Err(Error::new(
+                ErrorKind::NotLuks,
+                "Header copy has the other copy's magic",
+            ));
         }
         if bin.hdr_offset != offset {
-            return Err(corrupt(format!("LUKS2 header at {offset} claims offset {}", bin.hdr_offset)));
+            return Err(corrupt(format!(
+                "LUKS2 header at {offset} claims offset {}",
+                bin.hdr_offset
+            )));
         }
         let size = bin.hdr_size as usize;
         if area.len() < size {
@@ -122,7 +137,11 @@ impl Header {
         }
         binary::verify_checksum(&area[..size])?;
         let meta = Metadata::parse(&area[BIN_LEN..size], bin.hdr_size)?;
-        Ok(Header { bin, meta, warnings: Vec::new() })
+        Ok(Header {
+            bin,
+            meta,
+            warnings: Vec::new(),
+        })
     }
 
     /// Both copies (primary, secondary) with a new seqid, ready to write.
@@ -131,7 +150,10 @@ impl Header {
         let json = self.meta.to_json();
         let json_size = (self.bin.hdr_size as usize) - BIN_LEN;
         if json.len() >= json_size {
-            return Err(Error::new(ErrorKind::InvalidArgument, "LUKS2 JSON metadata does not fit its area"));
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "LUKS2 JSON metadata does not fit its area",
+            ));
         }
         let mut copies = Vec::new();
         for primary in [true, false] {
@@ -151,17 +173,28 @@ impl Header {
     }
 }
 
-fn read_copy<R: Read + Seek>(dev: &mut R, dev_size: u64, offset: u64, primary: bool) -> Result<Header> {
+fn read_copy<R: Read + Seek>(
+    dev: &mut R,
+    dev_size: u64,
+    offset: u64,
+    primary: bool,
+) -> Result<Header> {
     if offset + BIN_LEN as u64 > dev_size {
         if primary && dev_size >= 6 {
             // Fall through to read the magic at least.
         } else {
-            return Err(Error::new(ErrorKind::NotLuks, "Device too small for a LUKS2 header copy"));
+            return Err(Error::new(
+                ErrorKind::NotLuks,
+                "Device too small for a LUKS2 header copy",
+            ));
         }
     }
     let mut bin = vec![0u8; BIN_LEN.min((dev_size.saturating_sub(offset)) as usize)];
     if bin.len() < 8 {
-        return Err(Error::new(ErrorKind::NotLuks, "Device too small for a LUKS header"));
+        return Err(Error::new(
+            ErrorKind::NotLuks,
+            "Device too small for a LUKS header",
+        ));
     }
     read_at(dev, offset, &mut bin)?;
     let parsed = BinHeader::parse(&bin)?;
@@ -170,7 +203,9 @@ fn read_copy<R: Read + Seek>(dev: &mut R, dev_size: u64, offset: u64, primary: b
     }
     // hdr_size is one of HDR_SIZES (<= 4 MiB): bounded allocation.
     if offset + parsed.hdr_size > dev_size {
-        return Err(corrupt(format!("LUKS2 header at {offset} extends beyond the device (truncated)")));
+        return Err(corrupt(format!(
+            "LUKS2 header at {offset} extends beyond the device (truncated)"
+        )));
     }
     let mut area = vec![0u8; parsed.hdr_size as usize];
     read_at(dev, offset, &mut area)?;
@@ -178,7 +213,8 @@ fn read_copy<R: Read + Seek>(dev: &mut R, dev_size: u64, offset: u64, primary: b
 }
 
 fn read_at<R: Read + Seek>(dev: &mut R, offset: u64, buf: &mut [u8]) -> Result<()> {
-    dev.seek(SeekFrom::Start(offset)).map_err(|e| Error::io("Cannot seek the header device", e))?;
+    dev.seek(SeekFrom::Start(offset))
+        .map_err(|e| Error::io("Cannot seek the header device", e))?;
     dev.read_exact(buf).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             corrupt("LUKS2 header is truncated")

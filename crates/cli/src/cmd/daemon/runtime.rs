@@ -40,7 +40,9 @@ pub fn dir() -> PathBuf {
 
 /// Our effective uid, read from `/proc/self` (owned by the process's euid).
 pub fn euid() -> u32 {
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }
 
 /// Creates the runtime directory (0700) if missing.
@@ -50,7 +52,12 @@ pub fn ensure_dir() -> Result<PathBuf, Failure> {
         .recursive(true)
         .mode(0o700)
         .create(&d)
-        .map_err(|e| Failure::denied(format!("Cannot create runtime directory {}: {e}", d.display())))?;
+        .map_err(|e| {
+            Failure::denied(format!(
+                "Cannot create runtime directory {}: {e}",
+                d.display()
+            ))
+        })?;
     Ok(d)
 }
 
@@ -91,7 +98,9 @@ pub fn check_name(name: &str) -> Result<(), Failure> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(())
     } else {
@@ -104,13 +113,19 @@ pub fn check_name(name: &str) -> Result<(), Failure> {
 /// The pid recorded for `name` if that process is alive and is a ucrypt
 /// daemon serving `name` (guards against pid reuse after a crash).
 pub fn live_pid(paths: &Paths, name: &str) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(&paths.pid).ok()?.trim().parse().ok()?;
+    let pid: u32 = std::fs::read_to_string(&paths.pid)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     pid_serves(pid, name).then_some(pid)
 }
 
 /// True if process `pid` exists and its command line is `ucrypt … open … name`.
 pub fn pid_serves(pid: u32, name: &str) -> bool {
-    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
     let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
     // A zombie has an empty cmdline: treat it as dead.
     args.contains(&&b"open"[..]) && args.contains(&name.as_bytes())
@@ -127,7 +142,10 @@ pub fn clean_stale(paths: &Paths) {
         }
     }
     if fuse::clean_stale_mount(&paths.fuse).unwrap_or(false) {
-        eprintln!("ucrypt: detached a stale FUSE mount at {}", paths.fuse.display());
+        eprintln!(
+            "ucrypt: detached a stale FUSE mount at {}",
+            paths.fuse.display()
+        );
     }
     let _ = std::fs::remove_dir(&paths.fuse);
 }
@@ -138,7 +156,10 @@ pub fn request(name: &str, req: &Value, timeout: Duration) -> Result<Value, Fail
     let paths = Paths::of(name);
     let mut s = UnixStream::connect(&paths.ctl).map_err(|_| {
         if live_pid(&paths, name).is_some() {
-            Failure::busy(format!("Device {name} is starting or not answering on {}", paths.ctl.display()))
+            Failure::busy(format!(
+                "Device {name} is starting or not answering on {}",
+                paths.ctl.display()
+            ))
         } else {
             Failure::device(format!("Device {name} is not active."))
         }
@@ -146,7 +167,8 @@ pub fn request(name: &str, req: &Value, timeout: Duration) -> Result<Value, Fail
     let _ = s.set_read_timeout(Some(timeout));
     let mut line = req.to_string();
     line.push('\n');
-    s.write_all(line.as_bytes()).map_err(|e| Failure::device(format!("Cannot talk to the {name} daemon: {e}")))?;
+    s.write_all(line.as_bytes())
+        .map_err(|e| Failure::device(format!("Cannot talk to the {name} daemon: {e}")))?;
     let mut reply = String::new();
     BufReader::new(s)
         .read_line(&mut reply)
@@ -157,7 +179,10 @@ pub fn request(name: &str, req: &Value, timeout: Duration) -> Result<Value, Fail
         Ok(v)
     } else {
         let msg = v["error"].as_str().unwrap_or("Request failed").to_owned();
-        let code = v["code"].as_u64().and_then(|c| u8::try_from(c).ok()).unwrap_or(1);
+        let code = v["code"]
+            .as_u64()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(1);
         Err(Failure { code, message: msg })
     }
 }

@@ -73,7 +73,10 @@ enum Event {
 enum Frontend {
     Nbd(nbd::Server),
     Fuse(fuse::Export),
-    Ublk { id: u32, thread: std::thread::JoinHandle<Result<(), ublk::Error>> },
+    Ublk {
+        id: u32,
+        thread: std::thread::JoinHandle<Result<(), ublk::Error>>,
+    },
 }
 
 struct Daemon {
@@ -92,7 +95,15 @@ struct Daemon {
 /// reply (export endpoint) once clients can connect.
 pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
-    let Spec { name, kind, table, export, engine: cfg, io_engine, direct } = spec;
+    let Spec {
+        name,
+        kind,
+        table,
+        export,
+        engine: cfg,
+        io_engine,
+        direct,
+    } = spec;
 
     let ro = cfg.read_only;
     let opts = FileOptions {
@@ -107,7 +118,8 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
         direct,
         ..FileOptions::default()
     };
-    let backend = FileBackend::open(&table.device, &opts).map_err(|e| Failure::device(chain(&e)))?;
+    let backend =
+        FileBackend::open(&table.device, &opts).map_err(|e| Failure::device(chain(&e)))?;
     let crypt = SectorCrypt::new(&table.crypt_config()).map_err(|e| Failure::usage(chain(&e)))?;
     let vol = Volume {
         backend: Arc::new(backend),
@@ -120,7 +132,12 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
 
     let (tx, rx) = mpsc::channel();
     let (frontend, export_kind, export_where) = match export {
-        ExportSpec::NbdUnix(p) => start_nbd(&engine, &name, &cfg, nbd::Endpoint::Unix(p.unwrap_or(paths.nbd.clone())))?,
+        ExportSpec::NbdUnix(p) => start_nbd(
+            &engine,
+            &name,
+            &cfg,
+            nbd::Endpoint::Unix(p.unwrap_or(paths.nbd.clone())),
+        )?,
         ExportSpec::NbdTcp(a) => start_nbd(&engine, &name, &cfg, nbd::Endpoint::Tcp(a))?,
         ExportSpec::Fuse(p) => {
             let mnt = p.unwrap_or(paths.fuse.clone());
@@ -130,7 +147,8 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
                 allow_discards: cfg.allow_discards,
                 threads: 4,
             };
-            let e = fuse::Export::mount(Arc::clone(&engine), &mnt, fcfg).map_err(|e| Failure::device(chain(&e)))?;
+            let e = fuse::Export::mount(Arc::clone(&engine), &mnt, fcfg)
+                .map_err(|e| Failure::device(chain(&e)))?;
             let file = e.file().display().to_string();
             (Frontend::Fuse(e), "fuse", file)
         }
@@ -151,8 +169,12 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
 
     // Control socket: bind in the 0700 runtime dir, then restrict to 0600.
     let _ = std::fs::remove_file(&paths.ctl);
-    let ctl = UnixListener::bind(&paths.ctl)
-        .map_err(|e| Failure::busy(format!("Cannot create control socket {}: {e}", paths.ctl.display())))?;
+    let ctl = UnixListener::bind(&paths.ctl).map_err(|e| {
+        Failure::busy(format!(
+            "Cannot create control socket {}: {e}",
+            paths.ctl.display()
+        ))
+    })?;
     std::fs::set_permissions(&paths.ctl, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Failure::denied(format!("Cannot restrict {}: {e}", paths.ctl.display())))?;
     let d = Arc::clone(&daemon);
@@ -161,8 +183,11 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
         .spawn(move || control_loop(ctl, d))
         .map_err(|e| Failure::device(format!("Cannot start control thread: {e}")))?;
 
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
-        .map_err(|e| Failure::device(format!("Cannot install signal handlers: {e}")))?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| Failure::device(format!("Cannot install signal handlers: {e}")))?;
     let sig_tx = tx.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -183,13 +208,20 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
         match rx.recv() {
             Ok(Event::Close(reply, written)) => match daemon.stop_frontend(false) {
                 Ok(()) => {
-                    let r = daemon.engine.shutdown().map_err(|e| Failure::device(chain(&e)));
+                    let r = daemon
+                        .engine
+                        .shutdown()
+                        .map_err(|e| Failure::device(chain(&e)));
                     // Answer only after the flush: `ucrypt close` returning
                     // means the data is durable.
                     let failed = r.is_err();
                     let _ = reply.send(r);
                     let _ = written.recv_timeout(std::time::Duration::from_secs(5));
-                    break if failed { Err(Failure::device("Flush failed during close")) } else { Ok(()) };
+                    break if failed {
+                        Err(Failure::device("Flush failed during close"))
+                    } else {
+                        Ok(())
+                    };
                 }
                 Err(f) => {
                     let _ = reply.send(Err(f));
@@ -198,7 +230,10 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Value)) -> Result<(), Failure> {
             Ok(Event::Signal(s)) => {
                 eprintln!("ucrypt: {name}: signal {s}, draining and flushing");
                 let _ = daemon.stop_frontend(true);
-                break daemon.engine.shutdown().map_err(|e| Failure::device(chain(&e)));
+                break daemon
+                    .engine
+                    .shutdown()
+                    .map_err(|e| Failure::device(chain(&e)));
             }
             Err(_) => break Ok(()),
         }
@@ -228,7 +263,8 @@ fn start_nbd(
         read_only: cfg.read_only,
         allow_trim: cfg.allow_discards,
     };
-    let s = nbd::Server::start(Arc::clone(engine), export, ep).map_err(|e| Failure::busy(chain(&e)))?;
+    let s =
+        nbd::Server::start(Arc::clone(engine), export, ep).map_err(|e| Failure::busy(chain(&e)))?;
     let uri = s.endpoint().to_string();
     Ok((Frontend::Nbd(s), "nbd", uri))
 }
@@ -250,7 +286,11 @@ fn start_ublk(engine: &Arc<Engine>) -> Result<(Frontend, &'static str, String), 
         .spawn(move || ublk::serve_with(e, &ublk::Options::default(), move |d| drop(tx.send(d))))
         .map_err(|e| Failure::device(format!("Cannot start the ublk thread: {e}")))?;
     match rx.recv() {
-        Ok(dev) => Ok((Frontend::Ublk { id: dev.id, thread }, "ublk", dev.path.display().to_string())),
+        Ok(dev) => Ok((
+            Frontend::Ublk { id: dev.id, thread },
+            "ublk",
+            dev.path.display().to_string(),
+        )),
         // The sender was dropped without a device: serve_with failed.
         Err(_) => {
             let why = match thread.join() {
@@ -385,7 +425,9 @@ impl Daemon {
             no_read_workqueue: f["no_read_workqueue"].as_bool().unwrap_or(false),
             no_write_workqueue: f["no_write_workqueue"].as_bool().unwrap_or(false),
         };
-        self.engine.reconfigure(cfg.clone()).map_err(|e| Failure::device(chain(&e)))?;
+        self.engine
+            .reconfigure(cfg.clone())
+            .map_err(|e| Failure::device(chain(&e)))?;
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
         t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
@@ -400,7 +442,11 @@ impl Daemon {
             "status" => Ok(self.status()),
             "table" => {
                 let show = req["showkeys"].as_bool().unwrap_or(false);
-                let line = self.table.lock().unwrap_or_else(|e| e.into_inner()).format(show);
+                let line = self
+                    .table
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .format(show);
                 Ok(json!({"ok": true, "table": line}))
             }
             "refresh" => self.refresh(req),
@@ -412,7 +458,9 @@ impl Daemon {
                     Err(Failure::device("Daemon is already stopping"))
                 } else {
                     rx.recv()
-                        .unwrap_or_else(|_| Err(Failure::device("Daemon stopped without answering")))
+                        .unwrap_or_else(|_| {
+                            Err(Failure::device("Daemon stopped without answering"))
+                        })
                         .map(|()| json!({"ok": true}))
                 }
             }
@@ -432,10 +480,16 @@ fn control_loop(l: UnixListener, d: Arc<Daemon>) {
         // One short request per connection; a stuck client cannot block
         // others for long.
         let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-        let Ok(reader) = conn.try_clone() else { continue };
+        let Ok(reader) = conn.try_clone() else {
+            continue;
+        };
         let mut line = String::new();
         let mut written = None;
-        if BufReader::new(reader).take(64 << 10).read_line(&mut line).is_err() {
+        if BufReader::new(reader)
+            .take(64 << 10)
+            .read_line(&mut line)
+            .is_err()
+        {
             continue;
         }
         let reply = match serde_json::from_str::<Value>(&line) {
@@ -446,7 +500,9 @@ fn control_loop(l: UnixListener, d: Arc<Daemon>) {
                 }
                 r
             }
-            Err(_) => json!({"ok": false, "error": "Malformed control request (expected one JSON object per line)", "code": 1}),
+            Err(_) => {
+                json!({"ok": false, "error": "Malformed control request (expected one JSON object per line)", "code": 1})
+            }
         };
         reply_line(conn, &reply);
         if let Some(w) = written.take() {
@@ -461,14 +517,15 @@ fn reply_line(mut conn: UnixStream, v: &Value) {
     let _ = conn.write_all(s.as_bytes());
 }
 
-
 /// `classic|inline|adaptive`.
 pub fn parse_mode(s: &str) -> Result<CryptMode, Failure> {
     match s {
         "classic" => Ok(CryptMode::Classic),
         "inline" => Ok(CryptMode::Inline),
         "adaptive" => Ok(CryptMode::Adaptive),
-        _ => Err(Failure::usage(format!("Unknown mode {s:?}: use classic, inline or adaptive"))),
+        _ => Err(Failure::usage(format!(
+            "Unknown mode {s:?}: use classic, inline or adaptive"
+        ))),
     }
 }
 
