@@ -40,6 +40,7 @@ pub(crate) struct Load {
     sampled_at: AtomicU64,
     last: AtomicUsize,
     smoothed: AtomicUsize,
+    steady: AtomicUsize,
 }
 
 impl Load {
@@ -48,6 +49,7 @@ impl Load {
             sampled_at: AtomicU64::new(0),
             last: AtomicUsize::new(0),
             smoothed: AtomicUsize::new(0),
+            steady: AtomicUsize::new(0),
         }
     }
 
@@ -55,6 +57,19 @@ impl Load {
     /// (the larger of the last two samples, to smooth single readings).
     /// `now` is in ns from any fixed epoch.
     pub(crate) fn others(&self, now: u64, ours: usize) -> usize {
+        self.sample(now, ours);
+        self.smoothed.load(Relaxed)
+    }
+
+    /// Like [`Load::others`], but the smaller of the last two samples: load
+    /// that persists, not a kernel thread that happened to be runnable at
+    /// one sample.
+    pub(crate) fn persistent(&self, now: u64, ours: usize) -> usize {
+        self.sample(now, ours);
+        self.steady.load(Relaxed)
+    }
+
+    fn sample(&self, now: u64, ours: usize) {
         let at = self.sampled_at.load(Relaxed);
         if now.saturating_sub(at) >= SAMPLE_NS
             && self
@@ -66,9 +81,9 @@ impl Load {
                 let fresh = running.saturating_sub(1 + ours);
                 let prev = self.last.swap(fresh, Relaxed);
                 self.smoothed.store(fresh.max(prev), Relaxed);
+                self.steady.store(fresh.min(prev), Relaxed);
             }
         }
-        self.smoothed.load(Relaxed)
     }
 }
 

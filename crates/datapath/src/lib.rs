@@ -25,6 +25,8 @@
 //!  │ WRITE encrypt in place, backend write (FUA passed down), complete      │
 //!  ├─────────────── Adaptive (mode/adaptive.rs, ours) ──────────────────────┤
 //!  │ small / all cores busy: the inline path                                │
+//!  │ caller keeps several in flight + a warm helper idle: hand the whole    │
+//!  │ request to it, the submitter goes on with the next (learned per engine)│
 //!  │ large + idle core: split one request's IO + crypto into chunks claimed │
 //!  │ by the submitter and warm helpers (dm-crypt never splits a bio)        │
 //!  └────────────────────────────────────────────────────────────────────────┘
@@ -245,7 +247,7 @@ pub(crate) struct Core {
     epoch: Instant,
     /// When a submitter last saw every core busy (ns since `epoch`; 0 = never).
     pub(crate) contended_at: AtomicU64,
-    /// Test hook: adaptive splits every request of more than 4 KiB.
+    /// Test hook: adaptive hands off or splits (see [`Engine::force_split`]).
     pub(crate) force_split: std::sync::atomic::AtomicBool,
     /// Machine load, for the adaptive mode's idle-core estimate.
     pub(crate) idle: cpu::Load,
@@ -697,9 +699,10 @@ impl Engine {
         }
     }
 
-    /// Test hook: make the adaptive mode split every request larger than
-    /// 4 KiB into 4 KiB-aligned chunks whatever the load, so tests exercise
-    /// the split path on a busy machine. Not for production use.
+    /// Test hook: make the adaptive mode hand every other read or write
+    /// off whole to a helper, and split the rest when larger than 4 KiB
+    /// (into 4 KiB-aligned chunks), whatever the load, so tests exercise
+    /// both cross-core paths on a busy machine. Not for production use.
     #[doc(hidden)]
     pub fn force_split(&self, on: bool) {
         self.core.force_split.store(on, Relaxed);
@@ -756,6 +759,8 @@ pub struct DirStats {
     pub queued: u64,
     /// Requests whose IO and crypto were split across cores (adaptive).
     pub split: u64,
+    /// Requests handed whole to a warm helper on another core (adaptive).
+    pub offloaded: u64,
     /// Requests per mode they ran under.
     pub by_mode: ModeCounts,
     /// Latency percentiles since start.

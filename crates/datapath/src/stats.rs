@@ -46,6 +46,8 @@ pub(crate) enum Path {
     Queued,
     /// Crypto split across cores (adaptive).
     Split,
+    /// Handed whole to another core's warm helper (adaptive).
+    Offload,
 }
 
 struct DirCounters {
@@ -55,6 +57,7 @@ struct DirCounters {
     inline: AtomicU64,
     queued: AtomicU64,
     split: AtomicU64,
+    offloaded: AtomicU64,
     by_mode: [AtomicU64; 3],
     hist: [AtomicU64; BUCKETS],
 }
@@ -68,6 +71,7 @@ impl DirCounters {
             inline: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             split: AtomicU64::new(0),
+            offloaded: AtomicU64::new(0),
             by_mode: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             hist: [const { AtomicU64::new(0) }; BUCKETS],
         }
@@ -180,6 +184,7 @@ impl StatsCore {
             Path::Inline => &d.inline,
             Path::Queued => &d.queued,
             Path::Split => &d.split,
+            Path::Offload => &d.offloaded,
         }
         .fetch_add(1, Relaxed);
         d.by_mode[mode as usize].fetch_add(1, Relaxed);
@@ -198,6 +203,7 @@ impl StatsCore {
             out.inline += d.inline.load(Relaxed);
             out.queued += d.queued.load(Relaxed);
             out.split += d.split.load(Relaxed);
+            out.offloaded += d.offloaded.load(Relaxed);
             for (m, c) in modes.iter_mut().zip(&d.by_mode) {
                 *m += c.load(Relaxed);
             }

@@ -75,6 +75,10 @@ fn check_config(idx: usize) {
                     st.read.split + st.write.split > 0,
                     "{what}: split path exercised"
                 );
+                assert!(
+                    st.read.offloaded + st.write.offloaded > 0,
+                    "{what}: hand-off path exercised"
+                );
             }
             if name == "classic" {
                 assert!(

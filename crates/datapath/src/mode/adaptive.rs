@@ -1,5 +1,6 @@
-//! Adaptive mode (ours): inline by default, one request's crypto split
-//! across cores when that pays.
+//! Adaptive mode (ours): inline by default; a whole request handed to a
+//! warm helper when the caller keeps several in flight; one request's
+//! crypto split across cores when that pays.
 //!
 //! Hand-written. The facts it is built on (measured on the 2-vCPU VM this
 //! was developed on; see `examples/grid.rs`): waking a sleeping thread on
@@ -9,9 +10,15 @@
 //! requests, and only parallelism can pay it back. So, per request:
 //!
 //! ```text
-//!  submit ─► plan(size, queue depth, idle cores)
+//!  submit ─► plan(size, submitters, idle cores, learned caller depth)
 //!     ├─ inline (small request, or every core already has a submitter):
 //!     │     exactly the inline path (mode/inline.rs)
+//!     ├─ hand-off (≥ OFFLOAD_MIN, a helper spinning idle, and the caller
+//!     │     seen keeping more than one request in flight): the request is
+//!     │     queued for that helper, `submit` returns at once and the
+//!     │     submitter runs the caller's next request itself; the helper
+//!     │     completes this one. dm-crypt's workqueue spread, minus the
+//!     │     wake-up: the helper is already running.
 //!     └─ split (large request and an idle core):
 //!           the buffer is cut into chunks (BytesMut::split_to, no copy),
 //!           posted on the board; the submitter and any awake helper claim
@@ -19,6 +26,16 @@
 //!           for its chunk; the submitter waits for the last chunk, glues
 //!           the chunks back (unsplit, no copy) and completes in place.
 //! ```
+//!
+//! The caller's queue depth cannot be seen up front (an inline request
+//! completes before the next one is submitted), so it is learned: a helper
+//! that finishes a handed-off request checks whether its submitter has
+//! submitted again meanwhile (or within [`OFFLOAD_GRACE`]). If not, the
+//! caller was waiting for it (queue depth 1) and paid a wake-up; hand-offs
+//! then pause, 5 ms doubling to 80 ms, so such a caller loses at most one
+//! wake-up per pause. Each overlapped hand-off resets the back-off and,
+//! for [`PIPELINED_HOLD`], makes large requests go whole to helpers rather
+//! than split.
 //!
 //! dm-crypt never splits one bio across CPUs; it only spreads whole bios.
 //! Splitting gets the parallelism even at queue depth 1, and completing in
@@ -45,7 +62,8 @@
 //! [`WAKE_MIN`] bytes; smaller ones (from [`SPLIT_MIN`]) split only when a
 //! helper is already spinning.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -55,7 +73,7 @@ use bytes::{Bytes, BytesMut};
 use crate::check::{SectorRange, Work};
 use crate::mode::inline;
 use crate::stats::{Dir, Path};
-use crate::{Completion, Ctx, Error};
+use crate::{Completion, Ctx, Done, Error};
 
 /// Smallest request split when a helper is already awake.
 pub const SPLIT_MIN: u64 = 128 << 10;
@@ -71,6 +89,32 @@ pub const SPIN_WINDOW: Duration = Duration::from_micros(300);
 pub const CONTENDED_HOLD: Duration = Duration::from_millis(5);
 /// Spin iterations a submitter waits for the last chunk before parking.
 const OWNER_SPINS: u32 = 20_000;
+/// First pause in hand-offs after one was not overlapped (the submitter
+/// waited for it: a queue-depth-1 caller); doubled per further miss.
+const OFFLOAD_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// Longest pause in hand-offs.
+const OFFLOAD_BACKOFF_MAX: Duration = Duration::from_millis(80);
+/// Least time between two wake-ups of a parked helper for a hand-off.
+const OFFLOAD_WAKE_EVERY: Duration = Duration::from_millis(1);
+/// Smallest request handed off whole: below it the hand-off's own cost
+/// (cache lines of the request, its buffer and the callback crossing cores)
+/// eats the overlap (grid, 4k QD16 one job: 0.75 of inline).
+const OFFLOAD_MIN: u64 = 16 << 10;
+/// How long a helper that finished a hand-off waits for the submitter's
+/// next submission before scoring the hand-off a miss.
+pub const OFFLOAD_GRACE: Duration = Duration::from_micros(3);
+/// How long after the last overlapped hand-off large requests are handed
+/// off whole rather than split (the caller keeps several in flight).
+pub const PIPELINED_HOLD: Duration = Duration::from_millis(5);
+
+/// A whole request handed to an idle helper.
+struct Offload {
+    w: Work,
+    t0: Instant,
+    done: Done,
+    /// `Board::submits` when it was handed off.
+    seq: u64,
+}
 
 struct SplitJob {
     write: bool,
@@ -94,6 +138,34 @@ struct Board {
     parked: Mutex<usize>,
     wake: Condvar,
     closed: AtomicBool,
+    /// Whole requests handed to helpers, and their count.
+    handoff: Mutex<VecDeque<Offload>>,
+    handoff_len: AtomicUsize,
+    /// Handed-off requests not yet completed.
+    offloaded: AtomicUsize,
+    /// Adaptive submissions so far (the overlap test's clock).
+    submits: AtomicU64,
+    /// No hand-offs before this time (ns since the engine's epoch).
+    offload_off_until: AtomicU64,
+    /// Hand-offs in a row that the submitter waited for.
+    offload_misses: AtomicU32,
+    /// Last time a parked helper was woken for a hand-off (ns).
+    offload_woken_at: AtomicU64,
+    /// Last overlapped hand-off (ns; 0 = never).
+    pipelined_at: AtomicU64,
+    /// A parked helper is asked to spin (set under `parked`).
+    nudged: AtomicBool,
+    /// Threads inside [`Adaptive::submit`].
+    active: AtomicUsize,
+}
+
+/// Counts a thread out of [`Board::active`] on every return path.
+struct Active<'a>(&'a AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
 }
 
 /// A running adaptive pipeline: the board and its helper threads.
@@ -118,6 +190,16 @@ impl Adaptive {
             parked: Mutex::new(0),
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
+            handoff: Mutex::new(VecDeque::new()),
+            handoff_len: AtomicUsize::new(0),
+            offloaded: AtomicUsize::new(0),
+            submits: AtomicU64::new(0),
+            offload_off_until: AtomicU64::new(0),
+            offload_misses: AtomicU32::new(0),
+            offload_woken_at: AtomicU64::new(0),
+            pipelined_at: AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
         });
         let mut me = Self {
             board: board.clone(),
@@ -143,33 +225,154 @@ impl Adaptive {
         Ok(me)
     }
 
-    /// Runs a checked request: inline or split, always completing here.
+    /// Runs a checked request: split, handed off whole to an idle helper,
+    /// or inline.
     pub(crate) fn submit(
         &self,
         ctx: &Ctx,
         w: Work,
         t0: Instant,
         depth: usize,
-        done: impl FnOnce(Completion),
+        done: impl FnOnce(Completion) + Send + 'static,
     ) {
+        let len = match &w {
+            Work::Read(r) | Work::Write(r, ..) => r.len(),
+            _ => 0,
+        };
+        let forced = ctx.core.force_split.load(Relaxed);
+        if len < OFFLOAD_MIN.min(SPLIT_MIN) && !forced {
+            // Too small to move: the inline path, touching no shared cache
+            // line but to tell a pending hand-off that its submitter is
+            // back (see `run_offload`).
+            if self.board.offloaded.load(Relaxed) > 0 {
+                self.board.submits.fetch_add(1, SeqCst);
+            }
+            let _ = depth;
+            return inline::run(ctx, w, t0, done);
+        }
+        let seq = self.board.submits.fetch_add(1, SeqCst) + 1;
+        // Threads running a request of a movable size right now in
+        // submitting context, this one included (requests handed off are
+        // not counted: their submitter has moved on).
+        let submitters = self.board.active.fetch_add(1, SeqCst) + 1;
+        let _active = Active(&self.board.active);
+        if len == 0 {
+            return inline::run(ctx, w, t0, done);
+        }
+        if forced && self.helpers > 0 && ctx.crypt.is_some() {
+            // Test hook: every other request handed off, the rest split.
+            if seq % 2 == 1 {
+                return self.offload(ctx, w, t0, seq, Box::new(done), true);
+            }
+        }
+        // A caller seen keeping several requests in flight gets whole
+        // requests spread over cores (no chunk bookkeeping, no waiting for
+        // the last chunk); otherwise a large request is split.
+        let pipelined = {
+            let at = self.board.pipelined_at.load(Relaxed);
+            at != 0 && ctx.core.nanos(t0).saturating_sub(at) < PIPELINED_HOLD.as_nanos() as u64
+        };
+        if pipelined && self.offload_ok(ctx, len, submitters, t0) {
+            return self.offload(ctx, w, t0, seq, Box::new(done), false);
+        }
         match w {
-            Work::Read(r) if self.plan(ctx, r.len(), depth, t0) => {
+            Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
                 let res = self
                     .split(ctx, r, vec![0u8; r.len() as usize], false, false)
                     .map(Some);
                 ctx.complete(Dir::Read, Path::Split, r.len(), t0, res, done);
             }
-            Work::Write(r, data, fua) if self.plan(ctx, r.len(), depth, t0) => {
+            Work::Write(r, data, fua) if self.plan(ctx, len, submitters, t0) => {
                 let res = self.split(ctx, r, data, true, fua).map(|_| None);
                 ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
+            }
+            w if !pipelined && self.offload_ok(ctx, len, submitters, t0) => {
+                self.offload(ctx, w, t0, seq, Box::new(done), false)
             }
             w => inline::run(ctx, w, t0, done),
         }
     }
 
-    /// Split or not: size, queue depth (= submitters inside the engine,
-    /// since every adaptive request completes in its submitter) and idle
-    /// cores.
+    /// Hand the whole request to a helper or not. Worth it only when the
+    /// caller keeps more than one request in flight (then the submitter
+    /// runs the next one while a helper runs this one) and a helper is
+    /// already spinning on an idle core (a hand-off is then a cache-line
+    /// transfer, not an ~80 µs wake-up). The caller's queue depth is not
+    /// visible up front (inline requests complete before the next is
+    /// submitted), so it is learned: a hand-off the submitter did not
+    /// overlap with a submission of its own (it waited for it: a
+    /// queue-depth-1 caller) pauses hand-offs with exponential back-off;
+    /// an overlapped one resets the back-off.
+    fn offload_ok(&self, ctx: &Ctx, len: u64, submitters: usize, t0: Instant) -> bool {
+        let Some(c) = &ctx.crypt else { return false };
+        // cipher_null: only memory copies would move; never worth a hop.
+        if self.helpers == 0 || c.is_null() {
+            return false;
+        }
+        let now = ctx.core.nanos(t0);
+        if now < self.board.offload_off_until.load(Relaxed) {
+            return false;
+        }
+        if submitters >= ctx.core.ncpu {
+            ctx.core.contended_at.store(now, Relaxed);
+            return false;
+        }
+        if ctx.core.contended(now, CONTENDED_HOLD) {
+            return false;
+        }
+        // Persistent load only: a hand-off does not hold its submitter
+        // up, so a helper briefly sharing its core costs little.
+        if ctx
+            .core
+            .idle
+            .persistent(now, self.board.awake.load(Relaxed))
+            + submitters
+            >= ctx.core.ncpu
+        {
+            ctx.core.contended_at.store(now, Relaxed);
+            return false;
+        }
+        if len < OFFLOAD_MIN {
+            return false;
+        }
+        let spinning = self.board.spinning.load(Relaxed);
+        if spinning > self.board.handoff_len.load(Relaxed) {
+            return true;
+        }
+        if spinning == 0 && self.board.awake.load(Relaxed) < self.helpers {
+            // Nobody warm: wake one (rate-limited) for the requests that
+            // follow; this one runs inline.
+            let at = self.board.offload_woken_at.load(Relaxed);
+            if now.saturating_sub(at) >= OFFLOAD_WAKE_EVERY.as_nanos() as u64
+                && self
+                    .board
+                    .offload_woken_at
+                    .compare_exchange(at, now, Relaxed, Relaxed)
+                    .is_ok()
+            {
+                self.board.nudge();
+            }
+        }
+        false
+    }
+
+    /// Queues `w` for a helper and returns; the helper completes it.
+    fn offload(&self, ctx: &Ctx, w: Work, t0: Instant, seq: u64, done: Done, forced: bool) {
+        let _ = ctx;
+        self.board.offloaded.fetch_add(1, SeqCst);
+        self.board
+            .handoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(Offload { w, t0, done, seq });
+        self.board.handoff_len.fetch_add(1, SeqCst);
+        if forced || self.board.spinning.load(SeqCst) == 0 {
+            self.board.nudge();
+        }
+    }
+
+    /// Split or not: size, submitters inside the engine (requests in
+    /// flight less those handed off) and idle cores.
     fn plan(&self, ctx: &Ctx, len: u64, depth: usize, t0: Instant) -> bool {
         // Splitting spreads crypto; with no cipher (or cipher_null) only
         // memory copies would be spread, and measured on the dev VM that
@@ -196,7 +399,7 @@ impl Adaptive {
         }
         // Idle cores: every CPU but this submitter's, less whatever else is
         // runnable on the machine right now (other processes included).
-        if ctx.core.idle.others(now, self.board.awake.load(Relaxed)) + 1 >= ctx.core.ncpu {
+        if ctx.core.idle.others(now, self.board.awake.load(Relaxed)) + depth >= ctx.core.ncpu {
             ctx.core.contended_at.store(now, Relaxed);
             return false;
         }
@@ -281,6 +484,33 @@ impl Adaptive {
 }
 
 impl Board {
+    /// Wakes one parked helper, if any.
+    fn nudge(&self) {
+        let g = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if *g > 0 {
+            self.nudged.store(true, SeqCst);
+            self.wake.notify_one();
+        }
+    }
+
+    /// True when a helper has nothing to do.
+    fn idle(&self) -> bool {
+        self.open.load(SeqCst) == 0 && self.handoff_len.load(SeqCst) == 0
+    }
+
+    fn take_handoff(&self) -> Option<Offload> {
+        if self.handoff_len.load(SeqCst) == 0 {
+            return None;
+        }
+        let o = self
+            .handoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()?;
+        self.handoff_len.fetch_sub(1, SeqCst);
+        Some(o)
+    }
+
     fn post(&self, job: &Arc<SplitJob>) {
         self.jobs
             .lock()
@@ -342,8 +572,9 @@ fn run_chunks(ctx: &Ctx, job: &SplitJob) {
     }
 }
 
-/// A helper: claim chunks while there are any, spin briefly when idle,
-/// park when the load is gone or every core has its own submitter.
+/// A helper: claim chunks while there are any, then run handed-off
+/// requests, spin briefly when idle, park when the load is gone or every
+/// core has its own submitter.
 fn helper(board: &Board, ctx: &Ctx) {
     let mut last_work = Instant::now();
     board.awake.fetch_add(1, SeqCst);
@@ -358,6 +589,13 @@ fn helper(board: &Board, ctx: &Ctx) {
                 last_work = Instant::now();
                 continue;
             }
+        }
+        if let Some(o) = board.take_handoff() {
+            board.spinning.fetch_sub(1, SeqCst);
+            run_offload(board, ctx, o);
+            board.spinning.fetch_add(1, SeqCst);
+            last_work = Instant::now();
+            continue;
         }
         if board.closed.load(SeqCst) {
             break;
@@ -377,7 +615,7 @@ fn helper(board: &Board, ctx: &Ctx) {
         board.awake.fetch_sub(1, SeqCst);
         let mut g = board.parked.lock().unwrap_or_else(|e| e.into_inner());
         *g += 1;
-        while board.open.load(SeqCst) == 0 && !board.closed.load(SeqCst) {
+        while board.idle() && !board.closed.load(SeqCst) && !board.nudged.swap(false, SeqCst) {
             g = board.wake.wait(g).unwrap_or_else(|e| e.into_inner());
         }
         *g -= 1;
@@ -388,4 +626,35 @@ fn helper(board: &Board, ctx: &Ctx) {
     }
     board.spinning.fetch_sub(1, SeqCst);
     board.awake.fetch_sub(1, SeqCst);
+}
+
+/// Runs a handed-off request and completes it on this helper; first
+/// scores the hand-off (see [`Adaptive::offload_ok`]).
+fn run_offload(board: &Board, ctx: &Ctx, o: Offload) {
+    let (dir, bytes, res) = inline::exec(ctx, o.w);
+    // A caller with more in flight submits again while this ran, or within
+    // a few µs; one waiting for this completion cannot.
+    let mut now = Instant::now();
+    let deadline = now + OFFLOAD_GRACE;
+    let mut hit = board.submits.load(SeqCst) > o.seq;
+    while !hit && now < deadline {
+        std::hint::spin_loop();
+        hit = board.submits.load(SeqCst) > o.seq;
+        now = Instant::now();
+    }
+    let now = ctx.core.nanos(now);
+    if hit {
+        board.offload_misses.store(0, Relaxed);
+        board.pipelined_at.store(now, Relaxed);
+    } else {
+        let misses = board.offload_misses.fetch_add(1, Relaxed).min(16);
+        let pause = (OFFLOAD_BACKOFF_MIN.as_nanos() as u64)
+            .saturating_mul(1 << misses)
+            .min(OFFLOAD_BACKOFF_MAX.as_nanos() as u64);
+        board.offload_off_until.store(now + pause, Relaxed);
+    }
+    ctx.complete(dir, Path::Offload, bytes, o.t0, res, o.done);
+    // After the gate released the slot: counted in neither is harmless (a
+    // submitter too few), in both would look like a second submitter.
+    board.offloaded.fetch_sub(1, SeqCst);
 }

@@ -373,7 +373,7 @@ impl Daemon {
         let dir = |d: &datapath::DirStats| {
             json!({
                 "requests": d.requests, "bytes": d.bytes, "errors": d.errors,
-                "inline": d.inline, "queued": d.queued,
+                "inline": d.inline, "queued": d.queued, "split": d.split, "offloaded": d.offloaded,
                 "p50_us": d.latency.p50_us, "p99_us": d.latency.p99_us, "p999_us": d.latency.p999_us,
             })
         };
