@@ -400,8 +400,8 @@ impl FileBackend {
                     // kernel's use of it. The fd is owned by `self`.
                     retry_cqe(|| unsafe { with_ring(|r| run_sqe(r, &sqe)) })?
                 }
-                // SAFETY: `ptr` is valid for `n` writable bytes (inside buf).
                 IoEngine::Syscalls => {
+                    // SAFETY: `ptr` is valid for `n` writable bytes (inside buf).
                     cvt_retry(|| unsafe { libc::pread(fd, ptr.cast(), n, at as i64) })?
                 }
             };
