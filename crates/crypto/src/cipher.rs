@@ -39,6 +39,14 @@ pub(crate) trait SectorCipher: Send + Sync {
     /// of 16); sector `i` uses `ivs[i]`, and `ivs.len() == buf.len() / unit`.
     fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]);
 
+    /// Like [`SectorCipher::crypt_run`], reading `src` and writing `dst`
+    /// (same length): one pass over the data instead of a copy and a pass.
+    /// Provided: copy, then convert in place.
+    fn crypt_run_to(&self, dir: Dir, src: &[u8], dst: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
+        dst.copy_from_slice(src);
+        self.crypt_run(dir, dst, unit, ivs);
+    }
+
     /// Converts one sector (`buf`, a multiple of 16 bytes) with `iv`.
     fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
         let unit = buf.len();
@@ -381,11 +389,14 @@ impl Evp {
         for dir in [Dir::Encrypt, Dir::Decrypt] {
             let mut a: Vec<u8> = (0..128u8).collect();
             let mut b = a.clone();
-            if me.try_run(dir, &mut a, 64, &ivs).is_some() {
+            let mut c = vec![0u8; a.len()];
+            if me.try_run(dir, Some(&a), &mut c, 64, &ivs).is_some()
+                || me.try_run(dir, None, &mut a, 64, &ivs).is_some()
+            {
                 return None;
             }
             me.fallback.crypt_run(dir, &mut b, 64, &ivs);
-            if a != b {
+            if a != b || c != b {
                 return None;
             }
         }
@@ -423,10 +434,18 @@ impl Evp {
         }
     }
 
-    /// Converts sector by sector; returns the index of the first sector
-    /// OpenSSL failed on (left untouched: for these modes EVP checks
-    /// everything before writing), or `None` when all are done.
-    fn try_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) -> Option<usize> {
+    /// Converts sector by sector, from `src` when given (else in place);
+    /// returns the index of the first sector OpenSSL failed on (its output
+    /// left untouched: for these modes EVP checks everything before
+    /// writing), or `None` when all are done.
+    fn try_run(
+        &self,
+        dir: Dir,
+        src: Option<&[u8]>,
+        buf: &mut [u8],
+        unit: usize,
+        ivs: &[[u8; 16]],
+    ) -> Option<usize> {
         let Some(mut pair) = self.pool_take() else {
             return Some(0);
         };
@@ -444,11 +463,20 @@ impl Evp {
                 (_, Dir::Encrypt) => ctx.encrypt_init(None, None, Some(iv)).is_ok(),
                 (_, Dir::Decrypt) => ctx.decrypt_init(None, None, Some(iv)).is_ok(),
             };
+            let from = src.map(|src| &src[i * unit..(i + 1) * unit]);
             let ok = init_ok
                 && if self.mode == EvpMode::Xts {
-                    // XTS has EVP block size 1: in place is allowed.
-                    ctx.cipher_update_inplace(s, unit).is_ok_and(|n| n == unit)
+                    // XTS has EVP block size 1: the output needs no room
+                    // beyond the input, and in place is allowed.
+                    match from {
+                        Some(from) => ctx.cipher_update(from, Some(s)),
+                        None => ctx.cipher_update_inplace(s, unit),
+                    }
+                    .is_ok_and(|n| n == unit)
                 } else {
+                    if let Some(from) = from {
+                        s.copy_from_slice(from);
+                    }
                     let done = ctx
                         .cipher_update(s, Some(&mut scratch[..unit + 16]))
                         .is_ok_and(|n| n == unit);
@@ -469,10 +497,22 @@ impl Evp {
 
 impl SectorCipher for Evp {
     fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
-        if let Some(i) = self.try_run(dir, buf, unit, ivs) {
+        if let Some(i) = self.try_run(dir, None, buf, unit, ivs) {
             // Never seen after the self-test in `new`; finish in Rust.
             self.fallback
                 .crypt_run(dir, &mut buf[i * unit..], unit, &ivs[i..]);
+        }
+    }
+
+    fn crypt_run_to(&self, dir: Dir, src: &[u8], dst: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
+        if let Some(i) = self.try_run(dir, Some(src), dst, unit, ivs) {
+            self.fallback.crypt_run_to(
+                dir,
+                &src[i * unit..],
+                &mut dst[i * unit..],
+                unit,
+                &ivs[i..],
+            );
         }
     }
 

@@ -181,15 +181,29 @@ impl SectorCrypt {
     /// `buf.len()` must be a multiple of the sector size and `sector` aligned
     /// to it. Panics otherwise: callers validate requests first.
     pub fn encrypt(&self, sector: u64, buf: &mut [u8]) {
-        self.convert(Dir::Encrypt, sector, buf);
+        self.convert(Dir::Encrypt, sector, None, buf);
     }
 
     /// Decrypts `buf` in place; same contract as [`SectorCrypt::encrypt`].
     pub fn decrypt(&self, sector: u64, buf: &mut [u8]) {
-        self.convert(Dir::Decrypt, sector, buf);
+        self.convert(Dir::Decrypt, sector, None, buf);
     }
 
-    fn convert(&self, dir: Dir, sector: u64, buf: &mut [u8]) {
+    /// Encrypts `src` into `dst` (same length), leaving `src` alone: the
+    /// same bytes as copying and then [`SectorCrypt::encrypt`], in one pass
+    /// over the data where the implementation allows (OpenSSL XTS). Same
+    /// contract as `encrypt`; also panics if the lengths differ.
+    pub fn encrypt_to(&self, sector: u64, src: &[u8], dst: &mut [u8]) {
+        self.convert(Dir::Encrypt, sector, Some(src), dst);
+    }
+
+    /// Decrypts `src` into `dst`; see [`SectorCrypt::encrypt_to`].
+    pub fn decrypt_to(&self, sector: u64, src: &[u8], dst: &mut [u8]) {
+        self.convert(Dir::Decrypt, sector, Some(src), dst);
+    }
+
+    /// Converts `buf` in place, or `src` into `buf` when `src` is given.
+    fn convert(&self, dir: Dir, sector: u64, src: Option<&[u8]>, buf: &mut [u8]) {
         let step = (self.sector_size / 512) as u64;
         assert!(
             buf.len() % self.sector_size == 0 && sector % step == 0,
@@ -197,39 +211,58 @@ impl SectorCrypt {
             buf.len(),
             self.sector_size
         );
+        assert!(
+            src.is_none_or(|s| s.len() == buf.len()),
+            "source and destination differ in length"
+        );
+        let ss = self.sector_size;
+        // Converts bytes `at..at + len` of the request with one call.
+        let run =
+            |c: &dyn SectorCipher, buf: &mut [u8], at: usize, len: usize, ivs: &[[u8; 16]]| {
+                let out = &mut buf[at..at + len];
+                match src {
+                    Some(src) => c.crypt_run_to(dir, &src[at..at + len], out, ss, ivs),
+                    None => c.crypt_run(dir, out, ss, ivs),
+                }
+            };
         if self.is_null() {
+            if let Some(src) = src {
+                buf.copy_from_slice(src);
+            }
             return;
         }
         let base = sector.wrapping_add(self.iv_offset);
-        if self.tfms.len() == 1 && buf.len() == self.sector_size {
+        if self.tfms.len() == 1 && buf.len() == ss {
             // The common one-sector call: no IV batch array to clear.
             let tfm = &self.tfms[0];
             let mut iv = [[0u8; 16]; 1];
             self.fill_ivs(tfm, base, step, &mut iv);
-            tfm.cipher.crypt_run(dir, buf, self.sector_size, &iv);
+            run(&*tfm.cipher, buf, 0, ss, &iv);
             return;
         }
         let mut ivs = [[0u8; 16]; IV_BATCH];
         if self.tfms.len() == 1 {
             // One key: IVs for up to IV_BATCH sectors at a time, one call.
             let tfm = &self.tfms[0];
-            for (g, chunk) in buf.chunks_mut(self.sector_size * IV_BATCH).enumerate() {
-                let n = chunk.len() / self.sector_size;
-                let first = base.wrapping_add(((g * IV_BATCH) as u64).wrapping_mul(step));
-                let ivs = &mut ivs[..n];
+            let mut at = 0;
+            while at < buf.len() {
+                let len = (buf.len() - at).min(ss * IV_BATCH);
+                let first = base.wrapping_add(((at / ss) as u64).wrapping_mul(step));
+                let ivs = &mut ivs[..len / ss];
                 self.fill_ivs(tfm, first, step, ivs);
-                tfm.cipher.crypt_run(dir, chunk, self.sector_size, ivs);
+                run(&*tfm.cipher, buf, at, len, ivs);
+                at += len;
             }
             return;
         }
         // dm-crypt's multi-key mode: key part = cc_sector & (keycount - 1).
         let mask = self.tfms.len() as u64 - 1;
-        for (i, s) in buf.chunks_exact_mut(self.sector_size).enumerate() {
+        for i in 0..buf.len() / ss {
             let cc_sector = base.wrapping_add((i as u64).wrapping_mul(step));
             let tfm = &self.tfms[(cc_sector & mask) as usize];
             let iv = &mut ivs[..1];
             self.fill_ivs(tfm, cc_sector, step, iv);
-            tfm.cipher.crypt(dir, s, &iv[0]);
+            run(&*tfm.cipher, buf, i * ss, ss, iv);
         }
     }
 
