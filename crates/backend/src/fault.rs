@@ -17,7 +17,9 @@
 //! operation *before* the inner backend is called, so a failed write writes
 //! nothing. Rules can be added and removed while IO runs. [`OpCounts`]
 //! counts what reached the inner backend, so tests can check, for example,
-//! that a FUA request really arrived as a FUA write or a flush.
+//! that a FUA request really arrived as a FUA write or a flush. It lends no
+//! [`Direct`](crate::Direct) access, even around a ramdisk, so every byte
+//! goes through the operations the rules see.
 
 use std::fmt;
 use std::io;

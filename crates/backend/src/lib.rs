@@ -78,6 +78,12 @@ pub trait Backend: Send + Sync {
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
 
+    /// In-place access to the stored bytes, for backends that keep them in
+    /// memory; `None` (the default) for the rest.
+    fn direct(&self) -> Option<&dyn Direct> {
+        None
+    }
+
     /// Discards `len` bytes at `offset`.
     ///
     /// Provided: emulated by [`Backend::write_zeroes`], so the range reads
@@ -94,6 +100,37 @@ pub trait Backend: Send + Sync {
         emulate_write_zeroes(self, offset, len)
     }
 }
+
+/// In-place access to a backend's stored bytes (the ramdisk has it).
+///
+/// It lets the data path encrypt straight into the device and decrypt
+/// straight out of it: one pass over the data where
+/// [`Backend::read_at`]/[`Backend::write_at`] cost a copy plus a pass.
+///
+/// Both calls check the range as every operation does, then hand the range
+/// to `f` as consecutive pieces, in order: `f(offset_in_request, bytes)`.
+/// Piece boundaries fall on multiples of [`DIRECT_ALIGN`] bytes of device
+/// offset, so a request aligned to a sector size of at most that is cut
+/// only between sectors. While `f` runs on a piece, nobody writes those
+/// bytes (and for `write_with` nobody reads them either), with the same
+/// guarantees as `read_at`/`write_at`. `f` must not call the backend.
+pub trait Direct {
+    /// Lends `offset..offset+len` for reading.
+    fn read_with(&self, offset: u64, len: u64, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<()>;
+    /// Lends `offset..offset+len` for writing; `f` must write every byte of
+    /// each piece (it sees the old contents). Durable on return when `fua`.
+    fn write_with(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        f: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> io::Result<()>;
+}
+
+/// Pieces lent by [`Direct`] start and end on multiples of this many bytes
+/// of device offset (besides the ends of the request).
+pub const DIRECT_ALIGN: u64 = 4096;
 
 // Shared and boxed backends are backends, so wrappers such as FaultBackend
 // can hold an `Arc<dyn Backend>` or a `Box<dyn Backend>`.
@@ -114,6 +151,9 @@ macro_rules! forward_backend {
             }
             fn flush(&self) -> io::Result<()> {
                 (**self).flush()
+            }
+            fn direct(&self) -> Option<&dyn Direct> {
+                (**self).direct()
             }
             fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
                 (**self).discard(offset, len)

@@ -26,13 +26,17 @@
 //! hold one lock at a time and batches are taken in ascending order, so no
 //! cycle of waiters, hence no deadlock, can form.
 //!
+//! [`Direct`] access (the data path's fused crypto) takes a batch's locks
+//! the same way, shared to read and exclusive to write, in ascending order,
+//! and lends the batch's bytes as one slice; one page needs no batch.
+//!
 //! FUA and flush are no-ops: memory is as durable as this device gets.
 
 use std::io;
 use std::ptr::NonNull;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::{check_range, Backend, Caps, Error, ErrorKind};
+use crate::{check_range, Backend, Caps, Direct, Error, ErrorKind, DIRECT_ALIGN};
 
 /// Size of the unit that is locked, copied and released at once.
 const PAGE: usize = 4096;
@@ -130,6 +134,33 @@ impl MemBackend {
         self.pages[at / PAGE]
             .write()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls `f(at, in_request, n)` for each batch of `offset..offset+len`
+    /// (range already checked) while holding the locks `lock` takes on all
+    /// of the batch's pages, taken in ascending order.
+    fn for_each_batch<G>(
+        offset: u64,
+        len: u64,
+        lock: impl Fn(usize) -> G,
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
+        let start = offset as usize;
+        let end = start + len as usize;
+        let mut at = start;
+        while at < end {
+            let first = at / PAGE;
+            let last = ((end - 1) / PAGE).min(first + BATCH_PAGES - 1);
+            let batch_end = ((last + 1) * PAGE).min(end);
+            if first == last {
+                let _g = lock(at);
+                f(at, at - start, batch_end - at);
+            } else {
+                let _g: Vec<G> = (first..=last).map(|p| lock(p * PAGE)).collect();
+                f(at, at - start, batch_end - at);
+            }
+            at = batch_end;
+        }
     }
 
     /// Zeroes `offset..offset+len` (range already checked).
@@ -253,6 +284,10 @@ impl Backend for MemBackend {
         Ok(())
     }
 
+    fn direct(&self) -> Option<&dyn Direct> {
+        Some(self)
+    }
+
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(self.size, offset, len)?;
         self.zero_range(offset, len)
@@ -261,5 +296,53 @@ impl Backend for MemBackend {
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(self.size, offset, len)?;
         self.zero_range(offset, len)
+    }
+}
+
+// Batches end on page boundaries, which is what `Direct` promises.
+const _: () = assert!(DIRECT_ALIGN as usize == PAGE);
+
+impl Direct for MemBackend {
+    fn read_with(&self, offset: u64, len: u64, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+        check_range(self.size, offset, len)?;
+        Self::for_each_batch(
+            offset,
+            len,
+            |at| self.read_lock(at),
+            |at, in_req, n| {
+                // SAFETY: `at..at+n` lies inside the mapping (checked range)
+                // and we hold the shared lock of every page it covers, so no
+                // writer touches it while the slice lives (it does not
+                // outlive this call).
+                let piece = unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(at), n) };
+                f(in_req, piece);
+            },
+        );
+        Ok(())
+    }
+
+    fn write_with(
+        &self,
+        offset: u64,
+        len: u64,
+        _fua: bool,
+        f: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> io::Result<()> {
+        check_range(self.size, offset, len)?;
+        Self::for_each_batch(
+            offset,
+            len,
+            |at| self.write_lock(at),
+            |at, in_req, n| {
+                // SAFETY: `at..at+n` lies inside the mapping (checked range)
+                // and we hold the exclusive lock of every page it covers, so
+                // nobody else reads or writes it while this only reference
+                // lives (it does not outlive this call).
+                let piece =
+                    unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(at), n) };
+                f(in_req, piece);
+            },
+        );
+        Ok(())
     }
 }

@@ -162,3 +162,10 @@ fn wraps_shared_dyn_backends_and_races_with_rule_changes() {
         }
     });
 }
+
+#[test]
+fn lends_no_direct_access_so_rules_see_every_byte() {
+    let inner = MemBackend::new(1 << 20).unwrap();
+    assert!(inner.direct().is_some());
+    assert!(fb().direct().is_none());
+}
