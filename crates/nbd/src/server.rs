@@ -268,7 +268,14 @@ impl Stream {
         // `b` is a valid 1-byte buffer; MSG_PEEK | MSG_DONTWAIT neither
         // consumes data nor blocks, and affects only this call (unlike
         // O_NONBLOCK, which the reply writer's dup of the socket shares).
-        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        let n = unsafe {
+            libc::recv(
+                fd,
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
         n != -1 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
     }
 
@@ -691,8 +698,14 @@ struct Poller {
 
 impl Poller {
     fn new() -> Self {
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        Self { misses: 0, paused_until: None, max_pollers: cpus / 2 }
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        Self {
+            misses: 0,
+            paused_until: None,
+            max_pollers: cpus / 2,
+        }
     }
 
     /// Returns when a request is readable, the window ran out, or polling
