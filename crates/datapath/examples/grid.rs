@@ -165,6 +165,9 @@ fn run(
     // what splitting would give on an idle machine).
     engine
         .force_split(mode == CryptMode::Adaptive && std::env::var_os("GRID_FORCE_SPLIT").is_some());
+    // GRID_NOFUSE=1: adaptive moves bytes as inline does (copy + crypto
+    // pass), to tell what fusing is worth from what scheduling is.
+    engine.fuse(std::env::var_os("GRID_NOFUSE").is_none());
     let region = DEV / jobs as u64;
     let warm = Duration::from_secs_f64(secs / 4.0);
     let dur = Duration::from_secs_f64(secs);

@@ -78,6 +78,7 @@ mod stats;
 use gate::Gate;
 use mode::adaptive::Adaptive;
 use mode::classic::Classic;
+use mode::inline::Pass;
 use stats::{Dir, Path, StatsCore};
 
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};
@@ -249,6 +250,8 @@ pub(crate) struct Core {
     pub(crate) contended_at: AtomicU64,
     /// Test hook: adaptive hands off or splits (see [`Engine::force_split`]).
     pub(crate) force_split: std::sync::atomic::AtomicBool,
+    /// Adaptive runs crypto in two passes like inline (see [`Engine::fuse`]).
+    pub(crate) no_fuse: std::sync::atomic::AtomicBool,
     /// Machine load, for the adaptive mode's idle-core estimate.
     pub(crate) idle: cpu::Load,
     /// Threads of replaced generations, joined at shutdown.
@@ -514,7 +517,7 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
         Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
     };
     match &gen.pipe {
-        Pipe::Inline => mode::inline::run(ctx, w, t0, done),
+        Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
         Pipe::Adaptive(a) => a.submit(ctx, w, t0, depth, done),
     }
@@ -538,6 +541,7 @@ impl Engine {
             contended_at: AtomicU64::new(0),
             idle: cpu::Load::new(),
             force_split: std::sync::atomic::AtomicBool::new(false),
+            no_fuse: std::sync::atomic::AtomicBool::new(false),
             retired: Mutex::new(Vec::new()),
             reconfig: Mutex::new(()),
         });
@@ -706,6 +710,14 @@ impl Engine {
     #[doc(hidden)]
     pub fn force_split(&self, on: bool) {
         self.core.force_split.store(on, Relaxed);
+    }
+
+    /// Whether the adaptive mode fuses crypto with the backend's copy when
+    /// the backend lends its memory (the ramdisk does): on by default. Off,
+    /// adaptive moves bytes as inline does (a copy plus a crypto pass), so a
+    /// benchmark can tell what fusing is worth from what scheduling is.
+    pub fn fuse(&self, on: bool) {
+        self.core.no_fuse.store(!on, Relaxed);
     }
 
     /// Drains in-flight requests, flushes, stops and joins worker threads.

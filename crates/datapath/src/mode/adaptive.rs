@@ -71,7 +71,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::check::{SectorRange, Work};
-use crate::mode::inline;
+use crate::mode::inline::{self, Pass};
 use crate::stats::{Dir, Path};
 use crate::{Completion, Ctx, Done, Error};
 
@@ -248,7 +248,7 @@ impl Adaptive {
                 self.board.submits.fetch_add(1, SeqCst);
             }
             let _ = depth;
-            return inline::run(ctx, w, t0, done);
+            return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
         }
         let seq = self.board.submits.fetch_add(1, SeqCst) + 1;
         // Threads running a request of a movable size right now in
@@ -257,7 +257,7 @@ impl Adaptive {
         let submitters = self.board.active.fetch_add(1, SeqCst) + 1;
         let _active = Active(&self.board.active);
         if len == 0 {
-            return inline::run(ctx, w, t0, done);
+            return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
         }
         if forced && self.helpers > 0 && ctx.crypt.is_some() {
             // Test hook: every other request handed off, the rest split.
@@ -289,7 +289,7 @@ impl Adaptive {
             w if !pipelined && self.offload_ok(ctx, len, submitters, t0) => {
                 self.offload(ctx, w, t0, seq, Box::new(done), false)
             }
-            w => inline::run(ctx, w, t0, done),
+            w => inline::run(ctx, w, t0, Pass::adaptive(ctx), done),
         }
     }
 
@@ -555,9 +555,9 @@ fn run_chunks(ctx: &Ctx, job: &SplitJob) {
             .unwrap_or_default();
         let r = job.range.sub(i as u64 * job.chunk, b.len() as u64);
         let res = if job.write {
-            inline::write_from(ctx, r, &mut b, job.fua)
+            inline::write_from(ctx, r, &mut b, job.fua, Pass::adaptive(ctx))
         } else {
-            inline::read_into(ctx, r, &mut b)
+            inline::read_into(ctx, r, &mut b, Pass::adaptive(ctx))
         };
         if let Err(e) = res {
             job.err
@@ -631,7 +631,7 @@ fn helper(board: &Board, ctx: &Ctx) {
 /// Runs a handed-off request and completes it on this helper; first
 /// scores the hand-off (see [`Adaptive::offload_ok`]).
 fn run_offload(board: &Board, ctx: &Ctx, o: Offload) {
-    let (dir, bytes, res) = inline::exec(ctx, o.w);
+    let (dir, bytes, res) = inline::exec(ctx, o.w, Pass::adaptive(ctx));
     // A caller with more in flight submits again while this ran, or within
     // a few µs; one waiting for this completion cannot.
     let mut now = Instant::now();

@@ -48,7 +48,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::check::{SectorRange, Work};
-use crate::mode::inline;
+use crate::mode::inline::{self, Pass};
 use crate::queue::{BouncePool, WorkQueue};
 use crate::stats::{Dir, Path};
 use crate::{Completion, Ctx, Done, Error};
@@ -202,7 +202,7 @@ impl Classic {
                 };
                 kcryptd_queue_crypt(&self.sh, CryptWork::WriteConvert(io));
             }
-            w => inline::run(ctx, w, t0, done),
+            w => inline::run(ctx, w, t0, Pass::Two, done),
         }
     }
 

@@ -13,6 +13,15 @@
 //! owns it, so dm-crypt's bounce buffer, needed there because the bio's
 //! pages belong to the caller, is a copy this path can skip).
 //!
+//! Bytes meet the backend in one of two ways ([`Pass`]). Inline and classic
+//! keep dm-crypt's over brd: the device copies (`read_at`/`write_at`) and
+//! crypto is a pass of its own, so they cost what dm-crypt would. The
+//! adaptive mode fuses the two when the backend lends its memory
+//! ([`backend::Direct`], the ramdisk): a write is encrypted straight from
+//! the caller's buffer into the device's pages, a read decrypted straight
+//! out of them, one pass over the data instead of two. dm-crypt cannot do
+//! that: the crypt target and the device are separate drivers.
+//!
 //! Write-zeroes, discard and flush take this path in every mode: dm-crypt
 //! remaps flush and discard bios straight to the device (`crypt_map` returns
 //! `DM_MAPIO_REMAPPED`), and it has no write-zeroes support, so the block
@@ -21,6 +30,9 @@
 
 use std::time::Instant;
 
+use backend::Direct;
+use crypto::SectorCrypt;
+
 use crate::check::{SectorRange, Work};
 use crate::stats::{Dir, Path};
 use crate::{Completion, Ctx, Error};
@@ -28,18 +40,59 @@ use crate::{Completion, Ctx, Error};
 /// Largest piece write-zeroes encrypts at once.
 const ZERO_CHUNK: u64 = 1 << 20;
 
+/// How a request's bytes meet the backend (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// dm-crypt's way: the backend copies, crypto is a pass of its own.
+    Two,
+    /// Crypto straight between the request's buffer and the backend's
+    /// memory when the backend lends it; otherwise as [`Pass::Two`].
+    Fused,
+}
+
+impl Pass {
+    /// The adaptive mode's choice: fused unless switched off.
+    pub(crate) fn adaptive(ctx: &Ctx) -> Self {
+        if ctx.core.no_fuse.load(std::sync::atomic::Ordering::Relaxed) {
+            Pass::Two
+        } else {
+            Pass::Fused
+        }
+    }
+}
+
+/// The cipher and the backend's memory when `pass` is fused and the
+/// backend lends it. Pieces are lent cut on [`backend::DIRECT_ALIGN`]
+/// device boundaries; those fall between sectors only when the volume's
+/// data offset is a whole number of sectors (LUKS and every usual table
+/// have that), so otherwise the request takes two passes.
+fn fused(ctx: &Ctx, pass: Pass) -> Option<(&SectorCrypt, &dyn Direct)> {
+    if pass != Pass::Fused {
+        return None;
+    }
+    let c = ctx.crypt.as_deref()?;
+    if ctx.data_offset % c.sector_size() as u64 != 0 {
+        return None;
+    }
+    Some((c, ctx.backend.direct()?))
+}
+
 /// Runs `w` to completion in this thread and completes it.
-pub(crate) fn run(ctx: &Ctx, w: Work, t0: Instant, done: impl FnOnce(Completion)) {
-    let (dir, bytes, res) = exec(ctx, w);
+pub(crate) fn run(ctx: &Ctx, w: Work, t0: Instant, pass: Pass, done: impl FnOnce(Completion)) {
+    let (dir, bytes, res) = exec(ctx, w, pass);
     ctx.complete(dir, Path::Inline, bytes, t0, res, done);
 }
 
 /// Executes `w`; returns its stats direction, byte count and result.
-pub(crate) fn exec(ctx: &Ctx, w: Work) -> (Dir, u64, Completion) {
+pub(crate) fn exec(ctx: &Ctx, w: Work, pass: Pass) -> (Dir, u64, Completion) {
     let dir = w.dir();
     match w {
-        Work::Read(r) => (dir, r.len(), read(ctx, r).map(Some)),
-        Work::Write(r, data, fua) => (dir, r.len(), write(ctx, r, data, fua).map(|_| None)),
+        Work::Read(r) => (dir, r.len(), read(ctx, r, pass).map(Some)),
+        Work::Write(r, mut data, fua) => (
+            dir,
+            r.len(),
+            write_from(ctx, r, &mut data, fua, pass).map(|_| None),
+        ),
         Work::Zero(r, fua) => (dir, r.len(), write_zeroes(ctx, r, fua).map(|_| None)),
         Work::Discard(r) => (
             dir,
@@ -53,15 +106,29 @@ pub(crate) fn exec(ctx: &Ctx, w: Work) -> (Dir, u64, Completion) {
     }
 }
 
-/// Backend read, then decrypt in place.
-pub(crate) fn read(ctx: &Ctx, r: SectorRange) -> Result<Vec<u8>, Error> {
+/// Backend read, then decrypt.
+pub(crate) fn read(ctx: &Ctx, r: SectorRange, pass: Pass) -> Result<Vec<u8>, Error> {
     let mut buf = vec![0u8; r.len() as usize];
-    read_into(ctx, r, &mut buf)?;
+    read_into(ctx, r, &mut buf, pass)?;
     Ok(buf)
 }
 
-/// Backend read of `r` into `buf`, then decrypt.
-pub(crate) fn read_into(ctx: &Ctx, r: SectorRange, buf: &mut [u8]) -> Result<(), Error> {
+/// Reads `r` into `buf` and decrypts it: a backend copy and a pass in
+/// place, or one pass out of the backend's memory ([`Pass::Fused`]).
+pub(crate) fn read_into(
+    ctx: &Ctx,
+    r: SectorRange,
+    buf: &mut [u8],
+    pass: Pass,
+) -> Result<(), Error> {
+    if let Some((c, direct)) = fused(ctx, pass) {
+        direct.read_with(r.at(), r.len(), &mut |at, piece| {
+            // Pieces are cut on 4 KiB device boundaries, so between sectors.
+            let sector = r.sector() + (at / 512) as u64;
+            c.decrypt_to(sector, piece, &mut buf[at..at + piece.len()]);
+        })?;
+        return Ok(());
+    }
     ctx.backend.read_at(buf, r.at())?;
     if let Some(c) = &ctx.crypt {
         c.decrypt(r.sector(), buf);
@@ -69,18 +136,24 @@ pub(crate) fn read_into(ctx: &Ctx, r: SectorRange, buf: &mut [u8]) -> Result<(),
     Ok(())
 }
 
-/// Encrypt in place, then backend write.
-pub(crate) fn write(ctx: &Ctx, r: SectorRange, mut data: Vec<u8>, fua: bool) -> Result<(), Error> {
-    write_from(ctx, r, &mut data, fua)
-}
-
-/// Encrypts `buf` (the plaintext of `r`) in place and writes it.
+/// Encrypts `buf` (the plaintext of `r`) and writes it: in place and then
+/// a backend copy (`buf` is left encrypted), or one pass into the
+/// backend's memory ([`Pass::Fused`], `buf` left alone).
 pub(crate) fn write_from(
     ctx: &Ctx,
     r: SectorRange,
     buf: &mut [u8],
     fua: bool,
+    pass: Pass,
 ) -> Result<(), Error> {
+    if let Some((c, direct)) = fused(ctx, pass) {
+        let plain = &*buf;
+        direct.write_with(r.at(), r.len(), fua, &mut |at, piece| {
+            let sector = r.sector() + (at / 512) as u64;
+            c.encrypt_to(sector, &plain[at..at + piece.len()], piece);
+        })?;
+        return Ok(());
+    }
     if let Some(c) = &ctx.crypt {
         c.encrypt(r.sector(), buf);
     }
