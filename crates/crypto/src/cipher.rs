@@ -47,6 +47,23 @@ pub(crate) trait SectorCipher: Send + Sync {
         self.crypt_run(dir, dst, unit, ivs);
     }
 
+    /// Like [`SectorCipher::crypt_run_to`], appending the output to `out`:
+    /// written straight into its spare capacity where the implementation
+    /// can (OpenSSL XTS), so no buffer has to be zeroed first. Provided:
+    /// append a copy, then convert it in place.
+    fn crypt_run_append(
+        &self,
+        dir: Dir,
+        src: &[u8],
+        out: &mut Vec<u8>,
+        unit: usize,
+        ivs: &[[u8; 16]],
+    ) {
+        let base = out.len();
+        out.extend_from_slice(src);
+        self.crypt_run(dir, &mut out[base..], unit, ivs);
+    }
+
     /// Converts one sector (`buf`, a multiple of 16 bytes) with `iv`.
     fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
         let unit = buf.len();
@@ -390,13 +407,15 @@ impl Evp {
             let mut a: Vec<u8> = (0..128u8).collect();
             let mut b = a.clone();
             let mut c = vec![0u8; a.len()];
+            let mut d = vec![1u8];
             if me.try_run(dir, Some(&a), &mut c, 64, &ivs).is_some()
+                || (mode == EvpMode::Xts && me.xts_append(dir, &a, &mut d, 64, &ivs) != 2)
                 || me.try_run(dir, None, &mut a, 64, &ivs).is_some()
             {
                 return None;
             }
             me.fallback.crypt_run(dir, &mut b, 64, &ivs);
-            if a != b || c != b {
+            if a != b || c != b || (mode == EvpMode::Xts && (d[0] != 1 || d[1..] != b[..])) {
                 return None;
             }
         }
@@ -495,6 +514,72 @@ impl Evp {
     }
 }
 
+impl Evp {
+    /// XTS from `src` straight into `out`'s spare capacity, sector by
+    /// sector; returns how many sectors were appended (all of them but
+    /// after an OpenSSL failure, never seen after the self-test).
+    ///
+    /// The one unsafe function of this crate: the safe OpenSSL API only
+    /// writes into initialised slices, and zeroing a buffer just to
+    /// overwrite it costs as much as the copy the fused data path saves.
+    #[allow(unsafe_code)]
+    fn xts_append(
+        &self,
+        dir: Dir,
+        src: &[u8],
+        out: &mut Vec<u8>,
+        unit: usize,
+        ivs: &[[u8; 16]],
+    ) -> usize {
+        use foreign_types::ForeignType;
+        let (Ok(inl), Some(mut pair)) = (std::ffi::c_int::try_from(unit), self.pool_take()) else {
+            return 0;
+        };
+        let ctx = match dir {
+            Dir::Encrypt => &mut pair.enc,
+            Dir::Decrypt => &mut pair.dec,
+        };
+        out.reserve(src.len());
+        for (i, (s, iv)) in src.chunks_exact(unit).zip(ivs.iter()).enumerate() {
+            let init_ok = match dir {
+                Dir::Encrypt => ctx.encrypt_init(None, None, Some(iv)).is_ok(),
+                Dir::Decrypt => ctx.decrypt_init(None, None, Some(iv)).is_ok(),
+            };
+            let mut outl: std::ffi::c_int = 0;
+            // SAFETY: `out` has at least `unit` bytes of spare capacity
+            // (reserved for all of `src` above, and each sector appends
+            // exactly `unit`) starting at `as_mut_ptr() + len`; XTS has EVP
+            // block size 1 and no padding, so it writes exactly `inl` bytes
+            // for `inl` bytes of input and nothing beyond. `s` is valid for
+            // `unit` readable bytes and cannot overlap `out`'s spare
+            // capacity (`src` is borrowed shared while `out` is borrowed
+            // exclusively). `ctx` is an initialised context owned by `pair`.
+            let ok = init_ok
+                && unsafe {
+                    openssl_sys::EVP_CipherUpdate(
+                        ctx.as_ptr(),
+                        out.as_mut_ptr().add(out.len()),
+                        &mut outl,
+                        s.as_ptr(),
+                        inl,
+                    )
+                } == 1
+                && outl == inl;
+            if !ok {
+                // Clear this thread's OpenSSL error queue; drop the pair
+                // (its state is unknown).
+                drop(openssl::error::ErrorStack::get());
+                return i;
+            }
+            // SAFETY: OpenSSL initialised exactly the `unit` bytes after
+            // the current length (outl == inl == unit), inside capacity.
+            unsafe { out.set_len(out.len() + unit) };
+        }
+        self.pool_put(pair);
+        src.len() / unit
+    }
+}
+
 impl SectorCipher for Evp {
     fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
         if let Some(i) = self.try_run(dir, None, buf, unit, ivs) {
@@ -513,6 +598,26 @@ impl SectorCipher for Evp {
                 unit,
                 &ivs[i..],
             );
+        }
+    }
+
+    fn crypt_run_append(
+        &self,
+        dir: Dir,
+        src: &[u8],
+        out: &mut Vec<u8>,
+        unit: usize,
+        ivs: &[[u8; 16]],
+    ) {
+        let done = if self.mode == EvpMode::Xts {
+            self.xts_append(dir, src, out, unit, ivs)
+        } else {
+            0
+        };
+        if done * unit < src.len() {
+            let base = out.len();
+            out.extend_from_slice(&src[done * unit..]);
+            self.crypt_run(dir, &mut out[base..], unit, &ivs[done..]);
         }
     }
 

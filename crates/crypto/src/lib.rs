@@ -17,7 +17,9 @@
 //! and `Documentation/admin-guide/device-mapper/dm-crypt.rst`; `tests/`
 //! checks them against an independent Python oracle
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
-#![forbid(unsafe_code)]
+// One function may use unsafe code: `cipher::Evp::xts_append`, which
+// lets OpenSSL write into a Vec's spare capacity.
+#![deny(unsafe_code)]
 // `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
 #![allow(clippy::manual_is_multiple_of)]
 
@@ -181,12 +183,12 @@ impl SectorCrypt {
     /// `buf.len()` must be a multiple of the sector size and `sector` aligned
     /// to it. Panics otherwise: callers validate requests first.
     pub fn encrypt(&self, sector: u64, buf: &mut [u8]) {
-        self.convert(Dir::Encrypt, sector, None, buf);
+        self.convert(Dir::Encrypt, sector, Out::InPlace(buf));
     }
 
     /// Decrypts `buf` in place; same contract as [`SectorCrypt::encrypt`].
     pub fn decrypt(&self, sector: u64, buf: &mut [u8]) {
-        self.convert(Dir::Decrypt, sector, None, buf);
+        self.convert(Dir::Decrypt, sector, Out::InPlace(buf));
     }
 
     /// Encrypts `src` into `dst` (same length), leaving `src` alone: the
@@ -194,50 +196,42 @@ impl SectorCrypt {
     /// over the data where the implementation allows (OpenSSL XTS). Same
     /// contract as `encrypt`; also panics if the lengths differ.
     pub fn encrypt_to(&self, sector: u64, src: &[u8], dst: &mut [u8]) {
-        self.convert(Dir::Encrypt, sector, Some(src), dst);
+        self.convert(Dir::Encrypt, sector, Out::To(src, dst));
     }
 
     /// Decrypts `src` into `dst`; see [`SectorCrypt::encrypt_to`].
     pub fn decrypt_to(&self, sector: u64, src: &[u8], dst: &mut [u8]) {
-        self.convert(Dir::Decrypt, sector, Some(src), dst);
+        self.convert(Dir::Decrypt, sector, Out::To(src, dst));
     }
 
-    /// Converts `buf` in place, or `src` into `buf` when `src` is given.
-    fn convert(&self, dir: Dir, sector: u64, src: Option<&[u8]>, buf: &mut [u8]) {
+    /// Appends the decryption of `src` to `out`, written straight into its
+    /// spare capacity where the implementation can (OpenSSL XTS), so a
+    /// read needs no zeroed buffer. Same contract as `decrypt` for `src`.
+    pub fn decrypt_append(&self, sector: u64, src: &[u8], out: &mut Vec<u8>) {
+        self.convert(Dir::Decrypt, sector, Out::Append(src, out));
+    }
+
+    /// Converts `out`'s bytes.
+    fn convert(&self, dir: Dir, sector: u64, mut out: Out<'_>) {
         let step = (self.sector_size / 512) as u64;
+        let len = out.len();
         assert!(
-            buf.len() % self.sector_size == 0 && sector % step == 0,
-            "unaligned request: {} bytes at sector {sector}, sector size {}",
-            buf.len(),
+            len % self.sector_size == 0 && sector % step == 0,
+            "unaligned request: {len} bytes at sector {sector}, sector size {}",
             self.sector_size
         );
-        assert!(
-            src.is_none_or(|s| s.len() == buf.len()),
-            "source and destination differ in length"
-        );
         let ss = self.sector_size;
-        // Converts bytes `at..at + len` of the request with one call.
-        let run =
-            |c: &dyn SectorCipher, buf: &mut [u8], at: usize, len: usize, ivs: &[[u8; 16]]| {
-                let out = &mut buf[at..at + len];
-                match src {
-                    Some(src) => c.crypt_run_to(dir, &src[at..at + len], out, ss, ivs),
-                    None => c.crypt_run(dir, out, ss, ivs),
-                }
-            };
         if self.is_null() {
-            if let Some(src) = src {
-                buf.copy_from_slice(src);
-            }
+            out.copy();
             return;
         }
         let base = sector.wrapping_add(self.iv_offset);
-        if self.tfms.len() == 1 && buf.len() == ss {
+        if self.tfms.len() == 1 && len == ss {
             // The common one-sector call: no IV batch array to clear.
             let tfm = &self.tfms[0];
             let mut iv = [[0u8; 16]; 1];
             self.fill_ivs(tfm, base, step, &mut iv);
-            run(&*tfm.cipher, buf, 0, ss, &iv);
+            out.run(dir, &*tfm.cipher, 0, ss, ss, &iv);
             return;
         }
         let mut ivs = [[0u8; 16]; IV_BATCH];
@@ -245,24 +239,24 @@ impl SectorCrypt {
             // One key: IVs for up to IV_BATCH sectors at a time, one call.
             let tfm = &self.tfms[0];
             let mut at = 0;
-            while at < buf.len() {
-                let len = (buf.len() - at).min(ss * IV_BATCH);
+            while at < len {
+                let n = (len - at).min(ss * IV_BATCH);
                 let first = base.wrapping_add(((at / ss) as u64).wrapping_mul(step));
-                let ivs = &mut ivs[..len / ss];
+                let ivs = &mut ivs[..n / ss];
                 self.fill_ivs(tfm, first, step, ivs);
-                run(&*tfm.cipher, buf, at, len, ivs);
-                at += len;
+                out.run(dir, &*tfm.cipher, at, n, ss, ivs);
+                at += n;
             }
             return;
         }
         // dm-crypt's multi-key mode: key part = cc_sector & (keycount - 1).
         let mask = self.tfms.len() as u64 - 1;
-        for i in 0..buf.len() / ss {
+        for i in 0..len / ss {
             let cc_sector = base.wrapping_add((i as u64).wrapping_mul(step));
             let tfm = &self.tfms[(cc_sector & mask) as usize];
             let iv = &mut ivs[..1];
             self.fill_ivs(tfm, cc_sector, step, iv);
-            run(&*tfm.cipher, buf, i * ss, ss, iv);
+            out.run(dir, &*tfm.cipher, i * ss, ss, ss, iv);
         }
     }
 
@@ -307,6 +301,62 @@ impl SectorCrypt {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// Where a conversion's output goes.
+enum Out<'a> {
+    /// Converted where it is.
+    InPlace(&'a mut [u8]),
+    /// From a source into a destination of the same length.
+    To(&'a [u8], &'a mut [u8]),
+    /// From a source, appended to a Vec.
+    Append(&'a [u8], &'a mut Vec<u8>),
+}
+
+impl Out<'_> {
+    /// Bytes converted.
+    fn len(&self) -> usize {
+        match self {
+            Out::InPlace(b) => b.len(),
+            Out::To(src, dst) => {
+                assert_eq!(
+                    src.len(),
+                    dst.len(),
+                    "source and destination differ in length"
+                );
+                src.len()
+            }
+            Out::Append(src, _) => src.len(),
+        }
+    }
+
+    /// The output of `cipher_null`: the input.
+    fn copy(&mut self) {
+        match self {
+            Out::InPlace(_) => {}
+            Out::To(src, dst) => dst.copy_from_slice(src),
+            Out::Append(src, out) => out.extend_from_slice(src),
+        }
+    }
+
+    /// Converts bytes `at..at + len` (whole `unit`-byte sectors, in order).
+    fn run(
+        &mut self,
+        dir: Dir,
+        c: &dyn SectorCipher,
+        at: usize,
+        len: usize,
+        unit: usize,
+        ivs: &[[u8; 16]],
+    ) {
+        match self {
+            Out::InPlace(b) => c.crypt_run(dir, &mut b[at..at + len], unit, ivs),
+            Out::To(src, dst) => {
+                c.crypt_run_to(dir, &src[at..at + len], &mut dst[at..at + len], unit, ivs)
+            }
+            Out::Append(src, out) => c.crypt_run_append(dir, &src[at..at + len], out, unit, ivs),
         }
     }
 }

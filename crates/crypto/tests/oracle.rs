@@ -268,5 +268,12 @@ fn ours(c: &Case) -> (Vec<u8>, Vec<u8>, SectorCrypt) {
     assert!(out == enc, "{}: encrypt_to differs from encrypt", c.cipher);
     sc.decrypt_to(c.start, &enc, &mut out);
     assert!(out == plain, "{}: decrypt_to does not invert", c.cipher);
+    let mut appended = Vec::new();
+    sc.decrypt_append(c.start, &enc, &mut appended);
+    assert!(
+        appended == plain,
+        "{}: decrypt_append does not invert",
+        c.cipher
+    );
     (plain, enc, sc)
 }

@@ -75,7 +75,12 @@ proptest! {
         prop_assert_eq!(&out, &in_place);
         let mut back = vec![0x11u8; plain.len()];
         c.decrypt_to(sector, &out, &mut back);
-        prop_assert_eq!(back, plain);
+        prop_assert_eq!(&back, &plain);
+        // Appending keeps what the Vec held and adds exactly the plaintext.
+        let mut appended = vec![0x22u8; 3];
+        c.decrypt_append(sector, &out, &mut appended);
+        prop_assert_eq!(&appended[..3], &[0x22u8; 3][..]);
+        prop_assert_eq!(&appended[3..], &plain[..]);
     }
 
     #[test]
