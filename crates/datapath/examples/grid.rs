@@ -8,6 +8,9 @@
 //! cargo run --release -p ucrypt-datapath --example grid -- [secs-per-run] [rounds] [filter...]
 //! ```
 //! Filters are substrings matched against the cell name, e.g. `xts read 4M`.
+//! `GRID_BS`, `GRID_QD` (comma lists like `256k,1M` and `4,16`) and
+//! `GRID_SECTOR` (default 4096) replace the grid's sizes, depths and
+//! sector size.
 //! Each cell runs every mode `rounds` times, interleaved, and keeps each
 //! mode's best run: on a shared machine the best run is the one least
 //! disturbed by other processes.
@@ -35,6 +38,18 @@ fn main() {
     for off in (0..DEV).step_by(fill.len()) {
         mem.write_at(&fill, off, false).expect("fill");
     }
+    // GRID_BS / GRID_QD / GRID_SECTOR override the issue's grid (e.g. to
+    // look at the bench sweep's cells: GRID_BS=256k,1M GRID_QD=4,16
+    // GRID_SECTOR=512).
+    let list = |var: &str, default: &[u64]| -> Vec<u64> {
+        std::env::var(var).map_or_else(
+            |_| default.to_vec(),
+            |v| v.split(',').filter_map(parse_size).collect(),
+        )
+    };
+    let sizes = list("GRID_BS", &[4 << 10, 64 << 10, 1 << 20, 4 << 20]);
+    let depths = list("GRID_QD", &[1, 16]);
+    let sector_size = list("GRID_SECTOR", &[4096])[0] as u32;
     let ciphers = [
         ("null", "cipher_null-ecb", 0usize),
         ("xts", "aes-xts-plain64", 64),
@@ -55,14 +70,14 @@ fn main() {
                 cipher: spec.into(),
                 key: zeroize::Zeroizing::new((0..klen as u8).collect()),
                 iv_offset: 0,
-                sector_size: 4096,
+                sector_size,
                 iv_large_sectors: false,
             })
             .expect("cipher"),
         );
         for write in [false, true] {
-            for bs in [4u64 << 10, 64 << 10, 1 << 20, 4 << 20] {
-                for qd in [1usize, 16] {
+            for &bs in &sizes {
+                for qd in depths.iter().map(|&q| q as usize) {
                     for jobs in [1usize, 2] {
                         let name = format!(
                             "{cname} {} {:>4} qd{qd:<2} j{jobs}",
@@ -77,7 +92,7 @@ fn main() {
                             crypt: c,
                             data_offset: 0,
                             size: DEV,
-                            sector_size: 4096,
+                            sector_size,
                         };
                         let mut raw = 0f64;
                         let mut r = vec![0f64; modes.len()];
@@ -135,6 +150,17 @@ fn main() {
         }
     }
     println!("adaptive >= max(classic, inline) in {wins}/{cells} cells");
+}
+
+/// `4k`, `1M`, `512` → bytes.
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mul)
 }
 
 fn human(b: u64) -> String {
