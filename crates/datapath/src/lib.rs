@@ -509,7 +509,7 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
             Err(e) => return done(Err(e)),
         }
     };
-    let ((gen, depth), req, done) = admitted;
+    let ((gen, _depth), req, done) = admitted;
     let t0 = Instant::now();
     let ctx = &*gen.ctx;
     let w = match check::check(ctx, req) {
@@ -519,7 +519,7 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
-        Pipe::Adaptive(a) => a.submit(ctx, w, t0, depth, done),
+        Pipe::Adaptive(a) => a.submit(ctx, w, t0, done),
     }
 }
 

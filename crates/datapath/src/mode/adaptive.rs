@@ -232,7 +232,6 @@ impl Adaptive {
         ctx: &Ctx,
         w: Work,
         t0: Instant,
-        depth: usize,
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
         let len = match &w {
@@ -247,7 +246,6 @@ impl Adaptive {
             if self.board.offloaded.load(Relaxed) > 0 {
                 self.board.submits.fetch_add(1, SeqCst);
             }
-            let _ = depth;
             return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
         }
         let seq = self.board.submits.fetch_add(1, SeqCst) + 1;
@@ -262,7 +260,7 @@ impl Adaptive {
         if forced && self.helpers > 0 && ctx.crypt.is_some() {
             // Test hook: every other request handed off, the rest split.
             if seq % 2 == 1 {
-                return self.offload(ctx, w, t0, seq, Box::new(done), true);
+                return self.offload(w, t0, seq, Box::new(done), true);
             }
         }
         // A caller seen keeping several requests in flight gets whole
@@ -273,7 +271,7 @@ impl Adaptive {
             at != 0 && ctx.core.nanos(t0).saturating_sub(at) < PIPELINED_HOLD.as_nanos() as u64
         };
         if pipelined && self.offload_ok(ctx, len, submitters, t0) {
-            return self.offload(ctx, w, t0, seq, Box::new(done), false);
+            return self.offload(w, t0, seq, Box::new(done), false);
         }
         match w {
             Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
@@ -287,7 +285,7 @@ impl Adaptive {
                 ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
             }
             w if !pipelined && self.offload_ok(ctx, len, submitters, t0) => {
-                self.offload(ctx, w, t0, seq, Box::new(done), false)
+                self.offload(w, t0, seq, Box::new(done), false)
             }
             w => inline::run(ctx, w, t0, Pass::adaptive(ctx), done),
         }
@@ -357,8 +355,7 @@ impl Adaptive {
     }
 
     /// Queues `w` for a helper and returns; the helper completes it.
-    fn offload(&self, ctx: &Ctx, w: Work, t0: Instant, seq: u64, done: Done, forced: bool) {
-        let _ = ctx;
+    fn offload(&self, w: Work, t0: Instant, seq: u64, done: Done, forced: bool) {
         self.board.offloaded.fetch_add(1, SeqCst);
         self.board
             .handoff
