@@ -163,7 +163,10 @@ pub(crate) fn write_from(
     fua: bool,
     pass: Pass,
 ) -> Result<(), Error> {
-    if let Some((c, direct)) = fused(ctx, pass) {
+    // cipher_null: a write is one copy either way, and the backend's own
+    // (page at a time) measured faster than one lent batch (grid, null
+    // write j1: 0.91-0.95 of inline fused).
+    if let Some((c, direct)) = fused(ctx, pass).filter(|(c, _)| !c.is_null()) {
         let plain = &*buf;
         direct.write_with(r.at(), r.len(), fua, &mut |at, piece| {
             let sector = r.sector() + (at / 512) as u64;
