@@ -11,9 +11,9 @@
 //! `GRID_BS`, `GRID_QD` (comma lists like `256k,1M` and `4,16`) and
 //! `GRID_SECTOR` (default 4096) replace the grid's sizes, depths and
 //! sector size.
-//! Each cell runs every mode `rounds` times, interleaved, and keeps each
-//! mode's best run: on a shared machine the best run is the one least
-//! disturbed by other processes.
+//! Each cell runs every mode `rounds` times, interleaved in an order that
+//! rotates per round, and keeps each mode's best run: on a shared machine
+//! the best run is the one least disturbed by other processes.
 //! Each job is a thread that keeps QD requests in flight with
 //! `Engine::submit`, sequentially through its own region of the device.
 
@@ -96,24 +96,35 @@ fn main() {
                         };
                         let mut raw = 0f64;
                         let mut r = vec![0f64; modes.len()];
-                        for _ in 0..rounds {
-                            raw = raw.max(run(
-                                vol(None),
-                                CryptMode::Inline,
-                                write,
-                                bs,
-                                qd,
-                                jobs,
-                                secs,
-                            ));
-                            let only = std::env::var("GRID_MODES").unwrap_or_default();
-                            for (i, (mname, m)) in modes.iter().enumerate() {
+                        let only = std::env::var("GRID_MODES").unwrap_or_default();
+                        for round in 0..rounds {
+                            // Raw (slot 0) and the modes in an order that
+                            // rotates per round: on the dev VM a run can be
+                            // slowed by the ones before it (null writes
+                            // halve after ~0.5 s of back-to-back memcpy),
+                            // so no mode may always go last.
+                            let slots = modes.len() + 1;
+                            for k in 0..slots {
+                                let slot = (k + round) % slots;
+                                if slot == 0 {
+                                    raw = raw.max(run(
+                                        vol(None),
+                                        CryptMode::Inline,
+                                        write,
+                                        bs,
+                                        qd,
+                                        jobs,
+                                        secs,
+                                    ));
+                                    continue;
+                                }
+                                let (mname, m) = modes[slot - 1];
                                 if !only.is_empty() && !only.contains(mname) {
                                     continue;
                                 }
-                                r[i] = r[i].max(run(
+                                r[slot - 1] = r[slot - 1].max(run(
                                     vol(Some(crypt.clone())),
-                                    *m,
+                                    m,
                                     write,
                                     bs,
                                     qd,
