@@ -477,11 +477,7 @@ impl Evp {
             scratch.resize(unit + 16, 0);
         }
         for (i, (s, iv)) in buf.chunks_exact_mut(unit).zip(ivs.iter()).enumerate() {
-            let init_ok = match (self.mode, dir) {
-                (EvpMode::Ecb, _) => true,
-                (_, Dir::Encrypt) => ctx.encrypt_init(None, None, Some(iv)).is_ok(),
-                (_, Dir::Decrypt) => ctx.decrypt_init(None, None, Some(iv)).is_ok(),
-            };
+            let init_ok = set_iv(ctx, self.mode, dir, iv);
             let from = src.map(|src| &src[i * unit..(i + 1) * unit]);
             let ok = init_ok
                 && if self.mode == EvpMode::Xts {
@@ -541,10 +537,7 @@ impl Evp {
         };
         out.reserve(src.len());
         for (i, (s, iv)) in src.chunks_exact(unit).zip(ivs.iter()).enumerate() {
-            let init_ok = match dir {
-                Dir::Encrypt => ctx.encrypt_init(None, None, Some(iv)).is_ok(),
-                Dir::Decrypt => ctx.decrypt_init(None, None, Some(iv)).is_ok(),
-            };
+            let init_ok = set_iv(ctx, EvpMode::Xts, dir, iv);
             let mut outl: std::ffi::c_int = 0;
             // SAFETY: `out` has at least `unit` bytes of spare capacity
             // (reserved for all of `src` above, and each sector appends
@@ -577,6 +570,16 @@ impl Evp {
         }
         self.pool_put(pair);
         src.len() / unit
+    }
+}
+
+/// Re-initialises a keyed context with a sector's IV (ECB takes none);
+/// false if OpenSSL refuses.
+fn set_iv(ctx: &mut CipherCtx, mode: EvpMode, dir: Dir, iv: &[u8; 16]) -> bool {
+    match (mode, dir) {
+        (EvpMode::Ecb, _) => true,
+        (_, Dir::Encrypt) => ctx.encrypt_init(None, None, Some(iv)).is_ok(),
+        (_, Dir::Decrypt) => ctx.decrypt_init(None, None, Some(iv)).is_ok(),
     }
 }
 
