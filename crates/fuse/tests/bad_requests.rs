@@ -143,7 +143,6 @@ struct Frontends {
     nbd: Option<nbd::Server>,
     socket: PathBuf,
     fuse: Option<Export>,
-    // Last: removed after the export is unmounted.
     _dir: testutil::TempDir,
 }
 
