@@ -7,6 +7,8 @@
 //! * fixed newstyle negotiation with `NBD_OPT_GO`, `NBD_OPT_INFO`,
 //!   `NBD_OPT_LIST`, `NBD_OPT_ABORT` and `NBD_OPT_EXPORT_NAME`;
 //!   `NBD_INFO_BLOCK_SIZE` advertises the volume's sector size as minimum;
+//! * `NBD_OPT_STARTTLS` with X.509 or PSK credentials ([`TlsConfig`],
+//!   modes off/on/require as nbdkit's `--tls`);
 //! * `READ`, `WRITE`, `FLUSH`, `TRIM`, `WRITE_ZEROES`, `DISC`, the `FUA` flag,
 //!   simple replies, pipelined requests (replies may be out of order) and
 //!   multi-conn (every connection shares one [`datapath::Engine`]).
@@ -22,8 +24,9 @@
 //! by [`proto::error_code`].
 //!
 //! Modules: `server` (listener, connections, shutdown), `handshake` (the
-//! option phase), `transmit` (the request loop and replies), `stream` (the
-//! socket, and the crate's only unsafe call).
+//! option phase), `tls` (credentials, handshake, the TLS pump), `transmit`
+//! (the request loop and replies), `stream` (the socket, and the crate's
+//! only unsafe calls).
 
 #![deny(unsafe_code)]
 
@@ -32,11 +35,13 @@ use std::io;
 mod handshake;
 pub mod proto;
 mod server;
-#[allow(unsafe_code)] // recv(MSG_PEEK), with its SAFETY note
+#[allow(unsafe_code)] // recv(MSG_PEEK) and poll(2), with their SAFETY notes
 mod stream;
+mod tls;
 mod transmit;
 
-pub use server::{Endpoint, ExportConfig, Server, ServerStats};
+pub use server::{Endpoint, ExportConfig, Limits, Server, ServerOptions, ServerStats};
+pub use tls::{TlsConfig, TlsMode};
 
 /// Errors of the NBD frontend.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +56,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// TLS credentials could not be loaded (path and reason in the message).
+    #[error("Cannot set up TLS: {0}")]
+    TlsSetup(String),
     /// A client broke the protocol and was disconnected.
     #[error("Protocol violation: {0}")]
     Protocol(String),

@@ -17,6 +17,11 @@
 //! that breaks the protocol (bad magic, truncated request, oversized payload)
 //! is disconnected; invalid but well-framed requests get an error reply.
 //! Either way only that client is affected and nothing is written.
+//!
+//! With TLS ([`ServerOptions::tls`]) the option phase starts in plaintext;
+//! after `NBD_OPT_STARTTLS` the connection's socket is handed to the TLS
+//! pump (see `tls`) and the rest of the session runs on the plaintext end of
+//! a socketpair, which then also becomes the handle shutdown acts on.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};
@@ -30,8 +35,9 @@ use std::thread::JoinHandle;
 
 use datapath::Engine;
 
-use crate::handshake::negotiate;
+use crate::handshake::{greet, options, Outcome};
 use crate::stream::Stream;
+use crate::tls::{upgrade, TlsConfig};
 use crate::transmit::{transmit, Conn, REPLY_TIMEOUT};
 use crate::Error;
 
@@ -66,6 +72,33 @@ pub struct ExportConfig {
     pub allow_trim: bool,
 }
 
+/// How the server runs: TLS and limits. `Default` is plaintext with the
+/// default [`Limits`].
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// NBD over TLS (`NBD_OPT_STARTTLS`); off by default.
+    pub tls: TlsConfig,
+    /// Bounds on what clients can make the server hold.
+    pub limits: Limits,
+}
+
+/// Bounds on what clients can make the server hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest the option phase may take, TLS handshake included; a client
+    /// that has not reached transmission by then is disconnected.
+    pub handshake_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            // qemu-nbd's default handshake limit.
+            handshake_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
 /// Counters for `status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerStats {
@@ -88,6 +121,8 @@ pub struct Server {
 pub(crate) struct Shared {
     pub(crate) engine: Arc<Engine>,
     pub(crate) export: ExportConfig,
+    pub(crate) tls: TlsConfig,
+    pub(crate) limits: Limits,
     pub(crate) stopping: AtomicBool,
     next_id: AtomicU64,
     accepted: AtomicU64,
@@ -97,7 +132,8 @@ pub(crate) struct Shared {
 }
 
 impl Server {
-    /// Binds `endpoint` and starts accepting clients for `engine`.
+    /// Binds `endpoint` and starts accepting clients for `engine`, in
+    /// plaintext with the default [`Limits`].
     ///
     /// A unix socket path left behind by a dead server is replaced; one that
     /// still accepts connections is an error (`AddrInUse`).
@@ -105,6 +141,16 @@ impl Server {
         engine: Arc<Engine>,
         export: ExportConfig,
         endpoint: Endpoint,
+    ) -> Result<Self, Error> {
+        Self::start_with(engine, export, endpoint, ServerOptions::default())
+    }
+
+    /// [`Server::start`] with TLS and limits.
+    pub fn start_with(
+        engine: Arc<Engine>,
+        export: ExportConfig,
+        endpoint: Endpoint,
+        opts: ServerOptions,
     ) -> Result<Self, Error> {
         let (listener, endpoint) = match endpoint {
             Endpoint::Unix(path) => {
@@ -124,6 +170,8 @@ impl Server {
         let shared = Arc::new(Shared {
             engine,
             export,
+            tls: opts.tls,
+            limits: opts.limits,
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
@@ -283,7 +331,7 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                let r = serve_client(stream, &s);
+                let r = serve_client(stream, &s, id);
                 if let Err(Error::Protocol(why)) = &r {
                     s.protocol_errors.fetch_add(1, Ordering::Relaxed);
                     eprintln!("ucrypt nbd: client {id} disconnected: {why}");
@@ -297,19 +345,68 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
     }
 }
 
-fn serve_client(stream: Stream, shared: &Shared) -> Result<(), Error> {
-    // Replies are written from engine completion callbacks: a client that
-    // stops reading must not pin an engine thread for long.
-    let w = stream.try_clone()?;
-    match &w {
-        Stream::Unix(s) => s.set_write_timeout(Some(REPLY_TIMEOUT))?,
-        Stream::Tcp(s) => s.set_write_timeout(Some(REPLY_TIMEOUT))?,
+fn serve_client(stream: Stream, shared: &Shared, id: u64) -> Result<(), Error> {
+    let mut pump = None;
+    let r = serve_session(stream, shared, id, &mut pump);
+    // The pump ends once the session closed its end of the socketpair and
+    // the last reply went out (or the client stopped reading for
+    // REPLY_TIMEOUT).
+    if let Some(p) = pump {
+        let _ = p.join();
     }
-    let writer = Arc::new(Mutex::new(w));
+    r
+}
+
+fn serve_session(
+    stream: Stream,
+    shared: &Shared,
+    id: u64,
+    pump: &mut Option<JoinHandle<()>>,
+) -> Result<(), Error> {
+    let timeout = shared.limits.handshake_timeout;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut w = stream.try_clone()?;
     let mut reader = BufReader::with_capacity(256 << 10, stream);
-    let Some(neg) = negotiate(&mut reader, &mut lock(&writer), shared)? else {
-        return Ok(());
+    let mut session = greet(&mut reader, &mut w)?;
+    let neg = loop {
+        match options(&mut reader, &mut w, shared, &session)? {
+            Outcome::Go(neg) => break neg,
+            Outcome::Abort => return Ok(()),
+            Outcome::StartTls => {
+                // Bytes sent after STARTTLS but before the handshake would
+                // be plaintext injected into the TLS session: refuse them.
+                if !reader.buffer().is_empty() {
+                    return Err(Error::Protocol(
+                        "Data sent between NBD_OPT_STARTTLS and the TLS handshake".into(),
+                    ));
+                }
+                let Some(ctx) = shared.tls.context() else {
+                    return Err(Error::Protocol("STARTTLS without credentials".into()));
+                };
+                drop(w);
+                let raw = reader.into_inner();
+                let (local, p) = upgrade(raw, ctx, timeout, REPLY_TIMEOUT)?;
+                *pump = Some(p);
+                local.set_read_timeout(Some(timeout))?;
+                local.set_write_timeout(Some(timeout))?;
+                let local = Stream::Unix(local);
+                // Shutdown now acts on the session's side of the pump.
+                if let Some(e) = lock(&shared.conns).get_mut(&id) {
+                    e.0 = local.try_clone()?;
+                }
+                w = local.try_clone()?;
+                reader = BufReader::with_capacity(256 << 10, local);
+                session.tls_active = true;
+            }
+        }
     };
+    // Transmission: idle clients may wait as long as they like; replies are
+    // written from engine completion callbacks, so a client that stops
+    // reading must not pin an engine thread for long.
+    reader.get_ref().set_read_timeout(None)?;
+    w.set_write_timeout(Some(REPLY_TIMEOUT))?;
+    let writer = Arc::new(Mutex::new(w));
     let conn = Arc::new(Conn::new(writer));
     let r = transmit(&mut reader, &conn, shared, neg);
     // Soft or hard disconnect: first finish what is in flight (NBD requires
