@@ -82,19 +82,38 @@ pub struct ServerOptions {
     pub limits: Limits,
 }
 
-/// Bounds on what clients can make the server hold.
+/// Bounds on what clients can make the server hold. Memory for request
+/// payloads is at most about `max_connections × (max_inflight_bytes +`
+/// [`proto::MAX_PAYLOAD`](crate::proto::MAX_PAYLOAD)`)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// Connections served at once (in negotiation or transmission); one
+    /// more is closed right after `accept`, before the greeting.
+    pub max_connections: usize,
     /// Longest the option phase may take, TLS handshake included; a client
     /// that has not reached transmission by then is disconnected.
     pub handshake_timeout: std::time::Duration,
+    /// Payload bytes (read lengths and write payloads) one connection may
+    /// have inside the engine or waiting to be sent; beyond it the server
+    /// stops reading that client's requests until some complete. One
+    /// request larger than this still runs, alone.
+    pub max_inflight_bytes: u64,
+}
+
+impl Limits {
+    /// Default [`Limits::max_connections`]: enough for multi-conn clients
+    /// (nbdcopy opens 4, qemu 1 per drive).
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             // qemu-nbd's default handshake limit.
             handshake_timeout: std::time::Duration::from_secs(10),
+            // One maximum-size request, or 128 pipelined 256 KiB ones.
+            max_inflight_bytes: u64::from(crate::proto::MAX_PAYLOAD),
         }
     }
 }
@@ -108,6 +127,11 @@ pub struct ServerStats {
     pub accepted: u64,
     /// Clients disconnected for protocol violations.
     pub protocol_errors: u64,
+    /// Connections closed at once because [`Limits::max_connections`]
+    /// were open.
+    pub refused: u64,
+    /// Payload bytes in flight now, all connections together.
+    pub inflight_bytes: u64,
 }
 
 /// A running NBD server. Dropping it without [`Server::shutdown`] leaves the
@@ -127,6 +151,9 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     accepted: AtomicU64,
     protocol_errors: AtomicU64,
+    refused: AtomicU64,
+    /// Payload bytes in flight, all connections (see `Conn::begin`).
+    inflight_bytes: Arc<AtomicU64>,
     /// Open connections: a handle to shut each one down, and its thread.
     conns: Mutex<HashMap<u64, ConnEntry>>,
 }
@@ -176,6 +203,8 @@ impl Server {
             next_id: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            inflight_bytes: Arc::new(AtomicU64::new(0)),
             conns: Mutex::new(HashMap::new()),
         });
         let s = Arc::clone(&shared);
@@ -200,6 +229,8 @@ impl Server {
             connections: lock(&self.shared.conns).len() as u64,
             accepted: self.shared.accepted.load(Ordering::Relaxed),
             protocol_errors: self.shared.protocol_errors.load(Ordering::Relaxed),
+            refused: self.shared.refused.load(Ordering::Relaxed),
+            inflight_bytes: self.shared.inflight_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -320,14 +351,21 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
             }
         };
         shared.accepted.fetch_add(1, Ordering::Relaxed);
+        // Hold the table lock across spawn so the thread's own removal of
+        // its entry cannot run before the entry exists.
+        let mut conns = lock(&shared.conns);
+        if conns.len() >= shared.limits.max_connections {
+            // Closed before the greeting: the client sees EOF at once and
+            // costs no thread. Counted, not logged (a flood would fill it).
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let Ok(ctl) = stream.try_clone() else {
             continue;
         };
         let s = Arc::clone(&shared);
-        // Hold the table lock across spawn so the thread's own removal of
-        // its entry cannot run before the entry exists.
-        let mut conns = lock(&shared.conns);
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
@@ -407,7 +445,11 @@ fn serve_session(
     reader.get_ref().set_read_timeout(None)?;
     w.set_write_timeout(Some(REPLY_TIMEOUT))?;
     let writer = Arc::new(Mutex::new(w));
-    let conn = Arc::new(Conn::new(writer));
+    let conn = Arc::new(Conn::new(
+        writer,
+        shared.limits.max_inflight_bytes,
+        Arc::clone(&shared.inflight_bytes),
+    ));
     let r = transmit(&mut reader, &conn, shared, neg);
     // Soft or hard disconnect: first finish what is in flight (NBD requires
     // replies to every request received before DISC).
