@@ -32,11 +32,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use datapath::Engine;
 
 use crate::handshake::{greet, options, Outcome};
-use crate::stream::Stream;
+use crate::stream::{Deadline, Stream};
 use crate::tls::{upgrade, TlsConfig};
 use crate::transmit::{transmit, Conn, REPLY_TIMEOUT};
 use crate::Error;
@@ -401,11 +402,13 @@ fn serve_session(
     id: u64,
     pump: &mut Option<JoinHandle<()>>,
 ) -> Result<(), Error> {
-    let timeout = shared.limits.handshake_timeout;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut w = stream.try_clone()?;
-    let mut reader = BufReader::with_capacity(256 << 10, stream);
+    // The whole option phase, TLS handshake included, ends by this.
+    let until = Some(Instant::now() + shared.limits.handshake_timeout);
+    let mut w = Deadline {
+        s: stream.try_clone()?,
+        until,
+    };
+    let mut reader = BufReader::with_capacity(256 << 10, Deadline { s: stream, until });
     let mut session = greet(&mut reader, &mut w)?;
     let neg = loop {
         match options(&mut reader, &mut w, shared, &session)? {
@@ -423,18 +426,18 @@ fn serve_session(
                     return Err(Error::Protocol("STARTTLS without credentials".into()));
                 };
                 drop(w);
-                let raw = reader.into_inner();
-                let (local, p) = upgrade(raw, ctx, timeout, REPLY_TIMEOUT)?;
+                let (local, p) = upgrade(reader.into_inner(), ctx, REPLY_TIMEOUT)?;
                 *pump = Some(p);
-                local.set_read_timeout(Some(timeout))?;
-                local.set_write_timeout(Some(timeout))?;
                 let local = Stream::Unix(local);
                 // Shutdown now acts on the session's side of the pump.
                 if let Some(e) = lock(&shared.conns).get_mut(&id) {
                     e.0 = local.try_clone()?;
                 }
-                w = local.try_clone()?;
-                reader = BufReader::with_capacity(256 << 10, local);
+                w = Deadline {
+                    s: local.try_clone()?,
+                    until,
+                };
+                reader = BufReader::with_capacity(256 << 10, Deadline { s: local, until });
                 session.tls_active = true;
             }
         }
@@ -442,8 +445,10 @@ fn serve_session(
     // Transmission: idle clients may wait as long as they like; replies are
     // written from engine completion callbacks, so a client that stops
     // reading must not pin an engine thread for long.
-    reader.get_ref().set_read_timeout(None)?;
-    w.set_write_timeout(Some(REPLY_TIMEOUT))?;
+    reader.get_mut().clear()?;
+    w.clear()?;
+    w.s.set_write_timeout(Some(REPLY_TIMEOUT))?;
+    let w = w.s;
     let writer = Arc::new(Mutex::new(w));
     let conn = Arc::new(Conn::new(
         writer,

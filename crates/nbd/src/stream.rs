@@ -6,7 +6,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A connected client socket of either family.
 pub(crate) enum Stream {
@@ -79,6 +79,67 @@ impl AsRawFd for Stream {
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tcp(s) => s.as_raw_fd(),
         }
+    }
+}
+
+/// A socket whose reads and writes all end by one instant: before each
+/// call the socket's timeout is set to the time left, so a client that
+/// trickles bytes cannot stretch the handshake past its deadline. Without
+/// a deadline it is a plain pass-through (the transmission phase).
+pub(crate) struct Deadline {
+    pub(crate) s: Stream,
+    pub(crate) until: Option<Instant>,
+}
+
+impl Deadline {
+    fn arm(&self, read: bool) -> io::Result<()> {
+        let Some(t) = self.until else {
+            return Ok(());
+        };
+        let left = t.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "handshake deadline passed",
+            ));
+        }
+        if read {
+            self.s.set_read_timeout(Some(left))
+        } else {
+            self.s.set_write_timeout(Some(left))
+        }
+    }
+
+    /// Drops the deadline and the socket timeouts it set.
+    pub(crate) fn clear(&mut self) -> io::Result<()> {
+        if self.until.take().is_some() {
+            self.s.set_read_timeout(None)?;
+            self.s.set_write_timeout(None)?;
+        }
+        Ok(())
+    }
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm(true)?;
+        self.s.read(buf)
+    }
+}
+
+impl Write for Deadline {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.arm(false)?;
+        self.s.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Deadline {
+    fn as_raw_fd(&self) -> RawFd {
+        self.s.as_raw_fd()
     }
 }
 

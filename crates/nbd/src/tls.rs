@@ -47,7 +47,7 @@ use openssl::ssl::{
 use openssl::x509::X509Name;
 use zeroize::Zeroizing;
 
-use crate::stream::{poll, Stream};
+use crate::stream::{poll, Deadline};
 use crate::Error;
 
 /// When the server offers or demands TLS (nbdkit's `--tls`).
@@ -275,26 +275,26 @@ fn decode_hex(s: &str) -> Option<Zeroizing<Vec<u8>>> {
 /// `timeout`) and starts the pump. Returns the plaintext end of the
 /// socketpair and the pump thread.
 pub(crate) fn upgrade(
-    raw: Stream,
+    raw: Deadline,
     ctx: &SslContext,
-    timeout: Duration,
     reply_timeout: Duration,
 ) -> Result<(UnixStream, JoinHandle<()>), Error> {
     let ssl = Ssl::new(ctx).map_err(|e| Error::TlsSetup(e.to_string()))?;
-    raw.set_read_timeout(Some(timeout))?;
-    raw.set_write_timeout(Some(timeout))?;
     let mut tls = SslStream::new(ssl, raw).map_err(|e| Error::TlsSetup(e.to_string()))?;
     if let Err(e) = tls.accept() {
-        let why = match e.code() {
-            ErrorCode::WANT_READ | ErrorCode::WANT_WRITE => "timed out".to_owned(),
-            _ => e.to_string(),
+        let timed_out = matches!(e.code(), ErrorCode::WANT_READ | ErrorCode::WANT_WRITE)
+            || e.io_error()
+                .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut);
+        let why = if timed_out {
+            "timed out".to_owned()
+        } else {
+            e.to_string()
         };
         return Err(Error::Protocol(format!("TLS handshake failed: {why}")));
     }
     let (local, remote) = UnixStream::pair()?;
-    tls.get_ref().set_read_timeout(None)?;
-    tls.get_ref().set_write_timeout(None)?;
-    tls.get_ref().set_nonblocking(true)?;
+    tls.get_mut().clear()?;
+    tls.get_ref().s.set_nonblocking(true)?;
     remote.set_nonblocking(true)?;
     let pump = std::thread::Builder::new()
         .name("nbd-tls".into())
@@ -340,7 +340,7 @@ impl Relay {
 /// server side closes `local` (then sends `close_notify`) or either side
 /// fails. Waiting to send to a client that does not read is bounded by
 /// `reply_timeout`.
-fn pump(mut tls: SslStream<Stream>, mut local: UnixStream, reply_timeout: Duration) {
+fn pump(mut tls: SslStream<Deadline>, mut local: UnixStream, reply_timeout: Duration) {
     let mut down = Relay::new(); // client → server
     let mut up = Relay::new(); // server → client
     let mut net_eof = false;

@@ -12,7 +12,7 @@ use datapath::{Op, OpKind, Request};
 use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
 use crate::server::{lock, Shared};
-use crate::stream::Stream;
+use crate::stream::{Deadline, Stream};
 use crate::{nbd_errno, Error};
 
 /// How long a reply may wait for a client that does not read.
@@ -181,7 +181,7 @@ impl Poller {
 
 /// The transmission phase: read, check framing, submit, repeat.
 pub(crate) fn transmit(
-    r: &mut BufReader<Stream>,
+    r: &mut BufReader<Deadline>,
     conn: &Arc<Conn>,
     shared: &Shared,
     neg: Negotiated,
@@ -192,7 +192,7 @@ pub(crate) fn transmit(
     let mut poller = Poller::new();
     loop {
         if r.buffer().is_empty() {
-            poller.wait(r.get_ref());
+            poller.wait(&r.get_ref().s);
         }
         let mut raw = [0u8; proto::REQUEST_LEN];
         // EOF exactly at a request boundary is a hard disconnect by the

@@ -201,6 +201,25 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
     );
     assert!(eventually(|| f.stats().connections == 0));
 
+    // Trickling: one byte of a valid handshake every 50 ms never lets a
+    // single read wait long, but the whole phase still ends on time. The
+    // server has hung up before the client got through 60 bytes (3 s).
+    let mut s = f.greeted().unwrap();
+    let mut msg = (proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    for _ in 0..4 {
+        msg.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
+        msg.extend_from_slice(&proto::OPT_INFO.to_be_bytes());
+        msg.extend_from_slice(&6u32.to_be_bytes());
+        msg.extend_from_slice(&[0; 6]);
+    }
+    let refused = msg.iter().take(60).any(|b| {
+        std::thread::sleep(Duration::from_millis(50));
+        s.write_all(&[*b]).is_err()
+    });
+    assert!(refused, "a trickling client outlived the handshake timeout");
+
     // In transmission, an idle client may stay as long as it likes.
     let mut s = f.client();
     std::thread::sleep(Duration::from_millis(900));

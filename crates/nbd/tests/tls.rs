@@ -16,7 +16,7 @@ use std::time::Duration;
 use backend::{Backend, MemBackend};
 use datapath::{Engine, EngineConfig, Volume};
 use nbd::proto;
-use nbd::{Endpoint, ExportConfig, Server, ServerOptions, TlsConfig, TlsMode};
+use nbd::{Endpoint, ExportConfig, Limits, Server, ServerOptions, TlsConfig, TlsMode};
 use ucrypt_nbd as nbd;
 
 const SIZE: u64 = 4 << 20;
@@ -164,6 +164,10 @@ struct Fixture {
 
 impl Fixture {
     fn new(tls: TlsConfig, tcp: bool) -> Self {
+        Self::with_limits(tls, tcp, Limits::default())
+    }
+
+    fn with_limits(tls: TlsConfig, tcp: bool, limits: Limits) -> Self {
         let dir = testutil::TempDir::new("nbd-tls-srv");
         let mem = Arc::new(MemBackend::new(SIZE).unwrap());
         let vol = Volume {
@@ -185,10 +189,7 @@ impl Fixture {
         } else {
             Endpoint::Unix(dir.join("nbd.sock"))
         };
-        let opts = ServerOptions {
-            tls,
-            ..ServerOptions::default()
-        };
+        let opts = ServerOptions { tls, limits };
         let server = Server::start_with(engine, export, ep, opts).unwrap();
         Self {
             dir,
@@ -539,6 +540,30 @@ fn shutdown_with_a_tls_client_connected_returns() {
     assert_eq!(read_option_reply(&mut b).0, proto::REP_ACK);
     f.server.take().unwrap().shutdown();
     assert!(closed(&mut b));
+}
+
+#[test]
+fn a_stalled_tls_handshake_is_dropped() {
+    let t = "a_stalled_tls_handshake_is_dropped";
+    let Some(c) = Creds::new(t) else { return };
+    let limits = Limits {
+        handshake_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let f = Fixture::with_limits(x509(TlsMode::Require, &c, false), false, limits);
+    let Endpoint::Unix(p) = f.endpoint() else {
+        unreachable!()
+    };
+    // STARTTLS acknowledged, then no ClientHello.
+    let mut s = raw_client(&p);
+    send_option(&mut s, proto::OPT_STARTTLS, &[]);
+    assert_eq!(read_option_reply(&mut s).0, proto::REP_ACK);
+    assert!(
+        closed(&mut s),
+        "a client that never started TLS kept its slot"
+    );
+    let stats = f.server.as_ref().unwrap().stats();
+    assert_eq!(stats.accepted, 1);
 }
 
 fn raw_client(p: &Path) -> UnixStream {
