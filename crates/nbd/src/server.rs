@@ -159,6 +159,39 @@ pub(crate) struct Shared {
     conns: Mutex<HashMap<u64, ConnEntry>>,
 }
 
+impl Shared {
+    fn new(engine: Arc<Engine>, export: ExportConfig, opts: ServerOptions) -> Self {
+        Self {
+            engine,
+            export,
+            tls: opts.tls,
+            limits: opts.limits,
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            inflight_bytes: Arc::new(AtomicU64::new(0)),
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Serves one client already connected on `stream`, on the calling thread,
+/// exactly as a [`Server`] serves each of its connections (greeting,
+/// options, TLS, transmission); returns when the client has left and
+/// every reply is sent. For a socket handed over by a supervisor, and for
+/// the fuzz targets.
+pub fn serve_connection(
+    engine: Arc<Engine>,
+    export: ExportConfig,
+    opts: ServerOptions,
+    stream: UnixStream,
+) -> Result<(), Error> {
+    let shared = Shared::new(engine, export, opts);
+    serve_client(Stream::Unix(stream), &shared, 0)
+}
+
 impl Server {
     /// Binds `endpoint` and starts accepting clients for `engine`, in
     /// plaintext with the default [`Limits`].
@@ -195,19 +228,7 @@ impl Server {
                 (Listener::Tcp(l), Endpoint::Tcp(local))
             }
         };
-        let shared = Arc::new(Shared {
-            engine,
-            export,
-            tls: opts.tls,
-            limits: opts.limits,
-            stopping: AtomicBool::new(false),
-            next_id: AtomicU64::new(0),
-            accepted: AtomicU64::new(0),
-            protocol_errors: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            inflight_bytes: Arc::new(AtomicU64::new(0)),
-            conns: Mutex::new(HashMap::new()),
-        });
+        let shared = Arc::new(Shared::new(engine, export, opts));
         let s = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
             .name("nbd-accept".into())
