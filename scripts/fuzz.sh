@@ -26,7 +26,7 @@ for target in "${targets[@]}"; do
   mkdir -p "$work/$target"
   # New inputs go to the temp corpus (first dir); the seeds stay read-only.
   echo "fuzz: $target for ${secs}s"
-  cargo +nightly fuzz run --release --fuzz-dir fuzz "$target" "$work/$target" "$seeds" -- \
+  cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$work/$target" "$seeds" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536
 done
 echo "fuzz: all targets ran without a crash"
