@@ -1,0 +1,134 @@
+//! From a volume spec to the dm-crypt [`Table`] the engine runs: a plain
+//! table line, or a LUKS header unlocked with a passphrase.
+//!
+//! ```text
+//!  "0 2048 crypt aes-xts-plain64 <key> 0 <dev> 0"  ── plain_table ──┐
+//!  LUKS header (device or --header) ── Luks::load ─┐                ├─► Table
+//!                     passphrase ───────── unlock ─┴────────────────┘
+//! ```
+//!
+//! Prompting for the passphrase is the caller's business: [`Luks::load`]
+//! first (so a device that is no LUKS volume fails before any prompt),
+//! then [`Luks::unlock`] with the bytes. Keys stay in zeroizing buffers;
+//! the [`Table`] wipes its key on drop.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crypto::table::Table;
+
+use crate::error::{invalid, Error, ErrorKind, Result};
+
+/// What kind of volume is served (shown by `status` as `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VolumeType {
+    /// A plain dm-crypt mapping.
+    Plain,
+    /// A LUKS1 volume.
+    Luks1,
+    /// A LUKS2 volume.
+    Luks2,
+    /// A LUKS volume whose version could not be read back.
+    Luks,
+}
+
+impl VolumeType {
+    /// `PLAIN`, `LUKS1`, `LUKS2` or `LUKS`, as `cryptsetup status` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::Luks1 => "LUKS1",
+            Self::Luks2 => "LUKS2",
+            Self::Luks => "LUKS",
+        }
+    }
+
+    /// The LUKS version of the header at `header`, from its magic and
+    /// version fields ([`VolumeType::Luks`] if unreadable).
+    pub fn of_header(header: &Path) -> Self {
+        let mut b = [0u8; 8];
+        let ok = std::fs::File::open(header)
+            .and_then(|mut f| f.read_exact(&mut b))
+            .is_ok();
+        match (ok, &b[..6], u16::from_be_bytes([b[6], b[7]])) {
+            (true, b"LUKS\xba\xbe", 1) => Self::Luks1,
+            (true, b"LUKS\xba\xbe", 2) => Self::Luks2,
+            _ => Self::Luks,
+        }
+    }
+}
+
+/// Parses a dm-crypt table line (`Invalid table: …` on error).
+pub fn plain_table(line: &str) -> Result<Table> {
+    Table::parse(line.trim()).map_err(|e| invalid("Invalid table").with_source(e))
+}
+
+/// A LUKS volume whose header has been read, not yet unlocked.
+pub struct Luks {
+    vol: luks::Volume,
+    device: PathBuf,
+    version: VolumeType,
+}
+
+impl Luks {
+    /// Reads the LUKS header of `device` (or the detached `header`).
+    ///
+    /// Fails with [`ErrorKind::NoDevice`] when `device` does not exist and
+    /// [`ErrorKind::InvalidInput`] when it holds no LUKS header.
+    pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
+        if !device.exists() {
+            return Err(Error::new(
+                ErrorKind::NoDevice,
+                format!(
+                    "Device {} does not exist or access denied",
+                    device.display()
+                ),
+            ));
+        }
+        let vol = luks::Volume::load(device, header).map_err(|e| match e.kind() {
+            luks::ErrorKind::NotLuks => invalid(format!(
+                "Device {} is not a valid LUKS device",
+                header.unwrap_or(device).display()
+            )),
+            _ => Error::from(e),
+        })?;
+        let version = match vol.header() {
+            luks::Header::V1(_) => VolumeType::Luks1,
+            luks::Header::V2(_) => VolumeType::Luks2,
+        };
+        Ok(Self {
+            vol,
+            device: device.to_path_buf(),
+            version,
+        })
+    }
+
+    /// Warnings about the header (unknown LUKS2 features and the like).
+    pub fn warnings(&self) -> &[String] {
+        self.vol.header().warnings()
+    }
+
+    /// [`VolumeType::Luks1`] or [`VolumeType::Luks2`].
+    pub fn version(&self) -> VolumeType {
+        self.version
+    }
+
+    /// Unlocks with `passphrase` (only `key_slot` if given) and returns the
+    /// table cryptsetup would load. A wrong passphrase is
+    /// [`ErrorKind::WrongPassphrase`].
+    pub fn unlock(&self, passphrase: &[u8], key_slot: Option<u32>) -> Result<Table> {
+        let opened = self.vol.unlock(passphrase, key_slot)?;
+        Ok(opened.to_table(&self.device)?)
+    }
+}
+
+/// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].
+pub fn luks_table(
+    device: &Path,
+    header: Option<&Path>,
+    passphrase: &[u8],
+    key_slot: Option<u32>,
+) -> Result<Table> {
+    Luks::load(device, header)?.unlock(passphrase, key_slot)
+}
