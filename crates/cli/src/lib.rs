@@ -1,5 +1,9 @@
-//! The `ucrypt` command line. Each subcommand group lives in its own module
-//! under `cmd/` and only parses arguments before calling the library crates.
+//! The `ucrypt` command line: argument parsing, passphrase prompts, output
+//! formatting and one mapping from the libraries' typed errors to
+//! cryptsetup's exit codes ([`Failure`]). Each subcommand group lives in its
+//! own module under `cmd/`; the work is done by the library crates (the
+//! daemon, its control protocol and `map` by `ucrypt-daemon`, LUKS by
+//! `ucrypt-luks`, the benchmark by `ucrypt-bench`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -47,6 +51,38 @@ impl Failure {
             code: 5,
             message: msg.into(),
         }
+    }
+}
+
+/// cryptsetup's exit code for a library error kind: the one place typed
+/// errors become exit codes.
+pub fn exit_code(e: &daemon::Error) -> u8 {
+    use daemon::ErrorKind as K;
+    match e.kind() {
+        K::InvalidInput => 1,
+        K::WrongPassphrase | K::PermissionDenied => 2,
+        K::NotActive | K::NoDevice | K::Io | K::Protocol => 4,
+        K::Busy => 5,
+        // The detached daemon is this binary: its code is already ours.
+        K::DaemonExited => e.exit_code().unwrap_or(1),
+        _ => 1,
+    }
+}
+
+impl From<daemon::Error> for Failure {
+    fn from(e: daemon::Error) -> Self {
+        Self {
+            code: exit_code(&e),
+            message: e.chain(),
+        }
+    }
+}
+
+impl From<luks::Error> for Failure {
+    /// Through [`daemon::Error`], which keeps the LUKS kind: a wrong
+    /// passphrase is 2, I/O 4, anything else 1.
+    fn from(e: luks::Error) -> Self {
+        daemon::Error::from(e).into()
     }
 }
 
