@@ -2,7 +2,9 @@
 //! typed wrappers) and the daemon ([`serve`]).
 //!
 //! One connection carries one exchange: the client writes one JSON line,
-//! the daemon answers with one JSON line and closes.
+//! the daemon answers with one JSON line and closes. This module holds the
+//! messages and their encoding; [`client`] the client side, [`server`] the
+//! daemon's loop, [`Status`] the `status` answer.
 //!
 //! ```text
 //!  client                                   daemon (NAME.ctl.sock, 0600)
@@ -16,26 +18,22 @@
 //! [`ErrorKind::InvalidInput`], never a panic. Errors the daemon reports
 //! keep their [`ErrorKind`] on the client side.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::time::Duration;
-
-use datapath::{CryptMode, EngineConfig, PerfFlags};
+use datapath::{CryptMode, PerfFlags};
 use serde::{Deserialize, Serialize};
-use zeroize::Zeroizing;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{self, Paths};
+
+mod client;
+mod server;
+mod status;
+
+pub use client::{call, close, ping, refresh, status, table, Refreshed};
+pub use server::{serve, Handled};
+pub use status::{DirStats, NbdStats, Stats, Status};
 
 /// The protocol version this build speaks. Bump it on any change to
 /// [`Request`] or [`Reply`] that an older peer would misread.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Longest request line the daemon reads.
-const MAX_REQUEST: u64 = 64 << 10;
-
-/// Longest reply line the client reads.
-const MAX_REPLY: u64 = 1 << 20;
 
 /// A request to a volume's daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,143 +185,6 @@ pub fn flag_words(allow_discards: bool, f: &Flags) -> Vec<&'static str> {
     .collect()
 }
 
-/// A volume's mapping, configuration and live statistics.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Status {
-    /// Who serves it, and where.
-    pub ping: Ping,
-    /// `LUKS1`, `LUKS2` or `PLAIN`.
-    pub volume_type: String,
-    /// Cipher specification (`aes-xts-plain64`).
-    pub cipher: String,
-    /// Key size in bits.
-    pub keysize_bits: usize,
-    /// The backing device.
-    pub device: String,
-    /// Encryption sector size in bytes.
-    pub sector_size: u32,
-    /// Data offset on the device, in 512-byte sectors.
-    pub offset_sectors: u64,
-    /// IV offset, in 512-byte sectors.
-    pub iv_offset: u64,
-    /// Size of the decrypted device, in 512-byte sectors.
-    pub size_sectors: u64,
-    /// Writes are refused.
-    pub read_only: bool,
-    /// Discards are passed down.
-    pub allow_discards: bool,
-    /// Performance flags in effect.
-    pub flags: Flags,
-    /// Data-path mode in effect.
-    #[serde(with = "mode")]
-    pub mode: CryptMode,
-    /// Seconds since the daemon started serving.
-    pub uptime_s: u64,
-    /// Engine counters.
-    pub stats: Stats,
-    /// NBD connection counters (NBD exports only).
-    pub nbd: Option<NbdStats>,
-}
-
-impl Status {
-    /// The configuration part as an [`EngineConfig`] (other fields default).
-    pub fn engine_config(&self) -> EngineConfig {
-        EngineConfig {
-            mode: self.mode,
-            flags: self.flags.into(),
-            allow_discards: self.allow_discards,
-            read_only: self.read_only,
-            ..EngineConfig::default()
-        }
-    }
-}
-
-/// Engine counters of one direction.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct DirStats {
-    /// Requests completed.
-    pub requests: u64,
-    /// Bytes moved.
-    pub bytes: u64,
-    /// Requests that failed.
-    pub errors: u64,
-    /// Requests run on the submitting thread.
-    pub inline: u64,
-    /// Requests that went through a queue.
-    pub queued: u64,
-    /// Requests split across threads.
-    pub split: u64,
-    /// Requests handed off whole to a helper.
-    pub offloaded: u64,
-    /// Median latency, microseconds.
-    pub p50_us: f64,
-    /// 99th percentile latency, microseconds.
-    pub p99_us: f64,
-    /// 99.9th percentile latency, microseconds.
-    pub p999_us: f64,
-}
-
-impl From<&datapath::DirStats> for DirStats {
-    fn from(d: &datapath::DirStats) -> Self {
-        Self {
-            requests: d.requests,
-            bytes: d.bytes,
-            errors: d.errors,
-            inline: d.inline,
-            queued: d.queued,
-            split: d.split,
-            offloaded: d.offloaded,
-            p50_us: d.latency.p50_us,
-            p99_us: d.latency.p99_us,
-            p999_us: d.latency.p999_us,
-        }
-    }
-}
-
-/// Engine counters.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Stats {
-    /// Reads.
-    pub read: DirStats,
-    /// Writes (write-zeroes included).
-    pub write: DirStats,
-    /// Flushes completed.
-    pub flushes: u64,
-    /// Discards completed.
-    pub discards: u64,
-    /// Requests in flight now.
-    pub in_flight: u64,
-    /// Most requests ever in flight at once.
-    pub max_in_flight: u64,
-    /// Live reconfigurations done.
-    pub reconfigurations: u64,
-}
-
-impl From<&datapath::Stats> for Stats {
-    fn from(s: &datapath::Stats) -> Self {
-        Self {
-            read: (&s.read).into(),
-            write: (&s.write).into(),
-            flushes: s.flushes,
-            discards: s.discards,
-            in_flight: s.in_flight,
-            max_in_flight: s.max_in_flight,
-            reconfigurations: s.reconfigurations,
-        }
-    }
-}
-
-/// NBD server counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct NbdStats {
-    /// Clients connected now.
-    pub connections: u64,
-    /// Connections accepted since start.
-    pub accepted: u64,
-    /// Connections dropped for protocol errors.
-    pub protocol_errors: u64,
-}
-
 /// The data-path mode's name: `classic`, `inline` or `adaptive`.
 pub fn mode_name(m: CryptMode) -> &'static str {
     match m {
@@ -465,160 +326,6 @@ fn check_version(line: &str, what: &str) -> std::result::Result<(), Option<Error
     )))
 }
 
-/// Sends `req` to volume `name`'s daemon and returns its reply.
-///
-/// Fails with [`ErrorKind::NotActive`] when nothing serves `name`,
-/// [`ErrorKind::Busy`] when a live daemon does not accept yet,
-/// [`ErrorKind::Protocol`] when the exchange breaks, and with the daemon's
-/// own kind and message when it answers [`Reply::Failed`].
-pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
-    let paths = Paths::of(name);
-    let mut s = UnixStream::connect(&paths.ctl).map_err(|_| {
-        if runtime::live_pid(&paths, name).is_some() {
-            Error::new(
-                ErrorKind::Busy,
-                format!(
-                    "Device {name} is starting or not answering on {}",
-                    paths.ctl.display()
-                ),
-            )
-        } else {
-            Error::new(
-                ErrorKind::NotActive,
-                format!("Device {name} is not active."),
-            )
-        }
-    })?;
-    let _ = s.set_read_timeout(Some(timeout));
-    s.write_all(encode_request(req).as_bytes()).map_err(|e| {
-        Error::new(
-            ErrorKind::Protocol,
-            format!("Cannot talk to the {name} daemon"),
-        )
-        .with_source(e)
-    })?;
-    // The reply to `table --showkeys` holds the key.
-    let mut reply = Zeroizing::new(String::with_capacity(64 << 10));
-    BufReader::new(s)
-        .take(MAX_REPLY)
-        .read_line(&mut reply)
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Protocol,
-                format!("No reply from the {name} daemon"),
-            )
-            .with_source(e)
-        })?;
-    match decode_reply(&reply) {
-        Ok(Reply::Failed { kind, message }) => Err(Error::new(kind, message)),
-        Ok(r) => Ok(r),
-        Err(e) if e.kind() == ErrorKind::Protocol && reply.is_empty() => Err(Error::new(
-            ErrorKind::Protocol,
-            format!("No reply from the {name} daemon"),
-        )),
-        Err(e) => Err(e),
-    }
-}
-
-fn unexpected(name: &str, r: &Reply) -> Error {
-    let what = match r {
-        Reply::Ping(_) => "ping",
-        Reply::Status(_) => "status",
-        Reply::Table { .. } => "table",
-        Reply::Refreshed { .. } => "refreshed",
-        Reply::Closed => "closed",
-        Reply::Failed { .. } => "failed",
-    };
-    Error::new(
-        ErrorKind::Protocol,
-        format!("Unexpected {what:?} reply from the {name} daemon"),
-    )
-}
-
-/// [`Request::Ping`].
-pub fn ping(name: &str, timeout: Duration) -> Result<Ping> {
-    match call(name, &Request::Ping, timeout)? {
-        Reply::Ping(p) => Ok(p),
-        r => Err(unexpected(name, &r)),
-    }
-}
-
-/// [`Request::Status`].
-pub fn status(name: &str, timeout: Duration) -> Result<Status> {
-    match call(name, &Request::Status, timeout)? {
-        Reply::Status(s) => Ok(*s),
-        r => Err(unexpected(name, &r)),
-    }
-}
-
-/// [`Request::Table`]; the line is wiped when dropped.
-pub fn table(name: &str, showkeys: bool, timeout: Duration) -> Result<Zeroizing<String>> {
-    match call(name, &Request::Table { showkeys }, timeout)? {
-        Reply::Table { line } => Ok(Zeroizing::new(line)),
-        r => Err(unexpected(name, &r)),
-    }
-}
-
-/// The configuration after a [`Request::Refresh`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refreshed {
-    /// Data-path mode in effect.
-    pub mode: CryptMode,
-    /// Performance flags in effect.
-    pub flags: Flags,
-    /// Whether discards are passed down.
-    pub allow_discards: bool,
-}
-
-/// [`Request::Refresh`].
-pub fn refresh(
-    name: &str,
-    mode: Option<CryptMode>,
-    flags: Flags,
-    timeout: Duration,
-) -> Result<Refreshed> {
-    match call(name, &Request::Refresh { mode, flags }, timeout)? {
-        Reply::Refreshed {
-            mode,
-            flags,
-            allow_discards,
-        } => Ok(Refreshed {
-            mode,
-            flags,
-            allow_discards,
-        }),
-        r => Err(unexpected(name, &r)),
-    }
-}
-
-/// [`Request::Close`]: returns once the daemon has flushed.
-pub fn close(name: &str, timeout: Duration) -> Result<()> {
-    match call(name, &Request::Close, timeout)? {
-        Reply::Closed => Ok(()),
-        r => Err(unexpected(name, &r)),
-    }
-}
-
-/// What the daemon's handler made of one request.
-pub struct Handled {
-    /// The reply to send.
-    pub reply: Reply,
-    /// Runs once the reply has been written (or failed to be).
-    pub after_reply: Option<Box<dyn FnOnce() + Send>>,
-    /// Stop answering further requests (the daemon is going away).
-    pub last: bool,
-}
-
-impl From<Reply> for Handled {
-    fn from(reply: Reply) -> Self {
-        Self {
-            reply,
-            after_reply: None,
-            last: false,
-        }
-    }
-}
-
 impl From<Error> for Reply {
     fn from(e: Error) -> Self {
         Reply::Failed {
@@ -628,49 +335,11 @@ impl From<Error> for Reply {
     }
 }
 
-/// The daemon's side: answers connections on `listener` one at a time
-/// until the listener fails or a handled request is `last`. A malformed
-/// line or a version mismatch is answered with [`Reply::Failed`] without
-/// reaching `handle`.
-pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled) {
-    let mut closing = false;
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        if closing {
-            continue;
-        }
-        // One short request per connection; a stuck client cannot block
-        // others for long.
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-        let Ok(reader) = conn.try_clone() else {
-            continue;
-        };
-        let mut line = String::new();
-        if BufReader::new(reader)
-            .take(MAX_REQUEST)
-            .read_line(&mut line)
-            .is_err()
-        {
-            continue;
-        }
-        let handled = match decode_request(&line) {
-            Ok(req) => handle(req),
-            Err(e) => Reply::from(e).into(),
-        };
-        closing = handled.last;
-        let text = Zeroizing::new(encode_reply(&handled.reply));
-        let _ = (&conn).write_all(text.as_bytes());
-        if let Some(f) = handled.after_reply {
-            f();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sample_status() -> Status {
+    pub(super) fn sample_status() -> Status {
         Status {
             ping: Ping {
                 name: "v".into(),
@@ -817,55 +486,5 @@ mod tests {
             }
             r => panic!("{r:?}"),
         }
-    }
-
-    #[test]
-    fn server_loop_answers_typed_and_refuses_garbage() {
-        let dir = testutil::TempDir::new("daemon-ctl");
-        let sock = dir.join("t.ctl.sock");
-        let listener = UnixListener::bind(&sock).unwrap();
-        let server = std::thread::spawn(move || {
-            serve(listener, |req| match req {
-                Request::Table { showkeys } => Reply::Table {
-                    line: format!("shown={showkeys}"),
-                }
-                .into(),
-                Request::Close => Handled {
-                    reply: Reply::Closed,
-                    after_reply: None,
-                    last: true,
-                },
-                _ => Reply::from(Error::new(ErrorKind::InvalidInput, "No")).into(),
-            })
-        });
-        let exchange = |text: &str| {
-            let mut s = UnixStream::connect(&sock).unwrap();
-            s.write_all(text.as_bytes()).unwrap();
-            let mut reply = String::new();
-            BufReader::new(s).read_line(&mut reply).unwrap();
-            decode_reply(&reply).unwrap()
-        };
-        assert_eq!(
-            exchange(&encode_request(&Request::Table { showkeys: true })),
-            Reply::Table {
-                line: "shown=true".into()
-            }
-        );
-        match exchange("garbage\n") {
-            Reply::Failed { kind, .. } => assert_eq!(kind, ErrorKind::InvalidInput),
-            r => panic!("{r:?}"),
-        }
-        match exchange("{\"version\":99,\"request\":{\"cmd\":\"ping\"}}\n") {
-            Reply::Failed { kind, message } => {
-                assert_eq!(kind, ErrorKind::Protocol);
-                assert!(message.contains("version 99"), "{message}");
-            }
-            r => panic!("{r:?}"),
-        }
-        assert_eq!(exchange(&encode_request(&Request::Close)), Reply::Closed);
-        // The loop ignores connections after `last`; unblock it by
-        // dropping the socket file is not enough, so connect once more and
-        // let the test end with the thread detached.
-        drop(server);
     }
 }
