@@ -16,6 +16,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crypto::table::Table;
+use datapath::{CryptMode, EngineConfig, PerfFlags};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
 
@@ -131,4 +132,35 @@ pub fn luks_table(
     key_slot: Option<u32>,
 ) -> Result<Table> {
     Luks::load(device, header)?.unlock(passphrase, key_slot)
+}
+
+/// The engine configuration for serving `table` with the options given on
+/// the command line. As with dm-crypt, a performance flag or
+/// `allow_discards` set in the table line or given is on; `table` is
+/// updated to show what is in effect (so `table` prints it back).
+pub fn engine_config(
+    table: &mut Table,
+    mode: CryptMode,
+    given: PerfFlags,
+    allow_discards: bool,
+    read_only: bool,
+) -> EngineConfig {
+    let o = &mut table.options;
+    o.same_cpu_crypt |= given.same_cpu_crypt;
+    o.submit_from_crypt_cpus |= given.submit_from_crypt_cpus;
+    o.no_read_workqueue |= given.no_read_workqueue;
+    o.no_write_workqueue |= given.no_write_workqueue;
+    o.allow_discards |= allow_discards;
+    EngineConfig {
+        mode,
+        flags: PerfFlags {
+            same_cpu_crypt: o.same_cpu_crypt,
+            submit_from_crypt_cpus: o.submit_from_crypt_cpus,
+            no_read_workqueue: o.no_read_workqueue,
+            no_write_workqueue: o.no_write_workqueue,
+        },
+        allow_discards: o.allow_discards,
+        read_only,
+        ..EngineConfig::default()
+    }
 }

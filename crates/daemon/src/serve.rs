@@ -13,7 +13,7 @@
 //! Messages for the daemon's own log (the detached daemon's stderr is
 //! `NAME.log`) go to stderr prefixed `ucrypt: `.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ use crypto::SectorCrypt;
 use datapath::{Engine, EngineConfig};
 
 use crate::control::{self, ExportKind, Flags, Handled, Ping, Reply, Request, Status};
-use crate::error::{flat, Error, ErrorKind, Result};
+use crate::error::{flat, invalid, Error, ErrorKind, Result};
 use crate::resolve::VolumeType;
 use crate::runtime::{self, Paths};
 
@@ -43,6 +43,56 @@ pub enum ExportSpec {
     Fuse(Option<PathBuf>),
     /// A ublk block device.
     Ublk,
+}
+
+impl ExportSpec {
+    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]` or `ublk`; with `listen`
+    /// (`PORT` on loopback, or `ADDR:PORT`) NBD is served on TCP instead.
+    /// Paths are made absolute (a detached daemon runs in `/`).
+    pub fn parse(export: &str, listen: Option<&str>) -> Result<Self> {
+        let (kind, arg) = match export.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (export, None),
+        };
+        let path = |v: &str| -> Result<PathBuf> {
+            std::path::absolute(v)
+                .map_err(|e| invalid(format!("Invalid path {v:?}")).with_source(e))
+        };
+        let spec = match (kind, arg, listen) {
+            ("nbd", Some(_), Some(_)) => {
+                return Err(invalid(
+                    "Give either --export nbd=SOCKET or --listen, not both",
+                ))
+            }
+            ("nbd", None, Some(l)) => Self::NbdTcp(parse_listen(l)?),
+            ("nbd", None, None) => Self::NbdUnix(None),
+            ("nbd", Some(p), None) => Self::NbdUnix(Some(path(p)?)),
+            ("fuse", None, _) => Self::Fuse(None),
+            ("fuse", Some(p), _) => Self::Fuse(Some(path(p)?)),
+            ("ublk", None, _) => Self::Ublk,
+            _ => {
+                return Err(invalid(format!(
+                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT] or ublk"
+                )))
+            }
+        };
+        if listen.is_some() && !matches!(spec, Self::NbdTcp(_)) {
+            return Err(invalid("--listen only applies to --export nbd"));
+        }
+        Ok(spec)
+    }
+}
+
+/// `PORT` (loopback) or an explicit `ADDR:PORT` / `[V6]:PORT`.
+fn parse_listen(s: &str) -> Result<SocketAddr> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.parse::<SocketAddr>().map_err(|_| {
+        invalid(format!(
+            "Invalid --listen {s:?}: use PORT or ADDR:PORT (e.g. 127.0.0.1:10809)"
+        ))
+    })
 }
 
 /// Everything the daemon needs, resolved by the caller.
@@ -493,6 +543,46 @@ impl Daemon {
                 let _ = wtx.send(());
             })),
             last: ok,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_parse_as_before() {
+        let abs = |p: &str| std::path::absolute(p).unwrap();
+        let ok = [
+            ("nbd", None, ExportSpec::NbdUnix(None)),
+            ("nbd=s.sock", None, ExportSpec::NbdUnix(Some(abs("s.sock")))),
+            ("fuse", None, ExportSpec::Fuse(None)),
+            ("fuse=/mnt/x", None, ExportSpec::Fuse(Some("/mnt/x".into()))),
+            ("ublk", None, ExportSpec::Ublk),
+            (
+                "nbd",
+                Some("10809"),
+                ExportSpec::NbdTcp("127.0.0.1:10809".parse().unwrap()),
+            ),
+            (
+                "nbd",
+                Some("[::1]:7"),
+                ExportSpec::NbdTcp("[::1]:7".parse().unwrap()),
+            ),
+        ];
+        for (e, l, want) in ok {
+            assert_eq!(ExportSpec::parse(e, l).unwrap(), want, "{e} {l:?}");
+        }
+        for (e, l) in [
+            ("nbd=s", Some("1")),
+            ("fuse", Some("1")),
+            ("ublk=x", None),
+            ("vhost", None),
+            ("nbd", Some("host")),
+        ] {
+            let err = ExportSpec::parse(e, l).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{e} {l:?}");
         }
     }
 }

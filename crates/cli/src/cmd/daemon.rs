@@ -9,7 +9,6 @@
 //! detached with `--foreground --table-stdin` ([`daemon::detach`]). It
 //! returns once the daemon answers on its control socket.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,7 @@ use crypto::table::Table;
 use daemon::control::{self, flag_words, mode_name, ExportKind, Flags, Ping};
 use daemon::resolve::VolumeType as Kind;
 use daemon::{runtime, ExportSpec};
-use datapath::{EngineConfig, PerfFlags};
+use datapath::PerfFlags;
 
 use crate::{CmdResult, Failure};
 
@@ -204,7 +203,7 @@ impl Commands {
 fn open(a: OpenArgs) -> CmdResult {
     runtime::check_name(&a.name)?;
     let mode = control::parse_mode(&a.mode)?;
-    let export = parse_export(&a.export, a.listen.as_deref())?;
+    let export = ExportSpec::parse(&a.export, a.listen.as_deref())?;
     if export == ExportSpec::Ublk && !ublk::available() {
         return Err(daemon::serve::ublk_unavailable().into());
     }
@@ -250,23 +249,13 @@ fn open(a: OpenArgs) -> CmdResult {
     };
     table.device = device.display().to_string();
 
-    let mut flags = a.perf.flags();
-    flags.same_cpu_crypt |= table.options.same_cpu_crypt;
-    flags.submit_from_crypt_cpus |= table.options.submit_from_crypt_cpus;
-    flags.no_read_workqueue |= table.options.no_read_workqueue;
-    flags.no_write_workqueue |= table.options.no_write_workqueue;
-    table.options.same_cpu_crypt = flags.same_cpu_crypt;
-    table.options.submit_from_crypt_cpus = flags.submit_from_crypt_cpus;
-    table.options.no_read_workqueue = flags.no_read_workqueue;
-    table.options.no_write_workqueue = flags.no_write_workqueue;
-    table.options.allow_discards |= a.allow_discards;
-    let engine = EngineConfig {
+    let engine = daemon::resolve::engine_config(
+        &mut table,
         mode,
-        flags,
-        allow_discards: table.options.allow_discards,
-        read_only: a.readonly,
-        ..EngineConfig::default()
-    };
+        a.perf.flags(),
+        a.allow_discards,
+        a.readonly,
+    );
 
     if a.foreground {
         let spec = daemon::Spec {
@@ -330,52 +319,6 @@ fn clean_stale(paths: &runtime::Paths) {
             paths.fuse.display()
         );
     }
-}
-
-fn parse_export(s: &str, listen: Option<&str>) -> Result<ExportSpec, Failure> {
-    let (kind, arg) = match s.split_once('=') {
-        Some((k, v)) => (k, Some(v)),
-        None => (s, None),
-    };
-    let path = |v: &str| -> Result<PathBuf, Failure> {
-        std::path::absolute(v).map_err(|e| Failure::usage(format!("Invalid path {v:?}: {e}")))
-    };
-    let spec = match (kind, arg) {
-        ("nbd", _) if listen.is_some() => {
-            if arg.is_some() {
-                return Err(Failure::usage(
-                    "Give either --export nbd=SOCKET or --listen, not both",
-                ));
-            }
-            ExportSpec::NbdTcp(parse_listen(listen.unwrap_or_default())?)
-        }
-        ("nbd", None) => ExportSpec::NbdUnix(None),
-        ("nbd", Some(p)) => ExportSpec::NbdUnix(Some(path(p)?)),
-        ("fuse", None) => ExportSpec::Fuse(None),
-        ("fuse", Some(p)) => ExportSpec::Fuse(Some(path(p)?)),
-        ("ublk", None) => ExportSpec::Ublk,
-        _ => {
-            return Err(Failure::usage(format!(
-                "Unknown export {s:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT] or ublk"
-            )))
-        }
-    };
-    if listen.is_some() && !matches!(spec, ExportSpec::NbdTcp(_)) {
-        return Err(Failure::usage("--listen only applies to --export nbd"));
-    }
-    Ok(spec)
-}
-
-/// `PORT` (loopback) or an explicit `ADDR:PORT` / `[V6]:PORT`.
-fn parse_listen(s: &str) -> Result<SocketAddr, Failure> {
-    if let Ok(port) = s.parse::<u16>() {
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    s.parse::<SocketAddr>().map_err(|_| {
-        Failure::usage(format!(
-            "Invalid --listen {s:?}: use PORT or ADDR:PORT (e.g. 127.0.0.1:10809)"
-        ))
-    })
 }
 
 /// One line saying where the volume is served.
