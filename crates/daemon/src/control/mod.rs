@@ -3,8 +3,8 @@
 //!
 //! One connection carries one exchange: the client writes one JSON line,
 //! the daemon answers with one JSON line and closes. This module holds the
-//! messages and their encoding; [`client`] the client side, [`server`] the
-//! daemon's loop, [`Status`] the `status` answer.
+//! messages and their encoding; [`call`] and its typed wrappers are the
+//! client side, [`serve`] the daemon's loop, [`Status`] the `status` answer.
 //!
 //! ```text
 //!  client                                   daemon (NAME.ctl.sock, 0600)

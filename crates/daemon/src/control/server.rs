@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 use super::{decode_request, encode_reply, Reply, Request};
 
@@ -62,8 +62,13 @@ pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled)
             Err(e) => Reply::from(e).into(),
         };
         closing = handled.last;
-        let text = Zeroizing::new(encode_reply(&handled.reply));
+        let mut reply = handled.reply;
+        let text = Zeroizing::new(encode_reply(&reply));
         let _ = (&conn).write_all(text.as_bytes());
+        // `table --showkeys` carries the key.
+        if let Reply::Table { line } = &mut reply {
+            line.zeroize();
+        }
         if let Some(f) = handled.after_reply {
             f();
         }
