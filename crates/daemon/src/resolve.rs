@@ -60,6 +60,18 @@ impl VolumeType {
     }
 }
 
+/// The backing device as an absolute path (a detached daemon runs in
+/// `/`); [`ErrorKind::NoDevice`] if it does not exist.
+pub fn device(path: &Path) -> Result<PathBuf> {
+    let missing = |p: &Path| format!("Device {} does not exist or access denied", p.display());
+    let abs = std::path::absolute(path)
+        .map_err(|e| Error::new(ErrorKind::NoDevice, missing(path)).with_source(e))?;
+    if !abs.exists() {
+        return Err(Error::new(ErrorKind::NoDevice, missing(&abs) + "."));
+    }
+    Ok(abs)
+}
+
 /// Parses a dm-crypt table line (`Invalid table: …` on error).
 pub fn plain_table(line: &str) -> Result<Table> {
     Table::parse(line.trim()).map_err(|e| invalid("Invalid table").with_source(e))

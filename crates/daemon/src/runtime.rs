@@ -90,6 +90,38 @@ impl Paths {
     }
 }
 
+/// What [`claim`] found.
+#[derive(Debug)]
+pub struct Claim {
+    /// The volume's runtime files.
+    pub paths: Paths,
+    /// A dead daemon's FUSE mount had to be detached.
+    pub detached_stale_mount: bool,
+}
+
+/// Claims volume `name` for a new daemon: checks the name, creates the
+/// runtime directory, refuses ([`ErrorKind::Busy`]) when a live daemon
+/// already serves `name` — unless that is process `me` — and removes what
+/// a dead one left behind.
+pub fn claim(name: &str, me: Option<u32>) -> Result<Claim> {
+    check_name(name)?;
+    let paths = Paths::new(&ensure_dir()?, name);
+    if let Some(pid) = live_pid(&paths, name) {
+        if Some(pid) != me {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("Device {name} already exists (served by pid {pid})."),
+            ));
+        }
+    }
+    // Whatever a crashed daemon left behind must not block us.
+    let detached_stale_mount = clean_stale(&paths);
+    Ok(Claim {
+        paths,
+        detached_stale_mount,
+    })
+}
+
 /// Volume names become file names: keep them to a safe alphabet.
 pub fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()

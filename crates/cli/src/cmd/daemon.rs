@@ -207,31 +207,11 @@ fn open(a: OpenArgs) -> CmdResult {
     if export == ExportSpec::Ublk && !ublk::available() {
         return Err(daemon::serve::ublk_unavailable().into());
     }
-    let dir = runtime::ensure_dir()?;
-    let paths = runtime::Paths::new(&dir, &a.name);
-    if let Some(pid) = runtime::live_pid(&paths, &a.name) {
-        if !(a.table_stdin && pid == std::process::id()) {
-            return Err(Failure::busy(format!(
-                "Device {} already exists (served by pid {pid}).",
-                a.name
-            )));
-        }
-    }
-    // Whatever a crashed daemon left behind must not block us.
-    clean_stale(&paths);
-
-    let device = std::path::absolute(&a.device).map_err(|e| {
-        Failure::device(format!(
-            "Device {} does not exist or access denied: {e}",
-            a.device.display()
-        ))
-    })?;
-    if !device.exists() {
-        return Err(Failure::device(format!(
-            "Device {} does not exist or access denied.",
-            device.display()
-        )));
-    }
+    // The detached daemon re-checks the claim its parent made.
+    let me = a.table_stdin.then(std::process::id);
+    let claim = runtime::claim(&a.name, me)?;
+    report_stale_mount(&claim.paths, claim.detached_stale_mount);
+    let device = daemon::resolve::device(&a.device)?;
     let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin {
         VolumeType::Plain
     } else {
@@ -311,9 +291,9 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table
     }
 }
 
-/// Removes a dead daemon's files, saying so when a FUSE mount was detached.
-fn clean_stale(paths: &runtime::Paths) {
-    if runtime::clean_stale(paths) {
+/// Says so when a dead daemon's FUSE mount had to be detached.
+fn report_stale_mount(paths: &runtime::Paths, detached: bool) {
+    if detached {
         eprintln!(
             "ucrypt: detached a stale FUSE mount at {}",
             paths.fuse.display()
@@ -400,7 +380,7 @@ fn close(name: &str) -> CmdResult {
             daemon::ErrorKind::NotActive | daemon::ErrorKind::Protocol
         ) {
             // No daemon answering: clean up after a crashed one, if any.
-            clean_stale(&paths);
+            report_stale_mount(&paths, runtime::clean_stale(&paths));
         }
         return Err(e.into());
     }
