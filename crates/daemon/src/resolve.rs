@@ -17,11 +17,14 @@ use std::path::{Path, PathBuf};
 
 use crypto::table::Table;
 use datapath::{CryptMode, EngineConfig, PerfFlags};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
 
-/// What kind of volume is served (shown by `status` as `type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What kind of volume is served (shown by `status` as `type`; on the
+/// control socket as its [`VolumeType::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
 #[non_exhaustive]
 pub enum VolumeType {
     /// A plain dm-crypt mapping.

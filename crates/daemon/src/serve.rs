@@ -464,7 +464,7 @@ impl Daemon {
         };
         Status {
             ping: self.ping.clone(),
-            volume_type: self.volume_type.name().to_owned(),
+            volume_type: self.volume_type,
             cipher: t.cipher.as_str().to_owned(),
             keysize_bits: t.key().len() * 8,
             device: t.device.clone(),

@@ -63,7 +63,7 @@ fn serve_status_refresh_table_close() {
 
     let s = control::status("life", T).unwrap();
     assert_eq!(s.ping, ready);
-    assert_eq!(s.volume_type, "PLAIN");
+    assert_eq!(s.volume_type, VolumeType::Plain);
     assert_eq!(
         (s.keysize_bits, s.size_sectors, s.sector_size),
         (512, 2048, 512)

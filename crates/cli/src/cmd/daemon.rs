@@ -404,7 +404,7 @@ fn status(name: &str) -> CmdResult {
         "{name} is active{}.",
         if in_use { " and is in use" } else { "" }
     );
-    println!("  type:    {}", s.volume_type);
+    println!("  type:    {}", s.volume_type.name());
     println!("  cipher:  {}", s.cipher);
     println!("  keysize: {} bits", s.keysize_bits);
     println!("  key location: ucrypt daemon memory (pid {})", s.ping.pid);

@@ -347,7 +347,7 @@ mod tests {
                 export: ExportKind::Nbd,
                 endpoint: "nbd+unix:///?socket=/r/v.nbd.sock".into(),
             },
-            volume_type: "LUKS2".into(),
+            volume_type: crate::resolve::VolumeType::Luks2,
             cipher: "aes-xts-plain64".into(),
             keysize_bits: 512,
             device: "/dev/x".into(),

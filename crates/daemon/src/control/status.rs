@@ -5,14 +5,15 @@ use datapath::{CryptMode, EngineConfig};
 use serde::{Deserialize, Serialize};
 
 use super::{mode, Flags, Ping};
+use crate::resolve::VolumeType;
 
 /// A volume's mapping, configuration and live statistics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     /// Who serves it, and where.
     pub ping: Ping,
-    /// `LUKS1`, `LUKS2` or `PLAIN`.
-    pub volume_type: String,
+    /// Plain, LUKS1 or LUKS2.
+    pub volume_type: VolumeType,
     /// Cipher specification (`aes-xts-plain64`).
     pub cipher: String,
     /// Key size in bits.
