@@ -81,6 +81,15 @@ impl ExportSpec {
         }
         Ok(spec)
     }
+
+    /// Fails early when this machine cannot serve the export (ublk needs
+    /// the `ublk_drv` kernel module).
+    pub fn check_available(&self) -> Result<()> {
+        if *self == Self::Ublk && !ublk::available() {
+            return Err(ublk_unavailable());
+        }
+        Ok(())
+    }
 }
 
 /// `PORT` (loopback) or an explicit `ADDR:PORT` / `[V6]:PORT`.
@@ -114,7 +123,7 @@ pub struct Spec {
 }
 
 /// The error for `--export ublk` on a kernel without ublk.
-pub fn ublk_unavailable() -> Error {
+fn ublk_unavailable() -> Error {
     Error::new(
         ErrorKind::NoDevice,
         format!(

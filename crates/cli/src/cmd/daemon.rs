@@ -204,9 +204,7 @@ fn open(a: OpenArgs) -> CmdResult {
     runtime::check_name(&a.name)?;
     let mode = control::parse_mode(&a.mode)?;
     let export = ExportSpec::parse(&a.export, a.listen.as_deref())?;
-    if export == ExportSpec::Ublk && !ublk::available() {
-        return Err(daemon::serve::ublk_unavailable().into());
-    }
+    export.check_available()?;
     // The detached daemon re-checks the claim its parent made.
     let me = a.table_stdin.then(std::process::id);
     let claim = runtime::claim(&a.name, me)?;
