@@ -53,9 +53,33 @@ pub fn map(
 ) -> Result<()> {
     let crypt = SectorCrypt::new(&table.crypt_config())
         .map_err(|e| invalid("Invalid table").with_source(e))?;
-    let ss = crypt.sector_size() as u64;
-    let path = &table.device;
     check_device(table, dir)?;
+    // Writes: the whole input is sized (and checked) before the device is
+    // touched.
+    let mut source = match dir {
+        Direction::Read => None,
+        Direction::Write => Some(checked_input(
+            table,
+            crypt.sector_size() as u64,
+            input,
+            input_len,
+        )?),
+    };
+    let engine = engine(table, crypt, dir)?;
+    let result = match &mut source {
+        None => read_all(&engine, table, output),
+        Some((src, len)) => write_all(&engine, table, src, *len),
+    };
+    let down = engine.shutdown();
+    result?;
+    down.map_err(|e| {
+        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device)).with_source(e)
+    })
+}
+
+/// An inline engine over the table's device, read-only for reads.
+fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
+    let path = &table.device;
     let backend = FileBackend::open(
         path,
         &FileOptions {
@@ -83,32 +107,34 @@ pub fn map(
         workers: 1,
         ..EngineConfig::default()
     };
-    let engine = Engine::new(vol, cfg).map_err(|e| {
+    Engine::new(vol, cfg).map_err(|e| {
         Error::new(ErrorKind::NoDevice, format!("Cannot map device {path}")).with_source(e)
-    })?;
-    let result = match dir {
-        Direction::Read => read_all(&engine, table, output),
-        Direction::Write => {
-            let total = table.len_bytes();
-            let (mut src, len) = sized_input(input, input_len, total)?;
-            if len > total {
-                return Err(invalid(format!(
-                    "Input length {} bytes exceeds the mapping ({total} bytes, {} sectors); nothing written",
-                    if input_len.is_some() { len.to_string() } else { format!("over {total}") },
-                    table.len
-                )));
-            }
-            if len % ss != 0 {
-                return Err(invalid(format!(
-                    "Input length {len} bytes is not a multiple of the {ss}-byte sector size; nothing written"
-                )));
-            }
-            write_all(&engine, table, &mut src, len)
-        }
-    };
-    let down = engine.shutdown();
-    result?;
-    down.map_err(|e| Error::new(ErrorKind::Io, format!("Cannot flush {path}")).with_source(e))
+    })
+}
+
+/// The input as a reader of known length: whole sectors, at most the
+/// mapping.
+fn checked_input<'a>(
+    table: &Table,
+    ss: u64,
+    input: &'a mut dyn Read,
+    input_len: Option<u64>,
+) -> Result<(Box<dyn Read + 'a>, u64)> {
+    let total = table.len_bytes();
+    let (src, len) = sized_input(input, input_len, total)?;
+    if len > total {
+        return Err(invalid(format!(
+            "Input length {} bytes exceeds the mapping ({total} bytes, {} sectors); nothing written",
+            if input_len.is_some() { len.to_string() } else { format!("over {total}") },
+            table.len
+        )));
+    }
+    if len % ss != 0 {
+        return Err(invalid(format!(
+            "Input length {len} bytes is not a multiple of the {ss}-byte sector size; nothing written"
+        )));
+    }
+    Ok((src, len))
 }
 
 /// The device must exist and hold the whole mapping (checked before the
