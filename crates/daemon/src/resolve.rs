@@ -179,3 +179,74 @@ pub fn engine_config(
         ..EngineConfig::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_type_from_the_header_magic() {
+        let dir = testutil::TempDir::new("daemon-resolve");
+        let h = dir.join("hdr");
+        for (bytes, want) in [
+            (&b"LUKS\xba\xbe\x00\x01rest"[..], VolumeType::Luks1),
+            (&b"LUKS\xba\xbe\x00\x02rest"[..], VolumeType::Luks2),
+            (&b"LUKS\xba\xbe\x00\x03rest"[..], VolumeType::Luks),
+            (&b"LUKS"[..], VolumeType::Luks),
+        ] {
+            std::fs::write(&h, bytes).unwrap();
+            assert_eq!(VolumeType::of_header(&h), want);
+        }
+        assert_eq!(VolumeType::of_header(&dir.join("none")), VolumeType::Luks);
+        assert_eq!(VolumeType::Luks2.name(), "LUKS2");
+        assert_eq!(
+            serde_json::to_string(&VolumeType::Plain).unwrap(),
+            "\"PLAIN\""
+        );
+    }
+
+    #[test]
+    fn devices_and_tables_fail_with_their_kinds() {
+        let dir = testutil::TempDir::new("daemon-resolve-dev");
+        let e = device(&dir.join("missing")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        assert!(e
+            .to_string()
+            .ends_with("missing does not exist or access denied."));
+        assert!(device(Path::new(".")).unwrap().is_absolute());
+
+        let e = plain_table("0 8 crypt").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.chain().starts_with("Invalid table: "), "{}", e.chain());
+
+        let e = Luks::load(&dir.join("missing"), None).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        std::fs::write(dir.join("zeros"), vec![0u8; 8192]).unwrap();
+        let e = Luks::load(&dir.join("zeros"), None).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().ends_with("zeros is not a valid LUKS device"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn given_options_are_merged_into_the_table() {
+        let mut t = plain_table(
+            "0 8 crypt aes-xts-plain64 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 /x 0 1 no_read_workqueue",
+        )
+        .unwrap();
+        let given = PerfFlags {
+            same_cpu_crypt: true,
+            ..PerfFlags::default()
+        };
+        let cfg = engine_config(&mut t, CryptMode::Adaptive, given, true, true);
+        assert!(cfg.flags.same_cpu_crypt && cfg.flags.no_read_workqueue);
+        assert!(!cfg.flags.no_write_workqueue && !cfg.flags.submit_from_crypt_cpus);
+        assert!(cfg.allow_discards && cfg.read_only);
+        assert_eq!(cfg.mode, CryptMode::Adaptive);
+        assert!(t
+            .format(false)
+            .ends_with(" 3 allow_discards same_cpu_crypt no_read_workqueue"));
+    }
+}
