@@ -82,6 +82,19 @@ impl ExportSpec {
         Ok(spec)
     }
 
+    /// The inverse of [`ExportSpec::parse`]: the `export` and `listen`
+    /// strings that parse back to `self` (for a re-executed daemon).
+    pub fn to_args(&self) -> (String, Option<String>) {
+        match self {
+            Self::NbdUnix(None) => ("nbd".into(), None),
+            Self::NbdUnix(Some(p)) => (format!("nbd={}", p.display()), None),
+            Self::NbdTcp(a) => ("nbd".into(), Some(a.to_string())),
+            Self::Fuse(None) => ("fuse".into(), None),
+            Self::Fuse(Some(p)) => (format!("fuse={}", p.display()), None),
+            Self::Ublk => ("ublk".into(), None),
+        }
+    }
+
     /// Fails early when this machine cannot serve the export (ublk needs
     /// the `ublk_drv` kernel module).
     pub fn check_available(&self) -> Result<()> {
@@ -582,6 +595,8 @@ mod tests {
         ];
         for (e, l, want) in ok {
             assert_eq!(ExportSpec::parse(e, l).unwrap(), want, "{e} {l:?}");
+            let (e2, l2) = want.to_args();
+            assert_eq!(ExportSpec::parse(&e2, l2.as_deref()).unwrap(), want);
         }
         for (e, l) in [
             ("nbd=s", Some("1")),

@@ -323,15 +323,10 @@ fn child_args(a: &OpenArgs, plain: bool, device: &Path, export: &ExportSpec) -> 
                 .display()
         ));
     }
-    match export {
-        ExportSpec::NbdUnix(None) => v.push("--export=nbd".into()),
-        ExportSpec::NbdUnix(Some(p)) => v.push(format!("--export=nbd={}", p.display())),
-        ExportSpec::NbdTcp(addr) => v.push(format!("--listen={addr}")),
-        ExportSpec::Fuse(None) => v.push("--export=fuse".into()),
-        ExportSpec::Fuse(Some(p)) => v.push(format!("--export=fuse={}", p.display())),
-        ExportSpec::Ublk => v.push("--export=ublk".into()),
-        // ExportSpec is non_exhaustive; parse_export builds only the above.
-        _ => {}
+    let (export, listen) = export.to_args();
+    v.push(format!("--export={export}"));
+    if let Some(l) = listen {
+        v.push(format!("--listen={l}"));
     }
     let p = &a.perf;
     for (on, f) in [
