@@ -279,6 +279,14 @@ pub enum ErrorKind {
         /// Its length.
         len: u64,
     },
+    /// io_uring was required ([`IoEngine::Uring`]) but the kernel refuses
+    /// it to this process (not built in, disabled by sysctl or seccomp, no
+    /// memory for a ring); the source carries the errno.
+    #[error("Cannot open backing device {path} (io_uring unavailable)")]
+    IoUringUnavailable {
+        /// The path given.
+        path: String,
+    },
     /// A kernel feature this backend needs is missing.
     #[error("Not supported by this kernel or device: {0}")]
     Unsupported(&'static str),
@@ -328,7 +336,9 @@ impl Error {
             ErrorKind::Alloc { .. } => io::ErrorKind::OutOfMemory,
             ErrorKind::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
             ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,
-            ErrorKind::Unsupported(_) => io::ErrorKind::Unsupported,
+            ErrorKind::Unsupported(_) | ErrorKind::IoUringUnavailable { .. } => {
+                io::ErrorKind::Unsupported
+            }
             ErrorKind::Open { .. } | ErrorKind::Injected { .. } => match &self.source {
                 Some(s) => s.kind(),
                 None => io::ErrorKind::Other,
