@@ -1,6 +1,6 @@
 //! The crate's one error type: a stable [`ErrorKind`] callers match on, a
-//! message (never containing key material) and an optional source: the I/O
-//! error or the `crypto` error that caused it.
+//! message (never containing key material) and an optional source: the I/O,
+//! `crypto`, JSON or randomness error that caused it.
 
 use std::fmt;
 
@@ -47,6 +47,10 @@ enum Source {
     Io(std::io::Error),
     /// Building a sector cipher (keyslot area, format check, dm table).
     Crypto(crypto::Error),
+    /// Parsing the LUKS2 JSON metadata.
+    Json(serde_json::Error),
+    /// The system's random number generator.
+    Random(getrandom::Error),
 }
 
 impl Source {
@@ -54,6 +58,8 @@ impl Source {
         match self {
             Source::Io(e) => e,
             Source::Crypto(e) => e,
+            Source::Json(e) => e,
+            Source::Random(e) => e,
         }
     }
 }
@@ -137,4 +143,22 @@ pub(crate) fn unsupported(msg: impl Into<String>) -> Error {
 /// `Error::new(ErrorKind::InvalidArgument, ...)`.
 pub(crate) fn invalid(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidArgument, msg)
+}
+
+/// An error of `kind` caused by a malformed LUKS2 JSON area.
+pub(crate) fn json_error(kind: ErrorKind, msg: impl Into<String>, e: serde_json::Error) -> Error {
+    Error {
+        kind,
+        message: msg.into(),
+        source: Some(Source::Json(e)),
+    }
+}
+
+/// An error of `kind` caused by the random number generator failing.
+pub(crate) fn random_error(kind: ErrorKind, msg: impl Into<String>, e: getrandom::Error) -> Error {
+    Error {
+        kind,
+        message: msg.into(),
+        source: Some(Source::Random(e)),
+    }
 }
