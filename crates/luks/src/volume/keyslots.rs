@@ -11,6 +11,9 @@ use crate::hash::Hash;
 use crate::kdf::{Kdf, KdfRequest};
 use crate::keyslot::{self, material_len};
 use crate::luks2::json;
+use std::fs::File;
+
+use crate::luks2;
 use crate::{af, luks1, Header};
 
 impl Volume {
@@ -31,129 +34,8 @@ impl Volume {
         }
         let mut f = open_rw(&self.meta_path)?;
         match &mut self.header {
-            Header::V1(h) => {
-                if kdf.kind != "pbkdf2" {
-                    return Err(invalid("LUKS1 keyslots support only the pbkdf2 KDF"));
-                }
-                let slot = match slot {
-                    Some(s) if s as usize >= luks1::SLOTS => {
-                        return Err(invalid(format!("Keyslot {s} is invalid")))
-                    }
-                    Some(s) if h.slots[s as usize].active => {
-                        return Err(Error::new(
-                            ErrorKind::SlotBusy,
-                            format!("Keyslot {s} is already in use"),
-                        ))
-                    }
-                    Some(s) => s,
-                    None => (0..8u32)
-                        .find(|&s| !h.slots[s as usize].active)
-                        .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
-                };
-                let req = KdfRequest {
-                    hash: h.hash,
-                    ..kdf.clone()
-                };
-                let k = req.resolve(h.key_bytes as usize)?;
-                let Kdf::Pbkdf2 { iterations, .. } = k else {
-                    unreachable!("pbkdf2 requested")
-                };
-                let salt = keyslot::random(luks1::SALT_LEN)?;
-                let cipher = h.cipher();
-                let s = &mut h.slots[slot as usize];
-                let params = keyslot::SlotParams {
-                    kdf: k,
-                    salt: &salt,
-                    cipher: &cipher,
-                    area_key_size: vk.len(),
-                    key_size: vk.len(),
-                    stripes: s.stripes,
-                    af_hash: h.hash,
-                };
-                let mat = keyslot::seal_material(new_pass, &params, vk)?;
-                write_at(&mut f, u64::from(s.key_material_offset) * 512, &mat)?;
-                sync(&f)?;
-                s.active = true;
-                s.iterations = iterations;
-                s.salt.copy_from_slice(&salt);
-                write_at(&mut f, 0, &h.to_bytes())?;
-                sync(&f)?;
-                Ok(slot)
-            }
-            Header::V2(h) => {
-                let slot = match slot {
-                    Some(s) if s >= json::MAX_KEYSLOTS => {
-                        return Err(invalid(format!("Keyslot {s} is invalid")))
-                    }
-                    Some(s) if h.meta.keyslots.contains_key(&s.to_string()) => {
-                        return Err(Error::new(
-                            ErrorKind::SlotBusy,
-                            format!("Keyslot {s} is already in use"),
-                        ))
-                    }
-                    Some(s) => s,
-                    None => (0..json::MAX_KEYSLOTS)
-                        .find(|s| !h.meta.keyslots.contains_key(&s.to_string()))
-                        .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
-                };
-                let af_hash = h
-                    .meta
-                    .keyslots
-                    .values()
-                    .next()
-                    .map(|k| k.af.hash.clone())
-                    .unwrap_or_else(|| "sha256".to_string());
-                let area_size = (material_len(vk.len(), af::STRIPES) as u64).div_ceil(4096) * 4096;
-                let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
-                let cipher = h.meta.segment().1.encryption.clone();
-                let k = kdf.resolve(vk.len())?;
-                let salt = keyslot::random(32)?;
-                let params = keyslot::SlotParams {
-                    kdf: k,
-                    salt: &salt,
-                    cipher: &cipher,
-                    area_key_size: vk.len(),
-                    key_size: vk.len(),
-                    stripes: af::STRIPES,
-                    af_hash: Hash::parse(&af_hash)?,
-                };
-                let mat = keyslot::seal_material(new_pass, &params, vk)?;
-                write_at(&mut f, offset, &mat)?;
-                sync(&f)?;
-                let id = slot.to_string();
-                h.meta.keyslots.insert(
-                    id.clone(),
-                    json::Keyslot {
-                        kind: "luks2".into(),
-                        key_size: vk.len() as u32,
-                        af: json::Af {
-                            kind: "luks1".into(),
-                            stripes: af::STRIPES,
-                            hash: af_hash,
-                        },
-                        area: json::Area {
-                            kind: "raw".into(),
-                            offset,
-                            size: area_size,
-                            encryption: cipher,
-                            key_size: vk.len() as u32,
-                        },
-                        kdf: json::KdfJson::from_kdf(&k, &salt),
-                        extra: Default::default(),
-                    },
-                );
-                let sid = h.meta.segment().0.clone();
-                if let Some(d) = h
-                    .meta
-                    .digests
-                    .values_mut()
-                    .find(|d| d.segments.contains(&sid))
-                {
-                    d.keyslots.push(id);
-                }
-                write_luks2(&mut f, h)?;
-                Ok(slot)
-            }
+            Header::V1(h) => add_key_v1(&mut f, h, vk, new_pass, slot, kdf),
+            Header::V2(h) => add_key_v2(&mut f, h, vk, new_pass, slot, kdf),
         }
     }
 
@@ -227,6 +109,149 @@ impl Volume {
         }
         Ok(uuid)
     }
+}
+
+/// [`Volume::add_key`] on LUKS1: material into the slot's fixed area,
+/// then the header.
+fn add_key_v1(
+    f: &mut File,
+    h: &mut luks1::Header,
+    vk: &[u8],
+    new_pass: &[u8],
+    slot: Option<u32>,
+    kdf: &KdfRequest,
+) -> Result<u32> {
+    if kdf.kind != "pbkdf2" {
+        return Err(invalid("LUKS1 keyslots support only the pbkdf2 KDF"));
+    }
+    let slot = match slot {
+        Some(s) if s as usize >= luks1::SLOTS => {
+            return Err(invalid(format!("Keyslot {s} is invalid")))
+        }
+        Some(s) if h.slots[s as usize].active => {
+            return Err(Error::new(
+                ErrorKind::SlotBusy,
+                format!("Keyslot {s} is already in use"),
+            ))
+        }
+        Some(s) => s,
+        None => (0..8u32)
+            .find(|&s| !h.slots[s as usize].active)
+            .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
+    };
+    let req = KdfRequest {
+        hash: h.hash,
+        ..kdf.clone()
+    };
+    let k = req.resolve(h.key_bytes as usize)?;
+    let Kdf::Pbkdf2 { iterations, .. } = k else {
+        unreachable!("pbkdf2 requested")
+    };
+    let salt = keyslot::random(luks1::SALT_LEN)?;
+    let cipher = h.cipher();
+    let s = &mut h.slots[slot as usize];
+    let params = keyslot::SlotParams {
+        kdf: k,
+        salt: &salt,
+        cipher: &cipher,
+        area_key_size: vk.len(),
+        key_size: vk.len(),
+        stripes: s.stripes,
+        af_hash: h.hash,
+    };
+    let mat = keyslot::seal_material(new_pass, &params, vk)?;
+    write_at(f, u64::from(s.key_material_offset) * 512, &mat)?;
+    sync(f)?;
+    s.active = true;
+    s.iterations = iterations;
+    s.salt.copy_from_slice(&salt);
+    write_at(f, 0, &h.to_bytes())?;
+    sync(f)?;
+    Ok(slot)
+}
+
+/// [`Volume::add_key`] on LUKS2: material into a first-fit area, then
+/// the keyslot and its digest binding in both header copies.
+fn add_key_v2(
+    f: &mut File,
+    h: &mut luks2::Header,
+    vk: &[u8],
+    new_pass: &[u8],
+    slot: Option<u32>,
+    kdf: &KdfRequest,
+) -> Result<u32> {
+    let slot = match slot {
+        Some(s) if s >= json::MAX_KEYSLOTS => {
+            return Err(invalid(format!("Keyslot {s} is invalid")))
+        }
+        Some(s) if h.meta.keyslots.contains_key(&s.to_string()) => {
+            return Err(Error::new(
+                ErrorKind::SlotBusy,
+                format!("Keyslot {s} is already in use"),
+            ))
+        }
+        Some(s) => s,
+        None => (0..json::MAX_KEYSLOTS)
+            .find(|s| !h.meta.keyslots.contains_key(&s.to_string()))
+            .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
+    };
+    let af_hash = h
+        .meta
+        .keyslots
+        .values()
+        .next()
+        .map(|k| k.af.hash.clone())
+        .unwrap_or_else(|| "sha256".to_string());
+    let area_size = (material_len(vk.len(), af::STRIPES) as u64).div_ceil(4096) * 4096;
+    let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
+    let cipher = h.meta.segment().1.encryption.clone();
+    let k = kdf.resolve(vk.len())?;
+    let salt = keyslot::random(32)?;
+    let params = keyslot::SlotParams {
+        kdf: k,
+        salt: &salt,
+        cipher: &cipher,
+        area_key_size: vk.len(),
+        key_size: vk.len(),
+        stripes: af::STRIPES,
+        af_hash: Hash::parse(&af_hash)?,
+    };
+    let mat = keyslot::seal_material(new_pass, &params, vk)?;
+    write_at(f, offset, &mat)?;
+    sync(f)?;
+    let id = slot.to_string();
+    h.meta.keyslots.insert(
+        id.clone(),
+        json::Keyslot {
+            kind: "luks2".into(),
+            key_size: vk.len() as u32,
+            af: json::Af {
+                kind: "luks1".into(),
+                stripes: af::STRIPES,
+                hash: af_hash,
+            },
+            area: json::Area {
+                kind: "raw".into(),
+                offset,
+                size: area_size,
+                encryption: cipher,
+                key_size: vk.len() as u32,
+            },
+            kdf: json::KdfJson::from_kdf(&k, &salt),
+            extra: Default::default(),
+        },
+    );
+    let sid = h.meta.segment().0.clone();
+    if let Some(d) = h
+        .meta
+        .digests
+        .values_mut()
+        .find(|d| d.segments.contains(&sid))
+    {
+        d.keyslots.push(id);
+    }
+    write_luks2(f, h)?;
+    Ok(slot)
 }
 
 pub(super) fn checked_uuid(u: &str) -> Result<String> {
