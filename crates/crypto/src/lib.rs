@@ -9,7 +9,7 @@
 //!  cipher text ──▶ spec::CipherSpec ─────────────────────────────────────┘   │ per sector:
 //!                                 cc_sector = sector + iv_offset              │  key  = cc_sector & (keycount-1)
 //!                                 iv_sector = cc_sector [>> shift if large]   │  IV   = ivgen(iv_sector)
-//!                                                                             ▼  chain mode (cipher.rs)
+//!                                                                             ▼  chain mode (cipher/)
 //! ```
 //!
 //! The per-sector rules (IV generators, key split, key index, `iv_offset`,
@@ -17,7 +17,7 @@
 //! and `Documentation/admin-guide/device-mapper/dm-crypt.rst`; `tests/`
 //! checks them against an independent Python oracle
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
-// One function may use unsafe code: `cipher::Evp::xts_append`, which
+// One function may use unsafe code: `cipher::evp::Evp::xts_append`, which
 // lets OpenSSL write into a Vec's spare capacity.
 #![deny(unsafe_code)]
 // `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
