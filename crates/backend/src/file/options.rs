@@ -36,7 +36,7 @@ pub enum IoEngine {
     Syscalls,
 }
 
-/// Options for [`FileBackend::open`].
+/// Options for [`FileBackend::open`](super::FileBackend::open).
 #[derive(Debug, Clone)]
 pub struct FileOptions {
     /// Open read-only; writes, discards and zeroing fail.

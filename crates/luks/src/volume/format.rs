@@ -96,11 +96,10 @@ impl Default for FormatOptions {
 /// Formats `device` (header on it, or in the detached `header` file, which
 /// is created if missing). Returns the loaded volume.
 ///
-/// The steps, in order: check the cipher and volume key ([`plan_key`]),
-/// open the header device and refuse an existing header ([`open_target`]),
-/// build the version's header with no active keyslot ([`luks1_header`],
-/// [`luks2_header`]), wipe the metadata area and write the header, then add
-/// the first passphrase ([`add_first_key`]).
+/// The steps, in order: check the cipher and volume key, open the header
+/// device and refuse an existing header, build the version's header with
+/// no active keyslot, wipe the metadata area and write the header, then add
+/// the first passphrase.
 pub fn format(
     device: &Path,
     header: Option<&Path>,
