@@ -269,6 +269,17 @@ pub enum ErrorKind {
         /// Byte offset where the write stopped.
         offset: u64,
     },
+    /// With [`DirectIo::Required`], a request whose offset or length is
+    /// not a multiple of the O_DIRECT alignment.
+    #[error("Request at offset {offset} length {len} is not aligned to the {align}-byte O_DIRECT alignment")]
+    Unaligned {
+        /// Byte offset requested.
+        offset: u64,
+        /// Length requested.
+        len: u64,
+        /// The O_DIRECT alignment in bytes.
+        align: u64,
+    },
     /// An error injected by [`FaultBackend`].
     #[error("Injected {op} fault at offset {offset} length {len}")]
     Injected {
@@ -328,7 +339,9 @@ impl Error {
 
     fn io_kind(&self) -> io::ErrorKind {
         match &self.kind {
-            ErrorKind::OutOfRange { .. } => io::ErrorKind::InvalidInput,
+            ErrorKind::OutOfRange { .. } | ErrorKind::Unaligned { .. } => {
+                io::ErrorKind::InvalidInput
+            }
             ErrorKind::TooSmall { .. } | ErrorKind::NotABlockDevice { .. } => {
                 io::ErrorKind::InvalidInput
             }

@@ -113,6 +113,10 @@ fn required_direct_rejects_unaligned_requests() {
     let err = b.read_at(&mut [0u8; 100], 0).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("O_DIRECT alignment"), "{err}");
+    assert!(matches!(
+        ucrypt_backend::Error::kind_of(&err),
+        Some(ErrorKind::Unaligned { len: 100, .. })
+    ));
     let err = b.write_at(&[1u8; 4096], 1, false).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     // Aligned offset/len with a deliberately misaligned memory address works.

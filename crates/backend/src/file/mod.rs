@@ -266,10 +266,12 @@ impl FileBackend {
                 return Ok(Route::Direct(d.as_raw_fd()));
             }
             if self.opts.direct == DirectIo::Required {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("Request at offset {offset} length {len} is not aligned to the {a}-byte O_DIRECT alignment"),
-                ));
+                return Err(Error::new(ErrorKind::Unaligned {
+                    offset,
+                    len: len as u64,
+                    align: a,
+                })
+                .into());
             }
         }
         Ok(Route::Buffered(self.buffered.as_raw_fd()))
