@@ -42,6 +42,10 @@
 //! Errors are [`std::io::Error`]s so the data path can pass them on; those
 //! raised by this crate carry an [`Error`] as their inner error.
 
+// Unsafe code only in the FFI modules that allow it (file::{uring, sync,
+// blockdev, dio} and mem), each block with a SAFETY note.
+#![deny(unsafe_code)]
+
 use std::io;
 
 mod fault;

@@ -1,6 +1,8 @@
 //! Block-device specifics: size and logical block size ioctls, whether the
 //! device discards, and BLKDISCARD / BLKZEROOUT on logical-block-aligned
 //! ranges (the unaligned edges are zeroed with writes).
+// FFI: block-device ioctls. Every unsafe block has a SAFETY note.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;

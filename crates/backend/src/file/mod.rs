@@ -357,10 +357,7 @@ impl FileBackend {
     }
 
     fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
-        let fd = self.buffered.as_raw_fd();
-        // SAFETY: plain syscall on an fd owned by self; no memory passed.
-        sync::cvt_retry(|| unsafe { libc::fallocate(fd, mode, offset as i64, len as i64) as isize })
-            .map(drop)
+        sync::fallocate(self.buffered.as_raw_fd(), mode, offset, len)
     }
 }
 

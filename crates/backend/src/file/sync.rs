@@ -1,7 +1,10 @@
 //! The syscall engine: positioned `pread` / `pwritev2` / `fdatasync`, used
 //! where io_uring is unavailable or not wanted ([`super::IoEngine::Syscalls`]).
+// FFI: positioned read/write and sync syscalls. Every unsafe block has a SAFETY note.
+#![allow(unsafe_code)]
 
 use std::io;
+use std::os::fd::RawFd;
 
 use super::Op;
 
@@ -31,6 +34,13 @@ pub(super) fn run(op: Op<'_>) -> io::Result<usize> {
         // SAFETY: plain syscall on an fd the caller owns; no memory passed.
         Op::Fdatasync { fd } => cvt_retry(|| unsafe { libc::fdatasync(fd) as isize }),
     }
+}
+
+/// `fallocate(fd, mode, offset, len)` (punch hole, zero range): a plain
+/// syscall, as io_uring would hand it to a worker thread anyway.
+pub(super) fn fallocate(fd: RawFd, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on an fd the caller owns; no memory passed.
+    cvt_retry(|| unsafe { libc::fallocate(fd, mode, offset as i64, len as i64) as isize }).map(drop)
 }
 
 /// Runs a syscall returning -1/errno, retrying EINTR and EAGAIN.
