@@ -1,12 +1,13 @@
-//! In-memory throughput measurements (no storage IO): the numbers behind
-//! `ucrypt benchmark` and the bench helper's crypto bound, plus PBKDF2 and
-//! Argon2 iterations per second (cryptsetup's benchmark header lines).
+//! In-memory cipher throughput (no storage IO): the numbers behind
+//! `ucrypt benchmark`'s cipher rows and the bench helper's crypto bound.
+//! Key-derivation cost (the PBKDF2 and Argon2 lines) is measured in one
+//! place only, `luks::kdf`, with the same rules `format` uses.
 //!
 //! Throughput divides by the measuring thread's CPU time (from
 //! `/proc/thread-self/schedstat`, nanoseconds), as `openssl speed` divides
 //! by user CPU time and `cryptsetup benchmark` by rusage: on a shared
 //! machine wall time would measure the neighbours, not the cipher. Where
-//! that file is missing, wall time is used.
+//! that file is missing, wall time is used. [`CpuClock`] is that clock.
 
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ pub fn throughput(c: &SectorCrypt, bytes_per_call: usize, dur: Duration) -> Thro
 fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
     // Warm up caches and the OpenSSL context pool.
     f(0);
-    let clock = Clock::start();
+    let clock = CpuClock::start();
     let mut calls = 0u64;
     let mut batch = 1u64;
     loop {
@@ -66,24 +67,34 @@ fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
     }
 }
 
-/// The calling thread's CPU time, or wall time where unavailable.
-enum Clock {
+/// Measures the calling thread's CPU time, or wall time where the kernel
+/// does not report it; bound to the thread that started it.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuClock(ClockStart);
+
+#[derive(Clone, Copy, Debug)]
+enum ClockStart {
     Cpu(Duration),
     Wall(Instant),
 }
 
-impl Clock {
-    fn start() -> Self {
-        match thread_cpu_time() {
-            Some(t) => Self::Cpu(t),
-            None => Self::Wall(Instant::now()),
-        }
+impl CpuClock {
+    /// Starts measuring now.
+    pub fn start() -> Self {
+        Self(match thread_cpu_time() {
+            Some(t) => ClockStart::Cpu(t),
+            None => ClockStart::Wall(Instant::now()),
+        })
     }
 
-    fn elapsed(&self) -> Duration {
-        match self {
-            Self::Cpu(t0) => thread_cpu_time().map_or(Duration::ZERO, |t| t.saturating_sub(*t0)),
-            Self::Wall(t0) => t0.elapsed(),
+    /// CPU time this thread has used since [`CpuClock::start`] (wall time
+    /// where CPU time is unavailable).
+    pub fn elapsed(&self) -> Duration {
+        match self.0 {
+            ClockStart::Cpu(t0) => {
+                thread_cpu_time().map_or(Duration::ZERO, |t| t.saturating_sub(t0))
+            }
+            ClockStart::Wall(t0) => t0.elapsed(),
         }
     }
 }
@@ -129,105 +140,6 @@ fn parse_openssl_speed(text: &str) -> Option<f64> {
     (k.is_finite() && k > 0.0).then_some(k * 1000.0)
 }
 
-/// Key-derivation hash for [`pbkdf2_iterations_per_sec`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PbkdfHash {
-    /// HMAC-SHA1.
-    Sha1,
-    /// HMAC-SHA256.
-    Sha256,
-    /// HMAC-SHA512.
-    Sha512,
-}
-
-impl PbkdfHash {
-    /// cryptsetup's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Sha1 => "sha1",
-            Self::Sha256 => "sha256",
-            Self::Sha512 => "sha512",
-        }
-    }
-}
-
-/// PBKDF2 iterations per CPU-second for a 256-bit output key (cryptsetup's
-/// benchmark measures the same: a 32-byte key from a short password).
-pub fn pbkdf2_iterations_per_sec(hash: PbkdfHash, dur: Duration) -> f64 {
-    let password = b"foobarfo";
-    let salt = [0x5au8; 32];
-    let mut out = [0u8; 32];
-    let mut rounds = 1000u32;
-    let start = Clock::start();
-    let mut total = 0u64;
-    while start.elapsed() < dur {
-        match hash {
-            PbkdfHash::Sha1 => pbkdf2::pbkdf2_hmac::<sha1::Sha1>(password, &salt, rounds, &mut out),
-            PbkdfHash::Sha256 => {
-                pbkdf2::pbkdf2_hmac::<sha2::Sha256>(password, &salt, rounds, &mut out)
-            }
-            PbkdfHash::Sha512 => {
-                pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password, &salt, rounds, &mut out)
-            }
-        }
-        total += u64::from(rounds);
-        rounds = rounds.saturating_mul(2).min(1 << 22);
-    }
-    total as f64 / start.elapsed().as_secs_f64().max(1e-9)
-}
-
-/// Argon2 variant for [`argon2_rate`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Argon2Kind {
-    /// Argon2i.
-    I,
-    /// Argon2id.
-    Id,
-}
-
-/// One Argon2 measurement: cost parameters and how long one hash took.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Argon2Rate {
-    /// Time cost (iterations).
-    pub iterations: u32,
-    /// Memory cost in KiB.
-    pub memory_kib: u32,
-    /// Lanes (parallel threads).
-    pub parallel: u32,
-    /// CPU seconds one hash with these parameters took (lanes run one after
-    /// another here).
-    pub seconds: f64,
-}
-
-/// Times one Argon2 hash with cryptsetup's minimum benchmark cost
-/// (4 iterations, `memory_kib`, `parallel` lanes) and returns the rate.
-pub fn argon2_rate(
-    kind: Argon2Kind,
-    memory_kib: u32,
-    parallel: u32,
-) -> Result<Argon2Rate, crate::Error> {
-    let iterations = 4;
-    let params = argon2::Params::new(memory_kib, iterations, parallel, Some(32))
-        .map_err(|e| crate::Error::invalid(format!("Invalid Argon2 parameters: {e}")))?;
-    let alg = match kind {
-        Argon2Kind::I => argon2::Algorithm::Argon2i,
-        Argon2Kind::Id => argon2::Algorithm::Argon2id,
-    };
-    let a = argon2::Argon2::new(alg, argon2::Version::V0x13, params);
-    let mut out = [0u8; 32];
-    let start = Clock::start();
-    a.hash_password_into(b"foobarfo", &[0x5au8; 32], &mut out)
-        .map_err(|e| crate::Error::invalid(format!("Argon2 failed: {e}")))?;
-    Ok(Argon2Rate {
-        iterations,
-        memory_kib,
-        parallel,
-        seconds: start.elapsed().as_secs_f64().max(1e-9),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,9 +158,6 @@ mod tests {
         let t = throughput(&c, 4096, Duration::from_millis(20));
         assert!(t.encrypt_bytes_per_sec.is_finite() && t.encrypt_bytes_per_sec > 0.0);
         assert!(t.decrypt_bytes_per_sec.is_finite() && t.decrypt_bytes_per_sec > 0.0);
-        assert!(pbkdf2_iterations_per_sec(PbkdfHash::Sha256, Duration::from_millis(20)) > 0.0);
-        let r = argon2_rate(Argon2Kind::Id, 1024, 1).unwrap();
-        assert!(r.seconds > 0.0);
     }
 
     #[test]

@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use crypto::speed::{self, Argon2Kind, PbkdfHash};
+use crypto::speed;
 use crypto::table::Table;
 use crypto::{CryptConfig, SectorCrypt};
+use luks::kdf::{self, Argon2Variant, DEFAULT_ITER_TIME_MS};
+use luks::{Hash, Kdf};
 use zeroize::Zeroizing;
 
 use crate::{CmdResult, Failure};
@@ -392,24 +394,40 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
             implementation: c.implementation(),
         });
     }
+    // cryptsetup prints the KDF lines only without --cipher. Their costs
+    // come from luks::kdf, the estimator `format` uses.
     let kdf = a.cipher.is_none();
-    let pbkdf: Vec<(PbkdfHash, f64)> = if kdf {
-        [PbkdfHash::Sha1, PbkdfHash::Sha256, PbkdfHash::Sha512]
+    let pbkdf: Vec<(Hash, f64)> = if kdf {
+        [Hash::Sha1, Hash::Sha256, Hash::Sha512]
             .into_iter()
-            .map(|h| {
-                (
-                    h,
-                    speed::pbkdf2_iterations_per_sec(h, Duration::from_millis(150)),
-                )
-            })
+            .map(|h| (h, kdf::pbkdf2_iterations_per_sec(h, 32)))
             .collect()
     } else {
         Vec::new()
     };
-    let argon: Vec<(&str, ArgonEstimate)> = if kdf {
+    let argon: Vec<ArgonRow> = if kdf {
         let mut v = Vec::new();
-        for (name, kind) in [("argon2i", Argon2Kind::I), ("argon2id", Argon2Kind::Id)] {
-            v.push((name, argon_estimate(kind)?));
+        for variant in [Argon2Variant::I, Argon2Variant::Id] {
+            let k = kdf::benchmark_argon2(variant, DEFAULT_ITER_TIME_MS)
+                .map_err(|e| Failure::usage(e.to_string()))?;
+            let Kdf::Argon2 {
+                time,
+                memory_kib,
+                parallel,
+                ..
+            } = k
+            else {
+                return Err(Failure::usage(format!(
+                    "Argon2 benchmark returned a {} cost",
+                    k.name()
+                )));
+            };
+            v.push(ArgonRow {
+                name: variant.name(),
+                iterations: time,
+                memory_kib,
+                parallel,
+            });
         }
         v
     } else {
@@ -445,39 +463,13 @@ fn row_name(spec: &str) -> String {
     }
 }
 
-/// Argon2 parameters cryptsetup would pick for 2000 ms, extrapolated from
-/// one timed small hash (memory-hard cost grows linearly with memory and
-/// iterations; lanes run in parallel on as many CPUs, up to 4).
-struct ArgonEstimate {
+/// One Argon2 line: the costs `format` would choose for the default
+/// `--iter-time` (see `luks::kdf::benchmark_argon2`).
+struct ArgonRow {
+    name: &'static str,
     iterations: u32,
     memory_kib: u32,
     parallel: u32,
-}
-
-fn argon_estimate(kind: Argon2Kind) -> Result<ArgonEstimate, Failure> {
-    let probe_kib = 16 * 1024;
-    let r = speed::argon2_rate(kind, probe_kib, 1).map_err(|e| Failure::usage(e.to_string()))?;
-    let per_kib_iter = r.seconds / (f64::from(probe_kib) * f64::from(r.iterations));
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let parallel = cpus.clamp(1, 4);
-    let target = 2.0;
-    let max_kib = 1_048_576u32;
-    let iter_time = per_kib_iter * f64::from(max_kib) / f64::from(parallel);
-    let iterations = (target / iter_time).floor();
-    if iterations >= 4.0 {
-        return Ok(ArgonEstimate {
-            iterations: iterations.min(1e6) as u32,
-            memory_kib: max_kib,
-            parallel,
-        });
-    }
-    // Too slow for 1 GiB at 4 iterations: shrink memory like cryptsetup.
-    let kib = (target * f64::from(parallel) / (4.0 * per_kib_iter)).clamp(32.0, f64::from(max_kib));
-    Ok(ArgonEstimate {
-        iterations: 4,
-        memory_kib: kib as u32,
-        parallel,
-    })
 }
 
 /// Result of the XTS comparison with the system OpenSSL.
@@ -520,8 +512,8 @@ fn compare_openssl() -> Compare {
 
 fn print_table(
     rows: &[Row],
-    pbkdf: &[(PbkdfHash, f64)],
-    argon: &[(&str, ArgonEstimate)],
+    pbkdf: &[(Hash, f64)],
+    argon: &[ArgonRow],
     cmp: Option<&Compare>,
     ss: u32,
 ) {
@@ -533,10 +525,10 @@ fn print_table(
             *rate as u64
         );
     }
-    for (name, e) in argon {
+    for e in argon {
         println!(
-            "{:<10} {:>4} iterations, {:>7} memory, {} parallel threads (CPUs) for 256-bit key (requested 2000 ms time)",
-            name, e.iterations, e.memory_kib, e.parallel
+            "{:<10} {:>4} iterations, {:>7} memory, {} parallel threads (CPUs) for 256-bit key (requested {DEFAULT_ITER_TIME_MS} ms time)",
+            e.name, e.iterations, e.memory_kib, e.parallel
         );
     }
     println!(
@@ -584,8 +576,8 @@ fn print_table(
 
 fn print_json(
     rows: &[Row],
-    pbkdf: &[(PbkdfHash, f64)],
-    argon: &[(&str, ArgonEstimate)],
+    pbkdf: &[(Hash, f64)],
+    argon: &[ArgonRow],
     cmp: Option<&Compare>,
     ss: u32,
 ) {
@@ -608,7 +600,7 @@ fn print_json(
         .collect();
     let argon: Vec<_> = argon
         .iter()
-        .map(|(n, e)| json!({"algorithm": n, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": 2000}))
+        .map(|e| json!({"algorithm": e.name, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": DEFAULT_ITER_TIME_MS}))
         .collect();
     let compare = cmp.map(|c| {
         let base = c.openssl.as_ref().ok().copied();
