@@ -1,5 +1,6 @@
-//! In-memory cipher throughput (no storage IO): the numbers behind
-//! `ucrypt benchmark`'s cipher rows and the bench helper's crypto bound.
+//! In-memory cipher throughput (no storage IO): `ucrypt benchmark`'s
+//! cipher rows ([`cipher_row`], [`DEFAULT_CIPHERS`]), its comparison with
+//! the system OpenSSL, and the bench helper's crypto bound ([`throughput`]).
 //! Key-derivation cost (the PBKDF2 and Argon2 lines) is measured in one
 //! place only, `luks::kdf`, with the same rules `format` uses.
 //!
@@ -11,7 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::SectorCrypt;
+use zeroize::Zeroizing;
+
+use crate::{CipherSpec, CryptConfig, SectorCrypt};
 
 /// Bytes per second in each direction.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -140,6 +143,150 @@ fn parse_openssl_speed(text: &str) -> Option<f64> {
     (k.is_finite() && k > 0.0).then_some(k * 1000.0)
 }
 
+/// `cryptsetup benchmark`'s cipher rows when no cipher is named:
+/// (dm-crypt spec, key bits).
+pub const DEFAULT_CIPHERS: [(&str, usize); 5] = [
+    ("aes-cbc-plain64", 128),
+    ("aes-cbc-plain64", 256),
+    ("aes-xts-plain64", 256),
+    ("aes-xts-plain64", 512),
+    ("cipher_null-ecb", 0),
+];
+
+/// The spec and key size a benchmark of `cipher` measures: the IV mode
+/// defaults to plain64 (it does not change the speed), the key to 512 bits
+/// for XTS, none for cipher_null and 256 bits otherwise.
+pub fn cipher_choice(cipher: &str, key_bits: Option<usize>) -> (String, usize) {
+    let spec = if cipher == "cipher_null" {
+        "cipher_null-ecb".to_owned()
+    } else if cipher.starts_with("capi:")
+        || cipher.matches('-').count() >= 2
+        || cipher.ends_with("-ecb")
+    {
+        cipher.to_owned()
+    } else {
+        format!("{cipher}-plain64")
+    };
+    let default_bits = if spec.contains("cipher_null") {
+        0
+    } else if spec.contains("xts") {
+        512
+    } else {
+        256
+    };
+    (spec, key_bits.unwrap_or(default_bits))
+}
+
+/// cryptsetup's row name for a spec: cipher and chain mode without the IV
+/// (`aes-xts-plain64` -> `aes-xts`); kernel-API specs stay whole.
+pub fn row_name(spec: &str) -> String {
+    match CipherSpec::parse(spec) {
+        Ok(s) if !s.capi => {
+            let mut parts = spec.split('-');
+            let c = parts.next().unwrap_or(spec);
+            let c = c.split(':').next().unwrap_or(c);
+            match parts.next() {
+                Some(m) => format!("{c}-{m}"),
+                None => c.to_owned(),
+            }
+        }
+        _ => spec.to_owned(),
+    }
+}
+
+/// One measured cipher row of the benchmark.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CipherRow {
+    /// cryptsetup's row name ([`row_name`]).
+    pub name: String,
+    /// Key size in bits.
+    pub key_bits: usize,
+    /// Measured speed.
+    pub speed: Throughput,
+    /// Which implementation ran ([`SectorCrypt::implementation`]).
+    pub implementation: &'static str,
+}
+
+/// Measures `spec` with a fixed `key_bits`-bit key and `sector_size`-byte
+/// sectors for about `dur` per direction (see [`throughput`]). Refuses a key
+/// size that is not whole bytes, and whatever [`SectorCrypt::new`] refuses.
+pub fn cipher_row(
+    spec: &str,
+    key_bits: usize,
+    sector_size: u32,
+    bytes_per_call: usize,
+    dur: Duration,
+) -> Result<CipherRow, crate::Error> {
+    if key_bits % 8 != 0 {
+        return Err(crate::Error::invalid(format!(
+            "Invalid key size {key_bits}: not a whole number of bytes"
+        )));
+    }
+    let cfg = CryptConfig {
+        cipher: spec.to_owned(),
+        key: Zeroizing::new(
+            (0..key_bits / 8)
+                .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
+                .collect(),
+        ),
+        iv_offset: 0,
+        sector_size,
+        iv_large_sectors: false,
+    };
+    let c = SectorCrypt::new(&cfg)?;
+    Ok(CipherRow {
+        name: row_name(spec),
+        key_bits,
+        speed: throughput(&c, bytes_per_call, dur),
+        implementation: c.implementation(),
+    })
+}
+
+/// Our AES-XTS per 4 KiB sector next to the system `openssl speed`.
+#[derive(Debug)]
+pub struct XtsComparison {
+    /// Which XTS implementation ran (`none` if neither key size could be set up).
+    pub implementation: &'static str,
+    /// The system OpenSSL's AES-256-XTS bytes per second, or why not.
+    pub system_openssl: Result<f64, crate::Error>,
+    /// (key bits, our speed) for 256- and 512-bit keys.
+    pub ours: Vec<(usize, Throughput)>,
+}
+
+/// Measures our `aes-xts-plain64` on 4 KiB sectors, best of two 150 ms
+/// runs per direction (the machine may be shared), and one second of the
+/// system `openssl speed` ([`system_openssl_xts`]).
+pub fn compare_xts_with_system_openssl() -> XtsComparison {
+    let mut ours = Vec::new();
+    let mut implementation = "none";
+    for bits in [256usize, 512] {
+        let cfg = CryptConfig {
+            cipher: "aes-xts-plain64".into(),
+            key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
+            iv_offset: 0,
+            sector_size: 4096,
+            iv_large_sectors: false,
+        };
+        if let Ok(c) = SectorCrypt::new(&cfg) {
+            implementation = c.implementation();
+            let a = throughput(&c, 4096, Duration::from_millis(150));
+            let b = throughput(&c, 4096, Duration::from_millis(150));
+            ours.push((
+                bits,
+                Throughput {
+                    encrypt_bytes_per_sec: a.encrypt_bytes_per_sec.max(b.encrypt_bytes_per_sec),
+                    decrypt_bytes_per_sec: a.decrypt_bytes_per_sec.max(b.decrypt_bytes_per_sec),
+                },
+            ));
+        }
+    }
+    XtsComparison {
+        implementation,
+        system_openssl: system_openssl_xts(Duration::from_secs(1)),
+        ours,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +305,29 @@ mod tests {
         let t = throughput(&c, 4096, Duration::from_millis(20));
         assert!(t.encrypt_bytes_per_sec.is_finite() && t.encrypt_bytes_per_sec > 0.0);
         assert!(t.decrypt_bytes_per_sec.is_finite() && t.decrypt_bytes_per_sec > 0.0);
+    }
+
+    #[test]
+    fn benchmark_choices_and_row_names() {
+        assert_eq!(
+            cipher_choice("aes-xts", None),
+            ("aes-xts-plain64".to_owned(), 512)
+        );
+        assert_eq!(
+            cipher_choice("aes-cbc-essiv:sha256", Some(128)),
+            ("aes-cbc-essiv:sha256".to_owned(), 128)
+        );
+        assert_eq!(
+            cipher_choice("cipher_null", None),
+            ("cipher_null-ecb".to_owned(), 0)
+        );
+        assert_eq!(row_name("aes-xts-plain64"), "aes-xts");
+        assert_eq!(row_name("cipher_null-ecb"), "cipher_null-ecb");
+        assert_eq!(row_name("capi:xts(aes)-plain64"), "capi:xts(aes)-plain64");
+        let r = cipher_row("aes-cbc-plain64", 128, 512, 4096, Duration::from_millis(5)).unwrap();
+        assert_eq!((r.name.as_str(), r.key_bits), ("aes-cbc", 128));
+        assert!(r.speed.encrypt_bytes_per_sec > 0.0);
+        assert!(cipher_row("aes-xts-plain64", 100, 512, 4096, Duration::ZERO).is_err());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use crypto::speed;
 use crypto::table::Table;
-use crypto::{CryptConfig, SectorCrypt};
+use crypto::SectorCrypt;
 use luks::kdf::{self, Argon2Variant, DEFAULT_ITER_TIME_MS};
 use luks::{Hash, Kdf};
 use zeroize::Zeroizing;
@@ -309,15 +309,6 @@ fn read_stdin_pos() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// One cipher row of the benchmark.
-struct Row {
-    name: String,
-    key_bits: usize,
-    enc: f64,
-    dec: f64,
-    implementation: &'static str,
-}
-
 /// MiB per second, cryptsetup's unit.
 fn mib(bytes_per_sec: f64) -> f64 {
     bytes_per_sec / 1_048_576.0
@@ -328,6 +319,8 @@ const CELL: Duration = Duration::from_millis(100);
 /// Bytes per encrypt/decrypt call (cryptsetup benchmarks 1 MiB buffers).
 const BENCH_BUF: usize = 1 << 20;
 
+/// `ucrypt benchmark`: checks the arguments, has `crypto::speed` measure
+/// the ciphers and `luks::kdf` the KDF costs, and prints them.
 fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let ss = a.sector_size;
     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
@@ -336,31 +329,11 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
         )));
     }
     let list: Vec<(String, usize)> = match &a.cipher {
-        Some(c) => {
-            let spec = if c == "cipher_null" {
-                "cipher_null-ecb".to_owned()
-            } else if c.starts_with("capi:") || c.matches('-').count() >= 2 || c.ends_with("-ecb") {
-                c.clone()
-            } else {
-                format!("{c}-plain64")
-            };
-            let default_bits = if spec.contains("cipher_null") {
-                0
-            } else if spec.contains("xts") {
-                512
-            } else {
-                256
-            };
-            let bits = a.key_size.unwrap_or(default_bits);
-            vec![(spec, bits)]
-        }
-        None => vec![
-            ("aes-cbc-plain64".into(), 128),
-            ("aes-cbc-plain64".into(), 256),
-            ("aes-xts-plain64".into(), 256),
-            ("aes-xts-plain64".into(), 512),
-            ("cipher_null-ecb".into(), 0),
-        ],
+        Some(c) => vec![speed::cipher_choice(c, a.key_size)],
+        None => speed::DEFAULT_CIPHERS
+            .iter()
+            .map(|&(spec, bits)| (spec.to_owned(), bits))
+            .collect(),
     };
     let mut rows = Vec::new();
     for (spec, bits) in &list {
@@ -369,30 +342,13 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
                 "Invalid key size {bits}: not a whole number of bytes"
             )));
         }
-        let cfg = CryptConfig {
-            cipher: spec.clone(),
-            key: Zeroizing::new(
-                (0..bits / 8)
-                    .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
-                    .collect(),
-            ),
-            iv_offset: 0,
-            sector_size: ss,
-            iv_large_sectors: false,
-        };
-        let c = SectorCrypt::new(&cfg).map_err(|e| {
-            Failure::usage(format!(
-                "Cannot benchmark {spec} with a {bits}-bit key: {e}"
-            ))
-        })?;
-        let t = speed::throughput(&c, BENCH_BUF, CELL);
-        rows.push(Row {
-            name: row_name(spec),
-            key_bits: *bits,
-            enc: t.encrypt_bytes_per_sec,
-            dec: t.decrypt_bytes_per_sec,
-            implementation: c.implementation(),
-        });
+        rows.push(
+            speed::cipher_row(spec, *bits, ss, BENCH_BUF, CELL).map_err(|e| {
+                Failure::usage(format!(
+                    "Cannot benchmark {spec} with a {bits}-bit key: {e}"
+                ))
+            })?,
+        );
     }
     // cryptsetup prints the KDF lines only without --cipher. Their costs
     // come from luks::kdf, the estimator `format` uses.
@@ -437,7 +393,7 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let compare = if a.no_openssl || !rows.iter().any(|r| r.name == "aes-xts") {
         None
     } else {
-        Some(compare_openssl())
+        Some(speed::compare_xts_with_system_openssl())
     };
     if a.json {
         print_json(&rows, &pbkdf, &argon, compare.as_ref(), ss);
@@ -445,22 +401,6 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
         print_table(&rows, &pbkdf, &argon, compare.as_ref(), ss);
     }
     Ok(())
-}
-
-/// cryptsetup's row name: cipher and chain mode without the IV.
-fn row_name(spec: &str) -> String {
-    match crypto::CipherSpec::parse(spec) {
-        Ok(s) if !s.capi => {
-            let mut parts = spec.split('-');
-            let c = parts.next().unwrap_or(spec);
-            let c = c.split(':').next().unwrap_or(c);
-            match parts.next() {
-                Some(m) => format!("{c}-{m}"),
-                None => c.to_owned(),
-            }
-        }
-        _ => spec.to_owned(),
-    }
 }
 
 /// One Argon2 line: the costs `format` would choose for the default
@@ -472,49 +412,11 @@ struct ArgonRow {
     parallel: u32,
 }
 
-/// Result of the XTS comparison with the system OpenSSL.
-struct Compare {
-    implementation: &'static str,
-    openssl: Result<f64, String>,
-    ours: Vec<(usize, f64, f64)>,
-}
-
-fn compare_openssl() -> Compare {
-    let mut ours = Vec::new();
-    let mut implementation = "none";
-    for bits in [256usize, 512] {
-        let cfg = CryptConfig {
-            cipher: "aes-xts-plain64".into(),
-            key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
-            iv_offset: 0,
-            sector_size: 4096,
-            iv_large_sectors: false,
-        };
-        if let Ok(c) = SectorCrypt::new(&cfg) {
-            implementation = c.implementation();
-            // Best of two short runs: the machine may be shared.
-            let a = speed::throughput(&c, 4096, Duration::from_millis(150));
-            let b = speed::throughput(&c, 4096, Duration::from_millis(150));
-            ours.push((
-                bits,
-                a.encrypt_bytes_per_sec.max(b.encrypt_bytes_per_sec),
-                a.decrypt_bytes_per_sec.max(b.decrypt_bytes_per_sec),
-            ));
-        }
-    }
-    let openssl = speed::system_openssl_xts(Duration::from_secs(1)).map_err(|e| e.to_string());
-    Compare {
-        implementation,
-        openssl,
-        ours,
-    }
-}
-
 fn print_table(
-    rows: &[Row],
+    rows: &[speed::CipherRow],
     pbkdf: &[(Hash, f64)],
     argon: &[ArgonRow],
-    cmp: Option<&Compare>,
+    cmp: Option<&speed::XtsComparison>,
     ss: u32,
 ) {
     println!("# Tests are approximate using memory only (no storage IO).");
@@ -540,8 +442,8 @@ fn print_table(
             "{:>15}{:>12}{:>12.1} MiB/s{:>12.1} MiB/s",
             r.name,
             format!("{}b", r.key_bits),
-            mib(r.enc),
-            mib(r.dec)
+            mib(r.speed.encrypt_bytes_per_sec),
+            mib(r.speed.decrypt_bytes_per_sec)
         );
     }
     println!("# Sector size {ss} bytes, 1 MiB per call, one thread.");
@@ -553,17 +455,18 @@ fn print_table(
     }
     if let Some(c) = cmp {
         println!("# XTS implementation: {}", c.implementation);
-        match &c.openssl {
+        match &c.system_openssl {
             Ok(o) => {
                 println!(
                     "# system `openssl speed -evp aes-256-xts -bytes 4096`: {:.1} MiB/s",
                     mib(*o)
                 );
-                for (bits, e, d) in &c.ours {
+                for (bits, t) in &c.ours {
+                    let (e, d) = (t.encrypt_bytes_per_sec, t.decrypt_bytes_per_sec);
                     println!(
                         "# aes-xts {bits}b per 4 KiB sector: {:.1} / {:.1} MiB/s = {:.2}x / {:.2}x system openssl (encryption / decryption)",
-                        mib(*e),
-                        mib(*d),
+                        mib(e),
+                        mib(d),
                         e / o,
                         d / o
                     );
@@ -575,10 +478,10 @@ fn print_table(
 }
 
 fn print_json(
-    rows: &[Row],
+    rows: &[speed::CipherRow],
     pbkdf: &[(Hash, f64)],
     argon: &[ArgonRow],
-    cmp: Option<&Compare>,
+    cmp: Option<&speed::XtsComparison>,
     ss: u32,
 ) {
     use serde_json::json;
@@ -588,8 +491,8 @@ fn print_json(
             json!({
                 "algorithm": r.name,
                 "key_bits": r.key_bits,
-                "encryption_mib_per_sec": mib(r.enc),
-                "decryption_mib_per_sec": mib(r.dec),
+                "encryption_mib_per_sec": mib(r.speed.encrypt_bytes_per_sec),
+                "decryption_mib_per_sec": mib(r.speed.decrypt_bytes_per_sec),
                 "implementation": r.implementation,
             })
         })
@@ -603,17 +506,17 @@ fn print_json(
         .map(|e| json!({"algorithm": e.name, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": DEFAULT_ITER_TIME_MS}))
         .collect();
     let compare = cmp.map(|c| {
-        let base = c.openssl.as_ref().ok().copied();
+        let base = c.system_openssl.as_ref().ok().copied();
         json!({
             "xts_implementation": c.implementation,
             "system_openssl_aes_256_xts_4096_mib_per_sec": base.map(mib),
-            "system_openssl_error": c.openssl.as_ref().err(),
-            "aes_xts_4096": c.ours.iter().map(|(bits, e, d)| json!({
+            "system_openssl_error": c.system_openssl.as_ref().err().map(ToString::to_string),
+            "aes_xts_4096": c.ours.iter().map(|(bits, t)| json!({
                 "key_bits": bits,
-                "encryption_mib_per_sec": mib(*e),
-                "decryption_mib_per_sec": mib(*d),
-                "encryption_ratio": base.map(|o| e / o),
-                "decryption_ratio": base.map(|o| d / o),
+                "encryption_mib_per_sec": mib(t.encrypt_bytes_per_sec),
+                "decryption_mib_per_sec": mib(t.decrypt_bytes_per_sec),
+                "encryption_ratio": base.map(|o| t.encrypt_bytes_per_sec / o),
+                "decryption_ratio": base.map(|o| t.decrypt_bytes_per_sec / o),
             })).collect::<Vec<_>>(),
         })
     });
