@@ -7,7 +7,7 @@
 //! benchmark` prints [`pbkdf2_iterations_per_sec`] and the Argon2 costs
 //! [`benchmark_argon2`] gets from that same path, so the two never disagree.
 //!
-//! Costs read from a header are checked against [`Limits`] before anything
+//! Costs read from a header are checked by [`Kdf::check_limits`] before anything
 //! is allocated, so a header claiming 1 TiB of Argon2 memory is refused
 //! instead of aborting the process.
 
