@@ -662,6 +662,99 @@ fn not_luks_and_missing_devices() {
     );
 }
 
+/// The keyslot verbs' messages (stderr) and exit codes: add-key,
+/// change-key, remove-key, kill-slot, header-backup / header-restore.
+#[test]
+fn keyslot_verbs_messages_and_codes() {
+    let dir = TempDir::new("golden-slots");
+    let dev = image(&dir, "slots.img", 20);
+    let k0 = file(&dir, "k0", b"zero");
+    let k1 = file(&dir, "k1", b"one");
+    let k2 = file(&dir, "k2", b"two");
+    let bad = file(&dir, "bad", b"nope");
+    let bak = dir.join("slots.bak");
+    let d = s(&dev);
+    let with_kdf = |head: &[&'static str], key: &Path, tail: &[&str]| -> Out {
+        let mut a: Vec<&str> = head.to_vec();
+        a.extend(["-d", s(key)]);
+        a.extend_from_slice(FAST_ARGON);
+        a.extend_from_slice(tail);
+        run(&dir, "ucrypt", &a)
+    };
+    assert_eq!(
+        with_kdf(&["format", "-q", "--uuid", UUID], &k0, &[d]),
+        out(0, "", "")
+    );
+    assert_eq!(
+        with_kdf(&["add-key"], &k0, &[d, s(&k1)]),
+        out(0, "", "Key slot 1 created.\n")
+    );
+    assert_eq!(
+        with_kdf(&["add-key", "-S", "1"], &k0, &[d, s(&k2)]),
+        out(1, "", "ucrypt: Keyslot 1 is already in use\n")
+    );
+    assert_eq!(
+        with_kdf(&["add-key"], &bad, &[d, s(&k2)]),
+        out(2, "", "ucrypt: No key available with this passphrase\n")
+    );
+    assert_eq!(
+        with_kdf(&["change-key"], &k1, &[d, s(&k2)]),
+        out(
+            0,
+            "",
+            "Key slot 1 changed (new passphrase in key slot 2).\n"
+        )
+    );
+    assert_eq!(
+        run(&dir, "ucrypt", &["kill-slot", "-q", d, "5"]),
+        out(1, "", "ucrypt: Keyslot 5 is not active\n")
+    );
+    assert_eq!(
+        run(&dir, "ucrypt", &["kill-slot", "-d", s(&k2), d, "2"]),
+        out(
+            2,
+            "",
+            "ucrypt: Give a passphrase of a remaining keyslot, not of the one to kill\n"
+        )
+    );
+    assert_eq!(
+        run(&dir, "ucrypt", &["remove-key", "-q", "-d", s(&k2), d]),
+        out(0, "", "Key slot 2 removed.\n")
+    );
+    assert_eq!(
+        run(&dir, "ucrypt", &["remove-key", "-d", s(&k0), d]),
+        out(
+            1,
+            "",
+            "ucrypt: Refusing to remove the last keyslot without --batch-mode\n"
+        )
+    );
+    assert_eq!(
+        run(&dir, "ucrypt", &["kill-slot", d, "0"]),
+        out(
+            1,
+            "",
+            "ucrypt: Refusing to kill the last keyslot without --batch-mode\n"
+        )
+    );
+    assert_eq!(
+        run(
+            &dir,
+            "ucrypt",
+            &["header-backup", "--header-backup-file", s(&bak), d]
+        ),
+        out(0, "", "")
+    );
+    assert_eq!(
+        run(
+            &dir,
+            "ucrypt",
+            &["header-restore", "-q", "--header-backup-file", s(&bak), d]
+        ),
+        out(0, "", &format!("Restored LUKS2 header with UUID {UUID}.\n"))
+    );
+}
+
 #[test]
 fn normalise_masks_only_trailing_hex_bytes() {
     assert_eq!(
