@@ -286,23 +286,17 @@ fn run_job(
 
 /// Process user + system CPU time (`getrusage(RUSAGE_SELF)`).
 pub fn cpu_time() -> Duration {
-    // SAFETY: `rusage` is a plain C struct for which all-zero bytes are a
-    // valid value; getrusage only writes into the struct we own for the
-    // duration of the call.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) != 0 {
-            return Duration::ZERO;
-        }
-        ru
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
     };
-    let tv = |t: libc::timeval| {
+    let tv = |t: nix::sys::time::TimeVal| {
         Duration::new(
-            t.tv_sec.max(0) as u64,
-            (t.tv_usec.clamp(0, 999_999) as u32) * 1000,
+            t.tv_sec().max(0) as u64,
+            (t.tv_usec().clamp(0, 999_999) as u32) * 1000,
         )
     };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    tv(ru.user_time()) + tv(ru.system_time())
 }
 
 /// xorshift64* (offsets only; not for keys).
@@ -330,7 +324,7 @@ mod tests {
     #[test]
     fn drives_requests_and_counts_them() {
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(1 << 20).unwrap());
-        let engine = Arc::new(Target::RAW.engine(be, 8).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 8, 512).unwrap());
         for rw in [Rw::Write, Rw::Read, Rw::RandRead, Rw::RandWrite] {
             let w = Workload {
                 rw,
@@ -354,7 +348,7 @@ mod tests {
         // 8 KiB blocks on a device of 4 KiB: every request (offset 0,
         // 8 KiB long) is out of range and must be counted as an error.
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(4096).unwrap());
-        let engine = Arc::new(Target::RAW.engine(be, 1).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 1, 512).unwrap());
         let w = Workload {
             rw: Rw::Read,
             bs: 8192,
