@@ -59,6 +59,12 @@ pub fn table(report: &Report) -> String {
         if s.is_empty() {
             let _ = writeln!(
                 s,
+                "grid: each mode's best of {} rounds x {} ms (target order rotated per round); \
+                 adaptive/best = adaptive / max(classic, inline), < where adaptive lost",
+                report.options.sweep_reps, report.options.sweep_runtime_ms
+            );
+            let _ = writeln!(
+                s,
                 "{:<28} {:>9} {:>9} {:>9} {:>9}  adaptive/best",
                 "cell (MiB/s)", "raw", "classic", "inline", "adaptive"
             );
@@ -173,6 +179,8 @@ mod tests {
         ];
         let t = table(&r);
         let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("grid: each mode's best of 3 rounds x "));
+        let lines = &lines[1..];
         assert!(lines[0].starts_with("cell (MiB/s)") && lines[0].ends_with("adaptive/best"));
         assert!(lines[1].starts_with("xts read    4k qd1  j1"), "{t}");
         // Best rounds: raw 1000, classic 200, inline 500, adaptive 600.

@@ -39,15 +39,18 @@ impl Report {
             .filter(|c| c.phase == Phase::Headline)
             .collect();
         let o = &self.options;
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "ucrypt bench ({}, {}), {} MiB ramdisk, median of {} x {} ms",
+            "ucrypt bench ({}, {}), {} MiB ramdisk",
             self.via,
             o.profile,
-            o.size_bytes >> 20,
-            o.reps,
-            o.runtime_ms
+            o.size_bytes >> 20
         );
+        if head.is_empty() {
+            let _ = writeln!(s);
+        } else {
+            let _ = writeln!(s, ", median of {} x {} ms", o.reps, o.runtime_ms);
+        }
         let _ = writeln!(s, "machine: {}", self.machine.describe());
         let mut workloads: Vec<(u32, usize, usize)> = Vec::new();
         for c in &head {
