@@ -216,8 +216,8 @@ fn run_job(
     let span = (blocks / jobs).max(1);
     let first = if blocks / jobs == 0 { 0 } else { j * span };
     let mut next = 0u64;
-    let mut rng =
-        XorShift::new(0x9E37_79B9_7F4A_7C15 ^ (j + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    // Offsets only (not keys): a seeded generator per job, so runs repeat.
+    let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15 ^ (j + 1));
     let pattern: Vec<u8> = (0..w.bs)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(7))
         .collect();
@@ -234,7 +234,7 @@ fn run_job(
             st.in_flight += 1;
         }
         let block = if w.rw.is_random() {
-            rng.next() % blocks.max(1)
+            rng.u64(..blocks.max(1))
         } else {
             let b = first + next;
             next = (next + 1) % span;
@@ -297,23 +297,6 @@ pub fn cpu_time() -> Duration {
         )
     };
     tv(ru.user_time()) + tv(ru.system_time())
-}
-
-/// xorshift64* (offsets only; not for keys).
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
 }
 
 #[cfg(test)]
