@@ -13,7 +13,7 @@
 //!
 //! Every server is started (and filled) first and kept running, so the
 //! shared loop can interleave repetitions across them. CPU time per GiB
-//! adds the server's CPU (from /proc/<pid>/stat) to fio's own.
+//! adds the server's CPU (from `/proc/<pid>/stat`) to fio's own.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
