@@ -10,7 +10,7 @@
 //! failed check has touched the backend.
 
 use crate::stats::Dir;
-use crate::{Ctx, Error, Op, Request, MAX_REQUEST_BYTES};
+use crate::{Ctx, Error, Op, OpKind, Request, MAX_REQUEST_BYTES};
 
 /// A checked byte range of the decrypted device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,25 +73,30 @@ impl Work {
 /// Checks `req` against the volume and configuration of `ctx`.
 pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
     let Request { op, offset, fua } = req;
-    let (dir, len, writes) = match &op {
-        Op::Read { len } => (Dir::Read, *len as u64, false),
-        Op::Write { data } => (Dir::Write, data.len() as u64, true),
-        Op::WriteZeroes { len } => (Dir::Write, *len as u64, true),
-        Op::Discard { len } => (Dir::Discard, *len as u64, true),
+    let kind = op.kind();
+    let (dir, len) = match &op {
+        Op::Read { len } => (Dir::Read, *len as u64),
+        Op::Write { data } => (Dir::Write, data.len() as u64),
+        Op::WriteZeroes { len } => (Dir::Write, *len as u64),
+        Op::Discard { len } => (Dir::Discard, *len as u64),
         Op::Flush => return Ok(Work::Flush),
     };
     let fail = |e| Err((dir, e));
-    if writes && ctx.cfg.read_only {
-        return fail(Error::Unsupported("write to a read-only device"));
+    if kind.modifies() && ctx.cfg.read_only {
+        return fail(Error::ReadOnly { op: kind });
     }
-    if fua && !writes {
-        return fail(Error::Unsupported("FUA on a read"));
+    if fua && kind == OpKind::Read {
+        return fail(Error::FuaOnRead);
     }
-    if matches!(op, Op::Discard { .. }) && !ctx.cfg.allow_discards {
-        return fail(Error::Unsupported("discard (allow_discards is off)"));
+    if kind == OpKind::Discard && !ctx.cfg.allow_discards {
+        return fail(Error::DiscardDisabled);
     }
-    if matches!(op, Op::Read { .. } | Op::Write { .. }) && len > MAX_REQUEST_BYTES {
-        return fail(Error::Unsupported("request larger than MAX_REQUEST_BYTES"));
+    if matches!(kind, OpKind::Read | OpKind::Write) && len > MAX_REQUEST_BYTES {
+        return fail(Error::TooLarge {
+            op: kind,
+            len,
+            max: MAX_REQUEST_BYTES,
+        });
     }
     let ss = ctx.sector_size as u64;
     if offset % ss != 0 || len % ss != 0 {
@@ -101,6 +106,7 @@ pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
     }
     if offset.checked_add(len).is_none_or(|end| end > ctx.size) {
         return fail(Error::OutOfRange {
+            op: kind,
             offset,
             len,
             size: ctx.size,

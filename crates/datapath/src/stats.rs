@@ -14,7 +14,75 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use crate::{CryptMode, DirStats, Latency, ModeCounts};
+use crate::CryptMode;
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+}
+
+/// Per-direction counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DirStats {
+    /// Completed requests.
+    pub requests: u64,
+    /// Bytes transferred.
+    pub bytes: u64,
+    /// Requests that completed with an error.
+    pub errors: u64,
+    /// Requests handled inline (no queue hop).
+    pub inline: u64,
+    /// Requests handled through worker queues.
+    pub queued: u64,
+    /// Requests whose IO and crypto were split across cores (adaptive).
+    pub split: u64,
+    /// Requests handed whole to a warm helper on another core (adaptive).
+    pub offloaded: u64,
+    /// Requests per mode they ran under.
+    pub by_mode: ModeCounts,
+    /// Latency percentiles since start.
+    pub latency: Latency,
+}
+
+/// Engine statistics snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Reads.
+    pub read: DirStats,
+    /// Writes (including write-zeroes).
+    pub write: DirStats,
+    /// Flushes completed.
+    pub flushes: u64,
+    /// Discards completed.
+    pub discards: u64,
+    /// Requests in flight now.
+    pub in_flight: u64,
+    /// Highest in-flight count seen.
+    pub max_in_flight: u64,
+    /// Live reconfigurations performed.
+    pub reconfigurations: u64,
+    /// Flushes and discards that failed.
+    pub other_errors: u64,
+    /// The mode now configured.
+    pub mode: CryptMode,
+}
+
+/// Request counts per [`CryptMode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModeCounts {
+    /// Under [`CryptMode::Classic`].
+    pub classic: u64,
+    /// Under [`CryptMode::Inline`].
+    pub inline: u64,
+    /// Under [`CryptMode::Adaptive`].
+    pub adaptive: u64,
+}
 
 /// Number of counter shards (threads map onto them round-robin).
 const SHARDS: usize = 8;

@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc};
 
 use backend::{Backend, FaultBackend, FaultRule, MemBackend, OpKinds};
 use common::*;
-use ucrypt_datapath::{Engine, EngineConfig, Error, Op, Request, MAX_REQUEST_BYTES};
+use ucrypt_datapath::{Engine, EngineConfig, Error, Op, OpKind, Request, MAX_REQUEST_BYTES};
 
 const SIZE: u64 = 4 << 20;
 
@@ -84,7 +84,15 @@ fn bad_requests_fail_cleanly_and_touch_nothing() {
                         0,
                         false,
                     ),
-                    |e| matches!(e, Error::Unsupported(_)),
+                    |e| {
+                        matches!(
+                            e,
+                            Error::TooLarge {
+                                op: OpKind::Read,
+                                ..
+                            }
+                        )
+                    },
                 ),
                 (
                     req(
@@ -94,13 +102,21 @@ fn bad_requests_fail_cleanly_and_touch_nothing() {
                         0,
                         false,
                     ),
-                    |e| matches!(e, Error::Unsupported(_)),
+                    |e| {
+                        matches!(
+                            e,
+                            Error::TooLarge {
+                                op: OpKind::Write,
+                                ..
+                            }
+                        )
+                    },
                 ),
                 (req(Op::Discard { len: ss as u32 }, 0, false), |e| {
-                    matches!(e, Error::Unsupported(_))
+                    matches!(e, Error::DiscardDisabled)
                 }),
                 (req(Op::Read { len: ss as u32 }, 0, true), |e| {
-                    matches!(e, Error::Unsupported(_))
+                    matches!(e, Error::FuaOnRead)
                 }),
             ];
             for (i, (r, ok)) in cases.into_iter().enumerate() {
@@ -153,15 +169,19 @@ fn bad_requests_fail_cleanly_and_touch_nothing() {
             let before = fb.counts();
             assert!(matches!(
                 e.write(0, vec![0; ss as usize], true),
-                Err(Error::Unsupported(_))
+                Err(Error::ReadOnly { op: OpKind::Write })
             ));
             assert!(matches!(
                 e.write_zeroes(0, ss as u32, false),
-                Err(Error::Unsupported(_))
+                Err(Error::ReadOnly {
+                    op: OpKind::WriteZeroes
+                })
             ));
             assert!(matches!(
                 e.discard(0, ss as u32),
-                Err(Error::Unsupported(_))
+                Err(Error::ReadOnly {
+                    op: OpKind::Discard
+                })
             ));
             let after = fb.counts();
             assert_eq!(

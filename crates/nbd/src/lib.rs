@@ -17,12 +17,24 @@
 //! ```
 //!
 //! Errors from the engine become NBD error codes in one function,
-//! [`nbd_errno`].
+//! [`nbd_errno`]: the engine's errno ([`datapath::Error::errno`], whose
+//! table is the one every frontend shares) reduced to the protocol's codes
+//! by [`proto::error_code`].
+//!
+//! Modules: `server` (listener, connections, shutdown), `handshake` (the
+//! option phase), `transmit` (the request loop and replies), `stream` (the
+//! socket, and the crate's only unsafe call).
+
+#![deny(unsafe_code)]
 
 use std::io;
 
+mod handshake;
 pub mod proto;
 mod server;
+#[allow(unsafe_code)] // recv(MSG_PEEK), with its SAFETY note
+mod stream;
+mod transmit;
 
 pub use server::{Endpoint, ExportConfig, Server, ServerStats};
 
@@ -56,32 +68,11 @@ impl Error {
     }
 }
 
-/// Maps an engine error to the NBD error code sent to the client, for the
-/// request type `cmd` (`proto::CMD_*`). The one place this translation lives.
-pub fn nbd_errno(err: &datapath::Error, cmd: u16) -> u32 {
-    use datapath::Error as E;
-    let writes = matches!(
-        cmd,
-        proto::CMD_WRITE | proto::CMD_WRITE_ZEROES | proto::CMD_TRIM
-    );
-    match err {
-        // proto.md: writes beyond the end SHOULD fail with ENOSPC, other
-        // requests beyond the end with EINVAL.
-        E::OutOfRange { .. } if writes => proto::ENOSPC,
-        E::OutOfRange { .. } | E::Misaligned { .. } => proto::EINVAL,
-        E::Unsupported(what) if what.contains("read-only") || what.contains("read only") => {
-            proto::EPERM
-        }
-        E::Unsupported(_) => proto::EINVAL,
-        E::Io(e) => match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EDQUOT) => proto::ENOSPC,
-            Some(libc::ENOMEM) => proto::ENOMEM,
-            Some(libc::EPERM) | Some(libc::EROFS) | Some(libc::EACCES) => proto::EPERM,
-            _ => proto::EIO,
-        },
-        E::Shutdown => proto::ESHUTDOWN,
-        _ => proto::EIO,
-    }
+/// Maps an engine error to the NBD error code sent to the client: its
+/// errno ([`datapath::Error::errno`]) in the protocol's vocabulary
+/// ([`proto::error_code`]). The one place this translation lives.
+pub fn nbd_errno(err: &datapath::Error) -> u32 {
+    proto::error_code(err.errno())
 }
 
 #[cfg(test)]
@@ -90,24 +81,36 @@ mod tests {
 
     #[test]
     fn errno_mapping() {
-        use datapath::Error as E;
-        let oor = E::OutOfRange {
+        use datapath::{Error as E, OpKind};
+        let oor = |op| E::OutOfRange {
+            op,
             offset: 0,
             len: 1,
             size: 0,
         };
-        assert_eq!(nbd_errno(&oor, proto::CMD_READ), proto::EINVAL);
-        assert_eq!(nbd_errno(&oor, proto::CMD_WRITE), proto::ENOSPC);
+        // proto.md "Error values": ENOSPC for writes past the end, EINVAL
+        // for reads and trims past the end and for misaligned requests,
+        // EPERM for writes to a read-only export.
+        assert_eq!(nbd_errno(&oor(OpKind::Read)), proto::EINVAL);
+        assert_eq!(nbd_errno(&oor(OpKind::Discard)), proto::EINVAL);
+        assert_eq!(nbd_errno(&oor(OpKind::Write)), proto::ENOSPC);
+        assert_eq!(nbd_errno(&oor(OpKind::WriteZeroes)), proto::ENOSPC);
         assert_eq!(
-            nbd_errno(&E::Misaligned { sector_size: 4096 }, proto::CMD_READ),
+            nbd_errno(&E::Misaligned { sector_size: 4096 }),
             proto::EINVAL
         );
-        assert_eq!(nbd_errno(&E::Shutdown, proto::CMD_READ), proto::ESHUTDOWN);
+        for op in [OpKind::Write, OpKind::WriteZeroes, OpKind::Discard] {
+            assert_eq!(nbd_errno(&E::ReadOnly { op }), proto::EPERM);
+        }
+        assert_eq!(nbd_errno(&E::DiscardDisabled), proto::EINVAL);
+        assert_eq!(nbd_errno(&E::FuaOnRead), proto::EINVAL);
+        assert_eq!(nbd_errno(&E::Shutdown), proto::ESHUTDOWN);
         let nospc = E::Io(io::Error::from_raw_os_error(libc::ENOSPC));
-        assert_eq!(nbd_errno(&nospc, proto::CMD_WRITE), proto::ENOSPC);
-        assert_eq!(
-            nbd_errno(&E::Io(io::Error::other("x")), proto::CMD_READ),
-            proto::EIO
-        );
+        assert_eq!(nbd_errno(&nospc), proto::ENOSPC);
+        let quota = E::Io(io::Error::from_raw_os_error(libc::EDQUOT));
+        assert_eq!(nbd_errno(&quota), proto::ENOSPC);
+        let denied = E::Io(io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(nbd_errno(&denied), proto::EPERM);
+        assert_eq!(nbd_errno(&E::Io(io::Error::other("x"))), proto::EIO);
     }
 }

@@ -1,0 +1,80 @@
+//! How an engine is set up: the [`Volume`] it serves and the
+//! [`EngineConfig`] it runs it with (mode, dm-crypt flags, queue depth,
+//! read-only, discards), which [`Engine::reconfigure`](crate::Engine::reconfigure)
+//! can swap live.
+
+use std::sync::Arc;
+
+use backend::Backend;
+use crypto::SectorCrypt;
+
+/// dm-crypt data-path mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CryptMode {
+    /// dm-crypt's queued pipeline (kcryptd_io, kcryptd, dmcrypt_write).
+    /// `no_read_workqueue`/`no_write_workqueue` in [`PerfFlags`] make one
+    /// direction inline, exactly like the upstream flags.
+    #[default]
+    Classic,
+    /// Both directions inline (`force_inline`).
+    Inline,
+    /// Per-request choice (ours).
+    Adaptive,
+}
+
+/// dm-crypt's performance flags (table optional parameters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PerfFlags {
+    /// `same_cpu_crypt`
+    pub same_cpu_crypt: bool,
+    /// `submit_from_crypt_cpus`
+    pub submit_from_crypt_cpus: bool,
+    /// `no_read_workqueue`
+    pub no_read_workqueue: bool,
+    /// `no_write_workqueue`
+    pub no_write_workqueue: bool,
+}
+
+/// Engine configuration; can be swapped live with [`Engine::reconfigure`].
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Pipeline mode.
+    pub mode: CryptMode,
+    /// dm-crypt flags.
+    pub flags: PerfFlags,
+    /// Maximum requests in flight; `submit` blocks beyond it.
+    pub queue_depth: usize,
+    /// Crypt worker threads for classic/adaptive (0 = number of CPUs).
+    pub workers: usize,
+    /// Pass discards down (`allow_discards`).
+    pub allow_discards: bool,
+    /// Refuse writes.
+    pub read_only: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            mode: CryptMode::Classic,
+            flags: PerfFlags::default(),
+            queue_depth: 128,
+            workers: 0,
+            allow_discards: false,
+            read_only: false,
+        }
+    }
+}
+
+/// Describes where the volume lives on the backend and how it is encrypted.
+pub struct Volume {
+    /// Storage holding ciphertext.
+    pub backend: Arc<dyn Backend>,
+    /// Sector cipher; `None` = no encryption (the raw baseline).
+    pub crypt: Option<Arc<SectorCrypt>>,
+    /// Byte offset of sector 0 on the backend (table `<offset>` * 512).
+    pub data_offset: u64,
+    /// Size of the decrypted device in bytes.
+    pub size: u64,
+    /// Logical sector size (512 when `crypt` is `None`).
+    pub sector_size: u32,
+}

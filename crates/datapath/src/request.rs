@@ -1,0 +1,102 @@
+//! What a frontend hands the engine: a [`Request`] (an [`Op`] at a byte
+//! offset) and what it gets back, a [`Completion`].
+
+use std::fmt;
+
+use crate::Error;
+
+/// What a request does.
+#[derive(Debug)]
+pub enum Op {
+    /// Read `len` bytes.
+    Read {
+        /// Bytes to read.
+        len: u32,
+    },
+    /// Write `data` (ownership passes to the engine).
+    Write {
+        /// Plaintext.
+        data: Vec<u8>,
+    },
+    /// Make all completed writes durable.
+    Flush,
+    /// Discard `len` bytes.
+    Discard {
+        /// Bytes.
+        len: u32,
+    },
+    /// Write `len` zero bytes (plaintext zeroes).
+    WriteZeroes {
+        /// Bytes.
+        len: u32,
+    },
+}
+
+impl Op {
+    /// The kind of operation, without its payload.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Read { .. } => OpKind::Read,
+            Op::Write { .. } => OpKind::Write,
+            Op::Flush => OpKind::Flush,
+            Op::Discard { .. } => OpKind::Discard,
+            Op::WriteZeroes { .. } => OpKind::WriteZeroes,
+        }
+    }
+}
+
+/// An [`Op`] without its payload, as errors report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OpKind {
+    /// [`Op::Read`]
+    Read,
+    /// [`Op::Write`]
+    Write,
+    /// [`Op::Flush`]
+    Flush,
+    /// [`Op::Discard`]
+    Discard,
+    /// [`Op::WriteZeroes`]
+    WriteZeroes,
+}
+
+impl OpKind {
+    /// True for the operations that store data (write, write-zeroes): the
+    /// ones that answer "no space" past the end of the device.
+    pub fn writes_data(self) -> bool {
+        matches!(self, OpKind::Write | OpKind::WriteZeroes)
+    }
+
+    /// True for the operations that change the device (refused on a
+    /// read-only engine).
+    pub fn modifies(self) -> bool {
+        matches!(self, OpKind::Write | OpKind::WriteZeroes | OpKind::Discard)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::Read => "Read",
+            OpKind::Write => "Write",
+            OpKind::Flush => "Flush",
+            OpKind::Discard => "Discard",
+            OpKind::WriteZeroes => "Write-zeroes",
+        })
+    }
+}
+
+/// One request, byte-addressed on the decrypted device.
+#[derive(Debug)]
+pub struct Request {
+    /// The operation.
+    pub op: Op,
+    /// Byte offset on the decrypted device.
+    pub offset: u64,
+    /// Forced unit access: durable before completion.
+    pub fua: bool,
+}
+
+/// The result of a request: read data for reads, `None` otherwise.
+pub type Completion = Result<Option<Vec<u8>>, Error>;
