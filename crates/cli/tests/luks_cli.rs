@@ -569,7 +569,7 @@ fn header_backup_restore_both_ways_and_secondary_fallback() {
 
 /// `map --luks` core: cryptsetup-made volumes read through luks_table +
 /// map_device_io give the oracle's plaintext; writes decrypt under the
-/// oracle. Also through the binary when `map --luks` is wired.
+/// oracle. Reads also go through the binary's `map --luks`.
 #[test]
 fn map_luks_matches_oracle() {
     if !tools("luks_cli::map_luks") {
@@ -675,18 +675,15 @@ fn map_luks_matches_oracle() {
             "{t} {cipher}: map --luks write not decryptable"
         );
 
-        // Through the binary, once the coordinator wires `map --luks`.
+        // Through the binary too (`map --luks` is wired; no silent fallback).
         let help = ok("ucrypt", &["map", "--help"]);
-        if help.contains("--luks") {
-            let mut a = vec!["map", "--luks", s(&dev), "--key-file", s(&kf), "--read"];
-            if detached {
-                a.extend(["--header", s(&hdr)]);
-            }
-            let o = run("ucrypt", &a, None);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            assert!(o.stdout == plain, "ucrypt map --luks --read differs");
-        } else {
-            eprintln!("NOTE map --luks not wired in the binary yet; tested through luks_table");
+        assert!(help.contains("--luks"), "map --help lacks --luks: {help}");
+        let mut a = vec!["map", "--luks", s(&dev), "--key-file", s(&kf), "--read"];
+        if detached {
+            a.extend(["--header", s(&hdr)]);
         }
+        let o = run("ucrypt", &a, None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.stdout == plain, "ucrypt map --luks --read differs");
     }
 }

@@ -16,10 +16,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use crypto::speed::{self, Argon2Kind, PbkdfHash};
+use crypto::speed;
 use crypto::table::Table;
-use crypto::{CryptConfig, SectorCrypt};
 use daemon::map::Direction;
+use luks::kdf::{self, Argon2Variant, DEFAULT_ITER_TIME_MS};
+use luks::{Hash, Kdf};
 use zeroize::Zeroizing;
 
 use crate::{CmdResult, Failure};
@@ -168,15 +169,6 @@ fn read_stdin_pos() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// One cipher row of the benchmark.
-struct Row {
-    name: String,
-    key_bits: usize,
-    enc: f64,
-    dec: f64,
-    implementation: &'static str,
-}
-
 /// MiB per second, cryptsetup's unit.
 fn mib(bytes_per_sec: f64) -> f64 {
     bytes_per_sec / 1_048_576.0
@@ -187,6 +179,8 @@ const CELL: Duration = Duration::from_millis(100);
 /// Bytes per encrypt/decrypt call (cryptsetup benchmarks 1 MiB buffers).
 const BENCH_BUF: usize = 1 << 20;
 
+/// `ucrypt benchmark`: checks the arguments, has `crypto::speed` measure
+/// the ciphers and `luks::kdf` the KDF costs, and prints them.
 fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let ss = a.sector_size;
     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
@@ -195,31 +189,11 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
         )));
     }
     let list: Vec<(String, usize)> = match &a.cipher {
-        Some(c) => {
-            let spec = if c == "cipher_null" {
-                "cipher_null-ecb".to_owned()
-            } else if c.starts_with("capi:") || c.matches('-').count() >= 2 || c.ends_with("-ecb") {
-                c.clone()
-            } else {
-                format!("{c}-plain64")
-            };
-            let default_bits = if spec.contains("cipher_null") {
-                0
-            } else if spec.contains("xts") {
-                512
-            } else {
-                256
-            };
-            let bits = a.key_size.unwrap_or(default_bits);
-            vec![(spec, bits)]
-        }
-        None => vec![
-            ("aes-cbc-plain64".into(), 128),
-            ("aes-cbc-plain64".into(), 256),
-            ("aes-xts-plain64".into(), 256),
-            ("aes-xts-plain64".into(), 512),
-            ("cipher_null-ecb".into(), 0),
-        ],
+        Some(c) => vec![speed::cipher_choice(c, a.key_size)],
+        None => speed::DEFAULT_CIPHERS
+            .iter()
+            .map(|&(spec, bits)| (spec.to_owned(), bits))
+            .collect(),
     };
     let mut rows = Vec::new();
     for (spec, bits) in &list {
@@ -228,49 +202,48 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
                 "Invalid key size {bits}: not a whole number of bytes"
             )));
         }
-        let cfg = CryptConfig {
-            cipher: spec.clone(),
-            key: Zeroizing::new(
-                (0..bits / 8)
-                    .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
-                    .collect(),
-            ),
-            iv_offset: 0,
-            sector_size: ss,
-            iv_large_sectors: false,
-        };
-        let c = SectorCrypt::new(&cfg).map_err(|e| {
-            Failure::usage(format!(
-                "Cannot benchmark {spec} with a {bits}-bit key: {e}"
-            ))
-        })?;
-        let t = speed::throughput(&c, BENCH_BUF, CELL);
-        rows.push(Row {
-            name: row_name(spec),
-            key_bits: *bits,
-            enc: t.encrypt_bytes_per_sec,
-            dec: t.decrypt_bytes_per_sec,
-            implementation: c.implementation(),
-        });
+        rows.push(
+            speed::cipher_row(spec, *bits, ss, BENCH_BUF, CELL).map_err(|e| {
+                Failure::usage(format!(
+                    "Cannot benchmark {spec} with a {bits}-bit key: {e}"
+                ))
+            })?,
+        );
     }
+    // cryptsetup prints the KDF lines only without --cipher. Their costs
+    // come from luks::kdf, the estimator `format` uses.
     let kdf = a.cipher.is_none();
-    let pbkdf: Vec<(PbkdfHash, f64)> = if kdf {
-        [PbkdfHash::Sha1, PbkdfHash::Sha256, PbkdfHash::Sha512]
+    let pbkdf: Vec<(Hash, f64)> = if kdf {
+        [Hash::Sha1, Hash::Sha256, Hash::Sha512]
             .into_iter()
-            .map(|h| {
-                (
-                    h,
-                    speed::pbkdf2_iterations_per_sec(h, Duration::from_millis(150)),
-                )
-            })
+            .map(|h| (h, kdf::pbkdf2_iterations_per_sec(h, 32)))
             .collect()
     } else {
         Vec::new()
     };
-    let argon: Vec<(&str, ArgonEstimate)> = if kdf {
+    let argon: Vec<ArgonRow> = if kdf {
         let mut v = Vec::new();
-        for (name, kind) in [("argon2i", Argon2Kind::I), ("argon2id", Argon2Kind::Id)] {
-            v.push((name, argon_estimate(kind)?));
+        for variant in [Argon2Variant::I, Argon2Variant::Id] {
+            let k = kdf::benchmark_argon2(variant, DEFAULT_ITER_TIME_MS)
+                .map_err(|e| Failure::usage(e.to_string()))?;
+            let Kdf::Argon2 {
+                time,
+                memory_kib,
+                parallel,
+                ..
+            } = k
+            else {
+                return Err(Failure::usage(format!(
+                    "Argon2 benchmark returned a {} cost",
+                    k.name()
+                )));
+            };
+            v.push(ArgonRow {
+                name: variant.name(),
+                iterations: time,
+                memory_kib,
+                parallel,
+            });
         }
         v
     } else {
@@ -280,7 +253,7 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let compare = if a.no_openssl || !rows.iter().any(|r| r.name == "aes-xts") {
         None
     } else {
-        Some(compare_openssl())
+        Some(speed::compare_xts_with_system_openssl())
     };
     if a.json {
         print_json(&rows, &pbkdf, &argon, compare.as_ref(), ss);
@@ -290,100 +263,20 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     Ok(())
 }
 
-/// cryptsetup's row name: cipher and chain mode without the IV.
-fn row_name(spec: &str) -> String {
-    match crypto::CipherSpec::parse(spec) {
-        Ok(s) if !s.capi => {
-            let mut parts = spec.split('-');
-            let c = parts.next().unwrap_or(spec);
-            let c = c.split(':').next().unwrap_or(c);
-            match parts.next() {
-                Some(m) => format!("{c}-{m}"),
-                None => c.to_owned(),
-            }
-        }
-        _ => spec.to_owned(),
-    }
-}
-
-/// Argon2 parameters cryptsetup would pick for 2000 ms, extrapolated from
-/// one timed small hash (memory-hard cost grows linearly with memory and
-/// iterations; lanes run in parallel on as many CPUs, up to 4).
-struct ArgonEstimate {
+/// One Argon2 line: the costs `format` would choose for the default
+/// `--iter-time` (see `luks::kdf::benchmark_argon2`).
+struct ArgonRow {
+    name: &'static str,
     iterations: u32,
     memory_kib: u32,
     parallel: u32,
 }
 
-fn argon_estimate(kind: Argon2Kind) -> Result<ArgonEstimate, Failure> {
-    let probe_kib = 16 * 1024;
-    let r = speed::argon2_rate(kind, probe_kib, 1).map_err(|e| Failure::usage(e.to_string()))?;
-    let per_kib_iter = r.seconds / (f64::from(probe_kib) * f64::from(r.iterations));
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let parallel = cpus.clamp(1, 4);
-    let target = 2.0;
-    let max_kib = 1_048_576u32;
-    let iter_time = per_kib_iter * f64::from(max_kib) / f64::from(parallel);
-    let iterations = (target / iter_time).floor();
-    if iterations >= 4.0 {
-        return Ok(ArgonEstimate {
-            iterations: iterations.min(1e6) as u32,
-            memory_kib: max_kib,
-            parallel,
-        });
-    }
-    // Too slow for 1 GiB at 4 iterations: shrink memory like cryptsetup.
-    let kib = (target * f64::from(parallel) / (4.0 * per_kib_iter)).clamp(32.0, f64::from(max_kib));
-    Ok(ArgonEstimate {
-        iterations: 4,
-        memory_kib: kib as u32,
-        parallel,
-    })
-}
-
-/// Result of the XTS comparison with the system OpenSSL.
-struct Compare {
-    implementation: &'static str,
-    openssl: Result<f64, String>,
-    ours: Vec<(usize, f64, f64)>,
-}
-
-fn compare_openssl() -> Compare {
-    let mut ours = Vec::new();
-    let mut implementation = "none";
-    for bits in [256usize, 512] {
-        let cfg = CryptConfig {
-            cipher: "aes-xts-plain64".into(),
-            key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
-            iv_offset: 0,
-            sector_size: 4096,
-            iv_large_sectors: false,
-        };
-        if let Ok(c) = SectorCrypt::new(&cfg) {
-            implementation = c.implementation();
-            // Best of two short runs: the machine may be shared.
-            let a = speed::throughput(&c, 4096, Duration::from_millis(150));
-            let b = speed::throughput(&c, 4096, Duration::from_millis(150));
-            ours.push((
-                bits,
-                a.encrypt_bytes_per_sec.max(b.encrypt_bytes_per_sec),
-                a.decrypt_bytes_per_sec.max(b.decrypt_bytes_per_sec),
-            ));
-        }
-    }
-    let openssl = speed::system_openssl_xts(Duration::from_secs(1)).map_err(|e| e.to_string());
-    Compare {
-        implementation,
-        openssl,
-        ours,
-    }
-}
-
 fn print_table(
-    rows: &[Row],
-    pbkdf: &[(PbkdfHash, f64)],
-    argon: &[(&str, ArgonEstimate)],
-    cmp: Option<&Compare>,
+    rows: &[speed::CipherRow],
+    pbkdf: &[(Hash, f64)],
+    argon: &[ArgonRow],
+    cmp: Option<&speed::XtsComparison>,
     ss: u32,
 ) {
     println!("# Tests are approximate using memory only (no storage IO).");
@@ -394,10 +287,10 @@ fn print_table(
             *rate as u64
         );
     }
-    for (name, e) in argon {
+    for e in argon {
         println!(
-            "{:<10} {:>4} iterations, {:>7} memory, {} parallel threads (CPUs) for 256-bit key (requested 2000 ms time)",
-            name, e.iterations, e.memory_kib, e.parallel
+            "{:<10} {:>4} iterations, {:>7} memory, {} parallel threads (CPUs) for 256-bit key (requested {DEFAULT_ITER_TIME_MS} ms time)",
+            e.name, e.iterations, e.memory_kib, e.parallel
         );
     }
     println!(
@@ -409,8 +302,8 @@ fn print_table(
             "{:>15}{:>12}{:>12.1} MiB/s{:>12.1} MiB/s",
             r.name,
             format!("{}b", r.key_bits),
-            mib(r.enc),
-            mib(r.dec)
+            mib(r.speed.encrypt_bytes_per_sec),
+            mib(r.speed.decrypt_bytes_per_sec)
         );
     }
     println!("# Sector size {ss} bytes, 1 MiB per call, one thread.");
@@ -422,17 +315,18 @@ fn print_table(
     }
     if let Some(c) = cmp {
         println!("# XTS implementation: {}", c.implementation);
-        match &c.openssl {
+        match &c.system_openssl {
             Ok(o) => {
                 println!(
                     "# system `openssl speed -evp aes-256-xts -bytes 4096`: {:.1} MiB/s",
                     mib(*o)
                 );
-                for (bits, e, d) in &c.ours {
+                for (bits, t) in &c.ours {
+                    let (e, d) = (t.encrypt_bytes_per_sec, t.decrypt_bytes_per_sec);
                     println!(
                         "# aes-xts {bits}b per 4 KiB sector: {:.1} / {:.1} MiB/s = {:.2}x / {:.2}x system openssl (encryption / decryption)",
-                        mib(*e),
-                        mib(*d),
+                        mib(e),
+                        mib(d),
                         e / o,
                         d / o
                     );
@@ -444,10 +338,10 @@ fn print_table(
 }
 
 fn print_json(
-    rows: &[Row],
-    pbkdf: &[(PbkdfHash, f64)],
-    argon: &[(&str, ArgonEstimate)],
-    cmp: Option<&Compare>,
+    rows: &[speed::CipherRow],
+    pbkdf: &[(Hash, f64)],
+    argon: &[ArgonRow],
+    cmp: Option<&speed::XtsComparison>,
     ss: u32,
 ) {
     use serde_json::json;
@@ -457,8 +351,8 @@ fn print_json(
             json!({
                 "algorithm": r.name,
                 "key_bits": r.key_bits,
-                "encryption_mib_per_sec": mib(r.enc),
-                "decryption_mib_per_sec": mib(r.dec),
+                "encryption_mib_per_sec": mib(r.speed.encrypt_bytes_per_sec),
+                "decryption_mib_per_sec": mib(r.speed.decrypt_bytes_per_sec),
                 "implementation": r.implementation,
             })
         })
@@ -469,20 +363,20 @@ fn print_json(
         .collect();
     let argon: Vec<_> = argon
         .iter()
-        .map(|(n, e)| json!({"algorithm": n, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": 2000}))
+        .map(|e| json!({"algorithm": e.name, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": DEFAULT_ITER_TIME_MS}))
         .collect();
     let compare = cmp.map(|c| {
-        let base = c.openssl.as_ref().ok().copied();
+        let base = c.system_openssl.as_ref().ok().copied();
         json!({
             "xts_implementation": c.implementation,
             "system_openssl_aes_256_xts_4096_mib_per_sec": base.map(mib),
-            "system_openssl_error": c.openssl.as_ref().err(),
-            "aes_xts_4096": c.ours.iter().map(|(bits, e, d)| json!({
+            "system_openssl_error": c.system_openssl.as_ref().err().map(ToString::to_string),
+            "aes_xts_4096": c.ours.iter().map(|(bits, t)| json!({
                 "key_bits": bits,
-                "encryption_mib_per_sec": mib(*e),
-                "decryption_mib_per_sec": mib(*d),
-                "encryption_ratio": base.map(|o| e / o),
-                "decryption_ratio": base.map(|o| d / o),
+                "encryption_mib_per_sec": mib(t.encrypt_bytes_per_sec),
+                "decryption_mib_per_sec": mib(t.decrypt_bytes_per_sec),
+                "encryption_ratio": base.map(|o| t.encrypt_bytes_per_sec / o),
+                "decryption_ratio": base.map(|o| t.decrypt_bytes_per_sec / o),
             })).collect::<Vec<_>>(),
         })
     });
