@@ -245,6 +245,17 @@ impl Server {
         &self.endpoint
     }
 
+    /// The URI clients connect to: the endpoint's `nbd+unix://` or
+    /// `nbd://`, as `nbds…` when TLS is required.
+    pub fn uri(&self) -> String {
+        let uri = self.endpoint.to_string();
+        if self.shared.tls.mode() == crate::TlsMode::Require {
+            uri.replacen("nbd", "nbds", 1)
+        } else {
+            uri
+        }
+    }
+
     /// Connection counters.
     pub fn stats(&self) -> ServerStats {
         ServerStats {
