@@ -9,9 +9,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use daemon::map::{map as map_device_io, Direction as MapDirection};
+use daemon::resolve::luks_table;
 use testutil::TempDir;
-use ucrypt_cli::cmd::crypt::{map_device_io, MapDirection};
-use ucrypt_cli::cmd::luks::luks_table;
 
 const FAST_ARGON: &[&str] = &[
     "--pbkdf",
@@ -612,7 +612,8 @@ fn map_luks_matches_oracle() {
             "cryptsetup",
             &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(meta)],
         ));
-        let table = luks_table(&dev, header, Some(&kf), None).expect("luks_table");
+        let table =
+            luks_table(&dev, header, &std::fs::read(&kf).unwrap(), None).expect("luks_table");
         let off = table.offset * 512;
         let len = std::fs::metadata(&dev).unwrap().len() - off;
         // Ciphertext as dm-crypt would have written it.
@@ -642,7 +643,7 @@ fn map_luks_matches_oracle() {
             None,
             &mut out,
         )
-        .map_err(|f| f.message)
+        .map_err(|e| e.chain())
         .unwrap();
         let ss: u32 = sector.parse().unwrap();
         assert!(
@@ -658,7 +659,7 @@ fn map_luks_matches_oracle() {
             Some(len),
             &mut std::io::sink(),
         )
-        .map_err(|f| f.message)
+        .map_err(|e| e.chain())
         .unwrap();
         let on_disk = {
             use std::os::unix::fs::FileExt;

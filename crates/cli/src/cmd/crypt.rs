@@ -7,19 +7,18 @@
 //!  map --write:  stdin ──(size checked first)──encrypt──▶ device     (like dd of=/dev/mapper/x)
 //! ```
 //!
-//! [`map_device`] is the reusable core (the coordinator's `map --luks`
-//! builds a [`Table`] from a LUKS header and calls it).
+//! The map core lives in [`daemon::map`]; this module reads the arguments,
+//! unlocks `--luks` volumes and wires stdin/stdout to it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use crypto::speed;
 use crypto::table::Table;
-use crypto::SectorCrypt;
+use daemon::map::Direction;
 use luks::kdf::{self, Argon2Variant, DEFAULT_ITER_TIME_MS};
 use luks::{Hash, Kdf};
 use zeroize::Zeroizing;
@@ -93,23 +92,22 @@ impl Commands {
         match self {
             Self::Map(a) => {
                 let dir = if a.read {
-                    MapDirection::Read
+                    Direction::Read
                 } else {
-                    MapDirection::Write
+                    Direction::Write
                 };
                 let table = match (a.table, a.luks) {
                     (Some(line), _) => {
                         // The line holds the key in hex: wipe it once parsed.
                         let line = Zeroizing::new(line);
-                        Table::parse(&line)
-                            .map_err(|e| Failure::usage(format!("Invalid table: {e}")))?
+                        daemon::resolve::plain_table(&line)?
                     }
                     (None, Some(device)) => {
                         // --write reads plaintext from stdin, so the passphrase
                         // must not come from there too (neither `-` nor the
                         // prompt's non-tty fallback, which reads a stdin line).
                         let stdin_is_tty = std::io::IsTerminal::is_terminal(&io::stdin());
-                        if dir == MapDirection::Write
+                        if dir == Direction::Write
                             && (a.key_file.as_deref() == Some(Path::new("-"))
                                 || (a.key_file.is_none() && !stdin_is_tty))
                         {
@@ -134,161 +132,23 @@ impl Commands {
     }
 }
 
-/// Which way [`map_device`] moves data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MapDirection {
-    /// Device ciphertext -> plaintext on stdout.
-    Read,
-    /// Plaintext from stdin -> ciphertext on the device.
-    Write,
-}
-
-/// Bytes moved per read/encrypt/write step.
-const CHUNK: usize = 1 << 20;
-
-/// Applies `table` to its device using stdin/stdout (see [`map_device_io`]).
-pub fn map_device(table: &Table, dir: MapDirection) -> CmdResult {
+/// Runs `ucrypt map` on stdin/stdout: the core is [`daemon::map::map`],
+/// which sends every byte through the engine.
+pub fn map_device(table: &Table, dir: Direction) -> CmdResult {
     match dir {
-        MapDirection::Read => {
+        Direction::Read => {
             let out = io::stdout();
             let mut out = out.lock();
-            map_device_io(table, dir, &mut io::empty(), None, &mut out)
+            daemon::map::map(table, dir, &mut io::empty(), None, &mut out)?;
         }
-        MapDirection::Write => {
+        Direction::Write => {
             let len = stdin_regular_file_len();
             let stdin = io::stdin();
             let mut input = stdin.lock();
-            map_device_io(table, dir, &mut input, len, &mut io::sink())
+            daemon::map::map(table, dir, &mut input, len, &mut io::sink())?;
         }
     }
-}
-
-/// The core of `ucrypt map`: reads the table's range from its device and
-/// writes plaintext to `output` (Read), or takes plaintext from `input` and
-/// writes ciphertext to the device (Write). On Write the input size is
-/// checked before anything is written: `input_len` when the caller knows
-/// it (a regular file), else the input is first spooled to an unlinked
-/// temporary file.
-pub fn map_device_io(
-    table: &Table,
-    dir: MapDirection,
-    input: &mut dyn Read,
-    input_len: Option<u64>,
-    output: &mut dyn Write,
-) -> CmdResult {
-    let crypt = SectorCrypt::new(&table.crypt_config())
-        .map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
-    let ss = crypt.sector_size() as u64;
-    let path = &table.device;
-    let mut dev = OpenOptions::new()
-        .read(true)
-        .write(dir == MapDirection::Write)
-        .open(path)
-        .map_err(|e| Failure::device(format!("Cannot open device {path}: {e}")))?;
-    let dev_size = dev
-        .seek(SeekFrom::End(0))
-        .map_err(|e| Failure::device(format!("Cannot read the size of device {path}: {e}")))?;
-    let need = table.offset_bytes().saturating_add(table.len_bytes());
-    if dev_size < need {
-        return Err(Failure::device(format!(
-            "Device {path} is too small: the table needs {need} bytes (offset {} + length {} sectors) but it has {dev_size}",
-            table.offset, table.len
-        )));
-    }
-    let base = table.offset_bytes();
-    let total = table.len_bytes();
-    match dir {
-        MapDirection::Read => {
-            let mut buf = Zeroizing::new(vec![0u8; CHUNK]);
-            let mut pos = 0u64;
-            while pos < total {
-                let n = (total - pos).min(CHUNK as u64) as usize;
-                let b = &mut buf[..n];
-                dev.read_exact_at(b, base + pos).map_err(|e| {
-                    Failure::device(format!("Read error on {path} at byte {}: {e}", base + pos))
-                })?;
-                crypt.decrypt(pos / 512, b);
-                output
-                    .write_all(b)
-                    .map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
-                pos += n as u64;
-            }
-            output
-                .flush()
-                .map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
-            Ok(())
-        }
-        MapDirection::Write => {
-            let (mut src, len) = sized_input(input, input_len, total)?;
-            if len > total {
-                return Err(Failure::usage(format!(
-                    "Input length {} bytes exceeds the mapping ({total} bytes, {} sectors); nothing written",
-                    if input_len.is_some() { len.to_string() } else { format!("over {total}") },
-                    table.len
-                )));
-            }
-            if len % ss != 0 {
-                return Err(Failure::usage(format!(
-                    "Input length {len} bytes is not a multiple of the {ss}-byte sector size; nothing written"
-                )));
-            }
-            let mut buf = Zeroizing::new(vec![0u8; CHUNK]);
-            let mut pos = 0u64;
-            while pos < len {
-                let n = (len - pos).min(CHUNK as u64) as usize;
-                let b = &mut buf[..n];
-                src.read_exact(b)
-                    .map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
-                crypt.encrypt(pos / 512, b);
-                dev.write_all_at(b, base + pos).map_err(|e| {
-                    Failure::device(format!("Write error on {path} at byte {}: {e}", base + pos))
-                })?;
-                pos += n as u64;
-            }
-            dev.sync_data()
-                .map_err(|e| Failure::device(format!("Cannot flush {path}: {e}")))?;
-            Ok(())
-        }
-    }
-}
-
-/// Returns a reader over the whole input and its length, knowing the length
-/// before any byte is written. A pipe is spooled to an unlinked temporary
-/// file, stopping as soon as it exceeds `limit`.
-fn sized_input<'a>(
-    input: &'a mut dyn Read,
-    known_len: Option<u64>,
-    limit: u64,
-) -> Result<(Box<dyn Read + 'a>, u64), Failure> {
-    if let Some(len) = known_len {
-        return Ok((Box::new(input), len));
-    }
-    let dir = std::env::temp_dir();
-    let name = dir.join(format!("ucrypt-map-{}-{}", std::process::id(), unique()));
-    let mut spool = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&name)
-        .map_err(|e| {
-            Failure::usage(format!(
-                "Cannot create a spool file in {}: {e}",
-                dir.display()
-            ))
-        })?;
-    let _ = std::fs::remove_file(&name);
-    let copied = io::copy(&mut input.take(limit.saturating_add(1)), &mut spool)
-        .map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
-    spool
-        .seek(SeekFrom::Start(0))
-        .map_err(|e| Failure::usage(format!("Cannot rewind the spool file: {e}")))?;
-    Ok((Box::new(spool), copied))
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    Ok(())
 }
 
 /// What is left to read on stdin when it is a regular file (`< plain.img`):

@@ -272,31 +272,39 @@ pub fn read_passphrase(
 }
 
 /// Unlocks the LUKS volume on `device` and returns the dm-crypt table
-/// cryptsetup would load for it (`ucrypt map --luks`, `ucrypt open --luks`).
+/// cryptsetup would load for it (`ucrypt map --luks`).
 pub fn luks_table(
     device: &Path,
     header: Option<&Path>,
     key_file: Option<&Path>,
     key_slot: Option<u32>,
 ) -> Result<crypto::table::Table, Failure> {
-    let vol = load(device, header)?;
+    unlock(device, header, key_file, key_slot).map(|(t, _)| t)
+}
+
+/// [`luks_table`] and the LUKS version (`ucrypt open`): the header is read
+/// first, so a device that is no LUKS volume fails before the prompt.
+pub fn unlock(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    key_slot: Option<u32>,
+) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
+    let vol = daemon::resolve::Luks::load(device, header)?;
+    for w in vol.warnings() {
+        eprintln!("WARNING: {w}");
+    }
     let pass = read_passphrase(
         key_file,
         &format!("Enter passphrase for {}: ", device.display()),
         false,
     )?;
-    let opened = vol.unlock(&pass, key_slot).map_err(fail)?;
-    opened.to_table(device).map_err(fail)
+    Ok((vol.unlock(&pass, key_slot)?, vol.version()))
 }
 
-/// Maps a `luks::Error` to cryptsetup's exit codes.
+/// Maps a `luks::Error` to cryptsetup's exit codes (see [`Failure`]).
 pub fn fail(e: luks::Error) -> Failure {
-    let msg = e.to_string();
-    match e.kind() {
-        ErrorKind::WrongPassphrase => Failure::denied(msg),
-        ErrorKind::Io => Failure::device(msg),
-        _ => Failure::usage(msg),
-    }
+    Failure::from(e)
 }
 
 fn load(device: &Path, header: Option<&Path>) -> Result<Volume, Failure> {
