@@ -222,10 +222,14 @@ fn run_job(
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(7))
         .collect();
     let deadline = start + w.runtime;
+    let mut submitted = false;
     loop {
-        if Instant::now() >= deadline {
+        // At least one request per job, even when the thread was not
+        // scheduled before its deadline (a busy machine, a short run).
+        if submitted && Instant::now() >= deadline {
             break;
         }
+        submitted = true;
         {
             let mut st = job.state.lock().unwrap_or_else(|p| p.into_inner());
             while st.in_flight >= qd {
@@ -324,6 +328,23 @@ mod tests {
             assert!(r.elapsed > Duration::ZERO);
             assert!(r.bytes_per_s() > 0.0 && r.iops() > 0.0);
         }
+    }
+
+    #[test]
+    fn every_job_submits_at_least_once() {
+        // A deadline already past when the jobs start: each still measures.
+        let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(1 << 20).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 4, 512).unwrap());
+        let w = Workload {
+            rw: Rw::Read,
+            bs: 4096,
+            qd: 2,
+            jobs: 3,
+            runtime: Duration::ZERO,
+        };
+        let r = run(&engine, &w, 1 << 20);
+        assert!(r.ops >= 3, "{r:?}");
+        assert_eq!(r.errors, 0);
     }
 
     #[test]
