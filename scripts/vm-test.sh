@@ -76,6 +76,12 @@ if [ -z "$BIN" ]; then
   BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/ucrypt"
 fi
 [ -x "$BIN" ] || fatal "ucrypt binary not found at $BIN"
+# The ublk crate's own kernel tests (they skip on a host without ublk_drv) run
+# in the guest too. Same selection as scripts/test.sh's `cargo test`: no rebuild.
+UBLK_TESTS=$(cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null \
+  | grep '"src_path":"[^"]*/crates/ublk/tests/ublk.rs"' \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+[ -n "$UBLK_TESTS" ] && [ -x "$UBLK_TESTS" ] || fatal "cannot build the ublk crate's test binary (cargo test --no-run)"
 
 # 4. Initramfs: a cached base (busybox, tools, libs, modules) + a small overlay
 #    (ucrypt, the suite) rebuilt every run. The base key covers the builder, the
@@ -92,6 +98,8 @@ fi
 RUN="$CACHE/run"
 rm -rf "$RUN"; mkdir -p "$RUN/overlay/vm" "$RUN/overlay/usr/bin"
 objcopy --strip-debug "$BIN" "$RUN/overlay/usr/bin/ucrypt" 2>/dev/null || cp "$BIN" "$RUN/overlay/usr/bin/ucrypt"
+mkdir -p "$RUN/overlay/vm/bin"
+objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
 cp tests/vm/init "$RUN/overlay/init"
 cp tests/vm/*.sh "$RUN/overlay/vm/"
 rm -f "$RUN/overlay/vm/mkinitramfs.sh"

@@ -8,10 +8,12 @@ export UCRYPT_RUNTIME_DIR=/run/ucrypt
 LOGDIR=/tmp/vmlog
 mkdir -p "$LOGDIR"
 
+now() { cut -d' ' -f1 /proc/uptime; }
 info() { echo "@@VMTEST INFO $*"; }
-pass() { echo "@@VMTEST PASS $1"; }
+# Each result line ends with the guest uptime, to show where the time goes.
+pass() { echo "@@VMTEST PASS $1 [t=$(now)s]"; }
 fail() {
-  echo "@@VMTEST FAIL $1: $2"
+  echo "@@VMTEST FAIL $1: $2 [t=$(now)s]"
 }
 
 # check NAME CMD...: runs CMD (bounded by $CHECK_TIMEOUT seconds, default 300);
