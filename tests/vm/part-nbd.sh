@@ -31,7 +31,9 @@ check "nbd: reconnect with -C 4" nbd-client -u "$S" "$N" -C 4
 check "nbd: fsck.ext4 -fn clean after reconnect" fsck.ext4 -fn "$N"
 check "nbd: mount again" mount -t ext4 "$N" "$M"
 check "nbd: every checksum intact" sh -c "grep -q ' $M ' /proc/mounts && cd $M && sha256sum -c /tmp/n1.sums"
-check "nbd: fio verify over 4 connections (4 jobs, QD8)" fio --name=m --filename="$M/fio.dat" --size=8m \
+# One file per job (fio's default names): jobs sharing a file would overwrite
+# each other's verify patterns.
+check "nbd: fio verify over 4 connections (4 jobs, QD8)" fio --name=m --directory="$M" --size=4m \
   --numjobs=4 --direct=1 --ioengine=libaio --rw=randwrite --bs=16k --iodepth=8 \
   --verify=crc32c --verify_fatal=1 --do_verify=1
 CHECK_TIMEOUT=60 check "nbd: umount (second)" umount "$M"
