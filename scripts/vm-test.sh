@@ -116,13 +116,25 @@ LOG="$RUN/console.log"
 APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL"
 echo "vm-test: booting $KVER ($ACCEL, 2 CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
 set +e
-timeout -k 10 "$TIMEOUT" "$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp 2 -m 2048 \
+"$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp 2 -m 2048 \
   -nodefaults -no-reboot -display none -serial "file:$LOG" \
   -kernel "$KERNEL" -initrd "$RUN/initrd.cpio" -append "$APPEND" \
   -drive "file=$RUN/vda.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
   -drive "file=$RUN/vdb.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
-  </dev/null >"$RUN/qemu.out" 2>&1
+  </dev/null >"$RUN/qemu.out" 2>&1 &
+QPID=$!
+# The guest dies with this script (Ctrl-C, a CI kill), and at the timeout.
+trap 'kill -9 "$QPID" 2>/dev/null' EXIT
+trap 'kill -9 "$QPID" 2>/dev/null; exit 130' INT TERM HUP
+( waited=0
+  while kill -0 "$QPID" 2>/dev/null; do
+    sleep 1; waited=$((waited + 1))
+    if [ "$waited" -ge "$TIMEOUT" ]; then touch "$RUN/timed-out"; kill -9 "$QPID" 2>/dev/null; fi
+  done ) &
+WPID=$!
+wait "$QPID"
 qrc=$?
+wait "$WPID" 2>/dev/null
 set -e
 T1=$(date +%s)
 
@@ -132,7 +144,7 @@ failed_list=$(grep -a '^@@VMTEST FAIL ' "$LOG" 2>/dev/null | sed 's/^@@VMTEST FA
 failed=0; [ -n "$failed_list" ] && failed=$(printf '%s\n' "$failed_list" | wc -l)
 grep -a '^@@VMTEST \(PASS\|FAIL\|INFO\|SKIP\)' "$LOG" 2>/dev/null | sed 's/^@@VMTEST /  /' >&2 || true
 extra=""
-if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
+if [ -f "$RUN/timed-out" ]; then
   extra="guest hung: killed after ${TIMEOUT}s"
 elif ! grep -aq '^@@VMTEST DONE' "$LOG" 2>/dev/null; then
   if grep -aq 'Kernel panic' "$LOG" 2>/dev/null; then extra="guest kernel panicked"

@@ -21,27 +21,27 @@ fail() {
 check() {
   _name="$1"; shift
   _log="$LOGDIR/last.log"
-  if timeout "${CHECK_TIMEOUT:-300}" "$@" >"$_log" 2>&1; then
-    pass "$_name"; return 0
-  else
-    _rc=$?
-    tail -n 15 "$_log" | sed 's/^/    | /'
-    [ "$_rc" -eq 143 ] && fail "$_name" "timed out after ${CHECK_TIMEOUT:-300}s: $*" \
-      || fail "$_name" "exit $_rc: $*"
-    return 1
-  fi
+  timeout "${CHECK_TIMEOUT:-300}" "$@" >"$_log" 2>&1
+  _rc=$?
+  if [ "$_rc" -eq 0 ]; then pass "$_name"; return 0; fi
+  tail -n 15 "$_log" | sed 's/^/    | /'
+  if [ "$_rc" -eq 143 ]; then fail "$_name" "timed out after ${CHECK_TIMEOUT:-300}s: $*"
+  else fail "$_name" "exit $_rc: $*"; fi
+  return 1
 }
 
 # expect_fail NAME CMD...: passes when CMD exits non-zero (within the timeout).
 expect_fail() {
   _name="$1"; shift
   _log="$LOGDIR/last.log"
-  if timeout "${CHECK_TIMEOUT:-300}" "$@" >"$_log" 2>&1; then
+  timeout "${CHECK_TIMEOUT:-300}" "$@" >"$_log" 2>&1
+  _rc=$?
+  if [ "$_rc" -eq 0 ]; then
     tail -n 15 "$_log" | sed 's/^/    | /'
     fail "$_name" "succeeded but should have failed: $*"; return 1
   fi
-  _rc=$?
-  if [ "$_rc" -eq 143 ]; then fail "$_name" "timed out: $*"; return 1; fi
+  if [ "$_rc" -eq 143 ]; then fail "$_name" "timed out after ${CHECK_TIMEOUT:-300}s: $*"; return 1; fi
+  sed 's/^/    > /' "$_log" | tail -n 3
   pass "$_name"
 }
 
