@@ -10,7 +10,7 @@
 run modprobe brd rd_nr=1 rd_size=65536
 check "advisor: brd /dev/ram0" test -b /dev/ram0
 check "advisor: ucrypt bench --dm-crypt runs end to end" sh -c "
-  ucrypt bench --dm-crypt --size 64M --runtime 100ms --warmup 50ms --reps 1 --no-progress \
+  ucrypt bench --dm-crypt --size 64M --runtime 50ms --warmup 10ms --reps 1 --no-progress \
     --out /tmp/bench > /tmp/advisor.out 2>&1; rc=\$?; cat /tmp/advisor.out
   [ \$rc = 0 ] && grep -q 'cryptsetup refresh' /tmp/advisor.out"
 sed 's/^/    : /' /tmp/advisor.out 2>/dev/null | tail -n 30
