@@ -21,3 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# Kernel modules the tests use, loaded when this kernel ships them (best
+# effort: a kernel without them makes those tests skip as `kernel` limits,
+# which scripts/test.sh lists at the end).
+if command -v modprobe >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  for m in loop fuse ublk_drv; do
+    [ -d "/sys/module/$m" ] || $SUDO modprobe -q "$m" 2>/dev/null || true
+  done
+fi

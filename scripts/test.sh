@@ -2,13 +2,46 @@
 # The whole test suite, from a fresh Debian 12 machine with the toolchains:
 # installs the reference tools, then runs every test with tools required
 # (a missing tool is a failure here, not a skip).
+#
+# Every test that skips (testutil::require / skip / skip_kernel) appends
+# `test<TAB>reason<TAB>kind` to $UCRYPT_SKIP_LOG; cargo hides the stderr of
+# passing tests, so this script prints that list at the end, also when a
+# step fails (the exit status is kept). With UCRYPT_REQUIRE_TOOLS=1 only
+# `kernel` skips (things this kernel cannot do, e.g. no ublk_drv) may appear.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+UCRYPT_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/ucrypt-skips.XXXXXX")"
+export UCRYPT_SKIP_LOG
+fuzz_out="$(mktemp "${TMPDIR:-/tmp}/ucrypt-fuzz.XXXXXX")"
+
+report_skips() {
+  local rc=$?
+  set +e
+  # scripts/fuzz.sh prints `SKIP fuzz: <why>` and exits 0 without nightly.
+  sed -n 's/^SKIP fuzz: \(.*\)$/scripts\/fuzz.sh\t\1\tprerequisite/p' "$fuzz_out" >>"$UCRYPT_SKIP_LOG"
+  local n
+  n=$(grep -c . "$UCRYPT_SKIP_LOG")
+  echo
+  echo "== skipped tests: $n =="
+  if [ "$n" -gt 0 ]; then
+    sort "$UCRYPT_SKIP_LOG" | awk -F'\t' '{ printf "  %-12s %s: %s\n", $3, $1, $2 }'
+    local other
+    other=$(awk -F'\t' '$3 != "kernel"' "$UCRYPT_SKIP_LOG" | grep -c .)
+    if [ "${UCRYPT_REQUIRE_TOOLS:-}" = 1 ] && [ "$other" -gt 0 ]; then
+      echo "  ($other skip(s) above are not kernel limits although UCRYPT_REQUIRE_TOOLS=1)"
+    fi
+  fi
+  rm -f "$UCRYPT_SKIP_LOG" "$fuzz_out"
+  exit "$rc"
+}
+trap report_skips EXIT
+
 bash scripts/install-test-deps.sh
 export UCRYPT_REQUIRE_TOOLS=1
 cargo build --release --workspace --locked
 # cargo-fuzz over the LUKS header parsers, briefly, on the seed corpus of real
 # cryptsetup headers (SKIP line if this machine has no nightly toolchain).
-FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz.sh
+FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz.sh 2>&1 | tee "$fuzz_out"
 cargo test --release --workspace --locked --no-fail-fast
 bash scripts/vm-test.sh

@@ -32,6 +32,7 @@ use crate::{Backend, Caps, Error, ErrorKind};
 
 /// One kind of backend operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OpKind {
     /// `read_at`
     Read,
@@ -102,6 +103,7 @@ impl std::ops::BitOr for OpKinds {
 
 /// How often a rule fires once its `skip` count is used up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Trigger {
     /// The first matching operation only.
     Once,

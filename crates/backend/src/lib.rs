@@ -42,6 +42,10 @@
 //! Errors are [`std::io::Error`]s so the data path can pass them on; those
 //! raised by this crate carry an [`Error`] as their inner error.
 
+// Unsafe code only in the FFI modules that allow it (file::{uring, sync,
+// blockdev, dio} and mem), each block with a SAFETY note.
+#![deny(unsafe_code)]
+
 use std::io;
 
 mod fault;
@@ -269,6 +273,17 @@ pub enum ErrorKind {
         /// Byte offset where the write stopped.
         offset: u64,
     },
+    /// With [`DirectIo::Required`], a request whose offset or length is
+    /// not a multiple of the O_DIRECT alignment.
+    #[error("Request at offset {offset} length {len} is not aligned to the {align}-byte O_DIRECT alignment")]
+    Unaligned {
+        /// Byte offset requested.
+        offset: u64,
+        /// Length requested.
+        len: u64,
+        /// The O_DIRECT alignment in bytes.
+        align: u64,
+    },
     /// An error injected by [`FaultBackend`].
     #[error("Injected {op} fault at offset {offset} length {len}")]
     Injected {
@@ -278,6 +293,14 @@ pub enum ErrorKind {
         offset: u64,
         /// Its length.
         len: u64,
+    },
+    /// io_uring was required ([`IoEngine::Uring`]) but the kernel refuses
+    /// it to this process (not built in, disabled by sysctl or seccomp, no
+    /// memory for a ring); the source carries the errno.
+    #[error("Cannot open backing device {path} (io_uring unavailable)")]
+    IoUringUnavailable {
+        /// The path given.
+        path: String,
     },
     /// A kernel feature this backend needs is missing.
     #[error("Not supported by this kernel or device: {0}")]
@@ -320,7 +343,9 @@ impl Error {
 
     fn io_kind(&self) -> io::ErrorKind {
         match &self.kind {
-            ErrorKind::OutOfRange { .. } => io::ErrorKind::InvalidInput,
+            ErrorKind::OutOfRange { .. } | ErrorKind::Unaligned { .. } => {
+                io::ErrorKind::InvalidInput
+            }
             ErrorKind::TooSmall { .. } | ErrorKind::NotABlockDevice { .. } => {
                 io::ErrorKind::InvalidInput
             }
@@ -328,7 +353,9 @@ impl Error {
             ErrorKind::Alloc { .. } => io::ErrorKind::OutOfMemory,
             ErrorKind::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
             ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,
-            ErrorKind::Unsupported(_) => io::ErrorKind::Unsupported,
+            ErrorKind::Unsupported(_) | ErrorKind::IoUringUnavailable { .. } => {
+                io::ErrorKind::Unsupported
+            }
             ErrorKind::Open { .. } | ErrorKind::Injected { .. } => match &self.source {
                 Some(s) => s.kind(),
                 None => io::ErrorKind::Other,

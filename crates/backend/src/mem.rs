@@ -31,6 +31,8 @@
 //! and lends the batch's bytes as one slice; one page needs no batch.
 //!
 //! FUA and flush are no-ops: memory is as durable as this device gets.
+// FFI: the ramdisk's anonymous mapping. Every unsafe block has a SAFETY note.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::ptr::NonNull;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use testutil::TempDir;
+use testutil::{Capability, TempDir};
 use ucrypt_backend::{Backend, DirectIo, ErrorKind, FileBackend, FileOptions, FuaMode, IoEngine};
 
 fn make_file(dir: &TempDir, name: &str, size: u64) -> std::path::PathBuf {
@@ -26,18 +26,14 @@ fn opts(direct: DirectIo, engine: Option<IoEngine>) -> FileOptions {
     }
 }
 
-/// Opens with the requested engine, or prints SKIP when io_uring is refused
-/// by this kernel (the syscall engine is tested separately).
+/// Opens with the requested engine, or skips when this kernel refuses
+/// io_uring (the syscall engine is tested separately).
 fn open(path: &Path, o: &FileOptions, test: &str) -> Option<FileBackend> {
+    if o.engine == Some(IoEngine::Uring) && !testutil::require(test, Capability::IoUring) {
+        return None;
+    }
     match FileBackend::open(path, o) {
         Ok(b) => Some(b),
-        Err(e)
-            if o.engine == Some(IoEngine::Uring)
-                && e.to_string().contains("io_uring unavailable") =>
-        {
-            eprintln!("SKIP {test}: io_uring unavailable on this kernel: {e}");
-            None
-        }
         Err(e) => panic!("{test}: open failed: {e}"),
     }
 }
@@ -61,9 +57,10 @@ fn buffered_byte_granular_workload() {
         common::random_workload(&b, 11, 1500, 1, 40_000);
         let s = b.stats();
         assert!(s.buffered_ops > 0 && s.direct_ops == 0, "{s:?}");
-        match engine {
-            IoEngine::Uring => assert!(s.uring_ops > 0 && s.syscall_ops == 0, "{s:?}"),
-            IoEngine::Syscalls => assert!(s.uring_ops == 0 && s.syscall_ops > 0, "{s:?}"),
+        if engine == IoEngine::Uring {
+            assert!(s.uring_ops > 0 && s.syscall_ops == 0, "{s:?}");
+        } else {
+            assert!(s.uring_ops == 0 && s.syscall_ops > 0, "{s:?}");
         }
     }
 }
@@ -112,6 +109,10 @@ fn required_direct_rejects_unaligned_requests() {
     let err = b.read_at(&mut [0u8; 100], 0).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("O_DIRECT alignment"), "{err}");
+    assert!(matches!(
+        ucrypt_backend::Error::kind_of(&err),
+        Some(ErrorKind::Unaligned { len: 100, .. })
+    ));
     let err = b.write_at(&[1u8; 4096], 1, false).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     // Aligned offset/len with a deliberately misaligned memory address works.
@@ -303,7 +304,14 @@ fn concurrent_threads_each_with_own_ring() {
 #[test]
 fn loop_block_device() {
     const T: &str = "loop_block_device";
-    if !testutil::require_tool(T, "losetup") {
+    if !testutil::require_all(
+        T,
+        &[
+            Capability::Tool("losetup"),
+            Capability::LoopDevices,
+            Capability::Root,
+        ],
+    ) {
         return;
     }
     let dir = TempDir::new("be-loop");
@@ -314,11 +322,8 @@ fn loop_block_device() {
         .output()
         .unwrap();
     if !out.status.success() {
-        // No loop devices in this sandbox (not a missing tool CI could install).
-        eprintln!(
-            "SKIP {T}: losetup cannot attach here: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let why = String::from_utf8_lossy(&out.stderr);
+        testutil::skip(T, &format!("losetup cannot attach here: {}", why.trim()));
         return;
     }
     let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::driver::{Rw, Workload};
-use crate::external::fio;
+use crate::runner::fio::fio;
 use crate::stats;
 use crate::target::{random_bytes, Cipher};
 use crate::{Error, Options};
@@ -36,8 +36,7 @@ pub const FLAG_SETS: [(&str, &[&str]); 4] = [
 /// Checks every prerequisite and returns one message naming all missing.
 pub fn preflight() -> Result<(), Error> {
     let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         missing.push("root privileges (run as root)".to_string());
     }
     if which("dmsetup").is_none() {
@@ -78,10 +77,10 @@ pub fn preflight() -> Result<(), Error> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(Error::Missing(format!(
-            "The --dm-crypt experiment needs a host with device-mapper, brd, fio and root; missing here: {}",
-            missing.join("; ")
-        )))
+        Err(Error::Missing {
+            needs: "The --dm-crypt experiment needs a host with device-mapper, brd, fio and root",
+            missing,
+        })
     }
 }
 
@@ -148,19 +147,24 @@ fn create(name: &str, table: &str) -> Result<Mapping, Error> {
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| Error::External(format!("Cannot run dmsetup: {e}")))?;
+        .map_err(|source| Error::Spawn {
+            program: "dmsetup".into(),
+            source,
+        })?;
     if let Some(mut i) = child.stdin.take() {
         // The table carries the key: stdin keeps it out of the process list.
         let _ = i.write_all(table.as_bytes());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| Error::External(format!("dmsetup create {name}: {e}")))?;
+    let out = child.wait_with_output().map_err(|source| Error::Spawn {
+        program: format!("dmsetup create {name}"),
+        source,
+    })?;
     if !out.status.success() {
-        return Err(Error::External(format!(
-            "dmsetup create {name} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::Failed {
+            program: format!("dmsetup create {name}"),
+            status: out.status,
+            output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(Mapping(name.to_string()))
 }
@@ -173,9 +177,16 @@ pub fn run(opts: &Options) -> Result<String, Error> {
         let st = Command::new("modprobe")
             .args(["brd", "rd_nr=1", &format!("rd_size={}", size / 1024)])
             .status()
-            .map_err(|e| Error::External(format!("modprobe brd: {e}")))?;
+            .map_err(|source| Error::Spawn {
+                program: "modprobe brd".into(),
+                source,
+            })?;
         if !st.success() {
-            return Err(Error::External(format!("modprobe brd failed ({st})")));
+            return Err(Error::Failed {
+                program: "modprobe brd".into(),
+                status: st,
+                output: String::new(),
+            });
         }
     }
     let ram_size = std::fs::read_to_string("/sys/block/ram0/size")

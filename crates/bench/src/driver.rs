@@ -216,16 +216,20 @@ fn run_job(
     let span = (blocks / jobs).max(1);
     let first = if blocks / jobs == 0 { 0 } else { j * span };
     let mut next = 0u64;
-    let mut rng =
-        XorShift::new(0x9E37_79B9_7F4A_7C15 ^ (j + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    // Offsets only (not keys): a seeded generator per job, so runs repeat.
+    let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15 ^ (j + 1));
     let pattern: Vec<u8> = (0..w.bs)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(7))
         .collect();
     let deadline = start + w.runtime;
+    let mut submitted = false;
     loop {
-        if Instant::now() >= deadline {
+        // At least one request per job, even when the thread was not
+        // scheduled before its deadline (a busy machine, a short run).
+        if submitted && Instant::now() >= deadline {
             break;
         }
+        submitted = true;
         {
             let mut st = job.state.lock().unwrap_or_else(|p| p.into_inner());
             while st.in_flight >= qd {
@@ -234,7 +238,7 @@ fn run_job(
             st.in_flight += 1;
         }
         let block = if w.rw.is_random() {
-            rng.next() % blocks.max(1)
+            rng.u64(..blocks.max(1))
         } else {
             let b = first + next;
             next = (next + 1) % span;
@@ -286,40 +290,17 @@ fn run_job(
 
 /// Process user + system CPU time (`getrusage(RUSAGE_SELF)`).
 pub fn cpu_time() -> Duration {
-    // SAFETY: `rusage` is a plain C struct for which all-zero bytes are a
-    // valid value; getrusage only writes into the struct we own for the
-    // duration of the call.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) != 0 {
-            return Duration::ZERO;
-        }
-        ru
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
     };
-    let tv = |t: libc::timeval| {
+    let tv = |t: nix::sys::time::TimeVal| {
         Duration::new(
-            t.tv_sec.max(0) as u64,
-            (t.tv_usec.clamp(0, 999_999) as u32) * 1000,
+            t.tv_sec().max(0) as u64,
+            (t.tv_usec().clamp(0, 999_999) as u32) * 1000,
         )
     };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// xorshift64* (offsets only; not for keys).
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
+    tv(ru.user_time()) + tv(ru.system_time())
 }
 
 #[cfg(test)]
@@ -330,7 +311,7 @@ mod tests {
     #[test]
     fn drives_requests_and_counts_them() {
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(1 << 20).unwrap());
-        let engine = Arc::new(Target::RAW.engine(be, 8).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 8, 512).unwrap());
         for rw in [Rw::Write, Rw::Read, Rw::RandRead, Rw::RandWrite] {
             let w = Workload {
                 rw,
@@ -350,11 +331,28 @@ mod tests {
     }
 
     #[test]
+    fn every_job_submits_at_least_once() {
+        // A deadline already past when the jobs start: each still measures.
+        let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(1 << 20).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 4, 512).unwrap());
+        let w = Workload {
+            rw: Rw::Read,
+            bs: 4096,
+            qd: 2,
+            jobs: 3,
+            runtime: Duration::ZERO,
+        };
+        let r = run(&engine, &w, 1 << 20);
+        assert!(r.ops >= 3, "{r:?}");
+        assert_eq!(r.errors, 0);
+    }
+
+    #[test]
     fn errors_are_counted_not_hidden() {
         // 8 KiB blocks on a device of 4 KiB: every request (offset 0,
         // 8 KiB long) is out of range and must be counted as an error.
         let be: Arc<dyn backend::Backend> = Arc::new(backend::MemBackend::new(4096).unwrap());
-        let engine = Arc::new(Target::RAW.engine(be, 1).unwrap());
+        let engine = Arc::new(Target::RAW.engine(be, 1, 512).unwrap());
         let w = Workload {
             rw: Rw::Read,
             bs: 8192,

@@ -20,7 +20,7 @@ use crypto::{CryptConfig, SectorCrypt};
 use datapath::{CryptMode, Engine, EngineConfig, PerfFlags, Volume};
 use zeroize::Zeroizing;
 
-use crate::Error;
+use crate::{Error, OptionsError};
 
 /// The cipher of an encrypted target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -57,8 +57,9 @@ impl Cipher {
         }
     }
 
-    /// Builds the sector cipher (a fresh random key for AES).
-    pub fn build(self) -> Result<SectorCrypt, Error> {
+    /// Builds the sector cipher (a fresh random key for AES) for
+    /// `sector_size`-byte sectors.
+    pub fn build(self, sector_size: u32) -> Result<SectorCrypt, Error> {
         let mut key = Zeroizing::new(vec![0u8; self.key_len()]);
         if !key.is_empty() {
             random_bytes(&mut key)?;
@@ -67,10 +68,13 @@ impl Cipher {
             cipher: self.spec().to_string(),
             key,
             iv_offset: 0,
-            sector_size: 512,
+            sector_size,
             iv_large_sectors: false,
         };
-        SectorCrypt::new(&cfg).map_err(|e| Error::Target(format!("{}: {e}", self.spec())))
+        SectorCrypt::new(&cfg).map_err(|source| Error::Cipher {
+            spec: self.spec(),
+            source,
+        })
     }
 }
 
@@ -171,7 +175,7 @@ impl Target {
 
     /// Parses a comma-separated list: target names, `raw`, `null`/`aes`
     /// (all modes of that cipher), `all`. Keeps table order, no duplicates.
-    pub fn parse_list(s: &str) -> Result<Vec<Target>, Error> {
+    pub fn parse_list(s: &str) -> Result<Vec<Target>, OptionsError> {
         let all = Target::all();
         let mut picked = Vec::new();
         for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
@@ -190,23 +194,29 @@ impl Target {
             };
             if matched.is_empty() {
                 let names: Vec<String> = all.iter().map(ToString::to_string).collect();
-                return Err(Error::Usage(format!(
-                    "Unknown target `{word}` (known: all, null, aes, {})",
-                    names.join(", ")
-                )));
+                return Err(OptionsError::UnknownTarget {
+                    word: word.into(),
+                    known: names.join(", "),
+                });
             }
             picked.extend(matched);
         }
         if picked.is_empty() {
-            return Err(Error::Usage("Empty target list".into()));
+            return Err(OptionsError::EmptyTargets);
         }
         Ok(all.into_iter().filter(|t| picked.contains(t)).collect())
     }
 
-    /// Builds the engine for this target over `backend`.
-    pub fn engine(&self, backend: Arc<dyn Backend>, queue_depth: usize) -> Result<Engine, Error> {
+    /// Builds the engine for this target over `backend`, encrypted
+    /// targets with `sector_size`-byte sectors.
+    pub fn engine(
+        &self,
+        backend: Arc<dyn Backend>,
+        queue_depth: usize,
+        sector_size: u32,
+    ) -> Result<Engine, Error> {
         let crypt = match self.cipher {
-            Some(c) => Some(Arc::new(c.build()?)),
+            Some(c) => Some(Arc::new(c.build(sector_size)?)),
             None => None,
         };
         let size = backend.size();
@@ -215,10 +225,16 @@ impl Target {
             crypt,
             data_offset: 0,
             size,
-            sector_size: 512,
+            sector_size: if self.cipher.is_some() {
+                sector_size
+            } else {
+                512
+            },
         };
-        Engine::new(vol, self.mode.engine_config(queue_depth))
-            .map_err(|e| Error::Target(format!("{self}: engine failed to start: {e}")))
+        Engine::new(vol, self.mode.engine_config(queue_depth)).map_err(|source| Error::Engine {
+            target: self.to_string(),
+            source,
+        })
     }
 }
 
@@ -236,7 +252,7 @@ pub fn random_bytes(buf: &mut [u8]) -> Result<(), Error> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(buf))
-        .map_err(|e| Error::Target(format!("Cannot read /dev/urandom for a random key: {e}")))
+        .map_err(Error::Random)
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
-//! The `ucrypt` command line. Each subcommand group lives in its own module
-//! under `cmd/` and only parses arguments before calling the library crates.
+//! The `ucrypt` command line: argument parsing, passphrase prompts, output
+//! formatting and one mapping from the libraries' typed errors to
+//! cryptsetup's exit codes ([`Failure`]). Each subcommand group lives in its
+//! own module under `cmd/`; the work is done by the library crates (the
+//! daemon, its control protocol and `map` by `ucrypt-daemon`, LUKS by
+//! `ucrypt-luks`, the benchmark by `ucrypt-bench`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -50,6 +54,38 @@ impl Failure {
     }
 }
 
+/// cryptsetup's exit code for a library error kind: the one place typed
+/// errors become exit codes.
+pub fn exit_code(e: &daemon::Error) -> u8 {
+    use daemon::ErrorKind as K;
+    match e.kind() {
+        K::InvalidInput => 1,
+        K::WrongPassphrase | K::PermissionDenied => 2,
+        K::NotActive | K::NoDevice | K::Io | K::Protocol => 4,
+        K::Busy => 5,
+        // The detached daemon is this binary: its code is already ours.
+        K::DaemonExited => e.exit_code().unwrap_or(1),
+        _ => 1,
+    }
+}
+
+impl From<daemon::Error> for Failure {
+    fn from(e: daemon::Error) -> Self {
+        Self {
+            code: exit_code(&e),
+            message: e.chain(),
+        }
+    }
+}
+
+impl From<luks::Error> for Failure {
+    /// Through [`daemon::Error`], which keeps the LUKS kind: a wrong
+    /// passphrase is 2, I/O 4, anything else 1.
+    fn from(e: luks::Error) -> Self {
+        daemon::Error::from(e).into()
+    }
+}
+
 /// Result type of every subcommand.
 pub type CmdResult = Result<(), Failure>;
 
@@ -91,5 +127,48 @@ pub fn main() -> ExitCode {
             eprintln!("ucrypt: {}", f.message);
             ExitCode::from(f.code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use daemon::{Error, ErrorKind as K};
+
+    use super::*;
+
+    #[test]
+    fn error_kinds_map_to_cryptsetup_exit_codes() {
+        for (kind, code) in [
+            (K::InvalidInput, 1),
+            (K::WrongPassphrase, 2),
+            (K::PermissionDenied, 2),
+            (K::NotActive, 4),
+            (K::NoDevice, 4),
+            (K::Io, 4),
+            (K::Protocol, 4),
+            (K::Busy, 5),
+        ] {
+            let f = Failure::from(Error::new(kind, "x"));
+            assert_eq!(f.code, code, "{kind:?}");
+        }
+        // A detached daemon's own exit code is passed through.
+        assert_eq!(Failure::from(Error::daemon_exited(5, "busy")).code, 5);
+    }
+
+    #[test]
+    fn luks_errors_keep_their_exit_codes() {
+        use luks::ErrorKind as L;
+        for (kind, code) in [
+            (L::WrongPassphrase, 2),
+            (L::NotLuks, 1),
+            (L::Corrupt, 1),
+            (L::InvalidArgument, 1),
+        ] {
+            let f = Failure::from(luks::Error::new(kind, "Nope"));
+            assert_eq!((f.code, f.message.as_str()), (code, "Nope"), "{kind:?}");
+        }
+        let io = luks::Error::io("Cannot read x", std::io::Error::other("gone"));
+        let f = Failure::from(io);
+        assert_eq!((f.code, f.message.as_str()), (4, "Cannot read x: gone"));
     }
 }

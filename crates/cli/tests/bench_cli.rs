@@ -1,6 +1,6 @@
 //! `ucrypt bench`: the quick run end to end (table, JSON schema, CSV, PNG
-//! and SVG heatmaps) and `--dm-crypt`'s refusal where the kernel parts are
-//! missing.
+//! and SVG heatmaps), the grid profile's table, `--via fio`, and
+//! `--dm-crypt`'s refusal where the kernel parts are missing.
 
 use std::path::Path;
 use std::process::Command;
@@ -217,13 +217,117 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
         assert!(w >= 400 && h >= 200, "{}: {w}x{h}", png.display());
         let svg = std::fs::read_to_string(png.with_extension("svg")).unwrap();
         assert_eq!(svg_size(&svg), (w, h), "{}", png.display());
+        // plotters puts each text element's content on a line of its own.
+        let texts = svg.replace(">\n", ">").replace("\n</text>", "</text>");
         assert!(
-            svg.contains(">QD16</text>") && svg.contains(">4k</text>"),
+            texts.contains(">QD16</text>") && texts.contains(">4k</text>"),
             "axis labels"
+        );
+        assert!(
+            svg.contains(r#"font-family="DejaVu Sans""#),
+            "the embedded font"
         );
         assert!(stdout.contains(&png.display().to_string()));
     }
     assert!(Path::new(&out_dir.join("table.txt")).exists());
+}
+
+#[test]
+fn grid_profile_prints_the_mode_grid() {
+    let tmp = TempDir::new("bench-grid");
+    let out_dir = tmp.join("results");
+    let out = Command::new(ucrypt_bin())
+        .args(["bench", "--profile", "grid", "--no-progress"])
+        .args(["--seconds", "0.02", "--rounds", "2", "--warmup", "0ms"])
+        .args([
+            "--bs", "4k,64k", "--qd", "1", "--jobs", "1", "--size", "16M", "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("ucrypt bench (in-process, grid)"),
+        "{stdout}"
+    );
+    let header = stdout
+        .lines()
+        .find(|l| l.starts_with("cell (MiB/s)"))
+        .unwrap_or_else(|| panic!("grid header: {stdout}"));
+    let cols: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(
+        cols,
+        [
+            "cell",
+            "(MiB/s)",
+            "raw",
+            "classic",
+            "inline",
+            "adaptive",
+            "adaptive/best"
+        ]
+    );
+    // 2 ciphers × 2 directions × 2 block sizes, in the grid's order.
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("null ") || l.starts_with("xts "))
+        .collect();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|l| l.split_whitespace().take(5).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "null read 4k qd1 j1",
+            "null read 64k qd1 j1",
+            "null write 4k qd1 j1",
+            "null write 64k qd1 j1",
+            "xts read 4k qd1 j1",
+            "xts read 64k qd1 j1",
+            "xts write 4k qd1 j1",
+            "xts write 64k qd1 j1",
+        ],
+        "{stdout}"
+    );
+    for r in &rows {
+        let f: Vec<&str> = r.split_whitespace().collect();
+        // Every mode measured something (a number, not `-`; a very short
+        // run on a busy machine may round to 0 MiB/s).
+        for v in &f[5..9] {
+            assert!(v.parse::<f64>().is_ok_and(|x| x >= 0.0), "{r}");
+        }
+        assert!(f[9].parse::<f64>().is_ok(), "ratio: {r}");
+    }
+    assert!(rows[0].contains("inline/raw ") && rows[0].contains(", classic/raw "));
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("adaptive >= max(classic, inline) in "))
+        .unwrap_or_else(|| panic!("summary: {stdout}"));
+    assert!(summary.ends_with("/8 cells"), "{summary}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["options"]["profile"], "grid");
+    assert_eq!(v["options"]["sector_size"], 4096);
+    assert_eq!(v["options"]["sweep_reps"], 2);
+    assert_eq!(v["options"]["sweep_runtime_ms"], 20);
+    for stem in [
+        "null-vs-classic",
+        "aes-vs-classic",
+        "null-vs-raw",
+        "aes-vs-raw",
+    ] {
+        assert!(
+            out_dir.join(format!("heatmap-{stem}.png")).exists(),
+            "{stem}"
+        );
+    }
 }
 
 #[test]
@@ -233,15 +337,11 @@ fn dm_crypt_names_missing_components() {
         .write(true)
         .open("/dev/mapper/control")
         .is_ok();
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let root = testutil::is_root();
     let brd = Path::new("/sys/module/brd").exists() || Path::new("/dev/ram0").exists();
     if dm_ok && root && brd {
-        eprintln!(
-            "SKIP dm_crypt_names_missing_components: this host has device-mapper, brd and root"
-        );
+        let why = "this host has device-mapper, brd and root, so nothing is missing to name";
+        testutil::skip_kernel("dm_crypt_names_missing_components", why);
         return;
     }
     let out = Command::new(ucrypt_bin())
@@ -272,6 +372,16 @@ fn bad_options_are_refused() {
         &["bench", "--targets", "bogus"][..],
         &["bench", "--bs", "4x"],
         &["bench", "--qd", "0", "--no-sweep"],
+        &[
+            "bench",
+            "--profile",
+            "grid",
+            "--sector-size",
+            "4096",
+            "--bs",
+            "512",
+        ],
+        &["bench", "--profile", "grid", "--seconds", "0"],
     ] {
         let out = Command::new(ucrypt_bin()).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");

@@ -9,29 +9,9 @@ use std::path::Path;
 use std::process::Command;
 
 use frontends_common::{random_bytes, run, Vol};
+use testutil::Capability::{DevFuse, LoopDevices, Root, Tool};
 
 const MIB: u64 = 1 << 20;
-
-/// Why this machine cannot run the loop/mount part, if it cannot.
-fn missing_capability() -> Option<String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse is missing".into());
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Some("/dev/loop-control is missing (no loop devices)".into());
-    }
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        });
-    if uid != Some(true) {
-        return Some("not root (losetup and mount need it)".into());
-    }
-    None
-}
 
 fn sha_tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -85,20 +65,18 @@ impl Drop for Mount {
 
 #[test]
 fn loop_direct_io_ext4_survives_close_and_reopen() {
-    for t in [
-        "losetup",
-        "mkfs.ext4",
-        "fsck.ext4",
-        "mount",
-        "umount",
-        "fusermount3",
-    ] {
-        if !testutil::require_tool("loop_direct_io_ext4", t) {
-            return;
-        }
-    }
-    if let Some(why) = missing_capability() {
-        eprintln!("SKIP loop_direct_io_ext4_survives_close_and_reopen: {why}");
+    let needs = [
+        Tool("losetup"),
+        Tool("mkfs.ext4"),
+        Tool("fsck.ext4"),
+        Tool("mount"),
+        Tool("umount"),
+        Tool("fusermount3"),
+        DevFuse,
+        LoopDevices,
+        Root,
+    ];
+    if !testutil::require_all("loop_direct_io_ext4_survives_close_and_reopen", &needs) {
         return;
     }
     let mut vol = Vol::new("fe-fuse", 128 * MIB, 512);
@@ -201,11 +179,7 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
 
 #[test]
 fn fuse_file_semantics() {
-    if !testutil::require_tool("fuse_file_semantics", "fusermount3") {
-        return;
-    }
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP fuse_file_semantics: /dev/fuse is missing");
+    if !testutil::require_all("fuse_file_semantics", &[Tool("fusermount3"), DevFuse]) {
         return;
     }
     use std::io::{Read, Seek, SeekFrom, Write};

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use frontends_common::{random_bytes, run};
-use testutil::TempDir;
+use testutil::{Capability, TempDir};
 
 const MIB: u64 = 1 << 20;
 
@@ -179,15 +179,9 @@ fn tools(test: &str) -> bool {
 
 #[test]
 fn luks2_by_cryptsetup_ext4_through_fuse_decrypts_with_oracle() {
-    if !tools("luks2_ext4_through_fuse")
-        || !testutil::require_tool("luks2_ext4_through_fuse", "fusermount3")
-    {
-        return;
-    }
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!(
-            "SKIP luks2_by_cryptsetup_ext4_through_fuse_decrypts_with_oracle: /dev/fuse is missing"
-        );
+    let test = "luks2_by_cryptsetup_ext4_through_fuse_decrypts_with_oracle";
+    let fuse = [Capability::Tool("fusermount3"), Capability::DevFuse];
+    if !tools(test) || !testutil::require_all(test, &fuse) {
         return;
     }
     for extra in [

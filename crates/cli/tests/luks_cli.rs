@@ -9,9 +9,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use daemon::map::{map as map_device_io, Direction as MapDirection};
+use daemon::resolve::luks_table;
 use testutil::TempDir;
-use ucrypt_cli::cmd::crypt::{map_device_io, MapDirection};
-use ucrypt_cli::cmd::luks::luks_table;
 
 const FAST_ARGON: &[&str] = &[
     "--pbkdf",
@@ -569,7 +569,7 @@ fn header_backup_restore_both_ways_and_secondary_fallback() {
 
 /// `map --luks` core: cryptsetup-made volumes read through luks_table +
 /// map_device_io give the oracle's plaintext; writes decrypt under the
-/// oracle. Also through the binary when `map --luks` is wired.
+/// oracle. Reads also go through the binary's `map --luks`.
 #[test]
 fn map_luks_matches_oracle() {
     if !tools("luks_cli::map_luks") {
@@ -612,7 +612,8 @@ fn map_luks_matches_oracle() {
             "cryptsetup",
             &["luksDump", "--dump-volume-key", "-q", "-d", s(&kf), s(meta)],
         ));
-        let table = luks_table(&dev, header, Some(&kf), None).expect("luks_table");
+        let table =
+            luks_table(&dev, header, &std::fs::read(&kf).unwrap(), None).expect("luks_table");
         let off = table.offset * 512;
         let len = std::fs::metadata(&dev).unwrap().len() - off;
         // Ciphertext as dm-crypt would have written it.
@@ -642,7 +643,7 @@ fn map_luks_matches_oracle() {
             None,
             &mut out,
         )
-        .map_err(|f| f.message)
+        .map_err(|e| e.chain())
         .unwrap();
         let ss: u32 = sector.parse().unwrap();
         assert!(
@@ -658,7 +659,7 @@ fn map_luks_matches_oracle() {
             Some(len),
             &mut std::io::sink(),
         )
-        .map_err(|f| f.message)
+        .map_err(|e| e.chain())
         .unwrap();
         let on_disk = {
             use std::os::unix::fs::FileExt;
@@ -674,18 +675,15 @@ fn map_luks_matches_oracle() {
             "{t} {cipher}: map --luks write not decryptable"
         );
 
-        // Through the binary, once the coordinator wires `map --luks`.
+        // Through the binary too (`map --luks` is wired; no silent fallback).
         let help = ok("ucrypt", &["map", "--help"]);
-        if help.contains("--luks") {
-            let mut a = vec!["map", "--luks", s(&dev), "--key-file", s(&kf), "--read"];
-            if detached {
-                a.extend(["--header", s(&hdr)]);
-            }
-            let o = run("ucrypt", &a, None);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            assert!(o.stdout == plain, "ucrypt map --luks --read differs");
-        } else {
-            eprintln!("NOTE map --luks not wired in the binary yet; tested through luks_table");
+        assert!(help.contains("--luks"), "map --help lacks --luks: {help}");
+        let mut a = vec!["map", "--luks", s(&dev), "--key-file", s(&kf), "--read"];
+        if detached {
+            a.extend(["--header", s(&hdr)]);
         }
+        let o = run("ucrypt", &a, None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.stdout == plain, "ucrypt map --luks --read differs");
     }
 }

@@ -9,7 +9,7 @@
 //!  cipher text ──▶ spec::CipherSpec ─────────────────────────────────────┘   │ per sector:
 //!                                 cc_sector = sector + iv_offset              │  key  = cc_sector & (keycount-1)
 //!                                 iv_sector = cc_sector [>> shift if large]   │  IV   = ivgen(iv_sector)
-//!                                                                             ▼  chain mode (cipher.rs)
+//!                                                                             ▼  chain mode (cipher/)
 //! ```
 //!
 //! The per-sector rules (IV generators, key split, key index, `iv_offset`,
@@ -17,7 +17,7 @@
 //! and `Documentation/admin-guide/device-mapper/dm-crypt.rst`; `tests/`
 //! checks them against an independent Python oracle
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
-// One function may use unsafe code: `cipher::Evp::xts_append`, which
+// One function may use unsafe code: `cipher::evp::Evp::xts_append`, which
 // lets OpenSSL write into a Vec's spare capacity.
 #![deny(unsafe_code)]
 // `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
@@ -28,38 +28,16 @@ use std::fmt;
 use zeroize::Zeroizing;
 
 mod cipher;
+mod error;
 pub mod spec;
 pub mod speed;
 pub mod table;
 
 use cipher::{Aes, Dir, NullCipher, SectorCipher};
 pub use cipher::{Provider, OPENSSL_XTS_NAME, RUST_XTS_NAME};
+pub use error::Error;
 pub use spec::CipherSpec;
 use spec::{BlockCipher, ChainMode, EssivHash, IvMode};
-
-/// Errors from parsing specs and table lines and building ciphers.
-/// Messages start with a capital letter and never contain key material.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A cipher spec, key, table field or option is malformed or refused
-    /// (the message names the field and, where it has one, gives the
-    /// kernel's reason text).
-    #[error("{0}")]
-    Invalid(String),
-    /// Valid for the kernel but not implemented by ucrypt yet.
-    #[error("{0}")]
-    Unsupported(String),
-}
-
-impl Error {
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
-        Self::Invalid(msg.into())
-    }
-    pub(crate) fn unsupported(msg: impl Into<String>) -> Self {
-        Self::Unsupported(msg.into())
-    }
-}
 
 /// Everything needed to build a [`SectorCrypt`].
 #[derive(Clone)]
@@ -129,13 +107,13 @@ impl SectorCrypt {
         let spec = CipherSpec::parse(&cfg.cipher)?;
         let ss = cfg.sector_size;
         if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
-            return Err(Error::invalid(format!(
+            return Err(error::sector_size(format!(
                 "Invalid feature value for sector_size: {ss} (must be a power of two in 512..4096)"
             )));
         }
         let shift = (ss / 512).trailing_zeros();
         if cfg.iv_offset & (u64::from(ss / 512) - 1) != 0 {
-            return Err(Error::invalid(format!(
+            return Err(error::misaligned(format!(
                 "Invalid iv_offset sector: {} is not a multiple of the {ss}-byte sector size",
                 cfg.iv_offset
             )));
@@ -366,7 +344,7 @@ const IV_BATCH: usize = 64;
 
 fn build_tfm(spec: &CipherSpec, key: &[u8], provider: Provider) -> Result<Tfm, Error> {
     let bad_key = || {
-        Error::invalid(format!(
+        error::key(format!(
             "Error decoding and setting key for {}",
             spec.as_str()
         ))
@@ -379,7 +357,7 @@ fn build_tfm(spec: &CipherSpec, key: &[u8], provider: Provider) -> Result<Tfm, E
         IvMode::Essiv(h) => {
             let salt = essiv_salt(h, key);
             Some(Aes::new(&salt).ok_or_else(|| {
-                Error::invalid(format!(
+                error::key(format!(
                     "Error decoding and setting key for {}: the {}-byte {} digest is no valid AES key",
                     spec.as_str(),
                     h.digest_len(),
@@ -496,6 +474,52 @@ mod tests {
         c.sector_size = 1000;
         assert!(e(c).contains("sector_size"));
         assert!(e(cfg("aes-cbc-essiv:sha1", vec![1; 32])).contains("no valid AES key"));
+    }
+
+    #[test]
+    fn errors_have_kinds_callers_can_match() {
+        let e = |c: CryptConfig| SectorCrypt::new(&c).unwrap_err();
+        assert!(matches!(
+            e(cfg("aes-xts-plain64", vec![0; 20])),
+            Error::Key(_)
+        ));
+        assert!(matches!(
+            e(cfg("aes-xts-bogus", vec![0; 64])),
+            Error::Spec(_)
+        ));
+        assert!(matches!(
+            e(cfg("serpent-xts-plain64", vec![0; 64])),
+            Error::Unsupported(_)
+        ));
+        let mut c = cfg("aes-xts-plain64", vec![1; 64]);
+        c.sector_size = 1000;
+        assert!(matches!(e(c), Error::SectorSize(_)));
+        let mut c = cfg("aes-xts-plain64", vec![1; 64]);
+        c.sector_size = 4096;
+        c.iv_offset = 3;
+        assert!(matches!(e(c), Error::Misaligned(_)));
+        let t = |line: &str| table::Table::parse(line).unwrap_err();
+        let key = "00".repeat(64);
+        assert!(matches!(t("0 8 crypt"), Error::Table(_)));
+        assert!(matches!(
+            t(&format!(
+                "0 8 crypt aes-xts-plain64 {key} 0 /dev/x 0 1 sector_size:999"
+            )),
+            Error::SectorSize(_)
+        ));
+        assert!(matches!(
+            t(&format!(
+                "0 9 crypt aes-xts-plain64 {key} 0 /dev/x 0 1 sector_size:4096"
+            )),
+            Error::Misaligned(_)
+        ));
+        assert!(matches!(
+            t("0 8 crypt aes-xts-plain64 abc 0 /dev/x 0"),
+            Error::Key(_)
+        ));
+        let spec = t(&format!("0 8 crypt aes-xts-bogus {key} 0 /dev/x 0"));
+        assert!(matches!(spec, Error::Spec(_)), "{spec:?}");
+        assert!(spec.message().ends_with("(field <cipher>)"), "{spec}");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 use std::fmt;
 
+use crate::error;
 use crate::Error;
 
 /// The block cipher under the chain mode.
@@ -140,10 +141,10 @@ impl CipherSpec {
     /// where the kernel has one.
     pub fn parse(text: &str) -> Result<Self, Error> {
         if text.is_empty() {
-            return Err(Error::invalid("Bad cipher specification: empty cipher"));
+            return Err(error::spec("Bad cipher specification: empty cipher"));
         }
         if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Error::invalid(format!(
+            return Err(error::spec(format!(
                 "Bad cipher specification {:?}: contains whitespace",
                 text
             )));
@@ -167,7 +168,7 @@ impl CipherSpec {
             "" => return Err(alloc_error(text, "empty cipher name")),
             other => {
                 if KNOWN_KERNEL_CIPHERS.contains(&other) {
-                    return Err(Error::unsupported(format!(
+                    return Err(error::unsupported(format!(
                         "Cipher {other:?} (in {text:?}) is not supported yet; use aes or cipher_null"
                     )));
                 }
@@ -181,7 +182,7 @@ impl CipherSpec {
             "" => return Err(alloc_error(text, "empty chain mode")),
             other => {
                 if KNOWN_KERNEL_MODES.contains(&other) {
-                    return Err(Error::unsupported(format!(
+                    return Err(error::unsupported(format!(
                         "Chain mode {other:?} (in {text:?}) is not supported yet; use xts, cbc or ecb"
                     )));
                 }
@@ -189,7 +190,7 @@ impl CipherSpec {
             }
         };
         if cipher == BlockCipher::Null && chain != ChainMode::Ecb {
-            return Err(Error::unsupported(format!(
+            return Err(error::unsupported(format!(
                 "Cipher {text:?}: cipher_null is supported with ecb only"
             )));
         }
@@ -198,7 +199,7 @@ impl CipherSpec {
         // needs an IV as wide as the cipher block: ECB cannot have one.
         if ivmode == Some("essiv") {
             let Some(hash) = ivopts else {
-                return Err(Error::invalid(format!(
+                return Err(error::spec(format!(
                     "Digest algorithm missing for ESSIV mode in {text:?}"
                 )));
             };
@@ -226,7 +227,7 @@ impl CipherSpec {
         } else {
             match ivmode {
                 None => {
-                    return Err(Error::invalid(format!("IV mechanism required in {text:?}")));
+                    return Err(error::spec(format!("IV mechanism required in {text:?}")));
                 }
                 Some("plain") => IvMode::Plain,
                 Some("plain64") => IvMode::Plain64,
@@ -235,19 +236,19 @@ impl CipherSpec {
                     // Checked above: ivopts is present and a known hash.
                     match ivopts.and_then(EssivHash::from_name) {
                         Some(h) => IvMode::Essiv(h),
-                        None => return Err(Error::invalid("Invalid IV mode")),
+                        None => return Err(error::spec("Invalid IV mode")),
                     }
                 }
                 Some("benbi") => IvMode::Benbi,
                 Some("null") => IvMode::Null,
                 Some("eboiv") => IvMode::Eboiv,
                 Some(m @ ("lmk" | "tcw" | "random" | "elephant")) => {
-                    return Err(Error::unsupported(format!(
+                    return Err(error::unsupported(format!(
                         "IV mode {m:?} (in {text:?}) is not supported yet"
                     )));
                 }
                 Some(other) => {
-                    return Err(Error::invalid(format!(
+                    return Err(error::spec(format!(
                         "Invalid IV mode {other:?} in {text:?}"
                     )));
                 }
@@ -295,7 +296,7 @@ impl CipherSpec {
             return Ok(());
         }
         let fit: Vec<String> = sizes.iter().map(|s| (s * n * 8).to_string()).collect();
-        Err(Error::invalid(format!(
+        Err(error::key(format!(
             "Error decoding and setting key: {} needs a key of {} bits, got {} bits",
             self.text,
             fit.join(", "),
@@ -337,20 +338,20 @@ struct Parts<'a> {
 }
 
 fn alloc_error(text: &str, why: &str) -> Error {
-    Error::invalid(format!("Error allocating crypto tfm for {text:?}: {why}"))
+    error::spec(format!("Error allocating crypto tfm for {text:?}: {why}"))
 }
 
 /// `cipher[:keycount]-chainmode-ivmode[:ivopts]`, split like crypt_ctr_cipher_old.
 fn parse_legacy(text: &str) -> Result<Parts<'_>, Error> {
     if text.contains('(') {
-        return Err(Error::invalid(format!("Bad cipher specification {text:?}")));
+        return Err(error::spec(format!("Bad cipher specification {text:?}")));
     }
     let (head, tail) = split_once_opt(text, '-');
     let (cipher, keycount) = split_once_opt(head, ':');
     let key_count = match keycount {
         None => 1,
         Some(k) => parse_key_count(k).ok_or_else(|| {
-            Error::invalid(format!("Bad cipher key count specification in {text:?}"))
+            error::spec(format!("Bad cipher key count specification in {text:?}"))
         })?,
     };
     let (chain, tail) = match tail {
@@ -415,7 +416,7 @@ fn parse_capi<'a>(text: &'a str, rest: &'a str) -> Result<Parts<'a>, Error> {
         ));
     };
     if cipher.contains(['(', ')', ',']) || chain.contains(['(', ')', ',']) {
-        return Err(Error::unsupported(format!(
+        return Err(error::unsupported(format!(
             "Crypto API spec {api:?} (in {text:?}) is not supported yet; use xts(aes), cbc(aes), ecb(aes) or ecb(cipher_null)"
         )));
     }

@@ -1,16 +1,20 @@
-//! In-memory throughput measurements (no storage IO): the numbers behind
-//! `ucrypt benchmark` and the bench helper's crypto bound, plus PBKDF2 and
-//! Argon2 iterations per second (cryptsetup's benchmark header lines).
+//! In-memory cipher throughput (no storage IO): `ucrypt benchmark`'s
+//! cipher rows ([`cipher_row`], [`DEFAULT_CIPHERS`]), its comparison with
+//! the system OpenSSL, and the bench helper's crypto bound ([`throughput`]).
+//! Key-derivation cost (the PBKDF2 and Argon2 lines) is measured in one
+//! place only, `luks::kdf`, with the same rules `format` uses.
 //!
 //! Throughput divides by the measuring thread's CPU time (from
 //! `/proc/thread-self/schedstat`, nanoseconds), as `openssl speed` divides
 //! by user CPU time and `cryptsetup benchmark` by rusage: on a shared
 //! machine wall time would measure the neighbours, not the cipher. Where
-//! that file is missing, wall time is used.
+//! that file is missing, wall time is used. [`CpuClock`] is that clock.
 
 use std::time::{Duration, Instant};
 
-use crate::SectorCrypt;
+use zeroize::Zeroizing;
+
+use crate::{CipherSpec, CryptConfig, SectorCrypt};
 
 /// Bytes per second in each direction.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,7 +51,7 @@ pub fn throughput(c: &SectorCrypt, bytes_per_call: usize, dur: Duration) -> Thro
 fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
     // Warm up caches and the OpenSSL context pool.
     f(0);
-    let clock = Clock::start();
+    let clock = CpuClock::start();
     let mut calls = 0u64;
     let mut batch = 1u64;
     loop {
@@ -66,24 +70,34 @@ fn measure(dur: Duration, len: usize, mut f: impl FnMut(u64)) -> f64 {
     }
 }
 
-/// The calling thread's CPU time, or wall time where unavailable.
-enum Clock {
+/// Measures the calling thread's CPU time, or wall time where the kernel
+/// does not report it; bound to the thread that started it.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuClock(ClockStart);
+
+#[derive(Clone, Copy, Debug)]
+enum ClockStart {
     Cpu(Duration),
     Wall(Instant),
 }
 
-impl Clock {
-    fn start() -> Self {
-        match thread_cpu_time() {
-            Some(t) => Self::Cpu(t),
-            None => Self::Wall(Instant::now()),
-        }
+impl CpuClock {
+    /// Starts measuring now.
+    pub fn start() -> Self {
+        Self(match thread_cpu_time() {
+            Some(t) => ClockStart::Cpu(t),
+            None => ClockStart::Wall(Instant::now()),
+        })
     }
 
-    fn elapsed(&self) -> Duration {
-        match self {
-            Self::Cpu(t0) => thread_cpu_time().map_or(Duration::ZERO, |t| t.saturating_sub(*t0)),
-            Self::Wall(t0) => t0.elapsed(),
+    /// CPU time this thread has used since [`CpuClock::start`] (wall time
+    /// where CPU time is unavailable).
+    pub fn elapsed(&self) -> Duration {
+        match self.0 {
+            ClockStart::Cpu(t0) => {
+                thread_cpu_time().map_or(Duration::ZERO, |t| t.saturating_sub(t0))
+            }
+            ClockStart::Wall(t0) => t0.elapsed(),
         }
     }
 }
@@ -129,103 +143,148 @@ fn parse_openssl_speed(text: &str) -> Option<f64> {
     (k.is_finite() && k > 0.0).then_some(k * 1000.0)
 }
 
-/// Key-derivation hash for [`pbkdf2_iterations_per_sec`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PbkdfHash {
-    /// HMAC-SHA1.
-    Sha1,
-    /// HMAC-SHA256.
-    Sha256,
-    /// HMAC-SHA512.
-    Sha512,
-}
+/// `cryptsetup benchmark`'s cipher rows when no cipher is named:
+/// (dm-crypt spec, key bits).
+pub const DEFAULT_CIPHERS: [(&str, usize); 5] = [
+    ("aes-cbc-plain64", 128),
+    ("aes-cbc-plain64", 256),
+    ("aes-xts-plain64", 256),
+    ("aes-xts-plain64", 512),
+    ("cipher_null-ecb", 0),
+];
 
-impl PbkdfHash {
-    /// cryptsetup's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Sha1 => "sha1",
-            Self::Sha256 => "sha256",
-            Self::Sha512 => "sha512",
-        }
-    }
-}
-
-/// PBKDF2 iterations per CPU-second for a 256-bit output key (cryptsetup's
-/// benchmark measures the same: a 32-byte key from a short password).
-pub fn pbkdf2_iterations_per_sec(hash: PbkdfHash, dur: Duration) -> f64 {
-    let password = b"foobarfo";
-    let salt = [0x5au8; 32];
-    let mut out = [0u8; 32];
-    let mut rounds = 1000u32;
-    let start = Clock::start();
-    let mut total = 0u64;
-    while start.elapsed() < dur {
-        match hash {
-            PbkdfHash::Sha1 => pbkdf2::pbkdf2_hmac::<sha1::Sha1>(password, &salt, rounds, &mut out),
-            PbkdfHash::Sha256 => {
-                pbkdf2::pbkdf2_hmac::<sha2::Sha256>(password, &salt, rounds, &mut out)
-            }
-            PbkdfHash::Sha512 => {
-                pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password, &salt, rounds, &mut out)
-            }
-        }
-        total += u64::from(rounds);
-        rounds = rounds.saturating_mul(2).min(1 << 22);
-    }
-    total as f64 / start.elapsed().as_secs_f64().max(1e-9)
-}
-
-/// Argon2 variant for [`argon2_rate`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Argon2Kind {
-    /// Argon2i.
-    I,
-    /// Argon2id.
-    Id,
-}
-
-/// One Argon2 measurement: cost parameters and how long one hash took.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Argon2Rate {
-    /// Time cost (iterations).
-    pub iterations: u32,
-    /// Memory cost in KiB.
-    pub memory_kib: u32,
-    /// Lanes (parallel threads).
-    pub parallel: u32,
-    /// CPU seconds one hash with these parameters took (lanes run one after
-    /// another here).
-    pub seconds: f64,
-}
-
-/// Times one Argon2 hash with cryptsetup's minimum benchmark cost
-/// (4 iterations, `memory_kib`, `parallel` lanes) and returns the rate.
-pub fn argon2_rate(
-    kind: Argon2Kind,
-    memory_kib: u32,
-    parallel: u32,
-) -> Result<Argon2Rate, crate::Error> {
-    let iterations = 4;
-    let params = argon2::Params::new(memory_kib, iterations, parallel, Some(32))
-        .map_err(|e| crate::Error::invalid(format!("Invalid Argon2 parameters: {e}")))?;
-    let alg = match kind {
-        Argon2Kind::I => argon2::Algorithm::Argon2i,
-        Argon2Kind::Id => argon2::Algorithm::Argon2id,
+/// The spec and key size a benchmark of `cipher` measures: the IV mode
+/// defaults to plain64 (it does not change the speed), the key to 512 bits
+/// for XTS, none for cipher_null and 256 bits otherwise.
+pub fn cipher_choice(cipher: &str, key_bits: Option<usize>) -> (String, usize) {
+    let spec = if cipher == "cipher_null" {
+        "cipher_null-ecb".to_owned()
+    } else if cipher.starts_with("capi:")
+        || cipher.matches('-').count() >= 2
+        || cipher.ends_with("-ecb")
+    {
+        cipher.to_owned()
+    } else {
+        format!("{cipher}-plain64")
     };
-    let a = argon2::Argon2::new(alg, argon2::Version::V0x13, params);
-    let mut out = [0u8; 32];
-    let start = Clock::start();
-    a.hash_password_into(b"foobarfo", &[0x5au8; 32], &mut out)
-        .map_err(|e| crate::Error::invalid(format!("Argon2 failed: {e}")))?;
-    Ok(Argon2Rate {
-        iterations,
-        memory_kib,
-        parallel,
-        seconds: start.elapsed().as_secs_f64().max(1e-9),
+    let default_bits = if spec.contains("cipher_null") {
+        0
+    } else if spec.contains("xts") {
+        512
+    } else {
+        256
+    };
+    (spec, key_bits.unwrap_or(default_bits))
+}
+
+/// cryptsetup's row name for a spec: cipher and chain mode without the IV
+/// (`aes-xts-plain64` -> `aes-xts`); kernel-API specs stay whole.
+pub fn row_name(spec: &str) -> String {
+    match CipherSpec::parse(spec) {
+        Ok(s) if !s.capi => {
+            let mut parts = spec.split('-');
+            let c = parts.next().unwrap_or(spec);
+            let c = c.split(':').next().unwrap_or(c);
+            match parts.next() {
+                Some(m) => format!("{c}-{m}"),
+                None => c.to_owned(),
+            }
+        }
+        _ => spec.to_owned(),
+    }
+}
+
+/// One measured cipher row of the benchmark.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CipherRow {
+    /// cryptsetup's row name ([`row_name`]).
+    pub name: String,
+    /// Key size in bits.
+    pub key_bits: usize,
+    /// Measured speed.
+    pub speed: Throughput,
+    /// Which implementation ran ([`SectorCrypt::implementation`]).
+    pub implementation: &'static str,
+}
+
+/// Measures `spec` with a fixed `key_bits`-bit key and `sector_size`-byte
+/// sectors for about `dur` per direction (see [`throughput`]). Refuses a key
+/// size that is not whole bytes, and whatever [`SectorCrypt::new`] refuses.
+pub fn cipher_row(
+    spec: &str,
+    key_bits: usize,
+    sector_size: u32,
+    bytes_per_call: usize,
+    dur: Duration,
+) -> Result<CipherRow, crate::Error> {
+    if key_bits % 8 != 0 {
+        return Err(crate::Error::Key(format!(
+            "Invalid key size {key_bits}: not a whole number of bytes"
+        )));
+    }
+    let cfg = CryptConfig {
+        cipher: spec.to_owned(),
+        key: Zeroizing::new(
+            (0..key_bits / 8)
+                .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
+                .collect(),
+        ),
+        iv_offset: 0,
+        sector_size,
+        iv_large_sectors: false,
+    };
+    let c = SectorCrypt::new(&cfg)?;
+    Ok(CipherRow {
+        name: row_name(spec),
+        key_bits,
+        speed: throughput(&c, bytes_per_call, dur),
+        implementation: c.implementation(),
     })
+}
+
+/// Our AES-XTS per 4 KiB sector next to the system `openssl speed`.
+#[derive(Debug)]
+pub struct XtsComparison {
+    /// Which XTS implementation ran (`none` if neither key size could be set up).
+    pub implementation: &'static str,
+    /// The system OpenSSL's AES-256-XTS bytes per second, or why not.
+    pub system_openssl: Result<f64, crate::Error>,
+    /// (key bits, our speed) for 256- and 512-bit keys.
+    pub ours: Vec<(usize, Throughput)>,
+}
+
+/// Measures our `aes-xts-plain64` on 4 KiB sectors, best of two 150 ms
+/// runs per direction (the machine may be shared), and one second of the
+/// system `openssl speed` ([`system_openssl_xts`]).
+pub fn compare_xts_with_system_openssl() -> XtsComparison {
+    let mut ours = Vec::new();
+    let mut implementation = "none";
+    for bits in [256usize, 512] {
+        let cfg = CryptConfig {
+            cipher: "aes-xts-plain64".into(),
+            key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
+            iv_offset: 0,
+            sector_size: 4096,
+            iv_large_sectors: false,
+        };
+        if let Ok(c) = SectorCrypt::new(&cfg) {
+            implementation = c.implementation();
+            let a = throughput(&c, 4096, Duration::from_millis(150));
+            let b = throughput(&c, 4096, Duration::from_millis(150));
+            ours.push((
+                bits,
+                Throughput {
+                    encrypt_bytes_per_sec: a.encrypt_bytes_per_sec.max(b.encrypt_bytes_per_sec),
+                    decrypt_bytes_per_sec: a.decrypt_bytes_per_sec.max(b.decrypt_bytes_per_sec),
+                },
+            ));
+        }
+    }
+    XtsComparison {
+        implementation,
+        system_openssl: system_openssl_xts(Duration::from_secs(1)),
+        ours,
+    }
 }
 
 #[cfg(test)]
@@ -246,9 +305,29 @@ mod tests {
         let t = throughput(&c, 4096, Duration::from_millis(20));
         assert!(t.encrypt_bytes_per_sec.is_finite() && t.encrypt_bytes_per_sec > 0.0);
         assert!(t.decrypt_bytes_per_sec.is_finite() && t.decrypt_bytes_per_sec > 0.0);
-        assert!(pbkdf2_iterations_per_sec(PbkdfHash::Sha256, Duration::from_millis(20)) > 0.0);
-        let r = argon2_rate(Argon2Kind::Id, 1024, 1).unwrap();
-        assert!(r.seconds > 0.0);
+    }
+
+    #[test]
+    fn benchmark_choices_and_row_names() {
+        assert_eq!(
+            cipher_choice("aes-xts", None),
+            ("aes-xts-plain64".to_owned(), 512)
+        );
+        assert_eq!(
+            cipher_choice("aes-cbc-essiv:sha256", Some(128)),
+            ("aes-cbc-essiv:sha256".to_owned(), 128)
+        );
+        assert_eq!(
+            cipher_choice("cipher_null", None),
+            ("cipher_null-ecb".to_owned(), 0)
+        );
+        assert_eq!(row_name("aes-xts-plain64"), "aes-xts");
+        assert_eq!(row_name("cipher_null-ecb"), "cipher_null-ecb");
+        assert_eq!(row_name("capi:xts(aes)-plain64"), "capi:xts(aes)-plain64");
+        let r = cipher_row("aes-cbc-plain64", 128, 512, 4096, Duration::from_millis(5)).unwrap();
+        assert_eq!((r.name.as_str(), r.key_bits), ("aes-cbc", 128));
+        assert!(r.speed.encrypt_bytes_per_sec > 0.0);
+        assert!(cipher_row("aes-xts-plain64", 100, 512, 4096, Duration::ZERO).is_err());
     }
 
     #[test]

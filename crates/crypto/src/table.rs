@@ -19,6 +19,7 @@ use std::fmt;
 
 use zeroize::Zeroizing;
 
+use crate::error;
 use crate::{CipherSpec, CryptConfig, Error, SectorCrypt};
 
 /// Optional parameters of a crypt table line.
@@ -129,7 +130,7 @@ impl Table {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         let field = |i: usize, name: &str| -> Result<&str, Error> {
             f.get(i).copied().ok_or_else(|| {
-                Error::invalid(format!(
+                error::table(format!(
                     "Not enough arguments: table field <{name}> (field {}) is missing",
                     i + 1
                 ))
@@ -139,7 +140,7 @@ impl Table {
         let len = parse_u64(field(1, "len")?, "len", "Invalid length")?;
         let target = field(2, "target")?;
         if target != "crypt" {
-            return Err(Error::invalid(format!(
+            return Err(error::table(format!(
                 "Unknown target type {target:?} in field <target>: only \"crypt\" lines are accepted"
             )));
         }
@@ -155,7 +156,7 @@ impl Table {
             for (mode, name) in [("lmk", "LMK"), ("tcw", "TCW")] {
                 let ivmode = cipher_text.rsplit('-').next().unwrap_or("");
                 if ivmode == mode || ivmode.starts_with(&format!("{mode}:")) {
-                    return Err(Error::invalid(format!(
+                    return Err(error::sector_size(format!(
                         "Unsupported sector size for {name}: field <cipher> {cipher_text:?} needs 512-byte sectors"
                     )));
                 }
@@ -191,37 +192,37 @@ impl Table {
         options: Options,
     ) -> Result<Self, Error> {
         if len == 0 {
-            return Err(Error::invalid("Zero-length target: field <len> is 0"));
+            return Err(error::table("Zero-length target: field <len> is 0"));
         }
         if start.checked_add(len).is_none() {
-            return Err(Error::invalid(
+            return Err(error::table(
                 "Invalid length: field <start> + <len> overflows",
             ));
         }
         if device.is_empty() || device.chars().any(|c| c.is_whitespace()) {
-            return Err(Error::invalid(
+            return Err(error::table(
                 "Device lookup failed: field <device> is empty or has blanks",
             ));
         }
         let ss = options.sector_size;
         if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
-            return Err(Error::invalid(format!(
+            return Err(error::sector_size(format!(
                 "Invalid feature value for sector_size: {ss} (option sector_size:N needs a power of two in 512..4096)"
             )));
         }
         let step = u64::from(ss / 512);
         if len % step != 0 {
-            return Err(Error::invalid(format!(
+            return Err(error::misaligned(format!(
                 "Device size is not multiple of sector_size feature: field <len> {len} is not a multiple of {step} sectors"
             )));
         }
         if iv_offset % step != 0 {
-            return Err(Error::invalid(format!(
+            return Err(error::misaligned(format!(
                 "Invalid iv_offset sector: field <iv_offset> {iv_offset} is not a multiple of sector_size {ss} ({step} sectors)"
             )));
         }
         if offset % step != 0 {
-            return Err(Error::invalid(format!(
+            return Err(error::misaligned(format!(
                 "Invalid device sector: field <offset> {offset} is not a multiple of sector_size {ss} ({step} sectors)"
             )));
         }
@@ -299,22 +300,20 @@ impl std::str::FromStr for Table {
     }
 }
 
+/// Names the table field an error from the spec or key check is about.
 fn prefix(e: Error, field: &str) -> Error {
-    match e {
-        Error::Invalid(m) => Error::Invalid(format!("{m} (field {field})")),
-        Error::Unsupported(m) => Error::Unsupported(format!("{m} (field {field})")),
-    }
+    e.map_message(|m| format!("{m} (field {field})"))
 }
 
 /// Decimal u64 as the kernel's `sscanf("%llu%c")` accepts it, digits only.
 fn parse_u64(s: &str, field: &str, reason: &str) -> Result<u64, Error> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Error::invalid(format!(
+        return Err(error::table(format!(
             "{reason}: field <{field}> {s:?} is not a decimal number"
         )));
     }
     s.parse().map_err(|_| {
-        Error::invalid(format!(
+        error::table(format!(
             "{reason}: field <{field}> {s:?} does not fit in 64 bits"
         ))
     })
@@ -325,27 +324,26 @@ fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Zeroizing<Vec<u8>>, Error> 
         return Ok(Zeroizing::new(Vec::new()));
     }
     if s.starts_with(':') {
-        return Err(Error::unsupported(
+        return Err(error::unsupported(
             "Kernel keyring key references (field <key> :<size>:<type>:<desc>) are not supported yet; give the key in hex",
         ));
     }
     if cipher.subkey_sizes() == [0] {
-        return Err(Error::invalid(format!(
+        return Err(error::key(format!(
             "Error decoding and setting key: {} takes no key, field <key> must be \"-\"",
             cipher
         )));
     }
     if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         // Never echo the key text.
-        return Err(Error::invalid(format!(
+        return Err(error::key(format!(
             "Error decoding and setting key: field <key> is not an even number of hex digits ({} characters)",
             s.len()
         )));
     }
     let mut key = Zeroizing::new(vec![0u8; s.len() / 2]);
-    hex::decode_to_slice(s, &mut key[..]).map_err(|_| {
-        Error::invalid("Error decoding and setting key: field <key> is not valid hex")
-    })?;
+    hex::decode_to_slice(s, &mut key[..])
+        .map_err(|_| error::key("Error decoding and setting key: field <key> is not valid hex"))?;
     Ok(key)
 }
 
@@ -356,19 +354,19 @@ fn parse_options(rest: &[&str]) -> Result<Options, Error> {
     };
     let n = parse_u64(count, "#opt_params", "Invalid number of feature args")?;
     if n > MAX_FEATURE_ARGS {
-        return Err(Error::invalid(format!(
+        return Err(error::table(format!(
             "Invalid number of feature args: field <#opt_params> is {n}, at most {MAX_FEATURE_ARGS}"
         )));
     }
     let n = n as usize;
     if opts.len() < n {
-        return Err(Error::invalid(format!(
+        return Err(error::table(format!(
             "Not enough feature arguments: field <#opt_params> says {n}, {} given",
             opts.len()
         )));
     }
     if opts.len() > n {
-        return Err(Error::invalid(format!(
+        return Err(error::table(format!(
             "Too many arguments: field <#opt_params> says {n} but {} follow (first extra: {:?})",
             opts.len(),
             opts[n]
@@ -391,7 +389,7 @@ fn parse_options(rest: &[&str]) -> Result<Options, Error> {
             }
             _ => {
                 if lower.starts_with("integrity:") {
-                    return Err(Error::unsupported(format!(
+                    return Err(error::unsupported(format!(
                         "Option {opt:?}: integrity (dm-integrity tags, AEAD) is not supported yet"
                     )));
                 }
@@ -399,14 +397,14 @@ fn parse_options(rest: &[&str]) -> Result<Options, Error> {
                 if let Some(v) = opt.strip_prefix("sector_size:") {
                     let ss = parse_u64(v, "sector_size", "Invalid feature value for sector_size")?;
                     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
-                        return Err(Error::invalid(format!(
+                        return Err(error::sector_size(format!(
                             "Invalid feature value for sector_size: {ss} (option {opt:?} needs a power of two in 512..4096)"
                         )));
                     }
                     o.sector_size = ss as u32;
                     continue;
                 }
-                return Err(Error::invalid(format!(
+                return Err(error::table(format!(
                     "Invalid feature arguments: unknown option {opt:?}"
                 )));
             }

@@ -11,8 +11,9 @@
 
 use zeroize::Zeroizing;
 
-use crate::error::{invalid, Result};
+use crate::error::{invalid, random_error, Result};
 use crate::hash::Hash;
+use crate::ErrorKind;
 
 /// The stripe count cryptsetup uses for every keyslot.
 pub const STRIPES: u32 = 4000;
@@ -29,8 +30,13 @@ pub fn split(key: &[u8], stripes: u32, hash: Hash) -> Result<Zeroizing<Vec<u8>>>
     }
     let n = key.len();
     let mut out = Zeroizing::new(vec![0u8; split_len(n, stripes)]);
-    getrandom::fill(&mut out[..n * (stripes as usize - 1)])
-        .map_err(|e| invalid(format!("No randomness for the AF splitter: {e}")))?;
+    getrandom::fill(&mut out[..n * (stripes as usize - 1)]).map_err(|e| {
+        random_error(
+            ErrorKind::InvalidArgument,
+            "No randomness for the AF splitter",
+            e,
+        )
+    })?;
     let mut d = Zeroizing::new(vec![0u8; n]);
     for i in 0..stripes as usize - 1 {
         xor_into(&mut d, &out[i * n..(i + 1) * n]);

@@ -1,5 +1,6 @@
 //! The crate's one error type: a stable [`ErrorKind`] callers match on, a
-//! message (never containing key material) and an optional I/O source.
+//! message (never containing key material) and an optional source: the I/O,
+//! `crypto`, JSON or randomness error that caused it.
 
 use std::fmt;
 
@@ -36,7 +37,31 @@ pub enum ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
-    source: Option<std::io::Error>,
+    source: Option<Source>,
+}
+
+/// What caused an [`Error`].
+#[derive(Debug)]
+enum Source {
+    /// Reading or writing a device.
+    Io(std::io::Error),
+    /// Building a sector cipher (keyslot area, format check, dm table).
+    Crypto(crypto::Error),
+    /// Parsing the LUKS2 JSON metadata.
+    Json(serde_json::Error),
+    /// The system's random number generator.
+    Random(getrandom::Error),
+}
+
+impl Source {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            Source::Io(e) => e,
+            Source::Crypto(e) => e,
+            Source::Json(e) => e,
+            Source::Random(e) => e,
+        }
+    }
 }
 
 impl Error {
@@ -54,7 +79,17 @@ impl Error {
         Self {
             kind: ErrorKind::Io,
             message: message.into(),
-            source: Some(source),
+            source: Some(Source::Io(source)),
+        }
+    }
+
+    /// An error of `kind` caused by `crypto` refusing a cipher, key or
+    /// table (`message` says what was being done).
+    pub fn crypto(kind: ErrorKind, message: impl Into<String>, source: crypto::Error) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: Some(Source::Crypto(source)),
         }
     }
 
@@ -73,7 +108,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)?;
         if let Some(s) = &self.source {
-            write!(f, ": {s}")?;
+            write!(f, ": {}", s.as_error())?;
         }
         Ok(())
     }
@@ -81,13 +116,14 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_ref().map(|e| e as _)
+        self.source.as_ref().map(Source::as_error)
     }
 }
 
+/// A keyslot area cipher `crypto` cannot build.
 impl From<crypto::Error> for Error {
     fn from(e: crypto::Error) -> Self {
-        Error::new(ErrorKind::Unsupported, format!("Keyslot cipher: {e}"))
+        Error::crypto(ErrorKind::Unsupported, "Keyslot cipher", e)
     }
 }
 
@@ -107,4 +143,22 @@ pub(crate) fn unsupported(msg: impl Into<String>) -> Error {
 /// `Error::new(ErrorKind::InvalidArgument, ...)`.
 pub(crate) fn invalid(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidArgument, msg)
+}
+
+/// An error of `kind` caused by a malformed LUKS2 JSON area.
+pub(crate) fn json_error(kind: ErrorKind, msg: impl Into<String>, e: serde_json::Error) -> Error {
+    Error {
+        kind,
+        message: msg.into(),
+        source: Some(Source::Json(e)),
+    }
+}
+
+/// An error of `kind` caused by the random number generator failing.
+pub(crate) fn random_error(kind: ErrorKind, msg: impl Into<String>, e: getrandom::Error) -> Error {
+    Error {
+        kind,
+        message: msg.into(),
+        source: Some(Source::Random(e)),
+    }
 }

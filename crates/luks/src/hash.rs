@@ -8,6 +8,7 @@ use crate::error::{unsupported, Result};
 
 /// A hash named in a LUKS header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Hash {
     /// `sha1` (LUKS1 default before cryptsetup 1.7).
     Sha1,

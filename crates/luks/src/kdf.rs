@@ -2,12 +2,18 @@
 //! Argon2i and Argon2id, with cryptsetup's cost limits and `--iter-time`
 //! style calibration.
 //!
-//! Costs read from a header are checked against [`Limits`] before anything
+//! This is the only place KDF cost is measured: `format` and `add-key`
+//! choose their costs through [`KdfRequest::resolve`], and `ucrypt
+//! benchmark` prints [`pbkdf2_iterations_per_sec`] and the Argon2 costs
+//! [`benchmark_argon2`] gets from that same path, so the two never disagree.
+//!
+//! Costs read from a header are checked by [`Kdf::check_limits`] before anything
 //! is allocated, so a header claiming 1 TiB of Argon2 memory is refused
 //! instead of aborting the process.
 
 use std::time::Instant;
 
+use crypto::speed::CpuClock;
 use zeroize::Zeroizing;
 
 use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
@@ -280,23 +286,46 @@ pub fn physical_memory_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// PBKDF2 iterations that take `iter_time_ms` for a `key_len`-byte output,
-/// measured like cryptsetup's benchmark (run until >= 250 ms, scale).
-pub fn calibrate_pbkdf2(hash: Hash, key_len: usize, iter_time_ms: u32) -> u32 {
+/// Shortest single PBKDF2 run, in ms of CPU time, that calibration trusts.
+const PBKDF2_SAMPLE_MS: f64 = 250.0;
+
+/// PBKDF2 iterations per second of CPU time for a `key_len`-byte output,
+/// measured like cryptsetup's benchmark: double the iterations until one
+/// run takes at least 250 ms, then scale. CPU time (not wall time) so a
+/// busy machine does not make the estimate too small.
+pub fn pbkdf2_iterations_per_sec(hash: Hash, key_len: usize) -> f64 {
     let mut out = Zeroizing::new(vec![0u8; key_len.max(1)]);
     let salt = [0x5au8; 32];
     let mut iterations: u32 = 1 << 12;
     loop {
-        let start = Instant::now();
+        let clock = CpuClock::start();
         hash.pbkdf2(b"ucrypt-benchmark", &salt, iterations, &mut out);
-        let ms = start.elapsed().as_secs_f64() * 1000.0;
-        if ms >= 250.0 || iterations >= 1 << 30 {
-            let per_ms = f64::from(iterations) / ms.max(0.001);
-            let n = per_ms * f64::from(iter_time_ms);
-            return (n.min(f64::from(u32::MAX)) as u32).max(MIN_PBKDF2_ITERATIONS);
+        let ms = clock.elapsed().as_secs_f64() * 1000.0;
+        if ms >= PBKDF2_SAMPLE_MS || iterations >= 1 << 30 {
+            return f64::from(iterations) * 1000.0 / ms.max(0.001);
         }
         iterations = iterations.saturating_mul(2);
     }
+}
+
+/// PBKDF2 iterations that take `iter_time_ms` for a `key_len`-byte output
+/// (from [`pbkdf2_iterations_per_sec`]), at least the minimum cryptsetup
+/// accepts.
+pub fn calibrate_pbkdf2(hash: Hash, key_len: usize, iter_time_ms: u32) -> u32 {
+    let n = pbkdf2_iterations_per_sec(hash, key_len) * f64::from(iter_time_ms) / 1000.0;
+    (n.min(f64::from(u32::MAX)) as u32).max(MIN_PBKDF2_ITERATIONS)
+}
+
+/// The Argon2 costs a 256-bit keyslot would get for `iter_time_ms` with the
+/// default lanes and memory ceiling: what `ucrypt benchmark` reports, from
+/// the same [`KdfRequest::resolve`] that `format` and `add-key` use.
+pub fn benchmark_argon2(variant: Argon2Variant, iter_time_ms: u32) -> Result<Kdf> {
+    KdfRequest {
+        kind: variant.name().into(),
+        iter_time_ms,
+        ..KdfRequest::default()
+    }
+    .resolve(32)
 }
 
 /// Argon2 (time, memory KiB) reaching about `iter_time_ms`, cryptsetup's
@@ -417,6 +446,26 @@ mod tests {
             low.resolve(32).unwrap_err().kind(),
             ErrorKind::InvalidArgument
         );
+    }
+
+    #[test]
+    fn benchmark_rates_come_from_the_format_path() {
+        let rate = pbkdf2_iterations_per_sec(Hash::Sha1, 32);
+        assert!(rate.is_finite() && rate > 0.0);
+        match benchmark_argon2(Argon2Variant::I, 20).unwrap() {
+            Kdf::Argon2 {
+                variant,
+                time,
+                memory_kib,
+                parallel,
+            } => {
+                assert_eq!(variant, Argon2Variant::I);
+                assert_eq!(parallel, default_parallel());
+                assert!(time >= MIN_ARGON2_TIME);
+                assert!((MIN_ARGON2_MEMORY_KIB..=default_max_memory_kib()).contains(&memory_kib));
+            }
+            other => panic!("not Argon2: {other:?}"),
+        }
     }
 
     #[test]

@@ -96,10 +96,7 @@ pub fn digest_matches(
 pub fn random(len: usize) -> Result<Zeroizing<Vec<u8>>> {
     let mut v = Zeroizing::new(vec![0u8; len]);
     getrandom::fill(&mut v).map_err(|e| {
-        crate::error::Error::new(
-            crate::ErrorKind::Io,
-            format!("No randomness available: {e}"),
-        )
+        crate::error::random_error(crate::ErrorKind::Io, "No randomness available", e)
     })?;
     Ok(v)
 }

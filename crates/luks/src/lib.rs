@@ -21,6 +21,7 @@
 
 pub mod af;
 mod codec;
+pub mod dump;
 mod error;
 pub mod hash;
 pub mod kdf;

@@ -1,7 +1,7 @@
 //! LUKS1: the 592-byte big-endian header and its 8 keyslots (hand-written
 //! from the LUKS1 on-disk format specification 1.2.3).
 //!
-//! [`RawHeader`] mirrors the bytes; [`Header`] is the parsed, validated
+//! `RawHeader` mirrors the bytes; [`Header`] is the parsed, validated
 //! value. Parsing checks every offset against the payload and the other
 //! keyslots so later code can index without re-checking.
 //!

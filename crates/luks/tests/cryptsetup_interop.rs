@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use luks::{FormatOptions, Hash, KdfRequest};
-use testutil::TempDir;
+use testutil::{random_bytes, TempDir};
 use ucrypt_luks as luks;
 
 const PASS: &[u8] = b"correct horse battery staple";
@@ -114,18 +114,6 @@ fn oracle_run(
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn pwrite(p: &Path, off: u64, data: &[u8]) {

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use testutil::Rng;
 use ucrypt_luks as luks;
 
 fn seeds() -> Vec<Vec<u8>> {
@@ -18,20 +19,6 @@ fn seeds() -> Vec<Vec<u8>> {
     v.sort();
     assert!(v.len() >= 5, "seed corpus is missing");
     v
-}
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// Re-seals the LUKS2 checksum of the copy at `off` so mutations of the
@@ -66,51 +53,51 @@ fn seeds_parse_and_round_trip() {
 #[test]
 fn mutated_headers_never_panic() {
     let seeds = seeds();
-    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     for i in 0..4000 {
         let mut buf = seeds[i % seeds.len()].clone();
-        let edits = 1 + rng.below(8);
+        let edits = 1 + rng.below_usize(8);
         for _ in 0..edits {
-            match rng.below(6) {
+            match rng.below_usize(6) {
                 0 => {
-                    let p = rng.below(buf.len());
-                    buf[p] ^= 1 << rng.below(8);
+                    let p = rng.below_usize(buf.len());
+                    buf[p] ^= 1 << rng.below_usize(8);
                 }
                 1 => {
                     // Mutate inside the JSON text of the primary copy.
-                    let p = 4096 + rng.below(600);
+                    let p = 4096 + rng.below_usize(600);
                     if p < buf.len() {
-                        buf[p] = b"{}[]\":,0123456789-e"[rng.below(19)];
+                        buf[p] = b"{}[]\":,0123456789-e"[rng.below_usize(19)];
                     }
                 }
                 2 => {
-                    let p = rng.below(buf.len());
-                    let v = [0u8, 0xff, 0x7f, 0x80][rng.below(4)];
-                    let n = rng.below(9);
+                    let p = rng.below_usize(buf.len());
+                    let v = [0u8, 0xff, 0x7f, 0x80][rng.below_usize(4)];
+                    let n = rng.below_usize(9);
                     for b in buf.iter_mut().skip(p).take(n) {
                         *b = v;
                     }
                 }
                 3 => {
-                    let n = rng.below(buf.len());
+                    let n = rng.below_usize(buf.len());
                     buf.truncate(n);
                 }
                 4 => {
                     // Big-endian size/offset fields set to extremes.
                     let fields = [8usize, 16, 104, 108, 164, 256, 212, 216, 252];
-                    let p = fields[rng.below(fields.len())];
+                    let p = fields[rng.below_usize(fields.len())];
                     if p + 4 <= buf.len() {
-                        buf[p..p + 4].copy_from_slice(&[0xff, 0xff, 0xff, rng.next() as u8]);
+                        buf[p..p + 4].copy_from_slice(&[0xff, 0xff, 0xff, rng.next_u64() as u8]);
                     }
                 }
                 _ => {
-                    let a = rng.below(buf.len());
-                    let b = rng.below(buf.len());
+                    let a = rng.below_usize(buf.len());
+                    let b = rng.below_usize(buf.len());
                     buf.swap(a, b);
                 }
             }
         }
-        if rng.below(2) == 0 {
+        if rng.below_usize(2) == 0 {
             reseal(&mut buf, 0);
             reseal(&mut buf, 16384);
         }
@@ -120,13 +107,13 @@ fn mutated_headers_never_panic() {
 
 #[test]
 fn arbitrary_bytes_never_panic() {
-    let mut rng = XorShift(42);
+    let mut rng = Rng::new(42);
     for len in [0usize, 1, 5, 6, 8, 100, 591, 592, 593, 4095, 4096, 20000] {
         for _ in 0..20 {
-            let mut buf: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            if len >= 8 && rng.below(2) == 0 {
+            let mut buf: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            if len >= 8 && rng.below_usize(2) == 0 {
                 buf[..6].copy_from_slice(b"LUKS\xba\xbe");
-                buf[6..8].copy_from_slice(&[0, 1 + rng.below(2) as u8]);
+                buf[6..8].copy_from_slice(&[0, 1 + rng.below_usize(2) as u8]);
             }
             luks::internal::fuzzing::header(&buf);
         }

@@ -1,48 +1,43 @@
 //! Helpers shared by ucrypt's test suites (dev-dependency only).
 //!
-//! Interop tests need external programs (cryptsetup, fio, nbdkit, qemu-img,
-//! python3 with `cryptography`). [`require_tool`] decides what happens when
-//! one is missing: the test prints a clear `SKIP` line and returns, unless
-//! `UCRYPT_REQUIRE_TOOLS=1` is set (as CI does), in which case it fails, so a
-//! missing install never turns into a silent pass.
+//! - [`mod@skip`]: the one way a test skips. [`require`] checks a [`Capability`]
+//!   (a tool, `/dev/fuse`, loop devices, root, io_uring, ublk_drv); a
+//!   missing prerequisite is a SKIP, or a failure when
+//!   `UCRYPT_REQUIRE_TOOLS=1` (as CI sets), so a missing install never turns
+//!   into a silent pass. Things this kernel cannot do skip as
+//!   [`SkipKind::Kernel`] even in CI. Every skip is appended to
+//!   `UCRYPT_SKIP_LOG`, which `scripts/test.sh` prints at the end.
+//! - [`rng`]: a seeded [`Rng`] from the rand project, so failures reproduce.
+//! - [`TempDir`], [`which`], [`ucrypt_bin`].
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// True when `UCRYPT_REQUIRE_TOOLS=1`: missing tools are failures.
-pub fn tools_required() -> bool {
-    std::env::var("UCRYPT_REQUIRE_TOOLS").is_ok_and(|v| v == "1")
-}
+pub mod rng;
+pub mod skip;
 
-/// Returns true if `tool` is on PATH. Otherwise prints a SKIP message naming
-/// the test and returns false, or panics when tools are required.
+pub use rand;
+pub use rng::{random_bytes, Rng};
+pub use skip::{
+    is_root, require, require_all, skip, skip_as, skip_kernel, tools_required, Capability, SkipKind,
+};
+
+/// Returns true if `tool` is on PATH; otherwise skips (see [`require`]).
 pub fn require_tool(test: &str, tool: &str) -> bool {
-    if which(tool).is_some() {
-        return true;
-    }
-    skip_or_fail(test, &format!("`{tool}` not found on PATH"))
+    require(test, Capability::Tool(tool))
 }
 
-/// Returns true if `python3 -c "import <module>"` works (e.g. `cryptography`).
+/// Returns true if `python3 -c "import <module>"` works (e.g. `cryptography`);
+/// otherwise skips (see [`require`]).
 pub fn require_python_module(test: &str, module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return true;
-    }
-    skip_or_fail(test, &format!("python3 module `{module}` not importable"))
+    require(test, Capability::PythonModule(module))
 }
 
 /// Reports a missing prerequisite: SKIP (false) or panic when required.
+/// The same as [`skip()`].
 pub fn skip_or_fail(test: &str, why: &str) -> bool {
-    if tools_required() {
-        panic!("{test}: {why} and UCRYPT_REQUIRE_TOOLS=1 (run scripts/test.sh to install it)");
-    }
-    eprintln!("SKIP {test}: {why} (run scripts/test.sh to install test tools)");
-    false
+    skip(test, why)
 }
 
 /// Full path of `tool` on PATH (also looks in /usr/sbin and /sbin).

@@ -1,7 +1,9 @@
 //! End to end through the kernel: needs ublk_drv (`/dev/ublk-control`).
 //!
-//! Without it the test prints a SKIP line and returns: the missing piece is
-//! a kernel feature, not a tool CI could install.
+//! Without it the test skips as a kernel limit (testutil::skip_kernel), even
+//! in CI: the missing piece is a kernel feature, not a tool CI could install.
+//! The no-driver error path can only be seen where the driver is absent, so
+//! that test skips (as a kernel condition) where it is loaded.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -15,8 +17,7 @@ use ucrypt_ublk::{serve_with, stop, Options, CONTROL_PATH};
 #[test]
 fn serves_engine_as_block_device() {
     const T: &str = "serves_engine_as_block_device";
-    if !ucrypt_ublk::available() {
-        eprintln!("SKIP {T}: {CONTROL_PATH} not found: this kernel has no ublk_drv loaded");
+    if !testutil::require(T, testutil::Capability::UblkDriver) {
         return;
     }
     let size = 16u64 << 20;
@@ -61,9 +62,7 @@ fn serves_engine_as_block_device() {
     server.join().unwrap().unwrap();
 }
 
-#[test]
-fn without_driver_or_with_bad_options_serve_fails_clearly() {
-    use ucrypt_ublk::{serve, ErrorKind};
+fn small_engine() -> Arc<Engine> {
     let size = 1u64 << 20;
     let vol = Volume {
         backend: Arc::new(MemBackend::new(size).unwrap()),
@@ -72,21 +71,33 @@ fn without_driver_or_with_bad_options_serve_fails_clearly() {
         size,
         sector_size: 512,
     };
-    let engine = Arc::new(Engine::new(vol, EngineConfig::default()).unwrap());
-    // Bad options are refused before the kernel is asked.
+    Arc::new(Engine::new(vol, EngineConfig::default()).unwrap())
+}
+
+#[test]
+fn bad_options_are_refused_before_the_kernel_is_asked() {
+    use ucrypt_ublk::{serve, ErrorKind};
     let bad = Options {
         max_io_bytes: 1000,
         ..Options::default()
     };
-    let e = serve(engine.clone(), &bad).unwrap_err();
+    let e = serve(small_engine(), &bad).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::InvalidOptions(_)), "{e}");
     assert!(e.to_string().starts_with("Invalid ublk options"), "{e}");
+}
+
+#[test]
+fn without_driver_serve_fails_clearly() {
+    use ucrypt_ublk::{serve, ErrorKind};
+    const T: &str = "without_driver_serve_fails_clearly";
     if ucrypt_ublk::available() {
-        eprintln!(
-            "SKIP without_driver_or_with_bad_options_serve_fails_clearly: ublk_drv is loaded here"
+        testutil::skip_kernel(
+            T,
+            "ublk_drv is loaded here, so the no-driver error cannot occur",
         );
         return;
     }
+    let engine = small_engine();
     let e = serve(engine.clone(), &Options::default()).unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::Unavailable(CONTROL_PATH));
     assert!(

@@ -5,28 +5,8 @@ use std::io;
 
 use ucrypt_backend::Backend;
 
-/// A small deterministic PRNG (xorshift64*), so failures reproduce.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.next() as u8;
-        }
-    }
-}
+/// The shared seeded PRNG (testutil), so failures reproduce.
+pub use testutil::Rng;
 
 /// Random reads, writes (FUA or not), discards, write-zeroes and flushes
 /// against a model; every read must match the model. `align` is the

@@ -10,17 +10,26 @@ use crate::{CmdResult, Failure};
 #[derive(Subcommand)]
 pub enum Commands {
     /// Run the seeds' ramdisk experiment: raw vs null/AES dm-crypt modes,
-    /// headline table, bs × QD × jobs sweep, heatmaps, JSON/CSV.
+    /// headline table, bs × QD × jobs sweep, heatmaps, JSON/CSV; or the
+    /// data path's mode grid (`--profile grid`).
     Bench(BenchArgs),
 }
 
 /// Options of `ucrypt bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Short run (CI): all targets briefly, a 3 bs × 2 QD × 2 jobs sweep.
+    /// Profile: quick, default, full, or grid (the data path's mode grid:
+    /// bs 4k..4M × QD 1,16 × jobs 1,2, raw / classic / inline / adaptive,
+    /// null and AES-XTS with 4096-byte sectors, best of 3 rotated rounds).
+    #[arg(long, value_name = "NAME", value_parser = ["quick", "default", "full", "grid"],
+          conflicts_with_all = ["quick", "full"])]
+    profile: Option<String>,
+    /// Short run (CI): all targets briefly, a 3 bs × 2 QD × 2 jobs sweep
+    /// (same as --profile quick).
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Long run: more repetitions, longer, 8 jobs, random IO, both ciphers swept.
+    /// Long run: more repetitions, longer, 8 jobs, random IO, both ciphers
+    /// swept (same as --profile full).
     #[arg(long)]
     full: bool,
     /// Headline targets: names (raw, null-classic, aes-inline …), `null`, `aes`, `all`.
@@ -48,17 +57,35 @@ pub struct BenchArgs {
     #[arg(long, value_name = "TIME")]
     runtime: Option<String>,
     /// Length of one sweep repetition.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", conflicts_with = "seconds")]
     sweep_runtime: Option<String>,
+    /// Length of one sweep repetition in seconds (e.g. 0.25; the grid's
+    /// first argument).
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
     /// Warm-up per target before each cell.
     #[arg(long, value_name = "TIME")]
     warmup: Option<String>,
     /// Headline repetitions.
     #[arg(long, value_name = "N")]
     reps: Option<usize>,
-    /// Sweep repetitions.
-    #[arg(long, value_name = "N")]
+    /// Sweep repetitions (rounds; their target order rotates per round).
+    #[arg(long, value_name = "N", visible_alias = "rounds")]
     sweep_reps: Option<usize>,
+    /// Sector size of the encrypted in-process targets (512 … 4096).
+    #[arg(long, value_name = "BYTES")]
+    sector_size: Option<u32>,
+    /// Adaptive moves bytes as inline does (a copy plus a crypto pass), to
+    /// tell what fusing is worth from what scheduling is.
+    #[arg(long)]
+    no_fuse: bool,
+    /// Adaptive hands off and splits whatever the load (what splitting
+    /// would give on an idle machine).
+    #[arg(long)]
+    force_split: bool,
+    /// Print each engine's per-path request counts after every cell (stderr).
+    #[arg(long)]
+    engine_stats: bool,
     /// Ramdisk size (e.g. 512M, 1G; at most 2G by default profiles).
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
@@ -112,26 +139,30 @@ fn duration(s: &Option<String>, what: &str) -> Result<Option<std::time::Duration
         .transpose()
 }
 
-fn bench_failure(e: bench::Error) -> Failure {
-    match e {
-        bench::Error::Usage(_) => Failure::usage(e.to_string()),
-        bench::Error::Missing(_) => Failure::device(e.to_string()),
-        _ => Failure {
-            code: 1,
-            message: e.to_string(),
-        },
+/// The one mapping from the bench's typed errors to exit codes: bad
+/// options are usage errors, missing tools or kernel parts device errors,
+/// anything else a plain failure; the message names every cause.
+fn bench_failure(e: impl Into<bench::Error>) -> Failure {
+    let e = e.into();
+    let message = bench::error_chain(&e);
+    if e.is_usage() {
+        Failure::usage(message)
+    } else if e.is_missing() {
+        Failure::device(message)
+    } else {
+        Failure { code: 1, message }
     }
 }
 
 impl BenchArgs {
     fn options(&self) -> Result<bench::Options, Failure> {
-        let mut o = if self.quick {
-            bench::Options::quick()
-        } else if self.full {
-            bench::Options::full()
-        } else {
-            bench::Options::standard()
+        let profile = match (&self.profile, self.quick, self.full) {
+            (Some(p), _, _) => p.as_str(),
+            (None, true, _) => "quick",
+            (None, _, true) => "full",
+            _ => "default",
         };
+        let mut o = bench::Options::profile(profile).map_err(bench_failure)?;
         if let Some(t) = &self.targets {
             o.targets = bench::Target::parse_list(t).map_err(bench_failure)?;
         }
@@ -161,6 +192,18 @@ impl BenchArgs {
         if let Some(d) = duration(&self.sweep_runtime, "sweep run time")? {
             o.sweep_runtime = d;
         }
+        if let Some(s) = self.seconds {
+            o.sweep_runtime = std::time::Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| Failure::usage(format!("Invalid seconds `{s}` (e.g. 0.25)")))?;
+        }
+        if let Some(n) = self.sector_size {
+            o.sector_size = n;
+        }
+        o.fuse = !self.no_fuse;
+        o.force_split = self.force_split;
+        o.engine_stats = self.engine_stats;
         if let Some(d) = duration(&self.warmup, "warm-up")? {
             o.warmup = d;
         }
@@ -204,7 +247,7 @@ impl BenchArgs {
                 opts.profile,
                 opts.estimate_secs(),
                 opts.size >> 20,
-                if opts.profile == "quick" {
+                if opts.profile == "quick" || opts.profile == "grid" {
                     ""
                 } else {
                     "; --quick for a short run"

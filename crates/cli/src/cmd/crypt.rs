@@ -7,19 +7,20 @@
 //!  map --write:  stdin ──(size checked first)──encrypt──▶ device     (like dd of=/dev/mapper/x)
 //! ```
 //!
-//! [`map_device`] is the reusable core (the coordinator's `map --luks`
-//! builds a [`Table`] from a LUKS header and calls it).
+//! The map core lives in [`daemon::map`]; this module reads the arguments,
+//! unlocks `--luks` volumes and wires stdin/stdout to it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use crypto::speed::{self, Argon2Kind, PbkdfHash};
+use crypto::speed;
 use crypto::table::Table;
-use crypto::{CryptConfig, SectorCrypt};
+use daemon::map::Direction;
+use luks::kdf::{self, Argon2Variant, DEFAULT_ITER_TIME_MS};
+use luks::{Hash, Kdf};
 use zeroize::Zeroizing;
 
 use crate::{CmdResult, Failure};
@@ -91,23 +92,22 @@ impl Commands {
         match self {
             Self::Map(a) => {
                 let dir = if a.read {
-                    MapDirection::Read
+                    Direction::Read
                 } else {
-                    MapDirection::Write
+                    Direction::Write
                 };
                 let table = match (a.table, a.luks) {
                     (Some(line), _) => {
                         // The line holds the key in hex: wipe it once parsed.
                         let line = Zeroizing::new(line);
-                        Table::parse(&line)
-                            .map_err(|e| Failure::usage(format!("Invalid table: {e}")))?
+                        daemon::resolve::plain_table(&line)?
                     }
                     (None, Some(device)) => {
                         // --write reads plaintext from stdin, so the passphrase
                         // must not come from there too (neither `-` nor the
                         // prompt's non-tty fallback, which reads a stdin line).
                         let stdin_is_tty = std::io::IsTerminal::is_terminal(&io::stdin());
-                        if dir == MapDirection::Write
+                        if dir == Direction::Write
                             && (a.key_file.as_deref() == Some(Path::new("-"))
                                 || (a.key_file.is_none() && !stdin_is_tty))
                         {
@@ -132,161 +132,23 @@ impl Commands {
     }
 }
 
-/// Which way [`map_device`] moves data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MapDirection {
-    /// Device ciphertext -> plaintext on stdout.
-    Read,
-    /// Plaintext from stdin -> ciphertext on the device.
-    Write,
-}
-
-/// Bytes moved per read/encrypt/write step.
-const CHUNK: usize = 1 << 20;
-
-/// Applies `table` to its device using stdin/stdout (see [`map_device_io`]).
-pub fn map_device(table: &Table, dir: MapDirection) -> CmdResult {
+/// Runs `ucrypt map` on stdin/stdout: the core is [`daemon::map::map`],
+/// which sends every byte through the engine.
+pub fn map_device(table: &Table, dir: Direction) -> CmdResult {
     match dir {
-        MapDirection::Read => {
+        Direction::Read => {
             let out = io::stdout();
             let mut out = out.lock();
-            map_device_io(table, dir, &mut io::empty(), None, &mut out)
+            daemon::map::map(table, dir, &mut io::empty(), None, &mut out)?;
         }
-        MapDirection::Write => {
+        Direction::Write => {
             let len = stdin_regular_file_len();
             let stdin = io::stdin();
             let mut input = stdin.lock();
-            map_device_io(table, dir, &mut input, len, &mut io::sink())
+            daemon::map::map(table, dir, &mut input, len, &mut io::sink())?;
         }
     }
-}
-
-/// The core of `ucrypt map`: reads the table's range from its device and
-/// writes plaintext to `output` (Read), or takes plaintext from `input` and
-/// writes ciphertext to the device (Write). On Write the input size is
-/// checked before anything is written: `input_len` when the caller knows
-/// it (a regular file), else the input is first spooled to an unlinked
-/// temporary file.
-pub fn map_device_io(
-    table: &Table,
-    dir: MapDirection,
-    input: &mut dyn Read,
-    input_len: Option<u64>,
-    output: &mut dyn Write,
-) -> CmdResult {
-    let crypt = SectorCrypt::new(&table.crypt_config())
-        .map_err(|e| Failure::usage(format!("Invalid table: {e}")))?;
-    let ss = crypt.sector_size() as u64;
-    let path = &table.device;
-    let mut dev = OpenOptions::new()
-        .read(true)
-        .write(dir == MapDirection::Write)
-        .open(path)
-        .map_err(|e| Failure::device(format!("Cannot open device {path}: {e}")))?;
-    let dev_size = dev
-        .seek(SeekFrom::End(0))
-        .map_err(|e| Failure::device(format!("Cannot read the size of device {path}: {e}")))?;
-    let need = table.offset_bytes().saturating_add(table.len_bytes());
-    if dev_size < need {
-        return Err(Failure::device(format!(
-            "Device {path} is too small: the table needs {need} bytes (offset {} + length {} sectors) but it has {dev_size}",
-            table.offset, table.len
-        )));
-    }
-    let base = table.offset_bytes();
-    let total = table.len_bytes();
-    match dir {
-        MapDirection::Read => {
-            let mut buf = Zeroizing::new(vec![0u8; CHUNK]);
-            let mut pos = 0u64;
-            while pos < total {
-                let n = (total - pos).min(CHUNK as u64) as usize;
-                let b = &mut buf[..n];
-                dev.read_exact_at(b, base + pos).map_err(|e| {
-                    Failure::device(format!("Read error on {path} at byte {}: {e}", base + pos))
-                })?;
-                crypt.decrypt(pos / 512, b);
-                output
-                    .write_all(b)
-                    .map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
-                pos += n as u64;
-            }
-            output
-                .flush()
-                .map_err(|e| Failure::usage(format!("Cannot write the output: {e}")))?;
-            Ok(())
-        }
-        MapDirection::Write => {
-            let (mut src, len) = sized_input(input, input_len, total)?;
-            if len > total {
-                return Err(Failure::usage(format!(
-                    "Input length {} bytes exceeds the mapping ({total} bytes, {} sectors); nothing written",
-                    if input_len.is_some() { len.to_string() } else { format!("over {total}") },
-                    table.len
-                )));
-            }
-            if len % ss != 0 {
-                return Err(Failure::usage(format!(
-                    "Input length {len} bytes is not a multiple of the {ss}-byte sector size; nothing written"
-                )));
-            }
-            let mut buf = Zeroizing::new(vec![0u8; CHUNK]);
-            let mut pos = 0u64;
-            while pos < len {
-                let n = (len - pos).min(CHUNK as u64) as usize;
-                let b = &mut buf[..n];
-                src.read_exact(b)
-                    .map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
-                crypt.encrypt(pos / 512, b);
-                dev.write_all_at(b, base + pos).map_err(|e| {
-                    Failure::device(format!("Write error on {path} at byte {}: {e}", base + pos))
-                })?;
-                pos += n as u64;
-            }
-            dev.sync_data()
-                .map_err(|e| Failure::device(format!("Cannot flush {path}: {e}")))?;
-            Ok(())
-        }
-    }
-}
-
-/// Returns a reader over the whole input and its length, knowing the length
-/// before any byte is written. A pipe is spooled to an unlinked temporary
-/// file, stopping as soon as it exceeds `limit`.
-fn sized_input<'a>(
-    input: &'a mut dyn Read,
-    known_len: Option<u64>,
-    limit: u64,
-) -> Result<(Box<dyn Read + 'a>, u64), Failure> {
-    if let Some(len) = known_len {
-        return Ok((Box::new(input), len));
-    }
-    let dir = std::env::temp_dir();
-    let name = dir.join(format!("ucrypt-map-{}-{}", std::process::id(), unique()));
-    let mut spool = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&name)
-        .map_err(|e| {
-            Failure::usage(format!(
-                "Cannot create a spool file in {}: {e}",
-                dir.display()
-            ))
-        })?;
-    let _ = std::fs::remove_file(&name);
-    let copied = io::copy(&mut input.take(limit.saturating_add(1)), &mut spool)
-        .map_err(|e| Failure::usage(format!("Cannot read the input: {e}")))?;
-    spool
-        .seek(SeekFrom::Start(0))
-        .map_err(|e| Failure::usage(format!("Cannot rewind the spool file: {e}")))?;
-    Ok((Box::new(spool), copied))
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    Ok(())
 }
 
 /// What is left to read on stdin when it is a regular file (`< plain.img`):
@@ -307,15 +169,6 @@ fn read_stdin_pos() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// One cipher row of the benchmark.
-struct Row {
-    name: String,
-    key_bits: usize,
-    enc: f64,
-    dec: f64,
-    implementation: &'static str,
-}
-
 /// MiB per second, cryptsetup's unit.
 fn mib(bytes_per_sec: f64) -> f64 {
     bytes_per_sec / 1_048_576.0
@@ -326,6 +179,8 @@ const CELL: Duration = Duration::from_millis(100);
 /// Bytes per encrypt/decrypt call (cryptsetup benchmarks 1 MiB buffers).
 const BENCH_BUF: usize = 1 << 20;
 
+/// `ucrypt benchmark`: checks the arguments, has `crypto::speed` measure
+/// the ciphers and `luks::kdf` the KDF costs, and prints them.
 fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let ss = a.sector_size;
     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
@@ -334,31 +189,11 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
         )));
     }
     let list: Vec<(String, usize)> = match &a.cipher {
-        Some(c) => {
-            let spec = if c == "cipher_null" {
-                "cipher_null-ecb".to_owned()
-            } else if c.starts_with("capi:") || c.matches('-').count() >= 2 || c.ends_with("-ecb") {
-                c.clone()
-            } else {
-                format!("{c}-plain64")
-            };
-            let default_bits = if spec.contains("cipher_null") {
-                0
-            } else if spec.contains("xts") {
-                512
-            } else {
-                256
-            };
-            let bits = a.key_size.unwrap_or(default_bits);
-            vec![(spec, bits)]
-        }
-        None => vec![
-            ("aes-cbc-plain64".into(), 128),
-            ("aes-cbc-plain64".into(), 256),
-            ("aes-xts-plain64".into(), 256),
-            ("aes-xts-plain64".into(), 512),
-            ("cipher_null-ecb".into(), 0),
-        ],
+        Some(c) => vec![speed::cipher_choice(c, a.key_size)],
+        None => speed::DEFAULT_CIPHERS
+            .iter()
+            .map(|&(spec, bits)| (spec.to_owned(), bits))
+            .collect(),
     };
     let mut rows = Vec::new();
     for (spec, bits) in &list {
@@ -367,49 +202,48 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
                 "Invalid key size {bits}: not a whole number of bytes"
             )));
         }
-        let cfg = CryptConfig {
-            cipher: spec.clone(),
-            key: Zeroizing::new(
-                (0..bits / 8)
-                    .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
-                    .collect(),
-            ),
-            iv_offset: 0,
-            sector_size: ss,
-            iv_large_sectors: false,
-        };
-        let c = SectorCrypt::new(&cfg).map_err(|e| {
-            Failure::usage(format!(
-                "Cannot benchmark {spec} with a {bits}-bit key: {e}"
-            ))
-        })?;
-        let t = speed::throughput(&c, BENCH_BUF, CELL);
-        rows.push(Row {
-            name: row_name(spec),
-            key_bits: *bits,
-            enc: t.encrypt_bytes_per_sec,
-            dec: t.decrypt_bytes_per_sec,
-            implementation: c.implementation(),
-        });
+        rows.push(
+            speed::cipher_row(spec, *bits, ss, BENCH_BUF, CELL).map_err(|e| {
+                Failure::usage(format!(
+                    "Cannot benchmark {spec} with a {bits}-bit key: {e}"
+                ))
+            })?,
+        );
     }
+    // cryptsetup prints the KDF lines only without --cipher. Their costs
+    // come from luks::kdf, the estimator `format` uses.
     let kdf = a.cipher.is_none();
-    let pbkdf: Vec<(PbkdfHash, f64)> = if kdf {
-        [PbkdfHash::Sha1, PbkdfHash::Sha256, PbkdfHash::Sha512]
+    let pbkdf: Vec<(Hash, f64)> = if kdf {
+        [Hash::Sha1, Hash::Sha256, Hash::Sha512]
             .into_iter()
-            .map(|h| {
-                (
-                    h,
-                    speed::pbkdf2_iterations_per_sec(h, Duration::from_millis(150)),
-                )
-            })
+            .map(|h| (h, kdf::pbkdf2_iterations_per_sec(h, 32)))
             .collect()
     } else {
         Vec::new()
     };
-    let argon: Vec<(&str, ArgonEstimate)> = if kdf {
+    let argon: Vec<ArgonRow> = if kdf {
         let mut v = Vec::new();
-        for (name, kind) in [("argon2i", Argon2Kind::I), ("argon2id", Argon2Kind::Id)] {
-            v.push((name, argon_estimate(kind)?));
+        for variant in [Argon2Variant::I, Argon2Variant::Id] {
+            let k = kdf::benchmark_argon2(variant, DEFAULT_ITER_TIME_MS)
+                .map_err(|e| Failure::usage(e.to_string()))?;
+            let Kdf::Argon2 {
+                time,
+                memory_kib,
+                parallel,
+                ..
+            } = k
+            else {
+                return Err(Failure::usage(format!(
+                    "Argon2 benchmark returned a {} cost",
+                    k.name()
+                )));
+            };
+            v.push(ArgonRow {
+                name: variant.name(),
+                iterations: time,
+                memory_kib,
+                parallel,
+            });
         }
         v
     } else {
@@ -419,7 +253,7 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let compare = if a.no_openssl || !rows.iter().any(|r| r.name == "aes-xts") {
         None
     } else {
-        Some(compare_openssl())
+        Some(speed::compare_xts_with_system_openssl())
     };
     if a.json {
         print_json(&rows, &pbkdf, &argon, compare.as_ref(), ss);
@@ -429,100 +263,20 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     Ok(())
 }
 
-/// cryptsetup's row name: cipher and chain mode without the IV.
-fn row_name(spec: &str) -> String {
-    match crypto::CipherSpec::parse(spec) {
-        Ok(s) if !s.capi => {
-            let mut parts = spec.split('-');
-            let c = parts.next().unwrap_or(spec);
-            let c = c.split(':').next().unwrap_or(c);
-            match parts.next() {
-                Some(m) => format!("{c}-{m}"),
-                None => c.to_owned(),
-            }
-        }
-        _ => spec.to_owned(),
-    }
-}
-
-/// Argon2 parameters cryptsetup would pick for 2000 ms, extrapolated from
-/// one timed small hash (memory-hard cost grows linearly with memory and
-/// iterations; lanes run in parallel on as many CPUs, up to 4).
-struct ArgonEstimate {
+/// One Argon2 line: the costs `format` would choose for the default
+/// `--iter-time` (see `luks::kdf::benchmark_argon2`).
+struct ArgonRow {
+    name: &'static str,
     iterations: u32,
     memory_kib: u32,
     parallel: u32,
 }
 
-fn argon_estimate(kind: Argon2Kind) -> Result<ArgonEstimate, Failure> {
-    let probe_kib = 16 * 1024;
-    let r = speed::argon2_rate(kind, probe_kib, 1).map_err(|e| Failure::usage(e.to_string()))?;
-    let per_kib_iter = r.seconds / (f64::from(probe_kib) * f64::from(r.iterations));
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let parallel = cpus.clamp(1, 4);
-    let target = 2.0;
-    let max_kib = 1_048_576u32;
-    let iter_time = per_kib_iter * f64::from(max_kib) / f64::from(parallel);
-    let iterations = (target / iter_time).floor();
-    if iterations >= 4.0 {
-        return Ok(ArgonEstimate {
-            iterations: iterations.min(1e6) as u32,
-            memory_kib: max_kib,
-            parallel,
-        });
-    }
-    // Too slow for 1 GiB at 4 iterations: shrink memory like cryptsetup.
-    let kib = (target * f64::from(parallel) / (4.0 * per_kib_iter)).clamp(32.0, f64::from(max_kib));
-    Ok(ArgonEstimate {
-        iterations: 4,
-        memory_kib: kib as u32,
-        parallel,
-    })
-}
-
-/// Result of the XTS comparison with the system OpenSSL.
-struct Compare {
-    implementation: &'static str,
-    openssl: Result<f64, String>,
-    ours: Vec<(usize, f64, f64)>,
-}
-
-fn compare_openssl() -> Compare {
-    let mut ours = Vec::new();
-    let mut implementation = "none";
-    for bits in [256usize, 512] {
-        let cfg = CryptConfig {
-            cipher: "aes-xts-plain64".into(),
-            key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
-            iv_offset: 0,
-            sector_size: 4096,
-            iv_large_sectors: false,
-        };
-        if let Ok(c) = SectorCrypt::new(&cfg) {
-            implementation = c.implementation();
-            // Best of two short runs: the machine may be shared.
-            let a = speed::throughput(&c, 4096, Duration::from_millis(150));
-            let b = speed::throughput(&c, 4096, Duration::from_millis(150));
-            ours.push((
-                bits,
-                a.encrypt_bytes_per_sec.max(b.encrypt_bytes_per_sec),
-                a.decrypt_bytes_per_sec.max(b.decrypt_bytes_per_sec),
-            ));
-        }
-    }
-    let openssl = speed::system_openssl_xts(Duration::from_secs(1)).map_err(|e| e.to_string());
-    Compare {
-        implementation,
-        openssl,
-        ours,
-    }
-}
-
 fn print_table(
-    rows: &[Row],
-    pbkdf: &[(PbkdfHash, f64)],
-    argon: &[(&str, ArgonEstimate)],
-    cmp: Option<&Compare>,
+    rows: &[speed::CipherRow],
+    pbkdf: &[(Hash, f64)],
+    argon: &[ArgonRow],
+    cmp: Option<&speed::XtsComparison>,
     ss: u32,
 ) {
     println!("# Tests are approximate using memory only (no storage IO).");
@@ -533,10 +287,10 @@ fn print_table(
             *rate as u64
         );
     }
-    for (name, e) in argon {
+    for e in argon {
         println!(
-            "{:<10} {:>4} iterations, {:>7} memory, {} parallel threads (CPUs) for 256-bit key (requested 2000 ms time)",
-            name, e.iterations, e.memory_kib, e.parallel
+            "{:<10} {:>4} iterations, {:>7} memory, {} parallel threads (CPUs) for 256-bit key (requested {DEFAULT_ITER_TIME_MS} ms time)",
+            e.name, e.iterations, e.memory_kib, e.parallel
         );
     }
     println!(
@@ -548,8 +302,8 @@ fn print_table(
             "{:>15}{:>12}{:>12.1} MiB/s{:>12.1} MiB/s",
             r.name,
             format!("{}b", r.key_bits),
-            mib(r.enc),
-            mib(r.dec)
+            mib(r.speed.encrypt_bytes_per_sec),
+            mib(r.speed.decrypt_bytes_per_sec)
         );
     }
     println!("# Sector size {ss} bytes, 1 MiB per call, one thread.");
@@ -561,17 +315,18 @@ fn print_table(
     }
     if let Some(c) = cmp {
         println!("# XTS implementation: {}", c.implementation);
-        match &c.openssl {
+        match &c.system_openssl {
             Ok(o) => {
                 println!(
                     "# system `openssl speed -evp aes-256-xts -bytes 4096`: {:.1} MiB/s",
                     mib(*o)
                 );
-                for (bits, e, d) in &c.ours {
+                for (bits, t) in &c.ours {
+                    let (e, d) = (t.encrypt_bytes_per_sec, t.decrypt_bytes_per_sec);
                     println!(
                         "# aes-xts {bits}b per 4 KiB sector: {:.1} / {:.1} MiB/s = {:.2}x / {:.2}x system openssl (encryption / decryption)",
-                        mib(*e),
-                        mib(*d),
+                        mib(e),
+                        mib(d),
                         e / o,
                         d / o
                     );
@@ -583,10 +338,10 @@ fn print_table(
 }
 
 fn print_json(
-    rows: &[Row],
-    pbkdf: &[(PbkdfHash, f64)],
-    argon: &[(&str, ArgonEstimate)],
-    cmp: Option<&Compare>,
+    rows: &[speed::CipherRow],
+    pbkdf: &[(Hash, f64)],
+    argon: &[ArgonRow],
+    cmp: Option<&speed::XtsComparison>,
     ss: u32,
 ) {
     use serde_json::json;
@@ -596,8 +351,8 @@ fn print_json(
             json!({
                 "algorithm": r.name,
                 "key_bits": r.key_bits,
-                "encryption_mib_per_sec": mib(r.enc),
-                "decryption_mib_per_sec": mib(r.dec),
+                "encryption_mib_per_sec": mib(r.speed.encrypt_bytes_per_sec),
+                "decryption_mib_per_sec": mib(r.speed.decrypt_bytes_per_sec),
                 "implementation": r.implementation,
             })
         })
@@ -608,20 +363,20 @@ fn print_json(
         .collect();
     let argon: Vec<_> = argon
         .iter()
-        .map(|(n, e)| json!({"algorithm": n, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": 2000}))
+        .map(|e| json!({"algorithm": e.name, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": DEFAULT_ITER_TIME_MS}))
         .collect();
     let compare = cmp.map(|c| {
-        let base = c.openssl.as_ref().ok().copied();
+        let base = c.system_openssl.as_ref().ok().copied();
         json!({
             "xts_implementation": c.implementation,
             "system_openssl_aes_256_xts_4096_mib_per_sec": base.map(mib),
-            "system_openssl_error": c.openssl.as_ref().err(),
-            "aes_xts_4096": c.ours.iter().map(|(bits, e, d)| json!({
+            "system_openssl_error": c.system_openssl.as_ref().err().map(ToString::to_string),
+            "aes_xts_4096": c.ours.iter().map(|(bits, t)| json!({
                 "key_bits": bits,
-                "encryption_mib_per_sec": mib(*e),
-                "decryption_mib_per_sec": mib(*d),
-                "encryption_ratio": base.map(|o| e / o),
-                "decryption_ratio": base.map(|o| d / o),
+                "encryption_mib_per_sec": mib(t.encrypt_bytes_per_sec),
+                "decryption_mib_per_sec": mib(t.decrypt_bytes_per_sec),
+                "encryption_ratio": base.map(|o| t.encrypt_bytes_per_sec / o),
+                "decryption_ratio": base.map(|o| t.decrypt_bytes_per_sec / o),
             })).collect::<Vec<_>>(),
         })
     });

@@ -3,8 +3,9 @@
 //! `header-restore`, `is-luks`, `uuid`; plus [`read_passphrase`] and
 //! [`luks_table`] for the other command groups (`map --luks`, `open`).
 //!
-//! Only argument handling lives here; all header and key work is in the
-//! `luks` crate. Exit codes follow cryptsetup: 1 wrong parameters or bad
+//! Only argument handling, prompts and confirmations live here; all header
+//! and key work is in the `luks` crate, and so is the luksDump text
+//! (`luks::dump`). Exit codes follow cryptsetup: 1 wrong parameters or bad
 //! header, 2 bad passphrase / no permission, 4 wrong device.
 
 use std::io::{IsTerminal, Write};
@@ -271,31 +272,39 @@ pub fn read_passphrase(
 }
 
 /// Unlocks the LUKS volume on `device` and returns the dm-crypt table
-/// cryptsetup would load for it (`ucrypt map --luks`, `ucrypt open --luks`).
+/// cryptsetup would load for it (`ucrypt map --luks`).
 pub fn luks_table(
     device: &Path,
     header: Option<&Path>,
     key_file: Option<&Path>,
     key_slot: Option<u32>,
 ) -> Result<crypto::table::Table, Failure> {
-    let vol = load(device, header)?;
+    unlock(device, header, key_file, key_slot).map(|(t, _)| t)
+}
+
+/// [`luks_table`] and the LUKS version (`ucrypt open`): the header is read
+/// first, so a device that is no LUKS volume fails before the prompt.
+pub fn unlock(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    key_slot: Option<u32>,
+) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
+    let vol = daemon::resolve::Luks::load(device, header)?;
+    for w in vol.warnings() {
+        eprintln!("WARNING: {w}");
+    }
     let pass = read_passphrase(
         key_file,
         &format!("Enter passphrase for {}: ", device.display()),
         false,
     )?;
-    let opened = vol.unlock(&pass, key_slot).map_err(fail)?;
-    opened.to_table(device).map_err(fail)
+    Ok((vol.unlock(&pass, key_slot)?, vol.version()))
 }
 
-/// Maps a `luks::Error` to cryptsetup's exit codes.
+/// Maps a `luks::Error` to cryptsetup's exit codes (see [`Failure`]).
 pub fn fail(e: luks::Error) -> Failure {
-    let msg = e.to_string();
-    match e.kind() {
-        ErrorKind::WrongPassphrase => Failure::denied(msg),
-        ErrorKind::Io => Failure::device(msg),
-        _ => Failure::usage(msg),
-    }
+    Failure::from(e)
 }
 
 fn load(device: &Path, header: Option<&Path>) -> Result<Volume, Failure> {
@@ -567,24 +576,6 @@ fn is_luks(a: IsLuksArgs) -> CmdResult {
     }
 }
 
-fn hex_lines(bytes: &[u8], cont: &str) -> String {
-    hex_lines_n(bytes, cont, 16)
-}
-
-fn hex_lines_n(bytes: &[u8], cont: &str, per_line: usize) -> String {
-    let mut s = String::new();
-    for (i, chunk) in bytes.chunks(per_line).enumerate() {
-        if i > 0 {
-            s.push('\n');
-            s.push_str(cont);
-        }
-        for b in chunk {
-            s.push_str(&format!("{b:02x} "));
-        }
-    }
-    s
-}
-
 fn dump(a: DumpArgs) -> CmdResult {
     let c = &a.common;
     let vol = load(&c.device, c.header.as_deref())?;
@@ -603,189 +594,10 @@ fn dump(a: DumpArgs) -> CmdResult {
             false,
         )?;
         let opened = vol.unlock(&pass, c.key_slot).map_err(fail)?;
-        let cipher = vol.header().cipher();
-        let (name, mode) = cipher.split_once('-').unwrap_or((cipher.as_str(), ""));
-        let mut out = String::new();
-        out.push_str(&format!(
-            "LUKS header information for {}\n",
-            target.display()
-        ));
-        out.push_str(&format!(
-            "Cipher name:   \t{name}\nCipher mode:   \t{mode}\n"
-        ));
-        out.push_str(&format!(
-            "Payload offset:\t{}\n",
-            opened.payload_offset / 512
-        ));
-        out.push_str(&format!("UUID:          \t{}\n", vol.header().uuid()));
-        out.push_str(&format!(
-            "MK bits:       \t{}\n",
-            opened.volume_key.len() * 8
-        ));
-        let key = Zeroizing::new(hex_lines(&opened.volume_key, "\t\t"));
-        out.push_str(&format!("MK dump:\t{}\n", key.as_str()));
-        let out = Zeroizing::new(out);
-        print!("{}", out.as_str());
+        let text = luks::dump::volume_key_text(vol.header(), &opened, target);
+        print!("{}", text.as_str());
         return Ok(());
     }
-    let text = match vol.header() {
-        Header::V1(h) => dump_v1(h, target),
-        Header::V2(h) => dump_v2(h),
-    };
-    print!("{text}");
+    print!("{}", luks::dump::header_text(vol.header(), target));
     Ok(())
-}
-
-fn dump_v1(h: &luks::luks1::Header, target: &Path) -> String {
-    let mut s = format!("LUKS header information for {}\n\n", target.display());
-    s.push_str("Version:       \t1\n");
-    s.push_str(&format!(
-        "Cipher name:   \t{}\nCipher mode:   \t{}\n",
-        h.cipher_name, h.cipher_mode
-    ));
-    s.push_str(&format!("Hash spec:     \t{}\n", h.hash.name()));
-    s.push_str(&format!("Payload offset:\t{}\n", h.payload_offset));
-    s.push_str(&format!("MK bits:       \t{}\n", h.key_bytes * 8));
-    s.push_str(&format!(
-        "MK digest:     \t{}\n",
-        hex_lines_n(&h.mk_digest, "", 20)
-    ));
-    s.push_str(&format!(
-        "MK salt:       \t{}\n",
-        hex_lines(&h.mk_digest_salt, "               \t")
-    ));
-    s.push_str(&format!("MK iterations: \t{}\n", h.mk_digest_iterations));
-    s.push_str(&format!("UUID:          \t{}\n\n", h.uuid));
-    for (i, k) in h.slots.iter().enumerate() {
-        if k.active {
-            s.push_str(&format!("Key Slot {i}: ENABLED\n"));
-            s.push_str(&format!("\tIterations:         \t{}\n", k.iterations));
-            s.push_str(&format!(
-                "\tSalt:               \t{}\n",
-                hex_lines(&k.salt, "\t                      \t")
-            ));
-            s.push_str(&format!(
-                "\tKey material offset:\t{}\n",
-                k.key_material_offset
-            ));
-            s.push_str(&format!("\tAF stripes:            \t{}\n", k.stripes));
-        } else {
-            s.push_str(&format!("Key Slot {i}: DISABLED\n"));
-        }
-    }
-    s
-}
-
-fn b64_hex(b64: &str, cont: &str) -> String {
-    match luks::luks2::json::b64_decode(b64, "value") {
-        Ok(v) => hex_lines(&v, cont),
-        Err(_) => "(invalid)".into(),
-    }
-}
-
-fn dump_v2(h: &luks::luks2::Header) -> String {
-    let m = &h.meta;
-    let mut s = String::from("LUKS header information\n");
-    s.push_str("Version:       \t2\n");
-    s.push_str(&format!("Epoch:         \t{}\n", h.bin.seqid));
-    s.push_str(&format!("Metadata area: \t{} [bytes]\n", h.bin.hdr_size));
-    s.push_str(&format!(
-        "Keyslots area: \t{} [bytes]\n",
-        m.config.keyslots_size
-    ));
-    s.push_str(&format!("UUID:          \t{}\n", h.bin.uuid));
-    let or = |v: &str, none: &str| {
-        if v.is_empty() {
-            none.to_string()
-        } else {
-            v.to_string()
-        }
-    };
-    s.push_str(&format!(
-        "Label:         \t{}\n",
-        or(&h.bin.label, "(no label)")
-    ));
-    s.push_str(&format!(
-        "Subsystem:     \t{}\n",
-        or(&h.bin.subsystem, "(no subsystem)")
-    ));
-    let flags = m
-        .config
-        .flags
-        .as_ref()
-        .map(|f| f.join(" "))
-        .unwrap_or_default();
-    s.push_str(&format!("Flags:       \t{}\n\n", or(&flags, "(no flags)")));
-    s.push_str("Data segments:\n");
-    for (id, seg) in &m.segments {
-        s.push_str(&format!("  {id}: {}\n", seg.kind));
-        s.push_str(&format!("\toffset: {} [bytes]\n", seg.offset));
-        match seg.fixed_size() {
-            Ok(Some(n)) => s.push_str(&format!("\tlength: {n} [bytes]\n")),
-            _ => s.push_str("\tlength: (whole device)\n"),
-        }
-        s.push_str(&format!("\tcipher: {}\n", seg.encryption));
-        s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
-        if seg.iv_tweak != 0 {
-            s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
-        }
-    }
-    s.push_str("\nKeyslots:\n");
-    let mut ids: Vec<(u32, &String)> = m
-        .keyslots
-        .keys()
-        .filter_map(|k| k.parse().ok().map(|n| (n, k)))
-        .collect();
-    ids.sort_unstable();
-    let cont = "\t            ";
-    for (_, id) in ids {
-        let k = &m.keyslots[id];
-        s.push_str(&format!("  {id}: {}\n", k.kind));
-        s.push_str(&format!("\tKey:        {} bits\n", k.key_size * 8));
-        let prio = match k.extra.get("priority").and_then(|p| p.as_i64()) {
-            Some(0) => "ignored",
-            Some(2) => "high",
-            _ => "normal",
-        };
-        s.push_str(&format!("\tPriority:   {prio}\n"));
-        s.push_str(&format!("\tCipher:     {}\n", k.area.encryption));
-        s.push_str(&format!("\tCipher key: {} bits\n", k.area.key_size * 8));
-        s.push_str(&format!("\tPBKDF:      {}\n", k.kdf.kind));
-        if k.kdf.kind == "pbkdf2" {
-            s.push_str(&format!(
-                "\tHash:       {}\n",
-                k.kdf.hash.as_deref().unwrap_or("?")
-            ));
-            s.push_str(&format!(
-                "\tIterations: {}\n",
-                k.kdf.iterations.unwrap_or(0)
-            ));
-        } else {
-            s.push_str(&format!("\tTime cost:  {}\n", k.kdf.time.unwrap_or(0)));
-            s.push_str(&format!("\tMemory:     {}\n", k.kdf.memory.unwrap_or(0)));
-            s.push_str(&format!("\tThreads:    {}\n", k.kdf.cpus.unwrap_or(0)));
-        }
-        s.push_str(&format!("\tSalt:       {}\n", b64_hex(&k.kdf.salt, cont)));
-        s.push_str(&format!("\tAF stripes: {}\n", k.af.stripes));
-        s.push_str(&format!("\tAF hash:    {}\n", k.af.hash));
-        s.push_str(&format!("\tArea offset:{} [bytes]\n", k.area.offset));
-        s.push_str(&format!("\tArea length:{} [bytes]\n", k.area.size));
-        if let Some((did, _)) = m.digests.iter().find(|(_, d)| d.keyslots.contains(id)) {
-            s.push_str(&format!("\tDigest ID:  {did}\n"));
-        }
-    }
-    s.push_str("Tokens:\n");
-    for (id, t) in &m.tokens {
-        let ty = t.get("type").and_then(|v| v.as_str()).unwrap_or("?");
-        s.push_str(&format!("  {id}: {ty}\n"));
-    }
-    s.push_str("Digests:\n");
-    for (id, d) in &m.digests {
-        s.push_str(&format!("  {id}: {}\n", d.kind));
-        s.push_str(&format!("\tHash:       {}\n", d.hash));
-        s.push_str(&format!("\tIterations: {}\n", d.iterations));
-        s.push_str(&format!("\tSalt:       {}\n", b64_hex(&d.salt, cont)));
-        s.push_str(&format!("\tDigest:     {}\n", b64_hex(&d.digest, cont)));
-    }
-    s
 }

@@ -159,16 +159,5 @@ pub fn run(cmd: &mut Command) -> Output {
     o
 }
 
-/// Deterministic pseudo-random bytes (xorshift), no extra crates.
-pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
+/// Deterministic pseudo-random bytes from the shared seeded PRNG.
+pub use testutil::random_bytes;

@@ -1,4 +1,4 @@
-//! Shared test harness: volumes, a tiny PRNG, and a randomized workload
+//! Shared test harness: volumes, a seeded PRNG, and a randomized workload
 //! checked against a model of the plaintext device.
 #![allow(dead_code)]
 
@@ -17,31 +17,8 @@ use ucrypt_datapath::{
 /// Longest a test waits for any single completion before failing.
 pub const HANG: Duration = Duration::from_secs(60);
 
-/// xorshift64* — deterministic, seeded per test.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for c in buf.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-}
+/// The shared seeded PRNG (testutil), so failures reproduce.
+pub use testutil::Rng;
 
 /// A cipher under test.
 #[derive(Clone, Copy, Debug)]

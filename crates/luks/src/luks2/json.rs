@@ -10,9 +10,10 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::{corrupt, unsupported, Result};
+use crate::error::{corrupt, json_error, unsupported, Result};
 use crate::hash::Hash;
 use crate::kdf::{Argon2Variant, Kdf};
+use crate::ErrorKind;
 
 /// Largest keyslots area cryptsetup accepts (128 MiB).
 pub const MAX_KEYSLOTS_SIZE: u64 = 128 << 20;
@@ -325,10 +326,15 @@ impl Metadata {
             .position(|&b| b == 0)
             .ok_or_else(|| corrupt("LUKS2 JSON area is not NUL-terminated"))?;
         let value: Value = serde_json::from_slice(&json_area[..end])
-            .map_err(|e| corrupt(format!("LUKS2 JSON metadata is invalid: {e}")))?;
+            .map_err(|e| json_error(ErrorKind::Corrupt, "LUKS2 JSON metadata is invalid", e))?;
         precheck(&value)?;
-        let meta: Metadata = serde_json::from_value(value)
-            .map_err(|e| corrupt(format!("LUKS2 JSON metadata has a wrong shape: {e}")))?;
+        let meta: Metadata = serde_json::from_value(value).map_err(|e| {
+            json_error(
+                ErrorKind::Corrupt,
+                "LUKS2 JSON metadata has a wrong shape",
+                e,
+            )
+        })?;
         meta.validate(hdr_size)?;
         Ok(meta)
     }

@@ -12,7 +12,7 @@ pub mod json;
 
 use std::io::{Read, Seek, SeekFrom};
 
-use crate::error::{corrupt, Error, ErrorKind, Result};
+use crate::error::{corrupt, random_error, Error, ErrorKind, Result};
 use binary::{BinHeader, BIN_LEN, HDR_SIZES};
 pub use json::Metadata;
 
@@ -160,7 +160,8 @@ impl Header {
             let mut bin = self.bin.clone();
             bin.primary = primary;
             bin.hdr_offset = if primary { 0 } else { self.bin.hdr_size };
-            getrandom::fill(&mut bin.salt).map_err(|e| corrupt(format!("No randomness: {e}")))?;
+            getrandom::fill(&mut bin.salt)
+                .map_err(|e| random_error(ErrorKind::Corrupt, "No randomness", e))?;
             let mut area = bin.to_bytes();
             area.extend_from_slice(&json);
             area.resize(self.bin.hdr_size as usize, 0);

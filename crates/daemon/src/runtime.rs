@@ -1,25 +1,20 @@
-//! Where a daemon's files live, how to tell a live daemon from a dead one,
-//! and the client side of the control channel.
+//! Where a daemon's files live and how to tell a live daemon from a dead
+//! one.
 //!
-//! Per volume `NAME` the runtime directory holds:
+//! Per volume `NAME` the runtime directory ([`dir`]) holds:
 //!
 //! ```text
 //!   NAME.pid        pid of the serving daemon (written once it is ready)
-//!   NAME.ctl.sock   control socket (0600): one JSON request line, one reply line
+//!   NAME.ctl.sock   control socket (0600): one request line, one reply line
 //!   NAME.nbd.sock   default NBD socket (0600)
 //!   NAME.fuse/      default FUSE mountpoint (holding the file NAME)
-//!   NAME.log        the detached daemon's stdout/stderr
+//!   NAME.log        a detached daemon's stdout/stderr
 //! ```
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::os::unix::net::UnixStream;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::Failure;
+use crate::error::{invalid, Error, ErrorKind, Result};
 
 /// The runtime directory: `$UCRYPT_RUNTIME_DIR`, else `/run/ucrypt` as root,
 /// else `$XDG_RUNTIME_DIR/ucrypt`, else `/tmp/ucrypt-$UID`.
@@ -46,22 +41,24 @@ pub fn euid() -> u32 {
 }
 
 /// Creates the runtime directory (0700) if missing.
-pub fn ensure_dir() -> Result<PathBuf, Failure> {
+pub fn ensure_dir() -> Result<PathBuf> {
     let d = dir();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&d)
         .map_err(|e| {
-            Failure::denied(format!(
-                "Cannot create runtime directory {}: {e}",
-                d.display()
-            ))
+            Error::new(
+                ErrorKind::PermissionDenied,
+                format!("Cannot create runtime directory {}", d.display()),
+            )
+            .with_source(e)
         })?;
     Ok(d)
 }
 
 /// Paths of one volume's runtime files.
+#[derive(Debug, Clone)]
 pub struct Paths {
     /// `NAME.pid`
     pub pid: PathBuf,
@@ -93,8 +90,40 @@ impl Paths {
     }
 }
 
+/// What [`claim`] found.
+#[derive(Debug)]
+pub struct Claim {
+    /// The volume's runtime files.
+    pub paths: Paths,
+    /// A dead daemon's FUSE mount had to be detached.
+    pub detached_stale_mount: bool,
+}
+
+/// Claims volume `name` for a new daemon: checks the name, creates the
+/// runtime directory, refuses ([`ErrorKind::Busy`]) when a live daemon
+/// already serves `name` — unless that is process `me` — and removes what
+/// a dead one left behind.
+pub fn claim(name: &str, me: Option<u32>) -> Result<Claim> {
+    check_name(name)?;
+    let paths = Paths::new(&ensure_dir()?, name);
+    if let Some(pid) = live_pid(&paths, name) {
+        if Some(pid) != me {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("Device {name} already exists (served by pid {pid})."),
+            ));
+        }
+    }
+    // Whatever a crashed daemon left behind must not block us.
+    let detached_stale_mount = clean_stale(&paths);
+    Ok(Claim {
+        paths,
+        detached_stale_mount,
+    })
+}
+
 /// Volume names become file names: keep them to a safe alphabet.
-pub fn check_name(name: &str) -> Result<(), Failure> {
+pub fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
@@ -104,7 +133,7 @@ pub fn check_name(name: &str) -> Result<(), Failure> {
     if ok {
         Ok(())
     } else {
-        Err(Failure::usage(format!(
+        Err(invalid(format!(
             "Invalid volume name {name:?}: use 1-64 characters from A-Z a-z 0-9 - _ . (not starting with '.')"
         )))
     }
@@ -121,7 +150,7 @@ pub fn live_pid(paths: &Paths, name: &str) -> Option<u32> {
     pid_serves(pid, name).then_some(pid)
 }
 
-/// True if process `pid` exists and its command line is `ucrypt … open … name`.
+/// True if process `pid` exists and its command line is `… open … name`.
 pub fn pid_serves(pid: u32, name: &str) -> bool {
     let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
@@ -131,58 +160,62 @@ pub fn pid_serves(pid: u32, name: &str) -> bool {
     args.contains(&&b"open"[..]) && args.contains(&name.as_bytes())
 }
 
-/// Removes what a dead daemon left behind (pid file, sockets, dead FUSE mount).
-pub fn clean_stale(paths: &Paths) {
+/// Names of the volumes with a pid file in the runtime directory, sorted
+/// (live or not: check with [`live_pid`]).
+pub fn volumes() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir()) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".pid"))
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Removes what a dead daemon left behind (pid file, sockets, dead FUSE
+/// mount). Returns true if a stale FUSE mount had to be detached.
+pub fn clean_stale(paths: &Paths) -> bool {
     let _ = std::fs::remove_file(&paths.pid);
     let _ = std::fs::remove_file(&paths.ctl);
     if let Ok(m) = std::fs::symlink_metadata(&paths.nbd) {
-        use std::os::unix::fs::FileTypeExt;
         if m.file_type().is_socket() {
             let _ = std::fs::remove_file(&paths.nbd);
         }
     }
-    if fuse::clean_stale_mount(&paths.fuse).unwrap_or(false) {
-        eprintln!(
-            "ucrypt: detached a stale FUSE mount at {}",
-            paths.fuse.display()
-        );
-    }
+    let detached = fuse::clean_stale_mount(&paths.fuse).unwrap_or(false);
     let _ = std::fs::remove_dir(&paths.fuse);
+    detached
 }
 
-/// Sends one control request and returns the reply object. `Err` carries a
-/// user-facing failure (no daemon, daemon error).
-pub fn request(name: &str, req: &Value, timeout: Duration) -> Result<Value, Failure> {
-    let paths = Paths::of(name);
-    let mut s = UnixStream::connect(&paths.ctl).map_err(|_| {
-        if live_pid(&paths, name).is_some() {
-            Failure::busy(format!(
-                "Device {name} is starting or not answering on {}",
-                paths.ctl.display()
-            ))
-        } else {
-            Failure::device(format!("Device {name} is not active."))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        for ok in ["a", "vol-1_x.y", &"n".repeat(64)] {
+            assert!(check_name(ok).is_ok(), "{ok}");
         }
-    })?;
-    let _ = s.set_read_timeout(Some(timeout));
-    let mut line = req.to_string();
-    line.push('\n');
-    s.write_all(line.as_bytes())
-        .map_err(|e| Failure::device(format!("Cannot talk to the {name} daemon: {e}")))?;
-    let mut reply = String::new();
-    BufReader::new(s)
-        .read_line(&mut reply)
-        .map_err(|e| Failure::device(format!("No reply from the {name} daemon: {e}")))?;
-    let v: Value = serde_json::from_str(&reply)
-        .map_err(|_| Failure::device(format!("Malformed reply from the {name} daemon")))?;
-    if v["ok"].as_bool() == Some(true) {
-        Ok(v)
-    } else {
-        let msg = v["error"].as_str().unwrap_or("Request failed").to_owned();
-        let code = v["code"]
-            .as_u64()
-            .and_then(|c| u8::try_from(c).ok())
-            .unwrap_or(1);
-        Err(Failure { code, message: msg })
+        for bad in ["", ".hidden", "a/b", "../x", "sp ace", &"n".repeat(65)] {
+            let e = check_name(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_are_named_after_the_volume() {
+        let p = Paths::new(Path::new("/r"), "v");
+        assert_eq!(p.pid, Path::new("/r/v.pid"));
+        assert_eq!(p.ctl, Path::new("/r/v.ctl.sock"));
+        assert_eq!(p.nbd, Path::new("/r/v.nbd.sock"));
+        assert_eq!(p.fuse, Path::new("/r/v.fuse"));
+        assert_eq!(p.log, Path::new("/r/v.log"));
     }
 }

@@ -1,0 +1,97 @@
+//! What a caller chooses when opening a [`super::FileBackend`] (O_DIRECT
+//! policy, FUA method, IO engine, discards) and the counters it reports.
+
+/// How to use `O_DIRECT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DirectIo {
+    /// O_DIRECT for aligned requests when the file allows it, buffered
+    /// otherwise.
+    #[default]
+    Auto,
+    /// Always buffered (page cache).
+    Never,
+    /// O_DIRECT only: the open fails if refused, unaligned requests fail.
+    Required,
+}
+
+/// How to make a FUA write durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FuaMode {
+    /// One write with `RWF_DSYNC` (reported as `can_fua`).
+    #[default]
+    Dsync,
+    /// A plain write followed by fdatasync (FUA emulated).
+    WriteThenFlush,
+}
+
+/// Which system interface performs reads, writes and syncs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IoEngine {
+    /// One io_uring per calling thread.
+    Uring,
+    /// `pread` / `pwritev2` / `fdatasync`.
+    Syscalls,
+}
+
+/// Options for [`FileBackend::open`](super::FileBackend::open).
+#[derive(Debug, Clone)]
+pub struct FileOptions {
+    /// Open read-only; writes, discards and zeroing fail.
+    pub read_only: bool,
+    /// O_DIRECT policy.
+    pub direct: DirectIo,
+    /// FUA implementation.
+    pub fua: FuaMode,
+    /// Pass discards down as punch hole / BLKDISCARD; when false, discard
+    /// is emulated by write-zeroes.
+    pub allow_discard: bool,
+    /// Fail the open if the file or device is smaller than this many bytes.
+    pub min_size: u64,
+    /// Force an IO engine; `None` = io_uring when the kernel allows it.
+    pub engine: Option<IoEngine>,
+    /// Claim a block device exclusively (`O_EXCL`, as mount does): the open
+    /// fails with `EBUSY` while it is mounted or claimed by another opener.
+    /// Ignored for regular files.
+    pub exclusive: bool,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            direct: DirectIo::Auto,
+            fua: FuaMode::Dsync,
+            allow_discard: true,
+            min_size: 0,
+            engine: None,
+            exclusive: false,
+        }
+    }
+}
+
+/// Operation counters, for status output and tests ("did FUA reach the
+/// disk?") without tracing syscalls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileStats {
+    /// Read/write transfers issued on the O_DIRECT descriptor.
+    pub direct_ops: u64,
+    /// Read/write transfers issued on the buffered descriptor.
+    pub buffered_ops: u64,
+    /// Direct transfers copied through an aligned bounce buffer.
+    pub bounced_ops: u64,
+    /// fdatasync operations completed (flushes and emulated FUA).
+    pub syncs: u64,
+    /// Writes issued with `RWF_DSYNC` (native FUA).
+    pub dsync_writes: u64,
+    /// Native discards (punch hole / BLKDISCARD) completed.
+    pub discards: u64,
+    /// Native zeroing operations (fallocate / BLKZEROOUT) completed.
+    pub zeroes: u64,
+    /// Reads, writes and syncs submitted through io_uring.
+    pub uring_ops: u64,
+    /// Reads, writes and syncs done with plain syscalls.
+    pub syscall_ops: u64,
+}

@@ -1,0 +1,414 @@
+//! Results: per-cell records, derived ratios (% of raw, of the bound, of
+//! classic), and the files of a run ([`table`] renders the text and CSV,
+//! [`grid`] the grid profile's table, [`crate::heatmap`] the pictures).
+//!
+//! The JSON layout is documented in docs/BENCHMARKING.md; bump
+//! [`SCHEMA_VERSION`] on any incompatible change.
+
+pub mod grid;
+mod machine;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use crate::driver::{Rw, Workload};
+use crate::runner::{Rep, RunTarget};
+use crate::stats::{self, Percentiles, Summary};
+use crate::target::{Cipher, Mode};
+use crate::{CryptoSpeed, Error, Options};
+
+pub use machine::Machine;
+pub use table::fmt_bs;
+
+/// Version of the results JSON layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which part of the run a cell belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// 4k sequential, QD1, one job (the seeds' workload).
+    Headline,
+    /// The bs × QD × jobs sweep.
+    Sweep,
+}
+
+/// One measured cell: a target under one workload, over repetitions.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CellResult {
+    /// Headline or sweep.
+    pub phase: Phase,
+    /// Target name (`raw`, `aes-inline`, `fio:nbdkit-memory`, …).
+    pub target: String,
+    /// Cipher, `null` for raw.
+    pub cipher: Option<Cipher>,
+    /// Data-path mode, `null` for raw and external targets.
+    pub mode: Option<Mode>,
+    /// fio-style direction.
+    pub rw: Rw,
+    /// Block size in bytes.
+    pub bs: u32,
+    /// Queue depth per job.
+    pub qd: usize,
+    /// Jobs (threads).
+    pub jobs: usize,
+    /// Repetitions measured.
+    pub reps: usize,
+    /// Throughput in MiB/s over repetitions (null if nothing completed).
+    pub mib_s: Option<Summary>,
+    /// Median IOPS.
+    pub iops: Option<f64>,
+    /// Median latency percentiles in µs.
+    pub lat_us: Option<Percentiles>,
+    /// Median CPU seconds per GiB moved (whole process).
+    pub cpu_s_per_gib: Option<f64>,
+    /// Failed requests over all repetitions.
+    pub errors: u64,
+    /// The first error message.
+    pub error: Option<String>,
+    /// Median throughput as % of the raw target in the same cell.
+    pub pct_raw: Option<f64>,
+    /// The bound io·c/(io+c) in MiB/s (io = raw, c = crypto at this bs).
+    pub bound_mib_s: Option<f64>,
+    /// Median throughput as % of the bound.
+    pub pct_bound: Option<f64>,
+    /// Median throughput as % of the same cipher's classic mode.
+    pub pct_classic: Option<f64>,
+}
+
+impl CellResult {
+    /// Aggregates repetitions of `target`: medians and spread over the
+    /// repetitions that completed something.
+    pub fn from_reps(phase: Phase, target: &RunTarget, w: &Workload, reps: Vec<Rep>) -> Self {
+        let n = reps.len();
+        let errors = reps.iter().map(|r| r.errors).sum();
+        let error = reps.iter().find_map(|r| r.error.clone());
+        let ok: Vec<&Rep> = reps.iter().filter(|r| r.ops > 0).collect();
+        let mib: Vec<f64> = ok.iter().map(|r| stats::mib_per_s(r.bytes_per_s)).collect();
+        let iops: Vec<f64> = ok.iter().map(|r| r.iops).collect();
+        let cpu: Vec<f64> = ok.iter().filter_map(|r| r.cpu_s_per_gib).collect();
+        let lats: Vec<Percentiles> = ok.iter().filter_map(|r| r.lat).collect();
+        Self {
+            phase,
+            target: target.name.clone(),
+            cipher: target.cipher,
+            mode: if target.cipher.is_some() {
+                target.mode
+            } else {
+                None
+            },
+            rw: w.rw,
+            bs: w.bs,
+            qd: w.qd,
+            jobs: w.jobs,
+            reps: n,
+            mib_s: Summary::of(&mib),
+            iops: stats::median(&iops),
+            lat_us: Percentiles::median_of(&lats),
+            cpu_s_per_gib: stats::median(&cpu),
+            errors,
+            error,
+            pct_raw: None,
+            bound_mib_s: None,
+            pct_bound: None,
+            pct_classic: None,
+        }
+    }
+
+    /// Median MiB/s (None when nothing completed).
+    pub fn mib(&self) -> Option<f64> {
+        self.mib_s.map(|s| s.median)
+    }
+
+    fn same_workload(&self, o: &CellResult) -> bool {
+        self.phase == o.phase
+            && self.rw == o.rw
+            && self.bs == o.bs
+            && self.qd == o.qd
+            && self.jobs == o.jobs
+    }
+}
+
+/// A target that could not run, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Skipped {
+    /// Target name.
+    pub target: String,
+    /// Reason.
+    pub reason: String,
+}
+
+/// The options as recorded in the JSON.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OptionsRecord {
+    /// quick / default / full.
+    pub profile: String,
+    /// Ramdisk bytes.
+    pub size_bytes: u64,
+    /// Sector size of the encrypted targets.
+    pub sector_size: u32,
+    /// Headline targets.
+    pub targets: Vec<String>,
+    /// Sweep targets.
+    pub sweep_targets: Vec<String>,
+    /// Sweep directions.
+    pub rw: Vec<Rw>,
+    /// Sweep block sizes.
+    pub bs: Vec<u32>,
+    /// Sweep queue depths.
+    pub qd: Vec<usize>,
+    /// Sweep jobs.
+    pub jobs: Vec<usize>,
+    /// Headline repetition length, ms.
+    pub runtime_ms: u64,
+    /// Sweep repetition length, ms.
+    pub sweep_runtime_ms: u64,
+    /// Warm-up per target per cell, ms.
+    pub warmup_ms: u64,
+    /// Headline repetitions.
+    pub reps: usize,
+    /// Sweep repetitions.
+    pub sweep_reps: usize,
+}
+
+impl From<&Options> for OptionsRecord {
+    fn from(o: &Options) -> Self {
+        Self {
+            profile: o.profile.clone(),
+            size_bytes: o.size,
+            sector_size: o.sector_size,
+            targets: o.targets.iter().map(ToString::to_string).collect(),
+            sweep_targets: o.sweep_targets.iter().map(ToString::to_string).collect(),
+            rw: o.rw.clone(),
+            bs: o.bs.clone(),
+            qd: o.qd.clone(),
+            jobs: o.jobs.clone(),
+            runtime_ms: o.runtime.as_millis() as u64,
+            sweep_runtime_ms: o.sweep_runtime.as_millis() as u64,
+            warmup_ms: o.warmup.as_millis() as u64,
+            reps: o.reps,
+            sweep_reps: o.sweep_reps,
+        }
+    }
+}
+
+/// A whole run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `ucrypt bench <version>`.
+    pub tool: String,
+    /// Start time, RFC 3339 UTC.
+    pub started: String,
+    /// Wall time of the run in seconds.
+    pub duration_s: f64,
+    /// Where the numbers come from.
+    pub machine: Machine,
+    /// `in-process` or `fio`.
+    pub via: String,
+    /// What was asked.
+    pub options: OptionsRecord,
+    /// Crypto throughput measured in this run.
+    pub crypto: Vec<CryptoSpeed>,
+    /// Every cell.
+    pub cells: Vec<CellResult>,
+    /// Targets that could not run.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Fills `pct_raw`, `bound_mib_s`, `pct_bound` and `pct_classic` from the
+/// other cells of the same workload.
+pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {
+    let snapshot: Vec<CellResult> = cells.to_vec();
+    for (i, c) in snapshot.iter().enumerate() {
+        let Some(mine) = c.mib() else { continue };
+        let peer = |pred: &dyn Fn(&CellResult) -> bool| {
+            snapshot
+                .iter()
+                .find(|o| o.same_workload(c) && pred(o))
+                .and_then(CellResult::mib)
+        };
+        let out = &mut cells[i];
+        let raw = peer(&|o| o.target == "raw");
+        if let Some(raw) = raw {
+            out.pct_raw = stats::percent(mine, raw);
+        }
+        if let (Some(cipher), Some(raw)) = (c.cipher, raw) {
+            let speed = crypto
+                .iter()
+                .find(|s| s.cipher == cipher.spec() && s.bs == c.bs);
+            if let Some(s) = speed {
+                let cs = if c.rw.is_write() {
+                    s.encrypt_mib_s
+                } else {
+                    s.decrypt_mib_s
+                };
+                let b = stats::bound(raw, cs);
+                if b > 0.0 {
+                    out.bound_mib_s = Some(b);
+                    out.pct_bound = stats::percent(mine, b);
+                }
+            }
+        }
+        if c.cipher.is_some() {
+            let classic = c
+                .mode
+                .and_then(|m| c.target.strip_suffix(m.name()))
+                .map(|p| format!("{p}classic"));
+            if let Some(cl) = classic.and_then(|name| peer(&|o| o.target == name)) {
+                out.pct_classic = stats::percent(mine, cl);
+            }
+        }
+    }
+}
+
+impl Report {
+    /// JSON (see docs/BENCHMARKING.md). Non-finite numbers become null.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Writes table.txt, results.json, cells.csv and the heatmaps into
+    /// `dir`; returns the files written.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Output {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut files = Vec::new();
+        let mut put = |name: &str, bytes: &[u8]| -> Result<(), Error> {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).map_err(|source| Error::Output {
+                path: p.clone(),
+                source,
+            })?;
+            files.push(p);
+            Ok(())
+        };
+        put("table.txt", self.table().as_bytes())?;
+        put("results.json", self.json().as_bytes())?;
+        put("cells.csv", self.csv().as_bytes())?;
+        for map in crate::heatmap::build(self) {
+            put(&format!("{}.svg", map.file_stem), map.svg()?.as_bytes())?;
+            put(&format!("{}.png", map.file_stem), &map.png()?)?;
+        }
+        Ok(files)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn rep(bytes: u64, ms: u64) -> Rep {
+        let s = Duration::from_millis(ms).as_secs_f64();
+        Rep {
+            ops: bytes / 4096,
+            bytes_per_s: bytes as f64 / s,
+            iops: (bytes / 4096) as f64 / s,
+            lat: Some(Percentiles {
+                p50: 1.0,
+                p99: 1.0,
+                p999: 1.0,
+            }),
+            ..Rep::default()
+        }
+    }
+
+    fn cell(
+        target: &str,
+        cipher: Option<Cipher>,
+        mode: Mode,
+        rw: Rw,
+        mib_per_100ms: &[u64],
+    ) -> CellResult {
+        let w = Workload {
+            rw,
+            bs: 4096,
+            qd: 1,
+            jobs: 1,
+            runtime: Duration::from_millis(100),
+        };
+        let reps = mib_per_100ms.iter().map(|&m| rep(m << 20, 100)).collect();
+        let t = RunTarget {
+            name: target.into(),
+            cipher,
+            mode: Some(mode),
+            headline: true,
+            swept: false,
+        };
+        CellResult::from_reps(Phase::Headline, &t, &w, reps)
+    }
+
+    #[test]
+    fn derive_ratios_and_bound() {
+        // raw 200 MiB/s; null classic 80; inline 200; aes inline 100 with
+        // c = 300 MiB/s → bound 200·300/500 = 120 → 83.3%.
+        let mut cells = vec![
+            cell("raw", None, Mode::Classic, Rw::Read, &[19, 20, 21]),
+            cell(
+                "null-classic",
+                Some(Cipher::Null),
+                Mode::Classic,
+                Rw::Read,
+                &[8, 8, 9],
+            ),
+            cell(
+                "null-inline",
+                Some(Cipher::Null),
+                Mode::Inline,
+                Rw::Read,
+                &[20, 20, 20],
+            ),
+            cell(
+                "aes-inline",
+                Some(Cipher::AesXts),
+                Mode::Inline,
+                Rw::Read,
+                &[10],
+            ),
+        ];
+        assert_eq!(cells[0].mib(), Some(200.0));
+        assert_eq!(cells[0].mib_s.unwrap().spread_pct, 10.0);
+        let crypto = vec![CryptoSpeed {
+            cipher: "aes-xts-plain64".into(),
+            bs: 4096,
+            encrypt_mib_s: 1.0,
+            decrypt_mib_s: 300.0,
+        }];
+        derive(&mut cells, &crypto);
+        assert_eq!(cells[2].mode, Some(Mode::Inline));
+        assert_eq!(cells[0].pct_raw, Some(100.0));
+        assert_eq!(cells[1].pct_raw, Some(40.0));
+        assert_eq!(cells[2].pct_classic, Some(250.0));
+        assert_eq!(cells[3].bound_mib_s, Some(120.0));
+        assert!((cells[3].pct_bound.unwrap() - 83.333).abs() < 0.01);
+        assert_eq!(cells[3].pct_classic, None);
+        assert_eq!(
+            cells[1].pct_bound, None,
+            "no crypto speed measured for null"
+        );
+    }
+
+    /// A report with no cells, for the renderers' tests.
+    pub(crate) fn empty_report(profile: &str) -> Report {
+        let o = Options {
+            profile: profile.into(),
+            ..Options::quick()
+        };
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: "t".into(),
+            started: "2026-11-23T00:00:00Z".into(),
+            duration_s: 0.0,
+            machine: Machine::detect(),
+            via: "in-process".into(),
+            options: OptionsRecord::from(&o),
+            crypto: Vec::new(),
+            cells: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+}

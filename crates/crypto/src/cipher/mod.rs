@@ -1,0 +1,196 @@
+//! Chain modes over whole sectors: hand-written XTS, CBC and ECB over the
+//! RustCrypto `aes` block primitive (batched `encrypt_blocks`), plus the
+//! OpenSSL XTS fast path. Everything behind the small [`SectorCipher`] trait.
+//!
+//! ```text
+//!   SectorCrypt ──(one per key part)──▶ dyn SectorCipher
+//!                                         ├─ Evp (vendored OpenSSL 3: xts/cbc/ecb; VAES/AVX-512
+//!                                         │      or AES-NI picked by OpenSSL at runtime)
+//!                                         │     └─ falls back to the Rust mode below for keys
+//!                                         │        OpenSSL refuses (XTS halves equal, AES-192-XTS)
+//!                                         ├─ XtsRust     (aes::encrypt_blocks in 64-block batches)
+//!                                         ├─ Cbc, Ecb    (aes)
+//!                                         └─ NullCipher
+//! ```
+//!
+//! XTS is IEEE 1619-2007 restricted to whole 16-byte blocks (dm-crypt sectors
+//! are 512..4096 bytes, so ciphertext stealing never happens). The tweak is
+//! the sector IV encrypted with the second key half, multiplied by alpha in
+//! GF(2^128) (little-endian, polynomial x^128 + x^7 + x^2 + x + 1) per block.
+//!
+//! ```text
+//!   mod.rs   SectorCipher, Provider, new_mode (the one place that picks an
+//!            implementation), NullCipher
+//!   rust.rs  the pure-Rust provider: Aes, XtsRust, Cbc, Ecb
+//!   evp.rs   the OpenSSL EVP provider (and this crate's one unsafe function)
+//! ```
+
+mod evp;
+mod rust;
+
+pub(crate) use rust::Aes;
+use rust::{Cbc, Ecb, XtsRust};
+
+/// Direction of a conversion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    Encrypt,
+    Decrypt,
+}
+
+/// Encrypts or decrypts whole sectors in place with caller-supplied IVs.
+pub(crate) trait SectorCipher: Send + Sync {
+    /// Converts `buf` as consecutive `unit`-byte sectors (`unit` a multiple
+    /// of 16); sector `i` uses `ivs[i]`, and `ivs.len() == buf.len() / unit`.
+    fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]);
+
+    /// Like [`SectorCipher::crypt_run`], reading `src` and writing `dst`
+    /// (same length): one pass over the data instead of a copy and a pass.
+    /// Provided: copy, then convert in place.
+    fn crypt_run_to(&self, dir: Dir, src: &[u8], dst: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
+        dst.copy_from_slice(src);
+        self.crypt_run(dir, dst, unit, ivs);
+    }
+
+    /// Like [`SectorCipher::crypt_run_to`], appending the output to `out`:
+    /// written straight into its spare capacity where the implementation
+    /// can (OpenSSL XTS), so no buffer has to be zeroed first. Provided:
+    /// append a copy, then convert it in place.
+    fn crypt_run_append(
+        &self,
+        dir: Dir,
+        src: &[u8],
+        out: &mut Vec<u8>,
+        unit: usize,
+        ivs: &[[u8; 16]],
+    ) {
+        let base = out.len();
+        out.extend_from_slice(src);
+        self.crypt_run(dir, &mut out[base..], unit, ivs);
+    }
+
+    /// Converts one sector (`buf`, a multiple of 16 bytes) with `iv`.
+    fn crypt(&self, dir: Dir, buf: &mut [u8], iv: &[u8; 16]) {
+        let unit = buf.len();
+        if unit > 0 {
+            self.crypt_run(dir, buf, unit, std::slice::from_ref(iv));
+        }
+    }
+
+    /// Implementation name for `benchmark`/`status`.
+    fn name(&self) -> &'static str;
+}
+
+/// Which implementation family builds the chain modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Provider {
+    /// Vendored OpenSSL when it accepts the key, else pure Rust. The
+    /// environment variable `UCRYPT_CRYPTO=rust|openssl` overrides it.
+    #[default]
+    Auto,
+    /// Vendored OpenSSL EVP (falls back to Rust for keys OpenSSL refuses,
+    /// such as XTS keys with equal halves, or AES-192-XTS which it lacks).
+    OpenSsl,
+    /// Hand-made modes over the `aes` crate's batched block functions.
+    Rust,
+}
+
+/// Name of the pure-Rust XTS implementation.
+pub const RUST_XTS_NAME: &str = "rust-aes-xts (hand-made XTS over aes 0.9 encrypt_blocks)";
+/// Name of the OpenSSL XTS implementation.
+pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3 EVP, per-sector IV re-init)";
+
+/// Builds a chain mode for `key` (for XTS: data key || tweak key); `None`
+/// when the key length does not fit the mode.
+pub(crate) fn new_mode(
+    chain: crate::spec::ChainMode,
+    key: &[u8],
+    choice: Provider,
+) -> Option<Box<dyn SectorCipher>> {
+    use crate::spec::ChainMode;
+    let choice = match choice {
+        Provider::Auto => match std::env::var("UCRYPT_CRYPTO").as_deref() {
+            Ok("rust") => Provider::Rust,
+            _ => Provider::OpenSsl,
+        },
+        c => c,
+    };
+    let (rust, mode): (Box<dyn SectorCipher>, evp::EvpMode) = match chain {
+        ChainMode::Xts => (Box::new(XtsRust::new(key)?), evp::EvpMode::Xts),
+        ChainMode::Cbc => (Box::new(Cbc(Aes::new(key)?)), evp::EvpMode::Cbc),
+        ChainMode::Ecb => (Box::new(Ecb(Aes::new(key)?)), evp::EvpMode::Ecb),
+    };
+    if choice == Provider::OpenSsl {
+        // `Evp::new` takes the fallback; rebuild it if OpenSSL declines.
+        if let Some(e) = evp::Evp::new(mode, key, rust) {
+            return Some(Box::new(e));
+        }
+        return new_mode(chain, key, Provider::Rust);
+    }
+    Some(rust)
+}
+
+/// `cipher_null`: copies data unchanged.
+pub(crate) struct NullCipher;
+
+impl SectorCipher for NullCipher {
+    fn crypt_run(&self, _dir: Dir, _buf: &mut [u8], _unit: usize, _ivs: &[[u8; 16]]) {}
+
+    fn name(&self) -> &'static str {
+        "cipher_null"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openssl_and_rust_agree_and_roundtrip() {
+        use crate::spec::ChainMode;
+        for (chain, klen) in [
+            (ChainMode::Xts, 64),
+            (ChainMode::Xts, 32),
+            (ChainMode::Cbc, 24),
+            (ChainMode::Ecb, 16),
+        ] {
+            let key: Vec<u8> = (0..klen as u8).collect();
+            let ossl = new_mode(chain, &key, Provider::OpenSsl).unwrap();
+            assert!(
+                ossl.name().starts_with("openssl"),
+                "{chain:?}: {}",
+                ossl.name()
+            );
+            let rust = new_mode(chain, &key, Provider::Rust).unwrap();
+            assert!(rust.name().starts_with("rust"));
+            let mut a: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+            let orig = a.clone();
+            let mut b = a.clone();
+            let ivs: Vec<[u8; 16]> = (0..2u64)
+                .map(|i| {
+                    let mut iv = [0u8; 16];
+                    iv[..8].copy_from_slice(&(i + 9).to_le_bytes());
+                    iv
+                })
+                .collect();
+            ossl.crypt_run(Dir::Encrypt, &mut a, 4096, &ivs);
+            rust.crypt_run(Dir::Encrypt, &mut b, 4096, &ivs);
+            assert_eq!(a, b, "{chain:?}");
+            assert_ne!(a, orig);
+            rust.crypt_run(Dir::Decrypt, &mut b, 4096, &ivs);
+            ossl.crypt_run(Dir::Decrypt, &mut a, 4096, &ivs);
+            assert_eq!(a, orig);
+            assert_eq!(b, orig);
+        }
+    }
+
+    #[test]
+    fn openssl_refuses_equal_halves_so_rust_is_used() {
+        let key = [0x11u8; 64];
+        let c = new_mode(crate::spec::ChainMode::Xts, &key, Provider::OpenSsl).unwrap();
+        assert_eq!(c.name(), RUST_XTS_NAME);
+        let c = new_mode(crate::spec::ChainMode::Xts, &[3u8; 48], Provider::OpenSsl).unwrap();
+        assert_eq!(c.name(), RUST_XTS_NAME, "OpenSSL has no AES-192-XTS");
+    }
+}

@@ -1,0 +1,150 @@
+//! The client side of the control socket: [`call`] and one typed wrapper
+//! per request.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use datapath::CryptMode;
+use zeroize::Zeroizing;
+
+use super::{decode_reply, encode_request, Flags, Ping, Reply, Request, Status};
+use crate::error::{Error, ErrorKind, Result};
+use crate::runtime::{self, Paths};
+
+/// Longest reply line the client reads.
+const MAX_REPLY: u64 = 1 << 20;
+
+/// Sends `req` to volume `name`'s daemon and returns its reply.
+///
+/// Fails with [`ErrorKind::NotActive`] when nothing serves `name`,
+/// [`ErrorKind::Busy`] when a live daemon does not accept yet,
+/// [`ErrorKind::Protocol`] when the exchange breaks, and with the daemon's
+/// own kind and message when it answers [`Reply::Failed`].
+pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
+    let paths = Paths::of(name);
+    let mut s = UnixStream::connect(&paths.ctl).map_err(|_| {
+        if runtime::live_pid(&paths, name).is_some() {
+            Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "Device {name} is starting or not answering on {}",
+                    paths.ctl.display()
+                ),
+            )
+        } else {
+            Error::new(
+                ErrorKind::NotActive,
+                format!("Device {name} is not active."),
+            )
+        }
+    })?;
+    let _ = s.set_read_timeout(Some(timeout));
+    s.write_all(encode_request(req).as_bytes()).map_err(|e| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("Cannot talk to the {name} daemon"),
+        )
+        .with_source(e)
+    })?;
+    // The reply to `table --showkeys` holds the key.
+    let mut reply = Zeroizing::new(String::with_capacity(64 << 10));
+    BufReader::new(s)
+        .take(MAX_REPLY)
+        .read_line(&mut reply)
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("No reply from the {name} daemon"),
+            )
+            .with_source(e)
+        })?;
+    match decode_reply(&reply) {
+        Ok(Reply::Failed { kind, message }) => Err(Error::new(kind, message)),
+        Ok(r) => Ok(r),
+        Err(e) if e.kind() == ErrorKind::Protocol && reply.is_empty() => Err(Error::new(
+            ErrorKind::Protocol,
+            format!("No reply from the {name} daemon"),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+fn unexpected(name: &str, r: &Reply) -> Error {
+    let what = match r {
+        Reply::Ping(_) => "ping",
+        Reply::Status(_) => "status",
+        Reply::Table { .. } => "table",
+        Reply::Refreshed { .. } => "refreshed",
+        Reply::Closed => "closed",
+        Reply::Failed { .. } => "failed",
+    };
+    Error::new(
+        ErrorKind::Protocol,
+        format!("Unexpected {what:?} reply from the {name} daemon"),
+    )
+}
+
+/// [`Request::Ping`].
+pub fn ping(name: &str, timeout: Duration) -> Result<Ping> {
+    match call(name, &Request::Ping, timeout)? {
+        Reply::Ping(p) => Ok(p),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Status`].
+pub fn status(name: &str, timeout: Duration) -> Result<Status> {
+    match call(name, &Request::Status, timeout)? {
+        Reply::Status(s) => Ok(*s),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Table`]; the line is wiped when dropped.
+pub fn table(name: &str, showkeys: bool, timeout: Duration) -> Result<Zeroizing<String>> {
+    match call(name, &Request::Table { showkeys }, timeout)? {
+        Reply::Table { line } => Ok(Zeroizing::new(line)),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// The configuration after a [`Request::Refresh`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refreshed {
+    /// Data-path mode in effect.
+    pub mode: CryptMode,
+    /// Performance flags in effect.
+    pub flags: Flags,
+    /// Whether discards are passed down.
+    pub allow_discards: bool,
+}
+
+/// [`Request::Refresh`].
+pub fn refresh(
+    name: &str,
+    mode: Option<CryptMode>,
+    flags: Flags,
+    timeout: Duration,
+) -> Result<Refreshed> {
+    match call(name, &Request::Refresh { mode, flags }, timeout)? {
+        Reply::Refreshed {
+            mode,
+            flags,
+            allow_discards,
+        } => Ok(Refreshed {
+            mode,
+            flags,
+            allow_discards,
+        }),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Close`]: returns once the daemon has flushed.
+pub fn close(name: &str, timeout: Duration) -> Result<()> {
+    match call(name, &Request::Close, timeout)? {
+        Reply::Closed => Ok(()),
+        r => Err(unexpected(name, &r)),
+    }
+}

@@ -1,0 +1,490 @@
+//! The control socket protocol, shared by the client ([`call`] and its
+//! typed wrappers) and the daemon ([`serve`]).
+//!
+//! One connection carries one exchange: the client writes one JSON line,
+//! the daemon answers with one JSON line and closes. This module holds the
+//! messages and their encoding; [`call`] and its typed wrappers are the
+//! client side, [`serve`] the daemon's loop, [`Status`] the `status` answer.
+//!
+//! ```text
+//!  client                                   daemon (NAME.ctl.sock, 0600)
+//!  {"version":1,"request":{"cmd":"status"}} ──►  serve(): parse, check version
+//!                                           ◄──  {"version":1,"reply":{"reply":"status",...}}
+//! ```
+//!
+//! Both directions are serde-typed ([`Request`], [`Reply`]) and carry
+//! [`PROTOCOL_VERSION`]: a peer speaking another version gets a clear
+//! [`ErrorKind::Protocol`] error, and a line that is no request at all gets
+//! [`ErrorKind::InvalidInput`], never a panic. Errors the daemon reports
+//! keep their [`ErrorKind`] on the client side.
+
+use datapath::{CryptMode, PerfFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+
+mod client;
+mod server;
+mod status;
+
+pub use client::{call, close, ping, refresh, status, table, Refreshed};
+pub use server::{serve, Handled};
+pub use status::{DirStats, NbdStats, Stats, Status};
+
+/// The protocol version this build speaks. Bump it on any change to
+/// [`Request`] or [`Reply`] that an older peer would misread.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A request to a volume's daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Request {
+    /// Is the daemon serving? Answered with [`Reply::Ping`].
+    Ping,
+    /// The mapping and live statistics ([`Reply::Status`]).
+    Status,
+    /// The dm-crypt table line ([`Reply::Table`]).
+    Table {
+        /// Print the key in clear instead of masked.
+        showkeys: bool,
+    },
+    /// Replace the performance flags (and the mode, if given) live
+    /// ([`Reply::Refreshed`]).
+    Refresh {
+        /// New data-path mode; unchanged when `None`.
+        #[serde(with = "opt_mode")]
+        mode: Option<CryptMode>,
+        /// The new flags (flags not set are cleared, as in cryptsetup).
+        flags: Flags,
+    },
+    /// Stop the frontend, flush and exit ([`Reply::Closed`], sent after the
+    /// flush).
+    Close,
+}
+
+/// A daemon's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reply {
+    /// Answer to [`Request::Ping`].
+    Ping(Ping),
+    /// Answer to [`Request::Status`].
+    Status(Box<Status>),
+    /// Answer to [`Request::Table`].
+    Table {
+        /// The table line (key masked unless asked for).
+        line: String,
+    },
+    /// Answer to [`Request::Refresh`]: the configuration now in effect.
+    Refreshed {
+        /// The data-path mode.
+        #[serde(with = "mode")]
+        mode: CryptMode,
+        /// The performance flags.
+        flags: Flags,
+        /// Whether discards are passed down.
+        allow_discards: bool,
+    },
+    /// Answer to [`Request::Close`]: everything is flushed.
+    Closed,
+    /// The request failed.
+    Failed {
+        /// What kind of failure.
+        kind: ErrorKind,
+        /// The message, sources included.
+        message: String,
+    },
+}
+
+/// Who serves a volume, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ping {
+    /// Volume name.
+    pub name: String,
+    /// The daemon's pid.
+    pub pid: u32,
+    /// The frontend serving the volume.
+    pub export: ExportKind,
+    /// Where: an NBD URI, the FUSE file or the ublk device node.
+    pub endpoint: String,
+}
+
+/// The kind of frontend serving a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ExportKind {
+    /// NBD on a unix socket or TCP.
+    Nbd,
+    /// A file in a FUSE mount.
+    Fuse,
+    /// A ublk block device.
+    Ublk,
+}
+
+impl ExportKind {
+    /// `nbd`, `fuse` or `ublk`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nbd => "nbd",
+            Self::Fuse => "fuse",
+            Self::Ublk => "ublk",
+        }
+    }
+}
+
+/// dm-crypt's performance flags, as they cross the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Flags {
+    /// `same_cpu_crypt`
+    pub same_cpu_crypt: bool,
+    /// `submit_from_crypt_cpus`
+    pub submit_from_crypt_cpus: bool,
+    /// `no_read_workqueue`
+    pub no_read_workqueue: bool,
+    /// `no_write_workqueue`
+    pub no_write_workqueue: bool,
+}
+
+impl From<PerfFlags> for Flags {
+    fn from(f: PerfFlags) -> Self {
+        Self {
+            same_cpu_crypt: f.same_cpu_crypt,
+            submit_from_crypt_cpus: f.submit_from_crypt_cpus,
+            no_read_workqueue: f.no_read_workqueue,
+            no_write_workqueue: f.no_write_workqueue,
+        }
+    }
+}
+
+impl From<Flags> for PerfFlags {
+    fn from(f: Flags) -> Self {
+        Self {
+            same_cpu_crypt: f.same_cpu_crypt,
+            submit_from_crypt_cpus: f.submit_from_crypt_cpus,
+            no_read_workqueue: f.no_read_workqueue,
+            no_write_workqueue: f.no_write_workqueue,
+        }
+    }
+}
+
+/// `cryptsetup status` flag words, in its order: `discards` (when
+/// `allow_discards`), then the performance flags that are set.
+pub fn flag_words(allow_discards: bool, f: &Flags) -> Vec<&'static str> {
+    [
+        (allow_discards, "discards"),
+        (f.same_cpu_crypt, "same_cpu_crypt"),
+        (f.submit_from_crypt_cpus, "submit_from_crypt_cpus"),
+        (f.no_read_workqueue, "no_read_workqueue"),
+        (f.no_write_workqueue, "no_write_workqueue"),
+    ]
+    .into_iter()
+    .filter_map(|(on, w)| on.then_some(w))
+    .collect()
+}
+
+/// The data-path mode's name: `classic`, `inline` or `adaptive`.
+pub fn mode_name(m: CryptMode) -> &'static str {
+    match m {
+        CryptMode::Classic => "classic",
+        CryptMode::Inline => "inline",
+        CryptMode::Adaptive => "adaptive",
+    }
+}
+
+/// Parses a [`mode_name`].
+pub fn parse_mode(s: &str) -> Result<CryptMode> {
+    match s {
+        "classic" => Ok(CryptMode::Classic),
+        "inline" => Ok(CryptMode::Inline),
+        "adaptive" => Ok(CryptMode::Adaptive),
+        _ => Err(crate::error::invalid(format!(
+            "Unknown mode {s:?}: use classic, inline or adaptive"
+        ))),
+    }
+}
+
+/// A [`CryptMode`] on the wire: its [`mode_name`].
+mod mode {
+    use datapath::CryptMode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &CryptMode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(super::mode_name(*m))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<CryptMode, D::Error> {
+        let s = String::deserialize(d)?;
+        super::parse_mode(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional [`CryptMode`] on the wire: its name or `null`.
+mod opt_mode {
+    use datapath::CryptMode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &Option<CryptMode>, s: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => s.serialize_some(super::mode_name(*m)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CryptMode>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|s| super::parse_mode(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// The request line: a version and the request.
+#[derive(Serialize, Deserialize)]
+struct RequestLine {
+    version: u32,
+    request: Request,
+}
+
+/// The reply line: a version and the reply.
+#[derive(Serialize, Deserialize)]
+struct ReplyLine {
+    version: u32,
+    reply: Reply,
+}
+
+/// Only the version, read before the rest so a peer of another version
+/// gets a version error rather than a parse error.
+#[derive(Deserialize)]
+struct VersionOnly {
+    version: u32,
+}
+
+/// Encodes a request as one line (newline included).
+pub fn encode_request(req: &Request) -> String {
+    line(&RequestLine {
+        version: PROTOCOL_VERSION,
+        request: req.clone(),
+    })
+}
+
+/// Encodes a reply as one line (newline included).
+pub fn encode_reply(reply: &Reply) -> String {
+    line(&ReplyLine {
+        version: PROTOCOL_VERSION,
+        reply: reply.clone(),
+    })
+}
+
+fn line<T: Serialize>(v: &T) -> String {
+    // Serialising these types cannot fail: no maps with non-string keys,
+    // no non-finite floats reach here as errors (serde_json writes null).
+    let mut s = serde_json::to_string(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// Decodes a request line: a version other than ours is
+/// [`ErrorKind::Protocol`], anything unparsable [`ErrorKind::InvalidInput`].
+pub fn decode_request(line: &str) -> Result<Request> {
+    check_version(line, "request").map_err(|e| e.unwrap_or_else(malformed_request))?;
+    serde_json::from_str::<RequestLine>(line)
+        .map(|l| l.request)
+        .map_err(|e| malformed_request().with_source(e))
+}
+
+/// Decodes a reply line; errors are [`ErrorKind::Protocol`].
+pub fn decode_reply(line: &str) -> Result<Reply> {
+    let malformed = || Error::new(ErrorKind::Protocol, "Malformed reply from the daemon");
+    check_version(line, "reply").map_err(|e| e.unwrap_or_else(malformed))?;
+    serde_json::from_str::<ReplyLine>(line)
+        .map(|l| l.reply)
+        .map_err(|e| malformed().with_source(e))
+}
+
+fn malformed_request() -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        "Malformed control request (expected one JSON object per line)",
+    )
+}
+
+/// `Err(Some(_))`: another version; `Err(None)`: no version at all.
+fn check_version(line: &str, what: &str) -> std::result::Result<(), Option<Error>> {
+    let v = serde_json::from_str::<VersionOnly>(line).map_err(|_| None)?;
+    if v.version == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(Some(Error::new(
+        ErrorKind::Protocol,
+        format!(
+            "Control protocol version mismatch: the {what} speaks version {}, this build speaks {PROTOCOL_VERSION} \
+             (restart the daemon with the same ucrypt build)",
+            v.version
+        ),
+    )))
+}
+
+impl From<Error> for Reply {
+    fn from(e: Error) -> Self {
+        Reply::Failed {
+            kind: e.kind(),
+            message: e.chain(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn sample_status() -> Status {
+        Status {
+            ping: Ping {
+                name: "v".into(),
+                pid: 42,
+                export: ExportKind::Nbd,
+                endpoint: "nbd+unix:///?socket=/r/v.nbd.sock".into(),
+            },
+            volume_type: crate::resolve::VolumeType::Luks2,
+            cipher: "aes-xts-plain64".into(),
+            keysize_bits: 512,
+            device: "/dev/x".into(),
+            sector_size: 4096,
+            offset_sectors: 32768,
+            iv_offset: 0,
+            size_sectors: 8192,
+            read_only: false,
+            allow_discards: true,
+            flags: Flags {
+                no_read_workqueue: true,
+                ..Flags::default()
+            },
+            mode: CryptMode::Adaptive,
+            uptime_s: 3,
+            stats: Stats {
+                read: DirStats {
+                    requests: 7,
+                    p50_us: 1.5,
+                    ..DirStats::default()
+                },
+                ..Stats::default()
+            },
+            nbd: Some(NbdStats {
+                connections: 1,
+                accepted: 2,
+                protocol_errors: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let all = [
+            Request::Ping,
+            Request::Status,
+            Request::Table { showkeys: true },
+            Request::Refresh {
+                mode: Some(CryptMode::Inline),
+                flags: Flags {
+                    same_cpu_crypt: true,
+                    ..Flags::default()
+                },
+            },
+            Request::Refresh {
+                mode: None,
+                flags: Flags::default(),
+            },
+            Request::Close,
+        ];
+        for req in all {
+            let line = encode_request(&req);
+            assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
+            assert_eq!(decode_request(&line).unwrap(), req, "{line}");
+        }
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let all = [
+            Reply::Ping(sample_status().ping),
+            Reply::Status(Box::new(sample_status())),
+            Reply::Table {
+                line: "0 8 crypt aes-xts-plain64 00 0 /x 0".into(),
+            },
+            Reply::Refreshed {
+                mode: CryptMode::Classic,
+                flags: Flags::default(),
+                allow_discards: false,
+            },
+            Reply::Closed,
+            Reply::Failed {
+                kind: ErrorKind::Busy,
+                message: "Device v is still in use".into(),
+            },
+        ];
+        for reply in all {
+            let line = encode_reply(&reply);
+            assert_eq!(decode_reply(&line).unwrap(), reply, "{line}");
+        }
+    }
+
+    #[test]
+    fn version_mismatch_is_a_clear_protocol_error() {
+        let old = r#"{"version":0,"request":{"cmd":"status"}}"#;
+        let e = decode_request(old).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert!(e.to_string().contains("version 0"), "{e}");
+        assert!(e
+            .to_string()
+            .contains(&format!("speaks {PROTOCOL_VERSION}")));
+
+        let newer = format!(
+            r#"{{"version":{},"reply":{{"reply":"something_new"}}}}"#,
+            PROTOCOL_VERSION + 1
+        );
+        let e = decode_reply(&newer).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert!(e.to_string().contains("version mismatch"), "{e}");
+    }
+
+    #[test]
+    fn garbage_lines_are_errors_not_panics() {
+        let lines = [
+            "",
+            "\n",
+            "not json\n",
+            "{}\n",
+            "[1,2,3]\n",
+            r#"{"cmd":"status"}"#,
+            r#"{"version":"1","request":{"cmd":"status"}}"#,
+            r#"{"version":1}"#,
+            r#"{"version":1,"request":{"cmd":"format_disk"}}"#,
+            r#"{"version":1,"request":{"cmd":"table"}}"#,
+            r#"{"version":1,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
+            "{\"version\":1,\"request\":\u{0}",
+        ];
+        for l in lines {
+            let e = decode_request(l).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{l:?}");
+            assert!(e.to_string().starts_with("Malformed control request"));
+            let e = decode_reply(l).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn a_daemon_error_keeps_its_kind_across_the_socket() {
+        let e = Error::new(ErrorKind::Busy, "Cannot stop")
+            .with_source(std::io::Error::other("still mounted"));
+        let line = encode_reply(&Reply::from(e));
+        match decode_reply(&line).unwrap() {
+            Reply::Failed { kind, message } => {
+                assert_eq!(kind, ErrorKind::Busy);
+                assert_eq!(message, "Cannot stop: still mounted");
+            }
+            r => panic!("{r:?}"),
+        }
+    }
+}

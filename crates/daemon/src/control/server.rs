@@ -1,0 +1,134 @@
+//! The daemon's side of the control socket: one request line in, one
+//! reply line out, per connection.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixListener;
+use std::time::Duration;
+
+use zeroize::{Zeroize, Zeroizing};
+
+use super::{decode_request, encode_reply, Reply, Request};
+
+/// Longest request line the daemon reads.
+const MAX_REQUEST: u64 = 64 << 10;
+
+/// What the daemon's handler made of one request.
+pub struct Handled {
+    /// The reply to send.
+    pub reply: Reply,
+    /// Runs once the reply has been written (or failed to be).
+    pub after_reply: Option<Box<dyn FnOnce() + Send>>,
+    /// Stop answering further requests (the daemon is going away).
+    pub last: bool,
+}
+
+impl From<Reply> for Handled {
+    fn from(reply: Reply) -> Self {
+        Self {
+            reply,
+            after_reply: None,
+            last: false,
+        }
+    }
+}
+
+/// The daemon's side: answers connections on `listener` one at a time
+/// until the listener fails or a handled request is `last`. A malformed
+/// line or a version mismatch is answered with [`Reply::Failed`] without
+/// reaching `handle`.
+pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled) {
+    let mut closing = false;
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        if closing {
+            continue;
+        }
+        // One short request per connection; a stuck client cannot block
+        // others for long.
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let Ok(reader) = conn.try_clone() else {
+            continue;
+        };
+        let mut line = String::new();
+        if BufReader::new(reader)
+            .take(MAX_REQUEST)
+            .read_line(&mut line)
+            .is_err()
+        {
+            continue;
+        }
+        let handled = match decode_request(&line) {
+            Ok(req) => handle(req),
+            Err(e) => Reply::from(e).into(),
+        };
+        closing = handled.last;
+        let mut reply = handled.reply;
+        let text = Zeroizing::new(encode_reply(&reply));
+        let _ = (&conn).write_all(text.as_bytes());
+        // `table --showkeys` carries the key.
+        if let Reply::Table { line } = &mut reply {
+            line.zeroize();
+        }
+        if let Some(f) = handled.after_reply {
+            f();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixStream;
+
+    use super::super::{decode_reply, encode_request};
+    use super::*;
+    use crate::error::{Error, ErrorKind};
+
+    #[test]
+    fn server_loop_answers_typed_and_refuses_garbage() {
+        let dir = testutil::TempDir::new("daemon-ctl");
+        let sock = dir.join("t.ctl.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            serve(listener, |req| match req {
+                Request::Table { showkeys } => Reply::Table {
+                    line: format!("shown={showkeys}"),
+                }
+                .into(),
+                Request::Close => Handled {
+                    reply: Reply::Closed,
+                    after_reply: None,
+                    last: true,
+                },
+                _ => Reply::from(Error::new(ErrorKind::InvalidInput, "No")).into(),
+            })
+        });
+        let exchange = |text: &str| {
+            let mut s = UnixStream::connect(&sock).unwrap();
+            s.write_all(text.as_bytes()).unwrap();
+            let mut reply = String::new();
+            BufReader::new(s).read_line(&mut reply).unwrap();
+            decode_reply(&reply).unwrap()
+        };
+        assert_eq!(
+            exchange(&encode_request(&Request::Table { showkeys: true })),
+            Reply::Table {
+                line: "shown=true".into()
+            }
+        );
+        match exchange("garbage\n") {
+            Reply::Failed { kind, .. } => assert_eq!(kind, ErrorKind::InvalidInput),
+            r => panic!("{r:?}"),
+        }
+        match exchange("{\"version\":99,\"request\":{\"cmd\":\"ping\"}}\n") {
+            Reply::Failed { kind, message } => {
+                assert_eq!(kind, ErrorKind::Protocol);
+                assert!(message.contains("version 99"), "{message}");
+            }
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(exchange(&encode_request(&Request::Close)), Reply::Closed);
+        // The loop ignores connections after `last` and never returns:
+        // the test ends with its thread detached.
+        drop(server);
+    }
+}

@@ -1,0 +1,145 @@
+//! The answer to `status`: a volume's mapping, configuration and live
+//! counters, as they cross the control socket.
+
+use datapath::{CryptMode, EngineConfig};
+use serde::{Deserialize, Serialize};
+
+use super::{mode, Flags, Ping};
+use crate::resolve::VolumeType;
+
+/// A volume's mapping, configuration and live statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Who serves it, and where.
+    pub ping: Ping,
+    /// Plain, LUKS1 or LUKS2.
+    pub volume_type: VolumeType,
+    /// Cipher specification (`aes-xts-plain64`).
+    pub cipher: String,
+    /// Key size in bits.
+    pub keysize_bits: usize,
+    /// The backing device.
+    pub device: String,
+    /// Encryption sector size in bytes.
+    pub sector_size: u32,
+    /// Data offset on the device, in 512-byte sectors.
+    pub offset_sectors: u64,
+    /// IV offset, in 512-byte sectors.
+    pub iv_offset: u64,
+    /// Size of the decrypted device, in 512-byte sectors.
+    pub size_sectors: u64,
+    /// Writes are refused.
+    pub read_only: bool,
+    /// Discards are passed down.
+    pub allow_discards: bool,
+    /// Performance flags in effect.
+    pub flags: Flags,
+    /// Data-path mode in effect.
+    #[serde(with = "mode")]
+    pub mode: CryptMode,
+    /// Seconds since the daemon started serving.
+    pub uptime_s: u64,
+    /// Engine counters.
+    pub stats: Stats,
+    /// NBD connection counters (NBD exports only).
+    pub nbd: Option<NbdStats>,
+}
+
+impl Status {
+    /// The configuration part as an [`EngineConfig`] (other fields default).
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            mode: self.mode,
+            flags: self.flags.into(),
+            allow_discards: self.allow_discards,
+            read_only: self.read_only,
+            ..EngineConfig::default()
+        }
+    }
+}
+
+/// Engine counters of one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct DirStats {
+    /// Requests completed.
+    pub requests: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Requests that failed.
+    pub errors: u64,
+    /// Requests run on the submitting thread.
+    pub inline: u64,
+    /// Requests that went through a queue.
+    pub queued: u64,
+    /// Requests split across threads.
+    pub split: u64,
+    /// Requests handed off whole to a helper.
+    pub offloaded: u64,
+    /// Median latency, microseconds.
+    pub p50_us: f64,
+    /// 99th percentile latency, microseconds.
+    pub p99_us: f64,
+    /// 99.9th percentile latency, microseconds.
+    pub p999_us: f64,
+}
+
+impl From<&datapath::DirStats> for DirStats {
+    fn from(d: &datapath::DirStats) -> Self {
+        Self {
+            requests: d.requests,
+            bytes: d.bytes,
+            errors: d.errors,
+            inline: d.inline,
+            queued: d.queued,
+            split: d.split,
+            offloaded: d.offloaded,
+            p50_us: d.latency.p50_us,
+            p99_us: d.latency.p99_us,
+            p999_us: d.latency.p999_us,
+        }
+    }
+}
+
+/// Engine counters.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Stats {
+    /// Reads.
+    pub read: DirStats,
+    /// Writes (write-zeroes included).
+    pub write: DirStats,
+    /// Flushes completed.
+    pub flushes: u64,
+    /// Discards completed.
+    pub discards: u64,
+    /// Requests in flight now.
+    pub in_flight: u64,
+    /// Most requests ever in flight at once.
+    pub max_in_flight: u64,
+    /// Live reconfigurations done.
+    pub reconfigurations: u64,
+}
+
+impl From<&datapath::Stats> for Stats {
+    fn from(s: &datapath::Stats) -> Self {
+        Self {
+            read: (&s.read).into(),
+            write: (&s.write).into(),
+            flushes: s.flushes,
+            discards: s.discards,
+            in_flight: s.in_flight,
+            max_in_flight: s.max_in_flight,
+            reconfigurations: s.reconfigurations,
+        }
+    }
+}
+
+/// NBD server counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NbdStats {
+    /// Clients connected now.
+    pub connections: u64,
+    /// Connections accepted since start.
+    pub accepted: u64,
+    /// Connections dropped for protocol errors.
+    pub protocol_errors: u64,
+}

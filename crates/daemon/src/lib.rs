@@ -1,0 +1,36 @@
+//! Runs a ucrypt volume: everything between "the user named a volume" and
+//! "a frontend serves its decrypted device", as a library the `ucrypt`
+//! binary (and later frontends such as vhost-user-blk) drive.
+//!
+//! ```text
+//!            ┌──────────── ucrypt-daemon ───────────────────────────────┐
+//!  spec ───► │ resolve   plain table line | LUKS header + passphrase    │
+//!            │             └─► crypto::table::Table                     │
+//!            │ serve     Table ─► backend::FileBackend ─► datapath::Engine
+//!            │             ─► frontend: nbd | fuse | ublk               │
+//!            │ control   typed Request/Reply on NAME.ctl.sock ◄── client│
+//!            │ runtime   runtime dir, pid file, sockets, stale cleanup  │
+//!            │ detach    re-exec detached, table on stdin, wait for ping│
+//!            │ map       Table applied to its device through the Engine │
+//!            └──────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Every fallible function returns [`Error`], whose [`ErrorKind`] is
+//! stable (and survives the control socket); callers map kinds to their
+//! own outcomes (the `ucrypt` binary: cryptsetup's exit codes).
+//!
+//! Keys: a [`Table`](crypto::table::Table) wipes its key on drop; lines
+//! that carry a key (`table --showkeys`, the detach pipe) are held in
+//! zeroizing buffers.
+#![forbid(unsafe_code)]
+
+pub mod control;
+pub mod detach;
+mod error;
+pub mod map;
+pub mod resolve;
+pub mod runtime;
+pub mod serve;
+
+pub use error::{chain, Error, ErrorKind, Result};
+pub use serve::{run, ExportSpec, Spec};

@@ -1,0 +1,340 @@
+//! `ucrypt map`: a dm-crypt table applied to its file or block device with
+//! no frontend, every byte going through [`datapath::Engine`] so the same
+//! single check point (range, alignment, read-only) guards it as any
+//! frontend's requests.
+//!
+//! ```text
+//!  Read : device[offset .. offset+len] ─ Engine::read ─decrypt─▶ output  (dd if=/dev/mapper/x)
+//!  Write: input ─(size checked first)─ Engine::write ─encrypt─▶ device   (dd of=/dev/mapper/x)
+//! ```
+//!
+//! The engine runs [`CryptMode::Inline`] over a synchronous
+//! [`FileBackend`]: one request at a time on the calling thread, like the
+//! sequential copy this is.
+
+use std::fs::OpenOptions;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
+
+use backend::{FileBackend, FileOptions};
+use crypto::table::Table;
+use crypto::SectorCrypt;
+use datapath::{CryptMode, Engine, EngineConfig, Volume};
+use zeroize::Zeroizing;
+
+use crate::error::{invalid, Error, ErrorKind, Result};
+
+/// Which way [`map`] moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Device ciphertext -> plaintext on the output.
+    Read,
+    /// Plaintext from the input -> ciphertext on the device.
+    Write,
+}
+
+/// Bytes moved per engine request.
+const CHUNK: usize = 1 << 20;
+
+/// Applies `table` to its device: [`Direction::Read`] decrypts the whole
+/// mapped range to `output`; [`Direction::Write`] encrypts `input` onto
+/// the device and flushes.
+///
+/// On Write the input size is checked before anything is written: it must
+/// be whole sectors and fit the mapping. `input_len` is the size when the
+/// caller knows it (a regular file); otherwise the input is first spooled
+/// to an unlinked temporary file.
+pub fn map(
+    table: &Table,
+    dir: Direction,
+    input: &mut dyn Read,
+    input_len: Option<u64>,
+    output: &mut dyn Write,
+) -> Result<()> {
+    let crypt = SectorCrypt::new(&table.crypt_config())
+        .map_err(|e| invalid("Invalid table").with_source(e))?;
+    check_device(table, dir)?;
+    // Writes: the whole input is sized (and checked) before the device is
+    // touched.
+    let mut source = match dir {
+        Direction::Read => None,
+        Direction::Write => Some(checked_input(
+            table,
+            crypt.sector_size() as u64,
+            input,
+            input_len,
+        )?),
+    };
+    let engine = engine(table, crypt, dir)?;
+    let result = match &mut source {
+        None => read_all(&engine, table, output),
+        Some((src, len)) => write_all(&engine, table, src, *len),
+    };
+    let down = engine.shutdown();
+    result?;
+    down.map_err(|e| {
+        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device)).with_source(e)
+    })
+}
+
+/// An inline engine over the table's device, read-only for reads.
+fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
+    let path = &table.device;
+    let backend = FileBackend::open(
+        path,
+        &FileOptions {
+            read_only: dir == Direction::Read,
+            direct: backend::DirectIo::Never,
+            allow_discard: false,
+            engine: Some(backend::IoEngine::Syscalls),
+            ..FileOptions::default()
+        },
+    )
+    .map_err(|e| {
+        Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e)
+    })?;
+    let vol = Volume {
+        backend: Arc::new(backend),
+        crypt: Some(Arc::new(crypt)),
+        data_offset: table.offset_bytes(),
+        size: table.len_bytes(),
+        sector_size: table.options.sector_size,
+    };
+    let cfg = EngineConfig {
+        mode: CryptMode::Inline,
+        read_only: dir == Direction::Read,
+        queue_depth: 1,
+        workers: 1,
+        ..EngineConfig::default()
+    };
+    Engine::new(vol, cfg).map_err(|e| {
+        Error::new(ErrorKind::NoDevice, format!("Cannot map device {path}")).with_source(e)
+    })
+}
+
+/// The input as a reader of known length: whole sectors, at most the
+/// mapping.
+fn checked_input<'a>(
+    table: &Table,
+    ss: u64,
+    input: &'a mut dyn Read,
+    input_len: Option<u64>,
+) -> Result<(Box<dyn Read + 'a>, u64)> {
+    let total = table.len_bytes();
+    let (src, len) = sized_input(input, input_len, total)?;
+    if len > total {
+        return Err(invalid(format!(
+            "Input length {} bytes exceeds the mapping ({total} bytes, {} sectors); nothing written",
+            if input_len.is_some() { len.to_string() } else { format!("over {total}") },
+            table.len
+        )));
+    }
+    if len % ss != 0 {
+        return Err(invalid(format!(
+            "Input length {len} bytes is not a multiple of the {ss}-byte sector size; nothing written"
+        )));
+    }
+    Ok((src, len))
+}
+
+/// The device must exist and hold the whole mapping (checked before the
+/// engine opens it, with the messages `map` always gave).
+fn check_device(table: &Table, dir: Direction) -> Result<()> {
+    let path = &table.device;
+    let mut dev = OpenOptions::new()
+        .read(true)
+        .write(dir == Direction::Write)
+        .open(path)
+        .map_err(|e| {
+            Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e)
+        })?;
+    let dev_size = dev.seek(SeekFrom::End(0)).map_err(|e| {
+        Error::new(
+            ErrorKind::NoDevice,
+            format!("Cannot read the size of device {path}"),
+        )
+        .with_source(e)
+    })?;
+    let need = table.offset_bytes().saturating_add(table.len_bytes());
+    if dev_size < need {
+        return Err(Error::new(
+            ErrorKind::NoDevice,
+            format!(
+                "Device {path} is too small: the table needs {need} bytes (offset {} + length {} sectors) but it has {dev_size}",
+                table.offset, table.len
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn read_all(engine: &Engine, table: &Table, output: &mut dyn Write) -> Result<()> {
+    let total = table.len_bytes();
+    let mut pos = 0u64;
+    while pos < total {
+        let n = (total - pos).min(CHUNK as u64) as u32;
+        let plain = Zeroizing::new(engine.read(pos, n).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!(
+                    "Read error on {} at byte {}",
+                    table.device,
+                    table.offset_bytes() + pos
+                ),
+            )
+            .with_source(e)
+        })?);
+        output.write_all(&plain).map_err(output_error)?;
+        pos += u64::from(n);
+    }
+    output.flush().map_err(output_error)
+}
+
+fn output_error(e: io::Error) -> Error {
+    invalid("Cannot write the output").with_source(e)
+}
+
+fn write_all(engine: &Engine, table: &Table, src: &mut dyn Read, len: u64) -> Result<()> {
+    let mut pos = 0u64;
+    while pos < len {
+        let n = (len - pos).min(CHUNK as u64) as usize;
+        // The engine encrypts in place: the buffer holds ciphertext once it
+        // is consumed, and the plaintext never outlives this iteration.
+        let mut buf = vec![0u8; n];
+        if let Err(e) = src.read_exact(&mut buf) {
+            drop(Zeroizing::new(buf));
+            return Err(invalid("Cannot read the input").with_source(e));
+        }
+        engine.write(pos, buf, false).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!(
+                    "Write error on {} at byte {}",
+                    table.device,
+                    table.offset_bytes() + pos
+                ),
+            )
+            .with_source(e)
+        })?;
+        pos += n as u64;
+    }
+    engine.flush().map_err(|e| {
+        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device)).with_source(e)
+    })
+}
+
+/// Returns a reader over the whole input and its length, knowing the length
+/// before any byte is written. A pipe is spooled to an unlinked temporary
+/// file, stopping as soon as it exceeds `limit`.
+fn sized_input<'a>(
+    input: &'a mut dyn Read,
+    known_len: Option<u64>,
+    limit: u64,
+) -> Result<(Box<dyn Read + 'a>, u64)> {
+    if let Some(len) = known_len {
+        return Ok((Box::new(input), len));
+    }
+    let dir = std::env::temp_dir();
+    let name = dir.join(format!("ucrypt-map-{}-{}", std::process::id(), unique()));
+    let mut spool = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&name)
+        .map_err(|e| {
+            invalid(format!("Cannot create a spool file in {}", dir.display())).with_source(e)
+        })?;
+    let _ = std::fs::remove_file(&name);
+    let copied = io::copy(&mut input.take(limit.saturating_add(1)), &mut spool)
+        .map_err(|e| invalid("Cannot read the input").with_source(e))?;
+    spool
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| invalid("Cannot rewind the spool file").with_source(e))?;
+    Ok((Box::new(spool), copied))
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
+                       f0e1d2c3b4a5968778695a4b3c2d1e0fffeeddccbbaa99887766554433221100";
+
+    fn table(dev: &std::path::Path, len: u64, offset: u64) -> Table {
+        plain(&format!(
+            "0 {len} crypt aes-xts-plain64 {KEY} 0 {} {offset}",
+            dev.display()
+        ))
+    }
+
+    fn plain(line: &str) -> Table {
+        crate::resolve::plain_table(line).unwrap()
+    }
+
+    #[test]
+    fn write_then_read_round_trips_through_the_engine() {
+        let dir = testutil::TempDir::new("daemon-map");
+        let dev = dir.join("dev.img");
+        std::fs::File::create(&dev)
+            .unwrap()
+            .set_len(64 << 10)
+            .unwrap();
+        let t = table(&dev, 64, 8);
+        let plain: Vec<u8> = (0..16384u32).map(|i| (i * 7 % 251) as u8).collect();
+        map(&t, Direction::Write, &mut &plain[..], None, &mut io::sink()).unwrap();
+        let disk = std::fs::read(&dev).unwrap();
+        assert!(disk[..4096].iter().all(|&b| b == 0), "offset honoured");
+        assert_ne!(&disk[4096..4096 + plain.len()], &plain[..], "encrypted");
+        let mut out = Vec::new();
+        map(&t, Direction::Read, &mut io::empty(), None, &mut out).unwrap();
+        assert_eq!(out.len(), 64 * 512);
+        assert_eq!(&out[..plain.len()], &plain[..]);
+    }
+
+    #[test]
+    fn refusals_touch_nothing() {
+        let dir = testutil::TempDir::new("daemon-map-err");
+        let dev = dir.join("dev.img");
+        std::fs::File::create(&dev)
+            .unwrap()
+            .set_len(8 << 10)
+            .unwrap();
+        let before = std::fs::read(&dev).unwrap();
+        let cases: [(Table, usize, ErrorKind, &str); 3] = [
+            (table(&dev, 64, 0), 512, ErrorKind::NoDevice, "too small"),
+            (table(&dev, 8, 0), 8192, ErrorKind::InvalidInput, "exceeds"),
+            (
+                table(&dev, 8, 0),
+                100,
+                ErrorKind::InvalidInput,
+                "not a multiple",
+            ),
+        ];
+        for (t, n, kind, needle) in cases {
+            for known in [None, Some(n as u64)] {
+                let input = vec![1u8; n];
+                let e = map(
+                    &t,
+                    Direction::Write,
+                    &mut &input[..],
+                    known,
+                    &mut io::sink(),
+                )
+                .unwrap_err();
+                assert_eq!(e.kind(), kind, "{e}");
+                assert!(e.to_string().contains(needle), "{e}");
+            }
+        }
+        assert_eq!(std::fs::read(&dev).unwrap(), before);
+        let t = table(&dir.join("missing"), 8, 0);
+        let e = map(&t, Direction::Read, &mut io::empty(), None, &mut io::sink()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        assert!(e.chain().starts_with("Cannot open device "), "{e}");
+    }
+}

@@ -1,0 +1,252 @@
+//! From a volume spec to the dm-crypt [`Table`] the engine runs: a plain
+//! table line, or a LUKS header unlocked with a passphrase.
+//!
+//! ```text
+//!  "0 2048 crypt aes-xts-plain64 <key> 0 <dev> 0"  ── plain_table ──┐
+//!  LUKS header (device or --header) ── Luks::load ─┐                ├─► Table
+//!                     passphrase ───────── unlock ─┴────────────────┘
+//! ```
+//!
+//! Prompting for the passphrase is the caller's business: [`Luks::load`]
+//! first (so a device that is no LUKS volume fails before any prompt),
+//! then [`Luks::unlock`] with the bytes. Keys stay in zeroizing buffers;
+//! the [`Table`] wipes its key on drop.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crypto::table::Table;
+use datapath::{CryptMode, EngineConfig, PerfFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{invalid, Error, ErrorKind, Result};
+
+/// What kind of volume is served (shown by `status` as `type`; on the
+/// control socket as its [`VolumeType::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+#[non_exhaustive]
+pub enum VolumeType {
+    /// A plain dm-crypt mapping.
+    Plain,
+    /// A LUKS1 volume.
+    Luks1,
+    /// A LUKS2 volume.
+    Luks2,
+    /// A LUKS volume whose version could not be read back.
+    Luks,
+}
+
+impl VolumeType {
+    /// `PLAIN`, `LUKS1`, `LUKS2` or `LUKS`, as `cryptsetup status` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::Luks1 => "LUKS1",
+            Self::Luks2 => "LUKS2",
+            Self::Luks => "LUKS",
+        }
+    }
+
+    /// The LUKS version of the header at `header`, from its magic and
+    /// version fields ([`VolumeType::Luks`] if unreadable).
+    pub fn of_header(header: &Path) -> Self {
+        let mut b = [0u8; 8];
+        let ok = std::fs::File::open(header)
+            .and_then(|mut f| f.read_exact(&mut b))
+            .is_ok();
+        match (ok, &b[..6], u16::from_be_bytes([b[6], b[7]])) {
+            (true, b"LUKS\xba\xbe", 1) => Self::Luks1,
+            (true, b"LUKS\xba\xbe", 2) => Self::Luks2,
+            _ => Self::Luks,
+        }
+    }
+}
+
+/// The backing device as an absolute path (a detached daemon runs in
+/// `/`); [`ErrorKind::NoDevice`] if it does not exist.
+pub fn device(path: &Path) -> Result<PathBuf> {
+    let missing = |p: &Path| format!("Device {} does not exist or access denied", p.display());
+    let abs = std::path::absolute(path)
+        .map_err(|e| Error::new(ErrorKind::NoDevice, missing(path)).with_source(e))?;
+    if !abs.exists() {
+        return Err(Error::new(ErrorKind::NoDevice, missing(&abs) + "."));
+    }
+    Ok(abs)
+}
+
+/// Parses a dm-crypt table line (`Invalid table: …` on error).
+pub fn plain_table(line: &str) -> Result<Table> {
+    Table::parse(line.trim()).map_err(|e| invalid("Invalid table").with_source(e))
+}
+
+/// A LUKS volume whose header has been read, not yet unlocked.
+pub struct Luks {
+    vol: luks::Volume,
+    device: PathBuf,
+    version: VolumeType,
+}
+
+impl Luks {
+    /// Reads the LUKS header of `device` (or the detached `header`).
+    ///
+    /// Fails with [`ErrorKind::NoDevice`] when `device` does not exist and
+    /// [`ErrorKind::InvalidInput`] when it holds no LUKS header.
+    pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
+        if !device.exists() {
+            return Err(Error::new(
+                ErrorKind::NoDevice,
+                format!(
+                    "Device {} does not exist or access denied",
+                    device.display()
+                ),
+            ));
+        }
+        let vol = luks::Volume::load(device, header).map_err(|e| match e.kind() {
+            luks::ErrorKind::NotLuks => invalid(format!(
+                "Device {} is not a valid LUKS device",
+                header.unwrap_or(device).display()
+            )),
+            _ => Error::from(e),
+        })?;
+        let version = match vol.header() {
+            luks::Header::V1(_) => VolumeType::Luks1,
+            luks::Header::V2(_) => VolumeType::Luks2,
+        };
+        Ok(Self {
+            vol,
+            device: device.to_path_buf(),
+            version,
+        })
+    }
+
+    /// Warnings about the header (unknown LUKS2 features and the like).
+    pub fn warnings(&self) -> &[String] {
+        self.vol.header().warnings()
+    }
+
+    /// [`VolumeType::Luks1`] or [`VolumeType::Luks2`].
+    pub fn version(&self) -> VolumeType {
+        self.version
+    }
+
+    /// Unlocks with `passphrase` (only `key_slot` if given) and returns the
+    /// table cryptsetup would load. A wrong passphrase is
+    /// [`ErrorKind::WrongPassphrase`].
+    pub fn unlock(&self, passphrase: &[u8], key_slot: Option<u32>) -> Result<Table> {
+        let opened = self.vol.unlock(passphrase, key_slot)?;
+        Ok(opened.to_table(&self.device)?)
+    }
+}
+
+/// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].
+pub fn luks_table(
+    device: &Path,
+    header: Option<&Path>,
+    passphrase: &[u8],
+    key_slot: Option<u32>,
+) -> Result<Table> {
+    Luks::load(device, header)?.unlock(passphrase, key_slot)
+}
+
+/// The engine configuration for serving `table` with the options given on
+/// the command line. As with dm-crypt, a performance flag or
+/// `allow_discards` set in the table line or given is on; `table` is
+/// updated to show what is in effect (so `table` prints it back).
+pub fn engine_config(
+    table: &mut Table,
+    mode: CryptMode,
+    given: PerfFlags,
+    allow_discards: bool,
+    read_only: bool,
+) -> EngineConfig {
+    let o = &mut table.options;
+    o.same_cpu_crypt |= given.same_cpu_crypt;
+    o.submit_from_crypt_cpus |= given.submit_from_crypt_cpus;
+    o.no_read_workqueue |= given.no_read_workqueue;
+    o.no_write_workqueue |= given.no_write_workqueue;
+    o.allow_discards |= allow_discards;
+    EngineConfig {
+        mode,
+        flags: PerfFlags {
+            same_cpu_crypt: o.same_cpu_crypt,
+            submit_from_crypt_cpus: o.submit_from_crypt_cpus,
+            no_read_workqueue: o.no_read_workqueue,
+            no_write_workqueue: o.no_write_workqueue,
+        },
+        allow_discards: o.allow_discards,
+        read_only,
+        ..EngineConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_type_from_the_header_magic() {
+        let dir = testutil::TempDir::new("daemon-resolve");
+        let h = dir.join("hdr");
+        for (bytes, want) in [
+            (&b"LUKS\xba\xbe\x00\x01rest"[..], VolumeType::Luks1),
+            (&b"LUKS\xba\xbe\x00\x02rest"[..], VolumeType::Luks2),
+            (&b"LUKS\xba\xbe\x00\x03rest"[..], VolumeType::Luks),
+            (&b"LUKS"[..], VolumeType::Luks),
+        ] {
+            std::fs::write(&h, bytes).unwrap();
+            assert_eq!(VolumeType::of_header(&h), want);
+        }
+        assert_eq!(VolumeType::of_header(&dir.join("none")), VolumeType::Luks);
+        assert_eq!(VolumeType::Luks2.name(), "LUKS2");
+        assert_eq!(
+            serde_json::to_string(&VolumeType::Plain).unwrap(),
+            "\"PLAIN\""
+        );
+    }
+
+    #[test]
+    fn devices_and_tables_fail_with_their_kinds() {
+        let dir = testutil::TempDir::new("daemon-resolve-dev");
+        let e = device(&dir.join("missing")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        assert!(e
+            .to_string()
+            .ends_with("missing does not exist or access denied."));
+        assert!(device(Path::new(".")).unwrap().is_absolute());
+
+        let e = plain_table("0 8 crypt").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.chain().starts_with("Invalid table: "), "{}", e.chain());
+
+        let e = Luks::load(&dir.join("missing"), None).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        std::fs::write(dir.join("zeros"), vec![0u8; 8192]).unwrap();
+        let e = Luks::load(&dir.join("zeros"), None).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().ends_with("zeros is not a valid LUKS device"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn given_options_are_merged_into_the_table() {
+        let mut t = plain_table(
+            "0 8 crypt aes-xts-plain64 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 /x 0 1 no_read_workqueue",
+        )
+        .unwrap();
+        let given = PerfFlags {
+            same_cpu_crypt: true,
+            ..PerfFlags::default()
+        };
+        let cfg = engine_config(&mut t, CryptMode::Adaptive, given, true, true);
+        assert!(cfg.flags.same_cpu_crypt && cfg.flags.no_read_workqueue);
+        assert!(!cfg.flags.no_write_workqueue && !cfg.flags.submit_from_crypt_cpus);
+        assert!(cfg.allow_discards && cfg.read_only);
+        assert_eq!(cfg.mode, CryptMode::Adaptive);
+        assert!(t
+            .format(false)
+            .ends_with(" 3 allow_discards same_cpu_crypt no_read_workqueue"));
+    }
+}

@@ -1,0 +1,247 @@
+//! The `cryptsetup luksDump` text of a header, for both LUKS versions, and
+//! its `--dump-volume-key` variant.
+//!
+//! The layout (labels, tabs, 16 hex bytes a line) is cryptsetup's, so the
+//! output can be compared with `cryptsetup luksDump` line for line.
+//! Callers print the returned text as it is.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use zeroize::Zeroizing;
+
+use crate::{luks1, luks2, Header, Opened};
+
+/// The `luksDump` text of `header`. `target` is the file the header was
+/// read from (the data device or a detached header), which LUKS1 names in
+/// its first line.
+pub fn header_text(header: &Header, target: &Path) -> String {
+    match header {
+        Header::V1(h) => v1(h, target),
+        Header::V2(h) => v2(h),
+    }
+}
+
+/// The `luksDump --dump-volume-key` text: cipher, payload offset, UUID and
+/// the volume key of `opened` in hex. The text is wiped when dropped.
+pub fn volume_key_text(header: &Header, opened: &Opened, target: &Path) -> Zeroizing<String> {
+    let cipher = header.cipher();
+    let (name, mode) = cipher.split_once('-').unwrap_or((cipher.as_str(), ""));
+    // Reserved up front so the key's hex is never left behind in a buffer
+    // freed by a reallocation.
+    let key = &opened.volume_key;
+    let cap = 256 + target.as_os_str().len() + cipher.len() + key.len() * 4;
+    let mut out = Zeroizing::new(String::with_capacity(cap));
+    // Writing to a String cannot fail.
+    let _ = write!(
+        out,
+        "LUKS header information for {}\n\
+         Cipher name:   \t{name}\n\
+         Cipher mode:   \t{mode}\n\
+         Payload offset:\t{}\n\
+         UUID:          \t{}\n\
+         MK bits:       \t{}\n\
+         MK dump:\t",
+        target.display(),
+        opened.payload_offset / 512,
+        header.uuid(),
+        key.len() * 8
+    );
+    push_hex(&mut out, key, "\t\t", 16);
+    out.push('\n');
+    out
+}
+
+/// Appends `bytes` as `ab cd ` groups, `per_line` a line, continuation
+/// lines starting with `cont`.
+fn push_hex(s: &mut String, bytes: &[u8], cont: &str, per_line: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, chunk) in bytes.chunks(per_line).enumerate() {
+        if i > 0 {
+            s.push('\n');
+            s.push_str(cont);
+        }
+        for b in chunk {
+            s.push(char::from(DIGITS[usize::from(b >> 4)]));
+            s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+            s.push(' ');
+        }
+    }
+}
+
+/// `bytes` as hex lines of 16 (see [`push_hex`]).
+fn hex_lines(bytes: &[u8], cont: &str) -> String {
+    let mut s = String::new();
+    push_hex(&mut s, bytes, cont, 16);
+    s
+}
+
+fn v1(h: &luks1::Header, target: &Path) -> String {
+    let mut digest = String::new();
+    push_hex(&mut digest, &h.mk_digest, "", 20);
+    let mut s = format!("LUKS header information for {}\n\n", target.display());
+    s.push_str("Version:       \t1\n");
+    s.push_str(&format!(
+        "Cipher name:   \t{}\nCipher mode:   \t{}\n",
+        h.cipher_name, h.cipher_mode
+    ));
+    s.push_str(&format!("Hash spec:     \t{}\n", h.hash.name()));
+    s.push_str(&format!("Payload offset:\t{}\n", h.payload_offset));
+    s.push_str(&format!("MK bits:       \t{}\n", h.key_bytes * 8));
+    s.push_str(&format!("MK digest:     \t{digest}\n"));
+    s.push_str(&format!(
+        "MK salt:       \t{}\n",
+        hex_lines(&h.mk_digest_salt, "               \t")
+    ));
+    s.push_str(&format!("MK iterations: \t{}\n", h.mk_digest_iterations));
+    s.push_str(&format!("UUID:          \t{}\n\n", h.uuid));
+    for (i, k) in h.slots.iter().enumerate() {
+        if k.active {
+            s.push_str(&format!("Key Slot {i}: ENABLED\n"));
+            s.push_str(&format!("\tIterations:         \t{}\n", k.iterations));
+            s.push_str(&format!(
+                "\tSalt:               \t{}\n",
+                hex_lines(&k.salt, "\t                      \t")
+            ));
+            s.push_str(&format!(
+                "\tKey material offset:\t{}\n",
+                k.key_material_offset
+            ));
+            s.push_str(&format!("\tAF stripes:            \t{}\n", k.stripes));
+        } else {
+            s.push_str(&format!("Key Slot {i}: DISABLED\n"));
+        }
+    }
+    s
+}
+
+/// A base64 header field as hex lines, or `(invalid)`.
+fn b64_hex(b64: &str, cont: &str) -> String {
+    match luks2::json::b64_decode(b64, "value") {
+        Ok(v) => hex_lines(&v, cont),
+        Err(_) => "(invalid)".into(),
+    }
+}
+
+fn v2(h: &luks2::Header) -> String {
+    let m = &h.meta;
+    let mut s = String::from("LUKS header information\n");
+    s.push_str("Version:       \t2\n");
+    s.push_str(&format!("Epoch:         \t{}\n", h.bin.seqid));
+    s.push_str(&format!("Metadata area: \t{} [bytes]\n", h.bin.hdr_size));
+    s.push_str(&format!(
+        "Keyslots area: \t{} [bytes]\n",
+        m.config.keyslots_size
+    ));
+    s.push_str(&format!("UUID:          \t{}\n", h.bin.uuid));
+    let or = |v: &str, none: &str| {
+        if v.is_empty() {
+            none.to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    s.push_str(&format!(
+        "Label:         \t{}\n",
+        or(&h.bin.label, "(no label)")
+    ));
+    s.push_str(&format!(
+        "Subsystem:     \t{}\n",
+        or(&h.bin.subsystem, "(no subsystem)")
+    ));
+    let flags = m
+        .config
+        .flags
+        .as_ref()
+        .map(|f| f.join(" "))
+        .unwrap_or_default();
+    s.push_str(&format!("Flags:       \t{}\n\n", or(&flags, "(no flags)")));
+    s.push_str("Data segments:\n");
+    for (id, seg) in &m.segments {
+        s.push_str(&format!("  {id}: {}\n", seg.kind));
+        s.push_str(&format!("\toffset: {} [bytes]\n", seg.offset));
+        match seg.fixed_size() {
+            Ok(Some(n)) => s.push_str(&format!("\tlength: {n} [bytes]\n")),
+            _ => s.push_str("\tlength: (whole device)\n"),
+        }
+        s.push_str(&format!("\tcipher: {}\n", seg.encryption));
+        s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
+        if seg.iv_tweak != 0 {
+            s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
+        }
+    }
+    s.push_str("\nKeyslots:\n");
+    let mut ids: Vec<(u32, &String)> = m
+        .keyslots
+        .keys()
+        .filter_map(|k| k.parse().ok().map(|n| (n, k)))
+        .collect();
+    ids.sort_unstable();
+    let cont = "\t            ";
+    for (_, id) in ids {
+        let k = &m.keyslots[id];
+        s.push_str(&format!("  {id}: {}\n", k.kind));
+        s.push_str(&format!("\tKey:        {} bits\n", k.key_size * 8));
+        let prio = match k.extra.get("priority").and_then(|p| p.as_i64()) {
+            Some(0) => "ignored",
+            Some(2) => "high",
+            _ => "normal",
+        };
+        s.push_str(&format!("\tPriority:   {prio}\n"));
+        s.push_str(&format!("\tCipher:     {}\n", k.area.encryption));
+        s.push_str(&format!("\tCipher key: {} bits\n", k.area.key_size * 8));
+        s.push_str(&format!("\tPBKDF:      {}\n", k.kdf.kind));
+        if k.kdf.kind == "pbkdf2" {
+            s.push_str(&format!(
+                "\tHash:       {}\n",
+                k.kdf.hash.as_deref().unwrap_or("?")
+            ));
+            s.push_str(&format!(
+                "\tIterations: {}\n",
+                k.kdf.iterations.unwrap_or(0)
+            ));
+        } else {
+            s.push_str(&format!("\tTime cost:  {}\n", k.kdf.time.unwrap_or(0)));
+            s.push_str(&format!("\tMemory:     {}\n", k.kdf.memory.unwrap_or(0)));
+            s.push_str(&format!("\tThreads:    {}\n", k.kdf.cpus.unwrap_or(0)));
+        }
+        s.push_str(&format!("\tSalt:       {}\n", b64_hex(&k.kdf.salt, cont)));
+        s.push_str(&format!("\tAF stripes: {}\n", k.af.stripes));
+        s.push_str(&format!("\tAF hash:    {}\n", k.af.hash));
+        s.push_str(&format!("\tArea offset:{} [bytes]\n", k.area.offset));
+        s.push_str(&format!("\tArea length:{} [bytes]\n", k.area.size));
+        if let Some((did, _)) = m.digests.iter().find(|(_, d)| d.keyslots.contains(id)) {
+            s.push_str(&format!("\tDigest ID:  {did}\n"));
+        }
+    }
+    s.push_str("Tokens:\n");
+    for (id, t) in &m.tokens {
+        let ty = t.get("type").and_then(|v| v.as_str()).unwrap_or("?");
+        s.push_str(&format!("  {id}: {ty}\n"));
+    }
+    s.push_str("Digests:\n");
+    for (id, d) in &m.digests {
+        s.push_str(&format!("  {id}: {}\n", d.kind));
+        s.push_str(&format!("\tHash:       {}\n", d.hash));
+        s.push_str(&format!("\tIterations: {}\n", d.iterations));
+        s.push_str(&format!("\tSalt:       {}\n", b64_hex(&d.salt, cont)));
+        s.push_str(&format!("\tDigest:     {}\n", b64_hex(&d.digest, cont)));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_lines_wrap_with_continuation() {
+        let bytes: Vec<u8> = (0u8..18).collect();
+        assert_eq!(
+            hex_lines(&bytes, "\t"),
+            "00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f \n\t10 11 "
+        );
+        assert_eq!(hex_lines(&[], "\t"), "");
+        assert_eq!(b64_hex("!!", ""), "(invalid)");
+    }
+}

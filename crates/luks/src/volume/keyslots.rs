@@ -1,0 +1,324 @@
+//! Keyslot management on a loaded volume: add a passphrase, kill a slot,
+//! change the UUID, and first-fit allocation in the LUKS2 keyslots area.
+//!
+//! New keyslot material is written and synced before the header that points
+//! at it; a removed keyslot leaves the header first and is wiped afterwards.
+
+use super::io::{open_rw, sync, write_at, write_luks2, zero_range};
+use super::Volume;
+use crate::error::{invalid, Error, ErrorKind, Result};
+use crate::hash::Hash;
+use crate::kdf::{Kdf, KdfRequest};
+use crate::keyslot::{self, material_len};
+use crate::luks2::json;
+use std::fs::File;
+
+use crate::luks2;
+use crate::{af, luks1, Header};
+
+impl Volume {
+    /// Adds `new_pass` for the (already verified) volume key `vk` into
+    /// `slot` or the first free one. Returns the slot used.
+    pub fn add_key(
+        &mut self,
+        vk: &[u8],
+        new_pass: &[u8],
+        slot: Option<u32>,
+        kdf: &KdfRequest,
+    ) -> Result<u32> {
+        if !self.verify_volume_key(vk) {
+            return Err(Error::new(
+                ErrorKind::WrongPassphrase,
+                "Volume key does not match the volume",
+            ));
+        }
+        let mut f = open_rw(&self.meta_path)?;
+        match &mut self.header {
+            Header::V1(h) => add_key_v1(&mut f, h, vk, new_pass, slot, kdf),
+            Header::V2(h) => add_key_v2(&mut f, h, vk, new_pass, slot, kdf),
+        }
+    }
+
+    /// Disables `slot` and wipes its material. Refuses the last active slot
+    /// unless `allow_last`.
+    pub fn kill_slot(&mut self, slot: u32, allow_last: bool) -> Result<()> {
+        let active = self.header.active_slots();
+        if !active.contains(&slot) {
+            return Err(Error::new(
+                ErrorKind::SlotInactive,
+                format!("Keyslot {slot} is not active"),
+            ));
+        }
+        if active.len() == 1 && !allow_last {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("Keyslot {slot} is the last one; the volume would become unusable"),
+            ));
+        }
+        let mut f = open_rw(&self.meta_path)?;
+        match &mut self.header {
+            Header::V1(h) => {
+                let s = &mut h.slots[slot as usize];
+                s.active = false;
+                s.iterations = 0;
+                s.salt = [0; luks1::SALT_LEN];
+                let (off, len) = (
+                    u64::from(s.key_material_offset) * 512,
+                    material_len(h.key_bytes as usize, s.stripes),
+                );
+                write_at(&mut f, 0, &h.to_bytes())?;
+                sync(&f)?;
+                zero_range(&mut f, off, len as u64)?;
+                sync(&f)?;
+            }
+            Header::V2(h) => {
+                let id = slot.to_string();
+                let ks = h
+                    .meta
+                    .keyslots
+                    .remove(&id)
+                    .ok_or_else(|| invalid("Keyslot vanished"))?;
+                for d in h.meta.digests.values_mut() {
+                    d.keyslots.retain(|k| k != &id);
+                }
+                write_luks2(&mut f, h)?;
+                zero_range(&mut f, ks.area.offset, ks.area.size)?;
+                sync(&f)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the volume UUID (cryptsetup luksUUID --uuid).
+    pub fn set_uuid(&mut self, uuid: Option<&str>) -> Result<String> {
+        let uuid = match uuid {
+            Some(u) => checked_uuid(u)?,
+            None => keyslot::random_uuid()?,
+        };
+        let mut f = open_rw(&self.meta_path)?;
+        match &mut self.header {
+            Header::V1(h) => {
+                h.uuid = uuid.clone();
+                write_at(&mut f, 0, &h.to_bytes())?;
+                sync(&f)?;
+            }
+            Header::V2(h) => {
+                h.bin.uuid = uuid.clone();
+                write_luks2(&mut f, h)?;
+            }
+        }
+        Ok(uuid)
+    }
+}
+
+/// [`Volume::add_key`] on LUKS1: material into the slot's fixed area,
+/// then the header.
+fn add_key_v1(
+    f: &mut File,
+    h: &mut luks1::Header,
+    vk: &[u8],
+    new_pass: &[u8],
+    slot: Option<u32>,
+    kdf: &KdfRequest,
+) -> Result<u32> {
+    if kdf.kind != "pbkdf2" {
+        return Err(invalid("LUKS1 keyslots support only the pbkdf2 KDF"));
+    }
+    let slot = match slot {
+        Some(s) if s as usize >= luks1::SLOTS => {
+            return Err(invalid(format!("Keyslot {s} is invalid")))
+        }
+        Some(s) if h.slots[s as usize].active => {
+            return Err(Error::new(
+                ErrorKind::SlotBusy,
+                format!("Keyslot {s} is already in use"),
+            ))
+        }
+        Some(s) => s,
+        None => (0..8u32)
+            .find(|&s| !h.slots[s as usize].active)
+            .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
+    };
+    let req = KdfRequest {
+        hash: h.hash,
+        ..kdf.clone()
+    };
+    let k = req.resolve(h.key_bytes as usize)?;
+    let Kdf::Pbkdf2 { iterations, .. } = k else {
+        unreachable!("pbkdf2 requested")
+    };
+    let salt = keyslot::random(luks1::SALT_LEN)?;
+    let cipher = h.cipher();
+    let s = &mut h.slots[slot as usize];
+    let params = keyslot::SlotParams {
+        kdf: k,
+        salt: &salt,
+        cipher: &cipher,
+        area_key_size: vk.len(),
+        key_size: vk.len(),
+        stripes: s.stripes,
+        af_hash: h.hash,
+    };
+    let mat = keyslot::seal_material(new_pass, &params, vk)?;
+    write_at(f, u64::from(s.key_material_offset) * 512, &mat)?;
+    sync(f)?;
+    s.active = true;
+    s.iterations = iterations;
+    s.salt.copy_from_slice(&salt);
+    write_at(f, 0, &h.to_bytes())?;
+    sync(f)?;
+    Ok(slot)
+}
+
+/// [`Volume::add_key`] on LUKS2: material into a first-fit area, then
+/// the keyslot and its digest binding in both header copies.
+fn add_key_v2(
+    f: &mut File,
+    h: &mut luks2::Header,
+    vk: &[u8],
+    new_pass: &[u8],
+    slot: Option<u32>,
+    kdf: &KdfRequest,
+) -> Result<u32> {
+    let slot = match slot {
+        Some(s) if s >= json::MAX_KEYSLOTS => {
+            return Err(invalid(format!("Keyslot {s} is invalid")))
+        }
+        Some(s) if h.meta.keyslots.contains_key(&s.to_string()) => {
+            return Err(Error::new(
+                ErrorKind::SlotBusy,
+                format!("Keyslot {s} is already in use"),
+            ))
+        }
+        Some(s) => s,
+        None => (0..json::MAX_KEYSLOTS)
+            .find(|s| !h.meta.keyslots.contains_key(&s.to_string()))
+            .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
+    };
+    let af_hash = h
+        .meta
+        .keyslots
+        .values()
+        .next()
+        .map(|k| k.af.hash.clone())
+        .unwrap_or_else(|| "sha256".to_string());
+    let area_size = (material_len(vk.len(), af::STRIPES) as u64).div_ceil(4096) * 4096;
+    let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
+    let cipher = h.meta.segment().1.encryption.clone();
+    let k = kdf.resolve(vk.len())?;
+    let salt = keyslot::random(32)?;
+    let params = keyslot::SlotParams {
+        kdf: k,
+        salt: &salt,
+        cipher: &cipher,
+        area_key_size: vk.len(),
+        key_size: vk.len(),
+        stripes: af::STRIPES,
+        af_hash: Hash::parse(&af_hash)?,
+    };
+    let mat = keyslot::seal_material(new_pass, &params, vk)?;
+    write_at(f, offset, &mat)?;
+    sync(f)?;
+    let id = slot.to_string();
+    h.meta.keyslots.insert(
+        id.clone(),
+        json::Keyslot {
+            kind: "luks2".into(),
+            key_size: vk.len() as u32,
+            af: json::Af {
+                kind: "luks1".into(),
+                stripes: af::STRIPES,
+                hash: af_hash,
+            },
+            area: json::Area {
+                kind: "raw".into(),
+                offset,
+                size: area_size,
+                encryption: cipher,
+                key_size: vk.len() as u32,
+            },
+            kdf: json::KdfJson::from_kdf(&k, &salt),
+            extra: Default::default(),
+        },
+    );
+    let sid = h.meta.segment().0.clone();
+    if let Some(d) = h
+        .meta
+        .digests
+        .values_mut()
+        .find(|d| d.segments.contains(&sid))
+    {
+        d.keyslots.push(id);
+    }
+    write_luks2(f, h)?;
+    Ok(slot)
+}
+
+pub(super) fn checked_uuid(u: &str) -> Result<String> {
+    let ok = u.len() == 36
+        && u.char_indices().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
+    if !ok {
+        return Err(invalid(format!("UUID {u:?} is invalid")));
+    }
+    Ok(u.to_ascii_lowercase())
+}
+
+/// First-fit 4 KiB aligned gap of `size` bytes in the keyslots area.
+fn allocate_area(meta: &json::Metadata, hdr_size: u64, size: u64) -> Result<u64> {
+    let lo = json::Metadata::keyslots_start(hdr_size);
+    let hi = lo + meta.config.keyslots_size;
+    let mut used: Vec<(u64, u64)> = meta
+        .keyslots
+        .values()
+        .map(|k| (k.area.offset, k.area.offset + k.area.size))
+        .collect();
+    used.sort_unstable();
+    let mut pos = lo;
+    for (s, e) in used {
+        if pos + size <= s {
+            break;
+        }
+        pos = pos.max(e.div_ceil(4096) * 4096);
+    }
+    if pos + size > hi {
+        return Err(Error::new(
+            ErrorKind::SlotBusy,
+            "No space left in the LUKS2 keyslots area",
+        ));
+    }
+    Ok(pos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocate_area_first_fit() {
+        let json = r#"{"keyslots":{},"tokens":{},"segments":{"0":{"type":"crypt","offset":"16777216","size":"dynamic","iv_tweak":"0","encryption":"aes-xts-plain64","sector_size":512}},"digests":{},"config":{"json_size":"12288","keyslots_size":"16744448"}}"#;
+        let mut meta: json::Metadata = serde_json::from_str(json).unwrap();
+        assert_eq!(allocate_area(&meta, 16384, 258048).unwrap(), 32768);
+        let ks: json::Keyslot = serde_json::from_value(serde_json::json!({
+            "type":"luks2","key_size":64,"af":{"type":"luks1","stripes":4000,"hash":"sha256"},
+            "area":{"type":"raw","offset":"32768","size":"258048","encryption":"aes-xts-plain64","key_size":64},
+            "kdf":{"type":"pbkdf2","hash":"sha256","iterations":1000,"salt":"AAAA"}}))
+        .unwrap();
+        meta.keyslots.insert("0".into(), ks.clone());
+        assert_eq!(allocate_area(&meta, 16384, 258048).unwrap(), 32768 + 258048);
+        let mut far = ks;
+        far.area.offset = 32768 + 2 * 258048;
+        meta.keyslots.insert("2".into(), far);
+        assert_eq!(
+            allocate_area(&meta, 16384, 258048).unwrap(),
+            32768 + 258048,
+            "fills the gap"
+        );
+        assert!(allocate_area(&meta, 16384, 1 << 30).is_err());
+    }
+}

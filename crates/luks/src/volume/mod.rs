@@ -1,0 +1,216 @@
+//! Operations on a LUKS volume stored in files or block devices: load,
+//! unlock ([`open`]), [`format`], add/remove/change keys, kill slots,
+//! header backup/restore.
+//!
+//! Write ordering (crash safety): new keyslot material is written and
+//! synced before the header that points at it; a removed keyslot leaves the
+//! header first and is wiped afterwards; LUKS2 header updates write the
+//! secondary copy, sync, then the primary, sync, so a crash at any point
+//! leaves at least one valid copy (the reader takes the highest seqid).
+
+//!
+//! ```text
+//!   mod.rs      Volume (load, checks, accessors), Opened, open()
+//!   unlock.rs   keyslot try order, passphrase -> volume key, Opened
+//!   keyslots.rs add_key, kill_slot, set_uuid, LUKS2 area allocation
+//!   backup.rs   header_backup, header_restore
+//!   format.rs   FormatOptions, format() as named steps
+//!   io.rs       positioned reads/writes, syncs, the LUKS2 two-copy write
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+use crate::error::{corrupt, Error, ErrorKind, Result};
+use crate::Header;
+
+mod backup;
+mod format;
+mod io;
+mod keyslots;
+mod unlock;
+
+pub use format::{format, FormatOptions};
+use io::{device_size, open_ro};
+
+/// An unlocked volume: everything the data path needs.
+pub struct Opened {
+    /// The volume key (zeroized on drop, never printed).
+    pub volume_key: Zeroizing<Vec<u8>>,
+    /// Keyslot that opened it.
+    pub keyslot: u32,
+    /// dm-crypt cipher spec, e.g. `aes-xts-plain64`.
+    pub cipher: String,
+    /// Encryption sector size in bytes.
+    pub sector_size: u32,
+    /// IV offset in 512-byte sectors (LUKS2 `iv_tweak`; 0 for LUKS1).
+    pub iv_offset: u64,
+    /// IVs count in 512-byte units (cryptsetup never sets
+    /// `iv_large_sectors` for LUKS), so always false.
+    pub iv_large_sectors: bool,
+    /// Data start on the data device, bytes.
+    pub payload_offset: u64,
+    /// Data size in bytes (a multiple of `sector_size`).
+    pub size: u64,
+    /// Volume UUID.
+    pub uuid: String,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("volume_key", &"<redacted>")
+            .field("keyslot", &self.keyslot)
+            .field("cipher", &self.cipher)
+            .field("sector_size", &self.sector_size)
+            .field("iv_offset", &self.iv_offset)
+            .field("payload_offset", &self.payload_offset)
+            .field("size", &self.size)
+            .field("uuid", &self.uuid)
+            .finish()
+    }
+}
+
+impl Opened {
+    /// The sector-cipher configuration dm-crypt would use.
+    pub fn crypt_config(&self) -> crypto::CryptConfig {
+        crypto::CryptConfig {
+            cipher: self.cipher.clone(),
+            key: self.volume_key.clone(),
+            iv_offset: self.iv_offset,
+            sector_size: self.sector_size,
+            iv_large_sectors: self.iv_large_sectors,
+        }
+    }
+
+    /// The dm table line cryptsetup loads for this volume (contains the key
+    /// in hex: treat as secret):
+    /// `0 <sectors> crypt <cipher> <key> <iv_offset> <dev> <offset> [1 sector_size:N]`.
+    pub fn table_line(&self, device: &Path) -> Zeroizing<String> {
+        let key: String = self.volume_key.iter().map(|b| format!("{b:02x}")).collect();
+        let key = Zeroizing::new(key);
+        let mut line = format!(
+            "0 {} crypt {} {} {} {} {}",
+            self.size / 512,
+            self.cipher,
+            key.as_str(),
+            self.iv_offset,
+            device.display(),
+            self.payload_offset / 512
+        );
+        if self.sector_size != 512 {
+            line.push_str(&format!(" 1 sector_size:{}", self.sector_size));
+        }
+        Zeroizing::new(line)
+    }
+}
+
+impl Opened {
+    /// The dm-crypt table cryptsetup would load, as a parsed
+    /// [`crypto::table::Table`] for the data path.
+    pub fn to_table(&self, device: &Path) -> Result<crypto::table::Table> {
+        crypto::table::Table::parse(&self.table_line(device)).map_err(|e| {
+            Error::crypto(
+                ErrorKind::InvalidArgument,
+                "Cannot build the dm-crypt table",
+                e,
+            )
+        })
+    }
+}
+
+/// Unlocks the volume on `device` (header on `device` or the detached
+/// `header`) with `passphrase`, trying `key_slot` only if given.
+pub fn open(
+    device: &Path,
+    header: Option<&Path>,
+    passphrase: &[u8],
+    key_slot: Option<u32>,
+) -> Result<Opened> {
+    let vol = Volume::load(device, header)?;
+    vol.unlock(passphrase, key_slot)
+}
+
+/// A LUKS volume: its header and where header and data live.
+#[derive(Debug)]
+pub struct Volume {
+    header: Header,
+    meta_path: PathBuf,
+    detached: bool,
+    meta_size: u64,
+    data_size: u64,
+}
+
+impl Volume {
+    /// Reads the header of `device` (or of the detached `header` file).
+    pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
+        let meta_path = header.unwrap_or(device).to_path_buf();
+        let mut data = open_ro(device)?;
+        let data_size = device_size(&mut data, device)?;
+        let (mut meta, meta_size) = if header.is_some() {
+            let mut m = open_ro(&meta_path)?;
+            let s = device_size(&mut m, &meta_path)?;
+            (m, s)
+        } else {
+            (data, data_size)
+        };
+        let h = Header::read(&mut meta, meta_size)?;
+        let vol = Volume {
+            header: h,
+            meta_path,
+            detached: header.is_some(),
+            meta_size,
+            data_size,
+        };
+        vol.check_data_device()?;
+        Ok(vol)
+    }
+
+    fn check_data_device(&self) -> Result<()> {
+        let off = self.header.payload_offset();
+        if !self.detached && off != 0 && off < self.header.metadata_end() {
+            return Err(corrupt("Data offset lies inside the LUKS metadata"));
+        }
+        if !self.detached && off == 0 {
+            return Err(corrupt(
+                "Data offset 0 on a device that holds its own header",
+            ));
+        }
+        if off > self.data_size {
+            return Err(Error::new(
+                ErrorKind::DeviceSize,
+                format!(
+                    "Data offset {off} lies beyond the device size {}",
+                    self.data_size
+                ),
+            ));
+        }
+        if let Header::V2(h) = &self.header {
+            if let Some(sz) = h.meta.segment().1.fixed_size()? {
+                if off + sz > self.data_size {
+                    return Err(Error::new(
+                        ErrorKind::DeviceSize,
+                        "LUKS2 segment extends beyond the device",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Where the header lives.
+    pub fn header_path(&self) -> &Path {
+        &self.meta_path
+    }
+
+    /// Size of the data device in bytes.
+    pub fn data_size(&self) -> u64 {
+        self.data_size
+    }
+}

@@ -1,0 +1,214 @@
+//! Unlocking: trying passphrases on keyslots in cryptsetup's order,
+//! checking a volume key against the digest, and building [`Opened`].
+
+use std::fs::File;
+
+use zeroize::Zeroizing;
+
+use super::io::{open_ro, read_exact_at};
+use super::{Opened, Volume};
+use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
+use crate::hash::Hash;
+use crate::kdf::Kdf;
+use crate::keyslot::{self, material_len};
+use crate::luks2::json;
+use crate::Header;
+
+impl Volume {
+    /// Tries the passphrase on one slot: `Ok(None)` when it does not fit.
+    fn try_slot(&self, f: &mut File, slot: u32, pass: &[u8]) -> Result<Option<Zeroizing<Vec<u8>>>> {
+        match &self.header {
+            Header::V1(h) => {
+                let s = h
+                    .slots
+                    .get(slot as usize)
+                    .ok_or_else(|| invalid(format!("Keyslot {slot} is invalid")))?;
+                if !s.active {
+                    return Err(Error::new(
+                        ErrorKind::SlotInactive,
+                        format!("Keyslot {slot} is not active"),
+                    ));
+                }
+                let mut mat =
+                    Zeroizing::new(vec![0u8; material_len(h.key_bytes as usize, s.stripes)]);
+                read_exact_at(f, u64::from(s.key_material_offset) * 512, &mut mat)?;
+                let kdf = Kdf::Pbkdf2 {
+                    hash: h.hash,
+                    iterations: s.iterations,
+                };
+                let cipher = h.cipher();
+                let params = keyslot::SlotParams {
+                    kdf,
+                    salt: &s.salt,
+                    cipher: &cipher,
+                    area_key_size: h.key_bytes as usize,
+                    key_size: h.key_bytes as usize,
+                    stripes: s.stripes,
+                    af_hash: h.hash,
+                };
+                let vk = keyslot::open_material(pass, &params, &mut mat)?;
+                let ok = keyslot::digest_matches(
+                    h.hash,
+                    &vk,
+                    &h.mk_digest_salt,
+                    h.mk_digest_iterations,
+                    &h.mk_digest,
+                );
+                Ok(ok.then_some(vk))
+            }
+            Header::V2(h) => {
+                let ks = h.meta.keyslots.get(&slot.to_string()).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::SlotInactive,
+                        format!("Keyslot {slot} is not active"),
+                    )
+                })?;
+                let (_, dg) = h
+                    .meta
+                    .digests
+                    .iter()
+                    .find(|(_, d)| d.keyslots.iter().any(|k| k == &slot.to_string()))
+                    .ok_or_else(|| corrupt(format!("Keyslot {slot} has no digest")))?;
+                let mut mat =
+                    Zeroizing::new(vec![0u8; material_len(ks.key_size as usize, ks.af.stripes)]);
+                read_exact_at(f, ks.area.offset, &mut mat)?;
+                let salt = json::b64_decode(&ks.kdf.salt, "keyslot salt")?;
+                let params = keyslot::SlotParams {
+                    kdf: ks.kdf.kdf()?,
+                    salt: &salt,
+                    cipher: &ks.area.encryption,
+                    area_key_size: ks.area.key_size as usize,
+                    key_size: ks.key_size as usize,
+                    stripes: ks.af.stripes,
+                    af_hash: Hash::parse(&ks.af.hash)?,
+                };
+                let vk = keyslot::open_material(pass, &params, &mut mat)?;
+                let dhash = Hash::parse(&dg.hash)?;
+                let dsalt = json::b64_decode(&dg.salt, "digest salt")?;
+                let ddig = json::b64_decode(&dg.digest, "digest")?;
+                let ok = keyslot::digest_matches(dhash, &vk, &dsalt, dg.iterations, &ddig);
+                Ok(ok.then_some(vk))
+            }
+        }
+    }
+
+    /// Finds the keyslot `pass` opens: `(slot, volume key)`.
+    pub fn unlock_key(
+        &self,
+        pass: &[u8],
+        key_slot: Option<u32>,
+    ) -> Result<(u32, Zeroizing<Vec<u8>>)> {
+        let mut f = open_ro(&self.meta_path)?;
+        let slots: Vec<u32> = match key_slot {
+            Some(s) => vec![s],
+            None => self.unlock_order(),
+        };
+        if slots.is_empty() {
+            return Err(Error::new(ErrorKind::WrongPassphrase, "No usable keyslot"));
+        }
+        for s in slots {
+            if let Some(vk) = self.try_slot(&mut f, s, pass)? {
+                return Ok((s, vk));
+            }
+        }
+        Err(Error::new(
+            ErrorKind::WrongPassphrase,
+            match key_slot {
+                Some(s) => format!("No key available with this passphrase in keyslot {s}"),
+                None => "No key available with this passphrase".to_string(),
+            },
+        ))
+    }
+
+    /// Active slots in cryptsetup's try order (LUKS2: high priority first,
+    /// priority 0 "ignore" skipped).
+    fn unlock_order(&self) -> Vec<u32> {
+        match &self.header {
+            Header::V1(_) => self.header.active_slots(),
+            Header::V2(h) => {
+                let bound = h.meta.segment_keyslots();
+                let prio = |s: u32| {
+                    h.meta
+                        .keyslots
+                        .get(&s.to_string())
+                        .and_then(|k| k.extra.get("priority"))
+                        .and_then(|p| p.as_i64())
+                        .unwrap_or(1)
+                };
+                let mut v: Vec<u32> = bound.into_iter().filter(|&s| prio(s) != 0).collect();
+                v.sort_by_key(|&s| (std::cmp::Reverse(prio(s)), s));
+                v
+            }
+        }
+    }
+
+    /// Unlocks and returns everything the data path needs.
+    pub fn unlock(&self, pass: &[u8], key_slot: Option<u32>) -> Result<Opened> {
+        let (slot, vk) = self.unlock_key(pass, key_slot)?;
+        self.opened(slot, vk)
+    }
+
+    /// Builds [`Opened`] from a verified volume key.
+    pub fn opened(&self, keyslot: u32, volume_key: Zeroizing<Vec<u8>>) -> Result<Opened> {
+        let off = self.header.payload_offset();
+        let ss = u64::from(self.header.sector_size());
+        let (size, iv_offset) = match &self.header {
+            Header::V1(_) => ((self.data_size - off) / 512 * 512, 0),
+            Header::V2(h) => {
+                let seg = h.meta.segment().1;
+                let size = match seg.fixed_size()? {
+                    Some(s) => s,
+                    None => (self.data_size - off) / ss * ss,
+                };
+                (size, seg.iv_tweak)
+            }
+        };
+        if size == 0 {
+            return Err(Error::new(
+                ErrorKind::DeviceSize,
+                "The LUKS data area is empty (device too small)",
+            ));
+        }
+        Ok(Opened {
+            volume_key,
+            keyslot,
+            cipher: self.header.cipher(),
+            sector_size: ss as u32,
+            iv_offset,
+            iv_large_sectors: false,
+            payload_offset: off,
+            size,
+            uuid: self.header.uuid().to_string(),
+        })
+    }
+
+    /// Checks that `vk` is this volume's key (constant time).
+    pub fn verify_volume_key(&self, vk: &[u8]) -> bool {
+        match &self.header {
+            Header::V1(h) => {
+                vk.len() == h.key_bytes as usize
+                    && keyslot::digest_matches(
+                        h.hash,
+                        vk,
+                        &h.mk_digest_salt,
+                        h.mk_digest_iterations,
+                        &h.mk_digest,
+                    )
+            }
+            Header::V2(h) => match h.meta.segment_digest() {
+                Some((_, dg)) => {
+                    let (Ok(hash), Ok(salt), Ok(d)) = (
+                        Hash::parse(&dg.hash),
+                        json::b64_decode(&dg.salt, "digest salt"),
+                        json::b64_decode(&dg.digest, "digest"),
+                    ) else {
+                        return false;
+                    };
+                    (self.header.key_size() == 0 || vk.len() == self.header.key_size())
+                        && keyslot::digest_matches(hash, vk, &salt, dg.iterations, &d)
+                }
+                None => false,
+            },
+        }
+    }
+}
