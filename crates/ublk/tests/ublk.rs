@@ -116,8 +116,7 @@ fn stop_if_idle_refuses_a_device_in_use() {
     use std::os::unix::fs::OpenOptionsExt;
     use ucrypt_ublk::{stop_if_idle, ErrorKind};
     const T: &str = "stop_if_idle_refuses_a_device_in_use";
-    if !ucrypt_ublk::available() {
-        eprintln!("SKIP {T}: {CONTROL_PATH} not found: this kernel has no ublk_drv loaded");
+    if !testutil::require(T, testutil::Capability::UblkDriver) {
         return;
     }
     let size = 4u64 << 20;
