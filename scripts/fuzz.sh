@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for a short time on the seed corpus of real
-# cryptsetup headers (tests/data/luks). Needs a nightly toolchain; installs
-# cargo-fuzz from crates.io if missing. Prints SKIP (exit 0) without nightly.
-#   FUZZ_SECONDS=60 bash scripts/fuzz.sh       # per target
+# Runs every cargo-fuzz target for a short time on its seed corpus:
+# fuzz/seeds/<target>/ (NBD sessions, dm table lines, cipher specs), or the
+# real cryptsetup headers in tests/data/luks for luks_header. Needs a nightly
+# toolchain; installs cargo-fuzz from crates.io if missing. Prints SKIP
+# (exit 0) without nightly.
+#   FUZZ_SECONDS=60 bash scripts/fuzz.sh            # every target
+#   FUZZ_SECONDS=600 bash scripts/fuzz.sh dm_table  # just these
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${FUZZ_SECONDS:-60}"
@@ -14,11 +17,16 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-for target in $(cargo +nightly fuzz list --fuzz-dir fuzz); do
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir fuzz)
+for target in "${targets[@]}"; do
+  seeds=fuzz/seeds/$target
+  [ "$target" = luks_header ] && seeds=tests/data/luks
+  [ -d "$seeds" ] || { echo "fuzz: no seed corpus $seeds for $target" >&2; exit 1; }
   mkdir -p "$work/$target"
   # New inputs go to the temp corpus (first dir); the seeds stay read-only.
   echo "fuzz: $target for ${secs}s"
-  cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$work/$target" tests/data/luks -- \
+  cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$work/$target" "$seeds" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536
 done
 echo "fuzz: all targets ran without a crash"

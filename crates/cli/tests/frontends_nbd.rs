@@ -394,9 +394,28 @@ fn tcp_listen_is_loopback_and_warns() {
     let table = vol.table();
     let image = vol.image.display().to_string();
     let name = vol.name.clone();
+    // Plaintext over TCP only when asked for in so many words.
     let o = vol.ucrypt(&["open", "--listen", "0", "--table", &table, &image, &name]);
+    assert_eq!(o.status.code(), Some(1), "plaintext --listen was served");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tls=off"));
+    assert!(!vol.socket().exists() && vol.pid().is_none());
+    let o = vol.ucrypt(&[
+        "open",
+        "--listen",
+        "0",
+        "--tls=off",
+        "--table",
+        &table,
+        &image,
+        &name,
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    // The warning reaches the user's terminal, not only the daemon's log.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unencrypted"),
+        "no warning on the terminal"
+    );
     let log = std::fs::read_to_string(vol.runtime().join(format!("{name}.log"))).unwrap();
     assert!(log.contains("unencrypted"), "no warning: {log}");
     let uri = out
@@ -410,4 +429,122 @@ fn tcp_listen_is_loopback_and_warns() {
     );
     let o = vol.ucrypt(&["close", &name]);
     assert!(o.status.success());
+}
+
+/// `open` with `--tls-psk` (unix socket and TCP) and `--tls-certificates`:
+/// TLS clients are served at the `nbds` URI open prints, plaintext
+/// clients are refused, bad credentials fail before anything starts.
+#[test]
+fn open_with_tls_serves_nbds_only() {
+    let t = "open_with_tls_serves_nbds_only";
+    if !testutil::require_tool(t, "nbdinfo") || !testutil::require_tool(t, "openssl") {
+        return;
+    }
+    let mut vol = Vol::new("fe-tls", 8 * MIB, 512);
+    let psk = vol.dir.join("keys.psk");
+    std::fs::write(&psk, format!("alice:{}\n", &KEY[..64])).unwrap();
+    let psk_s = psk.display().to_string();
+    let uri_in = |out: &str, scheme: &str| {
+        out.split_whitespace()
+            .find(|w| w.starts_with(scheme))
+            .unwrap_or_else(|| panic!("no {scheme} URI in {out:?}"))
+            .to_owned()
+    };
+    for listen in [None, Some("0")] {
+        let mut extra = vec!["--tls-psk", &psk_s];
+        if let Some(l) = listen {
+            extra.extend(["--listen", l]);
+        }
+        let out = vol.open(&extra);
+        let scheme = if listen.is_some() {
+            "nbds://"
+        } else {
+            "nbds+unix://"
+        };
+        let uri = uri_in(&out, scheme);
+        let sep = if uri.contains('?') { '&' } else { '?' };
+        let with_user = uri.replacen("://", "://alice@", 1);
+        let o = run(Command::new("nbdinfo")
+            .arg("--size")
+            .arg(format!("{with_user}{sep}tls-psk-file={psk_s}")));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            (8 * MIB).to_string()
+        );
+        let plain = uri.replacen("nbds", "nbd", 1);
+        let o = Command::new("nbdinfo").arg(&plain).output().unwrap();
+        assert!(!o.status.success(), "plaintext client served at {plain}");
+        vol.close();
+    }
+
+    // X.509: a self-signed server certificate is its own CA.
+    let certs = vol.dir.join("certs");
+    let client = vol.dir.join("client");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::create_dir_all(&client).unwrap();
+    run(Command::new("openssl").current_dir(&certs).args([
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        "-keyout",
+        "server-key.pem",
+        "-out",
+        "server-cert.pem",
+    ]));
+    std::fs::copy(certs.join("server-cert.pem"), client.join("ca-cert.pem")).unwrap();
+    let certs_s = certs.display().to_string();
+    let out = vol.open(&["--tls-certificates", &certs_s]);
+    let uri = uri_in(&out, "nbds+unix://");
+    let o = run(Command::new("nbdinfo")
+        .arg("--size")
+        .arg(format!("{uri}&tls-certificates={}", client.display())));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        (8 * MIB).to_string()
+    );
+    vol.close();
+
+    // Refusals: exit 1, a message naming the problem, no daemon.
+    let empty = vol.dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty_s = empty.display().to_string();
+    let table = vol.table();
+    let image = vol.image.display().to_string();
+    let name = vol.name.clone();
+    for (args, says) in [
+        (
+            vec!["--tls-certificates", empty_s.as_str()],
+            "server-cert.pem",
+        ),
+        (vec!["--tls=require"], "--tls-psk"),
+        (
+            vec!["--tls=maybe", "--tls-psk", psk_s.as_str()],
+            "off, on or require",
+        ),
+        (
+            vec!["--tls-verify-peer", "--tls-psk", psk_s.as_str()],
+            "--tls-certificates",
+        ),
+        (
+            vec!["--export", "fuse", "--tls-psk", psk_s.as_str()],
+            "--export nbd",
+        ),
+    ] {
+        let mut a = vec!["open", "--table", &table];
+        a.extend(args.iter().copied());
+        a.extend([image.as_str(), name.as_str()]);
+        let o = vol.ucrypt(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(vol.pid().is_none(), "{args:?} started a daemon");
+    }
 }

@@ -31,6 +31,8 @@ pub mod map;
 pub mod resolve;
 pub mod runtime;
 pub mod serve;
+pub mod tls;
 
 pub use error::{chain, Error, ErrorKind, Result};
 pub use serve::{run, ExportSpec, Spec};
+pub use tls::TlsSpec;

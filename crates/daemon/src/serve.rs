@@ -30,6 +30,7 @@ use crate::control::{self, ExportKind, Flags, Handled, Ping, Reply, Request, Sta
 use crate::error::{flat, invalid, Error, ErrorKind, Result};
 use crate::resolve::VolumeType;
 use crate::runtime::{self, Paths};
+use crate::tls::TlsSpec;
 
 /// Which frontend serves the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,7 @@ use crate::runtime::{self, Paths};
 pub enum ExportSpec {
     /// NBD on a unix socket (`NAME.nbd.sock` in the runtime dir if `None`).
     NbdUnix(Option<PathBuf>),
-    /// NBD on TCP (unencrypted on the wire).
+    /// NBD on TCP (unencrypted on the wire unless [`TlsSpec`] turns TLS on).
     NbdTcp(SocketAddr),
     /// A FUSE file export at a mountpoint (`NAME.fuse` if `None`).
     Fuse(Option<PathBuf>),
@@ -127,6 +128,8 @@ pub struct Spec {
     pub table: Table,
     /// The frontend.
     pub export: ExportSpec,
+    /// NBD over TLS (off unless asked for).
+    pub tls: TlsSpec,
     /// Initial engine configuration.
     pub engine: EngineConfig,
     /// How the backing file is accessed.
@@ -157,13 +160,15 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         volume_type,
         table,
         export,
+        tls,
         engine: cfg,
         io_engine,
         direct,
     } = spec;
 
     let engine = Arc::new(build_engine(&table, &cfg, io_engine, direct)?);
-    let (frontend, export_kind, endpoint) = start_frontend(&engine, &name, &cfg, export, &paths)?;
+    let (frontend, export_kind, endpoint) =
+        start_frontend(&engine, &name, &cfg, export, &tls, &paths)?;
 
     let (tx, rx) = mpsc::channel();
     let daemon = Arc::new(Daemon {
@@ -295,6 +300,7 @@ fn start_frontend(
     name: &str,
     cfg: &EngineConfig,
     export: ExportSpec,
+    tls: &TlsSpec,
     paths: &Paths,
 ) -> Result<(Frontend, ExportKind, String)> {
     match export {
@@ -303,8 +309,9 @@ fn start_frontend(
             name,
             cfg,
             nbd::Endpoint::Unix(p.unwrap_or(paths.nbd.clone())),
+            tls,
         ),
-        ExportSpec::NbdTcp(a) => start_nbd(engine, name, cfg, nbd::Endpoint::Tcp(a)),
+        ExportSpec::NbdTcp(a) => start_nbd(engine, name, cfg, nbd::Endpoint::Tcp(a), tls),
         ExportSpec::Fuse(p) => {
             let mnt = p.unwrap_or(paths.fuse.clone());
             let fcfg = fuse::ExportConfig {
@@ -327,8 +334,10 @@ fn start_nbd(
     name: &str,
     cfg: &EngineConfig,
     ep: nbd::Endpoint,
+    tls: &TlsSpec,
 ) -> Result<(Frontend, ExportKind, String)> {
-    if let nbd::Endpoint::Tcp(a) = &ep {
+    let tls = tls.load()?;
+    if let (nbd::Endpoint::Tcp(a), nbd::TlsMode::Off) = (&ep, tls.mode()) {
         eprintln!(
             "ucrypt: warning: NBD over TCP is unencrypted on the wire: anyone who can reach {a} can read and \
              write the decrypted device (prefer the default unix socket, or tunnel it)"
@@ -340,9 +349,13 @@ fn start_nbd(
         read_only: cfg.read_only,
         allow_trim: cfg.allow_discards,
     };
-    let s = nbd::Server::start(Arc::clone(engine), export, ep)
+    let opts = nbd::ServerOptions {
+        tls,
+        ..nbd::ServerOptions::default()
+    };
+    let s = nbd::Server::start_with(Arc::clone(engine), export, ep, opts)
         .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
-    let uri = s.endpoint().to_string();
+    let uri = s.uri();
     Ok((Frontend::Nbd(s), ExportKind::Nbd, uri))
 }
 

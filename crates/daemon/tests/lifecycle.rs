@@ -43,6 +43,7 @@ fn serve_status_refresh_table_close() {
         volume_type: VolumeType::Plain,
         table,
         export: ExportSpec::NbdUnix(None),
+        tls: Default::default(),
         engine,
         io_engine: backend::IoEngine::Syscalls,
         direct: backend::DirectIo::Never,

@@ -1,13 +1,14 @@
 //! The option phase: fixed newstyle negotiation (`NBD_OPT_GO`, `INFO`,
-//! `LIST`, `ABORT`, `EXPORT_NAME`), ending in the transmission flags the
-//! client was given.
+//! `LIST`, `ABORT`, `EXPORT_NAME`, `STARTTLS`), ending in the transmission
+//! flags the client was given. Under [`TlsMode::Require`] only `STARTTLS`
+//! and `ABORT` are answered before TLS is active.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 
 use crate::proto;
 use crate::server::Shared;
-use crate::stream::Stream;
+use crate::tls::TlsMode;
 use crate::Error;
 
 /// The state negotiation ends in.
@@ -16,7 +17,7 @@ pub(crate) struct Negotiated {
     pub(crate) flags: u16,
 }
 
-fn write_all(w: &mut Stream, buf: &[u8]) -> Result<(), Error> {
+fn write_all(w: &mut impl Write, buf: &[u8]) -> Result<(), Error> {
     w.write_all(buf).map_err(Error::Io)
 }
 
@@ -28,12 +29,26 @@ pub(crate) fn read_exact(r: &mut impl Read, buf: &mut [u8], what: &str) -> Resul
     })
 }
 
-/// Fixed newstyle negotiation. `Ok(None)` when the client aborted.
-pub(crate) fn negotiate(
-    r: &mut impl Read,
-    w: &mut Stream,
-    shared: &Shared,
-) -> Result<Option<Negotiated>, Error> {
+/// What the option loop stopped on.
+pub(crate) enum Outcome {
+    /// `NBD_OPT_GO` / `NBD_OPT_EXPORT_NAME` succeeded: transmission.
+    Go(Negotiated),
+    /// The client sent `NBD_OPT_ABORT`.
+    Abort,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the TLS handshake comes next,
+    /// then the option loop again ([`Session::tls_active`] set).
+    StartTls,
+}
+
+/// State carried across the option phase.
+pub(crate) struct Session {
+    no_zeroes: bool,
+    /// The option loop runs inside TLS.
+    pub(crate) tls_active: bool,
+}
+
+/// The server greeting and the client's flags.
+pub(crate) fn greet(r: &mut impl Read, w: &mut impl Write) -> Result<Session, Error> {
     let mut hello = Vec::with_capacity(18);
     hello.extend_from_slice(&proto::NBDMAGIC.to_be_bytes());
     hello.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
@@ -48,8 +63,24 @@ pub(crate) fn negotiate(
             "Unknown client flags {client_flags:#x}"
         )));
     }
-    let no_zeroes = client_flags & proto::FLAG_C_NO_ZEROES != 0;
+    Ok(Session {
+        no_zeroes: client_flags & proto::FLAG_C_NO_ZEROES != 0,
+        tls_active: false,
+    })
+}
+
+/// The fixed newstyle option loop, until GO/EXPORT_NAME, ABORT or an
+/// acknowledged STARTTLS.
+pub(crate) fn options(
+    r: &mut impl Read,
+    w: &mut impl Write,
+    shared: &Shared,
+    session: &Session,
+) -> Result<Outcome, Error> {
+    let no_zeroes = session.no_zeroes;
     let flags = transmission_flags(shared);
+    let tls_mode = shared.tls.mode();
+    let tls_missing = tls_mode == TlsMode::Require && !session.tls_active;
 
     loop {
         let mut hdr = [0u8; 16];
@@ -70,6 +101,19 @@ pub(crate) fn negotiate(
         let mut data = vec![0u8; len as usize];
         read_exact(r, &mut data, "option data")?;
         let stopping = shared.stopping.load(Ordering::SeqCst);
+        if tls_missing && opt != proto::OPT_STARTTLS && opt != proto::OPT_ABORT {
+            if opt == proto::OPT_EXPORT_NAME {
+                // This option cannot carry an error: the spec says close.
+                return Err(Error::Protocol(
+                    "NBD_OPT_EXPORT_NAME before the required TLS".into(),
+                ));
+            }
+            write_all(
+                w,
+                &proto::option_reply(opt, proto::REP_ERR_TLS_REQD, b"TLS is required"),
+            )?;
+            continue;
+        }
         match opt {
             proto::OPT_EXPORT_NAME => {
                 if stopping || !name_matches(&data, shared) {
@@ -85,12 +129,12 @@ pub(crate) fn negotiate(
                     b.extend_from_slice(&[0u8; 124]);
                 }
                 write_all(w, &b)?;
-                return Ok(Some(Negotiated { flags }));
+                return Ok(Outcome::Go(Negotiated { flags }));
             }
             proto::OPT_ABORT => {
                 // The client may already have closed; ignore a failed ACK.
                 let _ = write_all(w, &proto::option_reply(opt, proto::REP_ACK, &[]));
-                return Ok(None);
+                return Ok(Outcome::Abort);
             }
             proto::OPT_LIST => {
                 if !data.is_empty() {
@@ -147,14 +191,23 @@ pub(crate) fn negotiate(
                 }
                 write_all(w, &proto::option_reply(opt, proto::REP_ACK, &[]))?;
                 if opt == proto::OPT_GO {
-                    return Ok(Some(Negotiated { flags }));
+                    return Ok(Outcome::Go(Negotiated { flags }));
                 }
             }
             proto::OPT_STARTTLS => {
-                write_all(
-                    w,
-                    &proto::option_reply(opt, proto::REP_ERR_POLICY, b"TLS is not supported"),
-                )?;
+                let (rep, msg): (u32, &[u8]) = if tls_mode == TlsMode::Off {
+                    (proto::REP_ERR_POLICY, b"TLS is not enabled on this server")
+                } else if session.tls_active {
+                    (proto::REP_ERR_INVALID, b"TLS is already active")
+                } else if !data.is_empty() {
+                    (proto::REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data")
+                } else {
+                    (proto::REP_ACK, b"")
+                };
+                write_all(w, &proto::option_reply(opt, rep, msg))?;
+                if rep == proto::REP_ACK {
+                    return Ok(Outcome::StartTls);
+                }
             }
             _ => {
                 // Structured replies, meta contexts, extended headers, …:

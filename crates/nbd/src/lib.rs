@@ -7,6 +7,8 @@
 //! * fixed newstyle negotiation with `NBD_OPT_GO`, `NBD_OPT_INFO`,
 //!   `NBD_OPT_LIST`, `NBD_OPT_ABORT` and `NBD_OPT_EXPORT_NAME`;
 //!   `NBD_INFO_BLOCK_SIZE` advertises the volume's sector size as minimum;
+//! * `NBD_OPT_STARTTLS` with X.509 or PSK credentials ([`TlsConfig`],
+//!   modes off/on/require as nbdkit's `--tls`);
 //! * `READ`, `WRITE`, `FLUSH`, `TRIM`, `WRITE_ZEROES`, `DISC`, the `FUA` flag,
 //!   simple replies, pipelined requests (replies may be out of order) and
 //!   multi-conn (every connection shares one [`datapath::Engine`]).
@@ -22,8 +24,9 @@
 //! by [`proto::error_code`].
 //!
 //! Modules: `server` (listener, connections, shutdown), `handshake` (the
-//! option phase), `transmit` (the request loop and replies), `stream` (the
-//! socket, and the crate's only unsafe call).
+//! option phase), `tls` (credentials, handshake, the TLS pump), `transmit`
+//! (the request loop and replies), `stream` (the socket, and the crate's
+//! only unsafe calls).
 
 #![deny(unsafe_code)]
 
@@ -32,11 +35,92 @@ use std::io;
 mod handshake;
 pub mod proto;
 mod server;
-#[allow(unsafe_code)] // recv(MSG_PEEK), with its SAFETY note
+#[allow(unsafe_code)] // recv(MSG_PEEK) and poll(2), with their SAFETY notes
 mod stream;
+mod tls;
 mod transmit;
 
-pub use server::{Endpoint, ExportConfig, Server, ServerStats};
+pub use server::{
+    serve_connection, Endpoint, ExportConfig, Limits, Server, ServerOptions, ServerStats,
+};
+pub use tls::{TlsConfig, TlsMode};
+
+/// Entry points for the cargo-fuzz targets in `fuzz/` (not a stable API).
+#[doc(hidden)]
+pub mod internal {
+    /// Whole client sessions fed from bytes, in process.
+    pub mod fuzzing {
+        use std::io::{Read, Write};
+        use std::net::Shutdown;
+        use std::os::unix::net::UnixStream;
+        use std::sync::Arc;
+
+        use datapath::Engine;
+
+        use crate::{proto, serve_connection, ExportConfig, ServerOptions, TlsConfig};
+
+        /// Plays `data[1..]` as everything a client sends after the
+        /// greeting (flags, options, and requests if it gets that far)
+        /// against `engine`, and returns what the server sent. `data[0]`
+        /// picks the export: bit 0 read-only, bit 1 trim, bit 2 `tls`
+        /// (whose mode is then in force) instead of plaintext.
+        pub fn session(engine: &Arc<Engine>, tls: &TlsConfig, data: &[u8]) -> Vec<u8> {
+            let Some((&sel, client)) = data.split_first() else {
+                return Vec::new();
+            };
+            run(engine, tls, sel, client)
+        }
+
+        /// Like [`session`], but first negotiates the default export with
+        /// `NBD_OPT_GO`, so `data[1..]` is the transmission phase.
+        pub fn transmission(engine: &Arc<Engine>, data: &[u8]) -> Vec<u8> {
+            let Some((&sel, requests)) = data.split_first() else {
+                return Vec::new();
+            };
+            let flags = proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES;
+            let mut client = flags.to_be_bytes().to_vec();
+            client.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
+            client.extend_from_slice(&proto::OPT_GO.to_be_bytes());
+            client.extend_from_slice(&6u32.to_be_bytes());
+            client.extend_from_slice(&[0; 6]);
+            client.extend_from_slice(requests);
+            run(engine, &TlsConfig::off(), sel & 3, &client)
+        }
+
+        fn run(engine: &Arc<Engine>, tls: &TlsConfig, sel: u8, client: &[u8]) -> Vec<u8> {
+            let (server, peer) = UnixStream::pair().expect("socketpair");
+            let export = ExportConfig {
+                name: "fuzz".into(),
+                description: "fuzz".into(),
+                read_only: sel & 1 != 0,
+                allow_trim: sel & 2 != 0,
+            };
+            let opts = ServerOptions {
+                tls: if sel & 4 != 0 {
+                    tls.clone()
+                } else {
+                    TlsConfig::off()
+                },
+                ..ServerOptions::default()
+            };
+            let mut w = peer.try_clone().expect("dup");
+            let input = client.to_vec();
+            let writer = std::thread::spawn(move || {
+                let _ = w.write_all(&input);
+                let _ = w.shutdown(Shutdown::Write);
+            });
+            let reader = std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let mut peer = peer;
+                let _ = peer.read_to_end(&mut out);
+                out
+            });
+            let _ = serve_connection(Arc::clone(engine), export, opts, server);
+            let _ = writer.join();
+            reader.join().unwrap_or_default()
+        }
+    }
+}
 
 /// Errors of the NBD frontend.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +135,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// TLS credentials could not be loaded (path and reason in the message).
+    #[error("Cannot set up TLS: {0}")]
+    TlsSetup(String),
     /// A client broke the protocol and was disconnected.
     #[error("Protocol violation: {0}")]
     Protocol(String),

@@ -65,6 +65,8 @@ pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 /// `NBD_REP_ERR_INVALID`
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// `NBD_REP_ERR_TLS_REQD`: TLS is required before this option.
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 /// `NBD_REP_ERR_UNKNOWN`
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 /// `NBD_REP_ERR_SHUTDOWN`

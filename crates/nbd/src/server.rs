@@ -17,6 +17,11 @@
 //! that breaks the protocol (bad magic, truncated request, oversized payload)
 //! is disconnected; invalid but well-framed requests get an error reply.
 //! Either way only that client is affected and nothing is written.
+//!
+//! With TLS ([`ServerOptions::tls`]) the option phase starts in plaintext;
+//! after `NBD_OPT_STARTTLS` the connection's socket is handed to the TLS
+//! pump (see `tls`) and the rest of the session runs on the plaintext end of
+//! a socketpair, which then also becomes the handle shutdown acts on.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};
@@ -27,11 +32,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use datapath::Engine;
 
-use crate::handshake::negotiate;
-use crate::stream::Stream;
+use crate::handshake::{greet, options, Outcome};
+use crate::stream::{Deadline, Stream};
+use crate::tls::{upgrade, TlsConfig};
 use crate::transmit::{transmit, Conn, REPLY_TIMEOUT};
 use crate::Error;
 
@@ -66,6 +73,52 @@ pub struct ExportConfig {
     pub allow_trim: bool,
 }
 
+/// How the server runs: TLS and limits. `Default` is plaintext with the
+/// default [`Limits`].
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// NBD over TLS (`NBD_OPT_STARTTLS`); off by default.
+    pub tls: TlsConfig,
+    /// Bounds on what clients can make the server hold.
+    pub limits: Limits,
+}
+
+/// Bounds on what clients can make the server hold. Memory for request
+/// payloads is at most about `max_connections × (max_inflight_bytes +`
+/// [`proto::MAX_PAYLOAD`](crate::proto::MAX_PAYLOAD)`)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once (in negotiation or transmission); one
+    /// more is closed right after `accept`, before the greeting.
+    pub max_connections: usize,
+    /// Longest the option phase may take, TLS handshake included; a client
+    /// that has not reached transmission by then is disconnected.
+    pub handshake_timeout: std::time::Duration,
+    /// Payload bytes (read lengths and write payloads) one connection may
+    /// have inside the engine or waiting to be sent; beyond it the server
+    /// stops reading that client's requests until some complete. One
+    /// request larger than this still runs, alone.
+    pub max_inflight_bytes: u64,
+}
+
+impl Limits {
+    /// Default [`Limits::max_connections`]: enough for multi-conn clients
+    /// (nbdcopy opens 4, qemu 1 per drive).
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            // qemu-nbd's default handshake limit.
+            handshake_timeout: std::time::Duration::from_secs(10),
+            // One maximum-size request, or 128 pipelined 256 KiB ones.
+            max_inflight_bytes: u64::from(crate::proto::MAX_PAYLOAD),
+        }
+    }
+}
+
 /// Counters for `status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerStats {
@@ -75,6 +128,11 @@ pub struct ServerStats {
     pub accepted: u64,
     /// Clients disconnected for protocol violations.
     pub protocol_errors: u64,
+    /// Connections closed at once because [`Limits::max_connections`]
+    /// were open.
+    pub refused: u64,
+    /// Payload bytes in flight now, all connections together.
+    pub inflight_bytes: u64,
 }
 
 /// A running NBD server. Dropping it without [`Server::shutdown`] leaves the
@@ -88,16 +146,55 @@ pub struct Server {
 pub(crate) struct Shared {
     pub(crate) engine: Arc<Engine>,
     pub(crate) export: ExportConfig,
+    pub(crate) tls: TlsConfig,
+    pub(crate) limits: Limits,
     pub(crate) stopping: AtomicBool,
     next_id: AtomicU64,
     accepted: AtomicU64,
     protocol_errors: AtomicU64,
+    refused: AtomicU64,
+    /// Payload bytes in flight, all connections (see `Conn::begin`).
+    inflight_bytes: Arc<AtomicU64>,
     /// Open connections: a handle to shut each one down, and its thread.
     conns: Mutex<HashMap<u64, ConnEntry>>,
 }
 
+impl Shared {
+    fn new(engine: Arc<Engine>, export: ExportConfig, opts: ServerOptions) -> Self {
+        Self {
+            engine,
+            export,
+            tls: opts.tls,
+            limits: opts.limits,
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            inflight_bytes: Arc::new(AtomicU64::new(0)),
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Serves one client already connected on `stream`, on the calling thread,
+/// exactly as a [`Server`] serves each of its connections (greeting,
+/// options, TLS, transmission); returns when the client has left and
+/// every reply is sent. For a socket handed over by a supervisor, and for
+/// the fuzz targets.
+pub fn serve_connection(
+    engine: Arc<Engine>,
+    export: ExportConfig,
+    opts: ServerOptions,
+    stream: UnixStream,
+) -> Result<(), Error> {
+    let shared = Shared::new(engine, export, opts);
+    serve_client(Stream::Unix(stream), &shared, 0)
+}
+
 impl Server {
-    /// Binds `endpoint` and starts accepting clients for `engine`.
+    /// Binds `endpoint` and starts accepting clients for `engine`, in
+    /// plaintext with the default [`Limits`].
     ///
     /// A unix socket path left behind by a dead server is replaced; one that
     /// still accepts connections is an error (`AddrInUse`).
@@ -105,6 +202,16 @@ impl Server {
         engine: Arc<Engine>,
         export: ExportConfig,
         endpoint: Endpoint,
+    ) -> Result<Self, Error> {
+        Self::start_with(engine, export, endpoint, ServerOptions::default())
+    }
+
+    /// [`Server::start`] with TLS and limits.
+    pub fn start_with(
+        engine: Arc<Engine>,
+        export: ExportConfig,
+        endpoint: Endpoint,
+        opts: ServerOptions,
     ) -> Result<Self, Error> {
         let (listener, endpoint) = match endpoint {
             Endpoint::Unix(path) => {
@@ -121,15 +228,7 @@ impl Server {
                 (Listener::Tcp(l), Endpoint::Tcp(local))
             }
         };
-        let shared = Arc::new(Shared {
-            engine,
-            export,
-            stopping: AtomicBool::new(false),
-            next_id: AtomicU64::new(0),
-            accepted: AtomicU64::new(0),
-            protocol_errors: AtomicU64::new(0),
-            conns: Mutex::new(HashMap::new()),
-        });
+        let shared = Arc::new(Shared::new(engine, export, opts));
         let s = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
             .name("nbd-accept".into())
@@ -146,12 +245,25 @@ impl Server {
         &self.endpoint
     }
 
+    /// The URI clients connect to: the endpoint's `nbd+unix://` or
+    /// `nbd://`, as `nbds…` when TLS is required.
+    pub fn uri(&self) -> String {
+        let uri = self.endpoint.to_string();
+        if self.shared.tls.mode() == crate::TlsMode::Require {
+            uri.replacen("nbd", "nbds", 1)
+        } else {
+            uri
+        }
+    }
+
     /// Connection counters.
     pub fn stats(&self) -> ServerStats {
         ServerStats {
             connections: lock(&self.shared.conns).len() as u64,
             accepted: self.shared.accepted.load(Ordering::Relaxed),
             protocol_errors: self.shared.protocol_errors.load(Ordering::Relaxed),
+            refused: self.shared.refused.load(Ordering::Relaxed),
+            inflight_bytes: self.shared.inflight_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -272,18 +384,25 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
             }
         };
         shared.accepted.fetch_add(1, Ordering::Relaxed);
+        // Hold the table lock across spawn so the thread's own removal of
+        // its entry cannot run before the entry exists.
+        let mut conns = lock(&shared.conns);
+        if conns.len() >= shared.limits.max_connections {
+            // Closed before the greeting: the client sees EOF at once and
+            // costs no thread. Counted, not logged (a flood would fill it).
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let Ok(ctl) = stream.try_clone() else {
             continue;
         };
         let s = Arc::clone(&shared);
-        // Hold the table lock across spawn so the thread's own removal of
-        // its entry cannot run before the entry exists.
-        let mut conns = lock(&shared.conns);
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                let r = serve_client(stream, &s);
+                let r = serve_client(stream, &s, id);
                 if let Err(Error::Protocol(why)) = &r {
                     s.protocol_errors.fetch_add(1, Ordering::Relaxed);
                     eprintln!("ucrypt nbd: client {id} disconnected: {why}");
@@ -297,20 +416,77 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
     }
 }
 
-fn serve_client(stream: Stream, shared: &Shared) -> Result<(), Error> {
-    // Replies are written from engine completion callbacks: a client that
-    // stops reading must not pin an engine thread for long.
-    let w = stream.try_clone()?;
-    match &w {
-        Stream::Unix(s) => s.set_write_timeout(Some(REPLY_TIMEOUT))?,
-        Stream::Tcp(s) => s.set_write_timeout(Some(REPLY_TIMEOUT))?,
+fn serve_client(stream: Stream, shared: &Shared, id: u64) -> Result<(), Error> {
+    let mut pump = None;
+    let r = serve_session(stream, shared, id, &mut pump);
+    // The pump ends once the session closed its end of the socketpair and
+    // the last reply went out (or the client stopped reading for
+    // REPLY_TIMEOUT).
+    if let Some(p) = pump {
+        let _ = p.join();
     }
-    let writer = Arc::new(Mutex::new(w));
-    let mut reader = BufReader::with_capacity(256 << 10, stream);
-    let Some(neg) = negotiate(&mut reader, &mut lock(&writer), shared)? else {
-        return Ok(());
+    r
+}
+
+fn serve_session(
+    stream: Stream,
+    shared: &Shared,
+    id: u64,
+    pump: &mut Option<JoinHandle<()>>,
+) -> Result<(), Error> {
+    // The whole option phase, TLS handshake included, ends by this.
+    let until = Some(Instant::now() + shared.limits.handshake_timeout);
+    let mut w = Deadline {
+        s: stream.try_clone()?,
+        until,
     };
-    let conn = Arc::new(Conn::new(writer));
+    let mut reader = BufReader::with_capacity(256 << 10, Deadline { s: stream, until });
+    let mut session = greet(&mut reader, &mut w)?;
+    let neg = loop {
+        match options(&mut reader, &mut w, shared, &session)? {
+            Outcome::Go(neg) => break neg,
+            Outcome::Abort => return Ok(()),
+            Outcome::StartTls => {
+                // Bytes sent after STARTTLS but before the handshake would
+                // be plaintext injected into the TLS session: refuse them.
+                if !reader.buffer().is_empty() {
+                    return Err(Error::Protocol(
+                        "Data sent between NBD_OPT_STARTTLS and the TLS handshake".into(),
+                    ));
+                }
+                let Some(ctx) = shared.tls.context() else {
+                    return Err(Error::Protocol("STARTTLS without credentials".into()));
+                };
+                drop(w);
+                let (local, p) = upgrade(reader.into_inner(), ctx, REPLY_TIMEOUT)?;
+                *pump = Some(p);
+                let local = Stream::Unix(local);
+                // Shutdown now acts on the session's side of the pump.
+                if let Some(e) = lock(&shared.conns).get_mut(&id) {
+                    e.0 = local.try_clone()?;
+                }
+                w = Deadline {
+                    s: local.try_clone()?,
+                    until,
+                };
+                reader = BufReader::with_capacity(256 << 10, Deadline { s: local, until });
+                session.tls_active = true;
+            }
+        }
+    };
+    // Transmission: idle clients may wait as long as they like; replies are
+    // written from engine completion callbacks, so a client that stops
+    // reading must not pin an engine thread for long.
+    reader.get_mut().clear()?;
+    w.clear()?;
+    w.s.set_write_timeout(Some(REPLY_TIMEOUT))?;
+    let w = w.s;
+    let writer = Arc::new(Mutex::new(w));
+    let conn = Arc::new(Conn::new(
+        writer,
+        shared.limits.max_inflight_bytes,
+        Arc::clone(&shared.inflight_bytes),
+    ));
     let r = transmit(&mut reader, &conn, shared, neg);
     // Soft or hard disconnect: first finish what is in flight (NBD requires
     // replies to every request received before DISC).

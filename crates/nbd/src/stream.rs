@@ -1,10 +1,12 @@
 //! A connected client socket of either family (unix or TCP), with the one
-//! `recv(MSG_PEEK)` the transmission loop's poller needs: this crate's only
-//! unsafe code.
+//! `recv(MSG_PEEK)` the transmission loop's poller needs and the `poll(2)`
+//! the TLS pump waits in: this crate's only unsafe code.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 /// A connected client socket of either family.
 pub(crate) enum Stream {
@@ -16,11 +18,7 @@ impl Stream {
     /// True once a byte can be read without blocking (or the peer closed,
     /// or the socket failed: the blocking read then reports which).
     pub(crate) fn readable_now(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let fd = match self {
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tcp(s) => s.as_raw_fd(),
-        };
+        let fd = self.as_raw_fd();
         let mut b = [0u8; 1];
         // SAFETY: `fd` is this stream's open socket for the whole call and
         // `b` is a valid 1-byte buffer; MSG_PEEK | MSG_DONTWAIT neither
@@ -43,12 +41,133 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
         })
     }
+    /// `SO_RCVTIMEO` (shared by every clone of the socket).
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// `SO_SNDTIMEO` (shared by every clone of the socket).
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
+
+    /// `O_NONBLOCK` (shared by every clone of the socket).
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+
     pub(crate) fn shutdown(&self, how: Shutdown) {
         let _ = match self {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         };
     }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// A socket whose reads and writes all end by one instant: before each
+/// call the socket's timeout is set to the time left, so a client that
+/// trickles bytes cannot stretch the handshake past its deadline. Without
+/// a deadline it is a plain pass-through (the transmission phase).
+pub(crate) struct Deadline {
+    pub(crate) s: Stream,
+    pub(crate) until: Option<Instant>,
+}
+
+impl Deadline {
+    fn arm(&self, read: bool) -> io::Result<()> {
+        let Some(t) = self.until else {
+            return Ok(());
+        };
+        let left = t.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "handshake deadline passed",
+            ));
+        }
+        if read {
+            self.s.set_read_timeout(Some(left))
+        } else {
+            self.s.set_write_timeout(Some(left))
+        }
+    }
+
+    /// Drops the deadline and the socket timeouts it set.
+    pub(crate) fn clear(&mut self) -> io::Result<()> {
+        if self.until.take().is_some() {
+            self.s.set_read_timeout(None)?;
+            self.s.set_write_timeout(None)?;
+        }
+        Ok(())
+    }
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm(true)?;
+        self.s.read(buf)
+    }
+}
+
+impl Write for Deadline {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.arm(false)?;
+        self.s.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Deadline {
+    fn as_raw_fd(&self) -> RawFd {
+        self.s.as_raw_fd()
+    }
+}
+
+/// Waits until one of `fds` (descriptor, `POLLIN`/`POLLOUT` events; a
+/// negative descriptor is ignored) is ready or `timeout` passes. Returns
+/// false on timeout. `EINTR` counts as ready (the caller retries its IO).
+pub(crate) fn poll(fds: &[(RawFd, i16)], timeout: Option<Duration>) -> io::Result<bool> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, events)| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    // SAFETY: `pfds` is a live, exclusively borrowed array of `pfds.len()`
+    // initialised pollfd structs for the whole call; poll only writes their
+    // `revents` fields.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(true);
+        }
+        return Err(e);
+    }
+    Ok(n > 0)
 }
 
 impl Read for Stream {

@@ -4,7 +4,7 @@
 
 use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use datapath::{Op, OpKind, Request};
@@ -12,14 +12,11 @@ use datapath::{Op, OpKind, Request};
 use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
 use crate::server::{lock, Shared};
-use crate::stream::Stream;
+use crate::stream::{Deadline, Stream};
 use crate::{nbd_errno, Error};
 
 /// How long a reply may wait for a client that does not read.
 pub(crate) const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-/// Payload bytes one connection may have inside the engine; beyond it the
-/// reader stops reading requests until some complete (bounds memory).
-const MAX_INFLIGHT_BYTES: u64 = 128 << 20;
 
 #[derive(Default)]
 struct Inflight {
@@ -31,16 +28,26 @@ struct Inflight {
 pub(crate) struct Conn {
     pub(crate) writer: Arc<Mutex<Stream>>,
     inflight: Mutex<Inflight>,
+    /// `Limits::max_inflight_bytes`.
+    max_inflight: u64,
+    /// The server's in-flight total over all connections (for stats).
+    total: Arc<AtomicU64>,
     idle: Condvar,
     /// Set once a reply could not be sent; further replies are dropped.
     dead: AtomicBool,
 }
 
 impl Conn {
-    pub(crate) fn new(writer: Arc<Mutex<Stream>>) -> Self {
+    pub(crate) fn new(
+        writer: Arc<Mutex<Stream>>,
+        max_inflight: u64,
+        total: Arc<AtomicU64>,
+    ) -> Self {
         Self {
             writer,
             inflight: Mutex::new(Inflight::default()),
+            max_inflight,
+            total,
             idle: Condvar::new(),
             dead: AtomicBool::new(false),
         }
@@ -50,17 +57,19 @@ impl Conn {
     /// while the connection already has too much in flight.
     fn begin(&self, bytes: u64) {
         let mut n = lock(&self.inflight);
-        while n.requests > 0 && n.bytes + bytes > MAX_INFLIGHT_BYTES {
+        while n.requests > 0 && n.bytes + bytes > self.max_inflight {
             n = self.idle.wait(n).unwrap_or_else(|e| e.into_inner());
         }
         n.requests += 1;
         n.bytes += bytes;
+        self.total.fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn end(&self, bytes: u64) {
         let mut n = lock(&self.inflight);
         n.requests -= 1;
         n.bytes -= bytes;
+        self.total.fetch_sub(bytes, Ordering::Relaxed);
         self.idle.notify_all();
     }
 
@@ -172,7 +181,7 @@ impl Poller {
 
 /// The transmission phase: read, check framing, submit, repeat.
 pub(crate) fn transmit(
-    r: &mut BufReader<Stream>,
+    r: &mut BufReader<Deadline>,
     conn: &Arc<Conn>,
     shared: &Shared,
     neg: Negotiated,
@@ -183,7 +192,7 @@ pub(crate) fn transmit(
     let mut poller = Poller::new();
     loop {
         if r.buffer().is_empty() {
-            poller.wait(r.get_ref());
+            poller.wait(&r.get_ref().s);
         }
         let mut raw = [0u8; proto::REQUEST_LEN];
         // EOF exactly at a request boundary is a hard disconnect by the
@@ -278,6 +287,7 @@ pub(crate) fn transmit(
         };
         conn.begin(bytes);
         let c = Arc::clone(conn);
+
         let (cookie, kind) = (h.cookie, h.kind);
         let offset = if kind == proto::CMD_FLUSH {
             0

@@ -16,12 +16,14 @@ use clap::{Args, Subcommand, ValueEnum};
 use crypto::table::Table;
 use daemon::control::{self, flag_words, mode_name, ExportKind, Flags, Ping};
 use daemon::resolve::VolumeType as Kind;
-use daemon::{runtime, ExportSpec};
+use daemon::{runtime, ExportSpec, TlsSpec};
 use datapath::PerfFlags;
 
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
+// Parsed once per process: the size of `Open` does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Commands {
     /// Open a volume and serve the decrypted device (NBD on a unix socket by default).
@@ -137,9 +139,22 @@ pub struct OpenArgs {
     /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT] or ublk.
     #[arg(long, default_value = "nbd")]
     pub export: String,
-    /// Serve NBD on TCP at [ADDR:]PORT instead of a unix socket (loopback if no address).
+    /// Serve NBD on TCP at [ADDR:]PORT instead of a unix socket (loopback if no address);
+    /// needs TLS credentials, or --tls=off to serve unencrypted.
     #[arg(long)]
     pub listen: Option<String>,
+    /// NBD over TLS: off, on (offered) or require (default when credentials are given).
+    #[arg(long)]
+    pub tls: Option<String>,
+    /// TLS certificate directory: ca-cert.pem, server-cert.pem, server-key.pem (qemu/nbdkit layout).
+    #[arg(long, value_name = "DIR")]
+    pub tls_certificates: Option<PathBuf>,
+    /// TLS pre-shared keys: a psktool file of identity:hexkey lines.
+    #[arg(long, value_name = "FILE")]
+    pub tls_psk: Option<PathBuf>,
+    /// Require clients to present a certificate signed by the directory's ca-cert.pem.
+    #[arg(long)]
+    pub tls_verify_peer: bool,
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,
@@ -205,6 +220,15 @@ fn open(a: OpenArgs) -> CmdResult {
     let mode = control::parse_mode(&a.mode)?;
     let export = ExportSpec::parse(&a.export, a.listen.as_deref())?;
     export.check_available()?;
+    let tls = TlsSpec::new(
+        a.tls.as_deref(),
+        a.tls_certificates.as_deref(),
+        a.tls_psk.as_deref(),
+        a.tls_verify_peer,
+        &export,
+    )?;
+    // Bad credentials fail here, on the terminal, before anything starts.
+    tls.load()?;
     // The detached daemon re-checks the claim its parent made.
     let me = a.table_stdin.then(std::process::id);
     let claim = runtime::claim(&a.name, me)?;
@@ -241,6 +265,7 @@ fn open(a: OpenArgs) -> CmdResult {
             volume_type,
             table,
             export,
+            tls,
             engine,
             io_engine: match a.io_engine {
                 IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
@@ -260,7 +285,14 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
-    let args = child_args(&a, volume_type == Kind::Plain, &device, &export);
+    if tls.plaintext_tcp(&export) {
+        // The detached daemon's own warning only reaches its log.
+        eprintln!(
+            "ucrypt: warning: NBD over TCP without TLS (--tls=off) is unencrypted on the wire: anyone who \
+             can reach the port can read and write the decrypted device"
+        );
+    }
+    let args = child_args(&a, volume_type == Kind::Plain, &device, &export, &tls);
     let ping = daemon::detach::spawn(&exe, &args, &a.name, &table)?;
     println!("{}", describe(&ping));
     Ok(())
@@ -312,7 +344,13 @@ fn describe(p: &Ping) -> String {
 
 /// The detached daemon's command line: `open --foreground --table-stdin`
 /// with every option of `a` (paths already absolute: it runs in `/`).
-fn child_args(a: &OpenArgs, plain: bool, device: &Path, export: &ExportSpec) -> Vec<String> {
+fn child_args(
+    a: &OpenArgs,
+    plain: bool,
+    device: &Path,
+    export: &ExportSpec,
+    tls: &TlsSpec,
+) -> Vec<String> {
     let mut v: Vec<String> = vec!["open".into(), "--foreground".into(), "--table-stdin".into()];
     v.push(format!("--type={}", if plain { "plain" } else { "luks" }));
     if let Some(h) = &a.header {
@@ -328,6 +366,7 @@ fn child_args(a: &OpenArgs, plain: bool, device: &Path, export: &ExportSpec) -> 
     if let Some(l) = listen {
         v.push(format!("--listen={l}"));
     }
+    v.extend(tls.to_args());
     let p = &a.perf;
     for (on, f) in [
         (p.no_read_workqueue, "--perf-no_read_workqueue"),

@@ -1,0 +1,13 @@
+//! Fuzz target: arbitrary bytes as everything an NBD client sends after
+//! the greeting (flags, options, STARTTLS under `--tls=require`, and
+//! requests if it gets through), against an in-process server over the mem
+//! backend. Thin by design; the logic is in
+//! `nbd::internal::fuzzing::session`.
+#![no_main]
+
+mod common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let (engine, tls) = common::setup();
+    nbd::internal::fuzzing::session(engine, tls, data);
+});

@@ -1,0 +1,11 @@
+//! Fuzz target: arbitrary bytes as the transmission phase of an NBD session
+//! (after `NBD_OPT_GO`), against an in-process server over the mem backend.
+//! Thin by design; the logic is in `nbd::internal::fuzzing::transmission`.
+#![no_main]
+
+mod common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let (engine, _) = common::setup();
+    nbd::internal::fuzzing::transmission(engine, data);
+});
