@@ -214,13 +214,18 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         }
     })?;
 
-    std::fs::write(&paths.pid, format!("{}\n", std::process::id())).map_err(|e| {
-        Error::new(
-            ErrorKind::PermissionDenied,
-            format!("Cannot write {}", paths.pid.display()),
-        )
-        .with_source(e)
-    })?;
+    runtime::create_file(&paths.pid, 0o644)
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(format!("{}\n", std::process::id()).as_bytes())
+        })
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::PermissionDenied,
+                format!("Cannot write {}", paths.pid.display()),
+            )
+            .with_source(e)
+        })?;
     ready(&daemon.ping);
 
     let result = daemon.wait(&rx);
