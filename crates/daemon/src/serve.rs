@@ -265,8 +265,7 @@ fn build_engine(
         direct,
         ..FileOptions::default()
     };
-    let backend = FileBackend::open(&table.device, &opts)
-        .map_err(|e| Error::transparent(ErrorKind::NoDevice, e))?;
+    let backend = FileBackend::open(&table.device, &opts).map_err(crate::map::backend_error)?;
     let crypt = SectorCrypt::new(&table.crypt_config())
         .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
     let vol = datapath::Volume {
