@@ -378,6 +378,10 @@ fn start_ublk(engine: &Arc<Engine>) -> Result<(Frontend, ExportKind, String)> {
     }
 }
 
+/// How long stopping the NBD frontend may take before `close` or a
+/// signal goes on without it (see `Daemon::stop_nbd`).
+const NBD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
 struct Daemon {
     ping: Ping,
     volume_type: VolumeType,
@@ -430,6 +434,28 @@ impl Daemon {
         }
     }
 
+    /// Stops the NBD server, waiting at most [`NBD_STOP_TIMEOUT`]. The
+    /// server wakes its accept loop by connecting to its own socket path;
+    /// if that file was removed or replaced, the wake never arrives and an
+    /// unbounded wait would hang `close` and SIGTERM forever. Past the
+    /// bound the stop goes on in the background while we flush and exit.
+    fn stop_nbd(&self, s: nbd::Server) {
+        let (tx, rx) = mpsc::channel();
+        let stopper = std::thread::Builder::new()
+            .name("nbd-stop".into())
+            .spawn(move || {
+                s.shutdown();
+                let _ = tx.send(());
+            });
+        if stopper.is_ok() && rx.recv_timeout(NBD_STOP_TIMEOUT).is_err() {
+            eprintln!(
+                "ucrypt: {}: the NBD server did not stop within {} s (was its socket file removed or replaced?); closing anyway",
+                self.ping.name,
+                NBD_STOP_TIMEOUT.as_secs()
+            );
+        }
+    }
+
     /// Stops the frontend. `force` (signals): a busy FUSE mount is detached
     /// lazily; otherwise busy is an error and the daemon keeps serving.
     fn stop_frontend(&self, force: bool) -> Result<()> {
@@ -437,7 +463,7 @@ impl Daemon {
         match slot.as_mut() {
             Some(Frontend::Nbd(_)) => {
                 if let Some(Frontend::Nbd(s)) = slot.take() {
-                    s.shutdown();
+                    self.stop_nbd(s);
                 }
             }
             Some(Frontend::Ublk { id, .. }) => {
