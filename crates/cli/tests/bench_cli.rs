@@ -337,10 +337,7 @@ fn dm_crypt_names_missing_components() {
         .write(true)
         .open("/dev/mapper/control")
         .is_ok();
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let root = testutil::is_root();
     let brd = Path::new("/sys/module/brd").exists() || Path::new("/dev/ram0").exists();
     if dm_ok && root && brd {
         let why = "this host has device-mapper, brd and root, so nothing is missing to name";

@@ -27,10 +27,6 @@ pub enum Error {
     /// unknown target or option, a bad option count.
     #[error("{0}")]
     Table(String),
-    /// Another parameter is out of range (e.g. a KDF cost asked of the
-    /// speed tests).
-    #[error("{0}")]
-    Parameter(String),
     /// Valid for the kernel but not implemented by ucrypt yet.
     #[error("{0}")]
     Unsupported(String),
@@ -45,7 +41,6 @@ impl Error {
             | Error::SectorSize(m)
             | Error::Misaligned(m)
             | Error::Table(m)
-            | Error::Parameter(m)
             | Error::Unsupported(m) => m,
         }
     }
@@ -58,7 +53,6 @@ impl Error {
             Error::SectorSize(m) => Error::SectorSize(f(m)),
             Error::Misaligned(m) => Error::Misaligned(f(m)),
             Error::Table(m) => Error::Table(f(m)),
-            Error::Parameter(m) => Error::Parameter(f(m)),
             Error::Unsupported(m) => Error::Unsupported(f(m)),
         }
     }
@@ -95,11 +89,6 @@ pub(crate) fn unsupported(msg: impl Into<String>) -> Error {
 }
 
 impl Error {
-    /// [`Error::Parameter`] (kept as `invalid` for the speed tests).
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
-        Self::Parameter(msg.into())
-    }
-
     /// [`Error::Unsupported`].
     pub(crate) fn unsupported(msg: impl Into<String>) -> Self {
         unsupported(msg)

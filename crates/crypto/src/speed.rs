@@ -218,7 +218,7 @@ pub fn cipher_row(
     dur: Duration,
 ) -> Result<CipherRow, crate::Error> {
     if key_bits % 8 != 0 {
-        return Err(crate::Error::invalid(format!(
+        return Err(crate::Error::Key(format!(
             "Invalid key size {key_bits}: not a whole number of bytes"
         )));
     }

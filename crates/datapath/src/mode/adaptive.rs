@@ -3,7 +3,7 @@
 //! crypto split across cores when that pays.
 //!
 //! Hand-written. The facts it is built on (measured on the 2-vCPU VM this
-//! was developed on; see `examples/grid.rs`): waking a sleeping thread on
+//! was developed on; see `ucrypt bench --profile grid`): waking a sleeping thread on
 //! another core costs ~80 µs end to end, while a 4 KiB AES-XTS sector run
 //! costs ~0.4 µs. A queue hop per request, which is what dm-crypt's
 //! workqueues add, therefore loses by two orders of magnitude for small
