@@ -151,6 +151,12 @@ fn ublk_unavailable() -> Error {
 /// are up and the pid file is written.
 pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     runtime::check_name(&spec.name)?;
+    // The process holds the volume key: no core dumps, and no ptrace or
+    // /proc/PID/mem reads by other processes of the same uid.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| {
+        Error::new(ErrorKind::Io, "Cannot make the daemon non-dumpable")
+            .with_source(std::io::Error::from(e))
+    })?;
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
     let Spec {
         name,
