@@ -44,3 +44,4 @@ cargo build --release --workspace --locked
 # cryptsetup headers (SKIP line if this machine has no nightly toolchain).
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz.sh 2>&1 | tee "$fuzz_out"
 cargo test --release --workspace --locked --no-fail-fast
+bash scripts/vm-test.sh

@@ -112,6 +112,10 @@ pub enum ErrorKind {
     /// The options cannot describe a valid device.
     #[error("Invalid ublk options: {0}")]
     InvalidOptions(String),
+    /// The block device is in use (mounted, or held open exclusively), so
+    /// [`stop_if_idle`] left it serving.
+    #[error("{} is in use (mounted or held open exclusively)", .0.display())]
+    Busy(PathBuf),
     /// libublk or the driver refused an operation (the error's source
     /// says why).
     #[error("The ublk {what} step failed")]
@@ -197,7 +201,35 @@ pub fn serve_with(
     Ok(())
 }
 
-/// Stops device `id` (its [`serve`] call returns).
+/// Stops device `id` unless its block device is in use, like `cryptsetup
+/// close` on a busy mapping: a mounted (or otherwise exclusively opened)
+/// `/dev/ublkbN` yields [`ErrorKind::Busy`] and keeps serving.
+///
+/// [`stop`] alone would delete the disk under a mounted filesystem (the
+/// guest suite saw ext4 shut down by `ucrypt close`). The exclusive open is
+/// held while the device is stopped, so no mount can slip in between.
+pub fn stop_if_idle(id: u32) -> Result<(), Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = PathBuf::from(format!("/dev/ublkb{id}"));
+    let claim = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(&path)
+    {
+        Ok(f) => Some(f),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(Error::new(ErrorKind::Busy(path)))
+        }
+        // No node (already stopped, or udev has not made it): nothing holds it.
+        Err(_) => None,
+    };
+    let r = stop(id);
+    drop(claim);
+    r
+}
+
+/// Stops device `id` (its [`serve`] call returns), even when it is in use;
+/// see [`stop_if_idle`].
 pub fn stop(id: u32) -> Result<(), Error> {
     if !available() {
         return Err(Error::new(ErrorKind::Unavailable(CONTROL_PATH)));

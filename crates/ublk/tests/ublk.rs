@@ -110,3 +110,44 @@ fn without_driver_serve_fails_clearly() {
         ErrorKind::Unavailable(_)
     ));
 }
+
+#[test]
+fn stop_if_idle_refuses_a_device_in_use() {
+    use std::os::unix::fs::OpenOptionsExt;
+    use ucrypt_ublk::{stop_if_idle, ErrorKind};
+    const T: &str = "stop_if_idle_refuses_a_device_in_use";
+    if !testutil::require(T, testutil::Capability::UblkDriver) {
+        return;
+    }
+    let size = 4u64 << 20;
+    let vol = Volume {
+        backend: Arc::new(MemBackend::new(size).unwrap()),
+        crypt: None,
+        data_offset: 0,
+        size,
+        sector_size: 512,
+    };
+    let engine = Arc::new(Engine::new(vol, EngineConfig::default()).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        serve_with(engine, &Options::default(), move |d| tx.send(d).unwrap())
+    });
+    let dev = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("device did not come up");
+    // An exclusive open is what a mount holds.
+    let held = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(&dev.path)
+        .unwrap();
+    let e = stop_if_idle(dev.id).unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Busy(dev.path.clone()), "{e}");
+    // Still serving: the device reads.
+    let mut b = [0u8; 512];
+    held.read_exact_at(&mut b, 0).unwrap();
+    drop(held);
+    stop_if_idle(dev.id).unwrap();
+    server.join().unwrap().unwrap();
+    assert!(!dev.path.exists() || std::fs::File::open(&dev.path).is_err());
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs what the guest test harness (scripts/vm-test.sh) needs on the host,
+# and fetches the guest kernel without installing it.
+#
+# Host packages: qemu (the guest), busybox-static (the guest's userland), and the
+# tools copied into the guest's initramfs with their shared libraries (nbd-client,
+# cryptsetup, dmsetup, e2fsprogs, fio, kmod for module dependency order).
+#
+# Kernel: Debian 12's `linux-image-6.12-amd64` (6.12 ships ublk_drv; the default
+# 6.1 kernel does not). The versioned package it depends on is fetched with
+# `apt-get download` and extracted with `dpkg-deb -x` into the cache dir given as
+# $1 (default target/vm-cache); it is never installed on the host.
+# Prints the extracted kernel root on the last line. Debian 12; needs root (or sudo).
+# Idempotent: a cached kernel is reused.
+set -euo pipefail
+CACHE="${1:-${UCRYPT_VM_CACHE:-$(cd "$(dirname "$0")/.." && pwd)/target/vm-cache}}"
+KPKG_META="${UCRYPT_VM_KERNEL_META:-linux-image-6.12-amd64}"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+PKGS=(
+  qemu-system-x86                 # qemu-system-x86_64 (KVM or TCG)
+  busybox-static                  # the guest's shell and coreutils
+  nbd-client                      # the kernel NBD client, run in the guest
+  cryptsetup-bin dmsetup          # dm-crypt side by side in the guest
+  e2fsprogs fio kmod cpio         # mkfs/fsck, IO verification, modprobe --show-depends, initramfs
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+updated=0
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq; updated=1
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+mkdir -p "$CACHE"
+stamp="$CACHE/kernel.pkg"
+if [ -f "$stamp" ] && [ -d "$CACHE/kernel/$(cat "$stamp")" ]; then
+  echo "$CACHE/kernel/$(cat "$stamp")"
+  exit 0
+fi
+# The metapackage depends on exactly one versioned image package.
+kpkg=$(apt-cache depends "$KPKG_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+if [ -z "$kpkg" ] && [ "$updated" -eq 0 ]; then
+  $SUDO apt-get update -qq
+  kpkg=$(apt-cache depends "$KPKG_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+fi
+if [ -z "$kpkg" ]; then
+  echo "install-vm-deps: no kernel package: apt-cache finds no '$KPKG_META' (needs Debian 12 with bookworm-security or backports)" >&2
+  exit 1
+fi
+dl="$CACHE/download"
+rm -rf "$dl"; mkdir -p "$dl"
+# apt-get download writes into the current directory; as root, apt drops to the
+# _apt user, which must be able to write there.
+chmod 0777 "$dl"
+( cd "$dl" && apt-get download -qq "$kpkg" >&2 )
+deb=$(ls "$dl"/*.deb | head -n1)
+root="$CACHE/kernel/$kpkg"
+rm -rf "$root.tmp"; mkdir -p "$root.tmp"
+dpkg-deb -x "$deb" "$root.tmp"
+rm -rf "$root"; mv "$root.tmp" "$root"
+rm -rf "$dl"
+echo "$kpkg" > "$stamp"
+echo "$root"

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Guest test bench: boots Debian 12's 6.12 kernel (ublk_drv, nbd, dm-crypt as
+# modules) under qemu with a busybox initramfs holding ucrypt and the reference
+# tools, runs the suite in tests/vm/ inside, and reports `N passed, M failed`.
+#
+#   bash scripts/vm-test.sh                 # every part
+#   UCRYPT_VM_PARTS="ublk nbd" bash scripts/vm-test.sh
+#
+# Environment:
+#   UCRYPT_VM_CACHE    cache dir (kernel, base initramfs): default target/vm-cache
+#   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
+#   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor (default all)
+#   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
+# A missing prerequisite (qemu, kernel package, accelerator) fails the run with a
+# message naming it; the suite is never skipped silently.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache}"
+TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt advisor}"
+T0=$(date +%s)
+fatal() { echo "vm-test: $*" >&2; echo "0 passed, 1 failed"; echo "FAILED: vm-test setup: $*"; exit 1; }
+mkdir -p "$CACHE"
+
+# 1. Host packages and the guest kernel (extracted into the cache, not installed).
+if ! KROOT=$(bash scripts/install-vm-deps.sh "$CACHE" | tail -n1); then
+  fatal "scripts/install-vm-deps.sh failed (host packages or the linux-image-6.12-amd64 kernel package)"
+fi
+KVER=$(ls "$KROOT/lib/modules" 2>/dev/null | head -n1)
+KERNEL="$KROOT/boot/vmlinuz-$KVER"
+[ -n "$KVER" ] && [ -f "$KERNEL" ] || fatal "no kernel image under $KROOT (delete $CACHE/kernel.pkg to refetch)"
+QEMU=$(command -v qemu-system-x86_64) || fatal "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
+
+# 2. The accelerator: KVM when the guest kernel really runs on it, else TCG
+#    (multi-threaded); never neither. The probe boots the kernel without a root
+#    filesystem: reaching its "VFS" panic means every vCPU feature it used works
+#    (nested KVM can advertise instructions it then fails to run).
+KVM_ARGS=(-accel kvm -cpu host,-arch-capabilities)
+kvm_works() {
+  [ -c /dev/kvm ] && [ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
+  local plog="$CACHE/kvm-probe.log" pid i
+  rm -f "$plog"
+  "$QEMU" "${KVM_ARGS[@]}" -machine q35 -m 256 -nodefaults -no-reboot -display none \
+    -serial "file:$plog" -kernel "$KERNEL" -append "console=ttyS0 panic=-1" \
+    </dev/null >"$plog.qemu" 2>&1 &
+  pid=$!
+  for i in $(seq 1 60); do
+    sleep 0.5
+    if grep -q "VFS: Unable to mount root" "$plog" 2>/dev/null; then
+      kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    grep -q "^Code=\|KVM internal error\|emulation failure" "$plog.qemu" 2>/dev/null && break
+  done
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  return 1
+}
+ACCEL="${UCRYPT_VM_ACCEL:-}"
+if [ -z "$ACCEL" ]; then
+  if kvm_works; then ACCEL=kvm; else ACCEL=tcg; fi
+fi
+case "$ACCEL" in
+  kvm) ACCEL_ARGS=("${KVM_ARGS[@]}") ;;
+  tcg) ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+       "$QEMU" -accel help 2>/dev/null | grep -qx tcg || fatal "this qemu has neither usable KVM nor TCG" ;;
+  *) fatal "UCRYPT_VM_ACCEL must be kvm or tcg, not '$ACCEL'" ;;
+esac
+
+# 3. The ucrypt binary, without debug info (smaller initramfs).
+BIN="${UCRYPT_BIN:-}"
+if [ -z "$BIN" ]; then
+  # The whole workspace, as scripts/test.sh builds it (same features: no rebuild).
+  cargo build --release --locked -q --workspace || fatal "cargo build of ucrypt failed"
+  BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/ucrypt"
+fi
+[ -x "$BIN" ] || fatal "ucrypt binary not found at $BIN"
+# The ublk crate's own kernel tests (they skip on a host without ublk_drv) run
+# in the guest too. Same selection as scripts/test.sh's `cargo test`: no rebuild.
+UBLK_TESTS=$(cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null \
+  | grep '"src_path":"[^"]*/crates/ublk/tests/ublk.rs"' \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+[ -n "$UBLK_TESTS" ] && [ -x "$UBLK_TESTS" ] || fatal "cannot build the ublk crate's test binary (cargo test --no-run)"
+
+# 4. Initramfs: a cached base (busybox, tools, libs, modules) + a small overlay
+#    (ucrypt, the suite) rebuilt every run. The base key covers the builder, the
+#    kernel and the host tool versions.
+key=$( { cat tests/vm/mkinitramfs.sh; echo "$KROOT"; \
+         dpkg-query -W busybox-static fio nbd-client cryptsetup-bin dmsetup e2fsprogs util-linux libc6 2>/dev/null; } \
+       | sha256sum | cut -c1-16)
+BASE="$CACHE/base-$key.cpio"
+if [ ! -f "$BASE" ]; then
+  echo "vm-test: building the base initramfs (cached as $BASE)" >&2
+  rm -f "$CACHE"/base-*.cpio
+  bash tests/vm/mkinitramfs.sh "$KROOT" "$BASE" || fatal "initramfs build failed"
+fi
+RUN="$CACHE/run"
+rm -rf "$RUN"; mkdir -p "$RUN/overlay/vm" "$RUN/overlay/usr/bin"
+objcopy --strip-debug "$BIN" "$RUN/overlay/usr/bin/ucrypt" 2>/dev/null || cp "$BIN" "$RUN/overlay/usr/bin/ucrypt"
+mkdir -p "$RUN/overlay/vm/bin"
+objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
+cp tests/vm/init "$RUN/overlay/init"
+cp tests/vm/*.sh "$RUN/overlay/vm/"
+rm -f "$RUN/overlay/vm/mkinitramfs.sh"
+chmod +x "$RUN/overlay/init"
+( cd "$RUN/overlay" && find . | LC_ALL=C sort | cpio -o -H newc --quiet ) > "$RUN/overlay.cpio"
+cat "$BASE" "$RUN/overlay.cpio" > "$RUN/initrd.cpio"
+
+# 5. Scratch disks (sparse): vda, vdb for the volumes ucrypt and cryptsetup make.
+truncate -s 1G "$RUN/vda.img"
+truncate -s 1G "$RUN/vdb.img"
+
+# 6. Boot. The guest prints @@VMTEST lines on the serial console and powers off.
+LOG="$RUN/console.log"
+APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL"
+echo "vm-test: booting $KVER ($ACCEL, 2 CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
+set +e
+"$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp 2 -m 2048 \
+  -nodefaults -no-reboot -display none -serial "file:$LOG" \
+  -kernel "$KERNEL" -initrd "$RUN/initrd.cpio" -append "$APPEND" \
+  -drive "file=$RUN/vda.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
+  -drive "file=$RUN/vdb.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
+  </dev/null >"$RUN/qemu.out" 2>&1 &
+QPID=$!
+# The guest dies with this script (Ctrl-C, a CI kill), and at the timeout.
+trap 'kill -9 "$QPID" 2>/dev/null' EXIT
+trap 'kill -9 "$QPID" 2>/dev/null; exit 130' INT TERM HUP
+( waited=0
+  while kill -0 "$QPID" 2>/dev/null; do
+    sleep 1; waited=$((waited + 1))
+    if [ "$waited" -ge "$TIMEOUT" ]; then touch "$RUN/timed-out"; kill -9 "$QPID" 2>/dev/null; fi
+  done ) &
+WPID=$!
+wait "$QPID"
+qrc=$?
+wait "$WPID" 2>/dev/null
+set -e
+T1=$(date +%s)
+
+# 7. Results.
+passed=$(grep -ac '^@@VMTEST PASS ' "$LOG" 2>/dev/null || true)
+failed_list=$(grep -a '^@@VMTEST FAIL ' "$LOG" 2>/dev/null | sed 's/^@@VMTEST FAIL //' || true)
+failed=0; [ -n "$failed_list" ] && failed=$(printf '%s\n' "$failed_list" | wc -l)
+grep -a '^@@VMTEST \(PASS\|FAIL\|INFO\|SKIP\)' "$LOG" 2>/dev/null | sed 's/^@@VMTEST /  /' >&2 || true
+extra=""
+if [ -f "$RUN/timed-out" ]; then
+  extra="guest hung: killed after ${TIMEOUT}s"
+elif ! grep -aq '^@@VMTEST DONE' "$LOG" 2>/dev/null; then
+  if grep -aq 'Kernel panic' "$LOG" 2>/dev/null; then extra="guest kernel panicked"
+  else extra="guest stopped before the suite finished (qemu exit $qrc)"; fi
+fi
+if [ -n "$extra" ]; then
+  echo "vm-test: $extra; qemu said:" >&2
+  tail -n 5 "$RUN/qemu.out" >&2 || true
+  echo "vm-test: the console's last lines:" >&2
+  tail -n 40 "$LOG" >&2 || true
+  failed=$((failed + 1))
+  failed_list=$(printf '%s\n%s' "$failed_list" "vm-test: $extra" | sed '/^$/d')
+fi
+if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
+  failed=1; failed_list="vm-test: the guest reported no results"
+fi
+echo "vm-test: $((T1 - T0)) s wall ($ACCEL)" >&2
+echo "$passed passed, $failed failed"
+if [ "$failed" -gt 0 ]; then
+  printf '%s\n' "$failed_list" | sed 's/^/FAILED: /'
+  exit 1
+fi
