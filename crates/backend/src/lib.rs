@@ -236,6 +236,16 @@ pub enum ErrorKind {
         /// The path given.
         path: String,
     },
+    /// Another open of the backing file holds a conflicting advisory lock
+    /// (it is open read-write elsewhere, or we want to write while others
+    /// read).
+    #[error("Backing device {path} is in use (locked by {holder})")]
+    Locked {
+        /// The path given.
+        path: String,
+        /// Who holds it: `process PID` or `another process`.
+        holder: String,
+    },
     /// The backing file or device is smaller than required.
     #[error("Backing device {path} is too small: {size} bytes, at least {required} required")]
     TooSmall {
@@ -350,6 +360,7 @@ impl Error {
                 io::ErrorKind::InvalidInput
             }
             ErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
+            ErrorKind::Locked { .. } => io::ErrorKind::ResourceBusy,
             ErrorKind::Alloc { .. } => io::ErrorKind::OutOfMemory,
             ErrorKind::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
             ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,

@@ -41,8 +41,9 @@ const MAX_TABLE_LINE: u64 = 60 << 10;
 /// If the child exits first, the error is [`ErrorKind::DaemonExited`] with
 /// the child's exit code and the last `ucrypt: ` line of its log.
 pub fn spawn(exe: &Path, args: &[String], name: &str, table: &Table) -> Result<Ping> {
-    let paths = Paths::of(name);
-    let log = std::fs::File::create(&paths.log).map_err(|e| {
+    let paths = Paths::new(&runtime::ensure_dir()?, name);
+    // Never through a symlink or into an existing file someone planted.
+    let log = runtime::create_file(&paths.log, 0o600).map_err(|e| {
         Error::new(
             ErrorKind::PermissionDenied,
             format!("Cannot create {}", paths.log.display()),

@@ -77,6 +77,16 @@ pub fn map(
     })
 }
 
+/// A backing device that cannot be opened: [`ErrorKind::Busy`] (exit 5)
+/// when another open holds its lock, else [`ErrorKind::NoDevice`].
+pub(crate) fn backend_error(e: backend::Error) -> Error {
+    let kind = match e.kind() {
+        backend::ErrorKind::Locked { .. } => ErrorKind::Busy,
+        _ => ErrorKind::NoDevice,
+    };
+    Error::transparent(kind, e)
+}
+
 /// An inline engine over the table's device, read-only for reads.
 fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
     let path = &table.device;
@@ -90,8 +100,9 @@ fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
             ..FileOptions::default()
         },
     )
-    .map_err(|e| {
-        Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e)
+    .map_err(|e| match e.kind() {
+        backend::ErrorKind::Locked { .. } => backend_error(e),
+        _ => Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e),
     })?;
     let vol = Volume {
         backend: Arc::new(backend),

@@ -1,7 +1,9 @@
 //! Where a daemon's files live and how to tell a live daemon from a dead
 //! one.
 //!
-//! Per volume `NAME` the runtime directory ([`dir`]) holds:
+//! Per volume `NAME` the runtime directory ([`dir`], used only once
+//! [`check_dir`] accepted it: ours, a real directory, not writable by
+//! others) holds:
 //!
 //! ```text
 //!   NAME.pid        pid of the serving daemon (written once it is ready)
@@ -11,50 +13,132 @@
 //!   NAME.log        a detached daemon's stdout/stderr
 //! ```
 
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
 
-/// The runtime directory: `$UCRYPT_RUNTIME_DIR`, else `/run/ucrypt` as root,
-/// else `$XDG_RUNTIME_DIR/ucrypt`, else `/tmp/ucrypt-$UID`.
+/// The runtime directory: `$UCRYPT_RUNTIME_DIR`, else
+/// `$XDG_RUNTIME_DIR/ucrypt`, else `/run/ucrypt` as root, else
+/// `/tmp/ucrypt-$UID`.
+///
+/// Whichever it is, it is only used after [`check_dir`] accepted it: a
+/// directory (not a symlink) owned by us that nobody else can write to, so
+/// no other local user can plant or swap the files in it.
 pub fn dir() -> PathBuf {
     if let Some(d) = std::env::var_os("UCRYPT_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         // Absolute: the detached daemon runs in `/`.
         return std::path::absolute(&d).unwrap_or_else(|_| PathBuf::from(d));
     }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("ucrypt");
+    }
     let uid = euid();
     if uid == 0 {
         return PathBuf::from("/run/ucrypt");
     }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("ucrypt");
-    }
     PathBuf::from(format!("/tmp/ucrypt-{uid}"))
 }
 
-/// Our effective uid, read from `/proc/self` (owned by the process's euid).
+/// Our effective uid.
 pub fn euid() -> u32 {
-    std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX)
+    nix::unistd::geteuid().as_raw()
 }
 
-/// Creates the runtime directory (0700) if missing.
+/// Checks that `d` is safe to keep runtime files in: a real directory (a
+/// symlink is refused, not followed), owned by our effective uid, not
+/// writable by group or others. `Ok(false)` if it does not exist.
+///
+/// Fails with [`ErrorKind::PermissionDenied`] naming what is wrong.
+pub fn check_dir(d: &Path) -> Result<bool> {
+    let m = match std::fs::symlink_metadata(d) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!("Cannot check runtime directory {}", d.display()),
+            )
+            .with_source(e))
+        }
+    };
+    let refuse = |why: String| {
+        Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!("Refusing insecure runtime directory {}: {why}", d.display()),
+        ))
+    };
+    if m.file_type().is_symlink() {
+        return refuse("it is a symbolic link".into());
+    }
+    if !m.is_dir() {
+        return refuse("it is not a directory".into());
+    }
+    let me = euid();
+    if m.uid() != me {
+        return refuse(format!("owned by uid {}, not by uid {me}", m.uid()));
+    }
+    if m.mode() & 0o022 != 0 {
+        return refuse(format!(
+            "mode {:04o} lets others write to it (use 0700)",
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(true)
+}
+
+/// The runtime directory if it exists and passes [`check_dir`]; `None` if
+/// it does not exist.
+pub fn verified_dir() -> Result<Option<PathBuf>> {
+    let d = dir();
+    Ok(check_dir(&d)?.then_some(d))
+}
+
+/// Creates the runtime directory (0700) if missing and verifies it with
+/// [`check_dir`] (also when it already existed).
 pub fn ensure_dir() -> Result<PathBuf> {
     let d = dir();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&d)
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::PermissionDenied,
-                format!("Cannot create runtime directory {}", d.display()),
-            )
-            .with_source(e)
-        })?;
+    let cannot = |e: std::io::Error| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            format!("Cannot create runtime directory {}", d.display()),
+        )
+        .with_source(e)
+    };
+    if !check_dir(&d)? {
+        if let Some(parent) = d.parent() {
+            std::fs::create_dir_all(parent).map_err(cannot)?;
+        }
+        // Not recursive: the leaf must be ours, made here with 0700.
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(cannot(e)),
+        }
+        if !check_dir(&d)? {
+            return Err(cannot(std::io::Error::from(std::io::ErrorKind::NotFound)));
+        }
+    }
     Ok(d)
+}
+
+/// Creates `path` afresh for writing with `mode`: whatever was there
+/// (a stale file, or a symlink planted to redirect us) is unlinked, and the
+/// new file is opened with `O_EXCL | O_NOFOLLOW`, so no existing file is
+/// ever opened through this name. Call it only inside a directory
+/// [`check_dir`] accepted.
+pub fn create_file(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 /// Paths of one volume's runtime files.
@@ -142,6 +226,11 @@ pub fn check_name(name: &str) -> Result<()> {
 /// The pid recorded for `name` if that process is alive and is a ucrypt
 /// daemon serving `name` (guards against pid reuse after a crash).
 pub fn live_pid(paths: &Paths, name: &str) -> Option<u32> {
+    // Trust no pid file in a directory others could have written.
+    let dir = paths.pid.parent()?;
+    if !check_dir(dir).unwrap_or(false) {
+        return None;
+    }
     let pid: u32 = std::fs::read_to_string(&paths.pid)
         .ok()?
         .trim()
@@ -163,7 +252,10 @@ pub fn pid_serves(pid: u32, name: &str) -> bool {
 /// Names of the volumes with a pid file in the runtime directory, sorted
 /// (live or not: check with [`live_pid`]).
 pub fn volumes() -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir()) else {
+    let Ok(Some(d)) = verified_dir() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(d) else {
         return Vec::new();
     };
     let mut names: Vec<String> = entries

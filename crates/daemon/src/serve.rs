@@ -154,6 +154,12 @@ fn ublk_unavailable() -> Error {
 /// are up and the pid file is written.
 pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     runtime::check_name(&spec.name)?;
+    // The process holds the volume key: no core dumps, and no ptrace or
+    // /proc/PID/mem reads by other processes of the same uid.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| {
+        Error::new(ErrorKind::Io, "Cannot make the daemon non-dumpable")
+            .with_source(std::io::Error::from(e))
+    })?;
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
     let Spec {
         name,
@@ -219,13 +225,18 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         }
     })?;
 
-    std::fs::write(&paths.pid, format!("{}\n", std::process::id())).map_err(|e| {
-        Error::new(
-            ErrorKind::PermissionDenied,
-            format!("Cannot write {}", paths.pid.display()),
-        )
-        .with_source(e)
-    })?;
+    runtime::create_file(&paths.pid, 0o644)
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(format!("{}\n", std::process::id()).as_bytes())
+        })
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::PermissionDenied,
+                format!("Cannot write {}", paths.pid.display()),
+            )
+            .with_source(e)
+        })?;
     ready(&daemon.ping);
 
     let result = daemon.wait(&rx);
@@ -265,8 +276,7 @@ fn build_engine(
         direct,
         ..FileOptions::default()
     };
-    let backend = FileBackend::open(&table.device, &opts)
-        .map_err(|e| Error::transparent(ErrorKind::NoDevice, e))?;
+    let backend = FileBackend::open(&table.device, &opts).map_err(crate::map::backend_error)?;
     let crypt = SectorCrypt::new(&table.crypt_config())
         .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
     let vol = datapath::Volume {
@@ -387,6 +397,10 @@ fn start_ublk(engine: &Arc<Engine>) -> Result<(Frontend, ExportKind, String)> {
     }
 }
 
+/// How long stopping the NBD frontend may take before `close` or a
+/// signal goes on without it (see `Daemon::stop_nbd`).
+const NBD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
 struct Daemon {
     ping: Ping,
     volume_type: VolumeType,
@@ -439,6 +453,28 @@ impl Daemon {
         }
     }
 
+    /// Stops the NBD server, waiting at most [`NBD_STOP_TIMEOUT`]. The
+    /// server wakes its accept loop by connecting to its own socket path;
+    /// if that file was removed or replaced, the wake never arrives and an
+    /// unbounded wait would hang `close` and SIGTERM forever. Past the
+    /// bound the stop goes on in the background while we flush and exit.
+    fn stop_nbd(&self, s: nbd::Server) {
+        let (tx, rx) = mpsc::channel();
+        let stopper = std::thread::Builder::new()
+            .name("nbd-stop".into())
+            .spawn(move || {
+                s.shutdown();
+                let _ = tx.send(());
+            });
+        if stopper.is_ok() && rx.recv_timeout(NBD_STOP_TIMEOUT).is_err() {
+            eprintln!(
+                "ucrypt: {}: the NBD server did not stop within {} s (was its socket file removed or replaced?); closing anyway",
+                self.ping.name,
+                NBD_STOP_TIMEOUT.as_secs()
+            );
+        }
+    }
+
     /// Stops the frontend. `force` (signals): a busy FUSE mount is detached
     /// lazily; otherwise busy is an error and the daemon keeps serving.
     fn stop_frontend(&self, force: bool) -> Result<()> {
@@ -446,7 +482,7 @@ impl Daemon {
         match slot.as_mut() {
             Some(Frontend::Nbd(_)) => {
                 if let Some(Frontend::Nbd(s)) = slot.take() {
-                    s.shutdown();
+                    self.stop_nbd(s);
                 }
             }
             Some(Frontend::Ublk { id, .. }) => {

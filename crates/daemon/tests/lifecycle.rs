@@ -61,6 +61,8 @@ fn serve_status_refresh_table_close() {
         ready.endpoint
     );
     assert_eq!(control::ping("life", T).unwrap(), ready);
+    // The daemon holds the key: it made its process non-dumpable.
+    assert!(!nix::sys::prctl::get_dumpable().unwrap());
 
     let s = control::status("life", T).unwrap();
     assert_eq!(s.ping, ready);

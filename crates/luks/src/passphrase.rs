@@ -87,8 +87,6 @@ fn check_len(buf: Zeroizing<Vec<u8>>) -> Result<Zeroizing<Vec<u8>>> {
     if buf.len() as u64 > MAX_KEYFILE {
         return Err(invalid("Key file is larger than 8 MiB"));
     }
-    if buf.is_empty() {
-        return Err(invalid("Key file is empty"));
-    }
+    // An empty key file is an empty passphrase, as cryptsetup takes it.
     Ok(buf)
 }

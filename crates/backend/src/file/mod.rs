@@ -80,6 +80,7 @@ use crate::{check_range, emulate_write_zeroes, Backend, Caps, Error, ErrorKind};
 
 mod blockdev;
 mod dio;
+mod lock;
 mod options;
 mod sync;
 mod uring;
@@ -150,6 +151,21 @@ impl FileBackend {
         }
         if !is_blockdev && !meta.is_file() {
             return Err(Error::new(ErrorKind::NotABlockDevice { path: shown }));
+        }
+        if !is_blockdev {
+            // Block devices are claimed with O_EXCL above; files get an
+            // advisory OFD lock held by `buffered` for our lifetime.
+            if let Some(h) =
+                lock::try_lock(buffered.as_raw_fd(), !opts.read_only).map_err(open_err)?
+            {
+                return Err(Error::new(ErrorKind::Locked {
+                    path: shown,
+                    holder: match h {
+                        lock::Holder::Pid(p) => format!("process {p}"),
+                        lock::Holder::Unknown => "another process".into(),
+                    },
+                }));
+            }
         }
         let size = if is_blockdev {
             blockdev_size(&buffered).map_err(open_err)?

@@ -22,7 +22,16 @@ const MAX_REPLY: u64 = 1 << 20;
 /// [`ErrorKind::Protocol`] when the exchange breaks, and with the daemon's
 /// own kind and message when it answers [`Reply::Failed`].
 pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
-    let paths = Paths::of(name);
+    let not_active = || {
+        Error::new(
+            ErrorKind::NotActive,
+            format!("Device {name} is not active."),
+        )
+    };
+    let Some(dir) = runtime::verified_dir()? else {
+        return Err(not_active());
+    };
+    let paths = Paths::new(&dir, name);
     let mut s = UnixStream::connect(&paths.ctl).map_err(|_| {
         if runtime::live_pid(&paths, name).is_some() {
             Error::new(
@@ -33,12 +42,10 @@ pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
                 ),
             )
         } else {
-            Error::new(
-                ErrorKind::NotActive,
-                format!("Device {name} is not active."),
-            )
+            not_active()
         }
     })?;
+    check_peer(&s, name, &paths)?;
     let _ = s.set_read_timeout(Some(timeout));
     s.write_all(encode_request(req).as_bytes()).map_err(|e| {
         Error::new(
@@ -68,6 +75,36 @@ pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
         )),
         Err(e) => Err(e),
     }
+}
+
+/// Refuses to talk to a control socket served by anyone but us (or root):
+/// checked with `SO_PEERCRED` before a single byte is sent.
+fn check_peer(s: &UnixStream, name: &str, paths: &Paths) -> Result<()> {
+    let uid = peer_uid(s).map_err(|e| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("Cannot identify the {name} daemon"),
+        )
+        .with_source(e)
+    })?;
+    let me = runtime::euid();
+    if uid == me || uid == 0 {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::PermissionDenied,
+        format!(
+            "Refusing to talk to {}: it is served by uid {uid}, not by uid {me}",
+            paths.ctl.display()
+        ),
+    ))
+}
+
+/// The uid of the process at the other end of `s` (`SO_PEERCRED`).
+pub(crate) fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
+    nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
+        .map(|c| c.uid())
+        .map_err(std::io::Error::from)
 }
 
 fn unexpected(name: &str, r: &Reply) -> Error {
