@@ -486,7 +486,15 @@ impl Daemon {
                 }
             }
             Some(Frontend::Ublk { id, .. }) => {
-                if let Err(e) = ublk::stop(*id) {
+                // Without force, a mounted (exclusively opened) device is
+                // refused as busy instead of being deleted under the
+                // filesystem, like `cryptsetup close` on a device in use.
+                let stopped = if force {
+                    ublk::stop(*id)
+                } else {
+                    ublk::stop_if_idle(*id)
+                };
+                if let Err(e) = stopped {
                     if !force {
                         return Err(flat(ErrorKind::Busy, &e));
                     }

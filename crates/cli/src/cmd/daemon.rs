@@ -338,6 +338,10 @@ fn describe(p: &Ping) -> String {
             "{}: serving the decrypted device as file {} (pid {})",
             p.name, p.endpoint, p.pid
         ),
+        ExportKind::Ublk => format!(
+            "{}: serving the decrypted device as {} (pid {})",
+            p.name, p.endpoint, p.pid
+        ),
         _ => format!("{}: serving NBD at {} (pid {})", p.name, p.endpoint, p.pid),
     }
 }
