@@ -94,6 +94,15 @@ pub(crate) struct Ctx {
     pub(crate) core: Arc<Core>,
 }
 
+/// A caught panic's payload.
+type Panic = Box<dyn std::any::Any + Send>;
+
+/// Runs `f`, returning its panic instead of unwinding, so the caller can
+/// finish its bookkeeping before re-raising it.
+fn catch(f: impl FnOnce()) -> Option<Panic> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()
+}
+
 /// A completion callback carried through queues.
 pub(crate) type Done = Box<dyn FnOnce(Completion) + Send>;
 
@@ -113,16 +122,20 @@ impl Ctx {
             .stats
             .record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
         let next = self.core.gate.release();
-        if gate::on_engine_thread() {
-            // A panicking callback must not take an engine thread (and
-            // every request queued behind it) down with it; the panic hook
-            // has already reported it.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(res)));
-        } else {
-            done(res);
-        }
+        // `next` left the deferred list: it must be replayed even if `done`
+        // panics, or it is lost (its callback never runs).
+        let mut panicked = catch(|| done(res));
         if let Some(d) = next {
-            replay(&self.core, [d]);
+            let p = catch(|| replay(&self.core, [d]));
+            panicked = panicked.or(p);
+        }
+        // A panicking callback must not take an engine thread (and every
+        // request queued behind it) down with it; the panic hook has already
+        // reported it. A caller's thread gets its panic back.
+        if let Some(p) = panicked {
+            if !gate::on_engine_thread() {
+                std::panic::resume_unwind(p);
+            }
         }
     }
 }
@@ -258,11 +271,18 @@ fn submit_trampolined(
         return;
     }
     DISPATCHING.with(|d| d.set(true));
-    dispatch(core, req, done);
+    // A callback panicking in one request must neither strand the requests
+    // queued on the trampoline nor leave this thread marked as dispatching
+    // (its later submits would only queue): drain, then re-raise the first.
+    let mut panicked = catch(|| dispatch(core, req, done));
     while let Some((core, (req, done))) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
-        dispatch(&core, req, done);
+        let p = catch(|| dispatch(&core, req, done));
+        panicked = panicked.or(p);
     }
     DISPATCHING.with(|d| d.set(false));
+    if let Some(p) = panicked {
+        std::panic::resume_unwind(p);
+    }
 }
 
 /// Admission, the choke point, then the mode.
@@ -307,10 +327,17 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
     }
 }
 
-/// Resubmits requests the gate deferred.
+/// Resubmits requests the gate deferred. They have left the deferred list,
+/// so a panicking callback must not stop the rest: every one is submitted,
+/// then the first panic is re-raised.
 fn replay(core: &Arc<Core>, items: impl IntoIterator<Item = gate::Deferred>) {
+    let mut panicked = None;
     for (req, done) in items {
-        submit_trampolined(core, req, done);
+        let p = catch(|| submit_trampolined(core, req, done));
+        panicked = panicked.or(p);
+    }
+    if let Some(p) = panicked {
+        std::panic::resume_unwind(p);
     }
 }
 
@@ -336,7 +363,9 @@ impl Engine {
 
     /// Submits a request; `done` runs exactly once, on some engine or
     /// caller thread. Blocks while `queue_depth` requests are in flight or
-    /// a reconfiguration is draining the engine.
+    /// a reconfiguration is draining the engine. A callback that panics on
+    /// the calling thread has its panic re-raised from here, once the
+    /// requests waiting behind it have been passed on.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
         submit_trampolined(&self.core, req, done);
     }
@@ -515,10 +544,17 @@ impl Engine {
             }
             None => Ok(()),
         };
+        // Every deferred request is failed and every thread joined even if
+        // one of these callbacks panics; the first panic is re-raised after.
+        let mut panicked = None;
         for (_, done) in self.core.gate.take_deferred() {
-            done(Err(Error::Shutdown));
+            let p = catch(|| done(Err(Error::Shutdown)));
+            panicked = panicked.or(p);
         }
         self.core.join_retired();
+        if let Some(p) = panicked {
+            std::panic::resume_unwind(p);
+        }
         res
     }
 }
