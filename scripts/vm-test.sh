@@ -124,7 +124,7 @@ set +e
   </dev/null >"$RUN/qemu.out" 2>&1 &
 QPID=$!
 # The guest dies with this script (Ctrl-C, a CI kill), and at the timeout.
-trap 'kill -9 "$QPID" 2>/dev/null' EXIT
+trap 'kill -9 "$QPID" 2>/dev/null || true' EXIT
 trap 'kill -9 "$QPID" 2>/dev/null; exit 130' INT TERM HUP
 ( waited=0
   while kill -0 "$QPID" 2>/dev/null; do
