@@ -159,6 +159,9 @@ pub struct Server {
     accept: Option<JoinHandle<()>>,
     /// Dropped to wake the accept loop (its peer polls readable: EOF).
     wake: Option<UnixStream>,
+    /// The unix socket file we bound (device, inode), so shutdown removes
+    /// it only if nobody replaced it since.
+    socket_file: Option<(u64, u64)>,
 }
 
 pub(crate) struct Shared {
@@ -234,6 +237,7 @@ impl Server {
         endpoint: Endpoint,
         opts: ServerOptions,
     ) -> Result<Self, Error> {
+        let mut socket_file = None;
         let (listener, endpoint) = match endpoint {
             Endpoint::Unix(path) => {
                 remove_stale_socket(&path)?;
@@ -241,6 +245,7 @@ impl Server {
                     .map_err(|e| Error::bind(&path.display().to_string(), e))?;
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
                     .map_err(|e| Error::bind(&path.display().to_string(), e))?;
+                socket_file = file_id(&path);
                 (Listener::Unix(l), Endpoint::Unix(path))
             }
             Endpoint::Tcp(addr) => {
@@ -266,6 +271,7 @@ impl Server {
             endpoint,
             accept: Some(accept),
             wake: Some(wake),
+            socket_file,
         })
     }
 
@@ -348,9 +354,19 @@ impl Server {
             let _ = h.join();
         }
         if let Endpoint::Unix(p) = &self.endpoint {
-            let _ = std::fs::remove_file(p);
+            if self.socket_file.is_some() && file_id(p) == self.socket_file {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
+}
+
+/// A path's (device, inode), not following a final symlink.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl Drop for Server {
