@@ -153,14 +153,13 @@ pub fn stall(s: &UnixStream, cap: u64) -> std::thread::JoinHandle<()> {
     const MIB: u32 = 1 << 20;
     let n = 2 * cap / u64::from(MIB);
     let mut w = s.try_clone().unwrap();
-    let t = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         for i in 0..n {
             if read_request(&mut w, 1000 + i, (i % 64) * u64::from(MIB), MIB).is_err() {
                 break;
             }
         }
-    });
-    t
+    })
 }
 
 /// True once the server has closed `s` (EOF or reset before the client's
