@@ -7,6 +7,7 @@
 //! daemon never logs that it gave up waiting for it) and must not connect
 //! to whatever now sits at its socket path.
 
+use std::io::Read;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -34,6 +35,11 @@ impl Rt {
 
     fn run(&self) -> PathBuf {
         self.dir.join("run")
+    }
+
+    /// The daemon's log, open for reading.
+    fn log(&self) -> std::fs::File {
+        std::fs::File::open(self.run().join("v.log")).unwrap()
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -81,6 +87,7 @@ fn within_bound(what: &str, pid: u32, mut done: impl FnMut() -> bool) {
 }
 
 fn close_within_bound(rt: &Rt, pid: u32) {
+    let log = rt.log();
     let mut c: Child = rt.cmd(&["close", "v"]).spawn().unwrap();
     let mut status = None;
     within_bound("close", pid, || {
@@ -95,16 +102,18 @@ fn close_within_bound(rt: &Rt, pid: u32) {
         String::from_utf8_lossy(&out.stderr)
     );
     within_bound("daemon exit", pid, || !alive(pid));
-    stopped_on_its_own(rt);
+    stopped_on_its_own(log);
 }
 
 /// The daemon's fallback for an NBD server that does not stop (a bounded
-/// wait, then exit anyway) was not needed.
-fn stopped_on_its_own(rt: &Rt) {
-    let log = std::fs::read_to_string(rt.run().join("v.log")).unwrap_or_default();
+/// wait, then exit anyway) was not needed: its log, opened before the
+/// stop (a successful `close` unlinks it), never says so.
+fn stopped_on_its_own(mut log: std::fs::File) {
+    let mut text = String::new();
+    log.read_to_string(&mut text).unwrap();
     assert!(
-        !log.contains("did not stop"),
-        "the NBD server did not stop by itself:\n{log}"
+        !text.contains("did not stop"),
+        "the NBD server did not stop by itself:\n{text}"
     );
 }
 
@@ -137,6 +146,7 @@ fn sigterm_after_nbd_socket_removed() {
     let rt = Rt::new("term-rm");
     let pid = rt.open();
     std::fs::remove_file(rt.run().join("v.nbd.sock")).unwrap();
+    let log = rt.log();
     let st = Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())
@@ -144,5 +154,5 @@ fn sigterm_after_nbd_socket_removed() {
         .unwrap();
     assert!(st.success());
     within_bound("SIGTERM", pid, || !alive(pid));
-    stopped_on_its_own(&rt);
+    stopped_on_its_own(log);
 }
