@@ -37,7 +37,12 @@ fn timed_read(s: &mut UnixStream, cookie: u64, offset: u64, buf: &mut [u8]) -> D
     dt
 }
 
+/// The modes run one at a time: another mode's stall setup (32 MiB of
+/// crypto) would otherwise compete with this one's measurement for the CPUs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn stalled_client_stalls_only_itself(mode: CryptMode) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let f = Fixture::with(mode, Limits::default());
     let cap = Limits::default().max_inflight_bytes;
     let mut healthy = f.client();
