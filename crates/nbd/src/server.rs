@@ -106,9 +106,11 @@ pub struct Limits {
     /// that has not reached transmission by then is disconnected.
     pub handshake_timeout: std::time::Duration,
     /// Payload bytes (read lengths and write payloads) one connection may
-    /// have inside the engine or waiting to be sent; beyond it the server
-    /// stops reading that client's requests until some complete. One
-    /// request larger than this still runs, alone.
+    /// have inside the engine or waiting to be sent; beyond it (or beyond
+    /// 1024 requests) the server stops reading that client's requests
+    /// until replies have left. One request larger than this still runs,
+    /// alone. This is what a client that does not read its replies can
+    /// make the server hold; it stalls no one else.
     pub max_inflight_bytes: u64,
 }
 
