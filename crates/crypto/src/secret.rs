@@ -226,6 +226,15 @@ impl Secret {
         }
     }
 
+    /// Reads standard input to its end (at most `max` bytes) into locked
+    /// pages, through a duplicate of fd 0: `std::io::Stdin`'s own buffer
+    /// is heap memory that would keep a copy.
+    pub fn read_stdin(max: usize) -> io::Result<Self> {
+        use std::os::fd::AsFd;
+        let fd = io::stdin().as_fd().try_clone_to_owned()?;
+        Self::read_from(std::fs::File::from(fd), max)
+    }
+
     /// The mapped bytes past `len` (zero or wiped).
     fn spare(&mut self) -> &mut [u8] {
         if self.cap == 0 {

@@ -111,8 +111,18 @@ pub fn spawn(exe: &Path, args: &[String], name: &str, table: &Table) -> Result<P
 /// The child's side: reads the table line [`spawn`] wrote, straight into
 /// locked memory (a [`Secret`] wipes the old pages when it grows).
 pub fn read_table(input: impl Read) -> Result<Table> {
-    let line = Secret::read_from(input.take(MAX_TABLE_LINE), MAX_TABLE_LINE as usize)
-        .map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?;
+    let line = Secret::read_from(input.take(MAX_TABLE_LINE), MAX_TABLE_LINE as usize);
+    table_from(line)
+}
+
+/// [`read_table`] from standard input, past `Stdin`'s heap buffer (which
+/// would keep a copy of the key): what the detached daemon calls.
+pub fn read_table_stdin() -> Result<Table> {
+    table_from(Secret::read_stdin(MAX_TABLE_LINE as usize))
+}
+
+fn table_from(line: std::io::Result<Secret>) -> Result<Table> {
+    let line = line.map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?;
     let line = line
         .as_str()
         .ok_or_else(|| invalid("Invalid table: the line from stdin is not UTF-8"))?;

@@ -118,7 +118,7 @@ pub fn plain_table_arg(arg: &str, key_file: Option<&Path>, stdin_free: bool) -> 
     }
     let line = if table_on_stdin {
         Some(
-            Secret::read_from(std::io::stdin().lock(), MAX_TABLE_LINE)
+            Secret::read_stdin(MAX_TABLE_LINE)
                 .map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?,
         )
     } else {
@@ -159,7 +159,7 @@ pub fn read_key_file(path: &Path) -> Result<Secret> {
         }
     };
     if path == Path::new("-") {
-        return Secret::read_from(std::io::stdin().lock(), MAX_KEY_FILE).map_err(too_big);
+        return Secret::read_stdin(MAX_KEY_FILE).map_err(too_big);
     }
     let f = std::fs::File::open(path)
         .map_err(|e| invalid(format!("Cannot open key file {}", path.display())).with_source(e))?;

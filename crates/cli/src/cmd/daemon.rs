@@ -242,7 +242,7 @@ fn open(a: OpenArgs) -> CmdResult {
         VolumeType::Luks
     });
     let (mut table, volume_type) = if a.table_stdin {
-        let t = daemon::detach::read_table(std::io::stdin().lock())?;
+        let t = daemon::detach::read_table_stdin()?;
         let k = match kind {
             VolumeType::Luks => Kind::of_header(a.header.as_deref().unwrap_or(&device)),
             VolumeType::Plain => Kind::Plain,
