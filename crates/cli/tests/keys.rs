@@ -46,7 +46,8 @@ impl Vol {
             .spawn()
             .expect("run ucrypt");
         let mut input = c.stdin.take().unwrap();
-        input.write_all(stdin).unwrap();
+        // A refusal may exit before reading stdin (EPIPE here).
+        let _ = input.write_all(stdin);
         drop(input);
         c.wait_with_output().unwrap()
     }
@@ -323,4 +324,48 @@ fn foreground_daemon_takes_its_table_from_stdin_not_argv() {
     assert!(!cmdline.contains(&key_hex[..16]), "{cmdline}");
     assert!(!err.contains("warning"), "{err}");
     assert!(closed.status.success(), "{closed:?}");
+}
+
+#[test]
+fn without_lockable_memory_ucrypt_warns_once_and_goes_on() {
+    let t = "without_lockable_memory_ucrypt_warns_once_and_goes_on";
+    if !testutil::require(t, Capability::Tool("prlimit"))
+        || !testutil::require(t, Capability::Tool("setpriv"))
+    {
+        return;
+    }
+    let v = Vol::new("keys-nolock");
+    let key_hex = hex(&key());
+    let plain = vec![0x5au8; 4096];
+    let literal = v.table(&key_hex);
+    let o = v.ucrypt(&["map", "--write", "--table", &literal], &plain);
+    assert!(o.status.success(), "{o:?}");
+    // RLIMIT_MEMLOCK 0; root also loses CAP_IPC_LOCK, which ignores it.
+    let mut cmd = Command::new("prlimit");
+    if testutil::is_root() {
+        cmd = Command::new("setpriv");
+        cmd.args(["--bounding-set=-ipc_lock", "--", "prlimit"]);
+    }
+    let mut c = cmd
+        .args(["--memlock=0:0", "--"])
+        .arg(testutil::ucrypt_bin())
+        .args(["map", "--read", "--table", "-"])
+        .env("UCRYPT_RUNTIME_DIR", &v.run)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = c.stdin.take().unwrap();
+    input.write_all(literal.as_bytes()).unwrap();
+    drop(input);
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(&o.stdout[..plain.len()], &plain[..]);
+    assert_eq!(
+        err.matches("warning: cannot lock key memory").count(),
+        1,
+        "{err}"
+    );
 }
