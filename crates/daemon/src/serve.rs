@@ -454,10 +454,11 @@ impl Daemon {
     }
 
     /// Stops the NBD server, waiting at most [`NBD_STOP_TIMEOUT`]. The
-    /// server wakes its accept loop by connecting to its own socket path;
-    /// if that file was removed or replaced, the wake never arrives and an
-    /// unbounded wait would hang `close` and SIGTERM forever. Past the
-    /// bound the stop goes on in the background while we flush and exit.
+    /// server's own shutdown is prompt whatever happened to its socket
+    /// file and bounds how long it waits for clients that do not read
+    /// (`nbd::Server::shutdown`); this bound is only a safety net, so that
+    /// `close` and SIGTERM always finish. Past it the stop goes on in the
+    /// background while we flush and exit.
     fn stop_nbd(&self, s: nbd::Server) {
         let (tx, rx) = mpsc::channel();
         let stopper = std::thread::Builder::new()
