@@ -218,6 +218,25 @@ fn v2(h: &luks2::Header) -> String {
     for (id, t) in &m.tokens {
         let ty = t.get("type").and_then(|v| v.as_str()).unwrap_or("?");
         s.push_str(&format!("  {id}: {ty}\n"));
+        if ty == "luks2-keyring" {
+            if let Some(d) = t.get("key_description").and_then(|v| v.as_str()) {
+                s.push_str(&format!("\tKey description: {d}\n"));
+            }
+        }
+        // The keyslots a token unlocks, in its array order (cryptsetup's
+        // hdr_dump_tokens).
+        for k in t
+            .get("keyslots")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let k = k
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| k.to_string());
+            s.push_str(&format!("\tKeyslot:    {k}\n"));
+        }
     }
     s.push_str("Digests:\n");
     for (id, d) in &m.digests {

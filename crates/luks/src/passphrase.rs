@@ -8,6 +8,7 @@ use std::path::Path;
 use zeroize::Zeroizing;
 
 use crate::error::{invalid, Error, Result};
+use crate::ErrorKind;
 
 /// Largest key file cryptsetup reads by default (8 MiB).
 pub const MAX_KEYFILE: u64 = 8 << 20;
@@ -28,8 +29,15 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Zeroi
             check_len(buf)
         }
         Some(p) => {
-            let f = std::fs::File::open(p)
-                .map_err(|e| Error::io(format!("Cannot open key file {}", p.display()), e))?;
+            let f = std::fs::File::open(p).map_err(|e| {
+                // A key file that cannot be opened is a wrong parameter
+                // (cryptsetup: "Failed to open key file.", exit 1).
+                Error::io_as(
+                    ErrorKind::InvalidArgument,
+                    format!("Cannot open key file {}", p.display()),
+                    e,
+                )
+            })?;
             let mut buf = Zeroizing::new(Vec::new());
             f.take(MAX_KEYFILE + 1)
                 .read_to_end(&mut buf)

@@ -67,8 +67,8 @@ pub struct KdfArgs {
     /// pbkdf2, argon2i or argon2id (default: argon2id for LUKS2, pbkdf2 for LUKS1).
     #[arg(long)]
     pub pbkdf: Option<String>,
-    /// Hash for PBKDF2, AF and the digest.
-    #[arg(long, default_value = "sha256")]
+    /// Hash for PBKDF2, AF and the digest (`-h`, as in cryptsetup).
+    #[arg(long, short = 'h', default_value = "sha256")]
     pub hash: String,
     /// Unlock time to aim for, milliseconds.
     #[arg(long, short = 'i', default_value_t = luks::kdf::DEFAULT_ITER_TIME_MS)]
@@ -86,9 +86,13 @@ pub struct KdfArgs {
 
 /// `ucrypt format`.
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct FormatArgs {
     #[command(flatten)]
     common: Common,
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
     #[command(flatten)]
     kdf: KdfArgs,
     /// luks2 (default) or luks1.
@@ -135,9 +139,13 @@ pub struct DumpArgs {
 
 /// `ucrypt add-key` / `change-key`.
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct AddKeyArgs {
     #[command(flatten)]
     common: Common,
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
     #[command(flatten)]
     kdf: KdfArgs,
     /// File with the new passphrase (`-` = stdin); prompts if absent.
@@ -414,7 +422,11 @@ fn format(a: FormatArgs) -> CmdResult {
         &format!("Enter passphrase for {}: ", c.device.display()),
         true,
     )?;
-    luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
+    let vol = luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
+    for w in vol.header().warnings() {
+        // cryptsetup prints its format warnings on stdout.
+        println!("WARNING: {w}");
+    }
     Ok(())
 }
 
@@ -470,21 +482,12 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
     }
     let old = old_slot
         .ok_or_else(|| Failure::usage("change-key needs the old passphrase, not a volume key"))?;
-    // New key in a free slot first, then the old one goes: a crash in
-    // between leaves both passphrases working, never neither.
-    let slot = match vol.add_key(&vk, &new, None, &kdf) {
-        Ok(s) => {
-            vol.kill_slot(old, true).map_err(fail)?;
-            s
-        }
-        Err(e) if e.kind() == ErrorKind::SlotBusy => {
-            // No free slot: overwrite in place, as cryptsetup does.
-            vol.kill_slot(old, true).map_err(fail)?;
-            vol.add_key(&vk, &new, Some(old), &kdf).map_err(fail)?
-        }
-        Err(e) => return Err(fail(e)),
-    };
-    eprintln!("Key slot {old} changed (new passphrase in key slot {slot}).");
+    let slot = vol.change_key(old, &vk, &new, &kdf).map_err(fail)?;
+    if slot == old {
+        eprintln!("Key slot {old} changed.");
+    } else {
+        eprintln!("Key slot {old} changed (new passphrase in key slot {slot}).");
+    }
     Ok(())
 }
 

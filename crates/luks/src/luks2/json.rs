@@ -551,6 +551,12 @@ fn precheck(v: &Value) -> Result<()> {
                         .unwrap_or_else(|| x.to_string())
                 })
                 .collect();
+            if let Some(r) = names.iter().find(|n| n.starts_with("online-reencrypt")) {
+                return Err(unsupported(format!(
+                    "LUKS2 reencryption is in progress on this volume (requirement {r}); \
+                     finish it with cryptsetup reencrypt before using the volume with ucrypt"
+                )));
+            }
             if !names.is_empty() {
                 return Err(unsupported(format!(
                     "LUKS2 volume has unmet mandatory requirements: {} (refusing to open it)",

@@ -97,7 +97,12 @@ impl Header {
                 Ok(s)
             }
             (Err(pe), Err(se)) => {
-                if pe.kind() == ErrorKind::NotLuks && se.kind() == ErrorKind::NotLuks {
+                if pe.kind() == ErrorKind::Unsupported && pe.message() == se.message() {
+                    // Both copies are fine but name something ucrypt does
+                    // not do (a reencryption in progress): say that, not
+                    // "unusable".
+                    Err(pe)
+                } else if pe.kind() == ErrorKind::NotLuks && se.kind() == ErrorKind::NotLuks {
                     Err(pe)
                 } else if pe.kind() == ErrorKind::NotLuks {
                     Err(Error::new(
