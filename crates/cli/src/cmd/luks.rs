@@ -21,24 +21,34 @@ use crate::{CmdResult, Failure};
 #[derive(Subcommand)]
 pub enum Commands {
     /// Format a LUKS1/LUKS2 volume (cryptsetup luksFormat).
+    #[command(alias = "luksFormat")]
     Format(FormatArgs),
     /// Show the LUKS header (cryptsetup luksDump).
+    #[command(alias = "luksDump")]
     Dump(DumpArgs),
     /// Add a passphrase to a free keyslot (cryptsetup luksAddKey).
+    #[command(alias = "luksAddKey")]
     AddKey(AddKeyArgs),
     /// Remove the keyslot a passphrase opens (cryptsetup luksRemoveKey).
+    #[command(alias = "luksRemoveKey")]
     RemoveKey(RemoveKeyArgs),
     /// Replace a passphrase (cryptsetup luksChangeKey).
+    #[command(alias = "luksChangeKey")]
     ChangeKey(AddKeyArgs),
     /// Wipe one keyslot (cryptsetup luksKillSlot).
+    #[command(alias = "luksKillSlot")]
     KillSlot(KillSlotArgs),
     /// Save the LUKS header and keyslots to a file (cryptsetup luksHeaderBackup).
+    #[command(alias = "luksHeaderBackup")]
     HeaderBackup(BackupArgs),
     /// Write a saved header back (cryptsetup luksHeaderRestore).
+    #[command(alias = "luksHeaderRestore")]
     HeaderRestore(BackupArgs),
     /// Exit 0 if DEVICE holds a LUKS header (cryptsetup isLuks).
+    #[command(alias = "isLuks")]
     IsLuks(IsLuksArgs),
     /// Print (or with --uuid set) the volume UUID (cryptsetup luksUUID).
+    #[command(alias = "luksUUID")]
     Uuid(UuidArgs),
 }
 
@@ -125,6 +135,10 @@ pub struct FormatArgs {
     /// Overwrite an existing LUKS header.
     #[arg(long)]
     force: bool,
+    /// Passphrase file, as cryptsetup's `luksFormat DEVICE [KEYFILE]`
+    /// (same as --key-file).
+    #[arg(conflicts_with = "key_file")]
+    key_file_arg: Option<PathBuf>,
 }
 
 /// `ucrypt dump`.
@@ -209,6 +223,9 @@ pub struct IsLuksArgs {
     /// Say why on failure.
     #[arg(long, short = 'v')]
     verbose: bool,
+    /// Accepted as in cryptsetup (nothing to confirm here).
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
 }
 
 /// `ucrypt uuid`.
@@ -222,6 +239,9 @@ pub struct UuidArgs {
     /// Set this UUID instead of printing it.
     #[arg(long)]
     uuid: Option<String>,
+    /// Accepted as in cryptsetup (nothing to confirm here).
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
 }
 
 impl Commands {
@@ -298,7 +318,25 @@ pub fn unlock(
     key_file: Option<&Path>,
     key_slot: Option<u32>,
 ) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
+    unlock_as(device, header, key_file, key_slot, None)
+}
+
+/// [`unlock`] requiring one LUKS version (`open --type luks1|luks2`): any
+/// other is "not a valid LUKS device", exit 1, as in cryptsetup.
+pub fn unlock_as(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    key_slot: Option<u32>,
+    want: Option<daemon::resolve::VolumeType>,
+) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
     let vol = daemon::resolve::Luks::load(device, header)?;
+    if want.is_some_and(|w| w != vol.version()) {
+        return Err(Failure::usage(format!(
+            "Device {} is not a valid LUKS device",
+            header.unwrap_or(device).display()
+        )));
+    }
     for w in vol.warnings() {
         eprintln!("WARNING: {w}");
     }
@@ -366,7 +404,11 @@ fn format(a: FormatArgs) -> CmdResult {
             )))
         }
     };
-    let c = &a.common;
+    let mut common = a.common.clone();
+    if a.key_file_arg.is_some() {
+        common.key_file = a.key_file_arg.clone();
+    }
+    let c = &common;
     if !c.device.exists() {
         return Err(Failure::device(format!(
             "Device {} does not exist or access denied",
