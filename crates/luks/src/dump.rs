@@ -164,13 +164,16 @@ fn v2(h: &luks2::Header) -> String {
             Ok(Some(n)) => s.push_str(&format!("\tlength: {n} [bytes]\n")),
             _ => s.push_str("\tlength: (whole device)\n"),
         }
-        s.push_str(&format!("\tcipher: {}\n", seg.encryption));
-        s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
-        if seg.iv_tweak != 0 {
-            s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
+        if seg.kind == "crypt" {
+            s.push_str(&format!("\tcipher: {}\n", seg.encryption));
+            s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
+            if seg.iv_tweak != 0 {
+                s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
+            }
         }
+        s.push('\n');
     }
-    s.push_str("\nKeyslots:\n");
+    s.push_str("Keyslots:\n");
     let mut ids: Vec<(u32, &String)> = m
         .keyslots
         .keys()
