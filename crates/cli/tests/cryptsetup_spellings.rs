@@ -232,3 +232,55 @@ fn luks_open_and_close_with_type() {
     let u = run_in("ucrypt", &["status", &name], Some(&run_dir));
     assert_ne!(code(&u), 0, "closed");
 }
+
+#[test]
+fn dump_json_metadata_matches_cryptsetup() {
+    if !testutil::require_tool("dump_json_metadata_matches_cryptsetup", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("dumpjson");
+    let k0 = key(&dir, "k0", b"zero");
+    let k1 = key(&dir, "k1", b"one");
+    let tok = key(
+        &dir,
+        "t.json",
+        br#"{"type":"my-type","keyslots":["1"],"x":1}"#,
+    );
+    for ty in ["luks2", "luks1"] {
+        let dev = dir.join(&format!("{ty}.img"));
+        std::fs::File::create(&dev)
+            .unwrap()
+            .set_len(40 << 20)
+            .unwrap();
+        let d = s(&dev);
+        let f = run(
+            "cryptsetup",
+            &[&["luksFormat", "-q", "--type", ty, d, s(&k0)][..], FAST].concat(),
+        );
+        assert_eq!(code(&f), 0);
+        if ty == "luks2" {
+            // Written by ucrypt, then a token added by cryptsetup.
+            let a = run(
+                "ucrypt",
+                &[&["luksAddKey", d, "-d", s(&k0), s(&k1)][..], FAST].concat(),
+            );
+            assert_eq!(code(&a), 0);
+            let t = run(
+                "cryptsetup",
+                &["token", "import", d, "--json-file", s(&tok)],
+            );
+            assert_eq!(code(&t), 0);
+        }
+        let u = run("ucrypt", &["luksDump", "--dump-json-metadata", d]);
+        let c = run("cryptsetup", &["luksDump", "--dump-json-metadata", d]);
+        assert_eq!(code(&u), code(&c), "{ty}");
+        if ty == "luks2" {
+            assert_eq!(
+                String::from_utf8(u.stdout).unwrap(),
+                String::from_utf8(c.stdout).unwrap()
+            );
+        } else {
+            assert_eq!(code(&u), 1);
+        }
+    }
+}

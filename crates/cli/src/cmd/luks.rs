@@ -149,6 +149,9 @@ pub struct DumpArgs {
     /// Print the volume key (needs a passphrase).
     #[arg(long)]
     dump_volume_key: bool,
+    /// Print the LUKS2 JSON metadata as cryptsetup does.
+    #[arg(long, conflicts_with = "dump_volume_key")]
+    dump_json_metadata: bool,
 }
 
 /// `ucrypt add-key` / `change-key`.
@@ -625,6 +628,13 @@ fn dump(a: DumpArgs) -> CmdResult {
     let c = &a.common;
     let vol = load(&c.device, c.header.as_deref())?;
     let target = c.header.as_deref().unwrap_or(&c.device);
+    if a.dump_json_metadata {
+        let text = luks::dump::json_text(vol.header()).ok_or_else(|| {
+            Failure::usage("Dump operation is not supported for this device type")
+        })?;
+        print!("{text}");
+        return Ok(());
+    }
     if a.dump_volume_key {
         if !c.batch_mode
             && !confirm("Header dump with volume key is sensitive information. Proceed?")

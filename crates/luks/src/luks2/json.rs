@@ -29,7 +29,9 @@ pub const MAX_SALT: usize = 64;
 pub struct Metadata {
     /// Keyslots by id ("0".."31").
     pub keyslots: BTreeMap<String, Keyslot>,
-    /// Tokens, kept verbatim.
+    /// Tokens, kept verbatim (written with `type` and `keyslots` first, as
+    /// cryptsetup creates them).
+    #[serde(serialize_with = "tokens_in_cryptsetup_order")]
     pub tokens: BTreeMap<String, Value>,
     /// Data segments by id.
     pub segments: BTreeMap<String, Segment>,
@@ -176,6 +178,39 @@ pub struct Config {
     /// Other fields, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Serializes tokens with `type` and `keyslots` before their other fields
+/// (a parsed `Value` keeps its keys sorted).
+fn tokens_in_cryptsetup_order<S: serde::Serializer>(
+    tokens: &BTreeMap<String, Value>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+
+    struct Token<'a>(&'a Value);
+    impl Serialize for Token<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let Some(obj) = self.0.as_object() else {
+                return self.0.serialize(s);
+            };
+            let mut m = s.serialize_map(Some(obj.len()))?;
+            for k in ["type", "keyslots"] {
+                if let Some(v) = obj.get(k) {
+                    m.serialize_entry(k, v)?;
+                }
+            }
+            for (k, v) in obj.iter().filter(|(k, _)| *k != "type" && *k != "keyslots") {
+                m.serialize_entry(k, v)?;
+            }
+            m.end()
+        }
+    }
+    let mut m = s.serialize_map(Some(tokens.len()))?;
+    for (id, t) in tokens {
+        m.serialize_entry(id, &Token(t))?;
+    }
+    m.end()
 }
 
 /// Serde helper: u64 stored as a decimal string.
