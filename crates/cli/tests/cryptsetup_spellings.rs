@@ -284,3 +284,62 @@ fn dump_json_metadata_matches_cryptsetup() {
         }
     }
 }
+
+#[test]
+fn keyfile_offset_and_size_like_cryptsetup() {
+    if !testutil::require_tool("keyfile_offset_and_size_like_cryptsetup", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("keyfile-range");
+    let big = key(&dir, "big", b"XXXXpass1YYYnew22ZZ");
+    let pass1 = key(&dir, "pass1", b"pass1");
+    let new2 = key(&dir, "new2", b"new22");
+    let dev = dir.join("v.img");
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(40 << 20)
+        .unwrap();
+    let d = s(&dev);
+    let b = s(&big);
+    let f = run(
+        "ucrypt",
+        &[
+            &["luksFormat", "-q", "--keyfile-offset", "4", "-l", "5", d, b][..],
+            FAST,
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&f), 0, "{}", String::from_utf8_lossy(&f.stderr));
+    let a = run(
+        "ucrypt",
+        &[
+            &["luksAddKey", d, "-d", b, "--keyfile-offset", "4", "-l", "5"][..],
+            &["--new-keyfile-offset", "12", "--new-keyfile-size", "5", b],
+            FAST,
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&a), 0, "{}", String::from_utf8_lossy(&a.stderr));
+    for (kf, slot) in [(&pass1, "0"), (&new2, "1")] {
+        let o = run(
+            "cryptsetup",
+            &["open", "--test-passphrase", "-S", slot, d, "-d", s(kf)],
+        );
+        assert_eq!(code(&o), 0, "slot {slot}");
+    }
+    // Out of range: both refuse with exit 1.
+    for bad in [
+        &["--keyfile-offset", "40"][..],
+        &["--keyfile-offset", "4", "-l", "50"],
+    ] {
+        let mut u = vec!["luksDump", "--dump-volume-key", "-q", d, "-d", b];
+        u.extend(bad);
+        let mut c = vec!["open", "--test-passphrase", d, "-d", b];
+        c.extend(bad);
+        assert_eq!(
+            (code(&run("ucrypt", &u)), code(&run("cryptsetup", &c))),
+            (1, 1),
+            "{bad:?}"
+        );
+    }
+}

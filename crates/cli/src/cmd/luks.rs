@@ -63,6 +63,12 @@ pub struct Common {
     /// Read the passphrase from this file (`-` = stdin) instead of prompting.
     #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
+    /// Skip this many bytes of the key file.
+    #[arg(long, value_name = "BYTES")]
+    pub keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the key file.
+    #[arg(long, short = 'l', value_name = "BYTES")]
+    pub keyfile_size: Option<u64>,
     /// Use only this keyslot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
@@ -167,6 +173,12 @@ pub struct AddKeyArgs {
     kdf: KdfArgs,
     /// File with the new passphrase (`-` = stdin); prompts if absent.
     new_key_file: Option<PathBuf>,
+    /// Skip this many bytes of the new key file.
+    #[arg(long, value_name = "BYTES")]
+    new_keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the new key file.
+    #[arg(long, value_name = "BYTES")]
+    new_keyfile_size: Option<u64>,
     /// Unlock with this volume key file instead of a passphrase.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
@@ -300,6 +312,22 @@ pub fn read_passphrase(
     verify: bool,
 ) -> Result<Zeroizing<Vec<u8>>, Failure> {
     luks::passphrase::read(key_file, prompt, verify).map_err(fail)
+}
+
+impl Common {
+    /// The part of `--key-file` that is the key.
+    fn range(&self) -> luks::passphrase::KeyfileRange {
+        luks::passphrase::KeyfileRange {
+            offset: self.keyfile_offset.unwrap_or(0),
+            size: self.keyfile_size,
+        }
+    }
+
+    /// Reads the passphrase from `--key-file` (its range) or a prompt.
+    fn passphrase(&self, prompt: &str, verify: bool) -> Result<Zeroizing<Vec<u8>>, Failure> {
+        luks::passphrase::read_range(self.key_file.as_deref(), self.range(), prompt, verify)
+            .map_err(fail)
+    }
 }
 
 /// Unlocks the LUKS volume on `device` and returns the dm-crypt table
@@ -462,8 +490,7 @@ fn format(a: FormatArgs) -> CmdResult {
         data_offset: a.offset.map(|o| o * 512),
         force,
     };
-    let pass = read_passphrase(
-        c.key_file.as_deref(),
+    let pass = c.passphrase(
         &format!("Enter passphrase for {}: ", c.device.display()),
         true,
     )?;
@@ -490,11 +517,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             (None, vk)
         }
         None => {
-            let pass = read_passphrase(
-                c.key_file.as_deref(),
-                "Enter any existing passphrase: ",
-                false,
-            )?;
+            let pass = c.passphrase("Enter any existing passphrase: ", false)?;
             // For change-key, --key-slot picks the slot to change; for
             // add-key it is the target slot, so unlock through any slot.
             let try_slot = if change { c.key_slot } else { None };
@@ -510,11 +533,16 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             "Only one of the old and the new passphrase can come from stdin",
         ));
     }
-    let new = read_passphrase(
+    let new = luks::passphrase::read_range(
         a.new_key_file.as_deref(),
+        luks::passphrase::KeyfileRange {
+            offset: a.new_keyfile_offset.unwrap_or(0),
+            size: a.new_keyfile_size,
+        },
         "Enter new passphrase for key slot: ",
         true,
-    )?;
+    )
+    .map_err(fail)?;
     let default_kind = match vol.header() {
         Header::V1(_) => "pbkdf2",
         Header::V2(_) => "argon2id",
@@ -540,7 +568,9 @@ fn remove_key(a: RemoveKeyArgs) -> CmdResult {
     let c = &a.common;
     let mut vol = load(&c.device, c.header.as_deref())?;
     let kf = a.remove_key_file.as_deref().or(c.key_file.as_deref());
-    let pass = read_passphrase(kf, "Enter passphrase to be deleted: ", false)?;
+    let pass =
+        luks::passphrase::read_range(kf, c.range(), "Enter passphrase to be deleted: ", false)
+            .map_err(fail)?;
     let (slot, _vk) = vol.unlock_key(&pass, c.key_slot).map_err(fail)?;
     let last = vol.header().active_slots().len() == 1;
     if last
@@ -643,8 +673,7 @@ fn dump(a: DumpArgs) -> CmdResult {
                 "Volume key dump needs confirmation or --batch-mode",
             ));
         }
-        let pass = read_passphrase(
-            c.key_file.as_deref(),
+        let pass = c.passphrase(
             &format!("Enter passphrase for {}: ", c.device.display()),
             false,
         )?;
