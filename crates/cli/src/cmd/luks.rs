@@ -310,7 +310,7 @@ pub fn read_passphrase(
     key_file: Option<&Path>,
     prompt: &str,
     verify: bool,
-) -> Result<Zeroizing<Vec<u8>>, Failure> {
+) -> Result<crypto::Secret, Failure> {
     luks::passphrase::read(key_file, prompt, verify).map_err(fail)
 }
 
@@ -324,7 +324,7 @@ impl Common {
     }
 
     /// Reads the passphrase from `--key-file` (its range) or a prompt.
-    fn passphrase(&self, prompt: &str, verify: bool) -> Result<Zeroizing<Vec<u8>>, Failure> {
+    fn passphrase(&self, prompt: &str, verify: bool) -> Result<crypto::Secret, Failure> {
         luks::passphrase::read_range(self.key_file.as_deref(), self.range(), prompt, verify)
             .map_err(fail)
     }
@@ -514,7 +514,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             if !vol.verify_volume_key(&vk) {
                 return Err(Failure::denied("Volume key does not match the volume"));
             }
-            (None, vk)
+            (None, crypto::Secret::from(vk))
         }
         None => {
             let pass = c.passphrase("Enter any existing passphrase: ", false)?;
