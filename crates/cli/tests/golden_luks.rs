@@ -199,6 +199,7 @@ Keyslots:
 \tDigest ID:  0
 Tokens:
   1: golden-token
+\tKeyslot:    2
 Digests:
   0: pbkdf2
 \tHash:       sha256
@@ -702,7 +703,8 @@ fn keyslot_verbs_messages_and_codes() {
         out(
             0,
             "",
-            "Key slot 1 changed (new passphrase in key slot 2).\n"
+            // LUKS2 keeps the slot number, as cryptsetup does.
+            "Key slot 1 changed.\n"
         )
     );
     assert_eq!(
@@ -710,7 +712,7 @@ fn keyslot_verbs_messages_and_codes() {
         out(1, "", "ucrypt: Keyslot 5 is not active\n")
     );
     assert_eq!(
-        run(&dir, "ucrypt", &["kill-slot", "-d", s(&k2), d, "2"]),
+        run(&dir, "ucrypt", &["kill-slot", "-d", s(&k2), d, "1"]),
         out(
             2,
             "",
@@ -719,7 +721,7 @@ fn keyslot_verbs_messages_and_codes() {
     );
     assert_eq!(
         run(&dir, "ucrypt", &["remove-key", "-q", "-d", s(&k2), d]),
-        out(0, "", "Key slot 2 removed.\n")
+        out(0, "", "Key slot 1 removed.\n")
     );
     assert_eq!(
         run(&dir, "ucrypt", &["remove-key", "-d", s(&k0), d]),

@@ -11,11 +11,50 @@ use crypto::Secret;
 use zeroize::Zeroizing;
 
 use crate::error::{invalid, Error, Result};
+use crate::ErrorKind;
 
 /// Largest key file cryptsetup reads by default (8 MiB).
 pub const MAX_KEYFILE: u64 = 8 << 20;
 /// Largest interactive passphrase cryptsetup accepts.
 pub const MAX_PASSPHRASE: usize = 512;
+
+/// Which part of a key file is the key (cryptsetup's `--keyfile-offset`
+/// and `--keyfile-size`/`-l`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyfileRange {
+    /// Bytes skipped at the start.
+    pub offset: u64,
+    /// Bytes read after them (all that remain if `None`); a file with
+    /// fewer is refused.
+    pub size: Option<u64>,
+}
+
+/// [`read`] taking only `range` of a key file (the whole file when
+/// `range` is the default). Prompts and piped lines ignore `range`.
+pub fn read_range(
+    key_file: Option<&Path>,
+    range: KeyfileRange,
+    prompt: &str,
+    verify: bool,
+) -> Result<Secret> {
+    if key_file.is_none() || range == KeyfileRange::default() {
+        return read(key_file, prompt, verify);
+    }
+    let all = read(key_file, prompt, verify)?;
+    let start = usize::try_from(range.offset)
+        .ok()
+        .filter(|&o| o <= all.len())
+        .ok_or_else(|| invalid("Cannot seek to requested keyfile offset"))?;
+    let end = match range.size {
+        None => all.len(),
+        Some(n) => usize::try_from(n)
+            .ok()
+            .and_then(|n| start.checked_add(n))
+            .filter(|&e| e <= all.len())
+            .ok_or_else(|| invalid("Cannot read requested amount of data"))?,
+    };
+    Ok(Secret::from_slice(&all[start..end]))
+}
 
 /// Reads a passphrase. `key_file` (`-` = stdin) wins; otherwise a terminal
 /// prompt without echo (asked twice when `verify`), or one line of stdin
@@ -29,8 +68,15 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secre
             check_len(buf)
         }
         Some(p) => {
-            let f = std::fs::File::open(p)
-                .map_err(|e| Error::io(format!("Cannot open key file {}", p.display()), e))?;
+            let f = std::fs::File::open(p).map_err(|e| {
+                // A key file that cannot be opened is a wrong parameter
+                // (cryptsetup: "Failed to open key file.", exit 1).
+                Error::io_as(
+                    ErrorKind::InvalidArgument,
+                    format!("Cannot open key file {}", p.display()),
+                    e,
+                )
+            })?;
             let buf = read_all(f.take(MAX_KEYFILE + 1))
                 .map_err(|e| Error::io(format!("Cannot read key file {}", p.display()), e))?;
             check_len(buf)

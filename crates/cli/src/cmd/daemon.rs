@@ -27,8 +27,10 @@ use crate::{CmdResult, Failure};
 #[derive(Subcommand)]
 pub enum Commands {
     /// Open a volume and serve the decrypted device (NBD on a unix socket by default).
+    #[command(alias = "luksOpen")]
     Open(OpenArgs),
     /// Flush and stop a volume's daemon, removing its sockets and mount.
+    #[command(alias = "luksClose")]
     Close {
         /// Volume name.
         name: String,
@@ -57,6 +59,10 @@ pub enum Commands {
 pub enum VolumeType {
     /// LUKS1 or LUKS2 header on the device (or --header).
     Luks,
+    /// A LUKS1 header only.
+    Luks1,
+    /// A LUKS2 header only.
+    Luks2,
     /// Plain dm-crypt: the mapping is given with --table.
     Plain,
 }
@@ -134,10 +140,10 @@ pub struct OpenArgs {
     pub header: Option<PathBuf>,
     /// Read the passphrase (LUKS) or, for --table with a `-` key field, the raw
     /// key bytes from this file (`-` = stdin).
-    #[arg(long)]
+    #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
     /// Only try this key slot.
-    #[arg(long)]
+    #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
     /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT] or ublk.
     #[arg(long, default_value = "nbd")]
@@ -244,7 +250,9 @@ fn open(a: OpenArgs) -> CmdResult {
     let (mut table, volume_type) = if a.table_stdin {
         let t = daemon::detach::read_table_stdin()?;
         let k = match kind {
-            VolumeType::Luks => Kind::of_header(a.header.as_deref().unwrap_or(&device)),
+            VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
+                Kind::of_header(a.header.as_deref().unwrap_or(&device))
+            }
             VolumeType::Plain => Kind::Plain,
         };
         (t, k)
@@ -310,15 +318,20 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table
             let table = daemon::resolve::plain_table_arg(line, a.key_file.as_deref(), true)?;
             Ok((table, Kind::Plain))
         }
-        VolumeType::Luks => {
+        VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
             if a.table.is_some() {
                 return Err(Failure::usage("--table is only for --type plain"));
             }
-            crate::cmd::luks::unlock(
+            crate::cmd::luks::unlock_as(
                 device,
                 a.header.as_deref(),
                 a.key_file.as_deref(),
                 a.key_slot,
+                match kind {
+                    VolumeType::Luks1 => Some(Kind::Luks1),
+                    VolumeType::Luks2 => Some(Kind::Luks2),
+                    _ => None,
+                },
             )
         }
     }

@@ -179,11 +179,16 @@ impl Volume {
             meta_size,
             data_size,
         };
-        vol.check_data_device()?;
+        vol.check_data_device(false)?;
         Ok(vol)
     }
 
-    fn check_data_device(&self) -> Result<()> {
+    /// Checks the data area against the header and the data device. On
+    /// load (`mapping` false) only what makes the header itself
+    /// inconsistent fails; the data device's size matters when the data
+    /// is mapped (cryptsetup's luksDump shows such a header, its open
+    /// refuses it).
+    pub(crate) fn check_data_device(&self, mapping: bool) -> Result<()> {
         let off = self.header.payload_offset();
         if !self.detached && off != 0 && off < self.header.metadata_end() {
             return Err(corrupt("Data offset lies inside the LUKS metadata"));
@@ -192,6 +197,14 @@ impl Volume {
             return Err(corrupt(
                 "Data offset 0 on a device that holds its own header",
             ));
+        }
+        if !mapping {
+            return Ok(());
+        }
+        if let Header::V2(h) = &self.header {
+            if let Some(why) = h.meta.unmappable() {
+                return Err(Error::new(ErrorKind::Unsupported, why));
+            }
         }
         if off > self.data_size {
             return Err(Error::new(
@@ -204,7 +217,7 @@ impl Volume {
         }
         if let Header::V2(h) = &self.header {
             if let Some(sz) = h.meta.segment().1.fixed_size()? {
-                if off + sz > self.data_size {
+                if off.saturating_add(sz) > self.data_size {
                     return Err(Error::new(
                         ErrorKind::DeviceSize,
                         "LUKS2 segment extends beyond the device",

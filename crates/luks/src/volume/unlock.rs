@@ -100,10 +100,22 @@ impl Volume {
         if slots.is_empty() {
             return Err(Error::new(ErrorKind::WrongPassphrase, "No usable keyslot"));
         }
+        // A keyslot that cannot be used (unknown KDF, cost out of range,
+        // unreadable area) fails alone: the others are still tried, and
+        // its error is reported only if no keyslot could be tried at all.
+        let mut broken: Option<Error> = None;
+        let mut tried = false;
         for s in slots {
-            if let Some(vk) = self.try_slot(&mut f, s, pass)? {
-                return Ok((s, vk));
+            match self.try_slot(&mut f, s, pass) {
+                Ok(Some(vk)) => return Ok((s, vk)),
+                Ok(None) => tried = true,
+                Err(e) => {
+                    broken.get_or_insert(e);
+                }
             }
+        }
+        if let (false, Some(e)) = (tried, broken) {
+            return Err(e);
         }
         Err(Error::new(
             ErrorKind::WrongPassphrase,
@@ -144,6 +156,7 @@ impl Volume {
 
     /// Builds [`Opened`] from a verified volume key.
     pub fn opened(&self, keyslot: u32, volume_key: impl Into<Secret>) -> Result<Opened> {
+        self.check_data_device(true)?;
         let volume_key = volume_key.into();
         let off = self.header.payload_offset();
         let ss = u64::from(self.header.sector_size());
