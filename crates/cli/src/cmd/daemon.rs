@@ -145,9 +145,12 @@ pub struct OpenArgs {
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
-    /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT] or ublk.
+    /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET.
     #[arg(long, default_value = "nbd")]
     pub export: String,
+    /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
+    #[arg(long, value_name = "N")]
+    pub num_queues: Option<u16>,
     /// Serve NBD on TCP at [ADDR:]PORT instead of a unix socket (loopback if no address);
     /// needs TLS credentials, or --tls=off to serve unencrypted.
     #[arg(long)]
@@ -226,7 +229,8 @@ impl Commands {
 fn open(a: OpenArgs) -> CmdResult {
     runtime::check_name(&a.name)?;
     let mode = control::parse_mode(&a.mode)?;
-    let export = ExportSpec::parse(&a.export, a.listen.as_deref())?;
+    let export =
+        ExportSpec::parse(&a.export, a.listen.as_deref())?.with_num_queues(a.num_queues)?;
     export.check_available()?;
     let tls = TlsSpec::new(
         a.tls.as_deref(),
@@ -358,6 +362,10 @@ fn describe(p: &Ping) -> String {
             "{}: serving the decrypted device as {} (pid {})",
             p.name, p.endpoint, p.pid
         ),
+        ExportKind::VhostUserBlk => format!(
+            "{}: serving vhost-user-blk at {} (pid {})",
+            p.name, p.endpoint, p.pid
+        ),
         _ => format!("{}: serving NBD at {} (pid {})", p.name, p.endpoint, p.pid),
     }
 }
@@ -381,10 +389,14 @@ fn child_args(
                 .display()
         ));
     }
+    let queues = export.num_queues();
     let (export, listen) = export.to_args();
     v.push(format!("--export={export}"));
     if let Some(l) = listen {
         v.push(format!("--listen={l}"));
+    }
+    if let Some(n) = queues {
+        v.push(format!("--num-queues={n}"));
     }
     v.extend(tls.to_args());
     let p = &a.perf;
@@ -483,6 +495,24 @@ fn status(name: &str) -> CmdResult {
             "  clients: {} connected, {} accepted, {} disconnected for protocol errors",
             c.connections, c.accepted, c.protocol_errors
         );
+    }
+    if let Some(v) = &s.vhost {
+        println!(
+            "  vhost:   {} connections, cache {}",
+            v.connections,
+            if v.write_cache {
+                "writeback"
+            } else {
+                "write-through"
+            }
+        );
+        for (i, q) in v.queues.iter().enumerate() {
+            println!(
+                "  queue {i}: {} reads ({} bytes), {} writes ({} bytes), {} flushes, {} discards, {} write-zeroes, {} io errors, {} unsupported, {} malformed, {} in flight",
+                q.reads, q.read_bytes, q.writes, q.write_bytes, q.flushes, q.discards,
+                q.write_zeroes, q.io_errors, q.unsupported, q.malformed, q.in_flight
+            );
+        }
     }
     for (dir, d) in [("read", &s.stats.read), ("write", &s.stats.write)] {
         println!(

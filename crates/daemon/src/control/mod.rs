@@ -35,7 +35,7 @@ mod status;
 
 pub use client::{call, close, ping, print_table, refresh, status, table, Refreshed};
 pub use server::{serve, Handled};
-pub use status::{DirStats, NbdStats, Stats, Status};
+pub use status::{DirStats, NbdStats, Stats, Status, VhostQueueStats, VhostStats};
 
 /// The protocol version this build speaks. Bump it on any change to
 /// [`Request`] or [`Reply`] that an older peer would misread.
@@ -114,7 +114,8 @@ pub struct Ping {
     pub pid: u32,
     /// The frontend serving the volume.
     pub export: ExportKind,
-    /// Where: an NBD URI, the FUSE file or the ublk device node.
+    /// Where: an NBD URI, the FUSE file, the ublk device node or the
+    /// vhost-user socket.
     pub endpoint: String,
 }
 
@@ -129,15 +130,18 @@ pub enum ExportKind {
     Fuse,
     /// A ublk block device.
     Ublk,
+    /// A vhost-user-blk socket for virtual machines.
+    VhostUserBlk,
 }
 
 impl ExportKind {
-    /// `nbd`, `fuse` or `ublk`.
+    /// `nbd`, `fuse`, `ublk` or `vhost-user-blk`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Nbd => "nbd",
             Self::Fuse => "fuse",
             Self::Ublk => "ublk",
+            Self::VhostUserBlk => "vhost-user-blk",
         }
     }
 }
@@ -435,6 +439,14 @@ mod tests {
                 connections: 1,
                 accepted: 2,
                 protocol_errors: 0,
+            }),
+            vhost: Some(VhostStats {
+                connections: 1,
+                write_cache: true,
+                queues: vec![VhostQueueStats {
+                    reads: 3,
+                    ..VhostQueueStats::default()
+                }],
             }),
         }
     }
