@@ -7,6 +7,7 @@ bash "$(dirname "$0")/install-build-deps.sh"
 PKGS=(
   python3 python3-cryptography           # independent AES/XTS/CBC oracle
   cryptsetup-bin                         # LUKS reference (format/dump on plain files)
+  jq xz-utils                            # cryptsetup's LUKS2 validation suite (fetched at test time)
   fio                                    # real NBD client (nbd engine)
   nbdkit libnbd-bin                      # peers and nbdcopy/nbdinfo
   qemu-utils qemu-system-common          # qemu-img convert/compare; qemu-storage-daemon (luks peer)

@@ -10,7 +10,7 @@
 #   UCRYPT_VM_CACHE    cache dir (kernel, base initramfs): default target/vm-cache
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor (default all)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor (default), vhost (opt-in)
 #   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
 # A missing prerequisite (qemu, kernel package, accelerator) fails the run with a
 # message naming it; the suite is never skipped silently.
@@ -111,6 +111,27 @@ cat "$BASE" "$RUN/overlay.cpio" > "$RUN/initrd.cpio"
 truncate -s 1G "$RUN/vda.img"
 truncate -s 1G "$RUN/vdb.img"
 
+# 5b. The vhost part: a host-side ucrypt serves a LUKS1 volume (qemu-img's
+#     luks driver reads LUKS1 only: it is the oracle below) over
+#     vhost-user-blk; the guest sees it as /dev/vdc. Guest RAM must be a
+#     shared memfd for the backend to map it.
+VHOST_ARGS=()
+VH_RT="$RUN/rt"
+if [[ " $PARTS " == *" vhost "* ]]; then
+  command -v cryptsetup >/dev/null && command -v qemu-img >/dev/null \
+    || fatal "the vhost part needs cryptsetup and qemu-img on the host (scripts/install-test-deps.sh)"
+  truncate -s 256M "$RUN/vhost.img"
+  printf 'vm-test passphrase' > "$RUN/vhost.key"
+  cryptsetup luksFormat -q --type luks1 --pbkdf-force-iterations 1000 "$RUN/vhost.img" "$RUN/vhost.key" \
+    || fatal "cryptsetup luksFormat of the vhost volume failed"
+  UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" open --key-file "$RUN/vhost.key" --allow-discards \
+    --export vhost-user-blk="$RUN/vhost.sock" --num-queues 2 "$RUN/vhost.img" vmvhost >&2 \
+    || fatal "ucrypt open --export vhost-user-blk failed"
+  VHOST_ARGS=(-object memory-backend-memfd,id=mem,size=2048M,share=on -numa node,memdev=mem
+              -chardev "socket,id=vh0,path=$RUN/vhost.sock"
+              -device vhost-user-blk-pci,chardev=vh0,num-queues=2)
+fi
+
 # 6. Boot. The guest prints @@VMTEST lines on the serial console and powers off.
 LOG="$RUN/console.log"
 APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL"
@@ -121,10 +142,11 @@ set +e
   -kernel "$KERNEL" -initrd "$RUN/initrd.cpio" -append "$APPEND" \
   -drive "file=$RUN/vda.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
   -drive "file=$RUN/vdb.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
+  "${VHOST_ARGS[@]}" \
   </dev/null >"$RUN/qemu.out" 2>&1 &
 QPID=$!
 # The guest dies with this script (Ctrl-C, a CI kill), and at the timeout.
-trap 'kill -9 "$QPID" 2>/dev/null || true' EXIT
+trap 'kill -9 "$QPID" 2>/dev/null || true; [ ${#VHOST_ARGS[@]} -eq 0 ] || UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" close vmvhost >/dev/null 2>&1 || true' EXIT
 trap 'kill -9 "$QPID" 2>/dev/null; exit 130' INT TERM HUP
 ( waited=0
   while kill -0 "$QPID" 2>/dev/null; do
@@ -137,6 +159,20 @@ qrc=$?
 wait "$WPID" 2>/dev/null
 set -e
 T1=$(date +%s)
+
+# 6b. The vhost part's host half: close ucrypt (flush), then decrypt the
+#     backing file independently and compare with the guest's checksum.
+if [ ${#VHOST_ARGS[@]} -gt 0 ]; then
+  hcheck() { if "${@:2}" >>"$RUN/vhost-host.log" 2>&1; then echo "@@VMTEST PASS $1 [host]"; else echo "@@VMTEST FAIL $1: ${*:2} [host]"; fi >>"$LOG"; }
+  hcheck "vhost: ucrypt close after the guest" env UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" close vmvhost
+  want=$(grep -a '^@@VMTEST INFO vhost-sha256 ' "$LOG" | awk '{print $4}' | tr -d '\r')
+  hcheck "vhost: qemu-img (luks) decrypts the backing file" qemu-img convert \
+    --object "secret,id=s0,file=$RUN/vhost.key" -O raw \
+    --image-opts "driver=luks,key-secret=s0,file.filename=$RUN/vhost.img" "$RUN/vhost.plain"
+  got=$(sha256sum "$RUN/vhost.plain" 2>/dev/null | cut -d' ' -f1)
+  hcheck "vhost: the decrypted backing file is what the guest wrote" test -n "$want" -a "$want" = "$got"
+  rm -f "$RUN/vhost.plain"
+fi
 
 # 7. Results.
 passed=$(grep -ac '^@@VMTEST PASS ' "$LOG" 2>/dev/null || true)

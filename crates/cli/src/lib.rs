@@ -114,7 +114,15 @@ enum Command {
 
 /// Entry point used by `main.rs`.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // cryptsetup exits 1 on a usage error (2 means a bad passphrase);
+    // help and version still exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
     let result = match cli.command {
         Command::Crypt(c) => c.run(),
         Command::Luks(c) => c.run(),

@@ -17,8 +17,10 @@
 //! and `Documentation/admin-guide/device-mapper/dm-crypt.rst`; `tests/`
 //! checks them against an independent Python oracle
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
-// One function may use unsafe code: `cipher::evp::Evp::xts_append`, which
-// lets OpenSSL write into a Vec's spare capacity.
+// Unsafe code is allowed in three places only: `cipher::evp::Evp::xts_sectors`
+// (raw EVP calls, OpenSSL writing into a Vec's spare capacity),
+// `cipher::aesni` (the AES-NI XTS kernels) and `secret`, the locked-page
+// allocator for keys.
 #![deny(unsafe_code)]
 // `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
 #![allow(clippy::manual_is_multiple_of)]
@@ -29,13 +31,15 @@ use zeroize::Zeroizing;
 
 mod cipher;
 mod error;
+pub mod secret;
 pub mod spec;
 pub mod speed;
 pub mod table;
 
 use cipher::{Aes, Dir, NullCipher, SectorCipher};
-pub use cipher::{Provider, OPENSSL_XTS_NAME, RUST_XTS_NAME};
+pub use cipher::{Provider, AESNI_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME};
 pub use error::Error;
+pub use secret::Secret;
 pub use spec::CipherSpec;
 use spec::{BlockCipher, ChainMode, EssivHash, IvMode};
 
@@ -124,7 +128,7 @@ impl SectorCrypt {
         let mut tfms = Vec::with_capacity(n);
         for i in 0..n {
             let k = &cfg.key[i * sub..(i + 1) * sub];
-            tfms.push(build_tfm(&spec, k, provider)?);
+            tfms.push(build_tfm(&spec, k, provider, ss as usize)?);
         }
         Ok(Self {
             spec,
@@ -342,7 +346,12 @@ impl Out<'_> {
 /// Sectors whose IVs are computed (and ESSIV-encrypted) in one batch.
 const IV_BATCH: usize = 64;
 
-fn build_tfm(spec: &CipherSpec, key: &[u8], provider: Provider) -> Result<Tfm, Error> {
+fn build_tfm(
+    spec: &CipherSpec,
+    key: &[u8],
+    provider: Provider,
+    sector_size: usize,
+) -> Result<Tfm, Error> {
     let bad_key = || {
         error::key(format!(
             "Error decoding and setting key for {}",
@@ -351,7 +360,9 @@ fn build_tfm(spec: &CipherSpec, key: &[u8], provider: Provider) -> Result<Tfm, E
     };
     let cipher: Box<dyn SectorCipher> = match spec.cipher {
         BlockCipher::Null => Box::new(NullCipher),
-        BlockCipher::Aes => cipher::new_mode(spec.chain, key, provider).ok_or_else(bad_key)?,
+        BlockCipher::Aes => {
+            cipher::new_mode(spec.chain, key, provider, sector_size).ok_or_else(bad_key)?
+        }
     };
     let essiv = match spec.iv {
         IvMode::Essiv(h) => {
@@ -399,7 +410,7 @@ pub mod internal {
         tweak: [u8; 16],
         buf: &mut [u8],
     ) -> Option<&'static str> {
-        let c = cipher::new_mode(ChainMode::Xts, key, imp)?;
+        let c = cipher::new_mode(ChainMode::Xts, key, imp, buf.len())?;
         c.crypt(Dir::Encrypt, buf, &tweak);
         Some(c.name())
     }
@@ -411,17 +422,17 @@ pub mod internal {
         tweak: [u8; 16],
         buf: &mut [u8],
     ) -> Option<&'static str> {
-        let c = cipher::new_mode(ChainMode::Xts, key, imp)?;
+        let c = cipher::new_mode(ChainMode::Xts, key, imp, buf.len())?;
         c.crypt(Dir::Decrypt, buf, &tweak);
         Some(c.name())
     }
 }
 
 /// Name of the XTS implementation [`SectorCrypt::new`] picks on this
-/// machine for an ordinary 512-bit key.
+/// machine for an ordinary 512-bit key and 512-byte sectors.
 pub fn xts_implementation() -> &'static str {
     let key: Vec<u8> = (0..64u8).collect();
-    cipher::new_mode(ChainMode::Xts, &key, Provider::Auto).map_or("none", |c| c.name())
+    cipher::new_mode(ChainMode::Xts, &key, Provider::Auto, 512).map_or("none", |c| c.name())
 }
 
 #[cfg(test)]

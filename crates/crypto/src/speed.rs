@@ -113,6 +113,12 @@ fn thread_cpu_time() -> Option<Duration> {
 /// `dur` (rounded up to whole seconds) and returns its bytes per second:
 /// the reference the XTS target is measured against.
 pub fn system_openssl_xts(dur: Duration) -> Result<f64, crate::Error> {
+    system_openssl_xts_bytes(4096, dur)
+}
+
+/// Like [`system_openssl_xts`] with `-bytes bytes` (one EVP call per
+/// `bytes`, as a dm-crypt sector of that size costs).
+pub fn system_openssl_xts_bytes(bytes: usize, dur: Duration) -> Result<f64, crate::Error> {
     let secs = dur.as_secs().max(1).to_string();
     let out = std::process::Command::new("openssl")
         .args([
@@ -120,7 +126,7 @@ pub fn system_openssl_xts(dur: Duration) -> Result<f64, crate::Error> {
             "-evp",
             "aes-256-xts",
             "-bytes",
-            "4096",
+            &bytes.to_string(),
             "-seconds",
             &secs,
         ])
@@ -242,49 +248,101 @@ pub fn cipher_row(
     })
 }
 
-/// Our AES-XTS per 4 KiB sector next to the system `openssl speed`.
+/// Our AES-XTS at one sector size next to the system `openssl speed`.
 #[derive(Debug)]
-pub struct XtsComparison {
+pub struct XtsAtSectorSize {
+    /// Sector size in bytes (512 or 4096).
+    pub sector_size: u32,
     /// Which XTS implementation ran (`none` if neither key size could be set up).
     pub implementation: &'static str,
-    /// The system OpenSSL's AES-256-XTS bytes per second, or why not.
+    /// The system OpenSSL's AES-256-XTS bytes per second with one EVP call
+    /// per `sector_size` bytes (`openssl speed -bytes`), or why not.
     pub system_openssl: Result<f64, crate::Error>,
-    /// (key bits, our speed) for 256- and 512-bit keys.
+    /// (key bits, our speed) for 256- and 512-bit keys, 4 KiB per call.
     pub ours: Vec<(usize, Throughput)>,
 }
 
-/// Measures our `aes-xts-plain64` on 4 KiB sectors, best of two 150 ms
-/// runs per direction (the machine may be shared), and one second of the
-/// system `openssl speed` ([`system_openssl_xts`]).
-pub fn compare_xts_with_system_openssl() -> XtsComparison {
-    let mut ours = Vec::new();
-    let mut implementation = "none";
-    for bits in [256usize, 512] {
-        let cfg = CryptConfig {
-            cipher: "aes-xts-plain64".into(),
-            key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
-            iv_offset: 0,
-            sector_size: 4096,
-            iv_large_sectors: false,
+/// Our AES-XTS at 512- and 4096-byte sectors next to the system `openssl
+/// speed` at the same sizes.
+#[derive(Debug)]
+pub struct XtsComparison {
+    /// 512-byte sectors (dm-crypt's default, LUKS1's only size), then 4096.
+    pub sizes: Vec<XtsAtSectorSize>,
+}
+
+impl XtsComparison {
+    /// The measurement at `sector_size`, if taken.
+    pub fn at(&self, sector_size: u32) -> Option<&XtsAtSectorSize> {
+        self.sizes.iter().find(|s| s.sector_size == sector_size)
+    }
+
+    /// Our 512-byte-sector speed over our 4096-byte-sector speed for
+    /// `key_bits`, (encryption, decryption).
+    pub fn small_to_large(&self, key_bits: usize) -> Option<(f64, f64)> {
+        let get = |ss| {
+            self.at(ss)?
+                .ours
+                .iter()
+                .find(|(b, _)| *b == key_bits)
+                .map(|(_, t)| *t)
         };
-        if let Ok(c) = SectorCrypt::new(&cfg) {
-            implementation = c.implementation();
-            let a = throughput(&c, 4096, Duration::from_millis(150));
-            let b = throughput(&c, 4096, Duration::from_millis(150));
-            ours.push((
-                bits,
-                Throughput {
-                    encrypt_bytes_per_sec: a.encrypt_bytes_per_sec.max(b.encrypt_bytes_per_sec),
-                    decrypt_bytes_per_sec: a.decrypt_bytes_per_sec.max(b.decrypt_bytes_per_sec),
-                },
-            ));
-        }
+        let (s, l) = (get(512)?, get(4096)?);
+        Some((
+            s.encrypt_bytes_per_sec / l.encrypt_bytes_per_sec,
+            s.decrypt_bytes_per_sec / l.decrypt_bytes_per_sec,
+        ))
     }
-    XtsComparison {
-        implementation,
-        system_openssl: system_openssl_xts(Duration::from_secs(1)),
-        ours,
-    }
+}
+
+/// Measures our `aes-xts-plain64` on 512- and 4096-byte sectors, 4 KiB per
+/// call, best of two 150 ms runs per direction (the machine may be shared),
+/// and one second of the system `openssl speed` at each size
+/// ([`system_openssl_xts_bytes`]; skipped at 512 when it failed at 4096).
+pub fn compare_xts_with_system_openssl() -> XtsComparison {
+    let large = system_openssl_xts_bytes(4096, Duration::from_secs(1));
+    let small = match &large {
+        Ok(_) => system_openssl_xts_bytes(512, Duration::from_secs(1)),
+        Err(e) => Err(crate::Error::unsupported(e.message().to_owned())),
+    };
+    let sizes = [(512u32, small), (4096, large)]
+        .into_iter()
+        .map(|(sector_size, system_openssl)| {
+            let mut ours = Vec::new();
+            let mut implementation = "none";
+            for bits in [256usize, 512] {
+                let cfg = CryptConfig {
+                    cipher: "aes-xts-plain64".into(),
+                    key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),
+                    iv_offset: 0,
+                    sector_size,
+                    iv_large_sectors: false,
+                };
+                if let Ok(c) = SectorCrypt::new(&cfg) {
+                    implementation = c.implementation();
+                    let a = throughput(&c, 4096, Duration::from_millis(150));
+                    let b = throughput(&c, 4096, Duration::from_millis(150));
+                    ours.push((
+                        bits,
+                        Throughput {
+                            encrypt_bytes_per_sec: a
+                                .encrypt_bytes_per_sec
+                                .max(b.encrypt_bytes_per_sec),
+                            decrypt_bytes_per_sec: a
+                                .decrypt_bytes_per_sec
+                                .max(b.decrypt_bytes_per_sec),
+                        },
+                    ));
+                }
+            }
+            XtsAtSectorSize {
+                sector_size,
+                implementation,
+                system_openssl,
+                ours,
+            }
+        })
+        .collect();
+    XtsComparison { sizes }
 }
 
 #[cfg(test)]

@@ -57,7 +57,12 @@ fn ieee_1619_vectors_all_implementations() {
         "expected the IEEE vectors in tests/data/xts"
     );
     for v in &vectors {
-        for imp in [Provider::Rust, Provider::OpenSsl, Provider::Auto] {
+        for imp in [
+            Provider::Rust,
+            Provider::OpenSsl,
+            Provider::AesNi,
+            Provider::Auto,
+        ] {
             let mut buf = v.plaintext.clone();
             let used = xts_encrypt(&v.key, imp, v.dusn.to_le_bytes(), &mut buf).unwrap();
             assert_eq!(
@@ -76,7 +81,7 @@ fn ieee_1619_vectors_all_implementations() {
 fn ieee_1619_sector_vectors_through_sector_crypt() {
     let mut n = 0;
     for v in load().iter().filter(|v| v.plaintext.len() == 512) {
-        for imp in [Provider::Rust, Provider::OpenSsl] {
+        for imp in [Provider::Rust, Provider::OpenSsl, Provider::AesNi] {
             // plain64 IV = little-endian (sector + iv_offset): put the DUSN in iv_offset.
             let cfg = CryptConfig {
                 cipher: "aes-xts-plain64".into(),

@@ -1,5 +1,5 @@
 //! The daemon's lifecycle: build the engine over the backing device, start
-//! one frontend (NBD, FUSE or ublk), answer the control socket, and shut
+//! one frontend (NBD, FUSE, ublk or vhost-user-blk), answer the control socket, and shut
 //! down cleanly on `close` or SIGTERM/SIGINT.
 //!
 //! ```text
@@ -44,10 +44,19 @@ pub enum ExportSpec {
     Fuse(Option<PathBuf>),
     /// A ublk block device.
     Ublk,
+    /// A vhost-user-blk socket for virtual machines, with this many queues.
+    VhostUserBlk {
+        /// The socket the hypervisor connects to.
+        socket: PathBuf,
+        /// Request queues (one serving thread each).
+        num_queues: u16,
+    },
 }
 
 impl ExportSpec {
-    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]` or `ublk`; with `listen`
+    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]`, `ublk` or
+    /// `vhost-user-blk=SOCKET` (one queue; see
+    /// [`ExportSpec::with_num_queues`]); with `listen`
     /// (`PORT` on loopback, or `ADDR:PORT`) NBD is served on TCP instead.
     /// Paths are made absolute (a detached daemon runs in `/`).
     pub fn parse(export: &str, listen: Option<&str>) -> Result<Self> {
@@ -71,9 +80,13 @@ impl ExportSpec {
             ("fuse", None, _) => Self::Fuse(None),
             ("fuse", Some(p), _) => Self::Fuse(Some(path(p)?)),
             ("ublk", None, _) => Self::Ublk,
+            ("vhost-user-blk", Some(p), _) if !p.is_empty() => Self::VhostUserBlk {
+                socket: path(p)?,
+                num_queues: 1,
+            },
             _ => {
                 return Err(invalid(format!(
-                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT] or ublk"
+                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET"
                 )))
             }
         };
@@ -83,8 +96,41 @@ impl ExportSpec {
         Ok(spec)
     }
 
+    /// `--num-queues N` for a vhost-user-blk export (an error for any
+    /// other export, or for 0 or more than the device supports).
+    pub fn with_num_queues(self, n: Option<u16>) -> Result<Self> {
+        match (self, n) {
+            (s, None) => Ok(s),
+            (Self::VhostUserBlk { socket, .. }, Some(n))
+                if (1..=vhost_blk::MAX_QUEUES).contains(&n) =>
+            {
+                Ok(Self::VhostUserBlk {
+                    socket,
+                    num_queues: n,
+                })
+            }
+            (Self::VhostUserBlk { .. }, Some(n)) => Err(invalid(format!(
+                "Invalid --num-queues {n}: use 1 to {}",
+                vhost_blk::MAX_QUEUES
+            ))),
+            (_, Some(_)) => Err(invalid(
+                "--num-queues only applies to --export vhost-user-blk",
+            )),
+        }
+    }
+
+    /// The queue count of a vhost-user-blk export (for a re-executed
+    /// daemon's `--num-queues`).
+    pub fn num_queues(&self) -> Option<u16> {
+        match self {
+            Self::VhostUserBlk { num_queues, .. } => Some(*num_queues),
+            _ => None,
+        }
+    }
+
     /// The inverse of [`ExportSpec::parse`]: the `export` and `listen`
-    /// strings that parse back to `self` (for a re-executed daemon).
+    /// strings that parse back to `self` (for a re-executed daemon; the
+    /// queue count travels as [`ExportSpec::num_queues`]).
     pub fn to_args(&self) -> (String, Option<String>) {
         match self {
             Self::NbdUnix(None) => ("nbd".into(), None),
@@ -93,6 +139,9 @@ impl ExportSpec {
             Self::Fuse(None) => ("fuse".into(), None),
             Self::Fuse(Some(p)) => (format!("fuse={}", p.display()), None),
             Self::Ublk => ("ublk".into(), None),
+            Self::VhostUserBlk { socket, .. } => {
+                (format!("vhost-user-blk={}", socket.display()), None)
+            }
         }
     }
 
@@ -174,7 +223,7 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
 
     let engine = Arc::new(build_engine(&table, &cfg, io_engine, direct)?);
     let (frontend, export_kind, endpoint) =
-        start_frontend(&engine, &name, &cfg, export, &tls, &paths)?;
+        start_frontend(&engine, &name, &cfg, export, &tls, &paths, &table)?;
 
     let (tx, rx) = mpsc::channel();
     let daemon = Arc::new(Daemon {
@@ -303,6 +352,7 @@ enum Frontend {
         id: u32,
         thread: std::thread::JoinHandle<Result<(), ublk::Error>>,
     },
+    Vhost(vhost_blk::Server),
 }
 
 fn start_frontend(
@@ -312,6 +362,7 @@ fn start_frontend(
     export: ExportSpec,
     tls: &TlsSpec,
     paths: &Paths,
+    table: &Table,
 ) -> Result<(Frontend, ExportKind, String)> {
     match export {
         ExportSpec::NbdUnix(p) => start_nbd(
@@ -336,7 +387,26 @@ fn start_frontend(
             Ok((Frontend::Fuse(e), ExportKind::Fuse, file))
         }
         ExportSpec::Ublk => start_ublk(engine),
+        ExportSpec::VhostUserBlk { socket, num_queues } => {
+            let opts = vhost_blk::Options {
+                num_queues,
+                serial: volume_uuid(table),
+                ..vhost_blk::Options::new(socket)
+            };
+            let s = vhost_blk::Server::start(Arc::clone(engine), &opts)
+                .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
+            let sock = s.socket().display().to_string();
+            Ok((Frontend::Vhost(s), ExportKind::VhostUserBlk, sock))
+        }
     }
+}
+
+/// The LUKS UUID of the table's device, for virtio-blk GET_ID (empty for
+/// plain mappings and detached headers, which the daemon does not see).
+fn volume_uuid(table: &Table) -> String {
+    luks::Volume::load(std::path::Path::new(&table.device), None)
+        .map(|v| v.header().uuid().to_owned())
+        .unwrap_or_default()
 }
 
 fn start_nbd(
@@ -454,10 +524,11 @@ impl Daemon {
     }
 
     /// Stops the NBD server, waiting at most [`NBD_STOP_TIMEOUT`]. The
-    /// server wakes its accept loop by connecting to its own socket path;
-    /// if that file was removed or replaced, the wake never arrives and an
-    /// unbounded wait would hang `close` and SIGTERM forever. Past the
-    /// bound the stop goes on in the background while we flush and exit.
+    /// server's own shutdown is prompt whatever happened to its socket
+    /// file and bounds how long it waits for clients that do not read
+    /// (`nbd::Server::shutdown`); this bound is only a safety net, so that
+    /// `close` and SIGTERM always finish. Past it the stop goes on in the
+    /// background while we flush and exit.
     fn stop_nbd(&self, s: nbd::Server) {
         let (tx, rx) = mpsc::channel();
         let stopper = std::thread::Builder::new()
@@ -503,6 +574,13 @@ impl Daemon {
                     let _ = thread.join();
                 }
             }
+            Some(Frontend::Vhost(_)) => {
+                // A guest still attached loses its disk, as when qemu's
+                // vhost-user-blk backend goes away.
+                if let Some(Frontend::Vhost(s)) = slot.take() {
+                    s.shutdown();
+                }
+            }
             Some(Frontend::Fuse(f)) => match f.unmount() {
                 Ok(()) => {}
                 Err(fuse::Error::Busy(p)) if !force => {
@@ -530,7 +608,8 @@ impl Daemon {
     fn status(&self) -> Status {
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let cfg = self.engine.config();
-        let nbd = match &*self.frontend.lock().unwrap_or_else(|e| e.into_inner()) {
+        let frontend = self.frontend.lock().unwrap_or_else(|e| e.into_inner());
+        let nbd = match &*frontend {
             Some(Frontend::Nbd(s)) => {
                 let n = s.stats();
                 Some(control::NbdStats {
@@ -541,6 +620,11 @@ impl Daemon {
             }
             _ => None,
         };
+        let vhost = match &*frontend {
+            Some(Frontend::Vhost(s)) => Some((&s.stats()).into()),
+            _ => None,
+        };
+        drop(frontend);
         Status {
             ping: self.ping.clone(),
             volume_type: self.volume_type,
@@ -558,6 +642,7 @@ impl Daemon {
             uptime_s: self.started.elapsed().as_secs(),
             stats: (&self.engine.stats()).into(),
             nbd,
+            vhost,
         }
     }
 
@@ -592,7 +677,7 @@ impl Daemon {
                     .table
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .format(showkeys);
+                    .line(showkeys);
                 Ok(Reply::Table { line })
             }
             Request::Refresh { mode, flags } => self.refresh(mode, flags),
@@ -640,6 +725,14 @@ mod tests {
             ("fuse=/mnt/x", None, ExportSpec::Fuse(Some("/mnt/x".into()))),
             ("ublk", None, ExportSpec::Ublk),
             (
+                "vhost-user-blk=/run/v.sock",
+                None,
+                ExportSpec::VhostUserBlk {
+                    socket: "/run/v.sock".into(),
+                    num_queues: 1,
+                },
+            ),
+            (
                 "nbd",
                 Some("10809"),
                 ExportSpec::NbdTcp("127.0.0.1:10809".parse().unwrap()),
@@ -660,10 +753,31 @@ mod tests {
             ("fuse", Some("1")),
             ("ublk=x", None),
             ("vhost", None),
+            ("vhost-user-blk", None),
+            ("vhost-user-blk=", None),
+            ("vhost-user-blk=s", Some("1")),
             ("nbd", Some("host")),
         ] {
             let err = ExportSpec::parse(e, l).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidInput, "{e} {l:?}");
         }
+    }
+
+    #[test]
+    fn num_queues_only_for_vhost_user_blk() {
+        let v = ExportSpec::parse("vhost-user-blk=/s", None).unwrap();
+        let v4 = v.clone().with_num_queues(Some(4)).unwrap();
+        assert_eq!(v4.num_queues(), Some(4));
+        assert_eq!(
+            v.clone().with_num_queues(None).unwrap().num_queues(),
+            Some(1)
+        );
+        for bad in [0, vhost_blk::MAX_QUEUES + 1] {
+            let e = v.clone().with_num_queues(Some(bad)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        }
+        let e = ExportSpec::Ublk.with_num_queues(Some(2)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!(ExportSpec::Ublk.num_queues(), None);
     }
 }

@@ -22,6 +22,80 @@ pub fn header_text(header: &Header, target: &Path) -> String {
     }
 }
 
+/// The `luksDump --dump-json-metadata` text: the LUKS2 JSON area pretty
+/// printed the way cryptsetup's json-c does it (two-space indent, no space
+/// after `:`, no final newline). LUKS1 has no JSON: `None`.
+pub fn json_text(header: &Header) -> Option<String> {
+    let Header::V2(h) = header else {
+        return None;
+    };
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, JsonC { indent: 0 });
+    // Invariant: the metadata is plain maps, strings and numbers, which
+    // always serialize.
+    serde::Serialize::serialize(&h.meta, &mut ser).ok()?;
+    String::from_utf8(out).ok()
+}
+
+/// json-c's `JSON_C_TO_STRING_PRETTY` layout for serde_json.
+struct JsonC {
+    indent: usize,
+}
+
+impl JsonC {
+    fn newline<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b"\n")?;
+        for _ in 0..self.indent {
+            w.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for JsonC {
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.indent += 1;
+        w.write_all(b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.indent -= 1;
+        self.newline(w)?;
+        w.write_all(b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        self.newline(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b":")
+    }
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.indent += 1;
+        w.write_all(b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.indent -= 1;
+        self.newline(w)?;
+        w.write_all(b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        self.newline(w)
+    }
+}
+
 /// The `luksDump --dump-volume-key` text: cipher, payload offset, UUID and
 /// the volume key of `opened` in hex. The text is wiped when dropped.
 pub fn volume_key_text(header: &Header, opened: &Opened, target: &Path) -> Zeroizing<String> {
@@ -164,13 +238,16 @@ fn v2(h: &luks2::Header) -> String {
             Ok(Some(n)) => s.push_str(&format!("\tlength: {n} [bytes]\n")),
             _ => s.push_str("\tlength: (whole device)\n"),
         }
-        s.push_str(&format!("\tcipher: {}\n", seg.encryption));
-        s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
-        if seg.iv_tweak != 0 {
-            s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
+        if seg.kind == "crypt" {
+            s.push_str(&format!("\tcipher: {}\n", seg.encryption));
+            s.push_str(&format!("\tsector: {} [bytes]\n", seg.sector_size));
+            if seg.iv_tweak != 0 {
+                s.push_str(&format!("\tIV tweak: {}\n", seg.iv_tweak));
+            }
         }
+        s.push('\n');
     }
-    s.push_str("\nKeyslots:\n");
+    s.push_str("Keyslots:\n");
     let mut ids: Vec<(u32, &String)> = m
         .keyslots
         .keys()
@@ -218,6 +295,25 @@ fn v2(h: &luks2::Header) -> String {
     for (id, t) in &m.tokens {
         let ty = t.get("type").and_then(|v| v.as_str()).unwrap_or("?");
         s.push_str(&format!("  {id}: {ty}\n"));
+        if ty == "luks2-keyring" {
+            if let Some(d) = t.get("key_description").and_then(|v| v.as_str()) {
+                s.push_str(&format!("\tKey description: {d}\n"));
+            }
+        }
+        // The keyslots a token unlocks, in its array order (cryptsetup's
+        // hdr_dump_tokens).
+        for k in t
+            .get("keyslots")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let k = k
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| k.to_string());
+            s.push_str(&format!("\tKeyslot:    {k}\n"));
+        }
     }
     s.push_str("Digests:\n");
     for (id, d) in &m.digests {

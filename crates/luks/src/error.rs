@@ -83,6 +83,17 @@ impl Error {
         }
     }
 
+    /// An error of `kind` other than [`ErrorKind::Io`] caused by an I/O
+    /// error: a missing key file or an existing backup target is the
+    /// caller's mistake (cryptsetup exits 1), not a device failure.
+    pub fn io_as(kind: ErrorKind, message: impl Into<String>, source: std::io::Error) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: Some(Source::Io(source)),
+        }
+    }
+
     /// An error of `kind` caused by `crypto` refusing a cipher, key or
     /// table (`message` says what was being done).
     pub fn crypto(kind: ErrorKind, message: impl Into<String>, source: crypto::Error) -> Self {

@@ -190,6 +190,32 @@ impl Default for KdfRequest {
 }
 
 impl KdfRequest {
+    /// A request that resolves to exactly `kdf` without a benchmark
+    /// (`hash` is kept for the AF and digest when `kdf` is Argon2).
+    pub fn fixed(kdf: &Kdf, hash: Hash) -> Self {
+        match *kdf {
+            Kdf::Pbkdf2 { hash, iterations } => Self {
+                kind: "pbkdf2".into(),
+                hash,
+                force_iterations: Some(iterations),
+                ..Self::default()
+            },
+            Kdf::Argon2 {
+                variant,
+                time,
+                memory_kib,
+                parallel,
+            } => Self {
+                kind: variant.name().into(),
+                hash,
+                force_iterations: Some(time),
+                memory_kib: Some(memory_kib),
+                parallel: Some(parallel),
+                ..Self::default()
+            },
+        }
+    }
+
     /// Resolves the request to concrete costs, benchmarking like cryptsetup
     /// when no forced cost is given. `key_len` is the derived key length.
     pub fn resolve(&self, key_len: usize) -> Result<Kdf> {

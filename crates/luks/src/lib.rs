@@ -11,10 +11,15 @@
 //! ```
 //!
 //! On-disk structures are parsed from bytes through a bounds-checked cursor
-//! and validated completely (offsets, sizes, KDF costs) before anything is
-//! allocated from them; [`internal::fuzzing`] feeds arbitrary bytes through
-//! the same path. The code is hand-written from the LUKS1 and LUKS2 on-disk
-//! format specifications; interop tests against cryptsetup check it.
+//! and validated (offsets, sizes, JSON shape) before anything is allocated
+//! from them; [`internal::fuzzing`] feeds arbitrary bytes through the same
+//! path. A LUKS2 header loads exactly when cryptsetup 2.6's would: what
+//! cryptsetup leaves to activation (a keyslot's KDF kind and costs, the
+//! data area against the device, segments ucrypt cannot map) is checked at
+//! unlock, before any key derivation, and fails only that keyslot or the
+//! mapping. The code is hand-written from the LUKS1 and LUKS2 on-disk
+//! format specifications; interop tests against cryptsetup, and
+//! cryptsetup's own LUKS2 validation suite, check it.
 #![forbid(unsafe_code)]
 // `u64::is_multiple_of` needs Rust 1.87; the workspace MSRV is 1.85.
 #![allow(clippy::manual_is_multiple_of)]

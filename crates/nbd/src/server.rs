@@ -3,14 +3,18 @@
 //! Hand-written server side of the protocol (see [`crate::proto`]). Threads:
 //!
 //! ```text
-//!   accept thread ──► one reader thread per connection
-//!                        │ reads a request (and its write payload)
-//!                        │ Engine::submit(req, completion)
+//!   accept thread ──► per connection: a reader thread and a writer thread
+//!    (poll: listener     │ reads a request (and its write payload)
+//!     + wake socket)     │ Engine::submit(req, completion)
 //!                        ▼
 //!                     engine (any mode) ──► completion callback
-//!                                            └─ locks the connection's writer,
-//!                                               sends the simple reply (+ data)
+//!                                            └─ Conn::reply: sends without
+//!                                               waiting, or queues for the
+//!                                               connection's writer thread
 //! ```
+//!
+//! A client that does not read its replies stalls only its own connection
+//! (see `transmit`): no engine thread ever waits on a client's socket.
 //!
 //! Requests are pipelined: the reader never waits for a reply, so replies may
 //! go out of order, which NBD allows (the client matches cookies). A client
@@ -22,22 +26,29 @@
 //! after `NBD_OPT_STARTTLS` the connection's socket is handed to the TLS
 //! pump (see `tls`) and the rest of the session runs on the plaintext end of
 //! a socketpair, which then also becomes the handle shutdown acts on.
+//!
+//! [`Server::shutdown`] wakes the accept loop through a socketpair of its
+//! own (the loop polls it beside the listener), never through the socket
+//! path, so it is prompt whatever happened to the socket file; it then
+//! gives connections [`STOP_GRACE`] to send their last replies before it
+//! cuts them.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use datapath::Engine;
 
 use crate::handshake::{greet, options, Outcome};
-use crate::stream::{Deadline, Stream};
+use crate::stream::{self, Deadline, Stream};
 use crate::tls::{upgrade, TlsConfig};
 use crate::transmit::{transmit, Conn, REPLY_TIMEOUT};
 use crate::Error;
@@ -95,9 +106,11 @@ pub struct Limits {
     /// that has not reached transmission by then is disconnected.
     pub handshake_timeout: std::time::Duration,
     /// Payload bytes (read lengths and write payloads) one connection may
-    /// have inside the engine or waiting to be sent; beyond it the server
-    /// stops reading that client's requests until some complete. One
-    /// request larger than this still runs, alone.
+    /// have inside the engine or waiting to be sent; beyond it (or beyond
+    /// 1024 requests) the server stops reading that client's requests
+    /// until replies have left. One request larger than this still runs,
+    /// alone. This is what a client that does not read its replies can
+    /// make the server hold; it stalls no one else.
     pub max_inflight_bytes: u64,
 }
 
@@ -135,12 +148,22 @@ pub struct ServerStats {
     pub inflight_bytes: u64,
 }
 
+/// How long [`Server::shutdown`] lets connections finish sending the
+/// replies of requests already read before it closes them (a client that
+/// reads nothing would otherwise hold shutdown for [`REPLY_TIMEOUT`]).
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// A running NBD server. Dropping it without [`Server::shutdown`] leaves the
 /// threads running until the process exits.
 pub struct Server {
     shared: Arc<Shared>,
     endpoint: Endpoint,
     accept: Option<JoinHandle<()>>,
+    /// Dropped to wake the accept loop (its peer polls readable: EOF).
+    wake: Option<UnixStream>,
+    /// The unix socket file we bound (device, inode), so shutdown removes
+    /// it only if nobody replaced it since.
+    socket_file: Option<(u64, u64)>,
 }
 
 pub(crate) struct Shared {
@@ -157,6 +180,8 @@ pub(crate) struct Shared {
     inflight_bytes: Arc<AtomicU64>,
     /// Open connections: a handle to shut each one down, and its thread.
     conns: Mutex<HashMap<u64, ConnEntry>>,
+    /// Signalled when a connection leaves `conns`.
+    left: Condvar,
 }
 
 impl Shared {
@@ -173,6 +198,7 @@ impl Shared {
             refused: AtomicU64::new(0),
             inflight_bytes: Arc::new(AtomicU64::new(0)),
             conns: Mutex::new(HashMap::new()),
+            left: Condvar::new(),
         }
     }
 }
@@ -213,6 +239,7 @@ impl Server {
         endpoint: Endpoint,
         opts: ServerOptions,
     ) -> Result<Self, Error> {
+        let mut socket_file = None;
         let (listener, endpoint) = match endpoint {
             Endpoint::Unix(path) => {
                 remove_stale_socket(&path)?;
@@ -220,6 +247,7 @@ impl Server {
                     .map_err(|e| Error::bind(&path.display().to_string(), e))?;
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
                     .map_err(|e| Error::bind(&path.display().to_string(), e))?;
+                socket_file = file_id(&path);
                 (Listener::Unix(l), Endpoint::Unix(path))
             }
             Endpoint::Tcp(addr) => {
@@ -228,15 +256,24 @@ impl Server {
                 (Listener::Tcp(l), Endpoint::Tcp(local))
             }
         };
+        // Woken by readiness only: accept() itself must never block, or a
+        // client that left between poll and accept would hold the loop.
+        match &listener {
+            Listener::Unix(l) => l.set_nonblocking(true)?,
+            Listener::Tcp(l) => l.set_nonblocking(true)?,
+        }
+        let (wake, woken) = UnixStream::pair()?;
         let shared = Arc::new(Shared::new(engine, export, opts));
         let s = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
             .name("nbd-accept".into())
-            .spawn(move || accept_loop(listener, s))?;
+            .spawn(move || accept_loop(listener, woken, s))?;
         Ok(Self {
             shared,
             endpoint,
             accept: Some(accept),
+            wake: Some(wake),
+            socket_file,
         })
     }
 
@@ -268,50 +305,70 @@ impl Server {
     }
 
     /// Stops accepting, lets every connection finish the requests it has in
-    /// flight (new requests are no longer read), closes them, and removes the
-    /// unix socket. Does not flush the engine: the caller owns it.
+    /// flight (new requests are no longer read) and send their replies for
+    /// up to [`STOP_GRACE`], closes them, and removes the unix socket. Does
+    /// not flush the engine: the caller owns it. Needs nothing from the
+    /// socket file, which may have been removed or replaced.
     pub fn shutdown(mut self) {
         self.stop();
     }
 
     fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        // Wake the blocking accept() with a throwaway connection.
-        let _ = match &self.endpoint {
-            Endpoint::Unix(p) => UnixStream::connect(p).map(drop),
-            Endpoint::Tcp(a) => {
-                let mut a = *a;
-                if a.ip().is_unspecified() {
-                    a.set_ip(if a.is_ipv4() {
-                        std::net::Ipv4Addr::LOCALHOST.into()
-                    } else {
-                        std::net::Ipv6Addr::LOCALHOST.into()
-                    });
-                }
-                TcpStream::connect(a).map(drop)
-            }
-        };
+        // The accept loop polls the peer of `wake`: closing it wakes the loop.
+        drop(self.wake.take());
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }
-        // Stop reading requests; readers then drain their in-flight replies.
+        // Stop reading requests; connections then answer what they read.
         let handles: Vec<JoinHandle<()>> = {
             let mut conns = lock(&self.shared.conns);
             conns
                 .values_mut()
-                .filter_map(|(s, h)| {
-                    s.shutdown(Shutdown::Read);
-                    h.take()
+                .filter_map(|e| {
+                    e.session.shutdown(Shutdown::Read);
+                    e.thread.take()
                 })
                 .collect()
         };
+        // Engine completions never wait for clients, so only replies to
+        // clients that do not read can still be pending past the grace:
+        // cut those connections (their writers see the socket shut).
+        let deadline = Instant::now() + STOP_GRACE;
+        let mut conns = lock(&self.shared.conns);
+        while !conns.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                for e in conns.values() {
+                    e.cut();
+                }
+                break;
+            }
+            conns = self
+                .shared
+                .left
+                .wait_timeout(conns, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(conns);
         for h in handles {
             let _ = h.join();
         }
         if let Endpoint::Unix(p) = &self.endpoint {
-            let _ = std::fs::remove_file(p);
+            if self.socket_file.is_some() && file_id(p) == self.socket_file {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
+}
+
+/// A path's (device, inode), not following a final symlink.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl Drop for Server {
@@ -354,16 +411,50 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
     }
 }
 
-/// A connection's socket (for shutdown) and its thread (for joining).
-type ConnEntry = (Stream, Option<JoinHandle<()>>);
+/// An open connection, as [`Server::shutdown`] needs it.
+struct ConnEntry {
+    /// The socket the session reads and replies on (after STARTTLS, the
+    /// session's end of the TLS pump's socketpair).
+    session: Stream,
+    /// After STARTTLS, the client's own socket, which the pump owns.
+    raw: Option<Stream>,
+    /// The connection's thread, until shutdown takes it to join.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ConnEntry {
+    /// Closes the connection at once: its reader, its reply writer and any
+    /// TLS pump see the sockets shut.
+    fn cut(&self) {
+        self.session.shutdown(Shutdown::Both);
+        if let Some(r) = &self.raw {
+            r.shutdown(Shutdown::Both);
+        }
+    }
+}
 
 enum Listener {
     Unix(UnixListener),
     Tcp(TcpListener),
 }
 
-fn accept_loop(listener: Listener, shared: Arc<Shared>) {
+fn accept_loop(listener: Listener, woken: UnixStream, shared: Arc<Shared>) {
+    let lfd = match &listener {
+        Listener::Unix(l) => l.as_raw_fd(),
+        Listener::Tcp(l) => l.as_raw_fd(),
+    };
     loop {
+        // Readable: a client is waiting, or `woken`'s peer was closed.
+        if let Err(e) = stream::poll(
+            &[(lfd, libc::POLLIN), (woken.as_raw_fd(), libc::POLLIN)],
+            None,
+        ) {
+            eprintln!("ucrypt nbd: poll on the listener failed: {e}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
         let stream = match &listener {
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
@@ -376,7 +467,17 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
         }
         let stream = match stream {
             Ok(s) => s,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Interrupted, or the client left before we took it.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
                 eprintln!("ucrypt nbd: accept failed: {e}");
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -409,9 +510,15 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
                 }
                 // Detach our join handle unless shutdown() already took it.
                 lock(&s.conns).remove(&id);
+                s.left.notify_all();
             });
         if let Ok(h) = spawned {
-            conns.insert(id, (ctl, Some(h)));
+            let entry = ConnEntry {
+                session: ctl,
+                raw: None,
+                thread: Some(h),
+            };
+            conns.insert(id, entry);
         }
     }
 }
@@ -463,7 +570,7 @@ fn serve_session(
                 let local = Stream::Unix(local);
                 // Shutdown now acts on the session's side of the pump.
                 if let Some(e) = lock(&shared.conns).get_mut(&id) {
-                    e.0 = local.try_clone()?;
+                    e.raw = Some(std::mem::replace(&mut e.session, local.try_clone()?));
                 }
                 w = Deadline {
                     s: local.try_clone()?,
@@ -474,23 +581,26 @@ fn serve_session(
             }
         }
     };
-    // Transmission: idle clients may wait as long as they like; replies are
-    // written from engine completion callbacks, so a client that stops
-    // reading must not pin an engine thread for long.
+    // Transmission: idle clients may wait as long as they like. Replies
+    // leave through the connection's own path (`Conn::reply` and its
+    // writer thread), never blocking the engine thread that completed them.
     reader.get_mut().clear()?;
     w.clear()?;
-    w.s.set_write_timeout(Some(REPLY_TIMEOUT))?;
-    let w = w.s;
-    let writer = Arc::new(Mutex::new(w));
     let conn = Arc::new(Conn::new(
-        writer,
+        w.s,
         shared.limits.max_inflight_bytes,
         Arc::clone(&shared.inflight_bytes),
     ));
+    let c = Arc::clone(&conn);
+    let writer = std::thread::Builder::new()
+        .name(format!("nbd-reply-{id}"))
+        .spawn(move || c.run_writer())?;
     let r = transmit(&mut reader, &conn, shared, neg);
     // Soft or hard disconnect: first finish what is in flight (NBD requires
     // replies to every request received before DISC).
     conn.wait_idle();
-    lock(&conn.writer).shutdown(Shutdown::Both);
+    conn.close_outbox();
+    let _ = writer.join();
+    conn.sock.shutdown(Shutdown::Both);
     r
 }

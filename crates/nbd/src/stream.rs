@@ -1,6 +1,7 @@
 //! A connected client socket of either family (unix or TCP), with the one
-//! `recv(MSG_PEEK)` the transmission loop's poller needs and the `poll(2)`
-//! the TLS pump waits in: this crate's only unsafe code.
+//! `recv(MSG_PEEK)` the transmission loop's poller needs, the non-blocking
+//! `sendmsg` replies go out with, and the `poll(2)` the reply writer, the
+//! TLS pump and the accept loop wait in: this crate's only unsafe code.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -33,6 +34,29 @@ impl Stream {
             )
         };
         n != -1 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
+    }
+
+    /// One `sendmsg(MSG_DONTWAIT)` of `bufs` (at most `IOV_MAX` of them):
+    /// the bytes the socket took, or `WouldBlock` if it took none. Never
+    /// blocks, whatever the socket's mode, and without touching
+    /// `O_NONBLOCK` (which the reader's clone of the socket shares).
+    pub(crate) fn send_nonblocking(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let fd = self.as_raw_fd();
+        // SAFETY: an all-zero msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        // `IoSlice` is ABI-compatible with `struct iovec` on unix (std's
+        // documented guarantee); sendmsg only reads the array.
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(1024) as _;
+        // SAFETY: `fd` is this stream's open socket for the whole call;
+        // `msg` points at `msg_iovlen` live iovecs borrowed from `bufs`,
+        // each describing memory valid for reads for the call's duration.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
     }
 
     pub(crate) fn try_clone(&self) -> io::Result<Stream> {

@@ -24,7 +24,7 @@
 //! After the handshake a pump thread owns the `SslStream` (OpenSSL's
 //! connection object may not be read and written from two threads at once)
 //! and relays plaintext through a socketpair, so the option loop, the
-//! pipelined reader and the completion-side reply writer run unchanged on
+//! pipelined reader and the reply path (`Conn::reply`, the writer thread) run unchanged on
 //! an ordinary socket. The pump waits in `poll(2)` on both sides with
 //! non-blocking IO; a client that stops reading stalls only its own pump,
 //! which gives up after the reply timeout.

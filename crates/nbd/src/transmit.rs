@@ -1,22 +1,58 @@
 //! The transmission phase: read a request (and its payload), check its
 //! framing, submit it to the engine, reply from the completion. Requests
 //! are pipelined; replies go out in completion order.
+//!
+//! Replies never make a completion wait for the client. Each connection
+//! has its own reply path ([`Conn::reply`]): a completion sends its reply
+//! with one non-blocking `sendmsg` when nothing of this connection is
+//! queued, and otherwise appends it to the connection's outbox, which the
+//! connection's own writer thread ([`Conn::run_writer`]) sends in batches,
+//! waiting in `poll(2)` for the client to read. So a client that stops
+//! reading stalls only its own writer; the engine's threads (classic
+//! workers, adaptive helpers) and every other connection go on.
+//!
+//! ```text
+//!   reader ──submit──► engine ──completion──► Conn::reply
+//!     ▲                                        │ outbox empty: sendmsg(DONTWAIT)
+//!     │ begin(): waits at the cap              │ rest / behind others: outbox
+//!     └──────── end(): reply sent ◄─ writer ◄──┘ (poll POLLOUT, writev batches)
+//! ```
+//!
+//! Back-pressure stays per connection: a request counts against the
+//! connection's in-flight cap ([`crate::Limits::max_inflight_bytes`], and at
+//! most [`MAX_INFLIGHT_REQUESTS`] requests) from the moment it is read
+//! until its reply has left, so the outbox of a stalled client holds at
+//! most its cap, and only that client's reader waits. The three stages of
+//! a connection (receive, the engine's crypto, the reply) overlap.
 
-use std::io::{self, BufReader, IoSlice, Read, Write};
+use std::collections::VecDeque;
+use std::io::{self, BufReader, IoSlice, Read};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use datapath::{Op, OpKind, Request};
 
 use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
 use crate::server::{lock, Shared};
-use crate::stream::{Deadline, Stream};
+use crate::stream::{self, Deadline, Stream};
 use crate::{nbd_errno, Error};
 
-/// How long a reply may wait for a client that does not read.
+/// How long a connection's replies may wait for a client that reads
+/// nothing at all; then the connection is closed.
 pub(crate) const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Requests one connection may have between reading and replying, whatever
+/// their size (flushes and refused requests carry no payload, so the byte
+/// cap alone would not bound a stalled client's outbox).
+pub(crate) const MAX_INFLIGHT_REQUESTS: u64 = 1024;
+
+/// Replies one `sendmsg` carries at most (two iovecs each; `IOV_MAX` is
+/// 1024).
+const BATCH: usize = 256;
 
 #[derive(Default)]
 struct Inflight {
@@ -24,9 +60,55 @@ struct Inflight {
     bytes: u64,
 }
 
+/// One simple reply on its way out: header, read data, and how much of the
+/// two has been sent.
+struct Reply {
+    hdr: [u8; 16],
+    data: Vec<u8>,
+    sent: usize,
+    /// Payload bytes it holds against the in-flight cap.
+    bytes: u64,
+}
+
+impl Reply {
+    fn len(&self) -> usize {
+        self.hdr.len() + self.data.len()
+    }
+
+    /// The unsent part, as up to two slices appended to `out`.
+    fn unsent<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
+        let h = self.hdr.len();
+        if self.sent < h {
+            out.push(IoSlice::new(&self.hdr[self.sent..]));
+            if !self.data.is_empty() {
+                out.push(IoSlice::new(&self.data));
+            }
+        } else if self.sent < self.len() {
+            out.push(IoSlice::new(&self.data[self.sent - h..]));
+        }
+    }
+}
+
+/// Replies waiting for the connection's writer thread.
+#[derive(Default)]
+struct Outbox {
+    queue: VecDeque<Reply>,
+    /// The writer thread is sending a batch (outside the lock): nobody
+    /// else may write to the socket.
+    busy: bool,
+    /// No more replies will come; the writer thread exits when idle.
+    closed: bool,
+}
+
 /// Per-connection state shared with completion callbacks.
 pub(crate) struct Conn {
-    pub(crate) writer: Arc<Mutex<Stream>>,
+    /// The client socket (a clone of the reader's), written only through
+    /// the outbox protocol: by `reply` under the outbox lock while nothing
+    /// is queued, else by the writer thread.
+    pub(crate) sock: Stream,
+    outbox: Mutex<Outbox>,
+    /// Wakes the writer thread (a reply queued, or the outbox closed).
+    queued: Condvar,
     inflight: Mutex<Inflight>,
     /// `Limits::max_inflight_bytes`.
     max_inflight: u64,
@@ -38,13 +120,11 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(
-        writer: Arc<Mutex<Stream>>,
-        max_inflight: u64,
-        total: Arc<AtomicU64>,
-    ) -> Self {
+    pub(crate) fn new(sock: Stream, max_inflight: u64, total: Arc<AtomicU64>) -> Self {
         Self {
-            writer,
+            sock,
+            outbox: Mutex::new(Outbox::default()),
+            queued: Condvar::new(),
             inflight: Mutex::new(Inflight::default()),
             max_inflight,
             total,
@@ -57,7 +137,9 @@ impl Conn {
     /// while the connection already has too much in flight.
     fn begin(&self, bytes: u64) {
         let mut n = lock(&self.inflight);
-        while n.requests > 0 && n.bytes + bytes > self.max_inflight {
+        while n.requests > 0
+            && (n.bytes + bytes > self.max_inflight || n.requests >= MAX_INFLIGHT_REQUESTS)
+        {
             n = self.idle.wait(n).unwrap_or_else(|e| e.into_inner());
         }
         n.requests += 1;
@@ -73,6 +155,8 @@ impl Conn {
         self.idle.notify_all();
     }
 
+    /// Waits until every request read so far has been answered (or its
+    /// reply dropped because the client is gone).
     pub(crate) fn wait_idle(&self) {
         let mut n = lock(&self.inflight);
         while n.requests > 0 {
@@ -80,33 +164,143 @@ impl Conn {
         }
     }
 
-    /// Sends one simple reply, with `data` for successful reads.
-    fn reply(&self, error: u32, cookie: u64, data: &[u8]) {
+    /// Sends one simple reply for a request accounted with `begin(bytes)`,
+    /// with `data` for successful reads, and ends it once sent. Never waits
+    /// for the client: what the socket does not take at once is queued for
+    /// the writer thread.
+    fn reply(&self, error: u32, cookie: u64, data: Vec<u8>, bytes: u64) {
         if self.dead.load(Ordering::Relaxed) {
+            self.end(bytes);
             return;
         }
-        let hdr = proto::simple_reply(error, cookie);
-        let mut w = lock(&self.writer);
-        if write_all_vectored(&mut w, &hdr, data).is_err() {
-            self.dead.store(true, Ordering::Relaxed);
-            w.shutdown(Shutdown::Both);
+        let mut r = Reply {
+            hdr: proto::simple_reply(error, cookie),
+            data,
+            sent: 0,
+            bytes,
+        };
+        let mut out = lock(&self.outbox);
+        if out.queue.is_empty() && !out.busy {
+            // The socket is ours while we hold the lock with nothing queued.
+            let mut iov = Vec::with_capacity(2);
+            r.unsent(&mut iov);
+            match self.sock.send_nonblocking(&iov) {
+                Ok(n) => r.sent += n,
+                Err(e) if is_retry(&e) => {}
+                Err(_) => {
+                    drop(out);
+                    self.kill();
+                    self.end(bytes);
+                    return;
+                }
+            }
+            if r.sent == r.len() {
+                drop(out);
+                self.end(bytes);
+                return;
+            }
+            out.queue.push_back(r);
+            self.queued.notify_one();
+        } else {
+            out.queue.push_back(r);
+            if !out.busy {
+                self.queued.notify_one();
+            }
         }
+    }
+
+    /// Marks the connection dead and shuts its socket, which also ends the
+    /// reader's `recv`.
+    fn kill(&self) {
+        self.dead.store(true, Ordering::Relaxed);
+        self.sock.shutdown(Shutdown::Both);
+    }
+
+    /// Lets the writer thread exit once the outbox is empty.
+    pub(crate) fn close_outbox(&self) {
+        lock(&self.outbox).closed = true;
+        self.queued.notify_one();
+    }
+
+    /// The connection's writer thread: sends what `reply` queued, in
+    /// batches, until [`Conn::close_outbox`].
+    pub(crate) fn run_writer(&self) {
+        let mut batch: Vec<Reply> = Vec::new();
+        loop {
+            {
+                let mut out = lock(&self.outbox);
+                out.busy = false;
+                while out.queue.is_empty() {
+                    if out.closed {
+                        return;
+                    }
+                    out = self.queued.wait(out).unwrap_or_else(|e| e.into_inner());
+                }
+                let n = out.queue.len().min(BATCH);
+                batch.extend(out.queue.drain(..n));
+                out.busy = true;
+            }
+            if self.dead.load(Ordering::Relaxed) || self.send_batch(&mut batch).is_err() {
+                self.kill();
+            }
+            for r in batch.drain(..) {
+                self.end(r.bytes);
+            }
+        }
+    }
+
+    /// Sends `batch` whole, ending each reply as it completes (those left
+    /// in `batch` on error are ended by the caller). Fails once the client
+    /// has read nothing for [`REPLY_TIMEOUT`], or the socket failed.
+    fn send_batch(&self, batch: &mut Vec<Reply>) -> io::Result<()> {
+        let mut last_progress = Instant::now();
+        while !batch.is_empty() {
+            let mut iov = Vec::with_capacity(2 * batch.len());
+            for r in batch.iter() {
+                r.unsent(&mut iov);
+            }
+            let res = self.sock.send_nonblocking(&iov);
+            drop(iov);
+            match res {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    last_progress = Instant::now();
+                    let mut done = 0;
+                    for r in batch.iter_mut() {
+                        let take = n.min(r.len() - r.sent);
+                        r.sent += take;
+                        n -= take;
+                        if r.sent < r.len() {
+                            break;
+                        }
+                        done += 1;
+                    }
+                    for r in batch.drain(..done) {
+                        self.end(r.bytes);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = REPLY_TIMEOUT.saturating_sub(last_progress.elapsed());
+                    if left.is_zero() {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
+                    // Woken by room in the socket, or by a shutdown of it
+                    // (POLLHUP / POLLERR: the next send reports it).
+                    stream::poll(&[(self.sock.as_raw_fd(), libc::POLLOUT)], Some(left))?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 
-fn write_all_vectored(w: &mut Stream, a: &[u8], b: &[u8]) -> io::Result<()> {
-    let mut bufs = [IoSlice::new(a), IoSlice::new(b)];
-    let mut bufs: &mut [IoSlice<'_>] = &mut bufs;
-    IoSlice::advance_slices(&mut bufs, 0);
-    while !bufs.is_empty() {
-        match w.write_vectored(bufs) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 /// Longest a connection thread polls for the next request before it
@@ -235,8 +429,13 @@ pub(crate) fn transmit(
         // Well-framed but invalid requests: unknown flags and commands are
         // protocol errors (EINVAL); the rest are refused as the engine
         // would refuse them, so they answer through the one mapping.
-        let err = |e: u32| conn.reply(e, h.cookie, &[]);
-        let refuse = |e: datapath::Error| conn.reply(nbd_errno(&e), h.cookie, &[]);
+        // Refusals go through the same reply path (and count against the
+        // cap) so they cannot interleave with, or overtake, queued replies.
+        let err = |e: u32| {
+            conn.begin(0);
+            conn.reply(e, h.cookie, Vec::new(), 0);
+        };
+        let refuse = |e: datapath::Error| err(nbd_errno(&e));
         if h.flags & !known_flags != 0 {
             err(proto::EINVAL);
             continue;
@@ -301,14 +500,14 @@ pub(crate) fn transmit(
         shared
             .engine
             .submit(Request { op, offset, fua }, move |res| {
-                match res {
-                    Ok(Some(data)) if kind == proto::CMD_READ => c.reply(0, cookie, &data),
+                let (error, data) = match res {
+                    Ok(Some(data)) if kind == proto::CMD_READ => (0, data),
                     // A read without data would desynchronise the stream.
-                    Ok(_) if kind == proto::CMD_READ => c.reply(proto::EIO, cookie, &[]),
-                    Ok(_) => c.reply(0, cookie, &[]),
-                    Err(e) => c.reply(nbd_errno(&e), cookie, &[]),
-                }
-                c.end(bytes);
+                    Ok(_) if kind == proto::CMD_READ => (proto::EIO, Vec::new()),
+                    Ok(_) => (0, Vec::new()),
+                    Err(e) => (nbd_errno(&e), Vec::new()),
+                };
+                c.reply(error, cookie, data, bytes);
             });
     }
 }

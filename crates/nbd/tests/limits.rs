@@ -2,158 +2,15 @@
 //! timeout, and a per-connection cap on payload bytes in flight. Each test
 //! plays a client that used to hold the server's resources without bound.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use backend::MemBackend;
-use crypto::{CryptConfig, SectorCrypt};
-use datapath::{Engine, EngineConfig, Volume};
-use nbd::proto::{self, RequestHeader};
-use nbd::{Endpoint, ExportConfig, Limits, Server, ServerOptions};
+use common::{closed, eventually, read_request, Fixture};
+use nbd::proto;
+use nbd::Limits;
 use ucrypt_nbd as nbd;
-
-const SIZE: u64 = 64 << 20;
-
-struct Fixture {
-    _dir: testutil::TempDir,
-    path: PathBuf,
-    server: Option<Server>,
-}
-
-impl Fixture {
-    fn new(limits: Limits) -> Self {
-        let dir = testutil::TempDir::new("nbd-limits");
-        let path = dir.join("nbd.sock");
-        let mem = Arc::new(MemBackend::new(SIZE).unwrap());
-        // Encrypted, so the classic engine queues reads to its workers and
-        // the connection's reader keeps going while replies wait (without
-        // a cipher the engine completes reads inline, inside submit).
-        let crypt = SectorCrypt::new(&CryptConfig {
-            cipher: "aes-xts-plain64".into(),
-            key: zeroize::Zeroizing::new((0..64u8).collect()),
-            iv_offset: 0,
-            sector_size: 512,
-            iv_large_sectors: true,
-        })
-        .unwrap();
-        let vol = Volume {
-            backend: mem,
-            crypt: Some(Arc::new(crypt)),
-            data_offset: 0,
-            size: SIZE,
-            sector_size: 512,
-        };
-        let engine = Arc::new(Engine::new(vol, EngineConfig::default()).unwrap());
-        let export = ExportConfig {
-            name: "t".into(),
-            description: "limits".into(),
-            read_only: false,
-            allow_trim: false,
-        };
-        let opts = ServerOptions {
-            limits,
-            ..ServerOptions::default()
-        };
-        let server =
-            Server::start_with(engine, export, Endpoint::Unix(path.clone()), opts).unwrap();
-        Self {
-            _dir: dir,
-            path,
-            server: Some(server),
-        }
-    }
-
-    fn stats(&self) -> nbd::ServerStats {
-        self.server.as_ref().unwrap().stats()
-    }
-
-    fn connect(&self) -> UnixStream {
-        let s = UnixStream::connect(&self.path).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
-    }
-
-    /// Connects and reads the greeting; `None` if the server closed first.
-    fn greeted(&self) -> Option<UnixStream> {
-        let mut s = self.connect();
-        let mut hello = [0u8; 18];
-        s.read_exact(&mut hello).ok()?;
-        assert_eq!(&hello[..8], b"NBDMAGIC");
-        Some(s)
-    }
-
-    /// A client through NBD_OPT_GO, in transmission.
-    fn client(&self) -> UnixStream {
-        let mut s = self.greeted().expect("greeting");
-        s.write_all(&(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES).to_be_bytes())
-            .unwrap();
-        let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
-        b.extend_from_slice(&proto::OPT_GO.to_be_bytes());
-        b.extend_from_slice(&6u32.to_be_bytes());
-        b.extend_from_slice(&[0; 6]);
-        s.write_all(&b).unwrap();
-        loop {
-            let mut h = [0u8; 20];
-            s.read_exact(&mut h).unwrap();
-            let rep = u32::from_be_bytes(h[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
-            let mut d = vec![0u8; len as usize];
-            s.read_exact(&mut d).unwrap();
-            if rep == proto::REP_ACK {
-                return s;
-            }
-            assert_eq!(rep, proto::REP_INFO);
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-    }
-}
-
-fn read_request(s: &mut UnixStream, cookie: u64, offset: u64, len: u32) {
-    let h = RequestHeader {
-        flags: 0,
-        kind: proto::CMD_READ,
-        cookie,
-        offset,
-        len,
-    };
-    s.write_all(&h.encode()).unwrap();
-}
-
-/// True once the server has closed `s` (EOF or reset before the client's
-/// 20 s read timeout).
-fn closed(s: &mut UnixStream) -> bool {
-    let mut b = [0u8; 64];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
-        }
-    }
-}
-
-/// Polls `f` until it holds or 20 s pass (a liveness bound, not a speed
-/// requirement).
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
 
 #[test]
 fn default_limits_are_bounded() {
@@ -223,7 +80,7 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
     // In transmission, an idle client may stay as long as it likes.
     let mut s = f.client();
     std::thread::sleep(Duration::from_millis(900));
-    read_request(&mut s, 1, 0, 512);
+    read_request(&mut s, 1, 0, 512).unwrap();
     let mut h = [0u8; 16];
     s.read_exact(&mut h)
         .expect("idle client in transmission was dropped");
@@ -247,7 +104,7 @@ fn a_client_that_does_not_read_replies_holds_at_most_its_cap() {
         let sender = std::thread::spawn(move || {
             let mut w = w;
             for i in 0..n {
-                read_request(&mut w, i, (i % 64) * u64::from(MIB), MIB);
+                read_request(&mut w, i, (i % 64) * u64::from(MIB), MIB).unwrap();
             }
             w
         });

@@ -42,6 +42,8 @@ pub enum Commands {
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
+    /// `-` reads the line from stdin (--read only); a <key> of `-` takes the raw
+    /// key from --key-file. A hex key here is visible in `ps` (warned).
     #[arg(long)]
     pub table: Option<String>,
     /// Map the LUKS volume on this device instead of a table line (the table
@@ -51,8 +53,9 @@ pub struct MapArgs {
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
-    /// Read the passphrase from this file (`-` = stdin) instead of prompting (with --luks).
-    #[arg(long, short = 'd', requires = "luks")]
+    /// With --luks: read the passphrase from this file (`-` = stdin) instead
+    /// of prompting. With --table: the raw key bytes for the table's `-` key field.
+    #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
     /// Try only this keyslot (with --luks).
     #[arg(long, short = 'S', requires = "luks")]
@@ -98,9 +101,10 @@ impl Commands {
                 };
                 let table = match (a.table, a.luks) {
                     (Some(line), _) => {
-                        // The line holds the key in hex: wipe it once parsed.
+                        // The line may hold the key in hex: wipe it once parsed.
                         let line = Zeroizing::new(line);
-                        daemon::resolve::plain_table(&line)?
+                        let stdin_free = dir == Direction::Read;
+                        daemon::resolve::plain_table_arg(&line, a.key_file.as_deref(), stdin_free)?
                     }
                     (None, Some(device)) => {
                         // --write reads plaintext from stdin, so the passphrase
@@ -249,7 +253,7 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     } else {
         Vec::new()
     };
-    // Our XTS per 4 KiB sector next to the system OpenSSL, measured here.
+    // Our XTS at 512- and 4096-byte sectors next to the system OpenSSL.
     let compare = if a.no_openssl || !rows.iter().any(|r| r.name == "aes-xts") {
         None
     } else {
@@ -314,25 +318,43 @@ fn print_table(
         );
     }
     if let Some(c) = cmp {
-        println!("# XTS implementation: {}", c.implementation);
-        match &c.system_openssl {
-            Ok(o) => {
-                println!(
-                    "# system `openssl speed -evp aes-256-xts -bytes 4096`: {:.1} MiB/s",
+        for at in &c.sizes {
+            let ss = at.sector_size;
+            println!(
+                "# XTS implementation at {ss}-byte sectors: {}",
+                at.implementation
+            );
+            match &at.system_openssl {
+                Ok(o) => println!(
+                    "# system `openssl speed -evp aes-256-xts -bytes {ss}`: {:.1} MiB/s",
                     mib(*o)
-                );
-                for (bits, t) in &c.ours {
-                    let (e, d) = (t.encrypt_bytes_per_sec, t.decrypt_bytes_per_sec);
-                    println!(
-                        "# aes-xts {bits}b per 4 KiB sector: {:.1} / {:.1} MiB/s = {:.2}x / {:.2}x system openssl (encryption / decryption)",
+                ),
+                Err(e) => println!("# system openssl comparison unavailable: {e}"),
+            }
+            for (bits, t) in &at.ours {
+                let (e, d) = (t.encrypt_bytes_per_sec, t.decrypt_bytes_per_sec);
+                match &at.system_openssl {
+                    Ok(o) => println!(
+                        "# aes-xts {bits}b, {ss}-byte sectors, 4 KiB per call: {:.1} / {:.1} MiB/s = {:.2}x / {:.2}x system openssl (encryption / decryption)",
                         mib(e),
                         mib(d),
                         e / o,
                         d / o
-                    );
+                    ),
+                    Err(_) => println!(
+                        "# aes-xts {bits}b, {ss}-byte sectors, 4 KiB per call: {:.1} / {:.1} MiB/s (encryption / decryption)",
+                        mib(e),
+                        mib(d)
+                    ),
                 }
             }
-            Err(e) => println!("# system openssl comparison unavailable: {e}"),
+        }
+        for bits in [256, 512] {
+            if let Some((e, d)) = c.small_to_large(bits) {
+                println!(
+                    "# aes-xts {bits}b: 512-byte sectors at {e:.2}x / {d:.2}x the 4096-byte speed (encryption / decryption)"
+                );
+            }
         }
     }
 }
@@ -366,19 +388,55 @@ fn print_json(
         .map(|e| json!({"algorithm": e.name, "iterations": e.iterations, "memory_kib": e.memory_kib, "parallel": e.parallel, "requested_ms": DEFAULT_ITER_TIME_MS}))
         .collect();
     let compare = cmp.map(|c| {
-        let base = c.system_openssl.as_ref().ok().copied();
-        json!({
-            "xts_implementation": c.implementation,
-            "system_openssl_aes_256_xts_4096_mib_per_sec": base.map(mib),
-            "system_openssl_error": c.system_openssl.as_ref().err().map(ToString::to_string),
-            "aes_xts_4096": c.ours.iter().map(|(bits, t)| json!({
-                "key_bits": bits,
-                "encryption_mib_per_sec": mib(t.encrypt_bytes_per_sec),
-                "decryption_mib_per_sec": mib(t.decrypt_bytes_per_sec),
-                "encryption_ratio": base.map(|o| t.encrypt_bytes_per_sec / o),
-                "decryption_ratio": base.map(|o| t.decrypt_bytes_per_sec / o),
-            })).collect::<Vec<_>>(),
-        })
+        let mut doc = serde_json::Map::new();
+        for at in &c.sizes {
+            let ss = at.sector_size;
+            let base = at.system_openssl.as_ref().ok().copied();
+            // The 4096-byte keys keep their original names.
+            let suffix = if ss == 4096 {
+                String::new()
+            } else {
+                format!("_{ss}")
+            };
+            doc.insert(
+                format!("xts_implementation{suffix}"),
+                json!(at.implementation),
+            );
+            doc.insert(
+                format!("system_openssl_aes_256_xts_{ss}_mib_per_sec"),
+                json!(base.map(mib)),
+            );
+            doc.insert(
+                format!("system_openssl_error{suffix}"),
+                json!(at.system_openssl.as_ref().err().map(ToString::to_string)),
+            );
+            doc.insert(
+                format!("aes_xts_{ss}"),
+                json!(at
+                    .ours
+                    .iter()
+                    .map(|(bits, t)| json!({
+                        "key_bits": bits,
+                        "encryption_mib_per_sec": mib(t.encrypt_bytes_per_sec),
+                        "decryption_mib_per_sec": mib(t.decrypt_bytes_per_sec),
+                        "encryption_ratio": base.map(|o| t.encrypt_bytes_per_sec / o),
+                        "decryption_ratio": base.map(|o| t.decrypt_bytes_per_sec / o),
+                    }))
+                    .collect::<Vec<_>>()),
+            );
+        }
+        doc.insert(
+            "ratio_512_to_4096".into(),
+            json!([256, 512]
+                .iter()
+                .filter_map(|&bits| c.small_to_large(bits).map(|(e, d)| json!({
+                    "key_bits": bits,
+                    "encryption": e,
+                    "decryption": d,
+                })))
+                .collect::<Vec<_>>()),
+        );
+        serde_json::Value::Object(doc)
     });
     let doc = json!({
         "sector_size": ss,

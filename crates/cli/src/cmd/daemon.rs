@@ -27,8 +27,10 @@ use crate::{CmdResult, Failure};
 #[derive(Subcommand)]
 pub enum Commands {
     /// Open a volume and serve the decrypted device (NBD on a unix socket by default).
+    #[command(alias = "luksOpen")]
     Open(OpenArgs),
     /// Flush and stop a volume's daemon, removing its sockets and mount.
+    #[command(alias = "luksClose")]
     Close {
         /// Volume name.
         name: String,
@@ -57,6 +59,10 @@ pub enum Commands {
 pub enum VolumeType {
     /// LUKS1 or LUKS2 header on the device (or --header).
     Luks,
+    /// A LUKS1 header only.
+    Luks1,
+    /// A LUKS2 header only.
+    Luks2,
     /// Plain dm-crypt: the mapping is given with --table.
     Plain,
 }
@@ -122,6 +128,8 @@ pub struct OpenArgs {
     #[arg(long = "type", value_enum)]
     pub kind: Option<VolumeType>,
     /// dm-crypt table line for --type plain; its <device> is replaced by DEVICE.
+    /// `-` reads the line from stdin (as dmsetup does); a <key> of `-` takes the
+    /// raw key from --key-file. A hex key here is visible in `ps` (warned).
     #[arg(long)]
     pub table: Option<String>,
     /// Read the table line from standard input (used by the detached daemon).
@@ -130,15 +138,19 @@ pub struct OpenArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Read the passphrase from this file.
-    #[arg(long)]
+    /// Read the passphrase (LUKS) or, for --table with a `-` key field, the raw
+    /// key bytes from this file (`-` = stdin).
+    #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
     /// Only try this key slot.
-    #[arg(long)]
+    #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
-    /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT] or ublk.
+    /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET.
     #[arg(long, default_value = "nbd")]
     pub export: String,
+    /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
+    #[arg(long, value_name = "N")]
+    pub num_queues: Option<u16>,
     /// Serve NBD on TCP at [ADDR:]PORT instead of a unix socket (loopback if no address);
     /// needs TLS credentials, or --tls=off to serve unencrypted.
     #[arg(long)]
@@ -206,8 +218,7 @@ impl Commands {
             Commands::Status { name } => status(&name),
             Commands::Table { name, showkeys } => {
                 runtime::check_name(&name)?;
-                println!("{}", *control::table(&name, showkeys, QUERY)?);
-                Ok(())
+                Ok(control::print_table(&name, showkeys, QUERY)?)
             }
             Commands::Refresh(a) => refresh(&a),
             Commands::List => list(),
@@ -218,7 +229,8 @@ impl Commands {
 fn open(a: OpenArgs) -> CmdResult {
     runtime::check_name(&a.name)?;
     let mode = control::parse_mode(&a.mode)?;
-    let export = ExportSpec::parse(&a.export, a.listen.as_deref())?;
+    let export =
+        ExportSpec::parse(&a.export, a.listen.as_deref())?.with_num_queues(a.num_queues)?;
     export.check_available()?;
     let tls = TlsSpec::new(
         a.tls.as_deref(),
@@ -240,9 +252,11 @@ fn open(a: OpenArgs) -> CmdResult {
         VolumeType::Luks
     });
     let (mut table, volume_type) = if a.table_stdin {
-        let t = daemon::detach::read_table(std::io::stdin().lock())?;
+        let t = daemon::detach::read_table_stdin()?;
         let k = match kind {
-            VolumeType::Luks => Kind::of_header(a.header.as_deref().unwrap_or(&device)),
+            VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
+                Kind::of_header(a.header.as_deref().unwrap_or(&device))
+            }
             VolumeType::Plain => Kind::Plain,
         };
         (t, k)
@@ -305,17 +319,23 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table
             let line = a.table.as_deref().ok_or_else(|| {
                 Failure::usage("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
             })?;
-            Ok((daemon::resolve::plain_table(line)?, Kind::Plain))
+            let table = daemon::resolve::plain_table_arg(line, a.key_file.as_deref(), true)?;
+            Ok((table, Kind::Plain))
         }
-        VolumeType::Luks => {
+        VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
             if a.table.is_some() {
                 return Err(Failure::usage("--table is only for --type plain"));
             }
-            crate::cmd::luks::unlock(
+            crate::cmd::luks::unlock_as(
                 device,
                 a.header.as_deref(),
                 a.key_file.as_deref(),
                 a.key_slot,
+                match kind {
+                    VolumeType::Luks1 => Some(Kind::Luks1),
+                    VolumeType::Luks2 => Some(Kind::Luks2),
+                    _ => None,
+                },
             )
         }
     }
@@ -342,6 +362,10 @@ fn describe(p: &Ping) -> String {
             "{}: serving the decrypted device as {} (pid {})",
             p.name, p.endpoint, p.pid
         ),
+        ExportKind::VhostUserBlk => format!(
+            "{}: serving vhost-user-blk at {} (pid {})",
+            p.name, p.endpoint, p.pid
+        ),
         _ => format!("{}: serving NBD at {} (pid {})", p.name, p.endpoint, p.pid),
     }
 }
@@ -365,10 +389,14 @@ fn child_args(
                 .display()
         ));
     }
+    let queues = export.num_queues();
     let (export, listen) = export.to_args();
     v.push(format!("--export={export}"));
     if let Some(l) = listen {
         v.push(format!("--listen={l}"));
+    }
+    if let Some(n) = queues {
+        v.push(format!("--num-queues={n}"));
     }
     v.extend(tls.to_args());
     let p = &a.perf;
@@ -467,6 +495,24 @@ fn status(name: &str) -> CmdResult {
             "  clients: {} connected, {} accepted, {} disconnected for protocol errors",
             c.connections, c.accepted, c.protocol_errors
         );
+    }
+    if let Some(v) = &s.vhost {
+        println!(
+            "  vhost:   {} connections, cache {}",
+            v.connections,
+            if v.write_cache {
+                "writeback"
+            } else {
+                "write-through"
+            }
+        );
+        for (i, q) in v.queues.iter().enumerate() {
+            println!(
+                "  queue {i}: {} reads ({} bytes), {} writes ({} bytes), {} flushes, {} discards, {} write-zeroes, {} io errors, {} unsupported, {} malformed, {} in flight",
+                q.reads, q.read_bytes, q.writes, q.write_bytes, q.flushes, q.discards,
+                q.write_zeroes, q.io_errors, q.unsupported, q.malformed, q.in_flight
+            );
+        }
     }
     for (dir, d) in [("read", &s.stats.read), ("write", &s.stats.write)] {
         println!(

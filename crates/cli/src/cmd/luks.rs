@@ -21,24 +21,34 @@ use crate::{CmdResult, Failure};
 #[derive(Subcommand)]
 pub enum Commands {
     /// Format a LUKS1/LUKS2 volume (cryptsetup luksFormat).
+    #[command(alias = "luksFormat")]
     Format(FormatArgs),
     /// Show the LUKS header (cryptsetup luksDump).
+    #[command(alias = "luksDump")]
     Dump(DumpArgs),
     /// Add a passphrase to a free keyslot (cryptsetup luksAddKey).
+    #[command(alias = "luksAddKey")]
     AddKey(AddKeyArgs),
     /// Remove the keyslot a passphrase opens (cryptsetup luksRemoveKey).
+    #[command(alias = "luksRemoveKey")]
     RemoveKey(RemoveKeyArgs),
     /// Replace a passphrase (cryptsetup luksChangeKey).
+    #[command(alias = "luksChangeKey")]
     ChangeKey(AddKeyArgs),
     /// Wipe one keyslot (cryptsetup luksKillSlot).
+    #[command(alias = "luksKillSlot")]
     KillSlot(KillSlotArgs),
     /// Save the LUKS header and keyslots to a file (cryptsetup luksHeaderBackup).
+    #[command(alias = "luksHeaderBackup")]
     HeaderBackup(BackupArgs),
     /// Write a saved header back (cryptsetup luksHeaderRestore).
+    #[command(alias = "luksHeaderRestore")]
     HeaderRestore(BackupArgs),
     /// Exit 0 if DEVICE holds a LUKS header (cryptsetup isLuks).
+    #[command(alias = "isLuks")]
     IsLuks(IsLuksArgs),
     /// Print (or with --uuid set) the volume UUID (cryptsetup luksUUID).
+    #[command(alias = "luksUUID")]
     Uuid(UuidArgs),
 }
 
@@ -53,6 +63,12 @@ pub struct Common {
     /// Read the passphrase from this file (`-` = stdin) instead of prompting.
     #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
+    /// Skip this many bytes of the key file.
+    #[arg(long, value_name = "BYTES")]
+    pub keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the key file.
+    #[arg(long, short = 'l', value_name = "BYTES")]
+    pub keyfile_size: Option<u64>,
     /// Use only this keyslot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
@@ -67,8 +83,8 @@ pub struct KdfArgs {
     /// pbkdf2, argon2i or argon2id (default: argon2id for LUKS2, pbkdf2 for LUKS1).
     #[arg(long)]
     pub pbkdf: Option<String>,
-    /// Hash for PBKDF2, AF and the digest.
-    #[arg(long, default_value = "sha256")]
+    /// Hash for PBKDF2, AF and the digest (`-h`, as in cryptsetup).
+    #[arg(long, short = 'h', default_value = "sha256")]
     pub hash: String,
     /// Unlock time to aim for, milliseconds.
     #[arg(long, short = 'i', default_value_t = luks::kdf::DEFAULT_ITER_TIME_MS)]
@@ -86,9 +102,13 @@ pub struct KdfArgs {
 
 /// `ucrypt format`.
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct FormatArgs {
     #[command(flatten)]
     common: Common,
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
     #[command(flatten)]
     kdf: KdfArgs,
     /// luks2 (default) or luks1.
@@ -121,6 +141,10 @@ pub struct FormatArgs {
     /// Overwrite an existing LUKS header.
     #[arg(long)]
     force: bool,
+    /// Passphrase file, as cryptsetup's `luksFormat DEVICE [KEYFILE]`
+    /// (same as --key-file).
+    #[arg(conflicts_with = "key_file")]
+    key_file_arg: Option<PathBuf>,
 }
 
 /// `ucrypt dump`.
@@ -131,17 +155,30 @@ pub struct DumpArgs {
     /// Print the volume key (needs a passphrase).
     #[arg(long)]
     dump_volume_key: bool,
+    /// Print the LUKS2 JSON metadata as cryptsetup does.
+    #[arg(long, conflicts_with = "dump_volume_key")]
+    dump_json_metadata: bool,
 }
 
 /// `ucrypt add-key` / `change-key`.
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct AddKeyArgs {
     #[command(flatten)]
     common: Common,
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
     #[command(flatten)]
     kdf: KdfArgs,
     /// File with the new passphrase (`-` = stdin); prompts if absent.
     new_key_file: Option<PathBuf>,
+    /// Skip this many bytes of the new key file.
+    #[arg(long, value_name = "BYTES")]
+    new_keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the new key file.
+    #[arg(long, value_name = "BYTES")]
+    new_keyfile_size: Option<u64>,
     /// Unlock with this volume key file instead of a passphrase.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
@@ -201,6 +238,9 @@ pub struct IsLuksArgs {
     /// Say why on failure.
     #[arg(long, short = 'v')]
     verbose: bool,
+    /// Accepted as in cryptsetup (nothing to confirm here).
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
 }
 
 /// `ucrypt uuid`.
@@ -214,6 +254,9 @@ pub struct UuidArgs {
     /// Set this UUID instead of printing it.
     #[arg(long)]
     uuid: Option<String>,
+    /// Accepted as in cryptsetup (nothing to confirm here).
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
 }
 
 impl Commands {
@@ -267,8 +310,24 @@ pub fn read_passphrase(
     key_file: Option<&Path>,
     prompt: &str,
     verify: bool,
-) -> Result<Zeroizing<Vec<u8>>, Failure> {
+) -> Result<crypto::Secret, Failure> {
     luks::passphrase::read(key_file, prompt, verify).map_err(fail)
+}
+
+impl Common {
+    /// The part of `--key-file` that is the key.
+    fn range(&self) -> luks::passphrase::KeyfileRange {
+        luks::passphrase::KeyfileRange {
+            offset: self.keyfile_offset.unwrap_or(0),
+            size: self.keyfile_size,
+        }
+    }
+
+    /// Reads the passphrase from `--key-file` (its range) or a prompt.
+    fn passphrase(&self, prompt: &str, verify: bool) -> Result<crypto::Secret, Failure> {
+        luks::passphrase::read_range(self.key_file.as_deref(), self.range(), prompt, verify)
+            .map_err(fail)
+    }
 }
 
 /// Unlocks the LUKS volume on `device` and returns the dm-crypt table
@@ -290,7 +349,25 @@ pub fn unlock(
     key_file: Option<&Path>,
     key_slot: Option<u32>,
 ) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
+    unlock_as(device, header, key_file, key_slot, None)
+}
+
+/// [`unlock`] requiring one LUKS version (`open --type luks1|luks2`): any
+/// other is "not a valid LUKS device", exit 1, as in cryptsetup.
+pub fn unlock_as(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    key_slot: Option<u32>,
+    want: Option<daemon::resolve::VolumeType>,
+) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
     let vol = daemon::resolve::Luks::load(device, header)?;
+    if want.is_some_and(|w| w != vol.version()) {
+        return Err(Failure::usage(format!(
+            "Device {} is not a valid LUKS device",
+            header.unwrap_or(device).display()
+        )));
+    }
     for w in vol.warnings() {
         eprintln!("WARNING: {w}");
     }
@@ -358,7 +435,11 @@ fn format(a: FormatArgs) -> CmdResult {
             )))
         }
     };
-    let c = &a.common;
+    let mut common = a.common.clone();
+    if a.key_file_arg.is_some() {
+        common.key_file = a.key_file_arg.clone();
+    }
+    let c = &common;
     if !c.device.exists() {
         return Err(Failure::device(format!(
             "Device {} does not exist or access denied",
@@ -409,12 +490,15 @@ fn format(a: FormatArgs) -> CmdResult {
         data_offset: a.offset.map(|o| o * 512),
         force,
     };
-    let pass = read_passphrase(
-        c.key_file.as_deref(),
+    let pass = c.passphrase(
         &format!("Enter passphrase for {}: ", c.device.display()),
         true,
     )?;
-    luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
+    let vol = luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
+    for w in vol.header().warnings() {
+        // cryptsetup prints its format warnings on stdout.
+        println!("WARNING: {w}");
+    }
     Ok(())
 }
 
@@ -430,14 +514,10 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             if !vol.verify_volume_key(&vk) {
                 return Err(Failure::denied("Volume key does not match the volume"));
             }
-            (None, vk)
+            (None, crypto::Secret::from(vk))
         }
         None => {
-            let pass = read_passphrase(
-                c.key_file.as_deref(),
-                "Enter any existing passphrase: ",
-                false,
-            )?;
+            let pass = c.passphrase("Enter any existing passphrase: ", false)?;
             // For change-key, --key-slot picks the slot to change; for
             // add-key it is the target slot, so unlock through any slot.
             let try_slot = if change { c.key_slot } else { None };
@@ -453,11 +533,16 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             "Only one of the old and the new passphrase can come from stdin",
         ));
     }
-    let new = read_passphrase(
+    let new = luks::passphrase::read_range(
         a.new_key_file.as_deref(),
+        luks::passphrase::KeyfileRange {
+            offset: a.new_keyfile_offset.unwrap_or(0),
+            size: a.new_keyfile_size,
+        },
         "Enter new passphrase for key slot: ",
         true,
-    )?;
+    )
+    .map_err(fail)?;
     let default_kind = match vol.header() {
         Header::V1(_) => "pbkdf2",
         Header::V2(_) => "argon2id",
@@ -470,21 +555,12 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
     }
     let old = old_slot
         .ok_or_else(|| Failure::usage("change-key needs the old passphrase, not a volume key"))?;
-    // New key in a free slot first, then the old one goes: a crash in
-    // between leaves both passphrases working, never neither.
-    let slot = match vol.add_key(&vk, &new, None, &kdf) {
-        Ok(s) => {
-            vol.kill_slot(old, true).map_err(fail)?;
-            s
-        }
-        Err(e) if e.kind() == ErrorKind::SlotBusy => {
-            // No free slot: overwrite in place, as cryptsetup does.
-            vol.kill_slot(old, true).map_err(fail)?;
-            vol.add_key(&vk, &new, Some(old), &kdf).map_err(fail)?
-        }
-        Err(e) => return Err(fail(e)),
-    };
-    eprintln!("Key slot {old} changed (new passphrase in key slot {slot}).");
+    let slot = vol.change_key(old, &vk, &new, &kdf).map_err(fail)?;
+    if slot == old {
+        eprintln!("Key slot {old} changed.");
+    } else {
+        eprintln!("Key slot {old} changed (new passphrase in key slot {slot}).");
+    }
     Ok(())
 }
 
@@ -492,7 +568,9 @@ fn remove_key(a: RemoveKeyArgs) -> CmdResult {
     let c = &a.common;
     let mut vol = load(&c.device, c.header.as_deref())?;
     let kf = a.remove_key_file.as_deref().or(c.key_file.as_deref());
-    let pass = read_passphrase(kf, "Enter passphrase to be deleted: ", false)?;
+    let pass =
+        luks::passphrase::read_range(kf, c.range(), "Enter passphrase to be deleted: ", false)
+            .map_err(fail)?;
     let (slot, _vk) = vol.unlock_key(&pass, c.key_slot).map_err(fail)?;
     let last = vol.header().active_slots().len() == 1;
     if last
@@ -580,6 +658,13 @@ fn dump(a: DumpArgs) -> CmdResult {
     let c = &a.common;
     let vol = load(&c.device, c.header.as_deref())?;
     let target = c.header.as_deref().unwrap_or(&c.device);
+    if a.dump_json_metadata {
+        let text = luks::dump::json_text(vol.header()).ok_or_else(|| {
+            Failure::usage("Dump operation is not supported for this device type")
+        })?;
+        print!("{text}");
+        return Ok(());
+    }
     if a.dump_volume_key {
         if !c.batch_mode
             && !confirm("Header dump with volume key is sensitive information. Proceed?")
@@ -588,8 +673,7 @@ fn dump(a: DumpArgs) -> CmdResult {
                 "Volume key dump needs confirmation or --batch-mode",
             ));
         }
-        let pass = read_passphrase(
-            c.key_file.as_deref(),
+        let pass = c.passphrase(
             &format!("Enter passphrase for {}: ", c.device.display()),
             false,
         )?;

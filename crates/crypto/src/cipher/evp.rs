@@ -4,8 +4,11 @@
 //! holds the Rust implementation of the same mode as its fallback and
 //! proves at construction that both agree.
 //!
-//! [`Evp::xts_append`] is the crate's one unsafe function (fenced with
-//! `#[allow(unsafe_code)]` under the crate's `deny`).
+//! XTS goes through [`Evp::xts_sectors`], the crate's one unsafe function
+//! (fenced with `#[allow(unsafe_code)]` under the crate's `deny`): raw
+//! `EVP_CipherInit_ex`/`EVP_CipherUpdate` per sector, because the safe
+//! wrappers' per-call checks (IV length and output size, each a provider
+//! query) cost a measurable share of a 512-byte sector.
 
 use std::sync::Mutex;
 
@@ -37,7 +40,8 @@ struct CtxPair {
 pub(crate) struct Evp {
     mode: EvpMode,
     cipher: &'static CipherRef,
-    key: Zeroizing<Vec<u8>>,
+    /// The raw key, kept to key new per-thread contexts (locked pages).
+    key: crate::Secret,
     /// Idle keyed contexts; a call takes one (or makes one) and returns it.
     pool: Mutex<Vec<CtxPair>>,
     fallback: Box<dyn SectorCipher>,
@@ -86,7 +90,7 @@ impl Evp {
         let me = Self {
             mode,
             cipher,
-            key: Zeroizing::new(key.to_vec()),
+            key: crate::Secret::from_slice(key),
             pool: Mutex::new(Vec::new()),
             fallback,
             name,
@@ -102,7 +106,8 @@ impl Evp {
             let mut c = vec![0u8; a.len()];
             let mut d = vec![1u8];
             if me.try_run(dir, Some(&a), &mut c, 64, &ivs).is_some()
-                || (mode == EvpMode::Xts && me.xts_append(dir, &a, &mut d, 64, &ivs) != 2)
+                || (mode == EvpMode::Xts
+                    && me.xts_sectors(dir, XtsIo::Append(&a, &mut d), 64, &ivs) != 2)
                 || me.try_run(dir, None, &mut a, 64, &ivs).is_some()
             {
                 return None;
@@ -119,11 +124,18 @@ impl Evp {
         let mut enc = CipherCtx::new().ok()?;
         enc.encrypt_init(Some(self.cipher), Some(&self.key), None)
             .ok()?;
-        enc.set_padding(false);
         let mut dec = CipherCtx::new().ok()?;
         dec.decrypt_init(Some(self.cipher), Some(&self.key), None)
             .ok()?;
-        dec.set_padding(false);
+        // XTS has no padding to turn off (EVP block size 1). Turning it off
+        // anyway is not free: OpenSSL 3 then repeats it on every IV
+        // re-initialisation (`evp_cipher_init_internal` calls
+        // `EVP_CIPHER_CTX_set_padding`, an OSSL_PARAM round trip to the
+        // provider), about a tenth of a 512-byte sector's time.
+        if self.mode != EvpMode::Xts {
+            enc.set_padding(false);
+            dec.set_padding(false);
+        }
         Some(CtxPair {
             enc,
             dec,
@@ -149,7 +161,8 @@ impl Evp {
     /// Converts sector by sector, from `src` when given (else in place);
     /// returns the index of the first sector OpenSSL failed on (its output
     /// left untouched: for these modes EVP checks everything before
-    /// writing), or `None` when all are done.
+    /// writing), or `None` when all are done. XTS goes to
+    /// [`Evp::xts_sectors`].
     fn try_run(
         &self,
         dir: Dir,
@@ -158,6 +171,15 @@ impl Evp {
         unit: usize,
         ivs: &[[u8; 16]],
     ) -> Option<usize> {
+        if self.mode == EvpMode::Xts {
+            let n = buf.len() / unit;
+            let io = match src {
+                Some(src) => XtsIo::To(src, buf),
+                None => XtsIo::InPlace(buf),
+            };
+            let done = self.xts_sectors(dir, io, unit, ivs);
+            return (done < n).then_some(done);
+        }
         let Some(mut pair) = self.pool_take() else {
             return Some(0);
         };
@@ -166,33 +188,23 @@ impl Evp {
             Dir::Encrypt => enc,
             Dir::Decrypt => dec,
         };
-        if self.mode != EvpMode::Xts && scratch.len() < unit + 16 {
+        if scratch.len() < unit + 16 {
             scratch.resize(unit + 16, 0);
         }
         for (i, (s, iv)) in buf.chunks_exact_mut(unit).zip(ivs.iter()).enumerate() {
             let init_ok = set_iv(ctx, self.mode, dir, iv);
-            let from = src.map(|src| &src[i * unit..(i + 1) * unit]);
+            if let Some(src) = src {
+                s.copy_from_slice(&src[i * unit..(i + 1) * unit]);
+            }
+            // EVP wants `len + block size` bytes of output room for block
+            // modes, so CBC/ECB go through the scratch buffer.
             let ok = init_ok
-                && if self.mode == EvpMode::Xts {
-                    // XTS has EVP block size 1: the output needs no room
-                    // beyond the input, and in place is allowed.
-                    match from {
-                        Some(from) => ctx.cipher_update(from, Some(s)),
-                        None => ctx.cipher_update_inplace(s, unit),
-                    }
-                    .is_ok_and(|n| n == unit)
-                } else {
-                    if let Some(from) = from {
-                        s.copy_from_slice(from);
-                    }
-                    let done = ctx
-                        .cipher_update(s, Some(&mut scratch[..unit + 16]))
-                        .is_ok_and(|n| n == unit);
-                    if done {
-                        s.copy_from_slice(&scratch[..unit]);
-                    }
-                    done
-                };
+                && ctx
+                    .cipher_update(s, Some(&mut scratch[..unit + 16]))
+                    .is_ok_and(|n| n == unit);
+            if ok {
+                s.copy_from_slice(&scratch[..unit]);
+            }
             if !ok {
                 // Drop this pair: its state is unknown.
                 return Some(i);
@@ -203,52 +215,91 @@ impl Evp {
     }
 }
 
+/// Where [`Evp::xts_sectors`] reads and writes.
+enum XtsIo<'a> {
+    /// Converted where it is.
+    InPlace(&'a mut [u8]),
+    /// From a source into a destination of the same length.
+    To(&'a [u8], &'a mut [u8]),
+    /// From a source into the Vec's spare capacity, growing its length.
+    Append(&'a [u8], &'a mut Vec<u8>),
+}
+
 impl Evp {
-    /// XTS from `src` straight into `out`'s spare capacity, sector by
-    /// sector; returns how many sectors were appended (all of them but
-    /// after an OpenSSL failure, never seen after the self-test).
+    /// XTS sector by sector through raw EVP calls: re-initialise the keyed
+    /// context with the sector's IV, convert the sector. Returns how many
+    /// sectors were converted (all but after an OpenSSL failure, never seen
+    /// after the self-test in `new`; the failed sector's output is left as
+    /// it was, and an append stops before it).
     ///
     /// The one unsafe function of this crate: the safe OpenSSL API only
-    /// writes into initialised slices, and zeroing a buffer just to
-    /// overwrite it costs as much as the copy the fused data path saves.
+    /// writes into initialised slices (zeroing a read buffer just to
+    /// overwrite it costs as much as the copy the fused data path saves),
+    /// and its wrappers re-check the IV length and output size on every
+    /// call, which at 512-byte sectors is a measurable share of the work.
     #[allow(unsafe_code)]
-    fn xts_append(
-        &self,
-        dir: Dir,
-        src: &[u8],
-        out: &mut Vec<u8>,
-        unit: usize,
-        ivs: &[[u8; 16]],
-    ) -> usize {
+    fn xts_sectors(&self, dir: Dir, mut io: XtsIo<'_>, unit: usize, ivs: &[[u8; 16]]) -> usize {
         use foreign_types::ForeignType;
+        let len = match &io {
+            XtsIo::InPlace(b) => b.len(),
+            XtsIo::To(s, d) => {
+                assert_eq!(s.len(), d.len(), "source and destination differ in length");
+                s.len()
+            }
+            XtsIo::Append(s, _) => s.len(),
+        };
+        let n = (len / unit).min(ivs.len());
         let (Ok(inl), Some(mut pair)) = (std::ffi::c_int::try_from(unit), self.pool_take()) else {
             return 0;
         };
-        let ctx = match dir {
-            Dir::Encrypt => &mut pair.enc,
-            Dir::Decrypt => &mut pair.dec,
+        let (ctx, enc) = match dir {
+            Dir::Encrypt => (&mut pair.enc, 1),
+            Dir::Decrypt => (&mut pair.dec, 0),
         };
-        out.reserve(src.len());
-        for (i, (s, iv)) in src.chunks_exact(unit).zip(ivs.iter()).enumerate() {
-            let init_ok = set_iv(ctx, EvpMode::Xts, dir, iv);
+        if let XtsIo::Append(_, out) = &mut io {
+            out.reserve(n * unit);
+        }
+        for (i, iv) in ivs[..n].iter().enumerate() {
+            let at = i * unit..(i + 1) * unit;
+            // Input and output of this sector: bounds-checked sub-slices,
+            // each exactly `unit` bytes long.
+            let (inp, outp): (*const u8, *mut u8) = match &mut io {
+                XtsIo::InPlace(b) => {
+                    let p = b[at].as_mut_ptr();
+                    (p.cast_const(), p)
+                }
+                XtsIo::To(s, d) => (s[at.clone()].as_ptr(), d[at].as_mut_ptr()),
+                XtsIo::Append(s, out) => (
+                    s[at].as_ptr(),
+                    out.spare_capacity_mut()[..unit].as_mut_ptr().cast::<u8>(),
+                ),
+            };
             let mut outl: std::ffi::c_int = 0;
-            // SAFETY: `out` has at least `unit` bytes of spare capacity
-            // (reserved for all of `src` above, and each sector appends
-            // exactly `unit`) starting at `as_mut_ptr() + len`; XTS has EVP
-            // block size 1 and no padding, so it writes exactly `inl` bytes
-            // for `inl` bytes of input and nothing beyond. `s` is valid for
-            // `unit` readable bytes and cannot overlap `out`'s spare
-            // capacity (`src` is borrowed shared while `out` is borrowed
-            // exclusively). `ctx` is an initialised context owned by `pair`.
+            // SAFETY: `ctx` is an initialised, keyed XTS context owned by
+            // `pair` (nobody else uses it until it goes back to the pool);
+            // with a null cipher, engine and key OpenSSL keeps the cipher and
+            // key and only reads the 16 bytes of `iv` (the XTS IV length).
+            let init_ok = unsafe {
+                openssl_sys::EVP_CipherInit_ex(
+                    ctx.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    iv.as_ptr(),
+                    enc,
+                )
+            } == 1;
+            // SAFETY: `inp` points to `unit` readable bytes and `outp` to
+            // `unit` writable bytes (the sub-slices above; for Append, spare
+            // capacity reserved for all `n` sectors, of which each sector
+            // takes exactly `unit`). XTS has EVP block size 1 and no
+            // padding, so OpenSSL writes exactly `inl` bytes for `inl` bytes
+            // of input and nothing beyond. They are either the same pointer
+            // (in place, which OpenSSL allows) or do not overlap (`src` is
+            // borrowed shared while the destination is borrowed exclusively).
             let ok = init_ok
                 && unsafe {
-                    openssl_sys::EVP_CipherUpdate(
-                        ctx.as_ptr(),
-                        out.as_mut_ptr().add(out.len()),
-                        &mut outl,
-                        s.as_ptr(),
-                        inl,
-                    )
+                    openssl_sys::EVP_CipherUpdate(ctx.as_ptr(), outp, &mut outl, inp, inl)
                 } == 1
                 && outl == inl;
             if !ok {
@@ -257,12 +308,14 @@ impl Evp {
                 drop(openssl::error::ErrorStack::get());
                 return i;
             }
-            // SAFETY: OpenSSL initialised exactly the `unit` bytes after
-            // the current length (outl == inl == unit), inside capacity.
-            unsafe { out.set_len(out.len() + unit) };
+            if let XtsIo::Append(_, out) = &mut io {
+                // SAFETY: OpenSSL initialised exactly the `unit` bytes after
+                // the current length (outl == inl == unit), inside capacity.
+                unsafe { out.set_len(out.len() + unit) };
+            }
         }
         self.pool_put(pair);
-        src.len() / unit
+        n
     }
 }
 
@@ -306,7 +359,7 @@ impl SectorCipher for Evp {
         ivs: &[[u8; 16]],
     ) {
         let done = if self.mode == EvpMode::Xts {
-            self.xts_append(dir, src, out, unit, ivs)
+            self.xts_sectors(dir, XtsIo::Append(src, out), unit, ivs)
         } else {
             0
         };

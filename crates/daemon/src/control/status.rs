@@ -43,6 +43,9 @@ pub struct Status {
     pub stats: Stats,
     /// NBD connection counters (NBD exports only).
     pub nbd: Option<NbdStats>,
+    /// vhost-user-blk counters, per queue (vhost-user-blk exports only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost: Option<VhostStats>,
 }
 
 impl Status {
@@ -142,4 +145,68 @@ pub struct NbdStats {
     pub accepted: u64,
     /// Connections dropped for protocol errors.
     pub protocol_errors: u64,
+}
+
+/// vhost-user-blk counters (see `vhost_blk::Stats`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VhostStats {
+    /// Hypervisor connections accepted since start.
+    pub connections: u64,
+    /// The guest's cache mode: writeback (true) or write-through.
+    pub write_cache: bool,
+    /// One entry per virtqueue.
+    pub queues: Vec<VhostQueueStats>,
+}
+
+/// One virtqueue's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VhostQueueStats {
+    /// Read requests.
+    pub reads: u64,
+    /// Write requests.
+    pub writes: u64,
+    /// Flushes.
+    pub flushes: u64,
+    /// Discards.
+    pub discards: u64,
+    /// Write-zeroes.
+    pub write_zeroes: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Answered VIRTIO_BLK_S_IOERR.
+    pub io_errors: u64,
+    /// Answered VIRTIO_BLK_S_UNSUPP.
+    pub unsupported: u64,
+    /// Malformed descriptor chains.
+    pub malformed: u64,
+    /// Requests in the engine now.
+    pub in_flight: u64,
+}
+
+impl From<&vhost_blk::Stats> for VhostStats {
+    fn from(s: &vhost_blk::Stats) -> Self {
+        Self {
+            connections: s.connections,
+            write_cache: s.write_cache,
+            queues: s
+                .queues
+                .iter()
+                .map(|q| VhostQueueStats {
+                    reads: q.reads,
+                    writes: q.writes,
+                    flushes: q.flushes,
+                    discards: q.discards,
+                    write_zeroes: q.write_zeroes,
+                    read_bytes: q.read_bytes,
+                    write_bytes: q.write_bytes,
+                    io_errors: q.io_errors,
+                    unsupported: q.unsupported,
+                    malformed: q.malformed,
+                    in_flight: q.in_flight,
+                })
+                .collect(),
+        }
+    }
 }

@@ -29,7 +29,9 @@ pub const MAX_SALT: usize = 64;
 pub struct Metadata {
     /// Keyslots by id ("0".."31").
     pub keyslots: BTreeMap<String, Keyslot>,
-    /// Tokens, kept verbatim.
+    /// Tokens, kept verbatim (written with `type` and `keyslots` first, as
+    /// cryptsetup creates them).
+    #[serde(serialize_with = "tokens_in_cryptsetup_order")]
     pub tokens: BTreeMap<String, Value>,
     /// Data segments by id.
     pub segments: BTreeMap<String, Segment>,
@@ -124,12 +126,14 @@ pub struct Segment {
     pub offset: u64,
     /// `dynamic` or a byte count.
     pub size: String,
-    /// IV offset in 512-byte sectors.
-    #[serde(with = "u64_string")]
+    /// IV offset in 512-byte sectors (`crypt` segments; 0 elsewhere).
+    #[serde(with = "u64_string", default)]
     pub iv_tweak: u64,
-    /// dm-crypt cipher spec.
+    /// dm-crypt cipher spec (`crypt` segments; empty elsewhere).
+    #[serde(default)]
     pub encryption: String,
-    /// Encryption sector size.
+    /// Encryption sector size (`crypt` segments; 0 elsewhere).
+    #[serde(default)]
     pub sector_size: u32,
     /// Other fields (`flags`), kept verbatim.
     #[serde(flatten)]
@@ -174,6 +178,39 @@ pub struct Config {
     /// Other fields, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Serializes tokens with `type` and `keyslots` before their other fields
+/// (a parsed `Value` keeps its keys sorted).
+fn tokens_in_cryptsetup_order<S: serde::Serializer>(
+    tokens: &BTreeMap<String, Value>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+
+    struct Token<'a>(&'a Value);
+    impl Serialize for Token<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let Some(obj) = self.0.as_object() else {
+                return self.0.serialize(s);
+            };
+            let mut m = s.serialize_map(Some(obj.len()))?;
+            for k in ["type", "keyslots"] {
+                if let Some(v) = obj.get(k) {
+                    m.serialize_entry(k, v)?;
+                }
+            }
+            for (k, v) in obj.iter().filter(|(k, _)| *k != "type" && *k != "keyslots") {
+                m.serialize_entry(k, v)?;
+            }
+            m.end()
+        }
+    }
+    let mut m = s.serialize_map(Some(tokens.len()))?;
+    for (id, t) in tokens {
+        m.serialize_entry(id, &Token(t))?;
+    }
+    m.end()
 }
 
 /// Serde helper: u64 stored as a decimal string.
@@ -242,8 +279,9 @@ impl KdfJson {
                     .iterations
                     .ok_or_else(|| corrupt("LUKS2 pbkdf2 KDF has no iterations"))?,
             },
-            "argon2i" | "argon2id" => Kdf::Argon2 {
-                variant: if self.kind == "argon2i" {
+            // "argon2" is a legacy spelling of argon2i cryptsetup still reads.
+            "argon2" | "argon2i" | "argon2id" => Kdf::Argon2 {
+                variant: if self.kind != "argon2id" {
                     Argon2Variant::I
                 } else {
                     Argon2Variant::Id
@@ -325,18 +363,41 @@ impl Metadata {
             .iter()
             .position(|&b| b == 0)
             .ok_or_else(|| corrupt("LUKS2 JSON area is not NUL-terminated"))?;
+        // cryptsetup: the object starts at the first byte and nothing but
+        // NULs follows it.
+        if json_area.first() != Some(&b'{') {
+            return Err(corrupt("LUKS2 JSON area does not start with an object"));
+        }
+        if json_area[end..].iter().any(|&b| b != 0) {
+            return Err(corrupt("LUKS2 JSON area has data beyond the metadata"));
+        }
         let value: Value = serde_json::from_slice(&json_area[..end])
             .map_err(|e| json_error(ErrorKind::Corrupt, "LUKS2 JSON metadata is invalid", e))?;
         precheck(&value)?;
-        let meta: Metadata = serde_json::from_value(value).map_err(|e| {
+        super::shape::check(&value)?;
+        let mut meta: Metadata = serde_json::from_value(value).map_err(|e| {
             json_error(
                 ErrorKind::Corrupt,
                 "LUKS2 JSON metadata has a wrong shape",
                 e,
             )
         })?;
+        meta.drop_leftover_kdf_params();
         meta.validate(hdr_size)?;
         Ok(meta)
+    }
+
+    /// cryptsetup's in-memory keyslot repair: KDF parameters of the other
+    /// KDF kind (left by an old version) are dropped.
+    fn drop_leftover_kdf_params(&mut self) {
+        for ks in self.keyslots.values_mut() {
+            let k = &mut ks.kdf;
+            match k.kind.as_str() {
+                "pbkdf2" => (k.time, k.memory, k.cpus) = (None, None, None),
+                "argon2i" | "argon2id" => (k.hash, k.iterations) = (None, None),
+                _ => {}
+            }
+        }
     }
 
     /// Serializes to the JSON text (no NUL).
@@ -351,13 +412,27 @@ impl Metadata {
         2 * hdr_size
     }
 
-    /// The one crypt segment (id and value).
+    /// The default (lowest id) segment: the data segment ucrypt maps. It
+    /// may be of a type ucrypt cannot map; unlocking checks that.
     pub fn segment(&self) -> (&String, &Segment) {
-        // Invariant: validate() requires exactly one segment.
+        // Invariant: validate() requires at least one segment.
         self.segments
             .iter()
-            .next()
-            .unwrap_or_else(|| unreachable!("validated: one segment"))
+            .min_by_key(|(id, _)| id.parse::<u32>().unwrap_or(u32::MAX))
+            .unwrap_or_else(|| unreachable!("validated: a segment"))
+    }
+
+    /// Why ucrypt cannot map this volume's data, if it cannot: more than one
+    /// segment, or a segment that is not `crypt`.
+    pub fn unmappable(&self) -> Option<String> {
+        if self.segments.len() != 1 {
+            return Some(format!(
+                "LUKS2 volumes with {} segments are not supported (only one crypt segment)",
+                self.segments.len()
+            ));
+        }
+        let seg = self.segment().1;
+        (seg.kind != "crypt").then(|| format!("LUKS2 segment type {:?} is not supported", seg.kind))
     }
 
     /// Id of the digest that covers the segment.
@@ -448,22 +523,43 @@ impl Metadata {
                 }
             }
             areas.push((a.offset, end, n));
-            ks.kdf.kdf()?;
-            b64_decode(&ks.kdf.salt, "keyslot salt")?;
+            // The KDF's kind and costs are the keyslot's business: an
+            // unknown KDF or a cost out of range fails that keyslot at
+            // unlock, not the header (as in cryptsetup).
+            let digests = self
+                .digests
+                .values()
+                .filter(|d| d.keyslots.iter().any(|k| k == id))
+                .count();
+            if digests != 1 {
+                return Err(corrupt(format!(
+                    "LUKS2 keyslot {n} is bound to {digests} digests (must be one)"
+                )));
+            }
         }
-        if self.segments.len() != 1 {
-            return Err(unsupported(format!(
-                "LUKS2 volumes with {} segments are not supported (only one crypt segment)",
-                self.segments.len()
-            )));
+        if self.segments.is_empty() {
+            return Err(corrupt("LUKS2 metadata has no segment"));
         }
         for (id, seg) in &self.segments {
             parse_id(id, "segment", 1000)?;
+            if seg.offset % 512 != 0 {
+                return Err(corrupt("LUKS2 segment offset is not aligned to 512 bytes"));
+            }
+            if seg.fixed_size()?.is_some_and(|sz| sz == 0 || sz % 512 != 0) {
+                return Err(corrupt("LUKS2 segment size is invalid"));
+            }
+            if seg.offset != 0 && seg.offset < area_hi {
+                return Err(corrupt(
+                    "LUKS2 segment offset overlaps the metadata and keyslots area",
+                ));
+            }
             if seg.kind != "crypt" {
-                return Err(unsupported(format!(
-                    "LUKS2 segment type {:?} is not supported",
-                    seg.kind
-                )));
+                // Other types need only type, offset and size (checked
+                // by shape::check); mapping them is refused at unlock.
+                continue;
+            }
+            if !self.digests.values().any(|d| d.segments.contains(id)) {
+                return Err(corrupt(format!("LUKS2 crypt segment {id} has no digest")));
             }
             if seg.extra.contains_key("integrity") {
                 return Err(unsupported(
@@ -482,18 +578,11 @@ impl Metadata {
                     "LUKS2 segment offset is not aligned to its sector size",
                 ));
             }
-            if let Some(sz) = seg.fixed_size()? {
-                if sz == 0 || sz % ss != 0 || seg.offset.checked_add(sz).is_none() {
-                    return Err(corrupt("LUKS2 segment size is invalid"));
-                }
+            if seg.fixed_size()?.is_some_and(|sz| sz % ss != 0) {
+                return Err(corrupt("LUKS2 segment size is invalid"));
             }
             if seg.encryption.is_empty() {
                 return Err(corrupt("LUKS2 segment has no encryption"));
-            }
-            if seg.offset != 0 && seg.offset < area_hi {
-                return Err(corrupt(
-                    "LUKS2 segment offset overlaps the metadata and keyslots area",
-                ));
             }
         }
         for (id, d) in &self.digests {
@@ -528,8 +617,18 @@ impl Metadata {
                 }
             }
         }
-        for id in self.tokens.keys() {
+        for (id, t) in &self.tokens {
             parse_id(id, "token", MAX_KEYSLOTS)?;
+            // Type and keyslots array are checked by shape::check; the
+            // keyslots must exist (cryptsetup's LUKS2_token_validate).
+            for k in t["keyslots"].as_array().into_iter().flatten() {
+                let k = k.as_str().unwrap_or_default();
+                if !self.keyslots.contains_key(k) {
+                    return Err(corrupt(format!(
+                        "LUKS2 token {id} names missing keyslot {k:?}"
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -551,6 +650,12 @@ fn precheck(v: &Value) -> Result<()> {
                         .unwrap_or_else(|| x.to_string())
                 })
                 .collect();
+            if let Some(r) = names.iter().find(|n| n.starts_with("online-reencrypt")) {
+                return Err(unsupported(format!(
+                    "LUKS2 reencryption is in progress on this volume (requirement {r}); \
+                     finish it with cryptsetup reencrypt before using the volume with ucrypt"
+                )));
+            }
             if !names.is_empty() {
                 return Err(unsupported(format!(
                     "LUKS2 volume has unmet mandatory requirements: {} (refusing to open it)",
@@ -598,10 +703,6 @@ mod tests {
         let cases = [
             ("\"offset\":\"32768\"", "\"offset\":\"99999999999\""),
             ("\"size\":\"258048\"", "\"size\":\"1024\""),
-            (
-                "\"iterations\":1000,\"salt\":\"bHr9",
-                "\"iterations\":0,\"salt\":\"bHr9",
-            ),
             ("\"json_size\":\"12288\"", "\"json_size\":\"4096\""),
             ("\"sector_size\":4096", "\"sector_size\":1000"),
             ("\"offset\":\"16777216\"", "\"offset\":\"4096\""),
@@ -617,7 +718,17 @@ mod tests {
             "\"type\":\"argon2id\",\"time\":4,\"memory\":4294967295,\"cpus\":4,\"salt\":\"bHr9",
             1,
         );
-        assert!(Metadata::parse(&area(&argon), 16384).is_err());
+        // KDF costs are the keyslot's business (as in cryptsetup): the
+        // header loads, the keyslot's KDF is refused before any use.
+        let zero = CRYPTSETUP_JSON.replacen(
+            "\"iterations\":1000,\"salt\":\"bHr9",
+            "\"iterations\":0,\"salt\":\"bHr9",
+            1,
+        );
+        for j in [argon, zero] {
+            let m = Metadata::parse(&area(&j), 16384).unwrap();
+            assert!(m.keyslots["0"].kdf.kdf().is_err(), "{j}");
+        }
         let req = CRYPTSETUP_JSON.replacen(
             "\"keyslots_size\":\"16744448\"",
             "\"keyslots_size\":\"16744448\",\"requirements\":{\"mandatory\":[\"online-reencrypt-v2\"]}",

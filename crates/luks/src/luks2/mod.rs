@@ -9,6 +9,7 @@
 
 pub mod binary;
 pub mod json;
+mod shape;
 
 use std::io::{Read, Seek, SeekFrom};
 
@@ -97,7 +98,12 @@ impl Header {
                 Ok(s)
             }
             (Err(pe), Err(se)) => {
-                if pe.kind() == ErrorKind::NotLuks && se.kind() == ErrorKind::NotLuks {
+                if pe.kind() == ErrorKind::Unsupported && pe.message() == se.message() {
+                    // Both copies are fine but name something ucrypt does
+                    // not do (a reencryption in progress): say that, not
+                    // "unusable".
+                    Err(pe)
+                } else if pe.kind() == ErrorKind::NotLuks && se.kind() == ErrorKind::NotLuks {
                     Err(pe)
                 } else if pe.kind() == ErrorKind::NotLuks {
                     Err(Error::new(
@@ -147,6 +153,16 @@ impl Header {
     /// Both copies (primary, secondary) with a new seqid, ready to write.
     /// Fails if the JSON does not fit its area.
     pub fn to_copies(&self) -> Result<(Vec<u8>, Vec<u8>)> {
+        if let Some((id, sg)) = self.meta.segments.iter().find(|(_, s)| s.kind != "crypt") {
+            // Only crypt segments are kept field for field.
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "LUKS2 segment {id} of type {:?} cannot be written back by ucrypt",
+                    sg.kind
+                ),
+            ));
+        }
         let json = self.meta.to_json();
         let json_size = (self.bin.hdr_size as usize) - BIN_LEN;
         if json.len() >= json_size {

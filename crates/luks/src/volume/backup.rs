@@ -28,9 +28,22 @@ impl Volume {
             use std::os::unix::fs::OpenOptionsExt;
             opts.mode(0o400); // read-only, as cryptsetup creates it
         }
-        let mut out = opts
-            .open(path)
-            .map_err(|e| Error::io(format!("Cannot create {}", path.display()), e))?;
+        let mut out = opts.open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                // cryptsetup: "Requested header backup file ... already
+                // exists.", exit 1.
+                Error::io_as(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "Requested header backup file {} already exists",
+                        path.display()
+                    ),
+                    e,
+                )
+            } else {
+                Error::io(format!("Cannot create {}", path.display()), e)
+            }
+        })?;
         out.write_all(&buf)
             .map_err(|e| Error::io("Cannot write the header backup", e))?;
         sync(&out)

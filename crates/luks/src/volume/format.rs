@@ -107,6 +107,9 @@ pub fn format(
     passphrase: &[u8],
 ) -> Result<Volume> {
     let key = plan_key(opts)?;
+    // Every option is checked (and the KDF benchmarked) before the first
+    // byte is written: a refused option must never cost the old volume.
+    let kdf = plan_kdf(opts, &key)?;
     let mut target = open_target(device, header, opts.force)?;
     let uuid = match &opts.uuid {
         Some(u) => checked_uuid(u)?,
@@ -158,7 +161,36 @@ pub fn format(
         meta_size: target.meta_size.max(wipe),
         data_size: target.data_size,
     };
-    add_first_key(vol, &key.volume_key, passphrase, slot, opts, device, header)
+    let mut vol = add_first_key(vol, &key.volume_key, passphrase, slot, &kdf, device, header)?;
+    if let Header::V2(h) = &mut vol.header {
+        let ks = h.meta.config.keyslots_size;
+        if ks < SMALL_KEYSLOTS_AREA {
+            h.warnings.push(format!(
+                "keyslots area ({ks} bytes) is very small, available LUKS2 keyslot count is very limited."
+            ));
+        }
+    }
+    Ok(vol)
+}
+
+/// Below this many bytes of keyslots area cryptsetup warns that few
+/// keyslots fit (4 MiB less both 16 KiB header copies).
+const SMALL_KEYSLOTS_AREA: u64 = (4 << 20) - 2 * LUKS2_HDR_SIZE;
+
+/// Step 1b: resolves the KDF request to fixed costs (benchmarking like
+/// cryptsetup) for the first keyslot, refusing unknown KDFs and costs out
+/// of range before anything is written.
+fn plan_kdf(opts: &FormatOptions, key: &KeyPlan<'_>) -> Result<KdfRequest> {
+    let req = KdfRequest {
+        hash: opts.hash,
+        ..opts.kdf.clone()
+    };
+    let area_key_len = if opts.version == 2 {
+        super::keyslots::keyslot_cipher(&opts.cipher, key.key_len).1
+    } else {
+        key.key_len
+    };
+    Ok(KdfRequest::fixed(&req.resolve(area_key_len)?, opts.hash))
 }
 
 /// The cipher and volume key `format` checked before touching any device.
@@ -407,15 +439,19 @@ fn luks2_header(
         (None, true) => 0,
         (None, false) => LUKS2_DEFAULT_END,
     };
-    let keyslots_size = if place.detached || data_offset == 0 {
-        LUKS2_DEFAULT_END - 2 * hdr_size
-    } else {
-        if data_offset < 2 * hdr_size + 1024 * 1024 {
+    // The keyslots area ends where the data starts when that is sooner
+    // than the default, with a detached header too (cryptsetup's
+    // LUKS2_generate_hdr shrinks it and warns).
+    let mut keyslots_size = LUKS2_DEFAULT_END - 2 * hdr_size;
+    if data_offset != 0 && keyslots_size + 2 * hdr_size > data_offset {
+        let one_slot =
+            (keyslot::material_len(key.key_len, crate::af::STRIPES) as u64).div_ceil(4096) * 4096;
+        let room = data_offset.saturating_sub(2 * hdr_size) / 4096 * 4096;
+        if room < one_slot {
             return Err(invalid("Data offset leaves too little room for keyslots"));
         }
-        (data_offset - 2 * hdr_size) / 4096 * 4096
+        keyslots_size = room;
     }
-    .min(json::MAX_KEYSLOTS_SIZE);
     if place.data_size <= data_offset {
         return Err(place.too_small());
     }
@@ -511,15 +547,11 @@ fn add_first_key(
     vk: &[u8],
     passphrase: &[u8],
     slot: u32,
-    opts: &FormatOptions,
+    kdf: &KdfRequest,
     device: &Path,
     header: Option<&Path>,
 ) -> Result<Volume> {
-    let req = KdfRequest {
-        hash: opts.hash,
-        ..opts.kdf.clone()
-    };
-    vol.add_key(vk, passphrase, Some(slot), &req)?;
+    vol.add_key(vk, passphrase, Some(slot), kdf)?;
     Volume::load(device, header)
 }
 
@@ -536,7 +568,7 @@ mod tests {
             ..FormatOptions::default()
         };
         let o = Opened {
-            volume_key: key,
+            volume_key: key.into(),
             keyslot: 0,
             cipher: "aes-xts-plain64".into(),
             sector_size: 512,

@@ -81,12 +81,64 @@ impl Volume {
                 for d in h.meta.digests.values_mut() {
                     d.keyslots.retain(|k| k != &id);
                 }
+                // Tokens follow their keyslots (cryptsetup's
+                // LUKS2_token_assign(..., 0)): the reference goes, the
+                // token stays, possibly with no keyslot.
+                for t in h.meta.tokens.values_mut() {
+                    if let Some(ks) = t.get_mut("keyslots").and_then(|k| k.as_array_mut()) {
+                        ks.retain(|k| k.as_str() != Some(id.as_str()));
+                    }
+                }
                 write_luks2(&mut f, h)?;
                 zero_range(&mut f, ks.area.offset, ks.area.size)?;
                 sync(&f)?;
             }
         }
         Ok(())
+    }
+
+    /// Replaces the passphrase of the active `slot` with `new_pass`, given
+    /// the (verified) volume key `vk` (cryptsetup luksChangeKey). LUKS1
+    /// moves the key to the first free slot (the same slot when none is
+    /// free) and LUKS2 keeps the slot number, as cryptsetup does. Either
+    /// way a crash leaves the old or the new passphrase working. Returns
+    /// the slot that now holds `new_pass`.
+    pub fn change_key(
+        &mut self,
+        slot: u32,
+        vk: &[u8],
+        new_pass: &[u8],
+        kdf: &KdfRequest,
+    ) -> Result<u32> {
+        if !self.verify_volume_key(vk) {
+            return Err(Error::new(
+                ErrorKind::WrongPassphrase,
+                "Volume key does not match the volume",
+            ));
+        }
+        if !self.header.active_slots().contains(&slot) {
+            return Err(Error::new(
+                ErrorKind::SlotInactive,
+                format!("Keyslot {slot} is not active"),
+            ));
+        }
+        if let Header::V2(h) = &mut self.header {
+            let mut f = open_rw(&self.meta_path)?;
+            return change_key_v2(&mut f, h, slot, vk, new_pass, kdf);
+        }
+        // LUKS1: new key in a free slot first, then the old one goes.
+        match self.add_key(vk, new_pass, None, kdf) {
+            Ok(s) => {
+                self.kill_slot(slot, true)?;
+                Ok(s)
+            }
+            Err(e) if e.kind() == ErrorKind::SlotBusy => {
+                // No free slot: overwrite in place, as cryptsetup does.
+                self.kill_slot(slot, true)?;
+                self.add_key(vk, new_pass, Some(slot), kdf)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Replaces the volume UUID (cryptsetup luksUUID --uuid).
@@ -195,52 +247,23 @@ fn add_key_v2(
             .find(|s| !h.meta.keyslots.contains_key(&s.to_string()))
             .ok_or_else(|| Error::new(ErrorKind::SlotBusy, "All keyslots are full"))?,
     };
-    let af_hash = h
-        .meta
-        .keyslots
-        .values()
-        .next()
-        .map(|k| k.af.hash.clone())
-        .unwrap_or_else(|| "sha256".to_string());
-    let area_size = (material_len(vk.len(), af::STRIPES) as u64).div_ceil(4096) * 4096;
+    // cryptsetup's AF hash is the requested (--hash) one for every new
+    // keyslot, whatever the other keyslots use.
+    let af_hash = kdf.hash.name().to_string();
+    let (cipher, area_key_size) = keyslot_cipher(&h.meta.segment().1.encryption, vk.len());
+    let area_size = area_size_v2(vk.len());
     let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
-    let cipher = h.meta.segment().1.encryption.clone();
-    let k = kdf.resolve(vk.len())?;
-    let salt = keyslot::random(32)?;
-    let params = keyslot::SlotParams {
-        kdf: k,
-        salt: &salt,
-        cipher: &cipher,
-        area_key_size: vk.len(),
-        key_size: vk.len(),
-        stripes: af::STRIPES,
-        af_hash: Hash::parse(&af_hash)?,
+    let sealed = SealV2 {
+        vk,
+        af_hash,
+        cipher,
+        area_key_size,
+        offset,
+        area_size,
     };
-    let mat = keyslot::seal_material(new_pass, &params, vk)?;
-    write_at(f, offset, &mat)?;
-    sync(f)?;
+    let ks = sealed.write(f, new_pass, kdf, Default::default())?;
     let id = slot.to_string();
-    h.meta.keyslots.insert(
-        id.clone(),
-        json::Keyslot {
-            kind: "luks2".into(),
-            key_size: vk.len() as u32,
-            af: json::Af {
-                kind: "luks1".into(),
-                stripes: af::STRIPES,
-                hash: af_hash,
-            },
-            area: json::Area {
-                kind: "raw".into(),
-                offset,
-                size: area_size,
-                encryption: cipher,
-                key_size: vk.len() as u32,
-            },
-            kdf: json::KdfJson::from_kdf(&k, &salt),
-            extra: Default::default(),
-        },
-    );
+    h.meta.keyslots.insert(id.clone(), ks);
     let sid = h.meta.segment().0.clone();
     if let Some(d) = h
         .meta
@@ -252,6 +275,138 @@ fn add_key_v2(
     }
     write_luks2(f, h)?;
     Ok(slot)
+}
+
+/// [`Volume::change_key`] on LUKS2: the keyslot keeps its id (and so its
+/// digest and token bindings), as cryptsetup's luksChangeKey does. The new
+/// material goes to a free area first and the old area is wiped after the
+/// header points away from it; with no room left it is overwritten in place.
+fn change_key_v2(
+    f: &mut File,
+    h: &mut luks2::Header,
+    slot: u32,
+    vk: &[u8],
+    new_pass: &[u8],
+    kdf: &KdfRequest,
+) -> Result<u32> {
+    let id = slot.to_string();
+    let old = h.meta.keyslots.get(&id).cloned().ok_or_else(|| {
+        Error::new(
+            ErrorKind::SlotInactive,
+            format!("Keyslot {slot} is not active"),
+        )
+    })?;
+    let (cipher, area_key_size) = keyslot_cipher(&h.meta.segment().1.encryption, vk.len());
+    let area_size = area_size_v2(vk.len());
+    let (offset, area_size, moved) = match allocate_area(&h.meta, h.bin.hdr_size, area_size) {
+        Ok(o) => (o, area_size, true),
+        Err(e) if e.kind() == ErrorKind::SlotBusy && old.area.size >= area_size => {
+            (old.area.offset, old.area.size, false)
+        }
+        Err(e) => return Err(e),
+    };
+    let sealed = SealV2 {
+        vk,
+        af_hash: kdf.hash.name().to_string(),
+        cipher,
+        area_key_size,
+        offset,
+        area_size,
+    };
+    let ks = sealed.write(f, new_pass, kdf, old.extra.clone())?;
+    h.meta.keyslots.insert(id, ks);
+    write_luks2(f, h)?;
+    if moved {
+        zero_range(f, old.area.offset, old.area.size)?;
+        sync(f)?;
+    }
+    Ok(slot)
+}
+
+/// Bytes of a LUKS2 keyslot area for a volume key of `key_len` bytes
+/// (4 KiB aligned, as cryptsetup allocates).
+fn area_size_v2(key_len: usize) -> u64 {
+    (material_len(key_len, af::STRIPES) as u64).div_ceil(4096) * 4096
+}
+
+/// One LUKS2 keyslot to seal: where its material goes and how.
+struct SealV2<'a> {
+    vk: &'a [u8],
+    af_hash: String,
+    cipher: String,
+    area_key_size: usize,
+    offset: u64,
+    area_size: u64,
+}
+
+impl SealV2<'_> {
+    /// Derives, encrypts and writes (and syncs) the material; returns the
+    /// keyslot object to put in the header.
+    fn write(
+        &self,
+        f: &mut File,
+        new_pass: &[u8],
+        kdf: &KdfRequest,
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<json::Keyslot> {
+        let k = kdf.resolve(self.area_key_size)?;
+        let salt = keyslot::random(32)?;
+        let params = keyslot::SlotParams {
+            kdf: k,
+            salt: &salt,
+            cipher: &self.cipher,
+            area_key_size: self.area_key_size,
+            key_size: self.vk.len(),
+            stripes: af::STRIPES,
+            af_hash: Hash::parse(&self.af_hash)?,
+        };
+        let mat = keyslot::seal_material(new_pass, &params, self.vk)?;
+        write_at(f, self.offset, &mat)?;
+        sync(f)?;
+        Ok(json::Keyslot {
+            kind: "luks2".into(),
+            key_size: self.vk.len() as u32,
+            af: json::Af {
+                kind: "luks1".into(),
+                stripes: af::STRIPES,
+                hash: self.af_hash.clone(),
+            },
+            area: json::Area {
+                kind: "raw".into(),
+                offset: self.offset,
+                size: self.area_size,
+                encryption: self.cipher.clone(),
+                key_size: self.area_key_size as u32,
+            },
+            kdf: json::KdfJson::from_kdf(&k, &salt),
+            extra,
+        })
+    }
+}
+
+/// cryptsetup's keyslot area cipher for a volume whose segment uses
+/// `segment_cipher` with a `key_len`-byte key: the segment cipher itself
+/// when it can encrypt a keyslot, else `aes-xts-plain64` with a 512-bit
+/// key (a kernel crypto API `capi:` spec, `cipher_null`, or anything the
+/// sector cipher cannot build), as `crypt_keyslot_get_encryption` does.
+pub(crate) fn keyslot_cipher(segment_cipher: &str, key_len: usize) -> (String, usize) {
+    const FALLBACK: (&str, usize) = ("aes-xts-plain64", 64);
+    let usable = !segment_cipher.starts_with("capi:")
+        && !segment_cipher.starts_with("cipher_null")
+        && segment_cipher != "null"
+        && crypto::SectorCrypt::new(&crypto::CryptConfig {
+            cipher: segment_cipher.to_string(),
+            key: zeroize::Zeroizing::new(vec![0x5a; key_len]),
+            iv_offset: 0,
+            sector_size: 512,
+            iv_large_sectors: false,
+        })
+        .is_ok();
+    if usable {
+        (segment_cipher.to_string(), key_len)
+    } else {
+        (FALLBACK.0.to_string(), FALLBACK.1)
+    }
 }
 
 pub(super) fn checked_uuid(u: &str) -> Result<String> {

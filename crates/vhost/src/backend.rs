@@ -1,0 +1,244 @@
+//! The `VhostUserBackend` of one connection: feature negotiation and the
+//! config space for the protocol crates, and the queue threads' work (pop
+//! chains, parse, submit to the engine; completions add to the used ring
+//! from whatever engine thread finishes them).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use datapath::Engine;
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_queue::{QueueOwnedT, QueueT};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+use crate::config::{DeviceConfig, CONFIG_LEN, WCE_OFFSET};
+use crate::request::{self, Action, Ctx, Parsed};
+use crate::stats::Shared;
+
+pub use crate::request::Mem;
+/// The vring type the daemon creates.
+pub type Vring = VringRwLock<GuestMemoryAtomic<Mem>>;
+
+/// Everything a connection shares with the server: engine, device facts,
+/// counters, the write-cache mode.
+pub struct Device {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) config: DeviceConfig,
+    pub(crate) serial: [u8; 20],
+    pub(crate) queue_size: u16,
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// One hypervisor connection's backend (a new one per connection, so a
+/// reconnecting hypervisor starts from a clean device).
+pub struct Conn {
+    dev: Arc<Device>,
+    mem: Mutex<GuestMemoryAtomic<Mem>>,
+    event_idx: AtomicBool,
+}
+
+impl Conn {
+    pub(crate) fn new(dev: Arc<Device>, mem: GuestMemoryAtomic<Mem>) -> Self {
+        Self {
+            dev,
+            mem: Mutex::new(mem),
+            event_idx: AtomicBool::new(false),
+        }
+    }
+
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            serial: self.dev.serial,
+            write_through: self.dev.shared.wce.load(Ordering::Relaxed) == 0,
+        }
+    }
+
+    /// Pops every available chain of queue `qi` and starts it.
+    fn process_queue(&self, qi: usize, vring: &Vring) {
+        let mem = self
+            .mem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .memory()
+            .into_inner();
+        let event_idx = self.event_idx.load(Ordering::Relaxed);
+        let ctx = self.ctx();
+        loop {
+            if event_idx {
+                let _ = vring.disable_notification();
+            }
+            // Collect first, then submit: an inline engine completes on
+            // this thread, and its completion takes the vring lock.
+            let chains: Vec<_> = {
+                let mut g = vring.get_mut();
+                match g.get_queue_mut().iter(Arc::clone(&mem)) {
+                    Ok(it) => it.collect(),
+                    Err(_) => {
+                        // A corrupt avail ring: stop serving this queue
+                        // until the guest resets it; other queues go on.
+                        self.dev.shared.queue(qi).malformed_ring();
+                        g.get_queue_mut().set_ready(false);
+                        return;
+                    }
+                }
+            };
+            for chain in chains {
+                let p = request::parse(chain, &mem, &ctx);
+                self.start(qi, vring, &mem, p);
+            }
+            if !event_idx {
+                return;
+            }
+            match vring.enable_notification() {
+                Ok(true) => continue,
+                _ => return,
+            }
+        }
+    }
+
+    fn start(&self, qi: usize, vring: &Vring, mem: &Arc<Mem>, mut p: Parsed) {
+        let counters = self.dev.shared.queue(qi);
+        counters.started(p.kind);
+        let action = std::mem::replace(&mut p.action, Action::Reply(0, Vec::new()));
+        match action {
+            Action::Reply(status, data) => {
+                let used = request::answer(mem, &p, status, &data);
+                counters.finished(p.kind, status, 0);
+                complete(vring, p.head, used);
+                counters.done();
+            }
+            Action::Engine(req) => {
+                let bytes = match &req.op {
+                    datapath::Op::Write { data } => data.len() as u64,
+                    datapath::Op::Read { len } => u64::from(*len),
+                    _ => 0,
+                };
+                let vring = vring.clone();
+                let mem = Arc::clone(mem);
+                let shared = Arc::clone(&self.dev.shared);
+                self.dev.engine.submit(req, move |c| {
+                    let status = request::status_of(&c);
+                    let data = match &c {
+                        Ok(Some(d)) => d.as_slice(),
+                        _ => &[],
+                    };
+                    let used = request::answer(&mem, &p, status, data);
+                    let counters = shared.queue(qi);
+                    counters.finished(p.kind, status, bytes);
+                    complete(&vring, p.head, used);
+                    counters.done();
+                });
+            }
+        }
+    }
+}
+
+/// Puts `head` on the used ring and interrupts the guest if it wants one.
+fn complete(vring: &Vring, head: u16, used: u32) {
+    let mut g = vring.get_mut();
+    if g.add_used(head, used).is_err() {
+        return;
+    }
+    if g.needs_notification().unwrap_or(true) {
+        let _ = g.signal_used_queue();
+    }
+}
+
+impl VhostUserBackend for Conn {
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        usize::from(self.dev.config.num_queues)
+    }
+
+    fn max_queue_size(&self) -> usize {
+        usize::from(self.dev.queue_size)
+    }
+
+    fn features(&self) -> u64 {
+        self.dev.config.features() | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(enabled, Ordering::Relaxed);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let space = self
+            .dev
+            .config
+            .space(self.dev.shared.wce.load(Ordering::Relaxed));
+        let mut out = vec![0u8; size as usize];
+        let start = (offset as usize).min(CONFIG_LEN);
+        let end = (offset as usize)
+            .saturating_add(size as usize)
+            .min(CONFIG_LEN);
+        out[..end - start].copy_from_slice(&space[start..end]);
+        out
+    }
+
+    fn set_config(&self, offset: u32, buf: &[u8]) -> std::io::Result<()> {
+        // Only the writeback-cache byte is writable (CONFIG_WCE).
+        if offset as usize == WCE_OFFSET && buf.len() == 1 && buf[0] <= 1 {
+            self.dev.shared.wce.store(buf[0], Ordering::Relaxed);
+            return Ok(());
+        }
+        Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> std::io::Result<()> {
+        *self.mem.lock().unwrap_or_else(|e| e.into_inner()) = mem;
+        Ok(())
+    }
+
+    /// One thread per queue: queue `i` is served by thread `i`.
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.num_queues()).map(|i| 1u64 << i).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
+    }
+
+    /// `GET_VRING_BASE`: the frontend is about to take the ring back, so
+    /// wait for this queue's requests still inside the engine.
+    fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
+        let q = self.dev.shared.queue(queue_index as usize);
+        while q.in_flight() > 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[Vring],
+        thread_id: usize,
+    ) -> std::io::Result<()> {
+        if evset != EventSet::IN {
+            return Ok(());
+        }
+        // Thread `i` owns only queue `i`, so its vring is at local index 0;
+        // anything else is not a queue event of ours.
+        if let Some(vring) = vrings.get(usize::from(device_event)) {
+            self.process_queue(thread_id, vring);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! vhost-user-blk frontend: serves a [`datapath::Engine`] to virtual
+//! machines (qemu, cloud-hypervisor, crosvm) over a vhost-user socket.
+//!
+//! ```text
+//!   hypervisor ── unix socket (vhost-user protocol: rust-vmm `vhost`)
+//!       │ SET_MEM_TABLE (guest memory fds, mmapped here), vrings, kick/call eventfds
+//!       ▼
+//!   accept thread: one VhostUserDaemon per connection (vhost-user-backend)
+//!       │ queue thread i (one per virtqueue): kick ─► pop chains
+//!       │   request::parse ─► engine.submit(Request, callback) ─► datapath::Engine
+//!       │   ◄── callback on any engine thread: data + status into guest memory,
+//!       │       used ring, call eventfd (if the guest wants an interrupt)
+//!       ▼
+//!   hypervisor gone: the daemon ends, the accept thread waits for the next
+//!   connection with a fresh device (guest reboot, qemu `reconnect=`).
+//! ```
+//!
+//! None of the protocol is hand-written: the vhost-user messages are the
+//! `vhost` crate's, the vrings and their threads `vhost-user-backend`'s,
+//! descriptor chains `virtio-queue`'s and guest memory `vm-memory`'s.
+//! This crate adds the virtio-blk device: feature bits and config space
+//! (`config`), request parsing and answering (`request`), the backend
+//! (`backend`) and per-queue counters (`stats`).
+//!
+//! The device offers FLUSH, BLK_SIZE and TOPOLOGY (the volume's sector
+//! size), SIZE_MAX/SEG_MAX (a request never exceeds the engine's limit),
+//! MQ (each queue on its own thread, submitting to the engine, whose mode
+//! decides where the crypto runs), CONFIG_WCE (write-through turns every
+//! write into FUA), DISCARD when discards are allowed, WRITE_ZEROES unless
+//! read-only, RO for a read-only engine, EVENT_IDX and INDIRECT_DESC; the
+//! vhost-user protocol features CONFIG, REPLY_ACK, MQ and
+//! CONFIGURE_MEM_SLOTS (libblkio requires it). GET_ID answers
+//! the serial given in [`Options::serial`] (the daemon passes the LUKS
+//! UUID; virtio-blk IDs are 20 bytes, so it is cut there).
+//!
+//! Failed requests are answered through the engine's one typed error
+//! ([`datapath::Error::errno`]): "not supported" becomes
+//! `VIRTIO_BLK_S_UNSUPP`, anything else `VIRTIO_BLK_S_IOERR`.
+#![deny(unsafe_code)]
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use datapath::Engine;
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+mod backend;
+pub mod config;
+pub mod request;
+mod stats;
+
+pub use config::DeviceConfig;
+pub use stats::{QueueStats, Stats};
+
+use backend::{Conn, Device};
+use stats::Shared;
+
+/// Most queues a device may have (the backend maps queues to threads with
+/// a 64-bit mask).
+pub const MAX_QUEUES: u16 = 64;
+
+/// How to serve the device.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The vhost-user socket to listen on (replaced if it exists; 0600).
+    pub socket: PathBuf,
+    /// Request queues (one thread each); the guest may use fewer.
+    pub num_queues: u16,
+    /// Largest virtqueue the hypervisor may set up.
+    pub queue_size: u16,
+    /// GET_ID answer (cut to 20 bytes).
+    pub serial: String,
+}
+
+impl Options {
+    /// One queue of up to 1024 entries on `socket`, no serial.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+            num_queues: 1,
+            queue_size: 1024,
+            serial: String::new(),
+        }
+    }
+}
+
+/// Errors of the vhost-user-blk frontend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The options cannot describe a valid device.
+    #[error("Invalid vhost-user-blk options: {0}")]
+    InvalidOptions(String),
+    /// The socket could not be created.
+    #[error("Cannot listen on vhost-user socket {}", .path.display())]
+    Listen {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The serving thread could not start.
+    #[error("Cannot start the vhost-user-blk thread")]
+    Thread(#[source] std::io::Error),
+}
+
+/// A running vhost-user-blk export; [`Server::shutdown`] stops it.
+pub struct Server {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    conn: Arc<Mutex<Option<ShutdownHandle>>>,
+    shared: Arc<Shared>,
+    /// The listening socket, to wake a blocked accept on shutdown.
+    listen_fd: RawFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Listens on `opts.socket` and serves `engine` to one hypervisor at a
+    /// time, accepting the next when one disconnects, until
+    /// [`Server::shutdown`].
+    pub fn start(engine: Arc<Engine>, opts: &Options) -> Result<Self, Error> {
+        let cfg = engine.config();
+        let config = DeviceConfig {
+            size: engine.size(),
+            sector_size: engine.sector_size(),
+            num_queues: opts.num_queues,
+            discard: cfg.allow_discards,
+            read_only: cfg.read_only,
+        };
+        validate(&config, opts)?;
+        let mut serial = [0u8; 20];
+        let s = opts.serial.as_bytes();
+        let n = s.len().min(serial.len());
+        serial[..n].copy_from_slice(&s[..n]);
+        let shared = Arc::new(Shared::new(opts.num_queues));
+        let dev = Arc::new(Device {
+            engine,
+            config,
+            serial,
+            queue_size: opts.queue_size,
+            shared: Arc::clone(&shared),
+        });
+        let listen_err = |source| Error::Listen {
+            path: opts.socket.clone(),
+            source,
+        };
+        let listener = Listener::new(&opts.socket, true)
+            .map_err(|e| listen_err(std::io::Error::other(e.to_string())))?;
+        std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(listen_err)?;
+        let listen_fd = listener.as_raw_fd();
+        let stop = Arc::new(AtomicBool::new(false));
+        let conn = Arc::new(Mutex::new(None));
+        let (s2, c2) = (Arc::clone(&stop), Arc::clone(&conn));
+        let thread = std::thread::Builder::new()
+            .name("vhost-accept".into())
+            .spawn(move || accept_loop(listener, dev, &s2, &c2))
+            .map_err(Error::Thread)?;
+        Ok(Self {
+            socket: opts.socket.clone(),
+            stop,
+            conn,
+            shared,
+            listen_fd,
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket hypervisors connect to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The counters (per queue, across connections).
+    pub fn stats(&self) -> Stats {
+        self.shared.snapshot()
+    }
+
+    /// Disconnects the hypervisor (if any), stops listening and removes
+    /// the socket. Requests still inside the engine complete into the
+    /// void; the caller flushes and shuts the engine down afterwards.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        {
+            let h = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(h) = h.as_ref() {
+                h.shutdown();
+            }
+        }
+        // Wake an accept in progress (even if the socket file is gone);
+        // the accept thread sees `stop` and ends.
+        shutdown_listener(self.listen_fd);
+        let _ = thread.join();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// `shutdown(2)` on the listening socket: a blocked `accept` returns.
+#[allow(unsafe_code)]
+fn shutdown_listener(fd: RawFd) {
+    // SAFETY: `fd` is the listener owned by the accept thread, which has
+    // not been joined yet, so the descriptor is still open and ours;
+    // shutdown takes no pointers.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+fn validate(c: &DeviceConfig, opts: &Options) -> Result<(), Error> {
+    let bad = |m: String| Err(Error::InvalidOptions(m));
+    if !c.sector_size.is_power_of_two() || !(512..=4096).contains(&c.sector_size) {
+        return bad(format!(
+            "sector size {} is not 512..4096 and a power of two",
+            c.sector_size
+        ));
+    }
+    if opts.num_queues == 0 || opts.num_queues > MAX_QUEUES {
+        return bad(format!("{} queues: use 1 to {MAX_QUEUES}", opts.num_queues));
+    }
+    if !opts.queue_size.is_power_of_two() || opts.queue_size < 2 || opts.queue_size > 32768 {
+        return bad(format!(
+            "queue size {} is not a power of two in 2..32768",
+            opts.queue_size
+        ));
+    }
+    Ok(())
+}
+
+/// Serves one connection after another until `stop`.
+fn accept_loop(
+    mut listener: Listener,
+    dev: Arc<Device>,
+    stop: &AtomicBool,
+    conn: &Mutex<Option<ShutdownHandle>>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let backend = Arc::new(Conn::new(Arc::clone(&dev), mem.clone()));
+        let mut daemon = match VhostUserDaemon::new("vhost-user-blk".into(), backend, mem) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("ucrypt: vhost-user-blk: cannot set up the device: {e}");
+                return;
+            }
+        };
+        if let Err(e) = daemon.start(&mut listener) {
+            if !stop.load(Ordering::SeqCst) {
+                eprintln!("ucrypt: vhost-user-blk: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            stop_workers(&daemon);
+            continue;
+        }
+        {
+            let mut h = conn.lock().unwrap_or_else(|e| e.into_inner());
+            if stop.load(Ordering::SeqCst) {
+                daemon.request_shutdown();
+            } else {
+                dev.shared.connections.fetch_add(1, Ordering::Relaxed);
+                *h = daemon.shutdown_handle();
+            }
+        }
+        let r = daemon.wait();
+        *conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        stop_workers(&daemon);
+        if let Err(e) = r {
+            use vhost::vhost_user::Error as V;
+            let hung_up = matches!(
+                e,
+                vhost_user_backend::Error::HandleRequest(V::Disconnected | V::PartialMessage)
+            );
+            if !hung_up && !stop.load(Ordering::SeqCst) {
+                eprintln!("ucrypt: vhost-user-blk: connection ended: {e}");
+            }
+        }
+    }
+}
+
+/// Ends the connection's queue threads.
+fn stop_workers(daemon: &VhostUserDaemon<Arc<Conn>>) {
+    for h in daemon.get_epoll_handlers() {
+        h.send_exit_event();
+    }
+}
