@@ -4,8 +4,12 @@
 //! backend. Thin by design; the logic is in
 //! `nbd::internal::fuzzing::session`.
 #![no_main]
+#![feature(cfg_sanitize)]
 
 mod common;
+
+#[global_allocator]
+static ALLOC: common::Recycle = common::Recycle;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let (engine, tls) = common::setup();

@@ -53,7 +53,7 @@ pub mod internal {
         use std::io::{Read, Write};
         use std::net::Shutdown;
         use std::os::unix::net::UnixStream;
-        use std::sync::Arc;
+        use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
         use datapath::Engine;
 
@@ -103,21 +103,74 @@ pub mod internal {
                 },
                 ..ServerOptions::default()
             };
-            let mut w = peer.try_clone().expect("dup");
-            let input = client.to_vec();
-            let writer = std::thread::spawn(move || {
-                let _ = w.write_all(&input);
-                let _ = w.shutdown(Shutdown::Write);
+            // The server runs on this thread. What the client sends is
+            // queued in the socket up front (a fuzz input fits in its
+            // buffer; a thread writes any rest), and one long-lived thread
+            // reads the replies: a thread or two spawned per session cost
+            // more than the session itself.
+            let sent = prewrite(&peer, client);
+            let writer = (sent < client.len()).then(|| {
+                let mut w = peer.try_clone().expect("dup");
+                let rest = client[sent..].to_vec();
+                std::thread::spawn(move || {
+                    let _ = w.write_all(&rest);
+                    let _ = w.shutdown(Shutdown::Write);
+                })
             });
-            let reader = std::thread::spawn(move || {
-                let mut out = Vec::new();
-                let mut peer = peer;
-                let _ = peer.read_to_end(&mut out);
-                out
-            });
+            if writer.is_none() {
+                let _ = peer.shutdown(Shutdown::Write);
+            }
+            let replies = drain(peer);
             let _ = serve_connection(Arc::clone(engine), export, opts, server);
-            let _ = writer.join();
-            reader.join().unwrap_or_default()
+            if let Some(w) = writer {
+                let _ = w.join();
+            }
+            replies.recv().unwrap_or_default()
+        }
+
+        /// Writes as much of `data` to `s` as fits without blocking.
+        fn prewrite(s: &UnixStream, data: &[u8]) -> usize {
+            let mut sent = 0;
+            if s.set_nonblocking(true).is_err() {
+                return 0;
+            }
+            let mut w = s;
+            while sent < data.len() {
+                match w.write(&data[sent..]) {
+                    Ok(0) => break,
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            s.set_nonblocking(false).expect("blocking again");
+            sent
+        }
+
+        /// Hands `peer` to the process's reply reader, which reads it to
+        /// EOF (the server side closed) and sends back what it read.
+        /// Sessions run at once (tests) are drained one after another;
+        /// none waits on another's, so that cannot deadlock.
+        fn drain(peer: UnixStream) -> mpsc::Receiver<Vec<u8>> {
+            type Job = (UnixStream, mpsc::Sender<Vec<u8>>);
+            static READER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+            let jobs = READER.get_or_init(|| {
+                let (tx, rx) = mpsc::channel::<Job>();
+                std::thread::spawn(move || {
+                    for (mut s, done) in rx {
+                        let mut out = Vec::new();
+                        let _ = s.read_to_end(&mut out);
+                        let _ = done.send(out);
+                    }
+                });
+                Mutex::new(tx)
+            });
+            let (tx, rx) = mpsc::channel();
+            jobs.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send((peer, tx))
+                .expect("reply reader runs");
+            rx
         }
     }
 }

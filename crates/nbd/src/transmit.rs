@@ -327,9 +327,13 @@ struct Poller {
 
 impl Poller {
     fn new() -> Self {
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        // Read once per process: it opens cgroup files every call.
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cpus = *CPUS.get_or_init(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
         Self {
             misses: 0,
             paused_until: None,
