@@ -34,20 +34,21 @@ SECTORS=$((S_MIB * 2048))
 HEXKEY=$(od -An -tx1 -N64 /dev/urandom | tr -d ' \n')
 TABLE="0 $SECTORS crypt aes-xts-plain64 $HEXKEY 0 /dev/ram0 0"
 
-# measure ROW DEV: runs every job on DEV; records "ROW<tab>v1 v2 …" (MiB/s, 0
-# for a job that failed) in /tmp/seeds.tsv.
+# measure ROW DEV: runs every job on DEV, one fio process with a stonewalled
+# job per cell (process starts dominate under TCG); records
+# "ROW<tab>v1 v2 …" (MiB/s, 0 for a job that failed) in /tmp/seeds.tsv.
 measure() {
-  _row="$1"; _dev="$2"; _vals=""
+  _args=""; _n=0
   for j in $JOBS; do
-    _bs=${j%%:*}; _rest=${j#*:}; _qd=${_rest%%:*}; _rw=${_rest#*:}
-    _f=7; [ "$_rw" = write ] && _f=48
-    _v=$(fio --name=seeds --filename="$_dev" --direct=1 --ioengine=libaio --rw="$_rw" \
-          --bs="$_bs" --iodepth="$_qd" --size=${S_MIB}M --runtime=${S_MS}ms --time_based \
-          --output-format=terse --terse-version=3 2>>"$LOGDIR/seeds.err" \
-        | awk -F';' -v f=$_f '$1 == "3" && $5 == "0" { printf "%.1f", $f / 1024 }')
-    _vals="$_vals ${_v:-0}"
+    _n=$((_n + 1)); _bs=${j%%:*}; _rest=${j#*:}
+    _args="$_args --name=c$_n --bs=$_bs --iodepth=${_rest%%:*} --rw=${_rest#*:} --stonewall"
   done
-  printf '%s\t%s\n' "$_row" "${_vals# }" >> /tmp/seeds.tsv
+  fio --filename="$2" --direct=1 --ioengine=libaio --size=${S_MIB}M --runtime=${S_MS}ms \
+      --time_based --output-format=terse --terse-version=3 $_args \
+      > /tmp/seeds.fio 2>>"$LOGDIR/seeds.err"
+  _vals=$(awk -F';' -v n=$_n '$1 == "3" && $5 == "0" { bw[$3] = ($7 + $48) / 1024 }
+    END { for (i = 1; i <= n; i++) printf "%.1f ", bw["c" i] + 0 }' /tmp/seeds.fio)
+  printf '%s\t%s\n' "$1" "${_vals% }" >> /tmp/seeds.tsv
 }
 # A row that could not be set up: no figures.
 no_row() { printf '%s\t\n' "$1" >> /tmp/seeds.tsv; }

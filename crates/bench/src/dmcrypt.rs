@@ -264,27 +264,30 @@ fn output(program: &str, args: &[&str]) -> Result<String, Error> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Total throughput (bytes/s) of an fio JSON report: read plus write over
-/// every job or group.
-pub fn fio_total(text: &str) -> Result<f64, Error> {
+/// Throughput (bytes/s, read plus write) per entry of an fio JSON report:
+/// `(jobname, bytes/s)` for each job, or for each reporting group under
+/// `group_reporting` (named after its first job).
+pub fn fio_totals(text: &str) -> Result<Vec<(String, f64)>, Error> {
     let start = text.find('{').ok_or(Error::FioField("a JSON object"))?;
     let v: serde_json::Value = serde_json::from_str(&text[start..]).map_err(Error::FioJson)?;
     let jobs = v["jobs"]
         .as_array()
         .filter(|j| !j.is_empty())
         .ok_or(Error::FioField("jobs"))?;
-    let mut total = 0.0;
+    let mut out = Vec::new();
     for job in jobs {
         if let Some(e) = job["error"].as_i64().filter(|&e| e != 0) {
             return Err(Error::FioJob(e));
         }
+        let mut total = 0.0;
         for dir in ["read", "write"] {
             total += job[dir]["bw_bytes"]
                 .as_f64()
                 .ok_or(Error::FioField("bw_bytes"))?;
         }
+        out.push((job["jobname"].as_str().unwrap_or("").to_string(), total));
     }
-    Ok(total)
+    Ok(out)
 }
 
 /// Runs the advisor and returns the printable report.
@@ -356,10 +359,19 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
     }
     let labels = req.workload.labels();
     let job_path = std::env::temp_dir().join(format!("ucrypt-advisor-{}.fio", std::process::id()));
-    let measure = |dev: &str, cell: usize| -> Result<f64, Error> {
-        let runtime = format!("--runtime={}ms", opts.runtime.as_millis().max(1));
-        let ramp = format!("--ramp_time={}ms", opts.warmup.as_millis());
-        let text = match &req.workload {
+    let dev = |m: usize| format!("/dev/mapper/{}", maps[m].0);
+    let timing = [
+        format!("--runtime={}ms", opts.runtime.as_millis().max(1)),
+        format!("--ramp_time={}ms", opts.warmup.as_millis()),
+        "--time_based".into(),
+    ];
+    // One cell on every mapping in `order`, as bytes/s per mapping. A preset
+    // cell is one fio process with a stonewalled job group per mapping (one
+    // process start per cell, which dominates on slow or emulated CPUs); a
+    // job file runs once per mapping.
+    let measure = |order: &[usize], cell: usize| -> Result<Vec<f64>, Error> {
+        let mut got = vec![0.0; order.len()];
+        match &req.workload {
             AdvisorWorkload::Preset(p) => {
                 let c = &p.cells[cell];
                 let per_job = (ram_size / c.jobs as u64) / u64::from(c.bs) * u64::from(c.bs);
@@ -372,38 +384,51 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
                     .into());
                 }
                 let mut args = vec![
-                    "--name=advisor".to_string(),
-                    format!("--filename={dev}"),
-                    "--direct=1".into(),
+                    "--direct=1".to_string(),
                     "--ioengine=libaio".into(),
                     format!("--size={per_job}"),
                     format!("--offset_increment={per_job}"),
-                    runtime,
-                    ramp,
-                    "--time_based".into(),
                     "--group_reporting".into(),
                     "--output-format=json".into(),
                 ];
+                args.extend(timing.iter().cloned());
                 args.extend(c.fio_args());
-                output("fio", &args.iter().map(String::as_str).collect::<Vec<_>>())?
+                for &m in order {
+                    args.extend([
+                        format!("--name=m{m}"),
+                        format!("--filename={}", dev(m)),
+                        "--stonewall".into(),
+                    ]);
+                }
+                let text = output("fio", &args.iter().map(String::as_str).collect::<Vec<_>>())?;
+                for (name, bw) in fio_totals(&text)? {
+                    if let Some(m) = name.strip_prefix('m').and_then(|m| m.parse::<usize>().ok()) {
+                        if let Some(g) = got.get_mut(m) {
+                            *g = bw;
+                        }
+                    }
+                }
             }
             AdvisorWorkload::JobFile { text, .. } => {
-                let job = advisor::job_file_for(
-                    text,
-                    dev,
-                    ram_size,
-                    opts.runtime.as_millis(),
-                    opts.warmup.as_millis(),
-                );
-                std::fs::write(&job_path, job).map_err(|source| Error::Output {
-                    path: job_path.clone(),
-                    source,
-                })?;
-                let path = job_path.to_string_lossy();
-                output("fio", &["--output-format=json", &path])?
+                for &m in order {
+                    let job = advisor::job_file_for(
+                        text,
+                        &dev(m),
+                        ram_size,
+                        opts.runtime.as_millis(),
+                        opts.warmup.as_millis(),
+                    );
+                    std::fs::write(&job_path, job).map_err(|source| Error::Output {
+                        path: job_path.clone(),
+                        source,
+                    })?;
+                    let path = job_path.to_string_lossy();
+                    let out = output("fio", &["--output-format=json", &path])?;
+                    got[m] = fio_totals(&out)?.iter().map(|(_, bw)| bw).sum();
+                }
             }
-        };
-        fio_total(&text)
+        }
+        Ok(got)
     };
     let n = maps.len();
     let mut rounds: advisor::Rounds = Vec::new();
@@ -412,12 +437,12 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
             eprintln!("advisor: round {}/{}", r + 1, opts.reps);
         }
         let mut round = vec![vec![0.0; labels.len()]; n];
+        // Interleaved: every mapping once per cell, the order rotated per
+        // round so no flag set always runs first or last.
+        let order: Vec<usize> = (0..n).map(|k| (k + r) % n).collect();
         for cell in 0..labels.len() {
-            // Interleaved: every mapping once per cell, the order rotated
-            // per round so no flag set always runs first or last.
-            for k in 0..n {
-                let m = (k + r) % n;
-                round[m][cell] = measure(&format!("/dev/mapper/{}", maps[m].0), cell)?;
+            for (m, bw) in measure(&order, cell)?.into_iter().enumerate() {
+                round[m][cell] = bw;
             }
         }
         rounds.push(round);
@@ -493,16 +518,22 @@ mod tests {
     }
 
     #[test]
-    fn fio_totals_add_reads_and_writes_of_every_job() {
+    fn fio_totals_add_reads_and_writes_per_job() {
         let t = r#"{"jobs":[{"error":0,"read":{"bw_bytes":100},"write":{"bw_bytes":50}},
                    {"error":0,"read":{"bw_bytes":0},"write":{"bw_bytes":25}}]}"#;
-        assert_eq!(fio_total(t).unwrap(), 175.0);
+        assert_eq!(
+            fio_totals(t).unwrap(),
+            [(String::new(), 150.0), (String::new(), 25.0)]
+        );
+        let named =
+            r#"{"jobs":[{"jobname":"m3","error":0,"read":{"bw_bytes":7},"write":{"bw_bytes":0}}]}"#;
+        assert_eq!(fio_totals(named).unwrap(), [("m3".to_string(), 7.0)]);
         assert!(matches!(
-            fio_total("{\"jobs\":[]}"),
+            fio_totals("{\"jobs\":[]}"),
             Err(Error::FioField("jobs"))
         ));
         assert!(matches!(
-            fio_total(r#"{"jobs":[{"error":5,"read":{"bw_bytes":1},"write":{"bw_bytes":1}}]}"#),
+            fio_totals(r#"{"jobs":[{"error":5,"read":{"bw_bytes":1},"write":{"bw_bytes":1}}]}"#),
             Err(Error::FioJob(5))
         ));
     }
