@@ -47,7 +47,7 @@ measure() {
       --time_based --output-format=terse --terse-version=3 $_args \
       > /tmp/seeds.fio 2>>"$LOGDIR/seeds.err"
   _vals=$(awk -F';' -v n=$_n '$1 == "3" && $5 == "0" { bw[$3] = ($7 + $48) / 1024 }
-    END { for (i = 1; i <= n; i++) printf "%.1f ", bw["c" i] + 0 }' /tmp/seeds.fio)
+    END { for (i = 1; i <= n; i++) printf "%.3f ", bw["c" i] + 0 }' /tmp/seeds.fio)
   printf '%s\t%s\n' "$1" "${_vals% }" >> /tmp/seeds.tsv
 }
 # A row that could not be set up: no figures.
@@ -82,13 +82,13 @@ done
 
 # The table: raw in MiB/s, everything else as a ratio to raw.
 info "seeds | aes-xts-plain64, fio libaio direct=1, ${S_SECS} s per cell; raw in MiB/s, others as a ratio to raw"
-info "seeds | $(printf '%-24s' 'device')   4k QD1 r   4k QD1 w  4k QD32 r  4k QD32 w   1M QD8 r   1M QD8 w"
+info "seeds | $(printf '%-28s' 'device')   4k QD1 r   4k QD1 w  4k QD32 r  4k QD32 w   1M QD8 r   1M QD8 w"
 awk 'BEGIN { FS = "\t" }
   NR == 1 { n = split($2, raw, " ") }
-  { split($2, v, " "); line = sprintf("%-24s", $1)
+  { split($2, v, " "); line = sprintf("%-28s", $1)
     for (i = 1; i <= 6; i++) {
       if (NR == 1) line = line sprintf(" %10.1f", v[i])
-      else if (raw[i] > 0 && v[i] > 0) line = line sprintf(" %9.2fx", v[i] / raw[i])
+      else if (raw[i] > 0 && v[i] > 0) line = line sprintf(" %9.3gx", v[i] / raw[i])
       else line = line sprintf(" %10s", "-")
     }
     print line }' /tmp/seeds.tsv | while IFS= read -r l; do info "seeds | $l"; done
