@@ -441,8 +441,9 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
         // round so no flag set always runs first or last.
         let order: Vec<usize> = (0..n).map(|k| (k + r) % n).collect();
         for cell in 0..labels.len() {
-            for (m, bw) in measure(&order, cell)?.into_iter().enumerate() {
-                round[m][cell] = bw;
+            let got = measure(&order, cell)?;
+            for (row, bw) in round.iter_mut().zip(got) {
+                row[cell] = bw;
             }
         }
         rounds.push(round);
