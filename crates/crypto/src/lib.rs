@@ -17,8 +17,9 @@
 //! and `Documentation/admin-guide/device-mapper/dm-crypt.rst`; `tests/`
 //! checks them against an independent Python oracle
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
-// One function may use unsafe code: `cipher::evp::Evp::xts_append`, which
-// lets OpenSSL write into a Vec's spare capacity.
+// Unsafe code is allowed in two places only: `cipher::evp::Evp::xts_append`,
+// which lets OpenSSL write into a Vec's spare capacity, and `secret`, the
+// locked-page allocator for keys.
 #![deny(unsafe_code)]
 // `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
 #![allow(clippy::manual_is_multiple_of)]
@@ -29,6 +30,7 @@ use zeroize::Zeroizing;
 
 mod cipher;
 mod error;
+pub mod secret;
 pub mod spec;
 pub mod speed;
 pub mod table;
@@ -36,6 +38,7 @@ pub mod table;
 use cipher::{Aes, Dir, NullCipher, SectorCipher};
 pub use cipher::{Provider, OPENSSL_XTS_NAME, RUST_XTS_NAME};
 pub use error::Error;
+pub use secret::Secret;
 pub use spec::CipherSpec;
 use spec::{BlockCipher, ChainMode, EssivHash, IvMode};
 

@@ -14,13 +14,17 @@
 //! Formatting writes the options in the kernel's `crypt_status()` order and,
 //! like `dmsetup table` without `--showkeys`, masks the key as zeros of the
 //! same length unless asked to show it.
+//!
+//! The key lives in a [`Secret`] (locked, non-dumpable pages): parsing
+//! decodes the hex straight into one, and [`Table::line`] formats a line
+//! with the key into another, so no `String` ever holds the key.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use zeroize::Zeroizing;
 
 use crate::error;
-use crate::{CipherSpec, CryptConfig, Error, SectorCrypt};
+use crate::{CipherSpec, CryptConfig, Error, Secret, SectorCrypt};
 
 /// Optional parameters of a crypt table line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,8 +92,8 @@ impl Options {
 /// The kernel's limit on feature arguments (dm-crypt 6.x with high_priority).
 const MAX_FEATURE_ARGS: u64 = 9;
 
-/// A parsed, validated dm-crypt table line. The key is zeroized on drop and
-/// never shown by `Debug`.
+/// A parsed, validated dm-crypt table line. The key sits in locked memory,
+/// is zeroized on drop and never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Table {
     /// First logical sector (512-byte units) of the mapping.
@@ -98,7 +102,7 @@ pub struct Table {
     pub len: u64,
     /// Cipher spec.
     pub cipher: CipherSpec,
-    key: Zeroizing<Vec<u8>>,
+    key: Secret,
     /// IV offset in 512-byte sectors.
     pub iv_offset: u64,
     /// Backing device or file path.
@@ -127,6 +131,18 @@ impl fmt::Debug for Table {
 impl Table {
     /// Parses one table line (fields separated by blanks).
     pub fn parse(line: &str) -> Result<Self, Error> {
+        Self::parse_keyed(line, None)
+    }
+
+    /// Parses a line whose `<key>` field is `-` and takes the key from
+    /// elsewhere (a key file), so the key never appears in the line: the
+    /// key is `key`'s bytes, raw, its length checked against the cipher.
+    /// A line with a key of its own is refused (the key is given once).
+    pub fn parse_with_key(line: &str, key: Secret) -> Result<Self, Error> {
+        Self::parse_keyed(line, Some(key))
+    }
+
+    fn parse_keyed(line: &str, external: Option<Secret>) -> Result<Self, Error> {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         let field = |i: usize, name: &str| -> Result<&str, Error> {
             f.get(i).copied().ok_or_else(|| {
@@ -163,7 +179,21 @@ impl Table {
             }
         }
         let cipher = CipherSpec::parse(cipher_text).map_err(|e| prefix(e, "<cipher>"))?;
-        let key = parse_key(key_text, &cipher)?;
+        let key = match external {
+            None => parse_key(key_text, &cipher)?,
+            Some(_) if key_text != "-" => {
+                // Never echo the key text.
+                return Err(error::key(
+                    "Error decoding and setting key: with a key file, field <key> must be \"-\" (the key is given once)",
+                ));
+            }
+            Some(k) if cipher.subkey_sizes() == [0] && !k.is_empty() => {
+                return Err(error::key(format!(
+                    "Error decoding and setting key: {cipher} takes no key, the key file must be empty"
+                )));
+            }
+            Some(k) => k,
+        };
         let iv_offset = parse_u64(iv_text, "iv_offset", "Invalid iv_offset sector")?;
         let offset = parse_u64(off_text, "offset", "Invalid device sector")?;
         Self::from_parts(
@@ -179,18 +209,20 @@ impl Table {
     }
 
     /// Builds a table from already-parsed values (e.g. from a LUKS header)
-    /// and validates it exactly like [`Table::parse`].
+    /// and validates it exactly like [`Table::parse`]. The key is copied
+    /// into locked memory (a `Zeroizing` buffer given is wiped on drop).
     #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
         start: u64,
         len: u64,
         cipher: CipherSpec,
-        key: Zeroizing<Vec<u8>>,
+        key: impl Into<Secret>,
         iv_offset: u64,
         device: String,
         offset: u64,
         options: Options,
     ) -> Result<Self, Error> {
+        let key = key.into();
         if len == 0 {
             return Err(error::table("Zero-length target: field <len> is 0"));
         }
@@ -250,32 +282,51 @@ impl Table {
         &self.key
     }
 
-    /// Formats the line. Without `show_keys` the key is masked as zeros of
-    /// the same length (as `dmsetup table` vs `dmsetup table --showkeys`).
-    pub fn format(&self, show_keys: bool) -> String {
-        let key = if self.key.is_empty() {
-            "-".to_owned()
-        } else if show_keys {
-            hex::encode(&*self.key)
-        } else {
-            "0".repeat(self.key.len() * 2)
-        };
-        let mut s = format!(
-            "{} {} crypt {} {} {} {} {}",
-            self.start, self.len, self.cipher, key, self.iv_offset, self.device, self.offset
-        );
-        let words = self.options.words();
-        if !words.is_empty() {
-            s.push_str(&format!(" {} {}", words.len(), words.join(" ")));
-        }
-        s
+    /// The line in locked memory, without a `String` copy of the key.
+    /// Without `show_keys` the key is masked as zeros of the same length
+    /// (as `dmsetup table` vs `dmsetup table --showkeys`).
+    pub fn line(&self, show_keys: bool) -> Secret {
+        let mut out = Secret::with_capacity(self.device.len() + self.key.len() * 2 + 256);
+        self.write_line(show_keys, &mut out);
+        out
     }
 
-    /// The [`CryptConfig`] for [`SectorCrypt::new`].
+    /// Appends the line (see [`Table::line`]) to `out`.
+    pub fn write_line(&self, show_keys: bool, out: &mut Secret) {
+        // fmt::Write on a Secret appends in place and never fails; the
+        // hex digits go in one by one.
+        let _ = write!(out, "{} {} crypt {} ", self.start, self.len, self.cipher);
+        if self.key.is_empty() {
+            out.push(b'-');
+        } else if show_keys {
+            out.push_hex(&self.key);
+        } else {
+            for _ in 0..self.key.len() * 2 {
+                out.push(b'0');
+            }
+        }
+        let _ = write!(out, " {} {} {}", self.iv_offset, self.device, self.offset);
+        let words = self.options.words();
+        if !words.is_empty() {
+            let _ = write!(out, " {} {}", words.len(), words.join(" "));
+        }
+    }
+
+    /// Formats the line as a `String`. Without `show_keys` the key is
+    /// masked as zeros of the same length. With `show_keys` the `String`
+    /// holds the key on the ordinary heap: prefer [`Table::line`].
+    pub fn format(&self, show_keys: bool) -> String {
+        let line = self.line(show_keys);
+        // Every part written is UTF-8 (the device is a `String`).
+        line.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The [`CryptConfig`] for [`SectorCrypt::new`]. Its key is a
+    /// transient heap copy, wiped when the config drops.
     pub fn crypt_config(&self) -> CryptConfig {
         CryptConfig {
             cipher: self.cipher.as_str().to_owned(),
-            key: self.key.clone(),
+            key: Zeroizing::new(self.key.to_vec()),
             iv_offset: self.iv_offset,
             sector_size: self.options.sector_size,
             iv_large_sectors: self.options.iv_large_sectors,
@@ -319,9 +370,9 @@ fn parse_u64(s: &str, field: &str, reason: &str) -> Result<u64, Error> {
     })
 }
 
-fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Zeroizing<Vec<u8>>, Error> {
+fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Secret, Error> {
     if s == "-" {
-        return Ok(Zeroizing::new(Vec::new()));
+        return Ok(Secret::new());
     }
     if s.starts_with(':') {
         return Err(error::unsupported(
@@ -341,10 +392,8 @@ fn parse_key(s: &str, cipher: &CipherSpec) -> Result<Zeroizing<Vec<u8>>, Error> 
             s.len()
         )));
     }
-    let mut key = Zeroizing::new(vec![0u8; s.len() / 2]);
-    hex::decode_to_slice(s, &mut key[..])
-        .map_err(|_| error::key("Error decoding and setting key: field <key> is not valid hex"))?;
-    Ok(key)
+    Secret::from_hex(s.as_bytes())
+        .ok_or_else(|| error::key("Error decoding and setting key: field <key> is not valid hex"))
 }
 
 fn parse_options(rest: &[&str]) -> Result<Options, Error> {
@@ -450,6 +499,47 @@ mod tests {
         assert!(masked.contains(&"0".repeat(128)) && !masked.contains("0102"));
         assert_eq!(Table::parse(&t.format(true)).unwrap(), t);
         assert!(!format!("{t:?}").contains("0102"));
+    }
+
+    #[test]
+    fn showkeys_line_is_rendered_in_locked_memory() {
+        let line = format!("0 1024 crypt aes-xts-plain64 {K64} 16 /tmp/x.img 8");
+        let t = Table::parse(&line).unwrap();
+        let shown = t.line(true);
+        assert_eq!(shown.as_str(), Some(line.as_str()));
+        // Room for the whole line up front: formatting never moved it.
+        assert!(shown.capacity() >= line.len());
+        let mut out = Secret::with_capacity(4096);
+        let at = out.addr();
+        t.write_line(true, &mut out);
+        assert_eq!(out.addr(), at, "formatted in place");
+        assert_eq!(&*out, line.as_bytes());
+        let masked = t.line(false);
+        assert!(!masked.as_str().unwrap().contains("0102"));
+        assert_eq!(masked.as_str().unwrap(), t.format(false));
+    }
+
+    #[test]
+    fn keys_from_a_key_file() {
+        let key = Secret::from_hex(K64.as_bytes()).unwrap();
+        let t = Table::parse_with_key("0 8 crypt aes-xts-plain64 - 0 /d 0", key.clone()).unwrap();
+        assert_eq!(t.key(), &*key);
+        assert_eq!(
+            t,
+            Table::parse(&format!("0 8 crypt aes-xts-plain64 {K64} 0 /d 0")).unwrap()
+        );
+        let e = |line: &str, k: &[u8]| {
+            Table::parse_with_key(line, Secret::from_slice(k))
+                .unwrap_err()
+                .to_string()
+        };
+        let literal = e(&format!("0 8 crypt aes-xts-plain64 {K64} 0 /d 0"), &key);
+        assert!(literal.contains("must be \"-\""), "{literal}");
+        assert!(!literal.contains("0102"), "{literal}");
+        assert!(e("0 8 crypt aes-xts-plain64 - 0 /d 0", &[1; 33]).contains("got 264 bits"));
+        assert!(e("0 8 crypt capi:ecb(cipher_null) - 0 /d 0", &[1; 32]).contains("takes no key"));
+        let null = Table::parse_with_key("0 8 crypt capi:ecb(cipher_null) - 0 /d 0", Secret::new());
+        assert!(null.unwrap().key().is_empty());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crypto::table::Table;
-use zeroize::Zeroizing;
+use crypto::Secret;
 
 use crate::control::{self, Ping};
 use crate::error::{invalid, Error, ErrorKind, Result};
@@ -65,12 +65,12 @@ pub fn spawn(exe: &Path, args: &[String], name: &str, table: &Table) -> Result<P
         .spawn()
         .map_err(|e| Error::new(ErrorKind::Io, "Cannot start the daemon").with_source(e))?;
     {
-        let line = Zeroizing::new(table.format(true));
+        let line = table.line(true);
         let mut stdin = child
             .stdin
             .take()
             .ok_or_else(|| Error::new(ErrorKind::Io, "Daemon has no stdin"))?;
-        stdin.write_all(line.as_bytes()).map_err(|e| {
+        stdin.write_all(&line).map_err(|e| {
             Error::new(ErrorKind::Io, "Cannot hand the table to the daemon").with_source(e)
         })?;
     }
@@ -108,14 +108,23 @@ pub fn spawn(exe: &Path, args: &[String], name: &str, table: &Table) -> Result<P
     }
 }
 
-/// The child's side: reads the table line [`spawn`] wrote. The buffer has
-/// room for any table line up front, so no reallocation leaves a copy of
-/// the key behind in freed memory.
+/// The child's side: reads the table line [`spawn`] wrote, straight into
+/// locked memory (a [`Secret`] wipes the old pages when it grows).
 pub fn read_table(input: impl Read) -> Result<Table> {
-    let mut line = Zeroizing::new(String::with_capacity(64 << 10));
-    input
-        .take(MAX_TABLE_LINE)
-        .read_to_string(&mut line)
-        .map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?;
-    crate::resolve::plain_table(&line)
+    let line = Secret::read_from(input.take(MAX_TABLE_LINE), MAX_TABLE_LINE as usize);
+    table_from(line)
+}
+
+/// [`read_table`] from standard input, past `Stdin`'s heap buffer (which
+/// would keep a copy of the key): what the detached daemon calls.
+pub fn read_table_stdin() -> Result<Table> {
+    table_from(Secret::read_stdin(MAX_TABLE_LINE as usize))
+}
+
+fn table_from(line: std::io::Result<Secret>) -> Result<Table> {
+    let line = line.map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?;
+    let line = line
+        .as_str()
+        .ok_or_else(|| invalid("Invalid table: the line from stdin is not UTF-8"))?;
+    crate::resolve::plain_table(line)
 }

@@ -11,11 +11,22 @@
 //! first (so a device that is no LUKS volume fails before any prompt),
 //! then [`Luks::unlock`] with the bytes. Keys stay in zeroizing buffers;
 //! the [`Table`] wipes its key on drop.
+//!
+//! A plain table given on the command line ([`plain_table_arg`]) keeps
+//! its key off argv, where `ps` shows it to every user:
+//!
+//! ```text
+//!  --table -                         the whole line from stdin (as dmsetup reads tables)
+//!  --table '... crypt CIPHER - ...'  the raw key bytes from --key-file FILE (- = stdin)
+//!    --key-file FILE                  (the key field `-` is the placeholder)
+//!  --table '... crypt CIPHER <hex> ...'  still works, with a warning on stderr
+//! ```
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crypto::table::Table;
+use crypto::Secret;
 use datapath::{CryptMode, EngineConfig, PerfFlags};
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +89,81 @@ pub fn device(path: &Path) -> Result<PathBuf> {
 /// Parses a dm-crypt table line (`Invalid table: …` on error).
 pub fn plain_table(line: &str) -> Result<Table> {
     Table::parse(line.trim()).map_err(|e| invalid("Invalid table").with_source(e))
+}
+
+/// Largest key file read for a plain table (far above any dm-crypt key).
+pub const MAX_KEY_FILE: usize = 64 << 10;
+
+/// Largest table line read from stdin.
+const MAX_TABLE_LINE: usize = 60 << 10;
+
+/// The table of `--table ARG [--key-file FILE]` (see the module doc):
+/// `ARG` `-` reads the line from stdin; with `key_file` the line's key
+/// field must be `-` and the key is the file's raw bytes (`-` = stdin).
+/// A literal key in `ARG` draws a warning on stderr. `stdin_free` is false
+/// when stdin carries something else (`map --write`'s plaintext): then
+/// neither may come from it.
+pub fn plain_table_arg(arg: &str, key_file: Option<&Path>, stdin_free: bool) -> Result<Table> {
+    let stdin = Path::new("-");
+    let table_on_stdin = arg.trim() == "-";
+    if table_on_stdin && key_file == Some(stdin) {
+        return Err(invalid(
+            "--table - and --key-file - both read stdin: give the key file by name",
+        ));
+    }
+    if !stdin_free && (table_on_stdin || key_file == Some(stdin)) {
+        return Err(invalid(
+            "--write reads plaintext from stdin: give the table and key file by name, not as -",
+        ));
+    }
+    let line = if table_on_stdin {
+        Some(
+            Secret::read_stdin(MAX_TABLE_LINE)
+                .map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?,
+        )
+    } else {
+        None
+    };
+    let text = match &line {
+        Some(l) => l
+            .as_str()
+            .ok_or_else(|| invalid("Invalid table: the line from stdin is not UTF-8"))?,
+        None => arg,
+    };
+    let Some(kf) = key_file else {
+        let t = plain_table(text)?;
+        if !table_on_stdin && !t.key().is_empty() {
+            eprintln!(
+                "ucrypt: warning: the key in --table is visible to every user (ps, /proc/PID/cmdline); \
+                 give it with --key-file FILE (key field -) or the whole line on stdin (--table -)"
+            );
+        }
+        return Ok(t);
+    };
+    let key = read_key_file(kf)?;
+    Table::parse_with_key(text.trim(), key).map_err(|e| invalid("Invalid table").with_source(e))
+}
+
+/// The raw bytes of a plain table's key file (`-` = stdin), read into
+/// locked memory.
+pub fn read_key_file(path: &Path) -> Result<Secret> {
+    let too_big = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            invalid(format!(
+                "Key file {} is larger than {} KiB: no dm-crypt key is that long",
+                path.display(),
+                MAX_KEY_FILE >> 10
+            ))
+        } else {
+            invalid(format!("Cannot read key file {}", path.display())).with_source(e)
+        }
+    };
+    if path == Path::new("-") {
+        return Secret::read_stdin(MAX_KEY_FILE).map_err(too_big);
+    }
+    let f = std::fs::File::open(path)
+        .map_err(|e| invalid(format!("Cannot open key file {}", path.display())).with_source(e))?;
+    Secret::read_from(f, MAX_KEY_FILE).map_err(too_big)
 }
 
 /// A LUKS volume whose header has been read, not yet unlocked.
@@ -228,6 +314,64 @@ mod tests {
             e.to_string().ends_with("zeros is not a valid LUKS device"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn plain_tables_take_keys_from_key_files() {
+        const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+        let dir = testutil::TempDir::new("daemon-resolve-keyfile");
+        let kf = dir.join("key");
+        std::fs::write(&kf, hex_bytes(KEY)).unwrap();
+        let t = plain_table_arg("0 8 crypt aes-xts-plain64 - 0 /x 0", Some(&kf), true).unwrap();
+        assert_eq!(t.key(), &hex_bytes(KEY)[..]);
+        assert_eq!(
+            t,
+            plain_table_arg(
+                &format!("0 8 crypt aes-xts-plain64 {KEY} 0 /x 0"),
+                None,
+                true
+            )
+            .unwrap()
+        );
+        let e = plain_table_arg(
+            &format!("0 8 crypt aes-xts-plain64 {KEY} 0 /x 0"),
+            Some(&kf),
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(!e.chain().contains(KEY), "{}", e.chain());
+        let e = plain_table_arg(
+            "0 8 crypt aes-xts-plain64 - 0 /x 0",
+            Some(&dir.join("no")),
+            true,
+        )
+        .unwrap_err();
+        assert!(
+            e.chain().starts_with("Cannot open key file"),
+            "{}",
+            e.chain()
+        );
+        std::fs::write(&kf, vec![1u8; MAX_KEY_FILE + 1]).unwrap();
+        let e = plain_table_arg("0 8 crypt aes-xts-plain64 - 0 /x 0", Some(&kf), true).unwrap_err();
+        assert!(e.chain().contains("larger than 64 KiB"), "{}", e.chain());
+        let stdin = Some(Path::new("-"));
+        for (arg, key, stdin_free) in [
+            ("-", stdin, true),
+            ("-", None, false),
+            ("0 8", stdin, false),
+        ] {
+            let e = plain_table_arg(arg, key, stdin_free).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert!(e.chain().contains("stdin"), "{}", e.chain());
+        }
+    }
+
+    fn hex_bytes(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]

@@ -592,7 +592,7 @@ impl Daemon {
                     .table
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .format(showkeys);
+                    .line(showkeys);
                 Ok(Reply::Table { line })
             }
             Request::Refresh { mode, flags } => self.refresh(mode, flags),

@@ -80,12 +80,17 @@ fn serve_status_refresh_table_close() {
     assert_eq!(s.nbd.map(|n| n.connections), Some(0));
 
     let masked = control::table("life", false, T).unwrap();
+    let masked = masked.as_str().unwrap();
     assert!(
         !masked.contains(KEY) && masked.contains(&"0".repeat(128)),
-        "{}",
-        *masked
+        "{masked}"
     );
-    assert!(control::table("life", true, T).unwrap().contains(KEY));
+    let shown = control::table("life", true, T).unwrap();
+    assert!(shown.as_str().unwrap().contains(KEY));
+    assert!(
+        shown.is_locked(),
+        "the client holds the line in locked memory"
+    );
 
     let r = control::refresh("life", Some(CryptMode::Adaptive), Flags::default(), T).unwrap();
     assert_eq!(
@@ -95,6 +100,8 @@ fn serve_status_refresh_table_close() {
     let s = control::status("life", T).unwrap();
     assert_eq!((s.mode, s.stats.reconfigurations), (CryptMode::Adaptive, 1));
     assert!(!control::table("life", false, T)
+        .unwrap()
+        .as_str()
         .unwrap()
         .contains("no_read_workqueue"));
 

@@ -9,7 +9,7 @@
 //! H = per-digest-block hash: block j -> hash(be32(j) || block)
 //! ```
 
-use zeroize::Zeroizing;
+use crypto::Secret;
 
 use crate::error::{invalid, random_error, Result};
 use crate::hash::Hash;
@@ -24,12 +24,12 @@ pub fn split_len(key_len: usize, stripes: u32) -> usize {
 }
 
 /// Splits `key` into `key.len() * stripes` bytes of AF material.
-pub fn split(key: &[u8], stripes: u32, hash: Hash) -> Result<Zeroizing<Vec<u8>>> {
+pub fn split(key: &[u8], stripes: u32, hash: Hash) -> Result<Secret> {
     if stripes == 0 || key.is_empty() {
         return Err(invalid("AF split needs a key and at least one stripe"));
     }
     let n = key.len();
-    let mut out = Zeroizing::new(vec![0u8; split_len(n, stripes)]);
+    let mut out = Secret::zeroed(split_len(n, stripes));
     getrandom::fill(&mut out[..n * (stripes as usize - 1)]).map_err(|e| {
         random_error(
             ErrorKind::InvalidArgument,
@@ -37,7 +37,7 @@ pub fn split(key: &[u8], stripes: u32, hash: Hash) -> Result<Zeroizing<Vec<u8>>>
             e,
         )
     })?;
-    let mut d = Zeroizing::new(vec![0u8; n]);
+    let mut d = Secret::zeroed(n);
     for i in 0..stripes as usize - 1 {
         xor_into(&mut d, &out[i * n..(i + 1) * n]);
         diffuse(&mut d, hash);
@@ -51,19 +51,14 @@ pub fn split(key: &[u8], stripes: u32, hash: Hash) -> Result<Zeroizing<Vec<u8>>>
 
 /// Recovers the key of length `key_len` from AF material (at least
 /// `key_len * stripes` bytes; extra padding is ignored).
-pub fn merge(
-    material: &[u8],
-    key_len: usize,
-    stripes: u32,
-    hash: Hash,
-) -> Result<Zeroizing<Vec<u8>>> {
+pub fn merge(material: &[u8], key_len: usize, stripes: u32, hash: Hash) -> Result<Secret> {
     if stripes == 0 || key_len == 0 || material.len() < split_len(key_len, stripes) {
         return Err(invalid(
             "AF material is shorter than key size times stripes",
         ));
     }
     let n = key_len;
-    let mut d = Zeroizing::new(vec![0u8; n]);
+    let mut d = Secret::zeroed(n);
     for i in 0..stripes as usize - 1 {
         xor_into(&mut d, &material[i * n..(i + 1) * n]);
         diffuse(&mut d, hash);

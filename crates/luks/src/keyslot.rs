@@ -3,6 +3,7 @@
 //! start of the area, as cryptsetup's `LUKS_encrypt_to_storage`), split and
 //! merge it, and check the volume key digest in constant time.
 
+use crypto::Secret;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
@@ -47,27 +48,19 @@ pub struct SlotParams<'a> {
 }
 
 /// Recovers the candidate volume key from encrypted `material`.
-pub fn open_material(
-    passphrase: &[u8],
-    p: &SlotParams<'_>,
-    material: &mut [u8],
-) -> Result<Zeroizing<Vec<u8>>> {
-    let mut pk = Zeroizing::new(vec![0u8; p.area_key_size]);
+pub fn open_material(passphrase: &[u8], p: &SlotParams<'_>, material: &mut [u8]) -> Result<Secret> {
+    let mut pk = Secret::zeroed(p.area_key_size);
     p.kdf.derive(passphrase, p.salt, &mut pk)?;
     area_cipher(p.cipher, &pk)?.decrypt(0, material);
     af::merge(material, p.key_size, p.stripes, p.af_hash)
 }
 
 /// Builds encrypted AF material for `volume_key` (whole sectors).
-pub fn seal_material(
-    passphrase: &[u8],
-    p: &SlotParams<'_>,
-    volume_key: &[u8],
-) -> Result<Zeroizing<Vec<u8>>> {
-    let mut pk = Zeroizing::new(vec![0u8; p.area_key_size]);
+pub fn seal_material(passphrase: &[u8], p: &SlotParams<'_>, volume_key: &[u8]) -> Result<Secret> {
+    let mut pk = Secret::zeroed(p.area_key_size);
     p.kdf.derive(passphrase, p.salt, &mut pk)?;
     let split = af::split(volume_key, p.stripes, p.af_hash)?;
-    let mut material = Zeroizing::new(vec![0u8; material_len(volume_key.len(), p.stripes)]);
+    let mut material = Secret::zeroed(material_len(volume_key.len(), p.stripes));
     material[..split.len()].copy_from_slice(&split);
     area_cipher(p.cipher, &pk)?.encrypt(0, &mut material);
     Ok(material)

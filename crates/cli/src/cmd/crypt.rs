@@ -42,6 +42,8 @@ pub enum Commands {
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
+    /// `-` reads the line from stdin (--read only); a <key> of `-` takes the raw
+    /// key from --key-file. A hex key here is visible in `ps` (warned).
     #[arg(long)]
     pub table: Option<String>,
     /// Map the LUKS volume on this device instead of a table line (the table
@@ -51,8 +53,9 @@ pub struct MapArgs {
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
-    /// Read the passphrase from this file (`-` = stdin) instead of prompting (with --luks).
-    #[arg(long, short = 'd', requires = "luks")]
+    /// With --luks: read the passphrase from this file (`-` = stdin) instead
+    /// of prompting. With --table: the raw key bytes for the table's `-` key field.
+    #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
     /// Try only this keyslot (with --luks).
     #[arg(long, short = 'S', requires = "luks")]
@@ -98,9 +101,10 @@ impl Commands {
                 };
                 let table = match (a.table, a.luks) {
                     (Some(line), _) => {
-                        // The line holds the key in hex: wipe it once parsed.
+                        // The line may hold the key in hex: wipe it once parsed.
                         let line = Zeroizing::new(line);
-                        daemon::resolve::plain_table(&line)?
+                        let stdin_free = dir == Direction::Read;
+                        daemon::resolve::plain_table_arg(&line, a.key_file.as_deref(), stdin_free)?
                     }
                     (None, Some(device)) => {
                         // --write reads plaintext from stdin, so the passphrase

@@ -122,6 +122,8 @@ pub struct OpenArgs {
     #[arg(long = "type", value_enum)]
     pub kind: Option<VolumeType>,
     /// dm-crypt table line for --type plain; its <device> is replaced by DEVICE.
+    /// `-` reads the line from stdin (as dmsetup does); a <key> of `-` takes the
+    /// raw key from --key-file. A hex key here is visible in `ps` (warned).
     #[arg(long)]
     pub table: Option<String>,
     /// Read the table line from standard input (used by the detached daemon).
@@ -130,7 +132,8 @@ pub struct OpenArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Read the passphrase from this file.
+    /// Read the passphrase (LUKS) or, for --table with a `-` key field, the raw
+    /// key bytes from this file (`-` = stdin).
     #[arg(long)]
     pub key_file: Option<PathBuf>,
     /// Only try this key slot.
@@ -206,8 +209,7 @@ impl Commands {
             Commands::Status { name } => status(&name),
             Commands::Table { name, showkeys } => {
                 runtime::check_name(&name)?;
-                println!("{}", *control::table(&name, showkeys, QUERY)?);
-                Ok(())
+                Ok(control::print_table(&name, showkeys, QUERY)?)
             }
             Commands::Refresh(a) => refresh(&a),
             Commands::List => list(),
@@ -240,7 +242,7 @@ fn open(a: OpenArgs) -> CmdResult {
         VolumeType::Luks
     });
     let (mut table, volume_type) = if a.table_stdin {
-        let t = daemon::detach::read_table(std::io::stdin().lock())?;
+        let t = daemon::detach::read_table_stdin()?;
         let k = match kind {
             VolumeType::Luks => Kind::of_header(a.header.as_deref().unwrap_or(&device)),
             VolumeType::Plain => Kind::Plain,
@@ -305,7 +307,8 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table
             let line = a.table.as_deref().ok_or_else(|| {
                 Failure::usage("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
             })?;
-            Ok((daemon::resolve::plain_table(line)?, Kind::Plain))
+            let table = daemon::resolve::plain_table_arg(line, a.key_file.as_deref(), true)?;
+            Ok((table, Kind::Plain))
         }
         VolumeType::Luks => {
             if a.table.is_some() {

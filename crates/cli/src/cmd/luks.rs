@@ -267,7 +267,7 @@ pub fn read_passphrase(
     key_file: Option<&Path>,
     prompt: &str,
     verify: bool,
-) -> Result<Zeroizing<Vec<u8>>, Failure> {
+) -> Result<crypto::Secret, Failure> {
     luks::passphrase::read(key_file, prompt, verify).map_err(fail)
 }
 
@@ -430,7 +430,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             if !vol.verify_volume_key(&vk) {
                 return Err(Failure::denied("Volume key does not match the volume"));
             }
-            (None, vk)
+            (None, crypto::Secret::from(vk))
         }
         None => {
             let pass = read_passphrase(

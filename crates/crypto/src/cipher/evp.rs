@@ -37,7 +37,8 @@ struct CtxPair {
 pub(crate) struct Evp {
     mode: EvpMode,
     cipher: &'static CipherRef,
-    key: Zeroizing<Vec<u8>>,
+    /// The raw key, kept to key new per-thread contexts (locked pages).
+    key: crate::Secret,
     /// Idle keyed contexts; a call takes one (or makes one) and returns it.
     pool: Mutex<Vec<CtxPair>>,
     fallback: Box<dyn SectorCipher>,
@@ -86,7 +87,7 @@ impl Evp {
         let me = Self {
             mode,
             cipher,
-            key: Zeroizing::new(key.to_vec()),
+            key: crate::Secret::from_slice(key),
             pool: Mutex::new(Vec::new()),
             fallback,
             name,

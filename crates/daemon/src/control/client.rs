@@ -1,12 +1,13 @@
 //! The client side of the control socket: [`call`] and one typed wrapper
 //! per request.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use crypto::Secret;
 use datapath::CryptMode;
-use zeroize::Zeroizing;
 
 use super::{decode_reply, encode_request, Flags, Ping, Reply, Request, Status};
 use crate::error::{Error, ErrorKind, Result};
@@ -54,19 +55,22 @@ pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
         )
         .with_source(e)
     })?;
-    // The reply to `table --showkeys` holds the key.
-    let mut reply = Zeroizing::new(String::with_capacity(64 << 10));
-    BufReader::new(s)
-        .take(MAX_REPLY)
-        .read_line(&mut reply)
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Protocol,
-                format!("No reply from the {name} daemon"),
-            )
-            .with_source(e)
-        })?;
-    match decode_reply(&reply) {
+    // The reply to `table --showkeys` holds the key: read straight into
+    // locked memory (no BufReader, whose heap buffer would keep a copy).
+    let reply = read_line(s.take(MAX_REPLY)).map_err(|e| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("No reply from the {name} daemon"),
+        )
+        .with_source(e)
+    })?;
+    let reply = reply.as_str().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("Malformed reply from the {name} daemon (not UTF-8)"),
+        )
+    })?;
+    match decode_reply(reply) {
         Ok(Reply::Failed { kind, message }) => Err(Error::new(kind, message)),
         Ok(r) => Ok(r),
         Err(e) if e.kind() == ErrorKind::Protocol && reply.is_empty() => Err(Error::new(
@@ -138,11 +142,43 @@ pub fn status(name: &str, timeout: Duration) -> Result<Status> {
     }
 }
 
-/// [`Request::Table`]; the line is wiped when dropped.
-pub fn table(name: &str, showkeys: bool, timeout: Duration) -> Result<Zeroizing<String>> {
+/// [`Request::Table`]; the line is in locked memory, wiped when dropped.
+pub fn table(name: &str, showkeys: bool, timeout: Duration) -> Result<Secret> {
     match call(name, &Request::Table { showkeys }, timeout)? {
-        Reply::Table { line } => Ok(Zeroizing::new(line)),
+        Reply::Table { line } => Ok(line),
         r => Err(unexpected(name, &r)),
+    }
+}
+
+/// `ucrypt table`: asks for the line and writes it, newline included, to
+/// standard output in one `write` from locked memory (past stdout's
+/// buffer, which would keep a heap copy of the key).
+pub fn print_table(name: &str, showkeys: bool, timeout: Duration) -> Result<()> {
+    let mut line = table(name, showkeys, timeout)?;
+    line.push(b'\n');
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let io = |e| Error::new(ErrorKind::Io, "Cannot write to standard output").with_source(e);
+    out.flush().map_err(io)?;
+    let fd = out.as_fd().try_clone_to_owned().map_err(io)?;
+    std::fs::File::from(fd).write_all(&line).map_err(io)
+}
+
+/// Reads until a newline (the one reply line; the daemon sends nothing
+/// after it) or end of input, into locked memory.
+fn read_line(mut input: impl Read) -> std::io::Result<Secret> {
+    let mut buf = Secret::with_capacity(4096);
+    let mut chunk = Secret::zeroed(4096);
+    loop {
+        let n = match input.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if n == 0 || chunk[..n].contains(&b'\n') {
+            return Ok(buf);
+        }
     }
 }
 

@@ -17,7 +17,13 @@
 //! [`ErrorKind::Protocol`] error, and a line that is no request at all gets
 //! [`ErrorKind::InvalidInput`], never a panic. Errors the daemon reports
 //! keep their [`ErrorKind`] on the client side.
+//!
+//! The one reply that can carry a key, `table --showkeys`, holds its line
+//! in a [`Secret`]: the daemon encodes the reply into locked memory
+//! ([`encode_reply_into`]) and the client reads and decodes it there, so
+//! neither side leaves a heap copy of the key behind.
 
+use crypto::Secret;
 use datapath::{CryptMode, PerfFlags};
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +33,7 @@ mod client;
 mod server;
 mod status;
 
-pub use client::{call, close, ping, refresh, status, table, Refreshed};
+pub use client::{call, close, ping, print_table, refresh, status, table, Refreshed};
 pub use server::{serve, Handled};
 pub use status::{DirStats, NbdStats, Stats, Status};
 
@@ -74,8 +80,9 @@ pub enum Reply {
     Status(Box<Status>),
     /// Answer to [`Request::Table`].
     Table {
-        /// The table line (key masked unless asked for).
-        line: String,
+        /// The table line (key masked unless asked for), in locked memory.
+        #[serde(with = "secret_text")]
+        line: Secret,
     },
     /// Answer to [`Request::Refresh`]: the configuration now in effect.
     Refreshed {
@@ -247,11 +254,17 @@ struct RequestLine {
     request: Request,
 }
 
-/// The reply line: a version and the reply.
-#[derive(Serialize, Deserialize)]
+/// The reply line as read: its version is checked first (`check_version`).
+#[derive(Deserialize)]
 struct ReplyLine {
-    version: u32,
     reply: Reply,
+}
+
+/// [`ReplyLine`] for encoding, borrowing the reply (no clone of a key).
+#[derive(Serialize)]
+struct ReplyLineRef<'a> {
+    version: u32,
+    reply: &'a Reply,
 }
 
 /// Only the version, read before the rest so a peer of another version
@@ -269,12 +282,59 @@ pub fn encode_request(req: &Request) -> String {
     })
 }
 
-/// Encodes a reply as one line (newline included).
+/// Encodes a reply as one line (newline included). A reply with a key
+/// goes through [`encode_reply_into`] instead.
 pub fn encode_reply(reply: &Reply) -> String {
-    line(&ReplyLine {
+    line(&ReplyLineRef {
         version: PROTOCOL_VERSION,
-        reply: reply.clone(),
+        reply,
     })
+}
+
+/// Appends the reply line (newline included) to `out`, in locked memory:
+/// serde_json writes the table line straight from its [`Secret`].
+pub fn encode_reply_into(reply: &Reply, out: &mut Secret) {
+    let v = ReplyLineRef {
+        version: PROTOCOL_VERSION,
+        reply,
+    };
+    // Writing into a Secret cannot fail, nor can serialising these types
+    // (see `line`).
+    let _ = serde_json::to_writer(&mut *out, &v);
+    out.push(b'\n');
+}
+
+/// Serde for a [`Secret`] holding UTF-8 text: written as a JSON string
+/// from the secret's bytes, read back into a new secret (serde_json hands
+/// an unescaped string over borrowed from the input, so no copy is made
+/// on the way).
+mod secret_text {
+    use std::fmt;
+
+    use crypto::Secret;
+    use serde::de::{self, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Secret, s: S) -> Result<S::Ok, S::Error> {
+        let text = v
+            .as_str()
+            .ok_or_else(|| serde::ser::Error::custom("table line is not UTF-8"))?;
+        s.serialize_str(text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Secret, D::Error> {
+        struct Text;
+        impl Visitor<'_> for Text {
+            type Value = Secret;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Secret, E> {
+                Ok(Secret::from(v))
+            }
+        }
+        d.deserialize_str(Text)
+    }
 }
 
 fn line<T: Serialize>(v: &T) -> String {

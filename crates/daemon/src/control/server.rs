@@ -5,9 +5,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-use zeroize::{Zeroize, Zeroizing};
+use crypto::Secret;
 
-use super::{decode_request, encode_reply, Reply, Request};
+use super::{decode_request, encode_reply_into, Reply, Request};
 
 /// Longest request line the daemon reads.
 const MAX_REQUEST: u64 = 64 << 10;
@@ -62,13 +62,13 @@ pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled)
             Err(e) => Reply::from(e).into(),
         };
         closing = handled.last;
-        let mut reply = handled.reply;
-        let text = Zeroizing::new(encode_reply(&reply));
-        let _ = (&conn).write_all(text.as_bytes());
-        // `table --showkeys` carries the key.
-        if let Reply::Table { line } = &mut reply {
-            line.zeroize();
-        }
+        // `table --showkeys` carries the key: the line is encoded into
+        // locked memory and written from there; both wipe as they drop.
+        let mut text = Secret::with_capacity(4096);
+        encode_reply_into(&handled.reply, &mut text);
+        let _ = (&conn).write_all(&text);
+        drop(text);
+        drop(handled.reply);
         if let Some(f) = handled.after_reply {
             f();
         }
@@ -91,7 +91,7 @@ mod tests {
         let server = std::thread::spawn(move || {
             serve(listener, |req| match req {
                 Request::Table { showkeys } => Reply::Table {
-                    line: format!("shown={showkeys}"),
+                    line: Secret::from(format!("shown={showkeys}").as_str()),
                 }
                 .into(),
                 Request::Close => Handled {
@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(
             exchange(&encode_request(&Request::Table { showkeys: true })),
             Reply::Table {
-                line: "shown=true".into()
+                line: Secret::from("shown=true")
             }
         );
         match exchange("garbage\n") {

@@ -536,7 +536,7 @@ mod tests {
             ..FormatOptions::default()
         };
         let o = Opened {
-            volume_key: key,
+            volume_key: key.into(),
             keyslot: 0,
             cipher: "aes-xts-plain64".into(),
             sector_size: 512,

@@ -20,6 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crypto::Secret;
 use zeroize::Zeroizing;
 
 use crate::error::{corrupt, Error, ErrorKind, Result};
@@ -36,8 +37,8 @@ use io::{device_size, open_ro};
 
 /// An unlocked volume: everything the data path needs.
 pub struct Opened {
-    /// The volume key (zeroized on drop, never printed).
-    pub volume_key: Zeroizing<Vec<u8>>,
+    /// The volume key (locked memory, zeroized on drop, never printed).
+    pub volume_key: Secret,
     /// Keyslot that opened it.
     pub keyslot: u32,
     /// dm-crypt cipher spec, e.g. `aes-xts-plain64`.
@@ -77,7 +78,7 @@ impl Opened {
     pub fn crypt_config(&self) -> crypto::CryptConfig {
         crypto::CryptConfig {
             cipher: self.cipher.clone(),
-            key: self.volume_key.clone(),
+            key: Zeroizing::new(self.volume_key.to_vec()),
             iv_offset: self.iv_offset,
             sector_size: self.sector_size,
             iv_large_sectors: self.iv_large_sectors,
@@ -88,21 +89,34 @@ impl Opened {
     /// in hex: treat as secret):
     /// `0 <sectors> crypt <cipher> <key> <iv_offset> <dev> <offset> [1 sector_size:N]`.
     pub fn table_line(&self, device: &Path) -> Zeroizing<String> {
-        let key: String = self.volume_key.iter().map(|b| format!("{b:02x}")).collect();
-        let key = Zeroizing::new(key);
-        let mut line = format!(
-            "0 {} crypt {} {} {} {} {}",
-            self.size / 512,
-            self.cipher,
-            key.as_str(),
+        Zeroizing::new(
+            self.table_text(device)
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    }
+
+    /// [`Opened::table_line`] in locked memory, the key's hex written
+    /// digit by digit (no `String` ever holds it).
+    fn table_text(&self, device: &Path) -> Secret {
+        use std::fmt::Write as _;
+        let mut line =
+            Secret::with_capacity(256 + device.as_os_str().len() + self.volume_key.len() * 2);
+        // fmt::Write on a Secret appends in place and cannot fail.
+        let _ = write!(line, "0 {} crypt {} ", self.size / 512, self.cipher);
+        line.push_hex(&self.volume_key);
+        let _ = write!(
+            line,
+            " {} {} {}",
             self.iv_offset,
             device.display(),
             self.payload_offset / 512
         );
         if self.sector_size != 512 {
-            line.push_str(&format!(" 1 sector_size:{}", self.sector_size));
+            let _ = write!(line, " 1 sector_size:{}", self.sector_size);
         }
-        Zeroizing::new(line)
+        line
     }
 }
 
@@ -110,7 +124,9 @@ impl Opened {
     /// The dm-crypt table cryptsetup would load, as a parsed
     /// [`crypto::table::Table`] for the data path.
     pub fn to_table(&self, device: &Path) -> Result<crypto::table::Table> {
-        crypto::table::Table::parse(&self.table_line(device)).map_err(|e| {
+        let line = self.table_text(device);
+        // Always UTF-8: the device is written through `display()`.
+        crypto::table::Table::parse(line.as_str().unwrap_or_default()).map_err(|e| {
             Error::crypto(
                 ErrorKind::InvalidArgument,
                 "Cannot build the dm-crypt table",

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 
-use zeroize::Zeroizing;
+use crypto::Secret;
 
 use super::io::{open_ro, read_exact_at};
 use super::{Opened, Volume};
@@ -16,7 +16,7 @@ use crate::Header;
 
 impl Volume {
     /// Tries the passphrase on one slot: `Ok(None)` when it does not fit.
-    fn try_slot(&self, f: &mut File, slot: u32, pass: &[u8]) -> Result<Option<Zeroizing<Vec<u8>>>> {
+    fn try_slot(&self, f: &mut File, slot: u32, pass: &[u8]) -> Result<Option<Secret>> {
         match &self.header {
             Header::V1(h) => {
                 let s = h
@@ -29,8 +29,7 @@ impl Volume {
                         format!("Keyslot {slot} is not active"),
                     ));
                 }
-                let mut mat =
-                    Zeroizing::new(vec![0u8; material_len(h.key_bytes as usize, s.stripes)]);
+                let mut mat = Secret::zeroed(material_len(h.key_bytes as usize, s.stripes));
                 read_exact_at(f, u64::from(s.key_material_offset) * 512, &mut mat)?;
                 let kdf = Kdf::Pbkdf2 {
                     hash: h.hash,
@@ -69,8 +68,7 @@ impl Volume {
                     .iter()
                     .find(|(_, d)| d.keyslots.iter().any(|k| k == &slot.to_string()))
                     .ok_or_else(|| corrupt(format!("Keyslot {slot} has no digest")))?;
-                let mut mat =
-                    Zeroizing::new(vec![0u8; material_len(ks.key_size as usize, ks.af.stripes)]);
+                let mut mat = Secret::zeroed(material_len(ks.key_size as usize, ks.af.stripes));
                 read_exact_at(f, ks.area.offset, &mut mat)?;
                 let salt = json::b64_decode(&ks.kdf.salt, "keyslot salt")?;
                 let params = keyslot::SlotParams {
@@ -93,11 +91,7 @@ impl Volume {
     }
 
     /// Finds the keyslot `pass` opens: `(slot, volume key)`.
-    pub fn unlock_key(
-        &self,
-        pass: &[u8],
-        key_slot: Option<u32>,
-    ) -> Result<(u32, Zeroizing<Vec<u8>>)> {
+    pub fn unlock_key(&self, pass: &[u8], key_slot: Option<u32>) -> Result<(u32, Secret)> {
         let mut f = open_ro(&self.meta_path)?;
         let slots: Vec<u32> = match key_slot {
             Some(s) => vec![s],
@@ -149,7 +143,8 @@ impl Volume {
     }
 
     /// Builds [`Opened`] from a verified volume key.
-    pub fn opened(&self, keyslot: u32, volume_key: Zeroizing<Vec<u8>>) -> Result<Opened> {
+    pub fn opened(&self, keyslot: u32, volume_key: impl Into<Secret>) -> Result<Opened> {
+        let volume_key = volume_key.into();
         let off = self.header.payload_offset();
         let ss = u64::from(self.header.sector_size());
         let (size, iv_offset) = match &self.header {
