@@ -10,7 +10,9 @@
 #   UCRYPT_VM_CACHE    cache dir (kernel, base initramfs): default target/vm-cache
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor (default), vhost (opt-in)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor seeds (default), vhost (opt-in)
+#   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
+#   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
 #   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
 # A missing prerequisite (qemu, kernel package, accelerator) fails the run with a
 # message naming it; the suite is never skipped silently.
@@ -19,7 +21,9 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache}"
 TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
-PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt advisor}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt advisor seeds}"
+CPUS="${UCRYPT_VM_CPUS:-2}"
+MEM="${UCRYPT_VM_MEM:-2048}"
 T0=$(date +%s)
 fatal() { echo "vm-test: $*" >&2; echo "0 passed, 1 failed"; echo "FAILED: vm-test setup: $*"; exit 1; }
 mkdir -p "$CACHE"
@@ -127,17 +131,17 @@ if [[ " $PARTS " == *" vhost "* ]]; then
   UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" open --key-file "$RUN/vhost.key" --allow-discards \
     --export vhost-user-blk="$RUN/vhost.sock" --num-queues 2 "$RUN/vhost.img" vmvhost >&2 \
     || fatal "ucrypt open --export vhost-user-blk failed"
-  VHOST_ARGS=(-object memory-backend-memfd,id=mem,size=2048M,share=on -numa node,memdev=mem
+  VHOST_ARGS=(-object memory-backend-memfd,id=mem,size=${MEM}M,share=on -numa node,memdev=mem
               -chardev "socket,id=vh0,path=$RUN/vhost.sock"
               -device vhost-user-blk-pci,chardev=vh0,num-queues=2)
 fi
 
 # 6. Boot. The guest prints @@VMTEST lines on the serial console and powers off.
 LOG="$RUN/console.log"
-APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL"
-echo "vm-test: booting $KVER ($ACCEL, 2 CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
+APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}"
+echo "vm-test: booting $KVER ($ACCEL, $CPUS CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
 set +e
-"$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp 2 -m 2048 \
+"$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp "$CPUS" -m "$MEM" \
   -nodefaults -no-reboot -display none -serial "file:$LOG" \
   -kernel "$KERNEL" -initrd "$RUN/initrd.cpio" -append "$APPEND" \
   -drive "file=$RUN/vda.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \

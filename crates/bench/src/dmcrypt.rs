@@ -1,40 +1,119 @@
-//! `--dm-crypt`: the seeds' exact experiment on the real kernel, and a flag
-//! advisor.
+//! `--dm-crypt`: the flag advisor on the real kernel's dm-crypt.
 //!
 //! ```text
-//!   modprobe brd rd_nr=1 rd_size=…      → /dev/ram0 (the seeds' ramdisk)
-//!   dmsetup create ucrypt-bench-<cipher>-<flags>   (table on stdin)
-//!       0 <sectors> crypt <cipher> <key> 0 /dev/ram0 0 [n flags…]
-//!   fio --filename=/dev/… --direct=1 --ioengine=libaio  (each workload)
-//!   dmsetup remove …; print the table and which flags win per workload,
-//!   with the `cryptsetup refresh --perf-…` line that applies them
+//!   preflight: root, dmsetup, /dev/mapper/control, dm-crypt (≥ 1.22 for the
+//!              workqueue flags), brd, fio   → Features, or every gap named
+//!   current flags: `dmsetup table NAME` (--mapping), else none
+//!   modprobe brd rd_nr=1 rd_size=…      → /dev/ram0, filled once
+//!   dmsetup create ucrypt-adv-<pid>-<i>  (table on stdin), all at once:
+//!       0 current · 1 control (current again) · 2.. the other flag sets
+//!       0 <sectors> crypt <cipher> <random key> 0 /dev/ram0 0 [n flags…]
+//!   rounds × cells × mappings (order rotated per round):
+//!       fio --filename=/dev/mapper/… --direct=1 --ioengine=libaio
+//!   advisor::render → one `cryptsetup refresh` line, gain, noise band
 //! ```
 //!
-//! Needs root, device-mapper (`dmsetup` and a working /dev/mapper/control),
-//! the brd module and fio. [`preflight`] checks them all first and names
-//! every missing one, so the command fails at once where they are absent.
+//! The modules are found through `modules.dep` / `modules.builtin`, not
+//! `modprobe -n`, so the preflight also works where modprobe is busybox's.
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use crate::driver::{Rw, Workload};
-use crate::runner::fio::fio;
-use crate::stats;
-use crate::target::{random_bytes, Cipher};
+use crate::advisor::{self, AdvisorWorkload, Current, Flags};
+use crate::target::random_bytes;
 use crate::{Error, Options};
 
-/// The four flag combinations of the seeds.
-pub const FLAG_SETS: [(&str, &[&str]); 4] = [
-    ("none", &[]),
-    ("no_read_workqueue", &["no_read_workqueue"]),
-    ("no_write_workqueue", &["no_write_workqueue"]),
-    ("both", &["no_read_workqueue", "no_write_workqueue"]),
-];
+/// The oldest dm-crypt target with `no_read_workqueue` and
+/// `no_write_workqueue` (Linux 5.9).
+pub const WORKQUEUE_FLAGS_SINCE: (u32, u32, u32) = (1, 22, 0);
 
-/// Checks every prerequisite and returns one message naming all missing.
-pub fn preflight() -> Result<(), Error> {
+/// What the kernel offers the advisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Features {
+    /// `uname -r`.
+    pub kernel: String,
+    /// The dm-crypt target's version, when it is loaded (`dmsetup targets`).
+    pub crypt: Option<(u32, u32, u32)>,
+}
+
+impl Features {
+    /// True when the loaded dm-crypt knows both workqueue flags.
+    pub fn workqueue_flags(&self) -> bool {
+        self.crypt.is_some_and(|v| v >= WORKQUEUE_FLAGS_SINCE)
+    }
+
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        match self.crypt {
+            Some((a, b, c)) => format!(
+                "kernel {}, dm-crypt v{a}.{b}.{c} (no_read_workqueue, no_write_workqueue: {})",
+                self.kernel,
+                if self.workqueue_flags() { "yes" } else { "no" }
+            ),
+            None => format!("kernel {}, dm-crypt not loaded", self.kernel),
+        }
+    }
+}
+
+/// The crypt target's version in `dmsetup targets` output
+/// (`crypt            v1.27.0`).
+pub fn crypt_version(targets: &str) -> Option<(u32, u32, u32)> {
+    let line = targets
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("crypt"))?;
+    let v = line.split_whitespace().nth(1)?.trim_start_matches('v');
+    let mut n = v.split('.').map(|x| x.parse::<u32>().ok());
+    Some((n.next()??, n.next()??, n.next()?.unwrap_or(0)))
+}
+
+/// True when `modules` (the text of `modules.dep` or `modules.builtin`)
+/// lists the module `name` (`dm-crypt` and `dm_crypt` alike, any
+/// compression).
+pub fn lists_module(modules: &str, name: &str) -> bool {
+    let want = name.replace('-', "_");
+    modules.lines().any(|l| {
+        let path = l.split(':').next().unwrap_or("");
+        let file = path.rsplit('/').next().unwrap_or("");
+        file.split(".ko")
+            .next()
+            .is_some_and(|m| !m.is_empty() && file.contains(".ko") && m.replace('-', "_") == want)
+    })
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// True when the kernel has `name` loaded, built in, or as a module file
+/// of this kernel (what `modprobe -n` would say, without modprobe).
+fn module_available(name: &str) -> bool {
+    if Path::new("/sys/module")
+        .join(name.replace('-', "_"))
+        .exists()
+    {
+        return true;
+    }
+    let dir = Path::new("/lib/modules").join(kernel_release());
+    ["modules.dep", "modules.builtin"]
+        .iter()
+        .any(|f| std::fs::read_to_string(dir.join(f)).is_ok_and(|t| lists_module(&t, name)))
+}
+
+fn dmsetup_targets() -> String {
+    Command::new("dmsetup")
+        .arg("targets")
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Checks every prerequisite and returns what the kernel offers, or one
+/// message naming everything missing.
+pub fn preflight() -> Result<Features, Error> {
     let mut missing = Vec::new();
     if !nix::unistd::geteuid().is_root() {
         missing.push("root privileges (run as root)".to_string());
@@ -52,33 +131,52 @@ pub fn preflight() -> Result<(), Error> {
             "device-mapper in the kernel (/dev/mapper/control: {e})"
         )),
     }
-    let brd_loaded = Path::new("/sys/module/brd").exists() || Path::new("/dev/ram0").exists();
-    if !brd_loaded {
-        let probe = which("modprobe").map(|m| {
-            Command::new(m)
-                .args(["-n", "brd"])
-                .stderr(Stdio::null())
-                .status()
-        });
-        match probe {
-            Some(Ok(st)) if st.success() => {}
-            Some(_) => missing.push(
-                "the brd ramdisk module (modprobe -n brd fails: no module for this kernel)"
-                    .to_string(),
-            ),
-            None => missing.push(
-                "the brd ramdisk module (not loaded, and no modprobe to load it)".to_string(),
-            ),
+    let kernel = kernel_release();
+    let mut crypt = None;
+    if which("dmsetup").is_some() {
+        crypt = crypt_version(&dmsetup_targets());
+        if crypt.is_none() && module_available("dm-crypt") {
+            // Loaded on demand; load it now to learn its version.
+            if let Some(m) = which("modprobe") {
+                let _ = Command::new(m)
+                    .arg("dm_crypt")
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            crypt = crypt_version(&dmsetup_targets());
         }
+        if crypt.is_none() {
+            missing.push(format!(
+                "the dm-crypt target (not in `dmsetup targets`, no dm-crypt module for kernel {kernel})"
+            ));
+        }
+    }
+    let features = Features { kernel, crypt };
+    if crypt.is_some() && !features.workqueue_flags() {
+        missing.push(format!(
+            "dm-crypt ≥ 1.22 (Linux 5.9) for no_read_workqueue/no_write_workqueue; {}",
+            features.describe()
+        ));
+    }
+    let brd_here = Path::new("/dev/ram0").exists() || module_available("brd");
+    if !brd_here {
+        missing.push(if which("modprobe").is_some() {
+            format!(
+                "the brd ramdisk module (no brd module for kernel {})",
+                features.kernel
+            )
+        } else {
+            "the brd ramdisk module (not loaded, and no modprobe to load it)".to_string()
+        });
     }
     if which("fio").is_none() {
         missing.push("fio (apt-get install fio)".to_string());
     }
     if missing.is_empty() {
-        Ok(())
+        Ok(features)
     } else {
         Err(Error::Missing {
-            needs: "The --dm-crypt experiment needs a host with device-mapper, brd, fio and root",
+            needs: "The --dm-crypt advisor needs a host with device-mapper, dm-crypt, brd, fio and root",
             missing,
         })
     }
@@ -92,43 +190,14 @@ fn which(tool: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// One kernel measurement.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct KernelCell {
-    /// `ram0` or `<cipher>/<flags>`.
-    pub device: String,
-    /// Cipher spec (None for the raw ramdisk).
-    pub cipher: Option<String>,
-    /// Flag set name.
-    pub flags: Option<String>,
-    /// Direction.
-    pub rw: Rw,
-    /// Block size.
-    pub bs: u32,
-    /// Queue depth.
-    pub qd: usize,
-    /// Jobs.
-    pub jobs: usize,
-    /// Median MiB/s.
-    pub mib_s: f64,
-}
-
-/// The workloads the advisor decides for: the seeds' 4k QD1, many small
-/// parallel requests, and Nobuto's large deep IO.
-pub fn workloads(runtime: Duration) -> Vec<Workload> {
-    let mut v = Vec::new();
-    for (bs, qd, jobs) in [(4096u32, 1usize, 1usize), (4096, 32, 4), (4 << 20, 16, 1)] {
-        for rw in [Rw::Read, Rw::Write] {
-            v.push(Workload {
-                rw,
-                bs,
-                qd,
-                jobs,
-                runtime,
-            });
-        }
-    }
-    v
+/// What the user asks the advisor.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The workload the volume serves.
+    pub workload: AdvisorWorkload,
+    /// The live mapping whose current flags (and cipher) to start from;
+    /// without one: aes-xts-plain64 with no flags, answered for `<name>`.
+    pub mapping: Option<String>,
 }
 
 struct Mapping(String);
@@ -137,6 +206,8 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         let _ = Command::new("dmsetup")
             .args(["remove", "--retry", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .status();
     }
 }
@@ -169,186 +240,236 @@ fn create(name: &str, table: &str) -> Result<Mapping, Error> {
     Ok(Mapping(name.to_string()))
 }
 
-/// Runs the experiment and returns the printable report.
-pub fn run(opts: &Options) -> Result<String, Error> {
-    preflight()?;
-    let size = opts.size;
-    if !Path::new("/dev/ram0").exists() {
-        let st = Command::new("modprobe")
-            .args(["brd", "rd_nr=1", &format!("rd_size={}", size / 1024)])
-            .status()
-            .map_err(|source| Error::Spawn {
-                program: "modprobe brd".into(),
-                source,
-            })?;
-        if !st.success() {
-            return Err(Error::Failed {
-                program: "modprobe brd".into(),
-                status: st,
-                output: String::new(),
-            });
+fn output(program: &str, args: &[&str]) -> Result<String, Error> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| Error::Spawn {
+            program: program.into(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(Error::Failed {
+            program: format!("{program} {}", args.join(" ")),
+            status: out.status,
+            output: String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .chain(String::from_utf8_lossy(&out.stdout).lines())
+                .take(4)
+                .collect::<Vec<_>>()
+                .join(" | "),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Throughput (bytes/s, read plus write) per entry of an fio JSON report:
+/// `(jobname, bytes/s)` for each job, or for each reporting group under
+/// `group_reporting` (named after its first job).
+pub fn fio_totals(text: &str) -> Result<Vec<(String, f64)>, Error> {
+    let start = text.find('{').ok_or(Error::FioField("a JSON object"))?;
+    let v: serde_json::Value = serde_json::from_str(&text[start..]).map_err(Error::FioJson)?;
+    let jobs = v["jobs"]
+        .as_array()
+        .filter(|j| !j.is_empty())
+        .ok_or(Error::FioField("jobs"))?;
+    let mut out = Vec::new();
+    for job in jobs {
+        if let Some(e) = job["error"].as_i64().filter(|&e| e != 0) {
+            return Err(Error::FioJob(e));
         }
+        let mut total = 0.0;
+        for dir in ["read", "write"] {
+            total += job[dir]["bw_bytes"]
+                .as_f64()
+                .ok_or(Error::FioField("bw_bytes"))?;
+        }
+        out.push((job["jobname"].as_str().unwrap_or("").to_string(), total));
+    }
+    Ok(out)
+}
+
+/// Runs the advisor and returns the printable report.
+pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
+    opts.validate()?;
+    let features = preflight()?;
+    let current = match &req.mapping {
+        Some(name) => Current::parse(name, &output("dmsetup", &["table", name])?)?,
+        None => Current {
+            cipher: "aes-xts-plain64".into(),
+            key_len: 64,
+            flags: Flags {
+                kept: (opts.sector_size != 512)
+                    .then(|| format!("sector_size:{}", opts.sector_size))
+                    .into_iter()
+                    .collect(),
+                ..Flags::default()
+            },
+        },
+    };
+    let name = req.mapping.as_deref().unwrap_or("<name>");
+    if !Path::new("/dev/ram0").exists() {
+        output(
+            "modprobe",
+            &["brd", "rd_nr=1", &format!("rd_size={}", opts.size / 1024)],
+        )?;
     }
     let ram_size = std::fs::read_to_string("/sys/block/ram0/size")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or(size, |sectors| sectors * 512)
-        .min(size);
-    let sectors = ram_size / 512;
-    let ws = workloads(opts.runtime);
-    let direct = |dev: &str| {
-        vec![
-            format!("--filename={dev}"),
-            "--ioengine=libaio".into(),
+        .map_or(opts.size, |sectors| sectors * 512)
+        .min(opts.size);
+    let unit = current.sector_size().max(512);
+    let ram_size = ram_size / unit * unit;
+    // Every page of the ramdisk exists before anything is measured (brd
+    // answers reads of unwritten pages without touching memory).
+    crate::runner::fio::fill(
+        &[
+            "--filename=/dev/ram0".into(),
             "--direct=1".into(),
-        ]
+            "--ioengine=libaio".into(),
+        ],
+        ram_size,
+    )?;
+    let mut key = zeroize::Zeroizing::new(vec![0u8; current.key_len]);
+    random_bytes(&mut key)?;
+    let hexkey: zeroize::Zeroizing<String> = zeroize::Zeroizing::new(if key.is_empty() {
+        "-".into()
+    } else {
+        key.iter().map(|b| format!("{b:02x}")).collect()
+    });
+    // Mapping 0 current, 1 the control (current again), 2.. candidates.
+    let flag_sets = current.flags.combinations();
+    let mut sets: Vec<&Flags> = vec![&flag_sets[0]];
+    sets.extend(flag_sets.iter());
+    let mut maps = Vec::new();
+    for (i, f) in sets.iter().enumerate() {
+        let table = zeroize::Zeroizing::new(format!(
+            "0 {} crypt {} {} 0 /dev/ram0 0 {}",
+            ram_size / 512,
+            current.cipher,
+            hexkey.as_str(),
+            f.table_words()
+        ));
+        maps.push(create(
+            &format!("ucrypt-adv-{}-{i}", std::process::id()),
+            table.trim_end(),
+        )?);
+    }
+    let labels = req.workload.labels();
+    let job_path = std::env::temp_dir().join(format!("ucrypt-advisor-{}.fio", std::process::id()));
+    let dev = |m: usize| format!("/dev/mapper/{}", maps[m].0);
+    let timing = [
+        format!("--runtime={}ms", opts.runtime.as_millis().max(1)),
+        format!("--ramp_time={}ms", opts.warmup.as_millis()),
+        "--time_based".into(),
+    ];
+    // One cell on every mapping in `order`, as bytes/s per mapping. A preset
+    // cell is one fio process with a stonewalled job group per mapping (one
+    // process start per cell, which dominates on slow or emulated CPUs); a
+    // job file runs once per mapping.
+    let measure = |order: &[usize], cell: usize| -> Result<Vec<f64>, Error> {
+        let mut got = vec![0.0; order.len()];
+        match &req.workload {
+            AdvisorWorkload::Preset(p) => {
+                let c = &p.cells[cell];
+                let per_job = (ram_size / c.jobs as u64) / u64::from(c.bs) * u64::from(c.bs);
+                if per_job == 0 {
+                    return Err(crate::OptionsError::TooSmall {
+                        size: ram_size,
+                        jobs: c.jobs,
+                        bs: c.bs,
+                    }
+                    .into());
+                }
+                let mut args = vec![
+                    "--direct=1".to_string(),
+                    "--ioengine=libaio".into(),
+                    format!("--size={per_job}"),
+                    format!("--offset_increment={per_job}"),
+                    "--group_reporting".into(),
+                    "--output-format=json".into(),
+                ];
+                args.extend(timing.iter().cloned());
+                args.extend(c.fio_args());
+                for &m in order {
+                    args.extend([
+                        format!("--name=m{m}"),
+                        format!("--filename={}", dev(m)),
+                        "--stonewall".into(),
+                    ]);
+                }
+                let text = output("fio", &args.iter().map(String::as_str).collect::<Vec<_>>())?;
+                for (name, bw) in fio_totals(&text)? {
+                    if let Some(m) = name.strip_prefix('m').and_then(|m| m.parse::<usize>().ok()) {
+                        if let Some(g) = got.get_mut(m) {
+                            *g = bw;
+                        }
+                    }
+                }
+            }
+            AdvisorWorkload::JobFile { text, .. } => {
+                for &m in order {
+                    let job = advisor::job_file_for(
+                        text,
+                        &dev(m),
+                        ram_size,
+                        opts.runtime.as_millis(),
+                        opts.warmup.as_millis(),
+                    );
+                    std::fs::write(&job_path, job).map_err(|source| Error::Output {
+                        path: job_path.clone(),
+                        source,
+                    })?;
+                    let path = job_path.to_string_lossy();
+                    let out = output("fio", &["--output-format=json", &path])?;
+                    got[m] = fio_totals(&out)?.iter().map(|(_, bw)| bw).sum();
+                }
+            }
+        }
+        Ok(got)
     };
-    let measure = |dev: &str, w: &Workload| -> Result<f64, Error> {
-        let mut v = Vec::new();
-        for _ in 0..opts.reps {
-            v.push(stats::mib_per_s(
-                fio(&direct(dev), w, ram_size, opts.warmup)?.bytes_per_s,
-            ));
+    let n = maps.len();
+    let mut rounds: advisor::Rounds = Vec::new();
+    for r in 0..opts.reps {
+        if opts.progress {
+            eprintln!("advisor: round {}/{}", r + 1, opts.reps);
         }
-        Ok(stats::median(&v).unwrap_or(0.0))
-    };
-    let mut cells = Vec::new();
-    for w in &ws {
-        cells.push(KernelCell {
-            device: "ram0".into(),
-            cipher: None,
-            flags: None,
-            rw: w.rw,
-            bs: w.bs,
-            qd: w.qd,
-            jobs: w.jobs,
-            mib_s: measure("/dev/ram0", w)?,
-        });
-    }
-    for cipher in [Cipher::Null, Cipher::AesXts] {
-        let mut key = zeroize::Zeroizing::new(vec![0u8; cipher.key_len()]);
-        random_bytes(&mut key)?;
-        let hexkey: zeroize::Zeroizing<String> = zeroize::Zeroizing::new(if key.is_empty() {
-            "-".into()
-        } else {
-            key.iter().map(|b| format!("{b:02x}")).collect()
-        });
-        for (fname, flags) in FLAG_SETS {
-            let name = format!(
-                "ucrypt-bench-{}-{}",
-                cipher.short(),
-                fname.replace('_', "-")
-            );
-            let mut table = format!(
-                "0 {sectors} crypt {} {} 0 /dev/ram0 0",
-                cipher.spec(),
-                hexkey.as_str()
-            );
-            if !flags.is_empty() {
-                table.push_str(&format!(" {} {}", flags.len(), flags.join(" ")));
+        let mut round = vec![vec![0.0; labels.len()]; n];
+        // Interleaved: every mapping once per cell, the order rotated per
+        // round so no flag set always runs first or last.
+        let order: Vec<usize> = (0..n).map(|k| (k + r) % n).collect();
+        for cell in 0..labels.len() {
+            let got = measure(&order, cell)?;
+            for (row, bw) in round.iter_mut().zip(got) {
+                row[cell] = bw;
             }
-            let table = zeroize::Zeroizing::new(table);
-            let map = create(&name, &table)?;
-            let dev = format!("/dev/mapper/{}", map.0);
-            for w in &ws {
-                cells.push(KernelCell {
-                    device: format!("{}/{fname}", cipher.short()),
-                    cipher: Some(cipher.spec().into()),
-                    flags: Some(fname.into()),
-                    rw: w.rw,
-                    bs: w.bs,
-                    qd: w.qd,
-                    jobs: w.jobs,
-                    mib_s: measure(&dev, w)?,
-                });
-            }
-            drop(map);
         }
+        rounds.push(round);
     }
-    Ok(advise(&cells, &ws))
-}
-
-/// Formats the kernel table and, per cipher and workload, the fastest flag
-/// set with the `cryptsetup refresh` line for it.
-pub fn advise(cells: &[KernelCell], ws: &[Workload]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "dm-crypt on brd (/dev/ram0), fio libaio direct=1, MiB/s (median):"
+    let _ = std::fs::remove_file(&job_path);
+    drop(maps);
+    let header = format!(
+        "dm-crypt flag advisor: {}\n{}; {} over brd (/dev/ram0, {} MiB), fio libaio direct=1, {} per measurement\ncurrent flags: {}{}",
+        req.workload.describe(),
+        features.describe(),
+        current.cipher,
+        ram_size >> 20,
+        humantime::format_duration(opts.runtime),
+        current.flags.name(),
+        req.mapping
+            .as_ref()
+            .map_or(" (no --mapping given: cryptsetup's defaults)".to_string(), |m| format!(
+                " (from mapping {m}{})",
+                if current.flags.kept.is_empty() {
+                    String::new()
+                } else {
+                    format!("; kept: {}", current.flags.kept.join(" "))
+                }
+            )),
     );
-    let _ = writeln!(
-        s,
-        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "device", "4k QD1 r", "4k QD1 w", "4k 32x4 r", "4k 32x4 w", "4M QD16 r", "4M QD16 w"
-    );
-    let mut devices: Vec<&str> = Vec::new();
-    for c in cells {
-        if !devices.contains(&c.device.as_str()) {
-            devices.push(&c.device);
-        }
-    }
-    for d in &devices {
-        let _ = write!(s, "{d:<26}");
-        for w in ws {
-            let v = cells.iter().find(|c| {
-                c.device == *d && c.rw == w.rw && c.bs == w.bs && c.qd == w.qd && c.jobs == w.jobs
-            });
-            let _ = write!(s, " {:>9.1}", v.map_or(0.0, |c| c.mib_s));
-        }
-        let _ = writeln!(s);
-    }
-    let _ = writeln!(s);
-    for cipher in [Cipher::Null, Cipher::AesXts] {
-        let mut pairs = Vec::new();
-        for pair in ws.chunks(2) {
-            let [r, w] = pair else { continue };
-            // The flag set with the best read + write for this workload.
-            let score = |fname: &str| {
-                [r, w]
-                    .iter()
-                    .map(|wl| {
-                        cells
-                            .iter()
-                            .find(|c| {
-                                c.cipher.as_deref() == Some(cipher.spec())
-                                    && c.flags.as_deref() == Some(fname)
-                                    && c.rw == wl.rw
-                                    && c.bs == wl.bs
-                                    && c.qd == wl.qd
-                                    && c.jobs == wl.jobs
-                            })
-                            .map_or(0.0, |c| c.mib_s)
-                    })
-                    .sum::<f64>()
-            };
-            let best = FLAG_SETS
-                .iter()
-                .map(|(f, _)| (*f, score(f)))
-                .max_by(|a, b| a.1.total_cmp(&b.1));
-            if let Some((f, _)) = best {
-                pairs.push((
-                    format!("{} QD{} jobs={}", crate::report::fmt_bs(r.bs), r.qd, r.jobs),
-                    f,
-                ));
-            }
-        }
-        for (wl, f) in pairs {
-            let perf = match f {
-                "no_read_workqueue" => "--perf-no_read_workqueue",
-                "no_write_workqueue" => "--perf-no_write_workqueue",
-                "both" => "--perf-no_read_workqueue --perf-no_write_workqueue",
-                _ => "",
-            };
-            let line = if perf.is_empty() {
-                "cryptsetup refresh <name>  (default queues)".to_string()
-            } else {
-                format!("cryptsetup refresh {perf} <name>")
-            };
-            let _ = writeln!(s, "{:<16} {:<20} use {:<20} {line}", cipher.spec(), wl, f);
-        }
-    }
-    s
+    Ok(advisor::render(&header, &labels, &flag_sets, &rounds, name))
 }
 
 #[cfg(test)]
@@ -359,40 +480,62 @@ mod tests {
     fn preflight_names_what_is_missing() {
         // On a host with everything this passes; elsewhere the message must
         // name each missing component.
-        if let Err(e) = preflight() {
-            let m = e.to_string();
-            assert!(m.starts_with("The --dm-crypt experiment needs"), "{m}");
-            assert!(m.contains("missing here:"), "{m}");
+        match preflight() {
+            Ok(f) => assert!(f.workqueue_flags(), "{f:?}"),
+            Err(e) => {
+                let m = e.to_string();
+                assert!(m.starts_with("The --dm-crypt advisor needs"), "{m}");
+                assert!(m.contains("missing here:"), "{m}");
+            }
         }
     }
 
     #[test]
-    fn advice_picks_the_fastest_flags() {
-        let ws = workloads(Duration::from_millis(1));
-        let mut cells = Vec::new();
-        for (fname, _) in FLAG_SETS {
-            for w in &ws {
-                // "both" wins small IO, "none" wins 4M.
-                let mib = match (fname, w.bs) {
-                    ("both", 4096) => 300.0,
-                    ("none", b) if b > 4096 => 900.0,
-                    _ => 100.0,
-                };
-                cells.push(KernelCell {
-                    device: format!("aes/{fname}"),
-                    cipher: Some("aes-xts-plain64".into()),
-                    flags: Some(fname.into()),
-                    rw: w.rw,
-                    bs: w.bs,
-                    qd: w.qd,
-                    jobs: w.jobs,
-                    mib_s: mib,
-                });
-            }
-        }
-        let s = advise(&cells, &ws);
-        assert!(s.contains("aes-xts-plain64  4k QD1 jobs=1"), "{s}");
-        assert!(s.contains("use both                 cryptsetup refresh --perf-no_read_workqueue --perf-no_write_workqueue <name>"), "{s}");
-        assert!(s.contains("4M QD16 jobs=1       use none"), "{s}");
+    fn kernel_features_without_modprobe() {
+        let targets =
+            "striped          v1.6.0\ncrypt            v1.27.0\nlinear           v1.4.0\n";
+        assert_eq!(crypt_version(targets), Some((1, 27, 0)));
+        assert_eq!(crypt_version("linear v1.4.0\n"), None);
+        let old = Features {
+            kernel: "5.4".into(),
+            crypt: crypt_version("crypt v1.19.0"),
+        };
+        assert!(!old.workqueue_flags());
+        assert!(
+            old.describe().contains("no_write_workqueue: no"),
+            "{}",
+            old.describe()
+        );
+        let dep = "kernel/drivers/md/dm-crypt.ko.xz: kernel/drivers/md/dm-mod.ko.xz\n\
+                   kernel/drivers/block/brd.ko:\n";
+        assert!(lists_module(dep, "dm-crypt") && lists_module(dep, "dm_crypt"));
+        assert!(lists_module(dep, "brd"));
+        assert!(
+            !lists_module(dep, "dm-mod"),
+            "a dependency is not a module line"
+        );
+        assert!(!lists_module(dep, "dm"));
+        assert!(lists_module("kernel/drivers/md/dm-mod.ko\n", "dm_mod"));
+    }
+
+    #[test]
+    fn fio_totals_add_reads_and_writes_per_job() {
+        let t = r#"{"jobs":[{"error":0,"read":{"bw_bytes":100},"write":{"bw_bytes":50}},
+                   {"error":0,"read":{"bw_bytes":0},"write":{"bw_bytes":25}}]}"#;
+        assert_eq!(
+            fio_totals(t).unwrap(),
+            [(String::new(), 150.0), (String::new(), 25.0)]
+        );
+        let named =
+            r#"{"jobs":[{"jobname":"m3","error":0,"read":{"bw_bytes":7},"write":{"bw_bytes":0}}]}"#;
+        assert_eq!(fio_totals(named).unwrap(), [("m3".to_string(), 7.0)]);
+        assert!(matches!(
+            fio_totals("{\"jobs\":[]}"),
+            Err(Error::FioField("jobs"))
+        ));
+        assert!(matches!(
+            fio_totals(r#"{"jobs":[{"error":5,"read":{"bw_bytes":1},"write":{"bw_bytes":1}}]}"#),
+            Err(Error::FioJob(5))
+        ));
     }
 }

@@ -178,6 +178,30 @@ pub enum OptionsError {
     /// An unknown profile name.
     #[error("Unknown profile `{0}` (known: quick, default, full, grid)")]
     UnknownProfile(String),
+    /// An unknown advisor workload preset.
+    #[error("Unknown workload `{name}` (known: {known}; or --fio-job FILE)")]
+    UnknownWorkload {
+        /// The name given.
+        name: String,
+        /// The known presets, comma-separated.
+        known: String,
+    },
+    /// A mapping the advisor cannot take its current flags from.
+    #[error("Cannot advise on mapping {name}: {reason}")]
+    Mapping {
+        /// The mapping name given.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// An fio job file the advisor cannot read.
+    #[error("Cannot read the fio job file {path}: {reason}")]
+    JobFile {
+        /// The path given.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// The device cannot hold one block per job.
     #[error("Device of {size} bytes too small for {jobs} jobs of {bs} bytes")]
     TooSmall {

@@ -21,12 +21,14 @@
 //!   report (table, grid table, JSON, CSV) + heatmap (PNG, SVG)
 //! ```
 //!
-//! `--dm-crypt` ([`dmcrypt`]) runs the kernel experiment with fio.
+//! `--dm-crypt` ([`dmcrypt`]) runs the flag advisor on the kernel's dm-crypt
+//! with fio; [`advisor`] holds its workloads and its decision.
 
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
+pub mod advisor;
 pub mod dmcrypt;
 pub mod driver;
 mod error;

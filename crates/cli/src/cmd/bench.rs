@@ -99,10 +99,28 @@ pub struct BenchArgs {
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw, luks).
     #[arg(long)]
     peers: bool,
-    /// Run the seeds' experiment on the kernel's dm-crypt (needs root,
-    /// device-mapper, brd, fio) and print which flags to use.
+    /// The dm-crypt flag advisor: measure the kernel's dm-crypt over brd
+    /// with the current flags, a control and each candidate (needs root,
+    /// device-mapper, brd, fio) and answer one `cryptsetup refresh` line.
     #[arg(long)]
     dm_crypt: bool,
+    /// With --dm-crypt: the workload to decide for: db, vm, backup or seeds
+    /// (default seeds).
+    #[arg(
+        long,
+        value_name = "PRESET",
+        requires = "dm_crypt",
+        conflicts_with = "fio_job"
+    )]
+    workload: Option<String>,
+    /// With --dm-crypt: decide for this fio job file instead (its filename
+    /// and timing are the advisor's).
+    #[arg(long, value_name = "FILE", requires = "dm_crypt")]
+    fio_job: Option<PathBuf>,
+    /// With --dm-crypt: the live mapping to start from (its cipher and
+    /// current flags), named in the answer.
+    #[arg(long, value_name = "NAME", requires = "dm_crypt")]
+    mapping: Option<String>,
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -228,7 +246,15 @@ impl BenchArgs {
     fn run(self) -> CmdResult {
         let opts = self.options()?;
         if self.dm_crypt {
-            let text = bench::dmcrypt::run(&opts).map_err(bench_failure)?;
+            let req = bench::dmcrypt::Request {
+                workload: bench::advisor::AdvisorWorkload::new(
+                    self.workload.as_deref(),
+                    self.fio_job.as_deref(),
+                )
+                .map_err(bench_failure)?,
+                mapping: self.mapping.clone(),
+            };
+            let text = bench::dmcrypt::run(&opts, &req).map_err(bench_failure)?;
             print!("{text}");
             return Ok(());
         }
