@@ -29,6 +29,7 @@
 use std::time::Duration;
 
 pub mod advisor;
+pub mod ciphers;
 pub mod dmcrypt;
 pub mod driver;
 mod error;
@@ -42,7 +43,7 @@ pub mod target;
 
 pub use driver::{Rw, Workload};
 pub use error::{Error, OptionsError};
-pub use options::{default_out_dir, sweep_set, timestamp_compact, Options};
+pub use options::{default_out_dir, sweep_set, timestamp_compact, Options, Overrides};
 pub use report::{CellResult, Phase, Report};
 pub use runner::fio as external;
 pub use target::{Cipher, Mode, Target};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::driver::Rw;
 use crate::error::OptionsError;
 use crate::plan::{Plan, Shape};
+use crate::stats::{parse_duration, parse_size};
 use crate::target::{Cipher, Mode, Target};
 
 /// Everything `ucrypt bench` can be told.
@@ -212,6 +213,162 @@ impl Options {
     }
 }
 
+/// Command-line changes to a profile, as typed: lists comma-separated
+/// (`4k,64k`), sizes with a unit (`512M`), durations with one (`250ms`).
+/// [`Options::with_overrides`] parses and applies them.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// Headline targets (`raw,aes-inline`, `null`, `aes`, `all`).
+    pub targets: Option<String>,
+    /// Sweep targets.
+    pub sweep_targets: Option<String>,
+    /// No sweep at all.
+    pub no_sweep: bool,
+    /// Sweep block sizes.
+    pub bs: Option<String>,
+    /// Sweep queue depths.
+    pub qd: Option<String>,
+    /// Sweep job counts.
+    pub jobs: Option<String>,
+    /// Sweep directions (`read,randwrite`).
+    pub rw: Option<String>,
+    /// One headline repetition.
+    pub runtime: Option<String>,
+    /// One sweep repetition.
+    pub sweep_runtime: Option<String>,
+    /// One sweep repetition in seconds (wins over `sweep_runtime`).
+    pub seconds: Option<f64>,
+    /// Warm-up per target before each cell.
+    pub warmup: Option<String>,
+    /// Headline repetitions.
+    pub reps: Option<usize>,
+    /// Sweep repetitions.
+    pub sweep_reps: Option<usize>,
+    /// Sector size of the encrypted targets.
+    pub sector_size: Option<u32>,
+    /// Adaptive does not fuse crypto with the ramdisk's copy.
+    pub no_fuse: bool,
+    /// Adaptive hands off and splits whatever the load.
+    pub force_split: bool,
+    /// Per-path engine counts after every cell.
+    pub engine_stats: bool,
+    /// Ramdisk size.
+    pub size: Option<String>,
+    /// Results folder.
+    pub out: Option<PathBuf>,
+    /// No progress bar.
+    pub no_progress: bool,
+}
+
+impl Options {
+    /// Profile `profile` with `o` applied, then [validated](Options::validate).
+    /// A value that does not parse is an [`OptionsError`] naming it.
+    pub fn with_overrides(profile: &str, o: &Overrides) -> Result<Self, OptionsError> {
+        let mut p = Self::profile(profile)?;
+        if let Some(t) = &o.targets {
+            p.targets = Target::parse_list(t)?;
+        }
+        if let Some(t) = &o.sweep_targets {
+            p.sweep_targets = Target::parse_list(t)?;
+        }
+        if o.no_sweep {
+            p.sweep_targets.clear();
+        }
+        if let Some(s) = &o.bs {
+            p.bs = list(s, "block size", |x| {
+                parse_size(x).and_then(|v| u32::try_from(v).ok())
+            })?;
+        }
+        if let Some(s) = &o.qd {
+            p.qd = list(s, "queue depth", |x| x.parse().ok())?;
+        }
+        if let Some(s) = &o.jobs {
+            p.jobs = list(s, "jobs", |x| x.parse().ok())?;
+        }
+        if let Some(s) = &o.rw {
+            p.rw = list(s, "rw", Rw::parse)?;
+        }
+        if let Some(d) = duration(&o.runtime, "run time")? {
+            p.runtime = d;
+        }
+        if let Some(d) = duration(&o.sweep_runtime, "sweep run time")? {
+            p.sweep_runtime = d;
+        }
+        if let Some(s) = o.seconds {
+            p.sweep_runtime = Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| OptionsError::Invalid {
+                    what: "seconds",
+                    value: s.to_string(),
+                    example: "0.25",
+                })?;
+        }
+        if let Some(n) = o.sector_size {
+            p.sector_size = n;
+        }
+        p.fuse = !o.no_fuse;
+        p.force_split = o.force_split;
+        p.engine_stats = o.engine_stats;
+        if let Some(d) = duration(&o.warmup, "warm-up")? {
+            p.warmup = d;
+        }
+        if let Some(n) = o.reps {
+            p.reps = n;
+        }
+        if let Some(n) = o.sweep_reps {
+            p.sweep_reps = n;
+        }
+        if let Some(s) = &o.size {
+            p.size = parse_size(s).ok_or_else(|| OptionsError::Invalid {
+                what: "size",
+                value: s.clone(),
+                example: "512M, 1G",
+            })?;
+        }
+        if let Some(d) = &o.out {
+            p.out = d.clone();
+        }
+        p.progress = !o.no_progress;
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+/// A comma-separated list of values `parse` accepts (at least one).
+fn list<T>(
+    s: &str,
+    what: &'static str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, OptionsError> {
+    let v: Option<Vec<T>> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(&parse)
+        .collect();
+    match v {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(OptionsError::InvalidList {
+            what,
+            value: s.into(),
+        }),
+    }
+}
+
+/// An optional duration (`250ms`, `2s`).
+fn duration(s: &Option<String>, what: &'static str) -> Result<Option<Duration>, OptionsError> {
+    s.as_deref()
+        .map(|s| {
+            parse_duration(s).ok_or_else(|| OptionsError::Invalid {
+                what,
+                value: s.into(),
+                example: "250ms, 2s",
+            })
+        })
+        .transpose()
+}
+
 /// raw + `cipher` classic/inline/adaptive: what the heatmaps need.
 pub fn sweep_set(cipher: Cipher) -> Vec<Target> {
     vec![
@@ -237,6 +394,58 @@ pub fn timestamp_compact() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overrides_apply_in_order_and_name_bad_values() {
+        let o = Overrides {
+            bs: Some("4k, 64k".into()),
+            qd: Some("1,16".into()),
+            rw: Some("randread".into()),
+            seconds: Some(0.5),
+            sweep_runtime: Some("2s".into()),
+            no_sweep: true,
+            no_progress: true,
+            ..Overrides::default()
+        };
+        let p = Options::with_overrides("quick", &o).unwrap();
+        assert_eq!((p.bs, p.qd), (vec![4096, 65536], vec![1, 16]));
+        assert_eq!(p.rw, vec![Rw::RandRead]);
+        assert_eq!(p.sweep_runtime, Duration::from_millis(500));
+        assert!(p.sweep_targets.is_empty() && !p.progress);
+        for (o, msg) in [
+            (
+                Overrides {
+                    qd: Some("1,x".into()),
+                    ..Overrides::default()
+                },
+                "Invalid queue depth list `1,x`",
+            ),
+            (
+                Overrides {
+                    warmup: Some("soon".into()),
+                    ..Overrides::default()
+                },
+                "Invalid warm-up `soon` (e.g. 250ms, 2s)",
+            ),
+            (
+                Overrides {
+                    seconds: Some(0.0),
+                    ..Overrides::default()
+                },
+                "Invalid seconds `0` (e.g. 0.25)",
+            ),
+            (
+                Overrides {
+                    size: Some("big".into()),
+                    ..Overrides::default()
+                },
+                "Invalid size `big` (e.g. 512M, 1G)",
+            ),
+        ] {
+            let e = Options::with_overrides("quick", &o).unwrap_err();
+            assert_eq!(e.to_string(), msg);
+        }
+    }
 
     #[test]
     fn profiles_are_valid_and_ordered() {

@@ -12,7 +12,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use testutil::TempDir;
 
@@ -53,20 +53,7 @@ fn s(p: &Path) -> &str {
 /// Runs `prog` (`ucrypt` means the binary under test) with `args`, an empty
 /// stdin, and `dir`'s path replaced by `$DIR` in both outputs.
 fn run(dir: &TempDir, prog: &str, args: &[&str]) -> Out {
-    let bin = if prog == "ucrypt" {
-        testutil::ucrypt_bin()
-    } else {
-        PathBuf::from(prog)
-    };
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
-    drop(child.stdin.take());
-    let o = child.wait_with_output().unwrap();
+    let o = testutil::run(prog, args, None);
     let path = |b: &[u8]| {
         String::from_utf8(b.to_vec())
             .unwrap()

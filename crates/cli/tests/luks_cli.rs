@@ -5,9 +5,8 @@
 //! `map --luks` (through [`luks_table`]) returns what the independent
 //! oracle decrypts with the key cryptsetup reveals.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use daemon::map::{map as map_device_io, Direction as MapDirection};
 use daemon::resolve::luks_table;
@@ -36,24 +35,7 @@ fn s(p: &Path) -> &str {
 }
 
 fn run(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let bin = if prog == "ucrypt" {
-        testutil::ucrypt_bin()
-    } else {
-        PathBuf::from(prog)
-    };
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
-    let mut input = child.stdin.take().unwrap();
-    if let Some(b) = stdin {
-        input.write_all(b).unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
+    testutil::run(prog, args, stdin)
 }
 
 fn ok(prog: &str, args: &[&str]) -> String {

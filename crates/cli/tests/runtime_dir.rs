@@ -75,6 +75,23 @@ fn assert_refused(run: &Path, img: &Path, why: &str) {
     assert_eq!(entries(run), before, "nothing may be written");
     let o = ucrypt(run, &["status", "v"]);
     assert_eq!(o.status.code(), Some(2), "status: {:?}", o);
+    // `list` says so too, rather than listing nothing.
+    let o = ucrypt(run, &["list"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "list: {o:?}");
+    assert!(
+        err.contains("Refusing insecure runtime directory") && err.contains(why),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "list: {o:?}");
+}
+
+#[test]
+fn list_of_a_missing_runtime_dir_is_empty() {
+    let dir = TempDir::new("rt-none");
+    let o = ucrypt(&dir.join("none"), &["list"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{o:?}");
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //!     └─ polls ping on NAME.ctl.sock until it answers (or the child exits)
 //! ```
 //!
-//! The child's command line is the caller's business (`args`); this
+//! The child's command line comes from the caller
+//! ([`OpenOptions::child_args`](crate::OpenOptions::child_args)); this
 //! module only knows that the child serves `name` and reads its table
 //! from stdin (see [`read_table`]).
 

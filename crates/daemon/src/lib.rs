@@ -11,6 +11,8 @@
 //!            │ control   typed Request/Reply on NAME.ctl.sock ◄── client│
 //!            │ runtime   runtime dir, pid file, sockets, stale cleanup  │
 //!            │ detach    re-exec detached, table on stdin, wait for ping│
+//!            │ open      OpenOptions ─► Spec (serve here) | child argv  │
+//!            │ volumes   close-and-wait, list (client side)             │
 //!            │ map       Table applied to its device through the Engine │
 //!            └──────────────────────────────────────────────────────────┘
 //! ```
@@ -28,11 +30,14 @@ pub mod control;
 pub mod detach;
 mod error;
 pub mod map;
+pub mod open;
 pub mod resolve;
 pub mod runtime;
 pub mod serve;
 pub mod tls;
+pub mod volumes;
 
 pub use error::{chain, Error, ErrorKind, Result};
+pub use open::OpenOptions;
 pub use serve::{run, ExportSpec, Spec};
 pub use tls::TlsSpec;

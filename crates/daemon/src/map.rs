@@ -77,6 +77,44 @@ pub fn map(
     })
 }
 
+/// [`map`] on the process's standard streams, as `ucrypt map` runs it:
+/// Read decrypts to stdout; Write encrypts stdin, whose size is known up
+/// front when it is a regular file (`< plain.img`).
+pub fn map_stdio(table: &Table, dir: Direction) -> Result<()> {
+    match dir {
+        Direction::Read => {
+            let mut out = io::stdout().lock();
+            map(table, dir, &mut io::empty(), None, &mut out)
+        }
+        Direction::Write => {
+            let len = stdin_regular_file_len();
+            let mut input = io::stdin().lock();
+            map(table, dir, &mut input, len, &mut io::sink())
+        }
+    }
+}
+
+/// What is left to read on stdin when it is a regular file: its size
+/// minus stdin's current offset.
+fn stdin_regular_file_len() -> Option<u64> {
+    let m = std::fs::File::open("/proc/self/fd/0")
+        .ok()?
+        .metadata()
+        .ok()?;
+    if !m.is_file() {
+        return None;
+    }
+    m.len().checked_sub(read_stdin_pos()?)
+}
+
+/// Current offset of fd 0 from /proc/self/fdinfo/0 (`pos:` line).
+fn read_stdin_pos() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/self/fdinfo/0").ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// A backing device that cannot be opened: [`ErrorKind::Busy`] (exit 5)
 /// when another open holds its lock, else [`ErrorKind::NoDevice`].
 pub(crate) fn backend_error(e: backend::Error) -> Error {

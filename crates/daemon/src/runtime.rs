@@ -250,13 +250,15 @@ pub fn pid_serves(pid: u32, name: &str) -> bool {
 }
 
 /// Names of the volumes with a pid file in the runtime directory, sorted
-/// (live or not: check with [`live_pid`]).
-pub fn volumes() -> Vec<String> {
-    let Ok(Some(d)) = verified_dir() else {
-        return Vec::new();
+/// (live or not: check with [`live_pid`]). None when the directory does
+/// not exist (or cannot be read); an insecure one is refused as
+/// [`check_dir`] refuses it.
+pub fn volumes() -> Result<Vec<String>> {
+    let Some(d) = verified_dir()? else {
+        return Ok(Vec::new());
     };
     let Ok(entries) = std::fs::read_dir(d) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
@@ -268,7 +270,7 @@ pub fn volumes() -> Vec<String> {
         })
         .collect();
     names.sort();
-    names
+    Ok(names)
 }
 
 /// Removes what a dead daemon left behind (pid file, sockets, dead FUSE

@@ -8,10 +8,13 @@
 //!   [`SkipKind::Kernel`] even in CI. Every skip is appended to
 //!   `UCRYPT_SKIP_LOG`, which `scripts/test.sh` prints at the end.
 //! - [`rng`]: a seeded [`Rng`] from the rand project, so failures reproduce.
-//! - [`TempDir`], [`which`], [`ucrypt_bin`].
+//! - [`TempDir`], [`which`], [`ucrypt_bin`], and [`run`] for a program
+//!   (the `ucrypt` under test or a reference tool) with given stdin.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod rng;
@@ -88,4 +91,52 @@ pub fn ucrypt_bin() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/ucrypt
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     dir.join("ucrypt")
+}
+
+/// Runs `prog` with `args` and waits for it, capturing stdout and stderr.
+/// `prog` `ucrypt` means the binary under test ([`ucrypt_bin`]); anything
+/// else is looked up on PATH. `stdin` is written to the program's standard
+/// input (from a second thread, so a program that prints before reading
+/// cannot deadlock), which is then closed; `None` gives an empty stdin.
+///
+/// Panics if the program cannot be started.
+pub fn run(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let bin = if prog == "ucrypt" {
+        ucrypt_bin()
+    } else {
+        PathBuf::from(prog)
+    };
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+    let mut input = child.stdin.take().expect("piped stdin");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            if let Some(b) = stdin {
+                // A program that exits without reading closes the pipe:
+                // its exit status tells, not this write.
+                let _ = input.write_all(b);
+            }
+        });
+        child.wait_with_output().expect("wait for child")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_feeds_stdin_and_captures_both_outputs() {
+        let o = run("sh", &["-c", "cat; echo err >&2; exit 3"], Some(b"hello\n"));
+        assert_eq!(o.status.code(), Some(3));
+        assert_eq!(o.stdout, b"hello\n");
+        assert_eq!(o.stderr, b"err\n");
+        let o = run("sh", &["-c", "cat"], None);
+        assert!(o.status.success() && o.stdout.is_empty());
+    }
 }

@@ -135,28 +135,6 @@ impl Commands {
     }
 }
 
-fn list<T>(s: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, Failure> {
-    let v: Option<Vec<T>> = s
-        .split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .map(&parse)
-        .collect();
-    match v {
-        Some(v) if !v.is_empty() => Ok(v),
-        _ => Err(Failure::usage(format!("Invalid {what} list `{s}`"))),
-    }
-}
-
-fn duration(s: &Option<String>, what: &str) -> Result<Option<std::time::Duration>, Failure> {
-    s.as_deref()
-        .map(|s| {
-            bench::stats::parse_duration(s)
-                .ok_or_else(|| Failure::usage(format!("Invalid {what} `{s}` (e.g. 250ms, 2s)")))
-        })
-        .transpose()
-}
-
 /// The one mapping from the bench's typed errors to exit codes: bad
 /// options are usage errors, missing tools or kernel parts device errors,
 /// anything else a plain failure; the message names every cause.
@@ -180,67 +158,29 @@ impl BenchArgs {
             (None, _, true) => "full",
             _ => "default",
         };
-        let mut o = bench::Options::profile(profile).map_err(bench_failure)?;
-        if let Some(t) = &self.targets {
-            o.targets = bench::Target::parse_list(t).map_err(bench_failure)?;
-        }
-        if let Some(t) = &self.sweep_targets {
-            o.sweep_targets = bench::Target::parse_list(t).map_err(bench_failure)?;
-        }
-        if self.no_sweep {
-            o.sweep_targets.clear();
-        }
-        if let Some(s) = &self.bs {
-            o.bs = list(s, "block size", |x| {
-                bench::stats::parse_size(x).and_then(|v| u32::try_from(v).ok())
-            })?;
-        }
-        if let Some(s) = &self.qd {
-            o.qd = list(s, "queue depth", |x| x.parse().ok())?;
-        }
-        if let Some(s) = &self.jobs {
-            o.jobs = list(s, "jobs", |x| x.parse().ok())?;
-        }
-        if let Some(s) = &self.rw {
-            o.rw = list(s, "rw", bench::Rw::parse)?;
-        }
-        if let Some(d) = duration(&self.runtime, "run time")? {
-            o.runtime = d;
-        }
-        if let Some(d) = duration(&self.sweep_runtime, "sweep run time")? {
-            o.sweep_runtime = d;
-        }
-        if let Some(s) = self.seconds {
-            o.sweep_runtime = std::time::Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| Failure::usage(format!("Invalid seconds `{s}` (e.g. 0.25)")))?;
-        }
-        if let Some(n) = self.sector_size {
-            o.sector_size = n;
-        }
-        o.fuse = !self.no_fuse;
-        o.force_split = self.force_split;
-        o.engine_stats = self.engine_stats;
-        if let Some(d) = duration(&self.warmup, "warm-up")? {
-            o.warmup = d;
-        }
-        if let Some(n) = self.reps {
-            o.reps = n;
-        }
-        if let Some(n) = self.sweep_reps {
-            o.sweep_reps = n;
-        }
-        if let Some(s) = &self.size {
-            o.size = bench::stats::parse_size(s)
-                .ok_or_else(|| Failure::usage(format!("Invalid size `{s}` (e.g. 512M, 1G)")))?;
-        }
-        if let Some(p) = &self.out {
-            o.out = p.clone();
-        }
-        o.progress = !self.no_progress;
-        o.validate().map_err(bench_failure)?;
-        Ok(o)
+        let o = bench::Overrides {
+            targets: self.targets.clone(),
+            sweep_targets: self.sweep_targets.clone(),
+            no_sweep: self.no_sweep,
+            bs: self.bs.clone(),
+            qd: self.qd.clone(),
+            jobs: self.jobs.clone(),
+            rw: self.rw.clone(),
+            runtime: self.runtime.clone(),
+            sweep_runtime: self.sweep_runtime.clone(),
+            seconds: self.seconds,
+            warmup: self.warmup.clone(),
+            reps: self.reps,
+            sweep_reps: self.sweep_reps,
+            sector_size: self.sector_size,
+            no_fuse: self.no_fuse,
+            force_split: self.force_split,
+            engine_stats: self.engine_stats,
+            size: self.size.clone(),
+            out: self.out.clone(),
+            no_progress: self.no_progress,
+        };
+        bench::Options::with_overrides(profile, &o).map_err(bench_failure)
     }
 
     fn run(self) -> CmdResult {

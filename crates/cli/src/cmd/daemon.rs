@@ -6,17 +6,16 @@
 //! `open` resolves the mapping (a dm table line for `--type plain`, the LUKS
 //! header for `--type luks`, prompting for the passphrase) in the calling
 //! process, then either serves in the foreground or re-executes itself
-//! detached with `--foreground --table-stdin` ([`daemon::detach`]). It
+//! detached with `--foreground --table-stdin` ([`OpenOptions::detach`]). It
 //! returns once the daemon answers on its control socket.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand, ValueEnum};
 use crypto::table::Table;
-use daemon::control::{self, flag_words, mode_name, ExportKind, Flags, Ping};
+use daemon::control::{self, Flags};
 use daemon::resolve::VolumeType as Kind;
-use daemon::{runtime, ExportSpec, TlsSpec};
+use daemon::{runtime, ExportSpec, OpenOptions, TlsSpec};
 use datapath::PerfFlags;
 
 use crate::{CmdResult, Failure};
@@ -115,12 +114,6 @@ impl PerfArgs {
     }
 }
 
-/// Control request timeouts.
-const QUICK: Duration = Duration::from_secs(2);
-const QUERY: Duration = Duration::from_secs(10);
-const REFRESH: Duration = Duration::from_secs(60);
-const CLOSE: Duration = Duration::from_secs(300);
-
 /// Arguments of `open`.
 #[derive(Args)]
 pub struct OpenArgs {
@@ -214,14 +207,37 @@ impl Commands {
     pub fn run(self) -> CmdResult {
         match self {
             Commands::Open(a) => open(a),
-            Commands::Close { name } => close(&name),
-            Commands::Status { name } => status(&name),
+            Commands::Close { name } => {
+                daemon::volumes::close(&name, report_stale_mount)?;
+                Ok(())
+            }
+            Commands::Status { name } => {
+                runtime::check_name(&name)?;
+                println!("{}", control::status(&name, control::QUERY_TIMEOUT)?);
+                Ok(())
+            }
             Commands::Table { name, showkeys } => {
                 runtime::check_name(&name)?;
-                Ok(control::print_table(&name, showkeys, QUERY)?)
+                Ok(control::print_table(
+                    &name,
+                    showkeys,
+                    control::QUERY_TIMEOUT,
+                )?)
             }
-            Commands::Refresh(a) => refresh(&a),
-            Commands::List => list(),
+            Commands::Refresh(a) => {
+                runtime::check_name(&a.name)?;
+                let mode = a.mode.as_deref().map(control::parse_mode).transpose()?;
+                let flags = Flags::from(a.perf.flags());
+                let r = control::refresh(&a.name, mode, flags, control::REFRESH_TIMEOUT)?;
+                println!("{}", r.line(&a.name));
+                Ok(())
+            }
+            Commands::List => {
+                for v in daemon::volumes::list()? {
+                    println!("{v}");
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -244,14 +260,16 @@ fn open(a: OpenArgs) -> CmdResult {
     // The detached daemon re-checks the claim its parent made.
     let me = a.table_stdin.then(std::process::id);
     let claim = runtime::claim(&a.name, me)?;
-    report_stale_mount(&claim.paths, claim.detached_stale_mount);
+    if claim.detached_stale_mount {
+        report_stale_mount(&claim.paths.fuse);
+    }
     let device = daemon::resolve::device(&a.device)?;
     let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin {
         VolumeType::Plain
     } else {
         VolumeType::Luks
     });
-    let (mut table, volume_type) = if a.table_stdin {
+    let (table, volume_type) = if a.table_stdin {
         let t = daemon::detach::read_table_stdin()?;
         let k = match kind {
             VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
@@ -263,52 +281,44 @@ fn open(a: OpenArgs) -> CmdResult {
     } else {
         resolve_table(&a, kind, &device)?
     };
-    table.device = device.display().to_string();
-
-    let engine = daemon::resolve::engine_config(
-        &mut table,
+    let opts = OpenOptions {
+        name: a.name.clone(),
+        device,
+        header: a.header.clone(),
+        export,
+        tls,
         mode,
-        a.perf.flags(),
-        a.allow_discards,
-        a.readonly,
-    );
+        perf: a.perf.flags(),
+        allow_discards: a.allow_discards,
+        read_only: a.readonly,
+        io_engine: match a.io_engine {
+            IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
+            IoEngineArg::Uring => backend::IoEngine::Uring,
+        },
+        direct: match a.direct_io {
+            DirectIoArg::Auto => backend::DirectIo::Auto,
+            DirectIoArg::Never => backend::DirectIo::Never,
+            DirectIoArg::Required => backend::DirectIo::Required,
+        },
+    };
 
     if a.foreground {
-        let spec = daemon::Spec {
-            name: a.name.clone(),
-            volume_type,
-            table,
-            export,
-            tls,
-            engine,
-            io_engine: match a.io_engine {
-                IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
-                IoEngineArg::Uring => backend::IoEngine::Uring,
-            },
-            direct: match a.direct_io {
-                DirectIoArg::Auto => backend::DirectIo::Auto,
-                DirectIoArg::Never => backend::DirectIo::Never,
-                DirectIoArg::Required => backend::DirectIo::Required,
-            },
-        };
-        daemon::run(spec, |p| {
-            println!("{}", describe(p));
+        opts.serve(table, volume_type, |p| {
+            println!("{p}");
             let _ = std::io::Write::flush(&mut std::io::stdout());
         })?;
         return Ok(());
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
-    if tls.plaintext_tcp(&export) {
+    if opts.tls.plaintext_tcp(&opts.export) {
         // The detached daemon's own warning only reaches its log.
         eprintln!(
             "ucrypt: warning: NBD over TCP without TLS (--tls=off) is unencrypted on the wire: anyone who \
              can reach the port can read and write the decrypted device"
         );
     }
-    let args = child_args(&a, volume_type == Kind::Plain, &device, &export, &tls);
-    let ping = daemon::detach::spawn(&exe, &args, &a.name, &table)?;
-    println!("{}", describe(&ping));
+    println!("{}", opts.detach(&exe, table, volume_type)?);
     Ok(())
 }
 
@@ -342,221 +352,9 @@ fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table
 }
 
 /// Says so when a dead daemon's FUSE mount had to be detached.
-fn report_stale_mount(paths: &runtime::Paths, detached: bool) {
-    if detached {
-        eprintln!(
-            "ucrypt: detached a stale FUSE mount at {}",
-            paths.fuse.display()
-        );
-    }
-}
-
-/// One line saying where the volume is served.
-fn describe(p: &Ping) -> String {
-    match p.export {
-        ExportKind::Fuse => format!(
-            "{}: serving the decrypted device as file {} (pid {})",
-            p.name, p.endpoint, p.pid
-        ),
-        ExportKind::Ublk => format!(
-            "{}: serving the decrypted device as {} (pid {})",
-            p.name, p.endpoint, p.pid
-        ),
-        ExportKind::VhostUserBlk => format!(
-            "{}: serving vhost-user-blk at {} (pid {})",
-            p.name, p.endpoint, p.pid
-        ),
-        _ => format!("{}: serving NBD at {} (pid {})", p.name, p.endpoint, p.pid),
-    }
-}
-
-/// The detached daemon's command line: `open --foreground --table-stdin`
-/// with every option of `a` (paths already absolute: it runs in `/`).
-fn child_args(
-    a: &OpenArgs,
-    plain: bool,
-    device: &Path,
-    export: &ExportSpec,
-    tls: &TlsSpec,
-) -> Vec<String> {
-    let mut v: Vec<String> = vec!["open".into(), "--foreground".into(), "--table-stdin".into()];
-    v.push(format!("--type={}", if plain { "plain" } else { "luks" }));
-    if let Some(h) = &a.header {
-        v.push(format!(
-            "--header={}",
-            std::path::absolute(h)
-                .unwrap_or_else(|_| h.clone())
-                .display()
-        ));
-    }
-    let queues = export.num_queues();
-    let (export, listen) = export.to_args();
-    v.push(format!("--export={export}"));
-    if let Some(l) = listen {
-        v.push(format!("--listen={l}"));
-    }
-    if let Some(n) = queues {
-        v.push(format!("--num-queues={n}"));
-    }
-    v.extend(tls.to_args());
-    let p = &a.perf;
-    for (on, f) in [
-        (p.no_read_workqueue, "--perf-no_read_workqueue"),
-        (p.no_write_workqueue, "--perf-no_write_workqueue"),
-        (p.same_cpu_crypt, "--perf-same_cpu_crypt"),
-        (p.submit_from_crypt_cpus, "--perf-submit_from_crypt_cpus"),
-        (a.allow_discards, "--allow-discards"),
-        (a.readonly, "--readonly"),
-    ] {
-        if on {
-            v.push(f.into());
-        }
-    }
-    v.push(format!("--mode={}", a.mode));
-    v.push(
-        match a.io_engine {
-            IoEngineArg::Uring => "--io-engine=uring",
-            IoEngineArg::Syscalls => "--io-engine=syscalls",
-        }
-        .into(),
+fn report_stale_mount(mountpoint: &Path) {
+    eprintln!(
+        "ucrypt: detached a stale FUSE mount at {}",
+        mountpoint.display()
     );
-    v.push(
-        match a.direct_io {
-            DirectIoArg::Auto => "--direct-io=auto",
-            DirectIoArg::Never => "--direct-io=never",
-            DirectIoArg::Required => "--direct-io=required",
-        }
-        .into(),
-    );
-    v.push("--".into());
-    v.push(device.display().to_string());
-    v.push(a.name.clone());
-    v
-}
-
-fn close(name: &str) -> CmdResult {
-    runtime::check_name(name)?;
-    let paths = runtime::Paths::of(name);
-    let pid = runtime::live_pid(&paths, name);
-    if let Err(e) = control::close(name, CLOSE) {
-        if matches!(
-            e.kind(),
-            daemon::ErrorKind::NotActive | daemon::ErrorKind::Protocol
-        ) {
-            // No daemon answering: clean up after a crashed one, if any.
-            report_stale_mount(&paths, runtime::clean_stale(&paths));
-        }
-        return Err(e.into());
-    }
-    // The reply came after the flush; wait for the process to be gone so
-    // the socket, mount and pid file are removed when we return.
-    if let Some(pid) = pid {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while runtime::pid_serves(pid, name) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    let _ = std::fs::remove_file(&paths.log);
-    Ok(())
-}
-
-fn status(name: &str) -> CmdResult {
-    runtime::check_name(name)?;
-    let s = control::status(name, QUERY)?;
-    let in_use = s.nbd.is_some_and(|n| n.connections > 0);
-    println!(
-        "{name} is active{}.",
-        if in_use { " and is in use" } else { "" }
-    );
-    println!("  type:    {}", s.volume_type.name());
-    println!("  cipher:  {}", s.cipher);
-    println!("  keysize: {} bits", s.keysize_bits);
-    println!("  key location: ucrypt daemon memory (pid {})", s.ping.pid);
-    println!("  device:  {}", s.device);
-    println!("  sector size:  {}", s.sector_size);
-    println!("  offset:  {} sectors", s.offset_sectors);
-    println!("  size:    {} sectors", s.size_sectors);
-    println!(
-        "  mode:    {}",
-        if s.read_only {
-            "readonly"
-        } else {
-            "read/write"
-        }
-    );
-    let flags = flag_words(s.allow_discards, &s.flags);
-    if !flags.is_empty() {
-        println!("  flags:   {}", flags.join(" "));
-    }
-    println!("  data path: {}", mode_name(s.mode));
-    println!("  export:  {} {}", s.ping.export.name(), s.ping.endpoint);
-    if let Some(c) = &s.nbd {
-        println!(
-            "  clients: {} connected, {} accepted, {} disconnected for protocol errors",
-            c.connections, c.accepted, c.protocol_errors
-        );
-    }
-    if let Some(v) = &s.vhost {
-        println!(
-            "  vhost:   {} connections, cache {}",
-            v.connections,
-            if v.write_cache {
-                "writeback"
-            } else {
-                "write-through"
-            }
-        );
-        for (i, q) in v.queues.iter().enumerate() {
-            println!(
-                "  queue {i}: {} reads ({} bytes), {} writes ({} bytes), {} flushes, {} discards, {} write-zeroes, {} io errors, {} unsupported, {} malformed, {} in flight",
-                q.reads, q.read_bytes, q.writes, q.write_bytes, q.flushes, q.discards,
-                q.write_zeroes, q.io_errors, q.unsupported, q.malformed, q.in_flight
-            );
-        }
-    }
-    for (dir, d) in [("read", &s.stats.read), ("write", &s.stats.write)] {
-        println!(
-            "  {dir}s:   {} requests, {} bytes, {} errors, {} inline, {} queued, p50 {:.1} us, p99 {:.1} us",
-            d.requests, d.bytes, d.errors, d.inline, d.queued, d.p50_us, d.p99_us
-        );
-    }
-    let st = &s.stats;
-    println!(
-        "  flushes: {}, discards: {}, in flight: {} (max {}), reconfigurations: {}",
-        st.flushes, st.discards, st.in_flight, st.max_in_flight, st.reconfigurations
-    );
-    Ok(())
-}
-
-fn refresh(a: &RefreshArgs) -> CmdResult {
-    runtime::check_name(&a.name)?;
-    let mode = a.mode.as_deref().map(control::parse_mode).transpose()?;
-    let r = control::refresh(&a.name, mode, Flags::from(a.perf.flags()), REFRESH)?;
-    let flags = flag_words(r.allow_discards, &r.flags);
-    println!(
-        "{}: data path {}, flags: {}",
-        a.name,
-        mode_name(r.mode),
-        if flags.is_empty() {
-            "(none)".to_owned()
-        } else {
-            flags.join(" ")
-        }
-    );
-    Ok(())
-}
-
-fn list() -> CmdResult {
-    let dir = runtime::dir();
-    for name in runtime::volumes() {
-        let paths = runtime::Paths::new(&dir, &name);
-        let Some(pid) = runtime::live_pid(&paths, &name) else {
-            continue;
-        };
-        match control::ping(&name, QUICK) {
-            Ok(p) => println!("{name}\tpid {pid}\t{}\t{}", p.export.name(), p.endpoint),
-            Err(_) => println!("{name}\tpid {pid}\t(not answering)"),
-        }
-    }
-    Ok(())
 }

@@ -193,6 +193,21 @@ pub struct Refreshed {
     pub allow_discards: bool,
 }
 
+impl Refreshed {
+    /// `refresh`'s answer line for volume `name`: the data path and the
+    /// flags now in effect (`(none)` when no flag is set).
+    pub fn line(&self, name: &str) -> String {
+        let flags = super::flag_words(self.allow_discards, &self.flags);
+        let flags = if flags.is_empty() {
+            "(none)".to_owned()
+        } else {
+            flags.join(" ")
+        };
+        let mode = super::mode_name(self.mode);
+        format!("{name}: data path {mode}, flags: {flags}")
+    }
+}
+
 /// [`Request::Refresh`].
 pub fn refresh(
     name: &str,

@@ -24,6 +24,9 @@
 //! neither side leaves a heap copy of the key behind.
 
 use crypto::Secret;
+use std::fmt;
+use std::time::Duration;
+
 use datapath::{CryptMode, PerfFlags};
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +39,15 @@ mod status;
 pub use client::{call, close, ping, print_table, refresh, status, table, Refreshed};
 pub use server::{serve, Handled};
 pub use status::{DirStats, NbdStats, Stats, Status, VhostQueueStats, VhostStats};
+
+/// How long a client waits for a reply: a ping (`list`, start-up).
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client waits for `status` or `table`.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client waits for `refresh` (the engine drains first).
+pub const REFRESH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client waits for `close` (the daemon flushes first).
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The protocol version this build speaks. Bump it on any change to
 /// [`Request`] or [`Reply`] that an older peer would misread.
@@ -117,6 +129,28 @@ pub struct Ping {
     /// Where: an NBD URI, the FUSE file, the ublk device node or the
     /// vhost-user socket.
     pub endpoint: String,
+}
+
+/// The line `open` prints once a volume is served: where, and by which
+/// pid.
+impl fmt::Display for Ping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, at, pid) = (&self.name, &self.endpoint, self.pid);
+        match self.export {
+            ExportKind::Fuse => write!(
+                f,
+                "{name}: serving the decrypted device as file {at} (pid {pid})"
+            ),
+            ExportKind::Ublk => write!(
+                f,
+                "{name}: serving the decrypted device as {at} (pid {pid})"
+            ),
+            ExportKind::VhostUserBlk => {
+                write!(f, "{name}: serving vhost-user-blk at {at} (pid {pid})")
+            }
+            ExportKind::Nbd => write!(f, "{name}: serving NBD at {at} (pid {pid})"),
+        }
+    }
 }
 
 /// The kind of frontend serving a volume.
@@ -449,6 +483,25 @@ mod tests {
                 }],
             }),
         }
+    }
+
+    #[test]
+    fn status_and_ping_text() {
+        let s = sample_status();
+        assert_eq!(
+            s.ping.to_string(),
+            "v: serving NBD at nbd+unix:///?socket=/r/v.nbd.sock (pid 42)"
+        );
+        let text = s.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "v is active and is in use.");
+        assert_eq!(lines[1], "  type:    LUKS2");
+        assert!(lines.contains(&"  flags:   discards no_read_workqueue"));
+        assert!(lines.contains(&"  data path: adaptive"));
+        assert!(lines.contains(&"  export:  nbd nbd+unix:///?socket=/r/v.nbd.sock"));
+        assert!(lines[lines.len() - 3].starts_with("  reads:   7 requests, 0 bytes"));
+        assert!(lines[lines.len() - 3].ends_with("p50 1.5 us, p99 0.0 us"));
+        assert!(!text.ends_with('\n'));
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! The answer to `status`: a volume's mapping, configuration and live
-//! counters, as they cross the control socket.
+//! counters, as they cross the control socket, and their text (the
+//! [`Display`](std::fmt::Display) of [`Status`], in `cryptsetup status`'s
+//! layout).
+
+use std::fmt;
 
 use datapath::{CryptMode, EngineConfig};
 use serde::{Deserialize, Serialize};
 
-use super::{mode, Flags, Ping};
+use super::{flag_words, mode, mode_name, Flags, Ping};
 use crate::resolve::VolumeType;
 
 /// A volume's mapping, configuration and live statistics.
@@ -58,6 +62,78 @@ impl Status {
             read_only: self.read_only,
             ..EngineConfig::default()
         }
+    }
+}
+
+/// `ucrypt status`'s text: `cryptsetup status`'s lines (type, cipher,
+/// keysize, device, sizes, mode, flags), then ucrypt's own (data path,
+/// export, clients, counters). No newline after the last line.
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let in_use = self.nbd.is_some_and(|n| n.connections > 0);
+        let in_use = if in_use { " and is in use" } else { "" };
+        writeln!(f, "{} is active{in_use}.", self.ping.name)?;
+        writeln!(f, "  type:    {}", self.volume_type.name())?;
+        writeln!(f, "  cipher:  {}", self.cipher)?;
+        writeln!(f, "  keysize: {} bits", self.keysize_bits)?;
+        writeln!(
+            f,
+            "  key location: ucrypt daemon memory (pid {})",
+            self.ping.pid
+        )?;
+        writeln!(f, "  device:  {}", self.device)?;
+        writeln!(f, "  sector size:  {}", self.sector_size)?;
+        writeln!(f, "  offset:  {} sectors", self.offset_sectors)?;
+        writeln!(f, "  size:    {} sectors", self.size_sectors)?;
+        let rw = if self.read_only {
+            "readonly"
+        } else {
+            "read/write"
+        };
+        writeln!(f, "  mode:    {rw}")?;
+        let flags = flag_words(self.allow_discards, &self.flags);
+        if !flags.is_empty() {
+            writeln!(f, "  flags:   {}", flags.join(" "))?;
+        }
+        writeln!(f, "  data path: {}", mode_name(self.mode))?;
+        let p = &self.ping;
+        writeln!(f, "  export:  {} {}", p.export.name(), p.endpoint)?;
+        if let Some(c) = &self.nbd {
+            writeln!(
+                f,
+                "  clients: {} connected, {} accepted, {} disconnected for protocol errors",
+                c.connections, c.accepted, c.protocol_errors
+            )?;
+        }
+        if let Some(v) = &self.vhost {
+            let cache = if v.write_cache {
+                "writeback"
+            } else {
+                "write-through"
+            };
+            writeln!(f, "  vhost:   {} connections, cache {cache}", v.connections)?;
+            for (i, q) in v.queues.iter().enumerate() {
+                writeln!(
+                    f,
+                    "  queue {i}: {} reads ({} bytes), {} writes ({} bytes), {} flushes, {} discards, {} write-zeroes, {} io errors, {} unsupported, {} malformed, {} in flight",
+                    q.reads, q.read_bytes, q.writes, q.write_bytes, q.flushes, q.discards,
+                    q.write_zeroes, q.io_errors, q.unsupported, q.malformed, q.in_flight
+                )?;
+            }
+        }
+        for (dir, d) in [("read", &self.stats.read), ("write", &self.stats.write)] {
+            writeln!(
+                f,
+                "  {dir}s:   {} requests, {} bytes, {} errors, {} inline, {} queued, p50 {:.1} us, p99 {:.1} us",
+                d.requests, d.bytes, d.errors, d.inline, d.queued, d.p50_us, d.p99_us
+            )?;
+        }
+        let st = &self.stats;
+        write!(
+            f,
+            "  flushes: {}, discards: {}, in flight: {} (max {}), reconfigurations: {}",
+            st.flushes, st.discards, st.in_flight, st.max_in_flight, st.reconfigurations
+        )
     }
 }
 

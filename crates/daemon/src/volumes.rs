@@ -1,0 +1,116 @@
+//! The client side of the volume commands that need more than one
+//! control request: [`close`] (ask, then wait for the daemon to be gone,
+//! or clean up after a dead one) and [`list`] (every volume of the runtime
+//! directory and who serves it).
+//!
+//! ```text
+//!  close(name) ── control::close ──► daemon flushes, replies, exits
+//!       │            └─ no answer ─► runtime::clean_stale (dead daemon's files)
+//!       └─ waits until the pid no longer serves `name`, removes NAME.log
+//!  list() ── runtime::volumes ── live_pid ── control::ping ──► [Listed]
+//! ```
+
+use std::fmt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::control::{self, Ping, CLOSE_TIMEOUT, PING_TIMEOUT};
+use crate::error::{ErrorKind, Result};
+use crate::runtime::{self, Paths};
+
+/// How long [`close`] waits for the process to exit after its reply.
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Closes volume `name`: the daemon flushes and replies, then this waits
+/// (up to 30 s) for the process to be gone, so its socket, mount and pid
+/// file are removed when this returns, and removes the log.
+///
+/// When no daemon answers ([`ErrorKind::NotActive`] or
+/// [`ErrorKind::Protocol`]) whatever a crashed one left behind is cleaned
+/// up, `stale_mount` is told if a dead FUSE mount had to be detached, and
+/// the error is returned.
+pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
+    runtime::check_name(name)?;
+    let paths = Paths::of(name);
+    let pid = runtime::live_pid(&paths, name);
+    if let Err(e) = control::close(name, CLOSE_TIMEOUT) {
+        if matches!(e.kind(), ErrorKind::NotActive | ErrorKind::Protocol)
+            && runtime::clean_stale(&paths)
+        {
+            stale_mount(&paths.fuse);
+        }
+        return Err(e);
+    }
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + EXIT_WAIT;
+        while runtime::pid_serves(pid, name) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let _ = std::fs::remove_file(&paths.log);
+    Ok(())
+}
+
+/// One line of [`list`]: a volume with a live daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Volume name.
+    pub name: String,
+    /// The daemon's pid (from its pid file, checked alive).
+    pub pid: u32,
+    /// Its answer to a ping; `None` if it did not answer.
+    pub ping: Option<Ping>,
+}
+
+/// `NAME<TAB>pid PID<TAB>EXPORT<TAB>ENDPOINT`, or `(not answering)` in
+/// place of the export.
+impl fmt::Display for Listed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, pid) = (&self.name, self.pid);
+        match &self.ping {
+            Some(p) => write!(f, "{name}\tpid {pid}\t{}\t{}", p.export.name(), p.endpoint),
+            None => write!(f, "{name}\tpid {pid}\t(not answering)"),
+        }
+    }
+}
+
+/// The volumes of the runtime directory served by a live daemon, sorted
+/// by name, each pinged. An insecure runtime directory is refused
+/// ([`ErrorKind::PermissionDenied`], as `open` and `status` refuse it); a
+/// missing one lists nothing.
+pub fn list() -> Result<Vec<Listed>> {
+    let dir = runtime::dir();
+    let mut v = Vec::new();
+    for name in runtime::volumes()? {
+        let paths = Paths::new(&dir, &name);
+        let Some(pid) = runtime::live_pid(&paths, &name) else {
+            continue;
+        };
+        let ping = control::ping(&name, PING_TIMEOUT).ok();
+        v.push(Listed { name, pid, ping });
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::ExportKind;
+
+    #[test]
+    fn listed_lines() {
+        let mut l = Listed {
+            name: "v".into(),
+            pid: 7,
+            ping: None,
+        };
+        assert_eq!(l.to_string(), "v\tpid 7\t(not answering)");
+        l.ping = Some(Ping {
+            name: "v".into(),
+            pid: 7,
+            export: ExportKind::Fuse,
+            endpoint: "/r/v.fuse/v".into(),
+        });
+        assert_eq!(l.to_string(), "v\tpid 7\tfuse\t/r/v.fuse/v");
+    }
+}
