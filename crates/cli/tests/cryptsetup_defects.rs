@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use testutil::TempDir;
 
@@ -17,31 +17,11 @@ fn tools(test: &str) -> bool {
 }
 
 fn run(prog: &str, args: &[&str]) -> Output {
-    let bin = if prog == "ucrypt" {
-        testutil::ucrypt_bin()
-    } else {
-        PathBuf::from(prog)
-    };
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
+    testutil::run(prog, args, None)
 }
 
 fn ok(prog: &str, args: &[&str]) -> String {
-    let o = run(prog, args);
-    assert!(
-        o.status.success(),
-        "{prog} {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+    testutil::run_ok(prog, args)
 }
 
 fn code(o: &Output) -> i32 {

@@ -39,14 +39,7 @@ fn run(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
 }
 
 fn ok(prog: &str, args: &[&str]) -> String {
-    let o = run(prog, args, None);
-    assert!(
-        o.status.success(),
-        "{prog} {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+    testutil::run_ok(prog, args)
 }
 
 fn code(o: &Output) -> i32 {

@@ -126,6 +126,19 @@ pub fn run(prog: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
     })
 }
 
+/// [`run`] with an empty stdin, asserting the program succeeded: its
+/// stdout. A failure panics with the program, its arguments and its output.
+pub fn run_ok(prog: &str, args: &[&str]) -> String {
+    let o = run(prog, args, None);
+    assert!(
+        o.status.success(),
+        "{prog} {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8 stdout")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

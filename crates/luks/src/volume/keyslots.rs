@@ -26,12 +26,7 @@ impl Volume {
         slot: Option<u32>,
         kdf: &KdfRequest,
     ) -> Result<u32> {
-        if !self.verify_volume_key(vk) {
-            return Err(Error::new(
-                ErrorKind::WrongPassphrase,
-                "Volume key does not match the volume",
-            ));
-        }
+        self.check_volume_key(vk)?;
         let mut f = open_rw(&self.meta_path)?;
         match &mut self.header {
             Header::V1(h) => add_key_v1(&mut f, h, vk, new_pass, slot, kdf),
@@ -110,12 +105,7 @@ impl Volume {
         new_pass: &[u8],
         kdf: &KdfRequest,
     ) -> Result<u32> {
-        if !self.verify_volume_key(vk) {
-            return Err(Error::new(
-                ErrorKind::WrongPassphrase,
-                "Volume key does not match the volume",
-            ));
-        }
+        self.check_volume_key(vk)?;
         if !self.header.active_slots().contains(&slot) {
             return Err(Error::new(
                 ErrorKind::SlotInactive,

@@ -219,4 +219,17 @@ impl Volume {
             },
         }
     }
+
+    /// [`Self::verify_volume_key`] as an error: a key that is not this
+    /// volume's is refused like a wrong passphrase.
+    pub(crate) fn check_volume_key(&self, vk: &[u8]) -> Result<()> {
+        if self.verify_volume_key(vk) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::WrongPassphrase,
+                "Volume key does not match the volume",
+            ))
+        }
+    }
 }
