@@ -30,7 +30,7 @@ printf 'bench passphrase' > "$D/key"
 cryptsetup luksFormat -q --type luks1 --pbkdf-force-iterations 1000 "$IMG" "$D/key"
 # Fill the data area so reads decrypt real ciphertext everywhere.
 dd if=/dev/urandom of="$IMG" bs=1M seek=2 count=1022 conv=notrunc status=none
-UCRYPT_RUNTIME_DIR="$D/rt" "$BIN" open --key-file "$D/key" --export vhost-user-blk="$D/u.sock" \
+UCRYPT_RUNTIME_DIR="$D/rt" "$BIN" open --key-file "$D/key" --mode adaptive --export vhost-user-blk="$D/u.sock" \
   --num-queues 2 "$IMG" vb >/dev/null
 
 qsd() { # NAME BLOCKDEV-ARGS...
