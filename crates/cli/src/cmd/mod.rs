@@ -2,4 +2,5 @@
 pub mod bench;
 pub mod crypt;
 pub mod daemon;
+pub mod header;
 pub mod luks;
