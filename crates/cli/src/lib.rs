@@ -110,6 +110,8 @@ enum Command {
     #[command(flatten)]
     Header(cmd::header::Commands),
     #[command(flatten)]
+    Docs(cmd::docs::Commands),
+    #[command(flatten)]
     Daemon(cmd::daemon::Commands),
     #[command(flatten)]
     Bench(cmd::bench::Commands),
@@ -130,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::Crypt(c) => c.run(),
         Command::Luks(c) => c.run(),
         Command::Header(c) => c.run(),
+        Command::Docs(c) => c.run(),
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
     };
