@@ -500,3 +500,75 @@ fn convert_key_matches_cryptsetup() {
     assert_eq!(code(&c), 1);
     l1.agree("LUKS1 refused");
 }
+
+#[test]
+fn dump_json_agrees_with_cryptsetup_metadata() {
+    if !need("dump_json_agrees_with_cryptsetup_metadata") {
+        return;
+    }
+    use serde_json::Value;
+    let p = Pair::new("dumpjson", &["--type", "luks2", "--label", "L"]);
+    p.both(
+        &[
+            "token",
+            "add",
+            "--key-description",
+            "k",
+            "-S",
+            "1",
+            "DEVICE",
+        ],
+        None,
+    );
+    p.both(
+        &["config", "--priority", "prefer", "-S", "1", "DEVICE"],
+        None,
+    );
+    let ours: Value =
+        serde_json::from_str(&testutil::run_ok("ucrypt", &["dump", "--json", s(&p.uc)])).unwrap();
+    let meta: Value = serde_json::from_str(&testutil::run_ok(
+        "cryptsetup",
+        &["luksDump", "--dump-json-metadata", s(&p.uc)],
+    ))
+    .unwrap();
+    let uuid = testutil::run_ok("cryptsetup", &["luksUUID", s(&p.uc)]);
+    assert_eq!(ours["schema"], 1);
+    assert_eq!(ours["version"], 2);
+    assert_eq!(ours["uuid"], uuid.trim());
+    assert_eq!(ours["label"], "L");
+    assert_eq!(ours["subsystem"], Value::Null);
+    let seg = &meta["segments"]["0"];
+    assert_eq!(ours["cipher"], seg["encryption"]);
+    assert_eq!(ours["sector_size"], seg["sector_size"]);
+    assert_eq!(
+        ours["data_offset"].to_string(),
+        seg["offset"].as_str().unwrap()
+    );
+    let slots = ours["keyslots"].as_array().unwrap();
+    assert_eq!(slots.len(), meta["keyslots"].as_object().unwrap().len());
+    for k in slots {
+        let theirs = &meta["keyslots"][k["id"].to_string()];
+        assert_eq!(k["pbkdf"], theirs["kdf"]["type"]);
+        assert_eq!(k["iterations"], theirs["kdf"]["iterations"]);
+        assert_eq!(
+            k["area_offset"].to_string(),
+            theirs["area"]["offset"].as_str().unwrap()
+        );
+        let prio = if theirs["priority"] == 2 {
+            "preferred"
+        } else {
+            "normal"
+        };
+        assert_eq!(k["priority"], prio);
+    }
+    assert_eq!(ours["tokens"][0]["type"], meta["tokens"]["0"]["type"]);
+    assert_eq!(ours["tokens"][0]["keyslots"], serde_json::json!([1]));
+    // LUKS1: the same shape.
+    let l1 = Pair::new("dumpjson1", &["--type", "luks1"]);
+    let ours: Value =
+        serde_json::from_str(&testutil::run_ok("ucrypt", &["dump", "--json", s(&l1.uc)])).unwrap();
+    assert_eq!(ours["version"], 1);
+    assert_eq!(ours["data_offset"], l1.data_offset);
+    assert_eq!(ours["keyslots"].as_array().unwrap().len(), 2);
+    assert_eq!(ours["tokens"], serde_json::json!([]));
+}

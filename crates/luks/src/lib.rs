@@ -34,6 +34,7 @@ pub mod keyslot;
 pub mod luks1;
 pub mod luks2;
 pub mod passphrase;
+pub mod summary;
 mod volume;
 
 use std::io::{Cursor, Read, Seek, SeekFrom};
