@@ -94,4 +94,7 @@ pub struct FileStats {
     pub uring_ops: u64,
     /// Reads, writes and syncs done with plain syscalls.
     pub syscall_ops: u64,
+    /// Batches ([`crate::Backend::read_batch`] / `write_batch`) handed to
+    /// io_uring as one submission; their transfers count in `uring_ops`.
+    pub uring_batches: u64,
 }

@@ -1,5 +1,8 @@
-//! The io_uring engine: one small ring per calling thread, each operation
-//! run to completion on it (push one SQE, `io_uring_enter` until its CQE).
+//! The io_uring engine: one ring per calling thread. A single operation is
+//! run to completion on it (push one SQE, `io_uring_enter` until its CQE);
+//! a batch ([`run_batch`]) fills the ring with up to [`RING_ENTRIES`] SQEs,
+//! submits them with one `io_uring_enter` and refills it as CQEs arrive,
+//! so the kernel sees the caller's whole queue depth at once.
 //!
 //! A thread the kernel refuses a ring (a ring limit, `io_uring_disabled`,
 //! a seccomp filter) is marked and uses the syscall engine from then on.
@@ -7,11 +10,182 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
+use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
 use super::Op;
+use crate::{Error, ErrorKind};
+
+/// One transfer of a batch: the memory, where it goes, and its outcome.
+/// It borrows the caller's buffer for `'a` (exclusively for a read).
+pub(super) struct Xfer<'a> {
+    /// Descriptor (direct or buffered).
+    fd: RawFd,
+    /// Start of the caller's buffer.
+    ptr: *mut u8,
+    /// Bytes to move (at most `MAX_XFER`).
+    len: usize,
+    /// Device offset of the first byte.
+    offset: u64,
+    /// A write (the kernel only reads `ptr`) rather than a read.
+    write: bool,
+    /// `RWF_*` flags of a write.
+    flags: libc::c_int,
+    /// Bytes moved so far (short transfers continue from here).
+    done: usize,
+    /// Outcome once known.
+    pub(super) res: Option<io::Result<()>>,
+    _buf: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Xfer<'a> {
+    /// A read of `buf.len()` bytes (at most `MAX_XFER`) at `offset`.
+    pub(super) fn read(fd: RawFd, buf: &'a mut [u8], offset: u64) -> Self {
+        Self::new(fd, buf.as_mut_ptr(), buf.len(), offset, false, 0)
+    }
+
+    /// A write of `buf` (at most `MAX_XFER` bytes) at `offset` with
+    /// `RWF_*` `flags`.
+    pub(super) fn write(fd: RawFd, buf: &'a [u8], offset: u64, flags: libc::c_int) -> Self {
+        // The kernel only reads through the pointer of a write.
+        Self::new(fd, buf.as_ptr().cast_mut(), buf.len(), offset, true, flags)
+    }
+
+    fn new(
+        fd: RawFd,
+        ptr: *mut u8,
+        len: usize,
+        offset: u64,
+        write: bool,
+        flags: libc::c_int,
+    ) -> Self {
+        debug_assert!(len <= super::MAX_XFER);
+        Self {
+            fd,
+            ptr,
+            len,
+            offset,
+            write,
+            flags,
+            done: 0,
+            res: None,
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// The SQE for what remains of this transfer.
+    fn sqe(&self, token: u64) -> squeue::Entry {
+        // In bounds: `done < len` while the transfer is pending.
+        let p = self.ptr.wrapping_add(self.done);
+        let n = xfer_len(self.len - self.done);
+        let at = self.offset + self.done as u64;
+        if self.write {
+            opcode::Write::new(types::Fd(self.fd), p, n)
+                .offset(at)
+                .rw_flags(self.flags)
+                .build()
+                .user_data(token)
+        } else {
+            opcode::Read::new(types::Fd(self.fd), p, n)
+                .offset(at)
+                .build()
+                .user_data(token)
+        }
+    }
+
+    /// Applies a CQE result; true if the transfer must be submitted again.
+    fn finish(&mut self, res: i32) -> bool {
+        if res < 0 {
+            if matches!(-res, libc::EINTR | libc::EAGAIN) {
+                return true;
+            }
+            self.res = Some(Err(io::Error::from_raw_os_error(-res)));
+            return false;
+        }
+        if res == 0 && self.len > 0 {
+            let offset = self.offset + self.done as u64;
+            let kind = if self.write {
+                ErrorKind::WriteZero { offset }
+            } else {
+                ErrorKind::ShortRead { offset }
+            };
+            self.res = Some(Err(Error::new(kind).into()));
+            return false;
+        }
+        self.done += res as usize;
+        if self.done < self.len {
+            return true;
+        }
+        self.res = Some(Ok(()));
+        false
+    }
+}
+
+/// Runs every transfer of `xs` whose `res` is `None` on this thread's ring,
+/// keeping up to [`RING_ENTRIES`] in flight, and sets each one's `res`.
+///
+/// When the ring itself fails (it is then retired), the transfers still
+/// without a result were never seen by the kernel; the caller runs them on
+/// the single-operation path.
+///
+/// Each `Xfer` borrows its buffer for longer than this call, and the
+/// caller owns the fds. This returns only once every SQE it pushed has been
+/// reaped, or with the unreaped ones provably never consumed (then
+/// `with_ring` drops the ring, so they are never submitted): the kernel
+/// never touches a buffer after its borrow ends.
+pub(super) fn run_batch(xs: &mut [Xfer<'_>]) {
+    let _ = with_ring(|ring| {
+        let cap = ring.params().sq_entries() as usize;
+        let mut pending: VecDeque<usize> = (0..xs.len()).filter(|&i| xs[i].res.is_none()).collect();
+        // Pushed and not yet reaped.
+        let mut out = 0usize;
+        loop {
+            while out < cap {
+                let Some(i) = pending.pop_front() else { break };
+                let sqe = xs[i].sqe(i as u64);
+                // SAFETY: the SQE points into a buffer the Xfer borrows
+                // for longer than this call and at an fd the caller owns;
+                // we return only after reaping it or with it unconsumed.
+                if unsafe { ring.submission().push(&sqe) }.is_err() {
+                    pending.push_front(i);
+                    break;
+                }
+                out += 1;
+            }
+            if out == 0 {
+                return Ok::<(), io::Error>(());
+            }
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    if ring.submission().len() == out {
+                        // Nothing of ours reached the kernel: safe to give
+                        // up (with_ring retires the ring).
+                        return Err(e);
+                    }
+                    // Some are in flight: their buffers stay borrowed until
+                    // their CQEs arrive, so keep waiting, after a pause.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            for cqe in ring.completion() {
+                let i = cqe.user_data() as usize;
+                out -= 1;
+                if xs[i].finish(cqe.result()) {
+                    pending.push_back(i);
+                }
+            }
+        }
+    });
+}
 
 /// Runs `op` on this thread's ring; returns the bytes transferred.
 pub(super) fn run(op: Op<'_>) -> io::Result<usize> {
@@ -103,8 +277,9 @@ pub(super) fn thread_ring_ready() -> bool {
     ok
 }
 
-/// Entries per thread ring: each thread has at most one operation in flight.
-const RING_ENTRIES: u32 = 4;
+/// Entries per thread ring: the most SQEs one batch keeps in flight (a
+/// single operation uses one).
+const RING_ENTRIES: u32 = 64;
 
 fn new_ring() -> io::Result<IoUring> {
     // Single issuer + deferred task running: completions run only in this
