@@ -30,7 +30,8 @@ pub enum FuaMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum IoEngine {
-    /// One io_uring per calling thread.
+    /// Batches through one io_uring per calling thread (single operations
+    /// are positioned syscalls, which are faster for them).
     Uring,
     /// `pread` / `pwritev2` / `fdatasync`.
     Syscalls,
@@ -90,9 +91,10 @@ pub struct FileStats {
     pub discards: u64,
     /// Native zeroing operations (fallocate / BLKZEROOUT) completed.
     pub zeroes: u64,
-    /// Reads, writes and syncs submitted through io_uring.
+    /// Reads and writes submitted through io_uring (in batches).
     pub uring_ops: u64,
-    /// Reads, writes and syncs done with plain syscalls.
+    /// Reads, writes and syncs done with plain syscalls (single operations,
+    /// and batches on the syscall engine).
     pub syscall_ops: u64,
     /// Batches ([`crate::Backend::read_batch`] / `write_batch`) handed to
     /// io_uring as one submission; their transfers count in `uring_ops`.
