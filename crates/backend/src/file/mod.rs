@@ -226,8 +226,8 @@ impl FileBackend {
                 })?;
                 IoEngine::Uring
             }
-            None if uring::probe().is_ok() => IoEngine::Uring,
-            None => IoEngine::Syscalls,
+            None | Some(IoEngine::Auto) if uring::probe().is_ok() => IoEngine::Uring,
+            None | Some(IoEngine::Auto) => IoEngine::Syscalls,
         };
         let discard_ok = opts.allow_discard && (!is_blockdev || blockdev_discards(&buffered));
         Ok(Self {

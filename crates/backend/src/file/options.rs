@@ -35,6 +35,10 @@ pub enum IoEngine {
     Uring,
     /// `pread` / `pwritev2` / `fdatasync`.
     Syscalls,
+    /// io_uring when the kernel allows it, the syscalls otherwise (the
+    /// same as leaving [`FileOptions::engine`] `None`); a backend reports
+    /// the engine it resolved to, never this.
+    Auto,
 }
 
 /// Options for [`FileBackend::open`](super::FileBackend::open).
