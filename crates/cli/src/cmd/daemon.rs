@@ -70,8 +70,10 @@ pub enum VolumeType {
 pub enum IoEngineArg {
     /// pread / pwritev2 / fdatasync.
     Syscalls,
-    /// One io_uring per calling thread.
+    /// One io_uring per calling thread for batched IO.
     Uring,
+    /// uring when the kernel allows it, syscalls otherwise.
+    Auto,
 }
 
 /// `--direct-io`.
@@ -174,9 +176,10 @@ pub struct OpenArgs {
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     pub foreground: bool,
-    /// How the backing file is read and written: syscalls (pread/pwrite, the
-    /// default: lowest latency for one request per thread) or uring.
-    #[arg(long, value_enum, default_value = "syscalls")]
+    /// How the backing file is read and written: auto (the default: uring
+    /// when the kernel allows it), uring (single requests as pread/pwrite,
+    /// queued ones batched on io_uring; fails without io_uring) or syscalls.
+    #[arg(long, value_enum, default_value = "auto")]
     pub io_engine: IoEngineArg,
     /// O_DIRECT on the backing file: auto (aligned requests bypass the page
     /// cache, like loop --direct-io), never, or required.
@@ -260,6 +263,7 @@ fn open(a: OpenArgs) -> CmdResult {
         io_engine: match a.io_engine {
             IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
             IoEngineArg::Uring => backend::IoEngine::Uring,
+            IoEngineArg::Auto => backend::IoEngine::Auto,
         },
         direct: match a.direct_io {
             DirectIoArg::Auto => backend::DirectIo::Auto,
