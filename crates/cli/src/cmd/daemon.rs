@@ -16,7 +16,7 @@ use crypto::table::Table;
 use daemon::control::{self, Flags};
 use daemon::resolve::VolumeType as Kind;
 use daemon::{runtime, ExportSpec, OpenOptions, TlsSpec};
-use datapath::PerfFlags;
+use datapath::{CryptMode, PerfFlags};
 
 use crate::{CmdResult, Failure};
 
@@ -104,6 +104,14 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
+    /// True if any flag is given.
+    fn any(&self) -> bool {
+        self.no_read_workqueue
+            || self.no_write_workqueue
+            || self.same_cpu_crypt
+            || self.submit_from_crypt_cpus
+    }
+
     fn flags(&self) -> PerfFlags {
         PerfFlags {
             same_cpu_crypt: self.same_cpu_crypt,
@@ -163,9 +171,10 @@ pub struct OpenArgs {
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,
-    /// Data-path mode: classic (dm-crypt's queues), inline or adaptive.
-    #[arg(long, default_value = "classic")]
-    pub mode: String,
+    /// Data-path mode: adaptive (the default), classic (dm-crypt's queues;
+    /// the default when a --perf-* flag is given, as those model them) or inline.
+    #[arg(long)]
+    pub mode: Option<String>,
     /// Pass discards (TRIM) down to the device.
     #[arg(long)]
     pub allow_discards: bool,
@@ -244,7 +253,11 @@ impl Commands {
 
 fn open(a: OpenArgs) -> CmdResult {
     runtime::check_name(&a.name)?;
-    let mode = control::parse_mode(&a.mode)?;
+    let mode = match &a.mode {
+        Some(m) => control::parse_mode(m)?,
+        None if a.perf.any() => CryptMode::Classic,
+        None => CryptMode::Adaptive,
+    };
     let export =
         ExportSpec::parse(&a.export, a.listen.as_deref())?.with_num_queues(a.num_queues)?;
     export.check_available()?;
