@@ -27,6 +27,14 @@
 //!           the chunks back (unsplit, no copy) and completes in place.
 //! ```
 //!
+//! A frontend that knows its caller's queue says so
+//! ([`crate::Engine::submit_hinted`]): with requests behind this one, a
+//! request of at least [`OFFLOAD_MIN`] goes to a helper that is not already
+//! busy (woken if parked: the submitter does not wait for it), else runs
+//! inline, so the submitter works as one more helper; with none behind, it
+//! is split or inline as below, never handed off. Hinted hand-offs are not
+//! scored. Without a hint:
+//!
 //! The caller's queue depth cannot be seen up front (an inline request
 //! completes before the next one is submitted), so it is learned: a helper
 //! that finishes a handed-off request checks whether its submitter has
