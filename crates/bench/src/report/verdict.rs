@@ -9,8 +9,8 @@
 //! better mode's by more than that band.
 //!
 //! ```text
-//! cell                    classic   inline adaptive  control  adaptive/best   band  verdict
-//! aes read  1M QD8 j1        1538     1276     1700     1650           1.11   2.9%  win
+//!   cell                  classic   inline adaptive  control  adaptive/best   band  verdict
+//!   aes read  1M QD8 j1        1538     1276     1700     1650           1.11   2.9%  win
 //! ```
 
 use std::fmt::Write as _;
@@ -114,7 +114,7 @@ pub fn table(report: &Report) -> String {
                 let _ = writeln!(
                     s,
                     "{:<28} {:>8} {:>8} {:>8} {:>8}  {:>13} {:>6}  verdict",
-                    "cell", "classic", "inline", "adaptive", "control", "adaptive/best", "band"
+                    "  cell", "classic", "inline", "adaptive", "control", "adaptive/best", "band"
                 );
             }
             let b = band(am, cm);
@@ -126,7 +126,7 @@ pub fn table(report: &Report) -> String {
                 Verdict::Win => {}
             }
             let label = format!(
-                "{} {:<9} {} QD{} j{}",
+                "  {} {:<9} {} QD{} j{}",
                 cipher.short(),
                 a.rw.name(),
                 fmt_bs(a.bs),
