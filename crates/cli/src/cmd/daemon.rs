@@ -105,6 +105,14 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
+    /// True if any flag is given.
+    fn any(&self) -> bool {
+        self.no_read_workqueue
+            || self.no_write_workqueue
+            || self.same_cpu_crypt
+            || self.submit_from_crypt_cpus
+    }
+
     fn flags(&self) -> PerfFlags {
         PerfFlags {
             same_cpu_crypt: self.same_cpu_crypt,
@@ -164,9 +172,10 @@ pub struct OpenArgs {
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,
-    /// Data-path mode: classic (dm-crypt's queues), inline or adaptive.
-    #[arg(long, default_value = "classic")]
-    pub mode: String,
+    /// Data-path mode: adaptive (the default), classic (dm-crypt's queues;
+    /// the default when a --perf-* flag is given, as those model them) or inline.
+    #[arg(long)]
+    pub mode: Option<String>,
     /// Pass discards (TRIM) down to the device.
     #[arg(long)]
     pub allow_discards: bool,
@@ -245,6 +254,11 @@ impl Commands {
 }
 
 fn open(a: OpenArgs) -> CmdResult {
+    // Adaptive unless dm-crypt's flags are being modelled (--perf-*).
+    let mode = a
+        .mode
+        .as_deref()
+        .unwrap_or(if a.perf.any() { "classic" } else { "adaptive" });
     let given = daemon::open::Given {
         name: &a.name,
         device: &a.device,
@@ -256,7 +270,7 @@ fn open(a: OpenArgs) -> CmdResult {
         tls_certificates: a.tls_certificates.as_deref(),
         tls_psk: a.tls_psk.as_deref(),
         tls_verify_peer: a.tls_verify_peer,
-        mode: &a.mode,
+        mode,
         perf: a.perf.flags(),
         allow_discards: a.allow_discards,
         read_only: a.readonly,
