@@ -19,11 +19,9 @@
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
 // Unsafe code is allowed in three places only: `cipher::evp::Evp::xts_sectors`
 // (raw EVP calls, OpenSSL writing into a Vec's spare capacity),
-// `cipher::aesni` (the AES-NI XTS kernels) and `secret`, the locked-page
-// allocator for keys.
+// `cipher::aesni` and `cipher::vaes` (the AES-NI and VAES XTS kernels) and
+// `secret`, the locked-page allocator for keys.
 #![deny(unsafe_code)]
-// `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
-#![allow(clippy::manual_is_multiple_of)]
 
 use std::fmt;
 
@@ -37,7 +35,7 @@ pub mod speed;
 pub mod table;
 
 use cipher::{Aes, Dir, NullCipher, SectorCipher};
-pub use cipher::{Provider, AESNI_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME};
+pub use cipher::{Provider, AESNI_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME, VAES_XTS_NAME};
 pub use error::Error;
 pub use secret::Secret;
 pub use spec::CipherSpec;
