@@ -40,7 +40,10 @@
 //!             implementation), NullCipher
 //!   aesni.rs  XtsAesni (x86-64 only; unsafe: target_feature kernels)
 //!   vaes.rs   its 256-bit VAES kernels (x86-64 only; unsafe likewise)
-//!   rust.rs   the pure-Rust provider: Aes, XtsRust, Cbc, Ecb
+//!   rust.rs   the pure-Rust provider: Prim (AES, Serpent, Twofish,
+//!             Camellia), XtsRust, Cbc, Ecb; the only one for the non-AES
+//!             ciphers (vendored OpenSSL has no Serpent/Twofish, and no
+//!             Camellia-XTS)
 //!   evp.rs    the OpenSSL EVP provider (and one unsafe function)
 //! ```
 
@@ -51,7 +54,7 @@ mod rust;
 #[cfg(target_arch = "x86_64")]
 mod vaes;
 
-pub(crate) use rust::Aes;
+pub(crate) use rust::Prim;
 use rust::{Cbc, Ecb, XtsRust};
 
 /// Direction of a conversion.
@@ -143,7 +146,28 @@ pub const VAES_XTS_NAME: &str =
 /// Name of the OpenSSL XTS implementation.
 pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3 EVP, per-sector IV re-init)";
 
-/// Builds a chain mode for `key` (for XTS: data key || tweak key) that
+/// Builds a chain mode over `cipher` (not cipher_null) for `key`: AES
+/// through [`new_mode`], the other ciphers in pure Rust (`choice` does not
+/// apply to them).
+pub(crate) fn new_mode_for(
+    cipher: crate::spec::BlockCipher,
+    chain: crate::spec::ChainMode,
+    key: &[u8],
+    choice: Provider,
+    unit: usize,
+) -> Option<Box<dyn SectorCipher>> {
+    use crate::spec::{BlockCipher, ChainMode};
+    if cipher == BlockCipher::Aes {
+        return new_mode(chain, key, choice, unit);
+    }
+    Some(match chain {
+        ChainMode::Xts => Box::new(XtsRust::with(cipher, key)?),
+        ChainMode::Cbc => Box::new(Cbc(Prim::new(cipher, key)?)),
+        ChainMode::Ecb => Box::new(Ecb(Prim::new(cipher, key)?)),
+    })
+}
+
+/// Builds an AES chain mode for `key` (for XTS: data key || tweak key) that
 /// will mostly see `unit`-byte sectors; `None` when the key length does not
 /// fit the mode.
 pub(crate) fn new_mode(
@@ -187,8 +211,8 @@ pub(crate) fn new_mode(
     };
     let (rust, mode): (Box<dyn SectorCipher>, evp::EvpMode) = match chain {
         ChainMode::Xts => (Box::new(XtsRust::new(key)?), evp::EvpMode::Xts),
-        ChainMode::Cbc => (Box::new(Cbc(Aes::new(key)?)), evp::EvpMode::Cbc),
-        ChainMode::Ecb => (Box::new(Ecb(Aes::new(key)?)), evp::EvpMode::Ecb),
+        ChainMode::Cbc => (Box::new(Cbc(Prim::aes(key)?)), evp::EvpMode::Cbc),
+        ChainMode::Ecb => (Box::new(Ecb(Prim::aes(key)?)), evp::EvpMode::Ecb),
     };
     if choice == Provider::OpenSsl {
         // `Evp::new` takes the fallback; rebuild it if OpenSSL declines.
