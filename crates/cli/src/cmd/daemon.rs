@@ -12,7 +12,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use crypto::table::Table;
 use daemon::control::{self, Flags};
 use daemon::resolve::VolumeType as Kind;
 use daemon::{runtime, ExportSpec, OpenOptions, TlsSpec};
@@ -62,7 +61,8 @@ pub enum VolumeType {
     Luks1,
     /// A LUKS2 header only.
     Luks2,
-    /// Plain dm-crypt: the mapping is given with --table.
+    /// Plain dm-crypt: built from --cipher, --key-size, --hash, ... as
+    /// cryptsetup does, or given as a --table line.
     Plain,
 }
 
@@ -183,10 +183,14 @@ pub struct OpenArgs {
     /// cache, like loop --direct-io), never, or required.
     #[arg(long, value_enum, default_value = "auto")]
     pub direct_io: DirectIoArg,
+    /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
+    #[command(flatten)]
+    pub plain: super::plain::PlainArgs,
     /// Backing device or file.
     pub device: PathBuf,
     /// Volume name.
-    pub name: String,
+    #[arg(required_unless_present = "test_passphrase")]
+    pub name: Option<String>,
 }
 
 /// Arguments of `refresh`.
@@ -243,7 +247,12 @@ impl Commands {
 }
 
 fn open(a: OpenArgs) -> CmdResult {
-    runtime::check_name(&a.name)?;
+    if a.plain.test_passphrase {
+        return super::plain::test_passphrase(&a);
+    }
+    // clap requires NAME unless --test-passphrase.
+    let name = a.name.clone().unwrap_or_default();
+    runtime::check_name(&name)?;
     let mode = control::parse_mode(&a.mode)?;
     let export =
         ExportSpec::parse(&a.export, a.listen.as_deref())?.with_num_queues(a.num_queues)?;
@@ -259,7 +268,7 @@ fn open(a: OpenArgs) -> CmdResult {
     tls.load()?;
     // The detached daemon re-checks the claim its parent made.
     let me = a.table_stdin.then(std::process::id);
-    let claim = runtime::claim(&a.name, me)?;
+    let claim = runtime::claim(&name, me)?;
     if claim.detached_stale_mount {
         report_stale_mount(&claim.paths.fuse);
     }
@@ -279,10 +288,10 @@ fn open(a: OpenArgs) -> CmdResult {
         };
         (t, k)
     } else {
-        resolve_table(&a, kind, &device)?
+        super::plain::resolve(&a, kind, &device)?
     };
     let opts = OpenOptions {
-        name: a.name.clone(),
+        name,
         device,
         header: a.header.clone(),
         export,
@@ -320,35 +329,6 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
     Ok(())
-}
-
-/// Builds the mapping in the calling process (prompting, KDFs, …).
-fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table, Kind), Failure> {
-    match kind {
-        VolumeType::Plain => {
-            let line = a.table.as_deref().ok_or_else(|| {
-                Failure::usage("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
-            })?;
-            let table = daemon::resolve::plain_table_arg(line, a.key_file.as_deref(), true)?;
-            Ok((table, Kind::Plain))
-        }
-        VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
-            if a.table.is_some() {
-                return Err(Failure::usage("--table is only for --type plain"));
-            }
-            crate::cmd::luks::unlock_as(
-                device,
-                a.header.as_deref(),
-                a.key_file.as_deref(),
-                a.key_slot,
-                match kind {
-                    VolumeType::Luks1 => Some(Kind::Luks1),
-                    VolumeType::Luks2 => Some(Kind::Luks2),
-                    _ => None,
-                },
-            )
-        }
-    }
 }
 
 /// Says so when a dead daemon's FUSE mount had to be detached.

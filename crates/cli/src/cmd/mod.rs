@@ -3,3 +3,4 @@ pub mod bench;
 pub mod crypt;
 pub mod daemon;
 pub mod luks;
+pub mod plain;
