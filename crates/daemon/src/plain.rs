@@ -81,7 +81,7 @@ impl PlainOptions {
     pub fn key_len(&self) -> Result<usize> {
         let bits = self.key_bits.unwrap_or(DEFAULT_KEY_BITS);
         // cryptsetup: volume_key_size > 1024 bytes is "Invalid key size."
-        if bits % 8 != 0 || bits / 8 > 1024 {
+        if bits & 7 != 0 || bits / 8 > 1024 {
             return Err(invalid("Invalid key size."));
         }
         Ok(bits as usize / 8)
@@ -211,7 +211,8 @@ impl PlainOptions {
                 device.display()
             )));
         }
-        if sector_size > 512 && (dev_bytes - self.offset * 512) % u64::from(sector_size) != 0 {
+        if sector_size > 512 && (dev_bytes - self.offset * 512) & (u64::from(sector_size) - 1) != 0
+        {
             return Err(invalid(
                 "Device size is not aligned to requested sector size.",
             ));
