@@ -24,33 +24,26 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure with exit code `code`.
+    pub fn new(code: u8, msg: impl Into<String>) -> Self {
+        let message = msg.into();
+        Self { code, message }
+    }
     /// Exit code 1: wrong parameters.
     pub fn usage(msg: impl Into<String>) -> Self {
-        Self {
-            code: 1,
-            message: msg.into(),
-        }
+        Self::new(1, msg)
     }
     /// Exit code 2: no permission or bad passphrase.
     pub fn denied(msg: impl Into<String>) -> Self {
-        Self {
-            code: 2,
-            message: msg.into(),
-        }
+        Self::new(2, msg)
     }
     /// Exit code 4: wrong device specified.
     pub fn device(msg: impl Into<String>) -> Self {
-        Self {
-            code: 4,
-            message: msg.into(),
-        }
+        Self::new(4, msg)
     }
     /// Exit code 5: device already exists or busy.
     pub fn busy(msg: impl Into<String>) -> Self {
-        Self {
-            code: 5,
-            message: msg.into(),
-        }
+        Self::new(5, msg)
     }
 }
 
@@ -71,10 +64,7 @@ pub fn exit_code(e: &daemon::Error) -> u8 {
 
 impl From<daemon::Error> for Failure {
     fn from(e: daemon::Error) -> Self {
-        Self {
-            code: exit_code(&e),
-            message: e.chain(),
-        }
+        Self::new(exit_code(&e), e.chain())
     }
 }
 
@@ -135,48 +125,5 @@ pub fn main() -> ExitCode {
             eprintln!("ucrypt: {}", f.message);
             ExitCode::from(f.code)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use daemon::{Error, ErrorKind as K};
-
-    use super::*;
-
-    #[test]
-    fn error_kinds_map_to_cryptsetup_exit_codes() {
-        for (kind, code) in [
-            (K::InvalidInput, 1),
-            (K::WrongPassphrase, 2),
-            (K::PermissionDenied, 2),
-            (K::NotActive, 4),
-            (K::NoDevice, 4),
-            (K::Io, 4),
-            (K::Protocol, 4),
-            (K::Busy, 5),
-        ] {
-            let f = Failure::from(Error::new(kind, "x"));
-            assert_eq!(f.code, code, "{kind:?}");
-        }
-        // A detached daemon's own exit code is passed through.
-        assert_eq!(Failure::from(Error::daemon_exited(5, "busy")).code, 5);
-    }
-
-    #[test]
-    fn luks_errors_keep_their_exit_codes() {
-        use luks::ErrorKind as L;
-        for (kind, code) in [
-            (L::WrongPassphrase, 2),
-            (L::NotLuks, 1),
-            (L::Corrupt, 1),
-            (L::InvalidArgument, 1),
-        ] {
-            let f = Failure::from(luks::Error::new(kind, "Nope"));
-            assert_eq!((f.code, f.message.as_str()), (code, "Nope"), "{kind:?}");
-        }
-        let io = luks::Error::io("Cannot read x", std::io::Error::other("gone"));
-        let f = Failure::from(io);
-        assert_eq!((f.code, f.message.as_str()), (4, "Cannot read x: gone"));
     }
 }

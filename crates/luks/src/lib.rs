@@ -33,6 +33,7 @@ pub mod kdf;
 pub mod keyslot;
 pub mod luks1;
 pub mod luks2;
+pub mod ops;
 pub mod passphrase;
 mod volume;
 

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use daemon::control::{self, Flags};
-use daemon::resolve::VolumeType as Kind;
-use daemon::{runtime, ExportSpec, OpenOptions, TlsSpec};
+use daemon::resolve::{Mapping, VolumeType as Kind};
+use daemon::{runtime, OpenOptions};
 use datapath::PerfFlags;
 
 use crate::{CmdResult, Failure};
@@ -252,51 +252,18 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     // clap requires NAME unless --test-passphrase.
     let name = a.name.clone().unwrap_or_default();
-    runtime::check_name(&name)?;
-    let mode = control::parse_mode(&a.mode)?;
-    let export =
-        ExportSpec::parse(&a.export, a.listen.as_deref())?.with_num_queues(a.num_queues)?;
-    export.check_available()?;
-    let tls = TlsSpec::new(
-        a.tls.as_deref(),
-        a.tls_certificates.as_deref(),
-        a.tls_psk.as_deref(),
-        a.tls_verify_peer,
-        &export,
-    )?;
-    // Bad credentials fail here, on the terminal, before anything starts.
-    tls.load()?;
-    // The detached daemon re-checks the claim its parent made.
-    let me = a.table_stdin.then(std::process::id);
-    let claim = runtime::claim(&name, me)?;
-    if claim.detached_stale_mount {
-        report_stale_mount(&claim.paths.fuse);
-    }
-    let device = daemon::resolve::device(&a.device)?;
-    let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin {
-        VolumeType::Plain
-    } else {
-        VolumeType::Luks
-    });
-    let (table, volume_type) = if a.table_stdin {
-        let t = daemon::detach::read_table_stdin()?;
-        let k = match kind {
-            VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
-                Kind::of_header(a.header.as_deref().unwrap_or(&device))
-            }
-            VolumeType::Plain => Kind::Plain,
-        };
-        (t, k)
-    } else {
-        super::plain::resolve(&a, kind, &device)?
-    };
-    let opts = OpenOptions {
-        name,
-        device,
-        header: a.header.clone(),
-        export,
-        tls,
-        mode,
+    let given = daemon::open::Given {
+        name: &name,
+        device: &a.device,
+        header: a.header.as_deref(),
+        export: &a.export,
+        listen: a.listen.as_deref(),
+        num_queues: a.num_queues,
+        tls: a.tls.as_deref(),
+        tls_certificates: a.tls_certificates.as_deref(),
+        tls_psk: a.tls_psk.as_deref(),
+        tls_verify_peer: a.tls_verify_peer,
+        mode: &a.mode,
         perf: a.perf.flags(),
         allow_discards: a.allow_discards,
         read_only: a.readonly,
@@ -309,8 +276,33 @@ fn open(a: OpenArgs) -> CmdResult {
             DirectIoArg::Never => backend::DirectIo::Never,
             DirectIoArg::Required => backend::DirectIo::Required,
         },
+        detached: a.table_stdin,
     };
-
+    let opts = OpenOptions::check(&given, report_stale_mount)?;
+    let kind = match a.kind {
+        None if a.table.is_some() || a.table_stdin => Some(Kind::Plain),
+        None | Some(VolumeType::Luks) => None,
+        Some(VolumeType::Luks1) => Some(Kind::Luks1),
+        Some(VolumeType::Luks2) => Some(Kind::Luks2),
+        Some(VolumeType::Plain) => Some(Kind::Plain),
+    };
+    let m = Mapping {
+        kind,
+        table: a.table.as_deref(),
+        header: a.header.as_deref(),
+        key_file: a.key_file.as_deref(),
+        key_slot: a.key_slot,
+    };
+    let (table, volume_type) = if a.table_stdin {
+        m.from_stdin(&opts.device)?
+    } else {
+        // cryptsetup's plain mode, key-file ranges, then `m.resolve`'s cases.
+        let given = a.kind.unwrap_or(match kind {
+            Some(Kind::Plain) => VolumeType::Plain,
+            _ => VolumeType::Luks,
+        });
+        super::plain::resolve(&a, given, &opts.device)?
+    };
     if a.foreground {
         opts.serve(table, volume_type, |p| {
             println!("{p}");
