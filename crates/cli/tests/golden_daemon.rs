@@ -266,6 +266,7 @@ fn plain_volume_with_flags_readonly_and_offset() {
   sector size:  4096
   offset:  64 sectors
   size:    1024 sectors
+  skipped: 8 sectors
   mode:    readonly
   flags:   discards no_write_workqueue
   data path: inline
