@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod cmd;
+pub mod global;
 
 /// A failed command: the message for stderr and cryptsetup's exit code
 /// (1 wrong parameters, 2 no permission / bad passphrase, 3 out of memory,
@@ -97,6 +98,10 @@ enum Command {
     #[command(flatten)]
     Luks(cmd::luks::Commands),
     #[command(flatten)]
+    Header(cmd::header::Commands),
+    #[command(flatten)]
+    Docs(cmd::docs::Commands),
+    #[command(flatten)]
     Daemon(cmd::daemon::Commands),
     #[command(flatten)]
     Bench(cmd::bench::Commands),
@@ -106,7 +111,7 @@ enum Command {
 pub fn main() -> ExitCode {
     // cryptsetup exits 1 on a usage error (2 means a bad passphrase);
     // help and version still exit 0.
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(global::hoist(std::env::args_os().collect())) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -116,6 +121,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crypt(c) => c.run(),
         Command::Luks(c) => c.run(),
+        Command::Header(c) => c.run(),
+        Command::Docs(c) => c.run(),
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
     };

@@ -158,6 +158,9 @@ pub struct DumpArgs {
     /// Print the LUKS2 JSON metadata as cryptsetup does.
     #[arg(long, conflicts_with = "dump_volume_key")]
     dump_json_metadata: bool,
+    /// Print the header as ucrypt's JSON document (docs/JSON.md).
+    #[arg(long, conflicts_with_all = ["dump_volume_key", "dump_json_metadata"])]
+    json: bool,
 }
 
 /// `ucrypt add-key` / `change-key`.
@@ -515,6 +518,10 @@ fn dump(a: DumpArgs) -> CmdResult {
     let c = &a.common;
     let vol = ops::load(&c.device, c.header.as_deref(), &mut Terminal)?;
     let target = c.header.as_deref().unwrap_or(&c.device);
+    if a.json {
+        print!("{}", luks::summary::Summary::of(vol.header()).to_json());
+        return Ok(());
+    }
     if a.dump_json_metadata {
         let text = luks::dump::json_text(vol.header()).ok_or_else(|| {
             Failure::usage("Dump operation is not supported for this device type")

@@ -2,5 +2,7 @@
 pub mod bench;
 pub mod crypt;
 pub mod daemon;
+pub mod docs;
+pub mod header;
 pub mod luks;
 pub mod plain;
