@@ -31,6 +31,7 @@ pub mod detach;
 mod error;
 pub mod map;
 pub mod open;
+pub mod plain;
 pub mod resolve;
 pub mod runtime;
 pub mod serve;

@@ -61,7 +61,8 @@ pub enum VolumeType {
     Luks1,
     /// A LUKS2 header only.
     Luks2,
-    /// Plain dm-crypt: the mapping is given with --table.
+    /// Plain dm-crypt: built from --cipher, --key-size, --hash, ... as
+    /// cryptsetup does, or given as a --table line.
     Plain,
 }
 
@@ -194,10 +195,14 @@ pub struct OpenArgs {
     /// cache, like loop --direct-io), never, or required.
     #[arg(long, value_enum, default_value = "auto")]
     pub direct_io: DirectIoArg,
+    /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
+    #[command(flatten)]
+    pub plain: super::plain::PlainArgs,
     /// Backing device or file.
     pub device: PathBuf,
     /// Volume name.
-    pub name: String,
+    #[arg(required_unless_present = "test_passphrase")]
+    pub name: Option<String>,
 }
 
 /// Arguments of `refresh`.
@@ -254,13 +259,18 @@ impl Commands {
 }
 
 fn open(a: OpenArgs) -> CmdResult {
+    if a.plain.test_passphrase {
+        return super::plain::test_passphrase(&a);
+    }
+    // clap requires NAME unless --test-passphrase.
+    let name = a.name.clone().unwrap_or_default();
     // Adaptive unless dm-crypt's flags are being modelled (--perf-*).
     let mode = a
         .mode
         .as_deref()
         .unwrap_or(if a.perf.any() { "classic" } else { "adaptive" });
     let given = daemon::open::Given {
-        name: &a.name,
+        name: &name,
         device: &a.device,
         header: a.header.as_deref(),
         export: &a.export,
@@ -304,7 +314,12 @@ fn open(a: OpenArgs) -> CmdResult {
     let (table, volume_type) = if a.table_stdin {
         m.from_stdin(&opts.device)?
     } else {
-        m.resolve(&opts.device, |w| eprintln!("WARNING: {w}"))?
+        // cryptsetup's plain mode, key-file ranges, then `m.resolve`'s cases.
+        let given = a.kind.unwrap_or(match kind {
+            Some(Kind::Plain) => VolumeType::Plain,
+            _ => VolumeType::Luks,
+        });
+        super::plain::resolve(&a, given, &opts.device)?
     };
     if a.foreground {
         opts.serve(table, volume_type, |p| {

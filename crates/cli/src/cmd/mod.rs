@@ -5,3 +5,4 @@ pub mod daemon;
 pub mod docs;
 pub mod header;
 pub mod luks;
+pub mod plain;

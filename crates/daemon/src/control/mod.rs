@@ -502,6 +502,15 @@ mod tests {
         assert!(lines[lines.len() - 3].starts_with("  reads:   7 requests, 0 bytes"));
         assert!(lines[lines.len() - 3].ends_with("p50 1.5 us, p99 0.0 us"));
         assert!(!text.ends_with('\n'));
+        assert!(!text.contains("skipped:"));
+        // cryptsetup's order: size, then skipped (only when set), then mode.
+        let mut s = s;
+        s.iv_offset = 16;
+        let text = s.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines.iter().position(|l| l.starts_with("  size:")).unwrap();
+        assert_eq!(lines[at + 1], "  skipped: 16 sectors");
+        assert!(lines[at + 2].starts_with("  mode:"));
     }
 
     #[test]

@@ -85,6 +85,10 @@ impl fmt::Display for Status {
         writeln!(f, "  sector size:  {}", self.sector_size)?;
         writeln!(f, "  offset:  {} sectors", self.offset_sectors)?;
         writeln!(f, "  size:    {} sectors", self.size_sectors)?;
+        if self.iv_offset != 0 {
+            // cryptsetup prints the IV offset (--skip) only when set.
+            writeln!(f, "  skipped: {} sectors", self.iv_offset)?;
+        }
         let rw = if self.read_only {
             "readonly"
         } else {
