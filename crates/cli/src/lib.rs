@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod cmd;
+pub mod global;
 
 /// A failed command: the message for stderr and cryptsetup's exit code
 /// (1 wrong parameters, 2 no permission / bad passphrase, 3 out of memory,
@@ -24,33 +25,26 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure with exit code `code`.
+    pub fn new(code: u8, msg: impl Into<String>) -> Self {
+        let message = msg.into();
+        Self { code, message }
+    }
     /// Exit code 1: wrong parameters.
     pub fn usage(msg: impl Into<String>) -> Self {
-        Self {
-            code: 1,
-            message: msg.into(),
-        }
+        Self::new(1, msg)
     }
     /// Exit code 2: no permission or bad passphrase.
     pub fn denied(msg: impl Into<String>) -> Self {
-        Self {
-            code: 2,
-            message: msg.into(),
-        }
+        Self::new(2, msg)
     }
     /// Exit code 4: wrong device specified.
     pub fn device(msg: impl Into<String>) -> Self {
-        Self {
-            code: 4,
-            message: msg.into(),
-        }
+        Self::new(4, msg)
     }
     /// Exit code 5: device already exists or busy.
     pub fn busy(msg: impl Into<String>) -> Self {
-        Self {
-            code: 5,
-            message: msg.into(),
-        }
+        Self::new(5, msg)
     }
 }
 
@@ -71,10 +65,7 @@ pub fn exit_code(e: &daemon::Error) -> u8 {
 
 impl From<daemon::Error> for Failure {
     fn from(e: daemon::Error) -> Self {
-        Self {
-            code: exit_code(&e),
-            message: e.chain(),
-        }
+        Self::new(exit_code(&e), e.chain())
     }
 }
 
@@ -107,6 +98,10 @@ enum Command {
     #[command(flatten)]
     Luks(cmd::luks::Commands),
     #[command(flatten)]
+    Header(cmd::header::Commands),
+    #[command(flatten)]
+    Docs(cmd::docs::Commands),
+    #[command(flatten)]
     Daemon(cmd::daemon::Commands),
     #[command(flatten)]
     Bench(cmd::bench::Commands),
@@ -116,7 +111,7 @@ enum Command {
 pub fn main() -> ExitCode {
     // cryptsetup exits 1 on a usage error (2 means a bad passphrase);
     // help and version still exit 0.
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(global::hoist(std::env::args_os().collect())) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -126,6 +121,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crypt(c) => c.run(),
         Command::Luks(c) => c.run(),
+        Command::Header(c) => c.run(),
+        Command::Docs(c) => c.run(),
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
     };
@@ -135,48 +132,5 @@ pub fn main() -> ExitCode {
             eprintln!("ucrypt: {}", f.message);
             ExitCode::from(f.code)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use daemon::{Error, ErrorKind as K};
-
-    use super::*;
-
-    #[test]
-    fn error_kinds_map_to_cryptsetup_exit_codes() {
-        for (kind, code) in [
-            (K::InvalidInput, 1),
-            (K::WrongPassphrase, 2),
-            (K::PermissionDenied, 2),
-            (K::NotActive, 4),
-            (K::NoDevice, 4),
-            (K::Io, 4),
-            (K::Protocol, 4),
-            (K::Busy, 5),
-        ] {
-            let f = Failure::from(Error::new(kind, "x"));
-            assert_eq!(f.code, code, "{kind:?}");
-        }
-        // A detached daemon's own exit code is passed through.
-        assert_eq!(Failure::from(Error::daemon_exited(5, "busy")).code, 5);
-    }
-
-    #[test]
-    fn luks_errors_keep_their_exit_codes() {
-        use luks::ErrorKind as L;
-        for (kind, code) in [
-            (L::WrongPassphrase, 2),
-            (L::NotLuks, 1),
-            (L::Corrupt, 1),
-            (L::InvalidArgument, 1),
-        ] {
-            let f = Failure::from(luks::Error::new(kind, "Nope"));
-            assert_eq!((f.code, f.message.as_str()), (code, "Nope"), "{kind:?}");
-        }
-        let io = luks::Error::io("Cannot read x", std::io::Error::other("gone"));
-        let f = Failure::from(io);
-        assert_eq!((f.code, f.message.as_str()), (4, "Cannot read x: gone"));
     }
 }

@@ -171,7 +171,7 @@ Keyslots:
 \tDigest ID:  0
   2: luks2
 \tKey:        512 bits
-\tPriority:   high
+\tPriority:   preferred
 \tCipher:     aes-xts-plain64
 \tCipher key: 512 bits
 \tPBKDF:      pbkdf2

@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 use crypto::table::Table;
 use datapath::{CryptMode, PerfFlags};
 
-use crate::control::{mode_name, Ping};
+use crate::control::{mode_name, parse_mode, Ping};
 use crate::error::Result;
 use crate::resolve::{self, VolumeType};
+use crate::runtime;
 use crate::serve::{self, ExportSpec, Spec};
 use crate::tls::TlsSpec;
 
@@ -49,7 +50,78 @@ pub struct OpenOptions {
     pub direct: backend::DirectIo,
 }
 
+/// `open`'s options as typed, before any check ([`OpenOptions::check`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Given<'a> {
+    /// Volume name.
+    pub name: &'a str,
+    /// The backing device or file.
+    pub device: &'a Path,
+    /// Detached LUKS header.
+    pub header: Option<&'a Path>,
+    /// `--export`.
+    pub export: &'a str,
+    /// `--listen`.
+    pub listen: Option<&'a str>,
+    /// `--num-queues`.
+    pub num_queues: Option<u16>,
+    /// `--tls`.
+    pub tls: Option<&'a str>,
+    /// `--tls-certificates`.
+    pub tls_certificates: Option<&'a Path>,
+    /// `--tls-psk`.
+    pub tls_psk: Option<&'a Path>,
+    /// `--tls-verify-peer`.
+    pub tls_verify_peer: bool,
+    /// `--mode`.
+    pub mode: &'a str,
+    /// Performance flags.
+    pub perf: PerfFlags,
+    /// `--allow-discards`.
+    pub allow_discards: bool,
+    /// `--readonly`.
+    pub read_only: bool,
+    /// How the backing file is accessed.
+    pub io_engine: backend::IoEngine,
+    /// O_DIRECT policy for the backing file.
+    pub direct: backend::DirectIo,
+    /// This process is the detached daemon: it re-checks its parent's claim.
+    pub detached: bool,
+}
+
 impl OpenOptions {
+    /// Checks `g` in the order the user meets the errors (name, mode,
+    /// export, TLS credentials, loaded so that bad ones fail on the
+    /// terminal before anything starts), claims the name in the runtime
+    /// directory (`stale_mount` hears of a dead daemon's FUSE mount that
+    /// had to be detached) and finds the device.
+    pub fn check(g: &Given<'_>, stale_mount: impl FnOnce(&Path)) -> Result<Self> {
+        runtime::check_name(g.name)?;
+        let mode = parse_mode(g.mode)?;
+        let export = ExportSpec::parse(g.export, g.listen)?.with_num_queues(g.num_queues)?;
+        export.check_available()?;
+        let (certs, psk) = (g.tls_certificates, g.tls_psk);
+        let tls = TlsSpec::new(g.tls, certs, psk, g.tls_verify_peer, &export)?;
+        tls.load()?;
+        let claim = runtime::claim(g.name, g.detached.then(std::process::id))?;
+        if claim.detached_stale_mount {
+            stale_mount(&claim.paths.fuse);
+        }
+        Ok(Self {
+            name: g.name.to_owned(),
+            device: resolve::device(g.device)?,
+            header: g.header.map(Path::to_path_buf),
+            export,
+            tls,
+            mode,
+            perf: g.perf,
+            allow_discards: g.allow_discards,
+            read_only: g.read_only,
+            io_engine: g.io_engine,
+            direct: g.direct,
+        })
+    }
+
     /// The daemon's [`Spec`] for `table`: its device becomes
     /// [`OpenOptions::device`] and the given flags are merged into it
     /// ([`resolve::engine_config`]).

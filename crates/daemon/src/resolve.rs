@@ -206,6 +206,20 @@ impl Luks {
         })
     }
 
+    /// [`Luks::load`] requiring one LUKS version (`open --type luks1|luks2`):
+    /// any other is "not a valid LUKS device" ([`ErrorKind::InvalidInput`]),
+    /// as in cryptsetup.
+    pub fn load_as(device: &Path, header: Option<&Path>, want: Option<VolumeType>) -> Result<Self> {
+        let vol = Self::load(device, header)?;
+        if want.is_some_and(|w| w != vol.version) {
+            return Err(invalid(format!(
+                "Device {} is not a valid LUKS device",
+                header.unwrap_or(device).display()
+            )));
+        }
+        Ok(vol)
+    }
+
     /// Warnings about the header (unknown LUKS2 features and the like).
     pub fn warnings(&self) -> &[String] {
         self.vol.header().warnings()
@@ -222,6 +236,71 @@ impl Luks {
     pub fn unlock(&self, passphrase: &[u8], key_slot: Option<u32>) -> Result<Table> {
         let opened = self.vol.unlock(passphrase, key_slot)?;
         Ok(opened.to_table(&self.device)?)
+    }
+}
+
+/// Unlocks the LUKS volume on `device` for `open` and `map --luks`: the
+/// header is read first, so a device that is no LUKS volume (or not the
+/// `want`ed version) fails before the prompt; `warn` gets the header's
+/// warnings; the passphrase comes from `key_file` or a prompt. Returns the
+/// table cryptsetup would load and the LUKS version.
+pub fn unlock_luks(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    key_slot: Option<u32>,
+    want: Option<VolumeType>,
+    mut warn: impl FnMut(&str),
+) -> Result<(Table, VolumeType)> {
+    let vol = Luks::load_as(device, header, want)?;
+    vol.warnings().iter().for_each(|w| warn(w));
+    let prompt = format!("Enter passphrase for {}: ", device.display());
+    let pass = luks::passphrase::read(key_file, &prompt, false)?;
+    Ok((vol.unlock(&pass, key_slot)?, vol.version()))
+}
+
+/// What `open` was told about its mapping.
+#[derive(Debug, Clone, Copy)]
+pub struct Mapping<'a> {
+    /// `--type`: plain, one LUKS version, or `None` for either.
+    pub kind: Option<VolumeType>,
+    /// `--table` (plain only).
+    pub table: Option<&'a str>,
+    /// The detached LUKS header.
+    pub header: Option<&'a Path>,
+    /// `--key-file`: the LUKS passphrase, or a plain table's raw key.
+    pub key_file: Option<&'a Path>,
+    /// `--key-slot`.
+    pub key_slot: Option<u32>,
+}
+
+impl Mapping<'_> {
+    /// Resolves the mapping in the calling process (a LUKS volume is
+    /// unlocked here, prompting; `warn` gets its header warnings).
+    pub fn resolve(&self, device: &Path, warn: impl FnMut(&str)) -> Result<(Table, VolumeType)> {
+        if self.kind == Some(VolumeType::Plain) {
+            let line = self.table.ok_or_else(|| {
+                invalid("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
+            })?;
+            let table = plain_table_arg(line, self.key_file, true)?;
+            return Ok((table, VolumeType::Plain));
+        }
+        if self.table.is_some() {
+            return Err(invalid("--table is only for --type plain"));
+        }
+        let (h, kf, slot) = (self.header, self.key_file, self.key_slot);
+        unlock_luks(device, h, kf, slot, self.kind, warn)
+    }
+
+    /// The detached daemon's mapping: the table its parent resolved, from
+    /// standard input; the volume type from the header for LUKS.
+    pub fn from_stdin(&self, device: &Path) -> Result<(Table, VolumeType)> {
+        let table = crate::detach::read_table_stdin()?;
+        let kind = match self.kind {
+            Some(VolumeType::Plain) => VolumeType::Plain,
+            _ => VolumeType::of_header(self.header.unwrap_or(device)),
+        };
+        Ok((table, kind))
     }
 }
 

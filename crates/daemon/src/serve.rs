@@ -13,10 +13,8 @@
 //! Messages for the daemon's own log (the detached daemon's stderr is
 //! `NAME.log`) go to stderr prefixed `ucrypt: `.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,146 +24,17 @@ use crypto::table::Table;
 use crypto::SectorCrypt;
 use datapath::{Engine, EngineConfig};
 
-use crate::control::{self, ExportKind, Flags, Handled, Ping, Reply, Request, Status};
-use crate::error::{flat, invalid, Error, ErrorKind, Result};
+use crate::control::{self, Flags, Handled, Ping, Reply, Request, Status};
+use crate::error::{flat, Error, ErrorKind, Result};
 use crate::resolve::VolumeType;
 use crate::runtime::{self, Paths};
 use crate::tls::TlsSpec;
 
-/// Which frontend serves the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ExportSpec {
-    /// NBD on a unix socket (`NAME.nbd.sock` in the runtime dir if `None`).
-    NbdUnix(Option<PathBuf>),
-    /// NBD on TCP (unencrypted on the wire unless [`TlsSpec`] turns TLS on).
-    NbdTcp(SocketAddr),
-    /// A FUSE file export at a mountpoint (`NAME.fuse` if `None`).
-    Fuse(Option<PathBuf>),
-    /// A ublk block device.
-    Ublk,
-    /// A vhost-user-blk socket for virtual machines, with this many queues.
-    VhostUserBlk {
-        /// The socket the hypervisor connects to.
-        socket: PathBuf,
-        /// Request queues (one serving thread each).
-        num_queues: u16,
-    },
-}
+mod export;
+mod frontend;
 
-impl ExportSpec {
-    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]`, `ublk` or
-    /// `vhost-user-blk=SOCKET` (one queue; see
-    /// [`ExportSpec::with_num_queues`]); with `listen`
-    /// (`PORT` on loopback, or `ADDR:PORT`) NBD is served on TCP instead.
-    /// Paths are made absolute (a detached daemon runs in `/`).
-    pub fn parse(export: &str, listen: Option<&str>) -> Result<Self> {
-        let (kind, arg) = match export.split_once('=') {
-            Some((k, v)) => (k, Some(v)),
-            None => (export, None),
-        };
-        let path = |v: &str| -> Result<PathBuf> {
-            std::path::absolute(v)
-                .map_err(|e| invalid(format!("Invalid path {v:?}")).with_source(e))
-        };
-        let spec = match (kind, arg, listen) {
-            ("nbd", Some(_), Some(_)) => {
-                return Err(invalid(
-                    "Give either --export nbd=SOCKET or --listen, not both",
-                ))
-            }
-            ("nbd", None, Some(l)) => Self::NbdTcp(parse_listen(l)?),
-            ("nbd", None, None) => Self::NbdUnix(None),
-            ("nbd", Some(p), None) => Self::NbdUnix(Some(path(p)?)),
-            ("fuse", None, _) => Self::Fuse(None),
-            ("fuse", Some(p), _) => Self::Fuse(Some(path(p)?)),
-            ("ublk", None, _) => Self::Ublk,
-            ("vhost-user-blk", Some(p), _) if !p.is_empty() => Self::VhostUserBlk {
-                socket: path(p)?,
-                num_queues: 1,
-            },
-            _ => {
-                return Err(invalid(format!(
-                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET"
-                )))
-            }
-        };
-        if listen.is_some() && !matches!(spec, Self::NbdTcp(_)) {
-            return Err(invalid("--listen only applies to --export nbd"));
-        }
-        Ok(spec)
-    }
-
-    /// `--num-queues N` for a vhost-user-blk export (an error for any
-    /// other export, or for 0 or more than the device supports).
-    pub fn with_num_queues(self, n: Option<u16>) -> Result<Self> {
-        match (self, n) {
-            (s, None) => Ok(s),
-            (Self::VhostUserBlk { socket, .. }, Some(n))
-                if (1..=vhost_blk::MAX_QUEUES).contains(&n) =>
-            {
-                Ok(Self::VhostUserBlk {
-                    socket,
-                    num_queues: n,
-                })
-            }
-            (Self::VhostUserBlk { .. }, Some(n)) => Err(invalid(format!(
-                "Invalid --num-queues {n}: use 1 to {}",
-                vhost_blk::MAX_QUEUES
-            ))),
-            (_, Some(_)) => Err(invalid(
-                "--num-queues only applies to --export vhost-user-blk",
-            )),
-        }
-    }
-
-    /// The queue count of a vhost-user-blk export (for a re-executed
-    /// daemon's `--num-queues`).
-    pub fn num_queues(&self) -> Option<u16> {
-        match self {
-            Self::VhostUserBlk { num_queues, .. } => Some(*num_queues),
-            _ => None,
-        }
-    }
-
-    /// The inverse of [`ExportSpec::parse`]: the `export` and `listen`
-    /// strings that parse back to `self` (for a re-executed daemon; the
-    /// queue count travels as [`ExportSpec::num_queues`]).
-    pub fn to_args(&self) -> (String, Option<String>) {
-        match self {
-            Self::NbdUnix(None) => ("nbd".into(), None),
-            Self::NbdUnix(Some(p)) => (format!("nbd={}", p.display()), None),
-            Self::NbdTcp(a) => ("nbd".into(), Some(a.to_string())),
-            Self::Fuse(None) => ("fuse".into(), None),
-            Self::Fuse(Some(p)) => (format!("fuse={}", p.display()), None),
-            Self::Ublk => ("ublk".into(), None),
-            Self::VhostUserBlk { socket, .. } => {
-                (format!("vhost-user-blk={}", socket.display()), None)
-            }
-        }
-    }
-
-    /// Fails early when this machine cannot serve the export (ublk needs
-    /// the `ublk_drv` kernel module).
-    pub fn check_available(&self) -> Result<()> {
-        if *self == Self::Ublk && !ublk::available() {
-            return Err(ublk_unavailable());
-        }
-        Ok(())
-    }
-}
-
-/// `PORT` (loopback) or an explicit `ADDR:PORT` / `[V6]:PORT`.
-fn parse_listen(s: &str) -> Result<SocketAddr> {
-    if let Ok(port) = s.parse::<u16>() {
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    s.parse::<SocketAddr>().map_err(|_| {
-        invalid(format!(
-            "Invalid --listen {s:?}: use PORT or ADDR:PORT (e.g. 127.0.0.1:10809)"
-        ))
-    })
-}
+pub use export::ExportSpec;
+use frontend::{start_frontend, Frontend};
 
 /// Everything the daemon needs, resolved by the caller.
 pub struct Spec {
@@ -185,17 +54,6 @@ pub struct Spec {
     pub io_engine: backend::IoEngine,
     /// O_DIRECT policy for the backing file.
     pub direct: backend::DirectIo,
-}
-
-/// The error for `--export ublk` on a kernel without ublk.
-fn ublk_unavailable() -> Error {
-    Error::new(
-        ErrorKind::NoDevice,
-        format!(
-            "ublk export not available: {} is missing (load the ublk_drv kernel module); use --export nbd or --export fuse",
-            ublk::CONTROL_PATH
-        ),
-    )
 }
 
 /// Serves `spec` until `close` or SIGTERM/SIGINT. `ready` gets the ping
@@ -343,128 +201,6 @@ enum Event {
     /// Close: the result goes back on the first channel; the main thread
     /// then waits on the second until the reply has been written.
     Close(mpsc::Sender<Result<()>>, mpsc::Receiver<()>),
-}
-
-enum Frontend {
-    Nbd(nbd::Server),
-    Fuse(fuse::Export),
-    Ublk {
-        id: u32,
-        thread: std::thread::JoinHandle<Result<(), ublk::Error>>,
-    },
-    Vhost(vhost_blk::Server),
-}
-
-fn start_frontend(
-    engine: &Arc<Engine>,
-    name: &str,
-    cfg: &EngineConfig,
-    export: ExportSpec,
-    tls: &TlsSpec,
-    paths: &Paths,
-    table: &Table,
-) -> Result<(Frontend, ExportKind, String)> {
-    match export {
-        ExportSpec::NbdUnix(p) => start_nbd(
-            engine,
-            name,
-            cfg,
-            nbd::Endpoint::Unix(p.unwrap_or(paths.nbd.clone())),
-            tls,
-        ),
-        ExportSpec::NbdTcp(a) => start_nbd(engine, name, cfg, nbd::Endpoint::Tcp(a), tls),
-        ExportSpec::Fuse(p) => {
-            let mnt = p.unwrap_or(paths.fuse.clone());
-            let fcfg = fuse::ExportConfig {
-                file_name: name.to_owned(),
-                read_only: cfg.read_only,
-                allow_discards: cfg.allow_discards,
-                threads: 4,
-            };
-            let e = fuse::Export::mount(Arc::clone(engine), &mnt, fcfg)
-                .map_err(|e| Error::transparent(ErrorKind::NoDevice, e))?;
-            let file = e.file().display().to_string();
-            Ok((Frontend::Fuse(e), ExportKind::Fuse, file))
-        }
-        ExportSpec::Ublk => start_ublk(engine),
-        ExportSpec::VhostUserBlk { socket, num_queues } => {
-            let opts = vhost_blk::Options {
-                num_queues,
-                serial: volume_uuid(table),
-                ..vhost_blk::Options::new(socket)
-            };
-            let s = vhost_blk::Server::start(Arc::clone(engine), &opts)
-                .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
-            let sock = s.socket().display().to_string();
-            Ok((Frontend::Vhost(s), ExportKind::VhostUserBlk, sock))
-        }
-    }
-}
-
-/// The LUKS UUID of the table's device, for virtio-blk GET_ID (empty for
-/// plain mappings and detached headers, which the daemon does not see).
-fn volume_uuid(table: &Table) -> String {
-    luks::Volume::load(std::path::Path::new(&table.device), None)
-        .map(|v| v.header().uuid().to_owned())
-        .unwrap_or_default()
-}
-
-fn start_nbd(
-    engine: &Arc<Engine>,
-    name: &str,
-    cfg: &EngineConfig,
-    ep: nbd::Endpoint,
-    tls: &TlsSpec,
-) -> Result<(Frontend, ExportKind, String)> {
-    let tls = tls.load()?;
-    if let (nbd::Endpoint::Tcp(a), nbd::TlsMode::Off) = (&ep, tls.mode()) {
-        eprintln!(
-            "ucrypt: warning: NBD over TCP is unencrypted on the wire: anyone who can reach {a} can read and \
-             write the decrypted device (prefer the default unix socket, or tunnel it)"
-        );
-    }
-    let export = nbd::ExportConfig {
-        name: name.to_owned(),
-        description: format!("ucrypt volume {name}"),
-        read_only: cfg.read_only,
-        allow_trim: cfg.allow_discards,
-    };
-    let opts = nbd::ServerOptions {
-        tls,
-        ..nbd::ServerOptions::default()
-    };
-    let s = nbd::Server::start_with(Arc::clone(engine), export, ep, opts)
-        .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
-    let uri = s.uri();
-    Ok((Frontend::Nbd(s), ExportKind::Nbd, uri))
-}
-
-/// Starts `/dev/ublkbN` on its own thread and waits until it exists.
-fn start_ublk(engine: &Arc<Engine>) -> Result<(Frontend, ExportKind, String)> {
-    let (tx, rx) = mpsc::channel();
-    let e = Arc::clone(engine);
-    let thread = std::thread::Builder::new()
-        .name("ublk".into())
-        .spawn(move || ublk::serve_with(e, &ublk::Options::default(), move |d| drop(tx.send(d))))
-        .map_err(|e| Error::new(ErrorKind::Io, "Cannot start the ublk thread").with_source(e))?;
-    match rx.recv() {
-        Ok(dev) => Ok((
-            Frontend::Ublk { id: dev.id, thread },
-            ExportKind::Ublk,
-            dev.path.display().to_string(),
-        )),
-        // The sender was dropped without a device: serve_with failed.
-        Err(_) => {
-            let unavailable = "ublk export not available";
-            Err(match thread.join() {
-                Ok(Err(e)) => Error::new(ErrorKind::NoDevice, unavailable).with_source(e),
-                _ => Error::new(
-                    ErrorKind::NoDevice,
-                    format!("{unavailable}: the ublk thread ended without creating a device"),
-                ),
-            })
-        }
-    }
 }
 
 /// How long stopping the NBD frontend may take before `close` or a

@@ -261,7 +261,7 @@ fn v2(h: &luks2::Header) -> String {
         s.push_str(&format!("\tKey:        {} bits\n", k.key_size * 8));
         let prio = match k.extra.get("priority").and_then(|p| p.as_i64()) {
             Some(0) => "ignored",
-            Some(2) => "high",
+            Some(2) => "preferred",
             _ => "normal",
         };
         s.push_str(&format!("\tPriority:   {prio}\n"));

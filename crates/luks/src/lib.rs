@@ -33,7 +33,9 @@ pub mod kdf;
 pub mod keyslot;
 pub mod luks1;
 pub mod luks2;
+pub mod ops;
 pub mod passphrase;
+pub mod summary;
 mod volume;
 
 use std::io::{Cursor, Read, Seek, SeekFrom};
@@ -42,6 +44,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use hash::Hash;
 pub use kdf::{Kdf, KdfRequest};
 pub use volume::{format, open, FormatOptions, Opened, Volume};
+pub use volume::{token_text, Priority, Repair, TokenPlacement, KEYRING_TOKEN, MAX_LABEL_LEN};
 
 use error::corrupt;
 

@@ -140,14 +140,12 @@ impl Commands {
 /// anything else a plain failure; the message names every cause.
 fn bench_failure(e: impl Into<bench::Error>) -> Failure {
     let e = e.into();
-    let message = bench::error_chain(&e);
-    if e.is_usage() {
-        Failure::usage(message)
-    } else if e.is_missing() {
-        Failure::device(message)
+    let code = if !e.is_usage() && e.is_missing() {
+        4
     } else {
-        Failure { code: 1, message }
-    }
+        1
+    };
+    Failure::new(code, bench::error_chain(&e))
 }
 
 impl BenchArgs {

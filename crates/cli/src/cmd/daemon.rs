@@ -12,10 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use crypto::table::Table;
 use daemon::control::{self, Flags};
-use daemon::resolve::VolumeType as Kind;
-use daemon::{runtime, ExportSpec, OpenOptions, TlsSpec};
+use daemon::resolve::{Mapping, VolumeType as Kind};
+use daemon::{runtime, OpenOptions};
 use datapath::PerfFlags;
 
 use crate::{CmdResult, Failure};
@@ -243,51 +242,18 @@ impl Commands {
 }
 
 fn open(a: OpenArgs) -> CmdResult {
-    runtime::check_name(&a.name)?;
-    let mode = control::parse_mode(&a.mode)?;
-    let export =
-        ExportSpec::parse(&a.export, a.listen.as_deref())?.with_num_queues(a.num_queues)?;
-    export.check_available()?;
-    let tls = TlsSpec::new(
-        a.tls.as_deref(),
-        a.tls_certificates.as_deref(),
-        a.tls_psk.as_deref(),
-        a.tls_verify_peer,
-        &export,
-    )?;
-    // Bad credentials fail here, on the terminal, before anything starts.
-    tls.load()?;
-    // The detached daemon re-checks the claim its parent made.
-    let me = a.table_stdin.then(std::process::id);
-    let claim = runtime::claim(&a.name, me)?;
-    if claim.detached_stale_mount {
-        report_stale_mount(&claim.paths.fuse);
-    }
-    let device = daemon::resolve::device(&a.device)?;
-    let kind = a.kind.unwrap_or(if a.table.is_some() || a.table_stdin {
-        VolumeType::Plain
-    } else {
-        VolumeType::Luks
-    });
-    let (table, volume_type) = if a.table_stdin {
-        let t = daemon::detach::read_table_stdin()?;
-        let k = match kind {
-            VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
-                Kind::of_header(a.header.as_deref().unwrap_or(&device))
-            }
-            VolumeType::Plain => Kind::Plain,
-        };
-        (t, k)
-    } else {
-        resolve_table(&a, kind, &device)?
-    };
-    let opts = OpenOptions {
-        name: a.name.clone(),
-        device,
-        header: a.header.clone(),
-        export,
-        tls,
-        mode,
+    let given = daemon::open::Given {
+        name: &a.name,
+        device: &a.device,
+        header: a.header.as_deref(),
+        export: &a.export,
+        listen: a.listen.as_deref(),
+        num_queues: a.num_queues,
+        tls: a.tls.as_deref(),
+        tls_certificates: a.tls_certificates.as_deref(),
+        tls_psk: a.tls_psk.as_deref(),
+        tls_verify_peer: a.tls_verify_peer,
+        mode: &a.mode,
         perf: a.perf.flags(),
         allow_discards: a.allow_discards,
         read_only: a.readonly,
@@ -300,8 +266,28 @@ fn open(a: OpenArgs) -> CmdResult {
             DirectIoArg::Never => backend::DirectIo::Never,
             DirectIoArg::Required => backend::DirectIo::Required,
         },
+        detached: a.table_stdin,
     };
-
+    let opts = OpenOptions::check(&given, report_stale_mount)?;
+    let kind = match a.kind {
+        None if a.table.is_some() || a.table_stdin => Some(Kind::Plain),
+        None | Some(VolumeType::Luks) => None,
+        Some(VolumeType::Luks1) => Some(Kind::Luks1),
+        Some(VolumeType::Luks2) => Some(Kind::Luks2),
+        Some(VolumeType::Plain) => Some(Kind::Plain),
+    };
+    let m = Mapping {
+        kind,
+        table: a.table.as_deref(),
+        header: a.header.as_deref(),
+        key_file: a.key_file.as_deref(),
+        key_slot: a.key_slot,
+    };
+    let (table, volume_type) = if a.table_stdin {
+        m.from_stdin(&opts.device)?
+    } else {
+        m.resolve(&opts.device, |w| eprintln!("WARNING: {w}"))?
+    };
     if a.foreground {
         opts.serve(table, volume_type, |p| {
             println!("{p}");
@@ -320,35 +306,6 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
     Ok(())
-}
-
-/// Builds the mapping in the calling process (prompting, KDFs, …).
-fn resolve_table(a: &OpenArgs, kind: VolumeType, device: &Path) -> Result<(Table, Kind), Failure> {
-    match kind {
-        VolumeType::Plain => {
-            let line = a.table.as_deref().ok_or_else(|| {
-                Failure::usage("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
-            })?;
-            let table = daemon::resolve::plain_table_arg(line, a.key_file.as_deref(), true)?;
-            Ok((table, Kind::Plain))
-        }
-        VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2 => {
-            if a.table.is_some() {
-                return Err(Failure::usage("--table is only for --type plain"));
-            }
-            crate::cmd::luks::unlock_as(
-                device,
-                a.header.as_deref(),
-                a.key_file.as_deref(),
-                a.key_slot,
-                match kind {
-                    VolumeType::Luks1 => Some(Kind::Luks1),
-                    VolumeType::Luks2 => Some(Kind::Luks2),
-                    _ => None,
-                },
-            )
-        }
-    }
 }
 
 /// Says so when a dead daemon's FUSE mount had to be detached.

@@ -12,8 +12,8 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use luks::{ErrorKind, FormatOptions, Hash, Header, KdfRequest, Volume};
-use zeroize::Zeroizing;
+use luks::ops::{self, Ui as _};
+use luks::Volume;
 
 use crate::{CmdResult, Failure};
 
@@ -158,6 +158,9 @@ pub struct DumpArgs {
     /// Print the LUKS2 JSON metadata as cryptsetup does.
     #[arg(long, conflicts_with = "dump_volume_key")]
     dump_json_metadata: bool,
+    /// Print the header as ucrypt's JSON document (docs/JSON.md).
+    #[arg(long, conflicts_with_all = ["dump_volume_key", "dump_json_metadata"])]
+    json: bool,
 }
 
 /// `ucrypt add-key` / `change-key`.
@@ -262,16 +265,69 @@ pub struct UuidArgs {
 impl Commands {
     /// Runs the command.
     pub fn run(self) -> CmdResult {
+        let ui = &mut Terminal;
         match self {
-            Self::Format(a) => format(a),
+            Self::Format(a) => {
+                let mut c = a.common;
+                c.key_file = a.key_file_arg.or(c.key_file);
+                let req = ops::FormatRequest {
+                    key: c.key_source(),
+                    device: c.device,
+                    header: c.header,
+                    key_slot: c.key_slot,
+                    batch: c.batch_mode,
+                    force: a.force,
+                    luks_type: a.luks_type,
+                    kdf: a.kdf.choice(),
+                    cipher: a.cipher,
+                    key_bits: a.key_size,
+                    sector_size: a.sector_size,
+                    label: a.label,
+                    subsystem: a.subsystem,
+                    uuid: a.uuid,
+                    offset_sectors: a.offset,
+                    volume_key_file: a.volume_key_file,
+                };
+                let vol = ops::format(&req, ui)?;
+                for w in vol.header().warnings() {
+                    // cryptsetup prints its format warnings on stdout.
+                    println!("WARNING: {w}");
+                }
+                Ok(())
+            }
             Self::Dump(a) => dump(a),
             Self::AddKey(a) => add_key(a, false),
             Self::ChangeKey(a) => add_key(a, true),
-            Self::RemoveKey(a) => remove_key(a),
-            Self::KillSlot(a) => kill_slot(a),
+            Self::RemoveKey(a) => {
+                let c = a.common;
+                let key = ops::KeySource {
+                    file: a.remove_key_file.or(c.key_file.clone()),
+                    range: c.range(),
+                };
+                let req = ops::RemoveRequest {
+                    device: c.device,
+                    header: c.header,
+                    key,
+                    key_slot: c.key_slot,
+                    batch: c.batch_mode,
+                };
+                let slot = ops::remove_key(&req, ui)?;
+                eprintln!("Key slot {slot} removed.");
+                Ok(())
+            }
+            Self::KillSlot(a) => {
+                let req = ops::KillRequest {
+                    device: a.device,
+                    header: a.header,
+                    slot: a.slot,
+                    key_file: a.key_file,
+                    batch: a.batch_mode,
+                };
+                Ok(ops::kill_slot(&req, ui)?)
+            }
             Self::HeaderBackup(a) => {
-                let vol = load(&a.device, a.header.as_deref())?;
-                vol.header_backup(&a.header_backup_file).map_err(fail)
+                let vol = ops::load(&a.device, a.header.as_deref(), ui)?;
+                Ok(vol.header_backup(&a.header_backup_file)?)
             }
             Self::HeaderRestore(a) => {
                 let h = Volume::header_restore(
@@ -279,8 +335,7 @@ impl Commands {
                     a.header.as_deref(),
                     &a.header_backup_file,
                     a.batch_mode,
-                )
-                .map_err(fail)?;
+                )?;
                 eprintln!(
                     "Restored LUKS{} header with UUID {}.",
                     h.version(),
@@ -290,9 +345,9 @@ impl Commands {
             }
             Self::IsLuks(a) => is_luks(a),
             Self::Uuid(a) => {
-                let mut vol = load(&a.device, a.header.as_deref())?;
+                let mut vol = ops::load(&a.device, a.header.as_deref(), ui)?;
                 match a.uuid {
-                    Some(u) => vol.set_uuid(Some(&u)).map(|_| ()).map_err(fail),
+                    Some(u) => Ok(vol.set_uuid(Some(&u)).map(|_| ())?),
                     None => {
                         println!("{}", vol.header().uuid());
                         Ok(())
@@ -323,10 +378,25 @@ impl Common {
         }
     }
 
-    /// Reads the passphrase from `--key-file` (its range) or a prompt.
-    fn passphrase(&self, prompt: &str, verify: bool) -> Result<crypto::Secret, Failure> {
-        luks::passphrase::read_range(self.key_file.as_deref(), self.range(), prompt, verify)
-            .map_err(fail)
+    /// `--key-file` and its range.
+    fn key_source(&self) -> ops::KeySource {
+        ops::KeySource {
+            file: self.key_file.clone(),
+            range: self.range(),
+        }
+    }
+}
+
+impl KdfArgs {
+    fn choice(self) -> ops::KdfChoice {
+        ops::KdfChoice {
+            pbkdf: self.pbkdf,
+            hash: self.hash,
+            iter_time_ms: self.iter_time,
+            force_iterations: self.pbkdf_force_iterations,
+            memory_kib: self.pbkdf_memory,
+            parallel: self.pbkdf_parallel,
+        }
     }
 }
 
@@ -361,22 +431,10 @@ pub fn unlock_as(
     key_slot: Option<u32>,
     want: Option<daemon::resolve::VolumeType>,
 ) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
-    let vol = daemon::resolve::Luks::load(device, header)?;
-    if want.is_some_and(|w| w != vol.version()) {
-        return Err(Failure::usage(format!(
-            "Device {} is not a valid LUKS device",
-            header.unwrap_or(device).display()
-        )));
-    }
-    for w in vol.warnings() {
-        eprintln!("WARNING: {w}");
-    }
-    let pass = read_passphrase(
-        key_file,
-        &format!("Enter passphrase for {}: ", device.display()),
-        false,
-    )?;
-    Ok((vol.unlock(&pass, key_slot)?, vol.version()))
+    let warn = |w: &str| Terminal.warn(w);
+    Ok(daemon::resolve::unlock_luks(
+        device, header, key_file, key_slot, want, warn,
+    )?)
 }
 
 /// Maps a `luks::Error` to cryptsetup's exit codes (see [`Failure`]).
@@ -384,259 +442,61 @@ pub fn fail(e: luks::Error) -> Failure {
     Failure::from(e)
 }
 
-fn load(device: &Path, header: Option<&Path>) -> Result<Volume, Failure> {
-    if !device.exists() {
-        return Err(Failure::device(format!(
-            "Device {} does not exist or access denied",
-            device.display()
-        )));
-    }
-    let vol = Volume::load(device, header).map_err(|e| match e.kind() {
-        ErrorKind::NotLuks => Failure::usage(format!(
-            "Device {} is not a valid LUKS device",
-            header.unwrap_or(device).display()
-        )),
-        _ => fail(e),
-    })?;
-    for w in vol.header().warnings() {
-        eprintln!("WARNING: {w}");
-    }
-    Ok(vol)
-}
+/// Warnings on stderr; confirmations typed on the terminal (never when
+/// stdin is not one).
+struct Terminal;
 
-fn kdf_request(k: &KdfArgs, default_kind: &str) -> Result<KdfRequest, Failure> {
-    Ok(KdfRequest {
-        kind: k.pbkdf.clone().unwrap_or_else(|| default_kind.to_string()),
-        hash: Hash::parse(&k.hash).map_err(fail)?,
-        iter_time_ms: k.iter_time,
-        force_iterations: k.pbkdf_force_iterations,
-        memory_kib: k.pbkdf_memory,
-        parallel: k.pbkdf_parallel,
-    })
-}
-
-fn confirm(question: &str) -> bool {
-    if !std::io::stdin().is_terminal() {
-        return false;
+impl ops::Ui for Terminal {
+    fn warn(&mut self, warning: &str) {
+        eprintln!("WARNING: {warning}");
     }
-    eprint!("{question} (Type 'yes' in capital letters): ");
-    let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).is_ok() && line.trim_end() == "YES"
-}
 
-fn format(a: FormatArgs) -> CmdResult {
-    let version = match a.luks_type.as_str() {
-        "luks2" | "luks" => 2,
-        "luks1" => 1,
-        t => {
-            return Err(Failure::usage(format!(
-                "Unknown LUKS type {t:?} (luks1 or luks2)"
-            )))
+    fn confirm(&mut self, question: &str) -> bool {
+        if !std::io::stdin().is_terminal() {
+            return false;
         }
-    };
-    let mut common = a.common.clone();
-    if a.key_file_arg.is_some() {
-        common.key_file = a.key_file_arg.clone();
+        eprint!("{question} (Type 'yes' in capital letters): ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).is_ok() && line.trim_end() == "YES"
     }
-    let c = &common;
-    if !c.device.exists() {
-        return Err(Failure::device(format!(
-            "Device {} does not exist or access denied",
-            c.device.display()
-        )));
-    }
-    let meta = c.header.as_deref().unwrap_or(&c.device);
-    let mut force = a.force;
-    if !force && meta.exists() {
-        if let Ok(Ok(_)) = std::fs::File::open(meta).map(|mut f| {
-            let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
-            Header::read(&mut f, size)
-        }) {
-            if c.batch_mode
-                || !confirm(&format!(
-                    "WARNING: {} already contains a LUKS header. Overwrite it?",
-                    meta.display()
-                ))
-            {
-                return Err(Failure::usage(format!(
-                    "{} already contains a LUKS header; use --force to overwrite it",
-                    meta.display()
-                )));
-            }
-            force = true;
-        }
-    }
-    let mut kdf = kdf_request(&a.kdf, if version == 1 { "pbkdf2" } else { "argon2id" })?;
-    kdf.hash = Hash::parse(&a.kdf.hash).map_err(fail)?;
-    let volume_key = match &a.volume_key_file {
-        Some(p) => Some(Zeroizing::new(std::fs::read(p).map_err(|e| {
-            Failure::usage(format!("Cannot read {}: {e}", p.display()))
-        })?)),
-        None => None,
-    };
-    let opts = FormatOptions {
-        version,
-        cipher: a.cipher.clone(),
-        key_bits: a.key_size,
-        sector_size: a.sector_size,
-        hash: kdf.hash,
-        kdf,
-        label: a.label.clone(),
-        subsystem: a.subsystem.clone(),
-        uuid: a.uuid.clone(),
-        key_slot: c.key_slot,
-        volume_key,
-        data_offset: a.offset.map(|o| o * 512),
-        force,
-    };
-    let pass = c.passphrase(
-        &format!("Enter passphrase for {}: ", c.device.display()),
-        true,
-    )?;
-    let vol = luks::format(&c.device, c.header.as_deref(), &opts, &pass).map_err(fail)?;
-    for w in vol.header().warnings() {
-        // cryptsetup prints its format warnings on stdout.
-        println!("WARNING: {w}");
-    }
-    Ok(())
 }
 
 fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
-    let c = &a.common;
-    let mut vol = load(&c.device, c.header.as_deref())?;
-    let (old_slot, vk) = match &a.volume_key_file {
-        Some(p) => {
-            let vk = Zeroizing::new(
-                std::fs::read(p)
-                    .map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?,
-            );
-            if !vol.verify_volume_key(&vk) {
-                return Err(Failure::denied("Volume key does not match the volume"));
-            }
-            (None, crypto::Secret::from(vk))
-        }
-        None => {
-            let pass = c.passphrase("Enter any existing passphrase: ", false)?;
-            // For change-key, --key-slot picks the slot to change; for
-            // add-key it is the target slot, so unlock through any slot.
-            let try_slot = if change { c.key_slot } else { None };
-            let (s, vk) = vol.unlock_key(&pass, try_slot).map_err(fail)?;
-            (Some(s), vk)
-        }
-    };
-    if a.new_key_file.is_some()
-        && a.new_key_file == c.key_file
-        && a.new_key_file.as_deref() == Some(Path::new("-"))
-    {
-        return Err(Failure::usage(
-            "Only one of the old and the new passphrase can come from stdin",
-        ));
-    }
-    let new = luks::passphrase::read_range(
-        a.new_key_file.as_deref(),
-        luks::passphrase::KeyfileRange {
-            offset: a.new_keyfile_offset.unwrap_or(0),
-            size: a.new_keyfile_size,
+    let req = ops::KeyRequest {
+        key: a.common.key_source(),
+        device: a.common.device,
+        header: a.common.header,
+        key_slot: a.common.key_slot,
+        kdf: a.kdf.choice(),
+        new_key: ops::KeySource {
+            file: a.new_key_file,
+            range: luks::passphrase::KeyfileRange {
+                offset: a.new_keyfile_offset.unwrap_or(0),
+                size: a.new_keyfile_size,
+            },
         },
-        "Enter new passphrase for key slot: ",
-        true,
-    )
-    .map_err(fail)?;
-    let default_kind = match vol.header() {
-        Header::V1(_) => "pbkdf2",
-        Header::V2(_) => "argon2id",
+        volume_key_file: a.volume_key_file,
     };
-    let kdf = kdf_request(&a.kdf, default_kind)?;
-    if !change {
-        let slot = vol.add_key(&vk, &new, c.key_slot, &kdf).map_err(fail)?;
-        eprintln!("Key slot {slot} created.");
-        return Ok(());
-    }
-    let old = old_slot
-        .ok_or_else(|| Failure::usage("change-key needs the old passphrase, not a volume key"))?;
-    let slot = vol.change_key(old, &vk, &new, &kdf).map_err(fail)?;
-    if slot == old {
-        eprintln!("Key slot {old} changed.");
-    } else {
-        eprintln!("Key slot {old} changed (new passphrase in key slot {slot}).");
-    }
-    Ok(())
-}
-
-fn remove_key(a: RemoveKeyArgs) -> CmdResult {
-    let c = &a.common;
-    let mut vol = load(&c.device, c.header.as_deref())?;
-    let kf = a.remove_key_file.as_deref().or(c.key_file.as_deref());
-    let pass =
-        luks::passphrase::read_range(kf, c.range(), "Enter passphrase to be deleted: ", false)
-            .map_err(fail)?;
-    let (slot, _vk) = vol.unlock_key(&pass, c.key_slot).map_err(fail)?;
-    let last = vol.header().active_slots().len() == 1;
-    if last
-        && !c.batch_mode
-        && !confirm(
-            "WARNING: This is the last keyslot. The device will become unusable. Remove it?",
-        )
-    {
-        return Err(Failure::usage(
-            "Refusing to remove the last keyslot without --batch-mode",
-        ));
-    }
-    vol.kill_slot(slot, true).map_err(fail)?;
-    eprintln!("Key slot {slot} removed.");
-    Ok(())
-}
-
-fn kill_slot(a: KillSlotArgs) -> CmdResult {
-    let mut vol = load(&a.device, a.header.as_deref())?;
-    let active = vol.header().active_slots();
-    if !active.contains(&a.slot) {
-        return Err(Failure::usage(format!("Keyslot {} is not active", a.slot)));
-    }
-    if !a.batch_mode {
-        if active.len() == 1 {
-            if !confirm(
-                "WARNING: This is the last keyslot. The device will become unusable. Kill it?",
-            ) {
-                return Err(Failure::usage(
-                    "Refusing to kill the last keyslot without --batch-mode",
-                ));
-            }
-        } else {
-            let pass = read_passphrase(
-                a.key_file.as_deref(),
-                "Enter any remaining passphrase: ",
-                false,
-            )?;
-            let (s, _vk) = vol.unlock_key(&pass, None).map_err(fail)?;
-            if s == a.slot {
-                return Err(Failure::denied(
-                    "Give a passphrase of a remaining keyslot, not of the one to kill",
-                ));
-            }
+    match ops::add_key(&req, change, &mut Terminal)? {
+        ops::KeyChange::Added(slot) => eprintln!("Key slot {slot} created."),
+        ops::KeyChange::Changed { old, new } if new == old => {
+            eprintln!("Key slot {old} changed.")
         }
+        ops::KeyChange::Changed { old, new } => {
+            eprintln!("Key slot {old} changed (new passphrase in key slot {new}).")
+        }
+        _ => {}
     }
-    vol.kill_slot(a.slot, true).map_err(fail)?;
     Ok(())
 }
 
 fn is_luks(a: IsLuksArgs) -> CmdResult {
-    let res = std::fs::File::open(&a.device)
-        .map_err(|e| Failure::device(format!("Cannot open {}: {e}", a.device.display())))
-        .and_then(|mut f| {
-            let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
-            Header::read(&mut f, size).map_err(fail)
-        });
-    let quiet_fail = |msg: String| Failure {
-        code: 1,
-        message: msg,
-    };
-    match res {
+    match ops::probe(&a.device) {
         Ok(h) => match a.luks_type.as_deref() {
             None => Ok(()),
             Some(t) if t == format!("luks{}", h.version()) || t == "luks" => Ok(()),
-            Some(t) => Err(quiet_fail(format!(
+            Some(t) => Err(Failure::usage(format!(
                 "Device {} is LUKS{}, not {t}",
                 a.device.display(),
                 h.version()
@@ -644,9 +504,9 @@ fn is_luks(a: IsLuksArgs) -> CmdResult {
         },
         Err(e) => {
             if a.verbose {
-                eprintln!("{}", e.message);
+                eprintln!("{}", fail(e).message);
             }
-            Err(quiet_fail(format!(
+            Err(Failure::usage(format!(
                 "Device {} is not a valid LUKS device",
                 a.device.display()
             )))
@@ -656,8 +516,12 @@ fn is_luks(a: IsLuksArgs) -> CmdResult {
 
 fn dump(a: DumpArgs) -> CmdResult {
     let c = &a.common;
-    let vol = load(&c.device, c.header.as_deref())?;
+    let vol = ops::load(&c.device, c.header.as_deref(), &mut Terminal)?;
     let target = c.header.as_deref().unwrap_or(&c.device);
+    if a.json {
+        print!("{}", luks::summary::Summary::of(vol.header()).to_json());
+        return Ok(());
+    }
     if a.dump_json_metadata {
         let text = luks::dump::json_text(vol.header()).ok_or_else(|| {
             Failure::usage("Dump operation is not supported for this device type")
@@ -667,17 +531,15 @@ fn dump(a: DumpArgs) -> CmdResult {
     }
     if a.dump_volume_key {
         if !c.batch_mode
-            && !confirm("Header dump with volume key is sensitive information. Proceed?")
+            && !Terminal.confirm("Header dump with volume key is sensitive information. Proceed?")
         {
             return Err(Failure::usage(
                 "Volume key dump needs confirmation or --batch-mode",
             ));
         }
-        let pass = c.passphrase(
-            &format!("Enter passphrase for {}: ", c.device.display()),
-            false,
-        )?;
-        let opened = vol.unlock(&pass, c.key_slot).map_err(fail)?;
+        let prompt = format!("Enter passphrase for {}: ", c.device.display());
+        let pass = c.key_source().read(&prompt, false)?;
+        let opened = vol.unlock(&pass, c.key_slot)?;
         let text = luks::dump::volume_key_text(vol.header(), &opened, target);
         print!("{}", text.as_str());
         return Ok(());

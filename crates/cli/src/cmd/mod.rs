@@ -2,4 +2,6 @@
 pub mod bench;
 pub mod crypt;
 pub mod daemon;
+pub mod docs;
+pub mod header;
 pub mod luks;

@@ -315,24 +315,24 @@ fn change_key_v2(
 
 /// Bytes of a LUKS2 keyslot area for a volume key of `key_len` bytes
 /// (4 KiB aligned, as cryptsetup allocates).
-fn area_size_v2(key_len: usize) -> u64 {
+pub(super) fn area_size_v2(key_len: usize) -> u64 {
     (material_len(key_len, af::STRIPES) as u64).div_ceil(4096) * 4096
 }
 
 /// One LUKS2 keyslot to seal: where its material goes and how.
-struct SealV2<'a> {
-    vk: &'a [u8],
-    af_hash: String,
-    cipher: String,
-    area_key_size: usize,
-    offset: u64,
-    area_size: u64,
+pub(super) struct SealV2<'a> {
+    pub(super) vk: &'a [u8],
+    pub(super) af_hash: String,
+    pub(super) cipher: String,
+    pub(super) area_key_size: usize,
+    pub(super) offset: u64,
+    pub(super) area_size: u64,
 }
 
 impl SealV2<'_> {
     /// Derives, encrypts and writes (and syncs) the material; returns the
     /// keyslot object to put in the header.
-    fn write(
+    pub(super) fn write(
         &self,
         f: &mut File,
         new_pass: &[u8],

@@ -27,13 +27,18 @@ use crate::error::{corrupt, Error, ErrorKind, Result};
 use crate::Header;
 
 mod backup;
+mod config;
+mod convert;
 mod format;
 mod io;
 mod keyslots;
+mod token;
 mod unlock;
 
+pub use config::{Priority, Repair, MAX_LABEL_LEN};
 pub use format::{format, FormatOptions};
 use io::{device_size, open_ro};
+pub use token::{token_text, TokenPlacement, KEYRING_TOKEN};
 
 /// An unlocked volume: everything the data path needs.
 pub struct Opened {

@@ -1,0 +1,153 @@
+//! `--export` and `--listen` parsed into an [`ExportSpec`]: which frontend
+//! serves the device, and where.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use crate::error::{invalid, Error, ErrorKind, Result};
+
+/// Which frontend serves the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExportSpec {
+    /// NBD on a unix socket (`NAME.nbd.sock` in the runtime dir if `None`).
+    NbdUnix(Option<PathBuf>),
+    /// NBD on TCP (unencrypted on the wire unless [`TlsSpec`] turns TLS on).
+    NbdTcp(SocketAddr),
+    /// A FUSE file export at a mountpoint (`NAME.fuse` if `None`).
+    Fuse(Option<PathBuf>),
+    /// A ublk block device.
+    Ublk,
+    /// A vhost-user-blk socket for virtual machines, with this many queues.
+    VhostUserBlk {
+        /// The socket the hypervisor connects to.
+        socket: PathBuf,
+        /// Request queues (one serving thread each).
+        num_queues: u16,
+    },
+}
+
+impl ExportSpec {
+    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]`, `ublk` or
+    /// `vhost-user-blk=SOCKET` (one queue; see
+    /// [`ExportSpec::with_num_queues`]); with `listen`
+    /// (`PORT` on loopback, or `ADDR:PORT`) NBD is served on TCP instead.
+    /// Paths are made absolute (a detached daemon runs in `/`).
+    pub fn parse(export: &str, listen: Option<&str>) -> Result<Self> {
+        let (kind, arg) = match export.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (export, None),
+        };
+        let path = |v: &str| -> Result<PathBuf> {
+            std::path::absolute(v)
+                .map_err(|e| invalid(format!("Invalid path {v:?}")).with_source(e))
+        };
+        let spec = match (kind, arg, listen) {
+            ("nbd", Some(_), Some(_)) => {
+                return Err(invalid(
+                    "Give either --export nbd=SOCKET or --listen, not both",
+                ))
+            }
+            ("nbd", None, Some(l)) => Self::NbdTcp(parse_listen(l)?),
+            ("nbd", None, None) => Self::NbdUnix(None),
+            ("nbd", Some(p), None) => Self::NbdUnix(Some(path(p)?)),
+            ("fuse", None, _) => Self::Fuse(None),
+            ("fuse", Some(p), _) => Self::Fuse(Some(path(p)?)),
+            ("ublk", None, _) => Self::Ublk,
+            ("vhost-user-blk", Some(p), _) if !p.is_empty() => Self::VhostUserBlk {
+                socket: path(p)?,
+                num_queues: 1,
+            },
+            _ => {
+                return Err(invalid(format!(
+                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET"
+                )))
+            }
+        };
+        if listen.is_some() && !matches!(spec, Self::NbdTcp(_)) {
+            return Err(invalid("--listen only applies to --export nbd"));
+        }
+        Ok(spec)
+    }
+
+    /// `--num-queues N` for a vhost-user-blk export (an error for any
+    /// other export, or for 0 or more than the device supports).
+    pub fn with_num_queues(self, n: Option<u16>) -> Result<Self> {
+        match (self, n) {
+            (s, None) => Ok(s),
+            (Self::VhostUserBlk { socket, .. }, Some(n))
+                if (1..=vhost_blk::MAX_QUEUES).contains(&n) =>
+            {
+                Ok(Self::VhostUserBlk {
+                    socket,
+                    num_queues: n,
+                })
+            }
+            (Self::VhostUserBlk { .. }, Some(n)) => Err(invalid(format!(
+                "Invalid --num-queues {n}: use 1 to {}",
+                vhost_blk::MAX_QUEUES
+            ))),
+            (_, Some(_)) => Err(invalid(
+                "--num-queues only applies to --export vhost-user-blk",
+            )),
+        }
+    }
+
+    /// The queue count of a vhost-user-blk export (for a re-executed
+    /// daemon's `--num-queues`).
+    pub fn num_queues(&self) -> Option<u16> {
+        match self {
+            Self::VhostUserBlk { num_queues, .. } => Some(*num_queues),
+            _ => None,
+        }
+    }
+
+    /// The inverse of [`ExportSpec::parse`]: the `export` and `listen`
+    /// strings that parse back to `self` (for a re-executed daemon; the
+    /// queue count travels as [`ExportSpec::num_queues`]).
+    pub fn to_args(&self) -> (String, Option<String>) {
+        match self {
+            Self::NbdUnix(None) => ("nbd".into(), None),
+            Self::NbdUnix(Some(p)) => (format!("nbd={}", p.display()), None),
+            Self::NbdTcp(a) => ("nbd".into(), Some(a.to_string())),
+            Self::Fuse(None) => ("fuse".into(), None),
+            Self::Fuse(Some(p)) => (format!("fuse={}", p.display()), None),
+            Self::Ublk => ("ublk".into(), None),
+            Self::VhostUserBlk { socket, .. } => {
+                (format!("vhost-user-blk={}", socket.display()), None)
+            }
+        }
+    }
+
+    /// Fails early when this machine cannot serve the export (ublk needs
+    /// the `ublk_drv` kernel module).
+    pub fn check_available(&self) -> Result<()> {
+        if *self == Self::Ublk && !ublk::available() {
+            return Err(ublk_unavailable());
+        }
+        Ok(())
+    }
+}
+
+/// `PORT` (loopback) or an explicit `ADDR:PORT` / `[V6]:PORT`.
+fn parse_listen(s: &str) -> Result<SocketAddr> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.parse::<SocketAddr>().map_err(|_| {
+        invalid(format!(
+            "Invalid --listen {s:?}: use PORT or ADDR:PORT (e.g. 127.0.0.1:10809)"
+        ))
+    })
+}
+
+/// The error for `--export ublk` on a kernel without ublk.
+fn ublk_unavailable() -> Error {
+    Error::new(
+        ErrorKind::NoDevice,
+        format!(
+            "ublk export not available: {} is missing (load the ublk_drv kernel module); use --export nbd or --export fuse",
+            ublk::CONTROL_PATH
+        ),
+    )
+}

@@ -1,0 +1,401 @@
+//! The LUKS verbs as cryptsetup runs them (luksFormat, luksAddKey,
+//! luksChangeKey, luksRemoveKey, luksKillSlot, isLuks), with typed
+//! requests: load the header, unlock, change it, write it back.
+//!
+//! Passphrases are read through [`crate::passphrase`] (key file, piped
+//! line or terminal prompt) in the order cryptsetup asks for them. What
+//! stays with the caller goes through [`Ui`]: yes/no confirmations and
+//! header warnings. Every refusal is a typed [`Error`] whose kind the
+//! caller maps to an exit code (a wrong or misplaced passphrase is
+//! [`ErrorKind::WrongPassphrase`], a missing device [`ErrorKind::Io`]).
+//!
+//! ```text
+//!   FormatRequest ─► format ─► Volume          (warnings: caller prints)
+//!   KeyRequest    ─► add_key ─► KeyChange::Added | Changed
+//!   RemoveRequest ─► remove_key ─► slot
+//!   KillRequest   ─► kill_slot
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crypto::Secret;
+use zeroize::Zeroizing;
+
+use crate::error::invalid;
+use crate::passphrase::{self, KeyfileRange};
+use crate::{Error, ErrorKind, FormatOptions, Hash, Header, KdfRequest, Result, Volume};
+
+/// What the caller answers or shows while a verb runs.
+pub trait Ui {
+    /// A warning about the header (printed before any prompt).
+    fn warn(&mut self, warning: &str);
+    /// A yes/no question; `false` when it cannot be asked.
+    fn confirm(&mut self, question: &str) -> bool;
+}
+
+/// Where a passphrase comes from: a key file (`-` = stdin) and its range,
+/// or a prompt when `file` is `None`.
+#[derive(Debug, Clone, Default)]
+pub struct KeySource {
+    /// `--key-file`.
+    pub file: Option<PathBuf>,
+    /// `--keyfile-offset` / `--keyfile-size`.
+    pub range: KeyfileRange,
+}
+
+impl KeySource {
+    /// Reads the passphrase (asking twice on a terminal when `verify`).
+    pub fn read(&self, prompt: &str, verify: bool) -> Result<Secret> {
+        passphrase::read_range(self.file.as_deref(), self.range, prompt, verify)
+    }
+}
+
+/// Key-derivation choices as cryptsetup names them; the kind defaults by
+/// LUKS version (argon2id for LUKS2, pbkdf2 for LUKS1).
+#[derive(Debug, Clone)]
+pub struct KdfChoice {
+    /// `--pbkdf`.
+    pub pbkdf: Option<String>,
+    /// `--hash`.
+    pub hash: String,
+    /// `--iter-time`, milliseconds.
+    pub iter_time_ms: u32,
+    /// `--pbkdf-force-iterations`.
+    pub force_iterations: Option<u32>,
+    /// `--pbkdf-memory`, KiB.
+    pub memory_kib: Option<u32>,
+    /// `--pbkdf-parallel`.
+    pub parallel: Option<u32>,
+}
+
+impl KdfChoice {
+    /// The request for a LUKS`version` keyslot.
+    pub fn request(&self, version: u32) -> Result<KdfRequest> {
+        let default_kind = if version == 1 { "pbkdf2" } else { "argon2id" };
+        Ok(KdfRequest {
+            kind: self.pbkdf.clone().unwrap_or_else(|| default_kind.into()),
+            hash: Hash::parse(&self.hash)?,
+            iter_time_ms: self.iter_time_ms,
+            force_iterations: self.force_iterations,
+            memory_kib: self.memory_kib,
+            parallel: self.parallel,
+        })
+    }
+}
+
+/// The "does not exist" error for `device`.
+fn no_device(device: &Path) -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!(
+            "Device {} does not exist or access denied",
+            device.display()
+        ),
+    )
+}
+
+/// Loads the volume on `device` (header in `header` if detached) and
+/// shows its warnings. No LUKS header is [`ErrorKind::NotLuks`] naming the
+/// file that should hold it.
+pub fn load(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Volume> {
+    if !device.exists() {
+        return Err(no_device(device));
+    }
+    let vol = Volume::load(device, header).map_err(|e| match e.kind() {
+        ErrorKind::NotLuks => Error::new(
+            ErrorKind::NotLuks,
+            format!(
+                "Device {} is not a valid LUKS device",
+                header.unwrap_or(device).display()
+            ),
+        ),
+        _ => e,
+    })?;
+    for w in vol.header().warnings() {
+        ui.warn(w);
+    }
+    Ok(vol)
+}
+
+/// Reads the LUKS header at the start of `path`, if any (isLuks).
+pub fn probe(path: &Path) -> Result<Header> {
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
+    let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
+    Header::read(&mut f, size)
+}
+
+/// A volume key file's bytes (`--volume-key-file`).
+pub fn read_volume_key(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
+    std::fs::read(path).map(Zeroizing::new).map_err(|e| {
+        Error::io_as(
+            ErrorKind::InvalidArgument,
+            format!("Cannot read {}", path.display()),
+            e,
+        )
+    })
+}
+
+/// luksFormat's options.
+#[derive(Debug, Clone)]
+pub struct FormatRequest {
+    /// Device or image file.
+    pub device: PathBuf,
+    /// Detached header file.
+    pub header: Option<PathBuf>,
+    /// The first passphrase.
+    pub key: KeySource,
+    /// Keyslot for it.
+    pub key_slot: Option<u32>,
+    /// Never ask (an existing header is then refused unless `force`).
+    pub batch: bool,
+    /// Overwrite an existing LUKS header without asking.
+    pub force: bool,
+    /// `luks2` (or `luks`) or `luks1`.
+    pub luks_type: String,
+    /// Key derivation.
+    pub kdf: KdfChoice,
+    /// Cipher in dm-crypt form.
+    pub cipher: String,
+    /// Volume key size in bits.
+    pub key_bits: Option<u32>,
+    /// Encryption sector size.
+    pub sector_size: Option<u32>,
+    /// LUKS2 label.
+    pub label: Option<String>,
+    /// LUKS2 subsystem.
+    pub subsystem: Option<String>,
+    /// Volume UUID.
+    pub uuid: Option<String>,
+    /// Data offset in 512-byte sectors.
+    pub offset_sectors: Option<u64>,
+    /// Volume key file instead of a random key.
+    pub volume_key_file: Option<PathBuf>,
+}
+
+/// Formats a volume: checks the type and the device, asks before
+/// overwriting an existing header, reads the passphrase (verified) and
+/// writes the new header. The caller prints the new header's warnings.
+pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
+    let version = match req.luks_type.as_str() {
+        "luks2" | "luks" => 2,
+        "luks1" => 1,
+        t => return Err(invalid(format!("Unknown LUKS type {t:?} (luks1 or luks2)"))),
+    };
+    if !req.device.exists() {
+        return Err(no_device(&req.device));
+    }
+    let meta = req.header.as_deref().unwrap_or(&req.device);
+    let mut force = req.force;
+    if !force && meta.exists() && probe(meta).is_ok() {
+        let q = format!(
+            "WARNING: {} already contains a LUKS header. Overwrite it?",
+            meta.display()
+        );
+        if req.batch || !ui.confirm(&q) {
+            return Err(Error::new(
+                ErrorKind::AlreadyLuks,
+                format!(
+                    "{} already contains a LUKS header; use --force to overwrite it",
+                    meta.display()
+                ),
+            ));
+        }
+        force = true;
+    }
+    let kdf = req.kdf.request(version)?;
+    let volume_key = req
+        .volume_key_file
+        .as_deref()
+        .map(read_volume_key)
+        .transpose()?;
+    let opts = FormatOptions {
+        version,
+        cipher: req.cipher.clone(),
+        key_bits: req.key_bits,
+        sector_size: req.sector_size,
+        hash: kdf.hash,
+        kdf,
+        label: req.label.clone(),
+        subsystem: req.subsystem.clone(),
+        uuid: req.uuid.clone(),
+        key_slot: req.key_slot,
+        volume_key,
+        data_offset: req.offset_sectors.map(|o| o * 512),
+        force,
+    };
+    let prompt = format!("Enter passphrase for {}: ", req.device.display());
+    let pass = req.key.read(&prompt, true)?;
+    crate::format(&req.device, req.header.as_deref(), &opts, &pass)
+}
+
+/// luksAddKey / luksChangeKey's options.
+#[derive(Debug, Clone)]
+pub struct KeyRequest {
+    /// Device or image file.
+    pub device: PathBuf,
+    /// Detached header file.
+    pub header: Option<PathBuf>,
+    /// An existing passphrase.
+    pub key: KeySource,
+    /// add: the new key's slot; change: the slot to change.
+    pub key_slot: Option<u32>,
+    /// Key derivation of the new keyslot.
+    pub kdf: KdfChoice,
+    /// The new passphrase.
+    pub new_key: KeySource,
+    /// Unlock with this volume key file instead of a passphrase (add only).
+    pub volume_key_file: Option<PathBuf>,
+}
+
+/// What [`add_key`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyChange {
+    /// A new passphrase in this slot.
+    Added(u32),
+    /// The passphrase of slot `old` was replaced; it now lives in `new`.
+    Changed {
+        /// The slot that was changed.
+        old: u32,
+        /// Where the new passphrase is (the same slot when it fit).
+        new: u32,
+    },
+}
+
+/// Adds a passphrase (or with `change`, replaces the one given): unlocks
+/// with the existing passphrase or volume key, reads the new passphrase
+/// (verified) and writes the keyslot.
+pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyChange> {
+    let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    let (old_slot, vk) = match &req.volume_key_file {
+        Some(p) => {
+            let vk = read_volume_key(p)?;
+            if !vol.verify_volume_key(&vk) {
+                return Err(Error::new(
+                    ErrorKind::WrongPassphrase,
+                    "Volume key does not match the volume",
+                ));
+            }
+            (None, Secret::from(vk))
+        }
+        None => {
+            let pass = req.key.read("Enter any existing passphrase: ", false)?;
+            // For change-key, --key-slot picks the slot to change; for
+            // add-key it is the target slot, so unlock through any slot.
+            let try_slot = if change { req.key_slot } else { None };
+            let (s, vk) = vol.unlock_key(&pass, try_slot)?;
+            (Some(s), vk)
+        }
+    };
+    if req.new_key.file.is_some()
+        && req.new_key.file == req.key.file
+        && req.new_key.file.as_deref() == Some(Path::new("-"))
+    {
+        return Err(invalid(
+            "Only one of the old and the new passphrase can come from stdin",
+        ));
+    }
+    let new = req
+        .new_key
+        .read("Enter new passphrase for key slot: ", true)?;
+    let kdf = req.kdf.request(vol.header().version())?;
+    if !change {
+        return Ok(KeyChange::Added(vol.add_key(
+            &vk,
+            &new,
+            req.key_slot,
+            &kdf,
+        )?));
+    }
+    let old =
+        old_slot.ok_or_else(|| invalid("change-key needs the old passphrase, not a volume key"))?;
+    let new = vol.change_key(old, &vk, &new, &kdf)?;
+    Ok(KeyChange::Changed { old, new })
+}
+
+/// luksRemoveKey's options.
+#[derive(Debug, Clone)]
+pub struct RemoveRequest {
+    /// Device or image file.
+    pub device: PathBuf,
+    /// Detached header file.
+    pub header: Option<PathBuf>,
+    /// The passphrase to remove.
+    pub key: KeySource,
+    /// Only try this slot.
+    pub key_slot: Option<u32>,
+    /// Remove the last keyslot without asking.
+    pub batch: bool,
+}
+
+/// Wipes the keyslot the passphrase opens (asking first if it is the
+/// last one); returns its number.
+pub fn remove_key(req: &RemoveRequest, ui: &mut dyn Ui) -> Result<u32> {
+    let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    let pass = req.key.read("Enter passphrase to be deleted: ", false)?;
+    let (slot, _vk) = vol.unlock_key(&pass, req.key_slot)?;
+    let last = vol.header().active_slots().len() == 1;
+    if last
+        && !req.batch
+        && !ui.confirm(
+            "WARNING: This is the last keyslot. The device will become unusable. Remove it?",
+        )
+    {
+        return Err(invalid(
+            "Refusing to remove the last keyslot without --batch-mode",
+        ));
+    }
+    vol.kill_slot(slot, true)?;
+    Ok(slot)
+}
+
+/// luksKillSlot's options.
+#[derive(Debug, Clone)]
+pub struct KillRequest {
+    /// Device or image file.
+    pub device: PathBuf,
+    /// Detached header file.
+    pub header: Option<PathBuf>,
+    /// The slot to wipe.
+    pub slot: u32,
+    /// A remaining passphrase (asked unless `batch`).
+    pub key_file: Option<PathBuf>,
+    /// Ask nothing.
+    pub batch: bool,
+}
+
+/// Wipes one keyslot. Unless `batch`, the last slot needs a confirmation
+/// and any other a passphrase of a slot that stays.
+pub fn kill_slot(req: &KillRequest, ui: &mut dyn Ui) -> Result<()> {
+    let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    let active = vol.header().active_slots();
+    if !active.contains(&req.slot) {
+        return Err(invalid(format!("Keyslot {} is not active", req.slot)));
+    }
+    if !req.batch {
+        if active.len() == 1 {
+            if !ui.confirm(
+                "WARNING: This is the last keyslot. The device will become unusable. Kill it?",
+            ) {
+                return Err(invalid(
+                    "Refusing to kill the last keyslot without --batch-mode",
+                ));
+            }
+        } else {
+            let pass = passphrase::read(
+                req.key_file.as_deref(),
+                "Enter any remaining passphrase: ",
+                false,
+            )?;
+            let (s, _vk) = vol.unlock_key(&pass, None)?;
+            if s == req.slot {
+                return Err(Error::new(
+                    ErrorKind::WrongPassphrase,
+                    "Give a passphrase of a remaining keyslot, not of the one to kill",
+                ));
+            }
+        }
+    }
+    vol.kill_slot(req.slot, true)
+}
