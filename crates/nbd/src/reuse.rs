@@ -13,9 +13,11 @@ use std::thread::JoinHandle;
 use crate::server::lock;
 
 type Job = Box<dyn FnOnce() + Send>;
+/// A job and where to report that it returned.
+type Msg = (Job, Sender<()>);
 
 /// Parked threads, each waiting on its own job channel.
-static PARKED: Mutex<Vec<Sender<(Job, Sender<()>)>>> = Mutex::new(Vec::new());
+static PARKED: Mutex<Vec<Sender<Msg>>> = Mutex::new(Vec::new());
 
 /// A started writer, to wait for with [`Writer::join`].
 pub(crate) enum Writer {
@@ -38,7 +40,7 @@ impl Writer {
                 .map(Writer::Own);
         }
         let (done_tx, done) = mpsc::channel();
-        let mut msg: (Job, Sender<()>) = (Box::new(job), done_tx);
+        let mut msg: Msg = (Box::new(job), done_tx);
         // An idle thread takes it; one whose channel is gone (it died
         // with a panic) is dropped and the next one tried.
         while let Some(t) = lock(&PARKED).pop() {
@@ -47,7 +49,7 @@ impl Writer {
                 Err(mpsc::SendError(m)) => msg = m,
             }
         }
-        let (tx, rx) = mpsc::channel::<(Job, Sender<()>)>();
+        let (tx, rx) = mpsc::channel::<Msg>();
         let back = tx.clone();
         tx.send(msg).expect("own channel");
         std::thread::Builder::new()
