@@ -10,7 +10,7 @@
 #   UCRYPT_VM_CACHE    cache dir (kernel, base initramfs): default target/vm-cache
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor seeds (default), vhost (opt-in)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor seeds vhost (default: all)
 #   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
 #   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
 #   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache}"
 TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
-PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt advisor seeds}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt advisor seeds vhost}"
 CPUS="${UCRYPT_VM_CPUS:-2}"
 MEM="${UCRYPT_VM_MEM:-2048}"
 T0=$(date +%s)
@@ -120,6 +120,7 @@ truncate -s 1G "$RUN/vdb.img"
 #     vhost-user-blk; the guest sees it as /dev/vdc. Guest RAM must be a
 #     shared memfd for the backend to map it.
 VHOST_ARGS=()
+VHOST_SERIAL=""
 VH_RT="$RUN/rt"
 if [[ " $PARTS " == *" vhost "* ]]; then
   command -v cryptsetup >/dev/null && command -v qemu-img >/dev/null \
@@ -131,14 +132,19 @@ if [[ " $PARTS " == *" vhost "* ]]; then
   UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" open --key-file "$RUN/vhost.key" --allow-discards \
     --export vhost-user-blk="$RUN/vhost.sock" --num-queues 2 "$RUN/vhost.img" vmvhost >&2 \
     || fatal "ucrypt open --export vhost-user-blk failed"
+  # A high PCI slot: the guest names virtio disks in PCI order, so the two
+  # scratch drives stay vda and vdb (the other parts write to them) and this
+  # disk is vdc. The guest checks that by the serial (GET_ID: the LUKS UUID's
+  # first 20 characters) before writing anything.
+  VHOST_SERIAL=$(cryptsetup luksUUID "$RUN/vhost.img" | cut -c1-20)
   VHOST_ARGS=(-object memory-backend-memfd,id=mem,size=${MEM}M,share=on -numa node,memdev=mem
               -chardev "socket,id=vh0,path=$RUN/vhost.sock"
-              -device vhost-user-blk-pci,chardev=vh0,num-queues=2)
+              -device vhost-user-blk-pci,chardev=vh0,num-queues=2,addr=0x10)
 fi
 
 # 6. Boot. The guest prints @@VMTEST lines on the serial console and powers off.
 LOG="$RUN/console.log"
-APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}"
+APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${VHOST_SERIAL:+ vmtest.vhost_serial=$VHOST_SERIAL}${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}"
 echo "vm-test: booting $KVER ($ACCEL, $CPUS CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
 set +e
 "$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp "$CPUS" -m "$MEM" \

@@ -13,8 +13,11 @@
 //!
 //! A [`Backend`] is a byte-addressed device of fixed [`Backend::size`]. Every
 //! operation is synchronous and may be called from many threads at once; the
-//! data path gets parallelism by calling from several threads, never by
-//! relying on a backend's internal queue. Every operation checks its range
+//! data path gets parallelism by calling from several threads, or by
+//! handing several independent requests to one call
+//! ([`Backend::read_batch`] / [`Backend::write_batch`], which a backend with
+//! a submission queue sends to the kernel together), never by relying on a
+//! backend's internal queue. Every operation checks its range
 //! with [`check_range`]: a request that does not lie inside `0..size` fails
 //! with [`std::io::ErrorKind::InvalidInput`] and touches nothing. Concurrent
 //! overlapping writes leave each byte with the value of one of the writers
@@ -103,6 +106,56 @@ pub trait Backend: Send + Sync {
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         emulate_write_zeroes(self, offset, len)
     }
+
+    /// Reads every entry of `ops`; returns one result per entry, in order.
+    ///
+    /// The entries are independent requests the caller has in flight at
+    /// once (e.g. the reads a worker found queued): a backend with a
+    /// submission queue hands them to the kernel together, one system call
+    /// for the batch. Each entry has exactly the semantics of
+    /// [`Backend::read_at`], and entries may complete in any order.
+    ///
+    /// Provided: [`Backend::read_at`] on each entry in turn.
+    fn read_batch(&self, ops: &mut [ReadOp<'_>]) -> Vec<io::Result<()>> {
+        ops.iter_mut()
+            .map(|o| self.read_at(o.buf, o.offset))
+            .collect()
+    }
+
+    /// Writes every entry of `ops`; returns one result per entry, in order.
+    ///
+    /// As [`Backend::read_batch`]: each entry has exactly the semantics of
+    /// [`Backend::write_at`] (an entry with `fua` is durable when its result
+    /// is `Ok`), entries may be carried out in any order, so the caller must
+    /// not put two overlapping writes in one batch when it cares which one
+    /// lands last.
+    ///
+    /// Provided: [`Backend::write_at`] on each entry in turn.
+    fn write_batch(&self, ops: &[WriteOp<'_>]) -> Vec<io::Result<()>> {
+        ops.iter()
+            .map(|o| self.write_at(o.buf, o.offset, o.fua))
+            .collect()
+    }
+}
+
+/// One read of a [`Backend::read_batch`].
+#[derive(Debug)]
+pub struct ReadOp<'a> {
+    /// Filled with the bytes at `offset`.
+    pub buf: &'a mut [u8],
+    /// Byte offset on the device.
+    pub offset: u64,
+}
+
+/// One write of a [`Backend::write_batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOp<'a> {
+    /// The bytes to write.
+    pub buf: &'a [u8],
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Durable on success (forced unit access).
+    pub fua: bool,
 }
 
 /// In-place access to a backend's stored bytes (the ramdisk has it).
@@ -164,6 +217,12 @@ macro_rules! forward_backend {
             }
             fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
                 (**self).write_zeroes(offset, len)
+            }
+            fn read_batch(&self, ops: &mut [ReadOp<'_>]) -> Vec<io::Result<()>> {
+                (**self).read_batch(ops)
+            }
+            fn write_batch(&self, ops: &[WriteOp<'_>]) -> Vec<io::Result<()>> {
+                (**self).write_batch(ops)
             }
         }
     };

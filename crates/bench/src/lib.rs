@@ -134,8 +134,19 @@ mod tests {
         let r = run(&o).unwrap();
         assert_eq!(r.via, "in-process");
         assert!(r.skipped.is_empty(), "{:?}", r.skipped);
-        // Headline: 2 targets × read/write; sweep: 4 targets × 1 cell.
-        assert_eq!(r.cells.len(), 4 + 4);
+        // Headline: 2 targets × read/write; sweep: 4 targets and the
+        // adaptive target's control × 1 cell.
+        assert_eq!(r.cells.len(), 4 + 5);
+        let control = r
+            .cells
+            .iter()
+            .find(|c| c.target == "null-adaptive-control")
+            .expect("the control cell");
+        assert_eq!((control.mode, control.cipher), (None, Some(Cipher::Null)));
+        // The verdict table judges the one adaptive cell.
+        let t = r.table();
+        assert!(t.contains("adaptive lost "), "{t}");
+        assert!(t.contains(" of 1 cells"), "{t}");
         for c in &r.cells {
             assert_eq!(c.errors, 0, "{c:?}");
             assert!(c.mib().is_some_and(|m| m > 0.0), "{c:?}");

@@ -182,7 +182,7 @@ fn plain_volume_open_status_table_refresh_list() {
   offset:  0 sectors
   size:    2048 sectors
   mode:    read/write
-  data path: classic
+  data path: adaptive
   export:  nbd nbd+unix:///?socket=<DIR>/run/gold-plain.nbd.sock
 "
     .to_owned()
@@ -327,7 +327,7 @@ fn luks2_volume_status_table_and_failures() {
   offset:  32768 sectors
   size:    8192 sectors
   mode:    read/write
-  data path: classic
+  data path: adaptive
   export:  nbd nbd+unix:///?socket=<DIR>/run/gold-luks.nbd.sock
 "
     .to_owned()

@@ -14,7 +14,12 @@ use crypto::{speed, CryptConfig, Provider, SectorCrypt};
 fn main() {
     let dur = Duration::from_millis(400);
     for (bits, ss) in [(256usize, 512u32), (256, 4096), (512, 512), (512, 4096)] {
-        for imp in [Provider::AesNi, Provider::OpenSsl, Provider::Rust] {
+        for imp in [
+            Provider::Vaes,
+            Provider::AesNi,
+            Provider::OpenSsl,
+            Provider::Rust,
+        ] {
             let cfg = CryptConfig {
                 cipher: "aes-xts-plain64".into(),
                 key: Zeroizing::new((0..bits / 8).map(|i| i as u8).collect()),

@@ -19,11 +19,9 @@
 //! (`tests/oracle/dmcrypt.py`) and the IEEE 1619 XTS vectors.
 // Unsafe code is allowed in three places only: `cipher::evp::Evp::xts_sectors`
 // (raw EVP calls, OpenSSL writing into a Vec's spare capacity),
-// `cipher::aesni` (the AES-NI XTS kernels) and `secret`, the locked-page
-// allocator for keys.
+// `cipher::aesni` and `cipher::vaes` (the AES-NI and VAES XTS kernels) and
+// `secret`, the locked-page allocator for keys.
 #![deny(unsafe_code)]
-// `%` instead of `is_multiple_of`: the workspace rust-version (1.85) predates it.
-#![allow(clippy::manual_is_multiple_of)]
 
 use std::fmt;
 
@@ -36,8 +34,8 @@ pub mod spec;
 pub mod speed;
 pub mod table;
 
-use cipher::{Aes, Dir, NullCipher, SectorCipher};
-pub use cipher::{Provider, AESNI_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME};
+use cipher::{Dir, NullCipher, Prim, SectorCipher};
+pub use cipher::{Provider, AESNI_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME, VAES_XTS_NAME};
 pub use error::Error;
 pub use secret::Secret;
 pub use spec::CipherSpec;
@@ -73,7 +71,7 @@ impl fmt::Debug for CryptConfig {
 /// One key part's transform: the chain mode and, for ESSIV, the IV cipher.
 struct Tfm {
     cipher: Box<dyn SectorCipher>,
-    essiv: Option<Aes>,
+    essiv: Option<Prim>,
 }
 
 /// A ready-to-use sector cipher. `Send + Sync`; share it via `Arc`.
@@ -360,16 +358,16 @@ fn build_tfm(
     };
     let cipher: Box<dyn SectorCipher> = match spec.cipher {
         BlockCipher::Null => Box::new(NullCipher),
-        BlockCipher::Aes => {
-            cipher::new_mode(spec.chain, key, provider, sector_size).ok_or_else(bad_key)?
-        }
+        c => cipher::new_mode_for(c, spec.chain, key, provider, sector_size).ok_or_else(bad_key)?,
     };
     let essiv = match spec.iv {
         IvMode::Essiv(h) => {
             let salt = essiv_salt(h, key);
-            Some(Aes::new(&salt).ok_or_else(|| {
+            // The kernel's essiv template keys the same cipher with the digest.
+            Some(Prim::new(spec.cipher, &salt).ok_or_else(|| {
+                let name = spec.cipher.title();
                 error::key(format!(
-                    "Error decoding and setting key for {}: the {}-byte {} digest is no valid AES key",
+                    "Error decoding and setting key for {}: the {}-byte {} digest is no valid {name} key",
                     spec.as_str(),
                     h.digest_len(),
                     h.name()
@@ -499,7 +497,7 @@ mod tests {
             Error::Spec(_)
         ));
         assert!(matches!(
-            e(cfg("serpent-xts-plain64", vec![0; 64])),
+            e(cfg("cast6-xts-plain64", vec![0; 64])),
             Error::Unsupported(_)
         ));
         let mut c = cfg("aes-xts-plain64", vec![1; 64]);

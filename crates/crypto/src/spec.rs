@@ -24,8 +24,39 @@ use crate::Error;
 pub enum BlockCipher {
     /// AES; the key length picks AES-128/192/256.
     Aes,
+    /// Serpent (the kernel's `serpent`, NESSIE byte order); 128-, 192- or
+    /// 256-bit keys.
+    Serpent,
+    /// Twofish; 128-, 192- or 256-bit keys.
+    Twofish,
+    /// Camellia (RFC 3713); 128-, 192- or 256-bit keys.
+    Camellia,
     /// `cipher_null`: no key, data is copied unchanged.
     Null,
+}
+
+impl BlockCipher {
+    /// The name in a cipher spec (`aes`, `serpent`, …, `cipher_null`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Aes => "aes",
+            Self::Serpent => "serpent",
+            Self::Twofish => "twofish",
+            Self::Camellia => "camellia",
+            Self::Null => "cipher_null",
+        }
+    }
+
+    /// The name in prose (`AES`, `Serpent`, `Twofish`, `Camellia`, `cipher_null`).
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Aes => "AES",
+            Self::Serpent => "Serpent",
+            Self::Twofish => "Twofish",
+            Self::Camellia => "Camellia",
+            Self::Null => "cipher_null",
+        }
+    }
 }
 
 /// How blocks inside one sector are chained.
@@ -164,12 +195,15 @@ impl CipherSpec {
         } = parts;
         let cipher = match cipher {
             "aes" => BlockCipher::Aes,
+            "serpent" => BlockCipher::Serpent,
+            "twofish" => BlockCipher::Twofish,
+            "camellia" => BlockCipher::Camellia,
             "cipher_null" => BlockCipher::Null,
             "" => return Err(alloc_error(text, "empty cipher name")),
             other => {
                 if KNOWN_KERNEL_CIPHERS.contains(&other) {
                     return Err(error::unsupported(format!(
-                        "Cipher {other:?} (in {text:?}) is not supported yet; use aes or cipher_null"
+                        "Cipher {other:?} (in {text:?}) is not supported yet; use aes, serpent, twofish, camellia or cipher_null"
                     )));
                 }
                 return Err(alloc_error(text, &format!("unknown cipher {other:?}")));
@@ -194,7 +228,8 @@ impl CipherSpec {
                 "Cipher {text:?}: cipher_null is supported with ecb only"
             )));
         }
-        let has_iv = cipher == BlockCipher::Aes && chain != ChainMode::Ecb;
+        // Every cipher but cipher_null has 16-byte blocks.
+        let has_iv = cipher != BlockCipher::Null && chain != ChainMode::Ecb;
         // ESSIV is built as the essiv(chain(cipher),hash) template, which
         // needs an IV as wide as the cipher block: ECB cannot have one.
         if ivmode == Some("essiv") {
@@ -214,9 +249,10 @@ impl CipherSpec {
                 return Err(alloc_error(
                     text,
                     &format!(
-                        "the {}-byte {} digest is no valid AES key for ESSIV",
+                        "the {}-byte {} digest is no valid {} key for ESSIV",
                         h.digest_len(),
-                        h.name()
+                        h.name(),
+                        cipher.title()
                     ),
                 ));
             }
@@ -269,9 +305,10 @@ impl CipherSpec {
         &self.text
     }
 
-    /// IV size in bytes: 16 for AES with an IV-taking chain mode, else 0.
+    /// IV size in bytes: 16 (the block size of every cipher but
+    /// cipher_null) with an IV-taking chain mode, else 0.
     pub fn iv_size(&self) -> usize {
-        if self.cipher == BlockCipher::Aes && self.chain != ChainMode::Ecb {
+        if self.cipher != BlockCipher::Null && self.chain != ChainMode::Ecb {
             16
         } else {
             0
@@ -282,8 +319,8 @@ impl CipherSpec {
     pub fn subkey_sizes(&self) -> &'static [usize] {
         match (self.cipher, self.chain) {
             (BlockCipher::Null, _) => &[0],
-            (BlockCipher::Aes, ChainMode::Xts) => &[32, 48, 64],
-            (BlockCipher::Aes, _) => &[16, 24, 32],
+            (_, ChainMode::Xts) => &[32, 48, 64],
+            (_, _) => &[16, 24, 32],
         }
     }
 
@@ -320,8 +357,7 @@ impl std::str::FromStr for CipherSpec {
 
 /// Ciphers the kernel knows but ucrypt does not implement (clearer error).
 const KNOWN_KERNEL_CIPHERS: &[&str] = &[
-    "serpent", "twofish", "camellia", "cast5", "cast6", "des", "des3_ede", "blowfish", "sm4",
-    "aria", "adiantum",
+    "cast5", "cast6", "des", "des3_ede", "blowfish", "sm4", "aria", "adiantum",
 ];
 /// Chain modes the kernel knows but ucrypt does not implement.
 const KNOWN_KERNEL_MODES: &[&str] = &[
@@ -417,7 +453,7 @@ fn parse_capi<'a>(text: &'a str, rest: &'a str) -> Result<Parts<'a>, Error> {
     };
     if cipher.contains(['(', ')', ',']) || chain.contains(['(', ')', ',']) {
         return Err(error::unsupported(format!(
-            "Crypto API spec {api:?} (in {text:?}) is not supported yet; use xts(aes), cbc(aes), ecb(aes) or ecb(cipher_null)"
+            "Crypto API spec {api:?} (in {text:?}) is not supported yet; use xts(C), cbc(C), ecb(C) with C one of aes, serpent, twofish, camellia, or ecb(cipher_null)"
         )));
     }
     Ok(Parts {
@@ -527,7 +563,7 @@ mod tests {
                 "{m}"
             );
         }
-        assert!(e("serpent-xts-plain64").contains("not supported yet"));
+        assert!(e("cast6-xts-plain64").contains("not supported yet"));
         assert!(e("capi:gcm(aes)-random").contains("not supported yet"));
         assert!(e("capi:authenc(hmac(sha256),xts(aes))-random").contains("not supported yet"));
     }

@@ -44,14 +44,19 @@ fn seed_lines_round_trip() {
 #[test]
 fn seed_xts_line_has_equal_key_halves_and_still_works() {
     // An all-zero 256-bit XTS key: both halves equal. OpenSSL refuses it,
-    // dm-crypt accepts it, so ucrypt must too (AES-NI or Rust runs it).
+    // dm-crypt accepts it, so ucrypt must too (VAES, AES-NI or Rust runs it).
     let t = Table::parse(&format!(
         "0 8388608 crypt aes-xts-plain64 {ZERO_KEY} 0 1:0 0"
     ))
     .unwrap();
     let c = SectorCrypt::new(&t.crypt_config()).unwrap();
     assert!(
-        [crypto::AESNI_XTS_NAME, crypto::RUST_XTS_NAME].contains(&c.implementation()),
+        [
+            crypto::VAES_XTS_NAME,
+            crypto::AESNI_XTS_NAME,
+            crypto::RUST_XTS_NAME
+        ]
+        .contains(&c.implementation()),
         "{}",
         c.implementation()
     );

@@ -138,7 +138,7 @@ proptest! {
         if let Some(evp) = evp_reference(&c, &plain) {
             prop_assert_eq!(&want, &evp);
         }
-        for p in [Provider::Auto, Provider::AesNi, Provider::Rust] {
+        for p in [Provider::Auto, Provider::AesNi, Provider::Vaes, Provider::Rust] {
             let x = crypt(&c, p);
             let name = x.implementation();
             let mut a = plain.clone();
@@ -181,4 +181,33 @@ fn aesni_is_chosen_where_the_cpu_has_it() {
         return;
     }
     assert_eq!(c.implementation(), crypto::OPENSSL_XTS_NAME);
+}
+
+#[test]
+fn vaes_is_chosen_where_the_cpu_has_it() {
+    let case = |sector_size| Case {
+        spec: "aes-xts-plain64",
+        key: (0..64).collect(),
+        sector_size,
+        large: false,
+        iv_offset: 0,
+        start: 0,
+        count: 1,
+        seed: 0,
+    };
+    let wide = crypt(&case(512), Provider::Vaes);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("vaes")
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("aes")
+    {
+        assert_eq!(wide.implementation(), crypto::VAES_XTS_NAME);
+        if std::env::var_os("UCRYPT_CRYPTO").is_none() {
+            // Auto takes it for 512-byte sectors everywhere it runs.
+            let auto = crypt(&case(512), Provider::Auto);
+            assert_eq!(auto.implementation(), crypto::VAES_XTS_NAME);
+        }
+        return;
+    }
+    assert_ne!(wide.implementation(), crypto::VAES_XTS_NAME);
 }

@@ -61,6 +61,7 @@ fn ieee_1619_vectors_all_implementations() {
             Provider::Rust,
             Provider::OpenSsl,
             Provider::AesNi,
+            Provider::Vaes,
             Provider::Auto,
         ] {
             let mut buf = v.plaintext.clone();
@@ -81,7 +82,12 @@ fn ieee_1619_vectors_all_implementations() {
 fn ieee_1619_sector_vectors_through_sector_crypt() {
     let mut n = 0;
     for v in load().iter().filter(|v| v.plaintext.len() == 512) {
-        for imp in [Provider::Rust, Provider::OpenSsl, Provider::AesNi] {
+        for imp in [
+            Provider::Rust,
+            Provider::OpenSsl,
+            Provider::AesNi,
+            Provider::Vaes,
+        ] {
             // plain64 IV = little-endian (sector + iv_offset): put the DUSN in iv_offset.
             let cfg = CryptConfig {
                 cipher: "aes-xts-plain64".into(),

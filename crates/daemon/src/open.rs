@@ -201,6 +201,7 @@ impl OpenOptions {
         v.push(format!("--mode={}", mode_name(self.mode)));
         let io = match self.io_engine {
             backend::IoEngine::Uring => "uring",
+            backend::IoEngine::Auto => "auto",
             _ => "syscalls",
         };
         v.push(format!("--io-engine={io}"));

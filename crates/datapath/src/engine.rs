@@ -16,7 +16,7 @@ use crate::mode::classic::Classic;
 use crate::mode::inline::Pass;
 use crate::stats::{Dir, Path, StatsCore};
 use crate::{check, cpu, mode};
-use crate::{Completion, CryptMode, EngineConfig, Error, Op, Request, Stats, Volume};
+use crate::{Completion, CryptMode, EngineConfig, Error, Hint, Op, Request, Stats, Volume};
 
 /// The engine. `Send + Sync`; share it with `Arc`.
 pub struct Engine {
@@ -117,7 +117,10 @@ impl Ctx {
         res: Completion,
         done: impl FnOnce(Completion),
     ) {
-        let ns = t0.elapsed().as_nanos() as u64;
+        // One request in LATENCY_SAMPLE per thread reads the clock a second
+        // time for the histogram; the rest pay for one read (t0, which the
+        // adaptive mode also uses as "now").
+        let ns = crate::stats::sample_latency().then(|| t0.elapsed().as_nanos() as u64);
         self.core
             .stats
             .record(dir, self.cfg.mode, path, bytes, ns, res.is_ok());
@@ -251,6 +254,9 @@ thread_local! {
     static DISPATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Requests submitted by completion callbacks running inside an outer
     /// [`dispatch`] on this thread, run once it returns.
+    /// The hint of the [`Engine::submit_hinted`] call in progress on this
+    /// thread, taken by the first [`dispatch`] (its own request's).
+    static HINT: std::cell::Cell<Option<Hint>> = const { std::cell::Cell::new(None) };
     static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred)>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
@@ -264,6 +270,8 @@ fn submit_trampolined(
     done: impl FnOnce(Completion) + Send + 'static,
 ) {
     if DISPATCHING.with(|d| d.get()) {
+        // Runs later, when the caller's queue may look different.
+        HINT.with(|h| h.set(None));
         TRAMPOLINE.with(|t| {
             t.borrow_mut()
                 .push_back((core.clone(), (req, Box::new(done))))
@@ -287,6 +295,7 @@ fn submit_trampolined(
 
 /// Admission, the choke point, then the mode.
 fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+    let hint = HINT.with(|h| h.take());
     let admitted = if gate::on_engine_thread() {
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
@@ -323,7 +332,7 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
-        Pipe::Adaptive(a) => a.submit(ctx, w, t0, done),
+        Pipe::Adaptive(a) => a.submit(ctx, w, t0, hint, done),
     }
 }
 
@@ -368,6 +377,21 @@ impl Engine {
     /// requests waiting behind it have been passed on.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
         submit_trampolined(&self.core, req, done);
+    }
+
+    /// [`Engine::submit`] with what the frontend knows about its caller's
+    /// queue (see [`Hint`]). The hint applies to this request only; one
+    /// deferred by admission or queued behind a callback's own submission
+    /// runs without it.
+    pub fn submit_hinted(
+        &self,
+        req: Request,
+        hint: Hint,
+        done: impl FnOnce(Completion) + Send + 'static,
+    ) {
+        HINT.with(|h| h.set(Some(hint)));
+        submit_trampolined(&self.core, req, done);
+        HINT.with(|h| h.set(None));
     }
 
     /// Submits and waits for the completion.

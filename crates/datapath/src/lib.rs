@@ -75,7 +75,7 @@ pub use config::{CryptMode, EngineConfig, PerfFlags, Volume};
 pub use engine::Engine;
 pub use error::Error;
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};
-pub use request::{Completion, Op, OpKind, Request};
+pub use request::{Completion, Hint, Op, OpKind, Request};
 pub use stats::{DirStats, Latency, ModeCounts, Stats};
 
 pub(crate) use engine::{Ctx, Done, Gen};

@@ -70,6 +70,26 @@ impl<T> WorkQueue<T> {
         }
     }
 
+    /// Takes the next item like [`WorkQueue::pop`], plus up to `max - 1`
+    /// more that are already queued (never waiting for them), so a worker
+    /// can hand a device everything that is pending in one submission.
+    pub(crate) fn pop_many(&self, max: usize, out: &mut Vec<T>) -> bool {
+        let mut g = self.lock();
+        loop {
+            if !g.items.is_empty() {
+                let n = g.items.len().min(max.max(1));
+                out.extend(g.items.drain(..n));
+                return true;
+            }
+            if g.closed {
+                return false;
+            }
+            g.idle += 1;
+            g = relock(self.cv.wait(g));
+            g.idle -= 1;
+        }
+    }
+
     /// Lets workers exit once the queue is empty.
     pub(crate) fn close(&self) {
         self.lock().closed = true;

@@ -98,5 +98,18 @@ pub struct Request {
     pub fua: bool,
 }
 
+/// What a frontend knows about its caller's queue and the engine cannot
+/// see: an inline request completes before the caller's next one is
+/// submitted, so the engine alone never observes a queue depth above one.
+/// Passed with [`crate::Engine::submit_hinted`]; the adaptive mode uses it
+/// to hand a large request to a helper (the submitter goes back to the
+/// caller's next request) instead of learning the depth from misses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hint {
+    /// Requests of the same caller in flight or already waiting to be read
+    /// besides this one (0: the caller waits for this completion).
+    pub behind: u32,
+}
+
 /// The result of a request: read data for reads, `None` otherwise.
 pub type Completion = Result<Option<Vec<u8>>, Error>;

@@ -78,3 +78,64 @@ fn queue_depth_one_caller_is_not_handed_off() {
     assert_eq!(st.read.requests + st.write.requests, 2 * PAIRS);
     e.shutdown().expect("shutdown");
 }
+
+/// Runs `n` requests one at a time through `submit_hinted` with `behind`,
+/// each a 1 MiB write then its read-back; returns the hand-off count.
+fn hinted_pairs(behind: u32, n: u64) -> u64 {
+    use ucrypt_datapath::{Hint, Op, Request};
+    let b = backing(Store::Mem, (64 << 20) + DATA_OFFSET);
+    let cfg = EngineConfig {
+        mode: CryptMode::Adaptive,
+        queue_depth: 16,
+        workers: 2,
+        ..EngineConfig::default()
+    };
+    let e = Engine::new(volume(b.backend.clone(), XTS, 64 << 20), cfg).expect("engine");
+    let hint = Hint { behind };
+    let run = |op: Op, offset: u64| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let req = Request {
+            op,
+            offset,
+            fua: false,
+        };
+        e.submit_hinted(req, hint, move |c| tx.send(c).expect("receiver"));
+        rx.recv().expect("one completion")
+    };
+    for i in 0..n {
+        let off = (i << 20) % (64 << 20);
+        let data = vec![i as u8; 1 << 20];
+        run(Op::Write { data: data.clone() }, off).expect("write");
+        let back = run(Op::Read { len: 1 << 20 }, off).expect("read");
+        assert_eq!(back.as_deref(), Some(&data[..]), "request {i}");
+    }
+    let st = e.stats();
+    assert_eq!(st.read.requests + st.write.requests, 2 * n);
+    e.shutdown().expect("shutdown");
+    st.read.offloaded + st.write.offloaded
+}
+
+/// A frontend that says nothing is behind a request (its caller waits for
+/// it) never gets a hand-off: not even the one probe the learning allows.
+#[test]
+fn hinted_queue_depth_one_is_never_handed_off() {
+    assert_eq!(hinted_pairs(0, 50), 0);
+}
+
+/// A frontend that says more requests are behind gets its large requests
+/// handed to an idle helper at once, with no learning; the very first one
+/// finds the helper free. With a single CPU every core already has a
+/// submitter, and nothing is handed off.
+#[test]
+fn hinted_queue_hands_large_requests_to_a_helper() {
+    let handed = hinted_pairs(3, 50);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus >= 2 {
+        assert!(
+            handed >= 1,
+            "no hand-off although the frontend said 3 are behind"
+        );
+    } else {
+        assert_eq!(handed, 0);
+    }
+}

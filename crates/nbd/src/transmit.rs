@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use datapath::{Op, OpKind, Request};
+use datapath::{Hint, Op, OpKind, Request};
 
 use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
@@ -145,6 +145,11 @@ impl Conn {
         n.requests += 1;
         n.bytes += bytes;
         self.total.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Requests read and not yet answered.
+    fn inflight_requests(&self) -> u64 {
+        lock(&self.inflight).requests
     }
 
     fn end(&self, bytes: u64) {
@@ -302,6 +307,12 @@ fn is_retry(e: &io::Error) -> bool {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
     )
 }
+
+/// Smallest request for which the reader looks at the socket for a next
+/// request to fill in the engine's [`Hint`] (a `recv(MSG_PEEK)`); smaller
+/// ones always run inline in the adaptive mode, so the syscall would only
+/// cost.
+const HINT_PEEK_MIN: u64 = 16 << 10;
 
 /// Longest a connection thread polls for the next request before it
 /// sleeps in `recv`. At queue depth 1 the next request follows the reply
@@ -488,6 +499,18 @@ pub(crate) fn transmit(
             Op::Write { data } => data.len() as u64,
             _ => 0,
         };
+        // Tell the engine what it cannot see: whether this client has more
+        // requests behind this one (unanswered ones, or the next already
+        // arriving), so a large request can go to a helper while this
+        // thread reads and runs the next one.
+        let mut behind = conn.inflight_requests();
+        if behind == 0 && bytes >= HINT_PEEK_MIN {
+            let waiting = r.buffer().len() >= proto::REQUEST_LEN || r.get_ref().s.readable_now();
+            behind = u64::from(waiting);
+        }
+        let hint = Hint {
+            behind: behind.min(u64::from(u32::MAX)) as u32,
+        };
         conn.begin(bytes);
         let c = Arc::clone(conn);
 
@@ -499,7 +522,7 @@ pub(crate) fn transmit(
         };
         shared
             .engine
-            .submit(Request { op, offset, fua }, move |res| {
+            .submit_hinted(Request { op, offset, fua }, hint, move |res| {
                 let (error, data) = match res {
                     Ok(Some(data)) if kind == proto::CMD_READ => (0, data),
                     // A read without data would desynchronise the stream.

@@ -6,8 +6,9 @@
 //! one), and nothing outside the shared regions is touched (every access
 //! goes through vm-memory's checked calls, which these chains probe).
 //!
-//! A bad queue index never reaches the device: the vhost crate refuses
-//! vring messages for queues it does not have (`InvalidParam`).
+//! A bad queue index never reaches the device: rust-vmm refuses vring
+//! messages for queues it does not have (`InvalidParam`); `raw_master.rs`
+//! sends one over a real socket.
 
 use std::sync::{mpsc, Arc};
 

@@ -39,7 +39,7 @@ pub(super) fn with_bounce<T>(
 }
 
 /// A heap buffer with a chosen alignment (zero-initialised).
-struct AlignedBuf {
+pub(super) struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
     align: usize,
@@ -54,7 +54,7 @@ impl AlignedBuf {
         }
     }
 
-    fn new(len: usize, align: usize) -> io::Result<Self> {
+    pub(super) fn new(len: usize, align: usize) -> io::Result<Self> {
         let layout = std::alloc::Layout::from_size_align(len.max(1), align)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "Bad bounce buffer layout"))?;
         // SAFETY: the layout has a non-zero size.
@@ -68,7 +68,7 @@ impl AlignedBuf {
         Ok(Self { ptr, len, align })
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(super) fn as_mut_slice(&mut self) -> &mut [u8] {
         if self.len == 0 {
             return &mut [];
         }

@@ -30,10 +30,15 @@ pub enum FuaMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum IoEngine {
-    /// One io_uring per calling thread.
+    /// Batches through one io_uring per calling thread (single operations
+    /// are positioned syscalls, which are faster for them).
     Uring,
     /// `pread` / `pwritev2` / `fdatasync`.
     Syscalls,
+    /// io_uring when the kernel allows it, the syscalls otherwise (the
+    /// same as leaving [`FileOptions::engine`] `None`); a backend reports
+    /// the engine it resolved to, never this.
+    Auto,
 }
 
 /// Options for [`FileBackend::open`](super::FileBackend::open).
@@ -90,8 +95,12 @@ pub struct FileStats {
     pub discards: u64,
     /// Native zeroing operations (fallocate / BLKZEROOUT) completed.
     pub zeroes: u64,
-    /// Reads, writes and syncs submitted through io_uring.
+    /// Reads and writes submitted through io_uring (in batches).
     pub uring_ops: u64,
-    /// Reads, writes and syncs done with plain syscalls.
+    /// Reads, writes and syncs done with plain syscalls (single operations,
+    /// and batches on the syscall engine).
     pub syscall_ops: u64,
+    /// Batches ([`crate::Backend::read_batch`] / `write_batch`) handed to
+    /// io_uring as one submission; their transfers count in `uring_ops`.
+    pub uring_batches: u64,
 }

@@ -1,5 +1,8 @@
-//! The io_uring engine: one small ring per calling thread, each operation
-//! run to completion on it (push one SQE, `io_uring_enter` until its CQE).
+//! The io_uring engine: one ring per calling thread, used for batches
+//! ([`run_batch`]): it fills the ring with up to [`RING_ENTRIES`] SQEs,
+//! submits them with one `io_uring_enter` and refills it as CQEs arrive, so
+//! the kernel sees the caller's whole queue depth at once. (Single
+//! operations use the syscall engine: see `FileBackend::submit`.)
 //!
 //! A thread the kernel refuses a ring (a ring limit, `io_uring_disabled`,
 //! a seccomp filter) is marked and uses the syscall engine from then on.
@@ -7,40 +10,252 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
+use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::Op;
+use crate::{Error, ErrorKind};
 
-/// Runs `op` on this thread's ring; returns the bytes transferred.
-pub(super) fn run(op: Op<'_>) -> io::Result<usize> {
-    let sqe = match op {
-        Op::Read { fd, buf, offset } => {
-            opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), xfer_len(buf.len()))
-                .offset(offset)
-                .build()
-        }
-        Op::Write {
+/// One transfer of a batch: the memory, where it goes, and its outcome.
+/// It borrows the caller's buffer for `'a` (exclusively for a read).
+pub(super) struct Xfer<'a> {
+    /// Descriptor (direct or buffered).
+    fd: RawFd,
+    /// Start of the caller's buffer.
+    ptr: *mut u8,
+    /// Bytes to move (at most `MAX_XFER`).
+    len: usize,
+    /// Device offset of the first byte.
+    offset: u64,
+    /// A write (the kernel only reads `ptr`) rather than a read.
+    write: bool,
+    /// `RWF_*` flags of a write.
+    flags: libc::c_int,
+    /// Goes through this thread's aligned (registered) arena: O_DIRECT
+    /// with caller memory that is not aligned.
+    bounce: bool,
+    /// Where in the arena, once assigned (null: not assigned).
+    slot: *mut u8,
+    /// Bytes moved so far (short transfers continue from here).
+    done: usize,
+    /// Outcome once known.
+    pub(super) res: Option<io::Result<()>>,
+    _buf: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Xfer<'a> {
+    /// A read of `buf.len()` bytes (at most `MAX_XFER`) at `offset`.
+    pub(super) fn read(fd: RawFd, buf: &'a mut [u8], offset: u64) -> Self {
+        Self::new(fd, buf.as_mut_ptr(), buf.len(), offset, false, 0)
+    }
+
+    /// A write of `buf` (at most `MAX_XFER` bytes) at `offset` with
+    /// `RWF_*` `flags`.
+    pub(super) fn write(fd: RawFd, buf: &'a [u8], offset: u64, flags: libc::c_int) -> Self {
+        // The kernel only reads through the pointer of a write.
+        Self::new(fd, buf.as_ptr().cast_mut(), buf.len(), offset, true, flags)
+    }
+
+    /// Sends this transfer through the thread's aligned arena (the caller
+    /// checked the alignment the descriptor needs is at most
+    /// [`ARENA_ALIGN`]); one that finds no room in the arena is left
+    /// without a result for the caller's single-operation path.
+    pub(super) fn bounced(mut self) -> Self {
+        self.bounce = true;
+        self
+    }
+
+    fn new(
+        fd: RawFd,
+        ptr: *mut u8,
+        len: usize,
+        offset: u64,
+        write: bool,
+        flags: libc::c_int,
+    ) -> Self {
+        debug_assert!(len <= super::MAX_XFER);
+        Self {
             fd,
-            buf,
+            ptr,
+            len,
             offset,
+            write,
             flags,
-        } => opcode::Write::new(types::Fd(fd), buf.as_ptr(), xfer_len(buf.len()))
-            .offset(offset)
-            .rw_flags(flags)
-            .build(),
-        Op::Fdatasync { fd } => opcode::Fsync::new(types::Fd(fd))
-            .flags(types::FsyncFlags::DATASYNC)
-            .build(),
-    };
-    // SAFETY: the SQE points at the buffer of `op` (if any), which the
-    // caller borrows (exclusively for a read) for longer than this call,
-    // and at an fd the caller owns. `run_sqe` does not return until the
-    // kernel has posted this SQE's CQE, or with the SQE provably never
-    // consumed (then `with_ring` retires the ring), so the buffer and fd
-    // outlive the kernel's use of them.
-    retry_cqe(|| unsafe { with_ring(|r| run_sqe(r, &sqe)) })
+            bounce: false,
+            slot: std::ptr::null_mut(),
+            done: 0,
+            res: None,
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// The SQE for what remains of this transfer (`fixed`: the arena is a
+    /// registered buffer, index 0).
+    fn sqe(&self, token: u64, fixed: bool) -> squeue::Entry {
+        // In bounds: `done < len` while the transfer is pending.
+        let base = if self.bounce { self.slot } else { self.ptr };
+        let p = base.wrapping_add(self.done);
+        let n = xfer_len(self.len - self.done);
+        let at = self.offset + self.done as u64;
+        if self.bounce && fixed {
+            return if self.write {
+                opcode::WriteFixed::new(types::Fd(self.fd), p, n, 0)
+                    .offset(at)
+                    .rw_flags(self.flags)
+                    .build()
+                    .user_data(token)
+            } else {
+                opcode::ReadFixed::new(types::Fd(self.fd), p, n, 0)
+                    .offset(at)
+                    .build()
+                    .user_data(token)
+            };
+        }
+        if self.write {
+            opcode::Write::new(types::Fd(self.fd), p, n)
+                .offset(at)
+                .rw_flags(self.flags)
+                .build()
+                .user_data(token)
+        } else {
+            opcode::Read::new(types::Fd(self.fd), p, n)
+                .offset(at)
+                .build()
+                .user_data(token)
+        }
+    }
+
+    /// Applies a CQE result; true if the transfer must be submitted again.
+    fn finish(&mut self, res: i32) -> bool {
+        if res < 0 {
+            if matches!(-res, libc::EINTR | libc::EAGAIN) {
+                return true;
+            }
+            self.res = Some(Err(io::Error::from_raw_os_error(-res)));
+            return false;
+        }
+        if res == 0 && self.len > 0 {
+            let offset = self.offset + self.done as u64;
+            let kind = if self.write {
+                ErrorKind::WriteZero { offset }
+            } else {
+                ErrorKind::ShortRead { offset }
+            };
+            self.res = Some(Err(Error::new(kind).into()));
+            return false;
+        }
+        self.done += res as usize;
+        if self.done < self.len {
+            return true;
+        }
+        if self.bounce && !self.write {
+            // SAFETY: `slot` holds `len` bytes the kernel just filled, in
+            // the arena this thread owns; `ptr` is the caller's buffer of
+            // `len` bytes, borrowed exclusively by this Xfer; they are
+            // distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(self.slot, self.ptr, self.len) };
+        }
+        self.res = Some(Ok(()));
+        false
+    }
+}
+
+/// Alignment of the arena and of every slot in it.
+pub(super) const ARENA_ALIGN: usize = 4096;
+/// Bytes of this thread's arena: bounced transfers of one batch beyond it
+/// take the single-operation path.
+const ARENA_LEN: usize = 8 << 20;
+
+/// A thread's aligned bounce arena for O_DIRECT batches, registered with
+/// its ring when the kernel allows (READ_FIXED / WRITE_FIXED then skip
+/// pinning the pages on every IO: where registered buffers pay).
+struct Arena {
+    buf: super::dio::AlignedBuf,
+    fixed: bool,
+}
+
+impl Arena {
+    fn new(ring: &IoUring) -> io::Result<Self> {
+        let mut buf = super::dio::AlignedBuf::new(ARENA_LEN, ARENA_ALIGN)?;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_slice().as_mut_ptr().cast(),
+            iov_len: ARENA_LEN,
+        };
+        // SAFETY: the iovec describes the arena's live allocation; the
+        // arena is dropped after the ring (field order in ThreadRing), and
+        // the ring only touches it for SQEs this thread waits for.
+        let fixed = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
+        Ok(Self { buf, fixed })
+    }
+}
+
+/// Runs every transfer of `xs` whose `res` is `None` on this thread's ring,
+/// keeping up to [`RING_ENTRIES`] in flight, and sets each one's `res`.
+///
+/// When the ring itself fails (it is then retired), the transfers still
+/// without a result were never seen by the kernel; the caller runs them on
+/// the single-operation path.
+///
+/// Each `Xfer` borrows its buffer for longer than this call, and the
+/// caller owns the fds. This returns only once every SQE it pushed has been
+/// reaped, or with the unreaped ones provably never consumed (then
+/// `with_ring` drops the ring, so they are never submitted): the kernel
+/// never touches a buffer after its borrow ends.
+pub(super) fn run_batch(xs: &mut [Xfer<'_>]) {
+    let _ = with_thread_ring(|tr| {
+        let fixed = place_bounced(tr, xs);
+        let ring = &mut tr.ring;
+        let cap = ring.params().sq_entries() as usize;
+        let mut pending: VecDeque<usize> = (0..xs.len())
+            .filter(|&i| xs[i].res.is_none() && (!xs[i].bounce || !xs[i].slot.is_null()))
+            .collect();
+        // Pushed and not yet reaped.
+        let mut out = 0usize;
+        loop {
+            while out < cap {
+                let Some(i) = pending.pop_front() else { break };
+                let sqe = xs[i].sqe(i as u64, fixed);
+                // SAFETY: the SQE points into a buffer the Xfer borrows
+                // for longer than this call and at an fd the caller owns;
+                // we return only after reaping it or with it unconsumed.
+                if unsafe { ring.submission().push(&sqe) }.is_err() {
+                    pending.push_front(i);
+                    break;
+                }
+                out += 1;
+            }
+            if out == 0 {
+                return Ok::<(), io::Error>(());
+            }
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    if ring.submission().len() == out {
+                        // Nothing of ours reached the kernel: safe to give
+                        // up (with_ring retires the ring).
+                        return Err(e);
+                    }
+                    // Some are in flight: their buffers stay borrowed until
+                    // their CQEs arrive, so keep waiting, after a pause.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            for cqe in ring.completion() {
+                let i = cqe.user_data() as usize;
+                out -= 1;
+                if xs[i].finish(cqe.result()) {
+                    pending.push_back(i);
+                }
+            }
+        }
+    });
 }
 
 /// An SQE length; callers cut transfers to `MAX_XFER` (1 GiB) first.
@@ -68,22 +283,49 @@ pub(super) fn refused(err: &io::Error) -> bool {
     )
 }
 
-/// Runs an SQE submission until its CQE result is not EINTR/EAGAIN.
-fn retry_cqe(mut f: impl FnMut() -> io::Result<i32>) -> io::Result<usize> {
-    loop {
-        let res = f()?;
-        if res >= 0 {
-            return Ok(res as usize);
+/// Gives each bounced transfer of `xs` a slot in the thread's arena
+/// (creating it on first need) and copies writes in; returns whether the
+/// arena is a registered buffer. Transfers without a slot keep a null one.
+fn place_bounced(tr: &mut ThreadRing, xs: &mut [Xfer<'_>]) -> bool {
+    if !xs.iter().any(|x| x.bounce && x.res.is_none()) {
+        return false;
+    }
+    if tr.arena.is_none() {
+        tr.arena = Arena::new(&tr.ring).ok();
+    }
+    let Some(a) = tr.arena.as_mut() else {
+        return false;
+    };
+    let base = a.buf.as_mut_slice().as_mut_ptr();
+    let mut used = 0usize;
+    for x in xs.iter_mut().filter(|x| x.bounce && x.res.is_none()) {
+        let need = x.len.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+        if used + need > ARENA_LEN {
+            continue;
         }
-        if !matches!(-res, libc::EINTR | libc::EAGAIN) {
-            return Err(io::Error::from_raw_os_error(-res));
+        x.slot = base.wrapping_add(used);
+        used += need;
+        if x.write {
+            // SAFETY: `ptr` is the caller's `len` readable bytes (borrowed
+            // by the Xfer); `slot` is `len` bytes of the arena, which this
+            // thread owns and no IO is using (the ring is idle between
+            // batches); distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(x.ptr, x.slot, x.len) };
         }
     }
+    a.fixed
+}
+
+/// A thread's ring and its bounce arena; the ring is declared first so it
+/// is dropped (and its registration with it) before the arena's memory.
+struct ThreadRing {
+    ring: IoUring,
+    arena: Option<Arena>,
 }
 
 thread_local! {
     /// This thread's ring; `None` until first use or after it was retired.
-    static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+    static RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
 }
 
 thread_local! {
@@ -103,8 +345,9 @@ pub(super) fn thread_ring_ready() -> bool {
     ok
 }
 
-/// Entries per thread ring: each thread has at most one operation in flight.
-const RING_ENTRIES: u32 = 4;
+/// Entries per thread ring: the most SQEs one batch keeps in flight (a
+/// single operation uses one).
+const RING_ENTRIES: u32 = 64;
 
 fn new_ring() -> io::Result<IoUring> {
     // Single issuer + deferred task running: completions run only in this
@@ -119,15 +362,24 @@ fn new_ring() -> io::Result<IoUring> {
 
 /// Calls `f` with this thread's ring, creating it first if needed.
 fn with_ring<T>(f: impl FnOnce(&mut IoUring) -> io::Result<T>) -> io::Result<T> {
+    with_thread_ring(|tr| f(&mut tr.ring))
+}
+
+/// Calls `f` with this thread's ring and arena, creating the ring first if
+/// needed; a ring left with unconsumed SQEs is retired afterwards.
+fn with_thread_ring<T>(f: impl FnOnce(&mut ThreadRing) -> io::Result<T>) -> io::Result<T> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            *slot = Some(new_ring()?);
+            *slot = Some(ThreadRing {
+                ring: new_ring()?,
+                arena: None,
+            });
         }
         // Invariant: set just above.
-        let ring = slot.as_mut().expect("ring initialised above");
-        let r = f(ring);
-        if ring_retired(ring) {
+        let tr = slot.as_mut().expect("ring initialised above");
+        let r = f(tr);
+        if ring_retired(&mut tr.ring) {
             *slot = None;
         }
         r
@@ -135,48 +387,9 @@ fn with_ring<T>(f: impl FnOnce(&mut IoUring) -> io::Result<T>) -> io::Result<T> 
 }
 
 /// A ring whose submission queue still holds an entry after a failed
-/// `run_sqe` must not be used again (that entry points at a dead buffer).
+/// `run_batch` must not be used again (that entry points at a dead buffer).
 fn ring_retired(ring: &mut IoUring) -> bool {
     !ring.submission().is_empty()
-}
-
-/// Submits `sqe` on an idle `ring` and waits for its CQE; returns its result.
-///
-/// # Safety
-///
-/// Every buffer and fd `sqe` references must stay valid until this function
-/// returns. It returns only once the CQE has been reaped, or with the SQE
-/// still unconsumed in the submission queue (never seen by the kernel), in
-/// which case the caller (`with_ring`) drops the ring so the SQE is never
-/// submitted.
-unsafe fn run_sqe(ring: &mut IoUring, sqe: &squeue::Entry) -> io::Result<i32> {
-    const TOKEN: u64 = 0x7563_7279_7074; // "ucrypt"
-    let sqe = sqe.clone().user_data(TOKEN);
-    // SAFETY: forwarded from this function's contract.
-    unsafe { ring.submission().push(&sqe) }
-        .map_err(|_| io::Error::other("io_uring submission queue unexpectedly full"))?;
-    loop {
-        match ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                ) => {}
-            Err(e) => {
-                if !ring.submission().is_empty() {
-                    // Never consumed: the caller retires the ring.
-                    return Err(e);
-                }
-                // In flight: the buffer must stay borrowed until the CQE
-                // arrives, so keep waiting (after a pause, not a busy loop).
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-        if let Some(cqe) = ring.completion().find(|c| c.user_data() == TOKEN) {
-            return Ok(cqe.result());
-        }
-    }
 }
 
 #[cfg(test)]

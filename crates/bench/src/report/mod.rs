@@ -8,6 +8,7 @@
 pub mod grid;
 mod machine;
 pub mod table;
+pub mod verdict;
 
 use std::path::{Path, PathBuf};
 

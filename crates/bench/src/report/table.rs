@@ -166,6 +166,11 @@ impl Report {
                 }
             }
         }
+        let verdict = super::verdict::table(self);
+        if !verdict.is_empty() {
+            let _ = writeln!(s);
+            s.push_str(&verdict);
+        }
         if o.profile == "grid" {
             let grid = super::grid::table(self);
             if !grid.is_empty() {

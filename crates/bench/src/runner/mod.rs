@@ -98,7 +98,32 @@ pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
             })
             .collect()
     };
-    let (head, sweep) = (in_phase(Phase::Headline), in_phase(Phase::Sweep));
+    let head = in_phase(Phase::Headline);
+    // The sweep's slots: each target, plus a control per adaptive target
+    // that has classic or inline to be judged against (the same target
+    // measured twice per round: the noise band of report::verdict).
+    let mut sweep: Vec<(usize, RunTarget)> = in_phase(Phase::Sweep)
+        .into_iter()
+        .map(|i| (i, targets[i].clone()))
+        .collect();
+    let controls: Vec<(usize, RunTarget)> = sweep
+        .iter()
+        .filter(|(_, t)| t.mode == Some(Mode::Adaptive) && t.cipher.is_some())
+        .filter(|(_, a)| {
+            sweep.iter().any(|(_, o)| {
+                o.cipher == a.cipher && matches!(o.mode, Some(Mode::Classic | Mode::Inline))
+            })
+        })
+        .map(|(i, a)| {
+            let mut c = a.clone();
+            c.name = format!("{}{}", a.name, report::verdict::CONTROL_SUFFIX);
+            // No mode: the control is no fourth mode in ratios and maps.
+            c.mode = None;
+            (*i, c)
+        })
+        .collect();
+    sweep.extend(controls);
+    let head: Vec<(usize, RunTarget)> = head.into_iter().map(|i| (i, targets[i].clone())).collect();
     let total = plan.cost(head.len(), sweep.len(), opts.warmup);
     let bar = progress_bar(opts.progress, total.as_millis() as u64);
 
@@ -123,20 +148,24 @@ pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
             w.qd,
             w.jobs
         ));
-        for &t in ids {
-            runner.warm_up(t, w);
+        let mut warmed = Vec::new();
+        for &(t, _) in ids {
+            if !warmed.contains(&t) {
+                runner.warm_up(t, w);
+                warmed.push(t);
+            }
             bar.inc(opts.warmup.as_millis() as u64);
         }
         let mut reps: Vec<Vec<Rep>> = vec![Vec::new(); ids.len()];
         for round in 0..cell.reps {
             for k in round_order(ids.len(), round) {
-                reps[k].push(runner.run(ids[k], w));
+                reps[k].push(runner.run(ids[k].0, w));
                 bar.inc(cell.rep_cost().as_millis() as u64);
             }
         }
         runner.after_cell(w);
         for (k, r) in reps.into_iter().enumerate() {
-            cells.push(CellResult::from_reps(cell.phase, &targets[ids[k]], w, r));
+            cells.push(CellResult::from_reps(cell.phase, &ids[k].1, w, r));
         }
     }
     bar.finish_and_clear();

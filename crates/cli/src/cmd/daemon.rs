@@ -70,8 +70,10 @@ pub enum VolumeType {
 pub enum IoEngineArg {
     /// pread / pwritev2 / fdatasync.
     Syscalls,
-    /// One io_uring per calling thread.
+    /// One io_uring per calling thread for batched IO.
     Uring,
+    /// uring when the kernel allows it, syscalls otherwise.
+    Auto,
 }
 
 /// `--direct-io`.
@@ -103,6 +105,14 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
+    /// True if any flag is given.
+    fn any(&self) -> bool {
+        self.no_read_workqueue
+            || self.no_write_workqueue
+            || self.same_cpu_crypt
+            || self.submit_from_crypt_cpus
+    }
+
     fn flags(&self) -> PerfFlags {
         PerfFlags {
             same_cpu_crypt: self.same_cpu_crypt,
@@ -162,9 +172,10 @@ pub struct OpenArgs {
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,
-    /// Data-path mode: classic (dm-crypt's queues), inline or adaptive.
-    #[arg(long, default_value = "classic")]
-    pub mode: String,
+    /// Data-path mode: adaptive (the default), classic (dm-crypt's queues;
+    /// the default when a --perf-* flag is given, as those model them) or inline.
+    #[arg(long)]
+    pub mode: Option<String>,
     /// Pass discards (TRIM) down to the device.
     #[arg(long)]
     pub allow_discards: bool,
@@ -174,9 +185,10 @@ pub struct OpenArgs {
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     pub foreground: bool,
-    /// How the backing file is read and written: syscalls (pread/pwrite, the
-    /// default: lowest latency for one request per thread) or uring.
-    #[arg(long, value_enum, default_value = "syscalls")]
+    /// How the backing file is read and written: auto (the default: uring
+    /// when the kernel allows it), uring (single requests as pread/pwrite,
+    /// queued ones batched on io_uring; fails without io_uring) or syscalls.
+    #[arg(long, value_enum, default_value = "auto")]
     pub io_engine: IoEngineArg,
     /// O_DIRECT on the backing file: auto (aligned requests bypass the page
     /// cache, like loop --direct-io), never, or required.
@@ -242,6 +254,11 @@ impl Commands {
 }
 
 fn open(a: OpenArgs) -> CmdResult {
+    // Adaptive unless dm-crypt's flags are being modelled (--perf-*).
+    let mode = a
+        .mode
+        .as_deref()
+        .unwrap_or(if a.perf.any() { "classic" } else { "adaptive" });
     let given = daemon::open::Given {
         name: &a.name,
         device: &a.device,
@@ -253,13 +270,14 @@ fn open(a: OpenArgs) -> CmdResult {
         tls_certificates: a.tls_certificates.as_deref(),
         tls_psk: a.tls_psk.as_deref(),
         tls_verify_peer: a.tls_verify_peer,
-        mode: &a.mode,
+        mode,
         perf: a.perf.flags(),
         allow_discards: a.allow_discards,
         read_only: a.readonly,
         io_engine: match a.io_engine {
             IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
             IoEngineArg::Uring => backend::IoEngine::Uring,
+            IoEngineArg::Auto => backend::IoEngine::Auto,
         },
         direct: match a.direct_io {
             DirectIoArg::Auto => backend::DirectIo::Auto,

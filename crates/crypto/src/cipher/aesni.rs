@@ -16,7 +16,9 @@
 //! cost inside a 4096-byte one. Round keys come from a plain software key
 //! expansion (FIPS-197 §5.2) and `aesimc` for the decryption schedule.
 //! `XtsAesni::new` proves the result equal to the Rust XTS before it is
-//! chosen; `cipher::new_mode` picks it only when the CPU has AES-NI.
+//! chosen; `cipher::new_mode` picks it only when the CPU has AES-NI. Where
+//! the CPU also has VAES, [`XtsAesni::new_wide`] runs the same scheme two
+//! blocks per instruction (`vaes.rs`) for sectors of whole 256-byte groups.
 //!
 //! The crate's second unsafe module (fenced with `#[allow(unsafe_code)]`
 //! under the crate's `deny`): the kernels are `#[target_feature]` functions
@@ -28,7 +30,7 @@ use std::arch::x86_64::*;
 
 use zeroize::Zeroize;
 
-use super::{Dir, SectorCipher, AESNI_XTS_NAME};
+use super::{vaes, Dir, SectorCipher, AESNI_XTS_NAME, VAES_XTS_NAME};
 
 /// Sectors whose first tweaks are computed in one batch.
 const SECTOR_BATCH: usize = 16;
@@ -38,9 +40,9 @@ const WIDTH: usize = 8;
 
 /// Round keys as bytes in memory order (what `aesenc` expects), at most 15.
 #[derive(Clone)]
-struct Schedule {
+pub(super) struct Schedule {
     keys: [[u8; 16]; 15],
-    rounds: usize,
+    pub(super) rounds: usize,
 }
 
 impl Drop for Schedule {
@@ -55,6 +57,8 @@ pub(crate) struct XtsAesni {
     enc: Schedule,
     dec: Schedule,
     tweak: Schedule,
+    /// The VAES kernels run whole 256-byte groups (checked present).
+    wide: bool,
     fallback: Box<dyn SectorCipher>,
 }
 
@@ -63,6 +67,19 @@ impl XtsAesni {
     /// AES-NI, for another key length, or if it disagrees with `fallback`
     /// (the Rust XTS of the same key) on a test run.
     pub(crate) fn new(key: &[u8], fallback: Box<dyn SectorCipher>) -> Option<Self> {
+        Self::build(key, fallback, false)
+    }
+
+    /// Like [`XtsAesni::new`] with the VAES kernels for sectors of whole
+    /// 256-byte groups; `None` also where the CPU has no VAES/AVX2.
+    pub(crate) fn new_wide(key: &[u8], fallback: Box<dyn SectorCipher>) -> Option<Self> {
+        if !vaes::available() {
+            return None;
+        }
+        Self::build(key, fallback, true)
+    }
+
+    fn build(key: &[u8], fallback: Box<dyn SectorCipher>, wide: bool) -> Option<Self> {
         if !std::arch::is_x86_feature_detected!("aes") || key.len() % 2 != 0 {
             return None;
         }
@@ -74,23 +91,28 @@ impl XtsAesni {
             enc,
             dec,
             tweak: expand(k2)?,
+            wide,
             fallback,
         };
-        // Prove it against the Rust XTS before choosing it: 9 sectors
-        // (more than one tweak batch of 8), every output path.
-        let ivs: Vec<[u8; 16]> = (0..9u8).map(|i| [i.wrapping_mul(37) ^ 0x5a; 16]).collect();
-        let plain: Vec<u8> = (0..9 * 128).map(|i| (i * 7 + 1) as u8).collect();
-        for dir in [Dir::Encrypt, Dir::Decrypt] {
-            let mut want = plain.clone();
-            me.fallback.crypt_run(dir, &mut want, 128, &ivs);
-            let mut a = plain.clone();
-            me.crypt_run(dir, &mut a, 128, &ivs);
-            let mut b = vec![0u8; plain.len()];
-            me.crypt_run_to(dir, &plain, &mut b, 128, &ivs);
-            let mut c = vec![3u8];
-            me.crypt_run_append(dir, &plain, &mut c, 128, &ivs);
-            if a != want || b != want || c[0] != 3 || c[1..] != want[..] {
-                return None;
+        // Prove it against the Rust XTS before choosing it: 17 sectors
+        // (more than one tweak batch of 16), every output path, with
+        // 128-byte units (the 128-bit kernel) and 512-byte ones (the wide
+        // kernel where chosen).
+        let ivs: Vec<[u8; 16]> = (0..17u8).map(|i| [i.wrapping_mul(37) ^ 0x5a; 16]).collect();
+        for unit in [128, 512] {
+            let plain: Vec<u8> = (0..17 * unit).map(|i| (i * 7 + 1) as u8).collect();
+            for dir in [Dir::Encrypt, Dir::Decrypt] {
+                let mut want = plain.clone();
+                me.fallback.crypt_run(dir, &mut want, unit, &ivs);
+                let mut a = plain.clone();
+                me.crypt_run(dir, &mut a, unit, &ivs);
+                let mut b = vec![0u8; plain.len()];
+                me.crypt_run_to(dir, &plain, &mut b, unit, &ivs);
+                let mut c = vec![3u8];
+                me.crypt_run_append(dir, &plain, &mut c, unit, &ivs);
+                if a != want || b != want || c[0] != 3 || c[1..] != want[..] {
+                    return None;
+                }
             }
         }
         Some(me)
@@ -119,13 +141,15 @@ impl XtsAesni {
             first[..k].copy_from_slice(&ivs[done..done + k]);
             ecb_encrypt(&self.tweak, &mut first[..k]);
             let off = done * unit;
-            match dir {
-                Dir::Encrypt => {
-                    xts_encrypt(&self.enc, src.add(off), dst.add(off), &first[..k], unit)
-                }
-                Dir::Decrypt => {
-                    xts_decrypt(&self.dec, src.add(off), dst.add(off), &first[..k], unit)
-                }
+            let (s, d, f) = (src.add(off), dst.add(off), &first[..k]);
+            let wide = self.wide && unit % (16 * vaes::WIDE) == 0;
+            match (dir, wide) {
+                // SAFETY (wide): `new_wide` checked VAES/AVX2/AES-NI; the
+                // unit is whole 256-byte groups (just checked).
+                (Dir::Encrypt, true) => vaes::xts_encrypt(&self.enc, s, d, f, unit),
+                (Dir::Decrypt, true) => vaes::xts_decrypt(&self.dec, s, d, f, unit),
+                (Dir::Encrypt, false) => xts_encrypt(&self.enc, s, d, f, unit),
+                (Dir::Decrypt, false) => xts_decrypt(&self.dec, s, d, f, unit),
             }
             done += k;
         }
@@ -201,7 +225,11 @@ impl SectorCipher for XtsAesni {
     }
 
     fn name(&self) -> &'static str {
-        AESNI_XTS_NAME
+        if self.wide {
+            VAES_XTS_NAME
+        } else {
+            AESNI_XTS_NAME
+        }
     }
 }
 
@@ -209,14 +237,14 @@ impl SectorCipher for XtsAesni {
 /// one step: shift each 64-bit half left by one and fold the two carries
 /// (bit 63 into bit 64, bit 127 back as 0x87).
 #[inline(always)]
-unsafe fn mul_alpha(t: __m128i) -> __m128i {
+pub(super) unsafe fn mul_alpha(t: __m128i) -> __m128i {
     let carry = _mm_shuffle_epi32::<0x13>(_mm_srai_epi32::<31>(t));
     let carry = _mm_and_si128(carry, _mm_set_epi32(0, 1, 0, 0x87));
     _mm_xor_si128(_mm_add_epi64(t, t), carry)
 }
 
 #[inline(always)]
-unsafe fn round_keys(s: &Schedule) -> [__m128i; 15] {
+pub(super) unsafe fn round_keys(s: &Schedule) -> [__m128i; 15] {
     let mut rk = [_mm_setzero_si128(); 15];
     for (r, k) in rk.iter_mut().zip(s.keys.iter()).take(s.rounds + 1) {
         *r = _mm_loadu_si128(k.as_ptr().cast());
@@ -405,6 +433,57 @@ const fn gmul(mut a: u8, mut b: u8) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cipher::rust::XtsRust;
+
+    /// The wide (VAES) and 128-bit kernels against the Rust XTS for batch
+    /// lengths around the tweak batch (1..=SECTOR_BATCH*2+1 sectors) and
+    /// units from 128 bytes (always the 128-bit kernel) to 4096.
+    #[test]
+    fn wide_and_narrow_kernels_match_rust_on_odd_batches() {
+        if !std::arch::is_x86_feature_detected!("aes") {
+            testutil::skip_kernel("aesni::odd_batches", "this CPU has no AES-NI");
+            return;
+        }
+        for key_len in [32usize, 48, 64] {
+            let key: Vec<u8> = (0..key_len as u8)
+                .map(|i| i.wrapping_mul(73) ^ 0x1f)
+                .collect();
+            let rust = XtsRust::new(&key).unwrap();
+            let mut impls =
+                vec![XtsAesni::new(&key, Box::new(XtsRust::new(&key).unwrap())).unwrap()];
+            if vaes::available() {
+                let w = XtsAesni::new_wide(&key, Box::new(XtsRust::new(&key).unwrap())).unwrap();
+                assert_eq!(w.name(), VAES_XTS_NAME);
+                impls.push(w);
+            } else {
+                assert!(XtsAesni::new_wide(&key, Box::new(XtsRust::new(&key).unwrap())).is_none());
+            }
+            for unit in [128usize, 256, 384, 512, 1024, 4096] {
+                for n in [1usize, 2, 3, 7, 15, 16, 17, 31, 33] {
+                    let plain: Vec<u8> = (0..n * unit)
+                        .map(|i| (i as u8).wrapping_mul(29) ^ (i >> 8) as u8)
+                        .collect();
+                    let ivs: Vec<[u8; 16]> = (0..n)
+                        .map(|i| {
+                            let mut iv = [0xffu8; 16];
+                            iv[..8].copy_from_slice(&(u64::MAX - i as u64).to_le_bytes());
+                            iv
+                        })
+                        .collect();
+                    let mut want = plain.clone();
+                    rust.crypt_run(Dir::Encrypt, &mut want, unit, &ivs);
+                    for x in &impls {
+                        let mut a = plain.clone();
+                        x.crypt_run(Dir::Encrypt, &mut a, unit, &ivs);
+                        assert!(a == want, "{} key {key_len} unit {unit} n {n}", x.name());
+                        let mut b = vec![0u8; a.len()];
+                        x.crypt_run_to(Dir::Decrypt, &a, &mut b, unit, &ivs);
+                        assert!(b == plain, "{} decrypt unit {unit} n {n}", x.name());
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn sbox_and_key_expansion_match_fips_197() {

@@ -1,44 +1,97 @@
-//! The pure-Rust provider: hand-written XTS, CBC and ECB over the RustCrypto
-//! `aes` block primitive, fed in batches (`encrypt_blocks`), and the
-//! fallback of the OpenSSL provider for keys OpenSSL refuses.
+//! The pure-Rust provider: hand-written XTS, CBC and ECB over RustCrypto
+//! block primitives (`aes`, and `serpent`, `twofish`, `camellia` for the
+//! other ciphers dm-crypt offers), fed in batches (`encrypt_blocks`), and
+//! the fallback of the OpenSSL provider for keys OpenSSL refuses.
 
 use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::{Aes128, Aes192, Aes256, Block};
+use camellia::{Camellia128, Camellia192, Camellia256};
+use serpent::Serpent;
+use twofish::Twofish;
 
 use super::{Dir, SectorCipher, RUST_XTS_NAME};
+use crate::spec::BlockCipher;
 
-/// AES with the key length chosen at runtime.
-pub(crate) enum Aes {
+/// A 16-byte block cipher with its key, chosen at runtime (all share the
+/// `cipher` 0.5 block type).
+pub(crate) enum Prim {
     A128(Aes128),
     A192(Aes192),
     A256(Aes256),
+    Serpent(Box<Serpent>),
+    Twofish(Box<Twofish>),
+    C128(Box<Camellia128>),
+    C192(Box<Camellia192>),
+    C256(Box<Camellia256>),
 }
 
-impl Aes {
-    /// `None` unless the key is 16, 24 or 32 bytes.
-    pub(crate) fn new(key: &[u8]) -> Option<Self> {
-        Some(match key.len() {
-            16 => Self::A128(Aes128::new_from_slice(key).ok()?),
-            24 => Self::A192(Aes192::new_from_slice(key).ok()?),
-            32 => Self::A256(Aes256::new_from_slice(key).ok()?),
-            _ => return None,
+/// One call on whichever cipher `$p` holds.
+macro_rules! each {
+    ($p:expr, $c:ident => $e:expr) => {
+        match $p {
+            Prim::A128($c) => $e,
+            Prim::A192($c) => $e,
+            Prim::A256($c) => $e,
+            Prim::Serpent($c) => $e,
+            Prim::Twofish($c) => $e,
+            Prim::C128($c) => $e,
+            Prim::C192($c) => $e,
+            Prim::C256($c) => $e,
+        }
+    };
+}
+
+impl Prim {
+    /// AES; `None` unless the key is 16, 24 or 32 bytes.
+    pub(crate) fn aes(key: &[u8]) -> Option<Self> {
+        Self::new(BlockCipher::Aes, key)
+    }
+
+    /// `cipher` keyed with `key`; `None` for cipher_null or unless the key
+    /// is 16, 24 or 32 bytes.
+    pub(crate) fn new(cipher: BlockCipher, key: &[u8]) -> Option<Self> {
+        if !matches!(key.len(), 16 | 24 | 32) {
+            return None;
+        }
+        Some(match (cipher, key.len()) {
+            (BlockCipher::Aes, 16) => Self::A128(Aes128::new_from_slice(key).ok()?),
+            (BlockCipher::Aes, 24) => Self::A192(Aes192::new_from_slice(key).ok()?),
+            (BlockCipher::Aes, _) => Self::A256(Aes256::new_from_slice(key).ok()?),
+            (BlockCipher::Serpent, _) => {
+                Self::Serpent(Box::new(Serpent::new_from_slice(key).ok()?))
+            }
+            (BlockCipher::Twofish, _) => {
+                Self::Twofish(Box::new(Twofish::new_from_slice(key).ok()?))
+            }
+            (BlockCipher::Camellia, 16) => {
+                Self::C128(Box::new(Camellia128::new_from_slice(key).ok()?))
+            }
+            (BlockCipher::Camellia, 24) => {
+                Self::C192(Box::new(Camellia192::new_from_slice(key).ok()?))
+            }
+            (BlockCipher::Camellia, _) => {
+                Self::C256(Box::new(Camellia256::new_from_slice(key).ok()?))
+            }
+            (BlockCipher::Null, _) => return None,
         })
     }
 
-    fn encrypt_blocks(&self, b: &mut [Block]) {
+    /// Which cipher this is.
+    pub(crate) fn kind(&self) -> BlockCipher {
         match self {
-            Self::A128(c) => c.encrypt_blocks(b),
-            Self::A192(c) => c.encrypt_blocks(b),
-            Self::A256(c) => c.encrypt_blocks(b),
+            Self::A128(_) | Self::A192(_) | Self::A256(_) => BlockCipher::Aes,
+            Self::Serpent(_) => BlockCipher::Serpent,
+            Self::Twofish(_) => BlockCipher::Twofish,
+            Self::C128(_) | Self::C192(_) | Self::C256(_) => BlockCipher::Camellia,
         }
     }
 
+    fn encrypt_blocks(&self, b: &mut [Block]) {
+        each!(self, c => c.encrypt_blocks(b))
+    }
+
     fn decrypt_blocks(&self, b: &mut [Block]) {
-        match self {
-            Self::A128(c) => c.decrypt_blocks(b),
-            Self::A192(c) => c.decrypt_blocks(b),
-            Self::A256(c) => c.decrypt_blocks(b),
-        }
+        each!(self, c => c.decrypt_blocks(b))
     }
 
     /// Encrypts 16-byte blocks in one batch (a single-block call into the
@@ -86,22 +139,27 @@ fn mul_alpha(t: u128) -> u128 {
 /// parallel width).
 const BATCH: usize = 64;
 
-/// Hand-made XTS over `aes`.
+/// Hand-made XTS over a 16-byte block cipher.
 pub(crate) struct XtsRust {
-    data: Aes,
-    tweak: Aes,
+    data: Prim,
+    tweak: Prim,
 }
 
 impl XtsRust {
-    /// `key` = data key || tweak key (32, 48 or 64 bytes).
+    /// AES-XTS; `key` = data key || tweak key (32, 48 or 64 bytes).
     pub(crate) fn new(key: &[u8]) -> Option<Self> {
+        Self::with(BlockCipher::Aes, key)
+    }
+
+    /// XTS over `cipher`; `key` = data key || tweak key (32, 48 or 64 bytes).
+    pub(crate) fn with(cipher: BlockCipher, key: &[u8]) -> Option<Self> {
         if key.len() % 2 != 0 {
             return None;
         }
         let (k1, k2) = key.split_at(key.len() / 2);
         Some(Self {
-            data: Aes::new(k1)?,
-            tweak: Aes::new(k2)?,
+            data: Prim::new(cipher, k1)?,
+            tweak: Prim::new(cipher, k2)?,
         })
     }
 }
@@ -192,7 +250,12 @@ impl SectorCipher for XtsRust {
     }
 
     fn name(&self) -> &'static str {
-        RUST_XTS_NAME
+        match self.data.kind() {
+            BlockCipher::Serpent => "rust-serpent-xts (hand-made XTS over serpent 0.6)",
+            BlockCipher::Twofish => "rust-twofish-xts (hand-made XTS over twofish 0.8)",
+            BlockCipher::Camellia => "rust-camellia-xts (hand-made XTS over camellia 0.2)",
+            _ => RUST_XTS_NAME,
+        }
     }
 }
 
@@ -233,8 +296,8 @@ impl XtsRust {
     }
 }
 
-/// CBC over `aes`.
-pub(crate) struct Cbc(pub(crate) Aes);
+/// CBC over a 16-byte block cipher.
+pub(crate) struct Cbc(pub(crate) Prim);
 
 impl SectorCipher for Cbc {
     fn crypt_run(&self, dir: Dir, buf: &mut [u8], unit: usize, ivs: &[[u8; 16]]) {
@@ -271,12 +334,17 @@ impl SectorCipher for Cbc {
     }
 
     fn name(&self) -> &'static str {
-        "rust-aes-cbc"
+        match self.0.kind() {
+            BlockCipher::Serpent => "rust-serpent-cbc",
+            BlockCipher::Twofish => "rust-twofish-cbc",
+            BlockCipher::Camellia => "rust-camellia-cbc",
+            _ => "rust-aes-cbc",
+        }
     }
 }
 
-/// ECB over `aes` (IVs are ignored).
-pub(crate) struct Ecb(pub(crate) Aes);
+/// ECB over a 16-byte block cipher (IVs are ignored).
+pub(crate) struct Ecb(pub(crate) Prim);
 
 impl SectorCipher for Ecb {
     fn crypt_run(&self, dir: Dir, buf: &mut [u8], _unit: usize, _ivs: &[[u8; 16]]) {
@@ -287,7 +355,12 @@ impl SectorCipher for Ecb {
     }
 
     fn name(&self) -> &'static str {
-        "rust-aes-ecb"
+        match self.0.kind() {
+            BlockCipher::Serpent => "rust-serpent-ecb",
+            BlockCipher::Twofish => "rust-twofish-ecb",
+            BlockCipher::Camellia => "rust-camellia-ecb",
+            _ => "rust-aes-ecb",
+        }
     }
 }
 

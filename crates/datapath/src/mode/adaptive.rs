@@ -27,6 +27,14 @@
 //!           the chunks back (unsplit, no copy) and completes in place.
 //! ```
 //!
+//! A frontend that knows its caller's queue says so
+//! ([`crate::Engine::submit_hinted`]): with requests behind this one, a
+//! request of at least [`OFFLOAD_MIN`] goes to a helper that is not already
+//! busy (woken if parked: the submitter does not wait for it), else runs
+//! inline, so the submitter works as one more helper; with none behind, it
+//! is split or inline as below, never handed off. Hinted hand-offs are not
+//! scored. Without a hint:
+//!
 //! The caller's queue depth cannot be seen up front (an inline request
 //! completes before the next one is submitted), so it is learned: a helper
 //! that finishes a handed-off request checks whether its submitter has
@@ -73,7 +81,7 @@ use bytes::{Bytes, BytesMut};
 use crate::check::{SectorRange, Work};
 use crate::mode::inline::{self, Pass};
 use crate::stats::{Dir, Path};
-use crate::{Completion, Ctx, Done, Error};
+use crate::{Completion, Ctx, Done, Error, Hint};
 
 /// Smallest request split when a helper is already awake.
 pub const SPLIT_MIN: u64 = 128 << 10;
@@ -114,6 +122,20 @@ struct Offload {
     done: Done,
     /// `Board::submits` when it was handed off.
     seq: u64,
+    /// Scored as a hit or a miss of the learned queue depth (not when the
+    /// frontend's hint chose it).
+    scored: bool,
+}
+
+/// Why a request is handed off whole.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OffloadKind {
+    /// The learned queue depth (see [`Adaptive::offload_ok`]).
+    Learned,
+    /// The frontend's [`Hint`] (see [`Adaptive::hinted_offload_ok`]).
+    Hinted,
+    /// The test hook.
+    Forced,
 }
 
 struct SplitJob {
@@ -143,6 +165,8 @@ struct Board {
     handoff_len: AtomicUsize,
     /// Handed-off requests not yet completed.
     offloaded: AtomicUsize,
+    /// Helpers running a handed-off request.
+    busy: AtomicUsize,
     /// Adaptive submissions so far (the overlap test's clock).
     submits: AtomicU64,
     /// No hand-offs before this time (ns since the engine's epoch).
@@ -193,6 +217,7 @@ impl Adaptive {
             handoff: Mutex::new(VecDeque::new()),
             handoff_len: AtomicUsize::new(0),
             offloaded: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
             submits: AtomicU64::new(0),
             offload_off_until: AtomicU64::new(0),
             offload_misses: AtomicU32::new(0),
@@ -232,6 +257,7 @@ impl Adaptive {
         ctx: &Ctx,
         w: Work,
         t0: Instant,
+        hint: Option<Hint>,
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
         let len = match &w {
@@ -260,8 +286,27 @@ impl Adaptive {
         if forced && self.helpers > 0 && ctx.crypt.is_some() {
             // Test hook: every other request handed off, the rest split.
             if seq % 2 == 1 {
-                return self.offload(w, t0, seq, Box::new(done), true);
+                return self.offload(w, t0, seq, Box::new(done), OffloadKind::Forced);
             }
+        }
+        if let Some(h) = hint {
+            // The frontend knows the caller's queue: no learning needed.
+            if h.behind > 0 && self.hinted_offload_ok(ctx, len, submitters, t0) {
+                return self.offload(w, t0, seq, Box::new(done), OffloadKind::Hinted);
+            }
+            return match w {
+                Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
+                    let res = self
+                        .split(ctx, r, vec![0u8; r.len() as usize], false, false)
+                        .map(Some);
+                    ctx.complete(Dir::Read, Path::Split, r.len(), t0, res, done);
+                }
+                Work::Write(r, data, fua) if self.plan(ctx, len, submitters, t0) => {
+                    let res = self.split(ctx, r, data, true, fua).map(|_| None);
+                    ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
+                }
+                w => inline::run(ctx, w, t0, Pass::adaptive(ctx), done),
+            };
         }
         // A caller seen keeping several requests in flight gets whole
         // requests spread over cores (no chunk bookkeeping, no waiting for
@@ -271,7 +316,7 @@ impl Adaptive {
             at != 0 && ctx.core.nanos(t0).saturating_sub(at) < PIPELINED_HOLD.as_nanos() as u64
         };
         if pipelined && self.offload_ok(ctx, len, submitters, t0) {
-            return self.offload(w, t0, seq, Box::new(done), false);
+            return self.offload(w, t0, seq, Box::new(done), OffloadKind::Learned);
         }
         match w {
             Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
@@ -285,7 +330,7 @@ impl Adaptive {
                 ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
             }
             w if !pipelined && self.offload_ok(ctx, len, submitters, t0) => {
-                self.offload(w, t0, seq, Box::new(done), false)
+                self.offload(w, t0, seq, Box::new(done), OffloadKind::Learned)
             }
             w => inline::run(ctx, w, t0, Pass::adaptive(ctx), done),
         }
@@ -354,16 +399,42 @@ impl Adaptive {
         false
     }
 
+    /// Hand off a request whose caller is known (from the frontend's
+    /// [`Hint`]) to have more requests behind it. The submitter does not
+    /// wait for the helper, so neither a wake-up nor a helper sharing its
+    /// core with other load holds the caller up: only the request's size
+    /// (below [`OFFLOAD_MIN`] the hop costs more than the overlap gives),
+    /// a submitter on every core already, and helpers all taken (then the
+    /// submitter runs it itself, as one more worker) keep it inline.
+    fn hinted_offload_ok(&self, ctx: &Ctx, len: u64, submitters: usize, t0: Instant) -> bool {
+        let Some(c) = &ctx.crypt else { return false };
+        if self.helpers == 0 || c.is_null() || len < OFFLOAD_MIN {
+            return false;
+        }
+        if submitters >= ctx.core.ncpu {
+            ctx.core.contended_at.store(ctx.core.nanos(t0), Relaxed);
+            return false;
+        }
+        self.board.handoff_len.load(Relaxed) + self.board.busy.load(Relaxed) < self.helpers
+    }
+
     /// Queues `w` for a helper and returns; the helper completes it.
-    fn offload(&self, w: Work, t0: Instant, seq: u64, done: Done, forced: bool) {
+    fn offload(&self, w: Work, t0: Instant, seq: u64, done: Done, kind: OffloadKind) {
         self.board.offloaded.fetch_add(1, SeqCst);
+        let scored = kind != OffloadKind::Hinted;
         self.board
             .handoff
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back(Offload { w, t0, done, seq });
+            .push_back(Offload {
+                w,
+                t0,
+                done,
+                seq,
+                scored,
+            });
         self.board.handoff_len.fetch_add(1, SeqCst);
-        if forced || self.board.spinning.load(SeqCst) == 0 {
+        if kind == OffloadKind::Forced || self.board.spinning.load(SeqCst) == 0 {
             self.board.nudge();
         }
     }
@@ -589,7 +660,9 @@ fn helper(board: &Board, ctx: &Ctx) {
         }
         if let Some(o) = board.take_handoff() {
             board.spinning.fetch_sub(1, SeqCst);
+            board.busy.fetch_add(1, SeqCst);
             run_offload(board, ctx, o);
+            board.busy.fetch_sub(1, SeqCst);
             board.spinning.fetch_add(1, SeqCst);
             last_work = Instant::now();
             continue;
@@ -629,6 +702,11 @@ fn helper(board: &Board, ctx: &Ctx) {
 /// scores the hand-off (see [`Adaptive::offload_ok`]).
 fn run_offload(board: &Board, ctx: &Ctx, o: Offload) {
     let (dir, bytes, res) = inline::exec(ctx, o.w, Pass::adaptive(ctx));
+    if !o.scored {
+        ctx.complete(dir, Path::Offload, bytes, o.t0, res, o.done);
+        board.offloaded.fetch_sub(1, SeqCst);
+        return;
+    }
     // A caller with more in flight submits again while this ran, or within
     // a few µs; one waiting for this completion cannot.
     let mut now = Instant::now();

@@ -240,14 +240,33 @@ fn kcryptd_queue_crypt(sh: &Shared, w: CryptWork) {
     sh.crypt_qs[i].push(w);
 }
 
+/// Reads one `kcryptd_io` worker takes off the queue at once: everything
+/// pending up to this, handed to the backend as one batch (the kernel's
+/// plug: one submission for the bios queued meanwhile).
+const IO_BATCH: usize = 64;
+
 /// The `kcryptd_io` worker: `kcryptd_io_read` + the device + `crypt_endio`.
 fn kcryptd_io(sh: &Shared) {
-    while let Some(mut io) = sh.io_q.pop() {
-        io.buf = vec![0u8; io.range.len() as usize];
-        match sh.ctx.backend.read_at(&mut io.buf, io.range.at()) {
-            // crypt_endio: hand the ciphertext to kcryptd for decryption.
-            Ok(()) => kcryptd_queue_crypt(sh, CryptWork::ReadConvert(io)),
-            Err(e) => complete(sh, Dir::Read, io.range, io.t0, Err(Error::Io(e)), io.done),
+    let mut ios = Vec::with_capacity(IO_BATCH);
+    while sh.io_q.pop_many(IO_BATCH, &mut ios) {
+        for io in ios.iter_mut() {
+            io.buf = vec![0u8; io.range.len() as usize];
+        }
+        let mut ops: Vec<backend::ReadOp<'_>> = ios
+            .iter_mut()
+            .map(|io| backend::ReadOp {
+                offset: io.range.at(),
+                buf: &mut io.buf,
+            })
+            .collect();
+        let res = sh.ctx.backend.read_batch(&mut ops);
+        drop(ops);
+        for (io, r) in ios.drain(..).zip(res) {
+            match r {
+                // crypt_endio: hand the ciphertext to kcryptd for decryption.
+                Ok(()) => kcryptd_queue_crypt(sh, CryptWork::ReadConvert(io)),
+                Err(e) => complete(sh, Dir::Read, io.range, io.t0, Err(Error::Io(e)), io.done),
+            }
         }
     }
 }
@@ -300,10 +319,16 @@ fn kcryptd_crypt_write_io_submit(sh: &Shared, io: Io) {
 /// Backend write of an encrypted bounce buffer, then `crypt_endio`.
 fn write_and_endio(sh: &Shared, mut io: Io) {
     let res = sh.ctx.backend.write_at(&io.buf, io.range.at(), io.fua);
+    endio_write(sh, &mut io, res);
+}
+
+/// `crypt_endio` of a write: frees the bounce buffer, completes.
+fn endio_write(sh: &Shared, io: &mut Io, res: std::io::Result<()>) {
     let len = io.range.len() as usize;
     sh.pool.free(std::mem::take(&mut io.buf), len);
     let res = res.map(|_| None).map_err(Error::Io);
-    complete(sh, Dir::Write, io.range, io.t0, res, io.done);
+    let done = std::mem::replace(&mut io.done, Box::new(|_| {}));
+    complete(sh, Dir::Write, io.range, io.t0, res, done);
 }
 
 /// The `dmcrypt_write` thread.
@@ -318,8 +343,32 @@ fn dmcrypt_write(sh: &Shared) {
         }
         let batch = std::mem::take(&mut g.0);
         drop(g);
-        for (_, io) in batch {
-            write_and_endio(sh, io);
+        // The whole tree in sector order as one submission (blk_start_plug);
+        // two writes to the same sectors go in separate batches, in
+        // arrival order, so the later one lands last.
+        let mut ios: Vec<Io> = batch.into_values().collect();
+        let mut start = 0;
+        while start < ios.len() {
+            let mut end = start + 1;
+            let mut reach = ios[start].range.at() + ios[start].range.len();
+            while end < ios.len() && reach <= ios[end].range.at() {
+                reach = reach.max(ios[end].range.at() + ios[end].range.len());
+                end += 1;
+            }
+            let ops: Vec<backend::WriteOp<'_>> = ios[start..end]
+                .iter()
+                .map(|io| backend::WriteOp {
+                    buf: &io.buf,
+                    offset: io.range.at(),
+                    fua: io.fua,
+                })
+                .collect();
+            let res = sh.ctx.backend.write_batch(&ops);
+            drop(ops);
+            for (io, r) in ios[start..end].iter_mut().zip(res) {
+                endio_write(sh, io, r);
+            }
+            start = end;
         }
     }
 }
