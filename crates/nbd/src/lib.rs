@@ -34,6 +34,7 @@ use std::io;
 
 mod handshake;
 pub mod proto;
+mod reuse;
 mod server;
 #[allow(unsafe_code)] // recv(MSG_PEEK) and poll(2), with their SAFETY notes
 mod stream;
@@ -52,12 +53,16 @@ pub mod internal {
     pub mod fuzzing {
         use std::io::{Read, Write};
         use std::net::Shutdown;
+        use std::os::fd::AsRawFd;
         use std::os::unix::net::UnixStream;
-        use std::sync::{mpsc, Arc, Mutex, OnceLock};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::{Arc, Mutex, Once};
+        use std::time::Duration;
 
         use datapath::Engine;
 
-        use crate::{proto, serve_connection, ExportConfig, ServerOptions, TlsConfig};
+        use crate::server::{lock, serve_one};
+        use crate::{proto, ExportConfig, ServerOptions, TlsConfig};
 
         /// Plays `data[1..]` as everything a client sends after the
         /// greeting (flags, options, and requests if it gets that far)
@@ -105,27 +110,36 @@ pub mod internal {
             };
             // The server runs on this thread. What the client sends is
             // queued in the socket up front (a fuzz input fits in its
-            // buffer; a thread writes any rest), and one long-lived thread
-            // reads the replies: a thread or two spawned per session cost
-            // more than the session itself.
+            // buffer; a thread writes any rest); the replies pile up in
+            // the socket, which the process's reply reader empties only
+            // when a session fills it (see `Drain`); the connection's reply
+            // writer runs on a reused thread. Spawning a thread per
+            // session, or waking one per reply, cost more than the
+            // session itself.
             let sent = prewrite(&peer, client);
-            let writer = (sent < client.len()).then(|| {
-                let mut w = peer.try_clone().expect("dup");
-                let rest = client[sent..].to_vec();
-                std::thread::spawn(move || {
-                    let _ = w.write_all(&rest);
-                    let _ = w.shutdown(Shutdown::Write);
-                })
-            });
-            if writer.is_none() {
+            if sent == client.len() {
                 let _ = peer.shutdown(Shutdown::Write);
+                let d = Drain::register(peer);
+                let _ = serve_one(Arc::clone(engine), export, opts, server, true);
+                return d.finish();
             }
-            let replies = drain(peer);
-            let _ = serve_connection(Arc::clone(engine), export, opts, server);
-            if let Some(w) = writer {
-                let _ = w.join();
-            }
-            replies.recv().unwrap_or_default()
+            // Rare (an input larger than the socket buffer): a thread
+            // writes the rest and another reads the replies, blocking.
+            let mut w = peer.try_clone().expect("dup");
+            let rest = client[sent..].to_vec();
+            let writer = std::thread::spawn(move || {
+                let _ = w.write_all(&rest);
+                let _ = w.shutdown(Shutdown::Write);
+            });
+            let mut r = peer;
+            let reader = std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let _ = r.read_to_end(&mut out);
+                out
+            });
+            let _ = serve_one(Arc::clone(engine), export, opts, server, true);
+            let _ = writer.join();
+            reader.join().unwrap_or_default()
         }
 
         /// Writes as much of `data` to `s` as fits without blocking.
@@ -147,30 +161,67 @@ pub mod internal {
             sent
         }
 
-        /// Hands `peer` to the process's reply reader, which reads it to
-        /// EOF (the server side closed) and sends back what it read.
-        /// Sessions run at once (tests) are drained one after another;
-        /// none waits on another's, so that cannot deadlock.
-        fn drain(peer: UnixStream) -> mpsc::Receiver<Vec<u8>> {
-            type Job = (UnixStream, mpsc::Sender<Vec<u8>>);
-            static READER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
-            let jobs = READER.get_or_init(|| {
-                let (tx, rx) = mpsc::channel::<Job>();
-                std::thread::spawn(move || {
-                    for (mut s, done) in rx {
-                        let mut out = Vec::new();
-                        let _ = s.read_to_end(&mut out);
-                        let _ = done.send(out);
-                    }
+        /// A session's replies: the client end of its socket, registered
+        /// with the process's reply reader until the session is over.
+        struct Drain {
+            id: u64,
+        }
+
+        /// Sessions being served: id, client end (non-blocking), replies
+        /// read so far.
+        type Active = Vec<(u64, UnixStream, Vec<u8>)>;
+        static ACTIVE: Mutex<Active> = Mutex::new(Vec::new());
+
+        /// How often the reply reader looks at the registered sockets
+        /// when they are quiet. A session that fills its socket waits at
+        /// most this long; most sessions end before the reader ever looks.
+        const TICK: Duration = Duration::from_millis(1);
+
+        impl Drain {
+            fn register(peer: UnixStream) -> Self {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                static READER: Once = Once::new();
+                READER.call_once(|| {
+                    std::thread::spawn(Drain::reader);
                 });
-                Mutex::new(tx)
-            });
-            let (tx, rx) = mpsc::channel();
-            jobs.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .send((peer, tx))
-                .expect("reply reader runs");
-            rx
+                peer.set_nonblocking(true).expect("non-blocking");
+                let id = NEXT.fetch_add(1, Ordering::Relaxed);
+                lock(&ACTIVE).push((id, peer, Vec::new()));
+                Drain { id }
+            }
+
+            /// The reply reader: empties the registered sockets every
+            /// [`TICK`], or as they fill while a session sends a lot.
+            fn reader() {
+                loop {
+                    let mut got = 0;
+                    let mut fds = Vec::new();
+                    for (_, s, out) in lock(&ACTIVE).iter_mut() {
+                        let before = out.len();
+                        let _ = s.read_to_end(out);
+                        got += out.len() - before;
+                        fds.push((s.as_raw_fd(), libc::POLLIN));
+                    }
+                    if got >= 64 << 10 {
+                        // A session is sending a lot: follow it closely. (A
+                        // descriptor closed meanwhile only ends the wait.)
+                        let _ = crate::stream::poll(&fds, Some(TICK));
+                    } else {
+                        std::thread::sleep(TICK);
+                    }
+                }
+            }
+
+            /// Everything the server sent, once it has closed its end.
+            fn finish(self) -> Vec<u8> {
+                let mut a = lock(&ACTIVE);
+                let i = a.iter().position(|e| e.0 == self.id).expect("registered");
+                let (_, mut s, mut out) = a.swap_remove(i);
+                drop(a);
+                let _ = s.set_nonblocking(false);
+                let _ = s.read_to_end(&mut out);
+                out
+            }
         }
     }
 }

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use datapath::Engine;
 
 use crate::handshake::{greet, options, Outcome};
+use crate::reuse::Writer;
 use crate::stream::{self, Deadline, Stream};
 use crate::tls::{upgrade, TlsConfig};
 use crate::transmit::{transmit, Conn, REPLY_TIMEOUT};
@@ -182,6 +183,9 @@ pub(crate) struct Shared {
     conns: Mutex<HashMap<u64, ConnEntry>>,
     /// Signalled when a connection leaves `conns`.
     left: Condvar,
+    /// Reply writers run on reused threads (see `reuse`); only the fuzz
+    /// entry points set it.
+    pub(crate) reuse_threads: bool,
 }
 
 impl Shared {
@@ -199,6 +203,7 @@ impl Shared {
             inflight_bytes: Arc::new(AtomicU64::new(0)),
             conns: Mutex::new(HashMap::new()),
             left: Condvar::new(),
+            reuse_threads: false,
         }
     }
 }
@@ -214,7 +219,20 @@ pub fn serve_connection(
     opts: ServerOptions,
     stream: UnixStream,
 ) -> Result<(), Error> {
-    let shared = Shared::new(engine, export, opts);
+    serve_one(engine, export, opts, stream, false)
+}
+
+/// [`serve_connection`], with the reply writer on a reused thread when
+/// `reuse_threads` (the fuzz entry points).
+pub(crate) fn serve_one(
+    engine: Arc<Engine>,
+    export: ExportConfig,
+    opts: ServerOptions,
+    stream: UnixStream,
+    reuse_threads: bool,
+) -> Result<(), Error> {
+    let mut shared = Shared::new(engine, export, opts);
+    shared.reuse_threads = reuse_threads;
     serve_client(Stream::Unix(stream), &shared, 0)
 }
 
@@ -592,15 +610,15 @@ fn serve_session(
         Arc::clone(&shared.inflight_bytes),
     ));
     let c = Arc::clone(&conn);
-    let writer = std::thread::Builder::new()
-        .name(format!("nbd-reply-{id}"))
-        .spawn(move || c.run_writer())?;
+    let writer = Writer::start(format!("nbd-reply-{id}"), shared.reuse_threads, move || {
+        c.run_writer()
+    })?;
     let r = transmit(&mut reader, &conn, shared, neg);
     // Soft or hard disconnect: first finish what is in flight (NBD requires
     // replies to every request received before DISC).
     conn.wait_idle();
     conn.close_outbox();
-    let _ = writer.join();
+    writer.join();
     conn.sock.shutdown(Shutdown::Both);
     r
 }

@@ -85,3 +85,58 @@ fn transmission_seeds_reach_the_engine() {
     want.extend_from_slice(&[0xaa; 512]);
     assert!(out.ends_with(&want), "replies to the write seed");
 }
+
+/// A request header as the client sends it.
+fn request(kind: u16, cookie: u64, offset: u64, len: u32) -> [u8; proto::REQUEST_LEN] {
+    proto::RequestHeader {
+        flags: 0,
+        kind,
+        cookie,
+        offset,
+        len,
+    }
+    .encode()
+}
+
+#[test]
+fn sessions_larger_than_the_socket_come_back_whole() {
+    // Replies (16 MiB of reads) and, in the second input, a request (a
+    // 1 MiB write) far larger than any socket buffer: the entry point must
+    // drain replies while the server sends and feed what did not fit up
+    // front, from several sessions at once, and lose nothing.
+    let e = engine();
+    let reads = 16u64;
+    let mut big_replies = vec![0u8];
+    for cookie in 1..=reads {
+        big_replies.extend_from_slice(&request(proto::CMD_READ, cookie, 0, 1 << 20));
+    }
+    let mut big_request = vec![0u8];
+    big_request.extend_from_slice(&request(proto::CMD_WRITE, 1, 0, 1 << 20));
+    big_request.extend_from_slice(&[0x5a; 1 << 20]);
+    big_request.extend_from_slice(&request(proto::CMD_READ, 2, 4096, 512));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (e, a, b) = (Arc::clone(&e), big_replies.clone(), big_request.clone());
+            std::thread::spawn(move || {
+                (fuzzing::transmission(&e, &a), fuzzing::transmission(&e, &b))
+            })
+        })
+        .collect();
+    for t in threads {
+        let (a, b) = t.join().unwrap();
+        let each = 16 + (1 << 20);
+        let tail = &a[a.len() - reads as usize * each..];
+        for (i, rep) in tail.chunks(each).enumerate() {
+            assert_eq!(
+                &rep[..4],
+                &proto::SIMPLE_REPLY_MAGIC.to_be_bytes(),
+                "reply {i}"
+            );
+            assert_eq!(&rep[4..8], &[0; 4], "reply {i} failed");
+        }
+        let mut want = proto::simple_reply(0, 1).to_vec();
+        want.extend_from_slice(&proto::simple_reply(0, 2));
+        want.extend_from_slice(&[0x5a; 512]);
+        assert!(b.ends_with(&want), "the write's and the read's replies");
+    }
+}
