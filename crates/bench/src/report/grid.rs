@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use super::{fmt_bs, CellResult, Phase, Report};
+use super::{fmt_bs, num, CellResult, Report};
 use crate::target::{Cipher, Mode};
 
 /// Best round of `target`'s cell (None when absent or nothing completed).
@@ -30,18 +30,10 @@ fn best(sweep: &[&CellResult], at: &CellResult, cipher: Option<Cipher>, mode: Mo
         .and_then(|c| c.mib_s.map(|s| s.max))
 }
 
-fn num(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.0}"))
-}
-
 /// The grid table of `report`'s sweep (empty when no cipher has classic,
 /// inline and adaptive cells).
 pub fn table(report: &Report) -> String {
-    let sweep: Vec<&CellResult> = report
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Sweep)
-        .collect();
+    let sweep = super::sweep_cells(report);
     let mut s = String::new();
     let (mut cells, mut wins) = (0, 0);
     for cipher in [Cipher::Null, Cipher::AesXts] {
@@ -134,6 +126,7 @@ pub fn table(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::driver::{Rw, Workload};
+    use crate::report::Phase;
     use crate::runner::{Rep, RunTarget};
     use crate::stats::MIB;
 

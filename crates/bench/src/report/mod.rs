@@ -218,6 +218,20 @@ pub struct Report {
     pub skipped: Vec<Skipped>,
 }
 
+/// A figure for a table cell: whole MiB/s, or `-` when not measured.
+pub(crate) fn num(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.0}"))
+}
+
+/// The cells of `report`'s sweep phase (the grid and verdict tables).
+pub(crate) fn sweep_cells(report: &Report) -> Vec<&CellResult> {
+    report
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Sweep)
+        .collect()
+}
+
 /// Fills `pct_raw`, `bound_mib_s`, `pct_bound` and `pct_classic` from the
 /// other cells of the same workload.
 pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {

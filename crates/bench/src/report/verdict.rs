@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use super::{fmt_bs, CellResult, Phase, Report};
+use super::{fmt_bs, num, CellResult, Report};
 use crate::target::{Cipher, Mode};
 
 /// Suffix of the control target's name (after the adaptive target's).
@@ -65,18 +65,10 @@ pub fn band(adaptive: f64, control: f64) -> f64 {
     }
 }
 
-fn num(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.0}"))
-}
-
 /// The verdict table of `report`'s sweep (empty when no cipher has an
 /// adaptive target, its control, and classic or inline).
 pub fn table(report: &Report) -> String {
-    let sweep: Vec<&CellResult> = report
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Sweep)
-        .collect();
+    let sweep = super::sweep_cells(report);
     let mut s = String::new();
     let (mut cells, mut lost, mut ties) = (0, 0, 0);
     for cipher in [Cipher::Null, Cipher::AesXts] {
