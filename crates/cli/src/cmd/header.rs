@@ -387,22 +387,10 @@ fn convert_key(a: ConvertKeyArgs) -> CmdResult {
     };
     let pass =
         luks::passphrase::read_range(a.key_file.as_deref(), range, &prompt, false).map_err(fail)?;
-    let kdf = kdf_request(&a.kdf)?;
+    let kdf = a.kdf.choice().request(2).map_err(fail)?;
     let slot = vol.convert_key(&pass, a.key_slot, &kdf).map_err(fail)?;
     if a.base.verbose || a.base.debug {
         println!("Key slot {slot} created.");
     }
     Ok(())
-}
-
-/// The KDF request from cryptsetup's options (LUKS2 default: argon2id).
-fn kdf_request(k: &KdfArgs) -> Result<luks::KdfRequest, Failure> {
-    Ok(luks::KdfRequest {
-        kind: k.pbkdf.clone().unwrap_or_else(|| "argon2id".to_string()),
-        hash: luks::Hash::parse(&k.hash).map_err(fail)?,
-        iter_time_ms: k.iter_time,
-        force_iterations: k.pbkdf_force_iterations,
-        memory_kib: k.pbkdf_memory,
-        parallel: k.pbkdf_parallel,
-    })
 }

@@ -388,7 +388,8 @@ impl Common {
 }
 
 impl KdfArgs {
-    fn choice(self) -> ops::KdfChoice {
+    /// The options as `luks::ops` takes them.
+    pub(crate) fn choice(self) -> ops::KdfChoice {
         ops::KdfChoice {
             pbkdf: self.pbkdf,
             hash: self.hash,
