@@ -5,6 +5,8 @@
 //! keeps, so 512-byte sectors stay as fast as 4096-byte ones.
 //!
 //! ```text
+//!   per 16 sectors: T0 = E(key2, iv), two IVs per vaesenc (the 128-bit
+//!                   kernel encrypts them one block per instruction)
 //!   per sector: base = [T0, T0·α]               (one 128-bit mul_alpha)
 //!   per 16 blocks (8 registers of two):
 //!     tw[j] = base·α^(2j)   j = 0..8            (independent: depth one)
@@ -52,54 +54,106 @@ unsafe fn mul_alpha_k(t: __m256i, k: i32) -> __m256i {
     _mm256_xor_si256(shifted, carry)
 }
 
+/// Round keys broadcast to both 128-bit lanes.
+#[inline(always)]
+unsafe fn wide_keys(s: &Schedule) -> [__m256i; 15] {
+    let rk = round_keys(s);
+    let mut wk = [_mm256_setzero_si256(); 15];
+    for (w, k) in wk.iter_mut().zip(rk.iter()).take(s.rounds + 1) {
+        *w = _mm256_broadcastsi128_si256(*k);
+    }
+    wk
+}
+
+/// The first tweaks of up to [`WIDE`] sectors: their IVs encrypted with
+/// the tweak key, two per instruction, in `R` registers (`2 * R >=
+/// ivs.len()`; the lanes past the IVs encrypt zeros and are ignored).
+#[inline(always)]
+unsafe fn encrypt_ivs<const R: usize>(
+    tk: &[__m256i; 15],
+    nr: usize,
+    ivs: &[[u8; 16]],
+    out: &mut [[u8; 16]; WIDE],
+) {
+    let mut x = [_mm256_setzero_si256(); R];
+    for (j, x) in x.iter_mut().enumerate() {
+        let v = match ivs.len().saturating_sub(2 * j) {
+            0 => _mm256_setzero_si256(),
+            1 => _mm256_set_m128i(
+                _mm_setzero_si128(),
+                _mm_loadu_si128(ivs[2 * j].as_ptr().cast()),
+            ),
+            _ => _mm256_loadu_si256(ivs[2 * j..].as_ptr().cast()),
+        };
+        *x = _mm256_xor_si256(v, tk[0]);
+    }
+    for k in &tk[1..nr] {
+        for x in x.iter_mut() {
+            *x = _mm256_aesenc_epi128(*x, *k);
+        }
+    }
+    for (j, x) in x.iter().enumerate() {
+        let c = _mm256_aesenclast_epi128(*x, tk[nr]);
+        _mm256_storeu_si256(out[2 * j..].as_mut_ptr().cast(), c);
+    }
+}
+
 macro_rules! vaes_kernel {
     ($name:ident, $round:ident, $last:ident) => {
-        /// The XTS body for `first.len()` sectors of `unit` bytes, sector
-        /// `i` starting from the encrypted tweak `first[i]`.
+        /// The XTS body for `ivs.len()` sectors of `unit` bytes, sector
+        /// `i` with the IV `ivs[i]`: the IVs of each [`WIDE`] sectors
+        /// encrypted with `tweak` in one batch, then their blocks with
+        /// `s` (the data key's schedule for this direction).
         ///
         /// # Safety
         /// VAES, AVX2 and AES-NI present ([`available`]); `src` readable and
-        /// `dst` writable for `first.len() * unit` bytes, equal or not
+        /// `dst` writable for `ivs.len() * unit` bytes, equal or not
         /// overlapping; `unit` a multiple of `16 * WIDE`.
         #[target_feature(enable = "aes,avx2,vaes")]
         pub(super) unsafe fn $name(
             s: &Schedule,
+            tweak: &Schedule,
             mut src: *const u8,
             mut dst: *mut u8,
-            first: &[[u8; 16]],
+            ivs: &[[u8; 16]],
             unit: usize,
         ) {
-            let rk = round_keys(s);
             let nr = s.rounds;
-            let mut wk = [_mm256_setzero_si256(); 15];
-            for (w, k) in wk.iter_mut().zip(rk.iter()).take(nr + 1) {
-                *w = _mm256_broadcastsi128_si256(*k);
-            }
-            for f in first {
-                let t0 = _mm_loadu_si128(f.as_ptr().cast());
-                let mut base = _mm256_set_m128i(mul_alpha(t0), t0);
-                for _ in 0..unit / (16 * WIDE) {
-                    let mut tw = [base; WIDE / 2];
-                    for (j, t) in tw.iter_mut().enumerate().skip(1) {
-                        *t = mul_alpha_k(base, 2 * j as i32);
-                    }
-                    base = mul_alpha_k(base, WIDE as i32);
-                    let mut x = [_mm256_setzero_si256(); WIDE / 2];
-                    for j in 0..WIDE / 2 {
-                        let p = _mm256_loadu_si256(src.add(32 * j).cast());
-                        x[j] = _mm256_xor_si256(_mm256_xor_si256(p, tw[j]), wk[0]);
-                    }
-                    for k in &wk[1..nr] {
-                        for x in x.iter_mut() {
-                            *x = $round(*x, *k);
+            let wk = wide_keys(s);
+            let tk = wide_keys(tweak);
+            let mut first = [[0u8; 16]; WIDE];
+            for batch in ivs.chunks(WIDE) {
+                if batch.len() <= WIDE / 2 {
+                    encrypt_ivs::<{ WIDE / 4 }>(&tk, tweak.rounds, batch, &mut first);
+                } else {
+                    encrypt_ivs::<{ WIDE / 2 }>(&tk, tweak.rounds, batch, &mut first);
+                }
+                for f in &first[..batch.len()] {
+                    let t0 = _mm_loadu_si128(f.as_ptr().cast());
+                    let mut base = _mm256_set_m128i(mul_alpha(t0), t0);
+                    for _ in 0..unit / (16 * WIDE) {
+                        let mut tw = [base; WIDE / 2];
+                        for (j, t) in tw.iter_mut().enumerate().skip(1) {
+                            *t = mul_alpha_k(base, 2 * j as i32);
                         }
+                        base = mul_alpha_k(base, WIDE as i32);
+                        let mut x = [_mm256_setzero_si256(); WIDE / 2];
+                        for j in 0..WIDE / 2 {
+                            let p = _mm256_loadu_si256(src.add(32 * j).cast());
+                            x[j] = _mm256_xor_si256(_mm256_xor_si256(p, tw[j]), wk[0]);
+                        }
+                        for k in &wk[1..nr] {
+                            for x in x.iter_mut() {
+                                *x = $round(*x, *k);
+                            }
+                        }
+                        for j in 0..WIDE / 2 {
+                            let c = $last(x[j], _mm256_xor_si256(wk[nr], tw[j]));
+                            _mm256_storeu_si256(dst.add(32 * j).cast(), c);
+                        }
+                        src = src.add(16 * WIDE);
+                        dst = dst.add(16 * WIDE);
                     }
-                    for j in 0..WIDE / 2 {
-                        let c = $last(x[j], _mm256_xor_si256(wk[nr], tw[j]));
-                        _mm256_storeu_si256(dst.add(32 * j).cast(), c);
-                    }
-                    src = src.add(16 * WIDE);
-                    dst = dst.add(16 * WIDE);
                 }
             }
         }
