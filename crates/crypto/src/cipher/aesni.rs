@@ -41,7 +41,7 @@ const WIDTH: usize = 8;
 /// Round keys as bytes in memory order (what `aesenc` expects), at most 15.
 #[derive(Clone)]
 pub(super) struct Schedule {
-    keys: [[u8; 16]; 15],
+    pub(super) keys: [[u8; 16]; 15],
     pub(super) rounds: usize,
 }
 
