@@ -262,25 +262,35 @@ impl SectorCrypt {
     fn fill_ivs(&self, tfm: &Tfm, cc_sector: u64, step: u64, ivs: &mut [[u8; 16]]) {
         let shift = if self.iv_large_sectors { self.shift } else { 0 };
         let ss = self.sector_size as u64;
-        // One loop per mode (the mode is matched once per batch): each IV
-        // is one 16-byte store of a zero-extended integer.
-        let fill = |ivs: &mut [[u8; 16]], f: fn(u64, u64) -> [u8; 16]| {
+        // One loop per mode (the mode is matched once per batch, and the
+        // generic `f` inlined into each loop): each IV is one 16-byte
+        // store of a zero-extended integer.
+        fn fill_with(
+            ivs: &mut [[u8; 16]],
+            (cc_sector, step, shift, ss): (u64, u64, u32, u64),
+            f: impl Fn(u64, u64) -> [u8; 16],
+        ) {
             for (i, iv) in ivs.iter_mut().enumerate() {
                 let s = cc_sector.wrapping_add((i as u64).wrapping_mul(step)) >> shift;
                 *iv = f(s, ss);
             }
-        };
+        }
+        let at = (cc_sector, step, shift, ss);
         match self.spec.iv {
             IvMode::None | IvMode::Null => ivs.fill([0u8; 16]),
-            IvMode::Plain => fill(ivs, |s, _| u128::from(s as u32).to_le_bytes()),
-            IvMode::Plain64 | IvMode::Essiv(_) => fill(ivs, |s, _| u128::from(s).to_le_bytes()),
-            IvMode::Plain64Be => fill(ivs, |s, _| u128::from(s).to_be_bytes()),
+            IvMode::Plain => fill_with(ivs, at, |s, _| u128::from(s as u32).to_le_bytes()),
+            IvMode::Plain64 | IvMode::Essiv(_) => {
+                fill_with(ivs, at, |s, _| u128::from(s).to_le_bytes())
+            }
+            IvMode::Plain64Be => fill_with(ivs, at, |s, _| u128::from(s).to_be_bytes()),
             // 9 - log2(16): cipher blocks per 512-byte sector, from 1.
-            IvMode::Benbi => fill(ivs, |s, _| {
+            IvMode::Benbi => fill_with(ivs, at, |s, _| {
                 u128::from((s << 5).wrapping_add(1)).to_be_bytes()
             }),
             // Byte offset (iv_sector * sector_size), encrypted below.
-            IvMode::Eboiv => fill(ivs, |s, ss| u128::from(s.wrapping_mul(ss)).to_le_bytes()),
+            IvMode::Eboiv => fill_with(ivs, at, |s, ss| {
+                u128::from(s.wrapping_mul(ss)).to_le_bytes()
+            }),
         }
         match self.spec.iv {
             IvMode::Essiv(_) => {

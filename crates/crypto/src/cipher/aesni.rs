@@ -71,7 +71,7 @@ impl XtsAesni {
     }
 
     /// Like [`XtsAesni::new`] with the VAES kernels for sectors of whole
-    /// 256-byte groups; `None` also where the CPU has no VAES/AVX2.
+    /// 256-byte groups; `None` also where the CPU has no VAES/VPCLMULQDQ/AVX2.
     pub(crate) fn new_wide(key: &[u8], fallback: Box<dyn SectorCipher>) -> Option<Self> {
         if !vaes::available() {
             return None;
@@ -135,7 +135,7 @@ impl XtsAesni {
         ivs: &[[u8; 16]],
     ) {
         if self.wide && unit % (16 * vaes::WIDE) == 0 {
-            // SAFETY: `new_wide` checked VAES/AVX2/AES-NI; the unit is
+            // SAFETY: `new_wide` checked VAES/VPCLMULQDQ/AVX2/AES-NI; the unit is
             // whole 256-byte groups (just checked); the caller's contract
             // covers the pointers for `n` sectors. The kernel encrypts
             // the IVs itself, 16 at a time with VAES.
