@@ -347,7 +347,7 @@ pub fn compare_xts_with_system_openssl() -> XtsComparison {
             let mine = || cells.iter().filter(move |c| c.0 == sector_size);
             XtsAtSectorSize {
                 sector_size,
-                implementation: mine().last().map_or("none", |c| c.2.implementation()),
+                implementation: mine().next_back().map_or("none", |c| c.2.implementation()),
                 system_openssl,
                 ours: mine().map(|c| (c.1, c.3)).collect(),
             }
