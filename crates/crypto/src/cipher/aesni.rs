@@ -464,7 +464,7 @@ mod tests {
             } else {
                 assert!(XtsAesni::new_wide(&key, Box::new(XtsRust::new(&key).unwrap())).is_none());
             }
-            for unit in [128usize, 256, 384, 512, 1024, 4096] {
+            for unit in [128usize, 256, 384, 512, 1024, 2048, 4096] {
                 // Every count up to two IV batches and one more: the
                 // wide kernel encrypts ≤ 8 IVs in four registers, more in
                 // eight, and odd counts leave a lane empty.
