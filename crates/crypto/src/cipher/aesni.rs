@@ -442,7 +442,8 @@ mod tests {
     use crate::cipher::rust::XtsRust;
 
     /// The wide (VAES) and 128-bit kernels against the Rust XTS for every
-    /// batch length up to two tweak batches (1..=SECTOR_BATCH*2+1 sectors) and
+    /// batch length up to two tweak batches (1..=SECTOR_BATCH*2+1 sectors),
+    /// some around the wide kernel's 64 tweaks ahead, and
     /// units from 128 bytes (always the 128-bit kernel) to 4096.
     #[test]
     fn wide_and_narrow_kernels_match_rust_on_odd_batches() {
@@ -465,10 +466,11 @@ mod tests {
                 assert!(XtsAesni::new_wide(&key, Box::new(XtsRust::new(&key).unwrap())).is_none());
             }
             for unit in [128usize, 256, 384, 512, 1024, 2048, 4096] {
-                // Every count up to two IV batches and one more: the
+                // Every count up to two IV batches and one more (the
                 // wide kernel encrypts ≤ 8 IVs in four registers, more in
-                // eight, and odd counts leave a lane empty.
-                for n in 1usize..=33 {
+                // eight, and odd counts leave a lane empty), and counts
+                // around its 64 tweaks computed ahead.
+                for n in (1usize..=33).chain([47, 63, 64, 65, 129]) {
                     let plain: Vec<u8> = (0..n * unit)
                         .map(|i| (i as u8).wrapping_mul(29) ^ (i >> 8) as u8)
                         .collect();

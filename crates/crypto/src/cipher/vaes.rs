@@ -5,7 +5,7 @@
 //! keeps, so 512-byte sectors stay as fast as 4096-byte ones.
 //!
 //! ```text
-//!   per 16 sectors: T0 = E(key2, iv), two IVs per vaesenc (the 128-bit
+//!   per 64 sectors: T0 = E(key2, iv), two IVs per vaesenc (the 128-bit
 //!                   kernel encrypts them one block per instruction)
 //!   per sector: tw[j] = [T0·α^2j, T0·α^(2j+1)]  j = 0..8
 //!               (r0 = [T0, T0·α]; r1..r3 = r0·α^2,4,6; r4..r7 = r0..r3·α^8)
@@ -34,6 +34,12 @@ use super::aesni::{mul_alpha, Schedule};
 
 /// Blocks per step: eight 256-bit registers of two blocks.
 pub(super) const WIDE: usize = 16;
+
+/// Sectors whose first tweaks are computed before their data: groups of
+/// [`WIDE`] IVs encrypted back to back, so the 14-round latency of each
+/// group (which the first data step waits for) is paid once per 64
+/// sectors, not once per 16.
+const TWEAKS_AHEAD: usize = 4 * WIDE;
 
 /// Whether this CPU runs the kernels here (VAES with AVX2, VPCLMULQDQ for
 /// the tweak steps, and AES-NI for the key schedule around them). Every
@@ -115,7 +121,7 @@ unsafe fn encrypt_ivs<const R: usize>(
     tk: &[__m256i; 15],
     nr: usize,
     ivs: &[[u8; 16]],
-    out: &mut [[u8; 16]; WIDE],
+    out: &mut [[u8; 16]],
 ) {
     let mut x = [_mm256_setzero_si256(); R];
     for (j, x) in x.iter_mut().enumerate() {
@@ -136,15 +142,15 @@ unsafe fn encrypt_ivs<const R: usize>(
     }
     for (j, x) in x.iter().enumerate() {
         let c = _mm256_aesenclast_epi128(*x, tk[nr]);
-        _mm256_storeu_si256(out[2 * j..].as_mut_ptr().cast(), c);
+        _mm256_storeu_si256(out[2 * j..2 * j + 2].as_mut_ptr().cast(), c);
     }
 }
 
 macro_rules! vaes_kernel {
     ($name:ident, $round:ident, $last:ident) => {
         /// The XTS body for `ivs.len()` sectors of `unit` bytes, sector
-        /// `i` with the IV `ivs[i]`: the IVs of each [`WIDE`] sectors
-        /// encrypted with `tweak` in one batch, then their blocks with
+        /// `i` with the IV `ivs[i]`: the IVs of each [`TWEAKS_AHEAD`]
+        /// sectors encrypted with `tweak` in one batch, then their blocks with
         /// `s` (the data key's schedule for this direction). Each step
         /// computes the next step's tweaks (the next sector's first ones
         /// at a sector's end) before its own rounds, off their path.
@@ -169,12 +175,15 @@ macro_rules! vaes_kernel {
             wide_keys(tweak, &mut tk);
             let poly = _mm256_set_epi64x(0, 0x87, 0, 0x87);
             let steps = unit / (16 * WIDE);
-            let mut first = [[0u8; 16]; WIDE];
-            for batch in ivs.chunks(WIDE) {
-                if batch.len() <= WIDE / 2 {
-                    encrypt_ivs::<{ WIDE / 4 }>(&tk, tweak.rounds, batch, &mut first);
-                } else {
-                    encrypt_ivs::<{ WIDE / 2 }>(&tk, tweak.rounds, batch, &mut first);
+            let mut first = [[0u8; 16]; TWEAKS_AHEAD];
+            for batch in ivs.chunks(TWEAKS_AHEAD) {
+                // Independent groups back to back: their latencies overlap.
+                for (g, out) in batch.chunks(WIDE).zip(first.chunks_exact_mut(WIDE)) {
+                    if g.len() <= WIDE / 2 {
+                        encrypt_ivs::<{ WIDE / 4 }>(&tk, tweak.rounds, g, out);
+                    } else {
+                        encrypt_ivs::<{ WIDE / 2 }>(&tk, tweak.rounds, g, out);
+                    }
                 }
                 let mut tw = sector_tweaks(&first[0], poly);
                 for i in 0..batch.len() {
