@@ -296,33 +296,28 @@ fn submit_trampolined(
 /// Admission, the choke point, then the mode.
 fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
     let hint = HINT.with(|h| h.take());
-    let admitted = if gate::on_engine_thread() {
+    if gate::on_engine_thread() {
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
-        let mut slot = Some((req, done));
-        match core.gate.admit_or_defer(|| {
-            // Invariant: the closure runs at most once, and only then is
-            // the slot emptied.
-            let (r, d) = slot.take().expect("request still in its slot");
-            (r, Box::new(d) as Done)
-        }) {
-            Ok(Some(a)) => {
-                let (r, d) = slot.take().expect("request not deferred");
-                (a, r, d)
-            }
-            Ok(None) => return,
-            Err(e) => {
-                let (_, d) = slot.take().expect("request not deferred");
-                return d(Err(e));
-            }
-        }
-    } else {
-        match core.gate.admit() {
-            Ok(a) => (a, req, done),
-            Err(e) => return done(Err(e)),
-        }
-    };
-    let ((gen, _depth), req, done) = admitted;
+        return match core.gate.admit_or_defer((req, Box::new(done))) {
+            Ok(Some(((gen, _), (req, done)))) => run_admitted(&gen, req, hint, done),
+            Ok(None) => {}
+            Err((e, (_, done))) => done(Err(e)),
+        };
+    }
+    match core.gate.admit() {
+        Ok((gen, _)) => run_admitted(&gen, req, hint, done),
+        Err(e) => done(Err(e)),
+    }
+}
+
+/// The choke point, then the mode, for a request holding a slot of `gen`.
+fn run_admitted(
+    gen: &Gen,
+    req: Request,
+    hint: Option<Hint>,
+    done: impl FnOnce(Completion) + Send + 'static,
+) {
     let t0 = Instant::now();
     let ctx = &*gen.ctx;
     let w = match check::check(ctx, req) {
@@ -533,7 +528,7 @@ impl Engine {
             flushes,
             discards,
             other_errors,
-            in_flight: self.core.gate.in_flight.load(Relaxed) as u64,
+            in_flight: self.core.gate.in_flight() as u64,
             max_in_flight: self.core.gate.max_in_flight.load(Relaxed) as u64,
             reconfigurations: self.core.stats.reconfigurations.load(Relaxed),
             mode: self.with_gen(|c| c.cfg.mode, CryptMode::default()),

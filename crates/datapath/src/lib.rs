@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!  Engine::submit(Request, done)
-//!   │ gate.rs   admit: in_flight < queue_depth, not suspended (else wait)
+//!   │ gate.rs   admit: in_flight < queue_depth, not suspended (else wait);
+//!   │           one CAS on an atomic word, no lock unless it must wait
 //!   │ check.rs  the single choke point: range, alignment, size, flags,
 //!   │           read-only, allow_discards  ──► error completion, nothing done
 //!   ▼  (dm-crypt: crypt_map)
