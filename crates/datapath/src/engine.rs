@@ -300,20 +300,29 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
         return match core.gate.admit_or_defer((req, Box::new(done))) {
-            Ok(Some(((gen, _), (req, done)))) => run_admitted(&gen, req, hint, done),
+            Ok(Some(((gen, _), (req, done)))) => run_admitted(gen, req, hint, done),
             Ok(None) => {}
             Err((e, (_, done))) => done(Err(e)),
         };
     }
-    match core.gate.admit() {
-        Ok((gen, _)) => run_admitted(&gen, req, hint, done),
+    let admitted = match core.gate.admit_fast() {
+        Some(a) => Ok(a),
+        None => {
+            // About to wait for a slot: what this thread gathered holds
+            // slots, so it runs first.
+            mode::gather::unplug();
+            core.gate.admit()
+        }
+    };
+    match admitted {
+        Ok((gen, _)) => run_admitted(gen, req, hint, done),
         Err(e) => done(Err(e)),
     }
 }
 
 /// The choke point, then the mode, for a request holding a slot of `gen`.
 fn run_admitted(
-    gen: &Gen,
+    gen: Arc<Gen>,
     req: Request,
     hint: Option<Hint>,
     done: impl FnOnce(Completion) + Send + 'static,
@@ -324,6 +333,13 @@ fn run_admitted(
         Ok(w) => w,
         Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
     };
+    let gathers = matches!(gen.pipe, Pipe::Inline | Pipe::Adaptive(_));
+    if gathers && mode::gather::wants(&gen, &w, hint) {
+        let last = hint.is_none_or(|h| h.ready == 0);
+        return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
+    }
+    // Whatever this thread gathered was submitted before this request.
+    mode::gather::unplug();
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
@@ -389,8 +405,18 @@ impl Engine {
         HINT.with(|h| h.set(None));
     }
 
+    /// Runs the reads and writes this thread's hinted submissions gathered
+    /// (see [`Hint::ready`]), for every engine; cheap when there are none.
+    /// A frontend that said requests were ready calls it before it blocks
+    /// (on its socket, or on anything those requests' completions release);
+    /// blocking engine calls do it themselves.
+    pub fn unplug(&self) {
+        mode::gather::unplug();
+    }
+
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
+        mode::gather::unplug();
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
@@ -461,6 +487,7 @@ impl Engine {
     /// Switches mode/flags live: suspend (drain), swap, resume. The volume
     /// stays; its backend and cipher are shared with the new generation.
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
+        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
         let vol = Volume {
@@ -476,6 +503,7 @@ impl Engine {
 
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
+        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let cfg = self.config();
         self.swap(vol, cfg)
@@ -555,6 +583,7 @@ impl Engine {
     /// Drains in-flight requests, flushes, stops and joins worker threads.
     /// Later requests fail with [`Error::Shutdown`]. Idempotent.
     pub fn shutdown(&self) -> Result<(), Error> {
+        mode::gather::unplug();
         let res = match self.core.gate.close() {
             Some(last) => {
                 let r = last.ctx.backend.flush().map_err(Error::Io);

@@ -487,6 +487,10 @@ impl Backend for FileBackend {
         self.fdatasync()
     }
 
+    fn batches(&self) -> bool {
+        self.engine == IoEngine::Uring
+    }
+
     fn read_batch(&self, ops: &mut [ReadOp<'_>]) -> Vec<io::Result<()>> {
         self.read_batch_ring(ops)
     }
