@@ -24,6 +24,8 @@
 //!  ├─────────────── Inline (mode/inline.rs) = force_inline ─────────────────┤
 //!  │ READ  backend read, decrypt in place, complete — all in the submitter  │
 //!  │ WRITE encrypt in place, backend write (FUA passed down), complete      │
+//!  │ (inline and adaptive) reads and writes the frontend says more follow  │
+//!  │ (Hint::ready): gathered, one backend batch, then completed (gather.rs) │
 //!  ├─────────────── Adaptive (mode/adaptive.rs, ours) ──────────────────────┤
 //!  │ small / all cores busy: the inline path                                │
 //!  │ caller keeps several in flight + a warm helper idle: hand the whole    │

@@ -21,7 +21,9 @@
 //!
 //! [`Backend::read_batch`] / [`Backend::write_batch`] take the requests a
 //! caller has in flight together (a worker that found several queued, the
-//! write thread's sorted tree) and put them all on the calling thread's
+//! write thread's sorted tree, the requests the engine gathered from a
+//! frontend's queue: see [`Backend::batches`]) and put them all on the
+//! calling thread's
 //! ring: up to 64 SQEs per `io_uring_enter`, refilled as CQEs arrive, so
 //! one thread keeps the device at that depth. The ring stays per thread
 //! rather than one shared ring with a submission thread: a shared ring
