@@ -418,10 +418,13 @@ pub(crate) fn transmit(
     let mut poller = Poller::new();
     // Requests gathered by the engine (Hint::ready) run before any return.
     let _unplug = Unplug(&shared.engine);
+    // The last submission said more were ready (the engine may hold it).
+    let mut held = false;
     loop {
-        if r.buffer().len() < proto::REQUEST_LEN && !r.get_ref().s.readable_now() {
+        if held && r.buffer().len() < proto::REQUEST_LEN && !r.get_ref().s.readable_now() {
             // About to block on the socket: run what was gathered.
             shared.engine.unplug();
+            held = false;
         }
         if r.buffer().is_empty() {
             poller.wait(&r.get_ref().s);
@@ -534,7 +537,10 @@ pub(crate) fn transmit(
         // And whether the next request is already here: then the engine
         // may gather this one into a batch with it (run at the latest when
         // this loop would block).
-        let ready = r.buffer().len() >= proto::REQUEST_LEN || r.get_ref().s.readable_now();
+        // (A caller with nothing else in flight has sent nothing more.)
+        let ready =
+            r.buffer().len() >= proto::REQUEST_LEN || (behind > 0 && r.get_ref().s.readable_now());
+        held = ready;
         let hint = Hint {
             behind: behind.min(u64::from(u32::MAX)) as u32,
             ready: u32::from(ready),
