@@ -78,7 +78,7 @@ unsafe impl Send for Cluster {}
 unsafe impl Sync for Cluster {}
 
 /// Which step of connecting failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Step {
     /// librbd could not be loaded.
     Library,
@@ -86,8 +86,9 @@ pub(super) enum Step {
     Configure,
     /// Reading ceph.conf.
     ReadConf,
-    /// Reaching the monitors and authenticating.
-    Connect,
+    /// Reaching the monitors and authenticating, bounded by
+    /// `client_mount_timeout` (its value, in seconds).
+    Connect(Option<String>),
 }
 
 impl Cluster {
@@ -124,7 +125,8 @@ impl Cluster {
             c.set(k, v).map_err(cfg)?;
         }
         // SAFETY: `raw` is a live, configured, not yet connected handle.
-        check(unsafe { lib.rados_connect(c.raw) }).map_err(|e| (Step::Connect, e))?;
+        check(unsafe { lib.rados_connect(c.raw) })
+            .map_err(|e| (Step::Connect(c.get("client_mount_timeout")), e))?;
         Ok(c)
     }
 

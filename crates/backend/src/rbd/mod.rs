@@ -131,10 +131,17 @@ impl RbdBackend {
                 Some(c) => format!("cannot read Ceph configuration {c}"),
                 None => "no Ceph configuration found (give --ceph-conf)".to_owned(),
             }),
-            Step::Connect if e.raw_os_error() == Some(libc::ETIMEDOUT) => open_err(e).with_context(
-                format!("the Ceph cluster did not answer within {timeout} s"),
-            ),
-            Step::Connect => open_err(e).with_context("cannot connect to the Ceph cluster"),
+            Step::Connect(bound) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                // "3" or "3.000000": the seconds as ceph.conf would write them.
+                let secs = bound
+                    .as_deref()
+                    .map_or(timeout.as_str(), |b| match b.split_once('.') {
+                        Some((whole, frac)) if frac.bytes().all(|c| c == b'0') => whole,
+                        _ => b,
+                    });
+                open_err(e).with_context(format!("the Ceph cluster did not answer within {secs} s"))
+            }
+            Step::Connect(_) => open_err(e).with_context("cannot connect to the Ceph cluster"),
         })?;
         let mut image = Image::open(
             std::sync::Arc::new(cluster),
