@@ -29,10 +29,21 @@ fn plaintext(path: &Path, len: u64, seed: u64) -> Vec<u8> {
     data
 }
 
-/// ucrypt decrypts the whole mapping of the LUKS volume on `device`.
-fn ucrypt_read(device: &str, pass: &Path) -> Vec<u8> {
+/// ucrypt decrypts the whole mapping of the LUKS volume on `device` (a
+/// file, or `rbd:POOL/IMAGE` on cluster `c`).
+fn ucrypt_read(c: &Cluster, device: &str, pass: &Path) -> Vec<u8> {
     let pass = pass.display().to_string();
-    ucrypt(&["map", "--luks", device, "-d", &pass, "--read"], None).stdout
+    let conf = c.conf.display().to_string();
+    let args = ["--ceph-conf", &conf, "map", "--luks", device, "-d", &pass];
+    ucrypt(&[&args[..], &["--read"]].concat(), None).stdout
+}
+
+/// ucrypt encrypts the file `plain` onto the LUKS volume on `device`.
+fn ucrypt_write(c: &Cluster, device: &str, pass: &Path, plain: &Path) {
+    let pass = pass.display().to_string();
+    let conf = c.conf.display().to_string();
+    let args = ["--ceph-conf", &conf, "map", "--luks", device, "-d", &pass];
+    ucrypt(&[&args[..], &["--write"]].concat(), Some(plain));
 }
 
 /// (a) librbd formats and writes; ucrypt reads the same plaintext.
@@ -68,13 +79,25 @@ fn librbd_to_ucrypt(c: &Cluster, luks: Luks, seed: u64) {
         dump.contains("aes-xts-plain64") || dump.contains("xts-plain64"),
         "{dump}"
     );
-    let got = ucrypt_read(&raw.display().to_string(), &pass);
+    let got = ucrypt_read(c, &raw.display().to_string(), &pass);
     assert_eq!(got.len(), plain.len(), "{name}: mapping size");
     assert!(
         got == plain,
         "{name}: ucrypt (file) reads librbd's plaintext"
     );
     let _ = std::fs::remove_file(&raw);
+
+    // Straight from the cluster through ucrypt's RBD backend.
+    let dev = format!("rbd:rbd/{name}");
+    let conf = c.conf.display().to_string();
+    let dump = ucrypt(&["--ceph-conf", &conf, "dump", &dev], None);
+    assert!(String::from_utf8_lossy(&dump.stdout).contains("xts-plain64"));
+    let got = ucrypt_read(c, &dev, &pass);
+    assert_eq!(got.len(), plain.len(), "{dev}: mapping size");
+    assert!(
+        got == plain,
+        "{dev}: ucrypt (rbd:) reads librbd's plaintext"
+    );
 }
 
 /// (b) ucrypt formats and writes; librbd's encryption reads the same
@@ -84,8 +107,9 @@ fn ucrypt_to_librbd(c: &Cluster, luks: Luks, extra: &[&str], seed: u64) {
     let pass = c.scratch(&format!("{name}.pass"));
     std::fs::write(&pass, format!("ucrypt pass {seed}")).unwrap();
     let pass_s = pass.display().to_string();
+    let conf = c.conf.display().to_string();
     let format_args = |device: &str| {
-        let mut a = vec!["format", "-q", "--type", luks.rbd()];
+        let mut a = vec!["--ceph-conf", &conf, "format", "-q", "--type", luks.rbd()];
         // A fast keyslot: this test is about the data, not the KDF.
         a.extend_from_slice(&["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]);
         a.extend_from_slice(extra);
@@ -99,19 +123,32 @@ fn ucrypt_to_librbd(c: &Cluster, luks: Luks, extra: &[&str], seed: u64) {
     std::fs::File::create(&raw).unwrap().set_len(RAW).unwrap();
     let raw_s = raw.display().to_string();
     format_args(&raw_s);
-    let size = ucrypt_read(&raw_s, &pass).len() as u64;
+    let size = ucrypt_read(c, &raw_s, &pass).len() as u64;
     let plain_file = c.scratch(&format!("{name}.plain"));
     let plain = plaintext(&plain_file, size, seed);
-    ucrypt(
-        &["map", "--luks", &raw_s, "-d", &pass_s, "--write"],
-        Some(&plain_file),
-    );
+    ucrypt_write(c, &raw_s, &pass, &plain_file);
     c.import(&raw, &name);
     let _ = std::fs::remove_file(&raw);
     assert_eq!(c.librbd_size(&name, luks, &pass), size, "{name}: size");
     assert!(
         c.librbd_read(&name, luks, &pass) == plain,
         "{name}: librbd reads ucrypt's plaintext (file, imported)"
+    );
+
+    // Straight onto the cluster through ucrypt's RBD backend.
+    let direct = format!("{name}-rbd");
+    c.create(&direct, RAW);
+    let dev = format!("rbd:rbd/{direct}");
+    format_args(&dev);
+    assert_eq!(
+        ucrypt_read(c, &dev, &pass).len() as u64,
+        size,
+        "{dev}: size"
+    );
+    ucrypt_write(c, &dev, &pass, &plain_file);
+    assert!(
+        c.librbd_read(&direct, luks, &pass) == plain,
+        "{dev}: librbd reads ucrypt's plaintext (rbd:)"
     );
 }
 
