@@ -189,7 +189,6 @@ mon warn on insecure global id reclaim allowed = false
 keyring = $DIR/keyring
 run dir = $DIR/run
 crash dir = $DIR/crash
-admin socket = $DIR/run/\$name.asok
 pid file = $DIR/run/\$name.pid
 log file = $DIR/log/\$name.log
 log to stderr = false
@@ -210,14 +209,17 @@ osd objectstore = $OBJECTSTORE
 rbd default features = layering, exclusive-lock, object-map, fast-diff, deep-flatten
 
 [mon]
+admin socket = $DIR/run/\$name.asok
 mon data = $DIR/mon
 mon cluster log to file = true
 
 [mgr]
+admin socket = $DIR/run/\$name.asok
 mgr data = $DIR/mgr
 keyring = $DIR/mgr/keyring
 
 [osd]
+admin socket = $DIR/run/\$name.asok
 osd data = $DIR/osd
 keyring = $DIR/osd/keyring
 osd journal = $DIR/osd/journal
