@@ -243,6 +243,11 @@ impl Backend for RbdBackend {
         }
     }
 
+    /// Every entry of a batch is an `rbd_aio_*` in flight at once.
+    fn batches(&self) -> bool {
+        true
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let mut ops = [ReadOp { buf, offset }];
         self.read_batch(&mut ops).pop().unwrap_or(Ok(()))
