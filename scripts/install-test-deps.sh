@@ -12,6 +12,9 @@ PKGS=(
   nbdkit libnbd-bin                      # peers and nbdcopy/nbdinfo
   qemu-utils qemu-system-common          # qemu-img convert/compare; qemu-storage-daemon (luks peer)
   fuse3 e2fsprogs util-linux             # FUSE export -> loop -> mkfs.ext4 -> mount
+  ceph-mon ceph-osd ceph-mgr ceph-common # scripts/ceph-test-cluster.sh (RBD tests, ceph-bench)
+  rbd-nbd librbd-dev librados-dev        # librbd client + its encryption; the RBD backend builds on it
+  qemu-block-extra                       # qemu-storage-daemon's rbd driver (librbd LUKS peer)
 )
 missing=()
 for p in "${PKGS[@]}"; do

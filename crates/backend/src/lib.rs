@@ -6,6 +6,7 @@
 //!        ▼
 //!   dyn Backend ──┬── MemBackend    page-aligned anonymous memory (brd analog)
 //!                 ├── FileBackend   regular files and block devices, io_uring
+//!                 ├── RbdBackend    Ceph RBD images over librbd's aio (`rbd:POOL/IMAGE[@SNAP]`)
 //!                 └── FaultBackend  wraps any backend: injected errors and delays
 //! ```
 //!
@@ -46,7 +47,7 @@
 //! raised by this crate carry an [`Error`] as their inner error.
 
 // Unsafe code only in the FFI modules that allow it (file::{uring, sync,
-// blockdev, dio} and mem), each block with a SAFETY note.
+// blockdev, dio}, mem and rbd::ffi), each block with a SAFETY note.
 #![deny(unsafe_code)]
 
 use std::io;
@@ -54,10 +55,12 @@ use std::io;
 mod fault;
 mod file;
 mod mem;
+pub mod rbd;
 
 pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
 pub use file::{DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine};
 pub use mem::MemBackend;
+pub use rbd::RbdBackend;
 
 /// What a backend can do natively; the rest is emulated (see the module doc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -241,6 +244,31 @@ macro_rules! forward_backend {
 forward_backend!(std::sync::Arc);
 forward_backend!(Box);
 
+/// Opens a device named on the command line: `rbd:POOL/IMAGE[@SNAP]` as an
+/// [`RbdBackend`] (with the process's [`rbd::RbdConfig`]; `read_only`,
+/// `allow_discard` and `min_size` of `opts` apply), anything else as a
+/// [`FileBackend`] path.
+pub fn open_device(path: &std::path::Path, opts: &FileOptions) -> Result<Box<dyn Backend>, Error> {
+    match rbd::RbdSpec::of_path(path) {
+        Some(spec) => {
+            let o = rbd::RbdOptions {
+                read_only: opts.read_only,
+                allow_discard: opts.allow_discard,
+                min_size: opts.min_size,
+            };
+            Ok(Box::new(RbdBackend::open(&spec?, &o)?))
+        }
+        None => Ok(Box::new(FileBackend::open(path, opts)?)),
+    }
+}
+
+/// Whether a device named on the command line can be tried: an existing
+/// path, or any `rbd:` name (only the cluster can say whether that image
+/// exists; opening it says why not).
+pub fn device_exists(path: &std::path::Path) -> bool {
+    rbd::is_rbd(path) || path.exists()
+}
+
 /// Largest zero buffer the write-zeroes emulation writes at once (1 MiB).
 pub const ZERO_CHUNK: usize = 1 << 20;
 
@@ -382,6 +410,12 @@ pub enum ErrorKind {
         /// The path given.
         path: String,
     },
+    /// An operation on an open device failed (the source says why).
+    #[error("IO error on backing device {path}")]
+    Io {
+        /// The device given.
+        path: String,
+    },
     /// A kernel feature this backend needs is missing.
     #[error("Not supported by this kernel or device: {0}")]
     Unsupported(&'static str),
@@ -437,10 +471,12 @@ impl Error {
             ErrorKind::Unsupported(_) | ErrorKind::IoUringUnavailable { .. } => {
                 io::ErrorKind::Unsupported
             }
-            ErrorKind::Open { .. } | ErrorKind::Injected { .. } => match &self.source {
-                Some(s) => s.kind(),
-                None => io::ErrorKind::Other,
-            },
+            ErrorKind::Open { .. } | ErrorKind::Io { .. } | ErrorKind::Injected { .. } => {
+                match &self.source {
+                    Some(s) => s.kind(),
+                    None => io::ErrorKind::Other,
+                }
+            }
         }
     }
 }

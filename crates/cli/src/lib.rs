@@ -89,6 +89,23 @@ pub type CmdResult = Result<(), Failure>;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    ceph: CephArgs,
+}
+
+/// How `rbd:POOL/IMAGE[@SNAP]` devices reach their Ceph cluster (every verb
+/// that takes a device accepts such a name).
+#[derive(clap::Args)]
+struct CephArgs {
+    /// ceph.conf for rbd: devices [default: $CEPH_CONF, /etc/ceph/ceph.conf]
+    #[arg(long, global = true, value_name = "FILE")]
+    ceph_conf: Option<std::path::PathBuf>,
+    /// Ceph client id for rbd: devices, without "client." [default: admin]
+    #[arg(long, global = true, value_name = "ID")]
+    ceph_id: Option<String>,
+    /// Ceph keyring for rbd: devices [default: the one ceph.conf names]
+    #[arg(long, global = true, value_name = "FILE")]
+    keyring: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -118,6 +135,13 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
+    backend::rbd::RbdConfig {
+        conf: cli.ceph.ceph_conf,
+        id: cli.ceph.ceph_id,
+        keyring: cli.ceph.keyring,
+        timeout: None,
+    }
+    .install();
     let result = match cli.command {
         Command::Crypt(c) => c.run(),
         Command::Luks(c) => c.run(),

@@ -168,6 +168,7 @@ impl From<luks::Error> for Error {
         let kind = match e.kind() {
             luks::ErrorKind::WrongPassphrase => ErrorKind::WrongPassphrase,
             luks::ErrorKind::Io => ErrorKind::NoDevice,
+            luks::ErrorKind::Busy => ErrorKind::Busy,
             _ => ErrorKind::InvalidInput,
         };
         Self::transparent(kind, e)

@@ -16,7 +16,7 @@ use std::fs::OpenOptions;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
-use backend::{FileBackend, FileOptions};
+use backend::FileOptions;
 use crypto::table::Table;
 use crypto::SectorCrypt;
 use datapath::{CryptMode, Engine, EngineConfig, Volume};
@@ -128,8 +128,8 @@ pub(crate) fn backend_error(e: backend::Error) -> Error {
 /// An inline engine over the table's device, read-only for reads.
 fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
     let path = &table.device;
-    let backend = FileBackend::open(
-        path,
+    let backend = backend::open_device(
+        std::path::Path::new(path),
         &FileOptions {
             read_only: dir == Direction::Read,
             direct: backend::DirectIo::Never,
@@ -143,7 +143,7 @@ fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
         _ => Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e),
     })?;
     let vol = Volume {
-        backend: Arc::new(backend),
+        backend: Arc::from(backend),
         crypt: Some(Arc::new(crypt)),
         data_offset: table.offset_bytes(),
         size: table.len_bytes(),
@@ -190,6 +190,10 @@ fn checked_input<'a>(
 /// engine opens it, with the messages `map` always gave).
 fn check_device(table: &Table, dir: Direction) -> Result<()> {
     let path = &table.device;
+    if backend::rbd::is_rbd(std::path::Path::new(path)) {
+        // Only the cluster knows: the engine's open checks it and its size.
+        return Ok(());
+    }
     let mut dev = OpenOptions::new()
         .read(true)
         .write(dir == Direction::Write)

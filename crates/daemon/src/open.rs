@@ -211,6 +211,8 @@ impl OpenOptions {
             _ => "auto",
         };
         v.push(format!("--direct-io={direct}"));
+        // How an rbd: device reaches its cluster (nothing for a path).
+        v.extend(backend::rbd::RbdConfig::current().to_args());
         v.push("--".into());
         v.push(self.device.display().to_string());
         v.push(self.name.clone());

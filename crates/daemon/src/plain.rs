@@ -268,6 +268,15 @@ fn vec_secret(len: usize) -> Secret {
 
 /// Size of a file or block device in bytes.
 fn device_bytes(device: &Path) -> Result<u64> {
+    if backend::rbd::is_rbd(device) {
+        let ro = backend::FileOptions {
+            read_only: true,
+            ..backend::FileOptions::default()
+        };
+        return backend::open_device(device, &ro)
+            .map(|b| b.size())
+            .map_err(crate::map::backend_error);
+    }
     std::fs::File::open(device)
         .and_then(|mut f| f.seek(SeekFrom::End(0)))
         .map_err(|e| {

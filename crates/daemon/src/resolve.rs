@@ -77,6 +77,11 @@ impl VolumeType {
 /// The backing device as an absolute path (a detached daemon runs in
 /// `/`); [`ErrorKind::NoDevice`] if it does not exist.
 pub fn device(path: &Path) -> Result<PathBuf> {
+    if backend::rbd::is_rbd(path) {
+        // An RBD image is named, not a path: nothing to make absolute,
+        // and only opening it asks the cluster whether it exists.
+        return Ok(path.to_path_buf());
+    }
     let missing = |p: &Path| format!("Device {} does not exist or access denied", p.display());
     let abs = std::path::absolute(path)
         .map_err(|e| Error::new(ErrorKind::NoDevice, missing(path)).with_source(e))?;
@@ -179,7 +184,7 @@ impl Luks {
     /// Fails with [`ErrorKind::NoDevice`] when `device` does not exist and
     /// [`ErrorKind::InvalidInput`] when it holds no LUKS header.
     pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
-        if !device.exists() {
+        if !backend::device_exists(device) {
             return Err(Error::new(
                 ErrorKind::NoDevice,
                 format!(

@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use backend::{FileBackend, FileOptions};
+use backend::FileOptions;
 use crypto::table::Table;
 use crypto::SectorCrypt;
 use datapath::{Engine, EngineConfig};
@@ -183,11 +183,12 @@ fn build_engine(
         direct,
         ..FileOptions::default()
     };
-    let backend = FileBackend::open(&table.device, &opts).map_err(crate::map::backend_error)?;
+    let backend = backend::open_device(std::path::Path::new(&table.device), &opts)
+        .map_err(crate::map::backend_error)?;
     let crypt = SectorCrypt::new(&table.crypt_config())
         .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
     let vol = datapath::Volume {
-        backend: Arc::new(backend),
+        backend: Arc::from(backend),
         crypt: Some(Arc::new(crypt)),
         data_offset: table.offset_bytes(),
         size: table.len_bytes(),

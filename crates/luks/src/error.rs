@@ -30,6 +30,9 @@ pub enum ErrorKind {
     Io,
     /// The header already holds a LUKS volume and `force` was not given.
     AlreadyLuks,
+    /// The device is held by another user (an RBD image whose exclusive
+    /// lock another client holds).
+    Busy,
 }
 
 /// The error of every fallible `luks` function.

@@ -98,7 +98,7 @@ fn no_device(device: &Path) -> Error {
 /// shows its warnings. No LUKS header is [`ErrorKind::NotLuks`] naming the
 /// file that should hold it.
 pub fn load(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Volume> {
-    if !device.exists() {
+    if !backend::device_exists(device) {
         return Err(no_device(device));
     }
     let vol = Volume::load(device, header).map_err(|e| match e.kind() {
@@ -119,8 +119,7 @@ pub fn load(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Vol
 
 /// Reads the LUKS header at the start of `path`, if any (isLuks).
 pub fn probe(path: &Path) -> Result<Header> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
+    let mut f = crate::volume::open_ro(path)?;
     let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
     Header::read(&mut f, size)
 }
@@ -182,12 +181,12 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
         "luks1" => 1,
         t => return Err(invalid(format!("Unknown LUKS type {t:?} (luks1 or luks2)"))),
     };
-    if !req.device.exists() {
+    if !backend::device_exists(&req.device) {
         return Err(no_device(&req.device));
     }
     let meta = req.header.as_deref().unwrap_or(&req.device);
     let mut force = req.force;
-    if !force && meta.exists() && probe(meta).is_ok() {
+    if !force && backend::device_exists(meta) && probe(meta).is_ok() {
         let q = format!(
             "WARNING: {} already contains a LUKS header. Overwrite it?",
             meta.display()

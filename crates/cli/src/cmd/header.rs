@@ -175,7 +175,7 @@ impl Commands {
 }
 
 fn load(b: &Base) -> Result<Volume, Failure> {
-    if !b.device.exists() {
+    if !backend::device_exists(&b.device) {
         return Err(Failure::device(format!(
             "Device {} does not exist or access denied",
             b.device.display()

@@ -2,12 +2,12 @@
 //! check the cipher and key, open the target, build the header, wipe and
 //! write it, add the first passphrase.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::Path;
 
 use zeroize::Zeroizing;
 
-use super::io::{device_size, open_ro, open_rw, sync, write_at, write_luks2, zero_range};
+use super::io::{device_size, open_ro, open_rw, sync, write_at, write_luks2, zero_range, Dev};
 use super::keyslots::checked_uuid;
 use super::Volume;
 use crate::error::{invalid, Error, ErrorKind, Result};
@@ -259,7 +259,7 @@ fn plan_key(opts: &FormatOptions) -> Result<KeyPlan<'_>> {
 struct Target {
     /// The header device (the data device, or the detached header file),
     /// open for writing.
-    file: File,
+    file: Dev,
     /// Size of the data device in bytes.
     data_size: u64,
     /// Size of the header device in bytes before formatting.
@@ -280,6 +280,7 @@ fn open_target(device: &Path, header: Option<&Path>, force: bool) -> Result<Targ
             .create(true)
             .truncate(false)
             .open(h)
+            .map(|f| Box::new(f) as Dev)
             .map_err(|e| Error::io(format!("Cannot open {}", h.display()), e))?,
         None => open_rw(device)?,
     };

@@ -1,51 +1,159 @@
-//! File helpers shared by the volume operations: open, size, positioned
+//! Device helpers shared by the volume operations: open, size, positioned
 //! read/write, sync, zeroing, and the crash-safe LUKS2 header write.
+//!
+//! A header lives on a [`Device`]: a file or block device, or an RBD image
+//! named `rbd:POOL/IMAGE[@SNAP]` (read and written through
+//! `backend::RbdBackend`; a read-write open holds the image's exclusive
+//! lock, so a volume in use elsewhere is [`ErrorKind::Busy`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use backend::rbd::{RbdBackend, RbdOptions, RbdSpec};
+use backend::Backend;
+
+use crate::error::{Error, ErrorKind, Result};
 use crate::luks2;
 
-pub(super) fn device_size(f: &mut File, path: &Path) -> Result<u64> {
+/// What the volume operations read and write headers on.
+pub(crate) trait Device: Read + Write + Seek {
+    /// Makes every completed write durable.
+    fn sync_dev(&self) -> std::io::Result<()>;
+}
+
+impl Device for File {
+    fn sync_dev(&self) -> std::io::Result<()> {
+        self.sync_all()
+    }
+}
+
+/// An open header device.
+pub(crate) type Dev = Box<dyn Device>;
+
+impl Device for Dev {
+    fn sync_dev(&self) -> std::io::Result<()> {
+        (**self).sync_dev()
+    }
+}
+
+/// An RBD image as a positioned stream.
+struct Rbd {
+    image: RbdBackend,
+    pos: u64,
+}
+
+impl Read for Rbd {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (self.image.size().saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        self.image.read_at(&mut buf[..n], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for Rbd {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.image.write_at(buf, self.pos, false)?;
+        self.pos += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.image.flush()
+    }
+}
+
+impl Seek for Rbd {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let base = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::End(d) => self.image.size().checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = base.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        Ok(self.pos)
+    }
+}
+
+impl Device for Rbd {
+    fn sync_dev(&self) -> std::io::Result<()> {
+        self.image.flush()
+    }
+}
+
+/// Opens an `rbd:` name; `None` for a path.
+fn open_rbd(path: &Path, read_only: bool) -> Option<Result<Dev>> {
+    let spec = RbdSpec::of_path(path)?;
+    let shown = path.display();
+    let opts = RbdOptions {
+        read_only,
+        ..RbdOptions::default()
+    };
+    Some(
+        spec.and_then(|s| RbdBackend::open(&s, &opts))
+            .map(|image| Box::new(Rbd { image, pos: 0 }) as Dev)
+            .map_err(|e| {
+                let busy = matches!(e.kind(), backend::ErrorKind::Locked { .. });
+                let msg = if busy {
+                    format!("Device {shown} is in use by another Ceph client")
+                } else if read_only {
+                    format!("Cannot open {shown}")
+                } else {
+                    format!("Cannot open {shown} for writing")
+                };
+                let kind = if busy { ErrorKind::Busy } else { ErrorKind::Io };
+                Error::io_as(kind, msg, e.into())
+            }),
+    )
+}
+
+pub(crate) fn device_size(f: &mut dyn Device, path: &Path) -> Result<u64> {
     f.seek(SeekFrom::End(0))
         .map_err(|e| Error::io(format!("Cannot size {}", path.display()), e))
 }
 
-pub(super) fn open_ro(path: &Path) -> Result<File> {
-    File::open(path).map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))
+pub(crate) fn open_ro(path: &Path) -> Result<Dev> {
+    if let Some(r) = open_rbd(path, true) {
+        return r;
+    }
+    File::open(path)
+        .map(|f| Box::new(f) as Dev)
+        .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))
 }
 
-pub(super) fn open_rw(path: &Path) -> Result<File> {
+pub(super) fn open_rw(path: &Path) -> Result<Dev> {
+    if let Some(r) = open_rbd(path, false) {
+        return r;
+    }
     OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
+        .map(|f| Box::new(f) as Dev)
         .map_err(|e| Error::io(format!("Cannot open {} for writing", path.display()), e))
 }
 
-pub(super) fn write_at(f: &mut File, off: u64, buf: &[u8]) -> Result<()> {
+pub(super) fn write_at(f: &mut dyn Device, off: u64, buf: &[u8]) -> Result<()> {
     f.seek(SeekFrom::Start(off))
         .map_err(|e| Error::io("Cannot seek the header device", e))?;
     f.write_all(buf)
         .map_err(|e| Error::io("Cannot write the header device", e))
 }
 
-pub(super) fn read_exact_at(f: &mut File, off: u64, buf: &mut [u8]) -> Result<()> {
+pub(super) fn read_exact_at(f: &mut dyn Device, off: u64, buf: &mut [u8]) -> Result<()> {
     f.seek(SeekFrom::Start(off))
         .map_err(|e| Error::io("Cannot seek the header device", e))?;
     f.read_exact(buf)
         .map_err(|e| Error::io("Cannot read keyslot material", e))
 }
 
-pub(super) fn sync(f: &File) -> Result<()> {
-    f.sync_all()
+pub(super) fn sync(f: &dyn Device) -> Result<()> {
+    f.sync_dev()
         .map_err(|e| Error::io("Cannot flush the header device", e))
 }
 
 /// Overwrites `[off, off+len)` with zeros in 1 MiB chunks.
-pub(super) fn zero_range(f: &mut File, off: u64, len: u64) -> Result<()> {
+pub(super) fn zero_range(f: &mut dyn Device, off: u64, len: u64) -> Result<()> {
     let chunk = vec![0u8; 1 << 20];
     let mut done = 0u64;
     while done < len {
@@ -57,7 +165,7 @@ pub(super) fn zero_range(f: &mut File, off: u64, len: u64) -> Result<()> {
 }
 
 /// Writes both LUKS2 copies with seqid + 1: secondary, sync, primary, sync.
-pub(super) fn write_luks2(f: &mut File, h: &mut luks2::Header) -> Result<()> {
+pub(super) fn write_luks2(f: &mut dyn Device, h: &mut luks2::Header) -> Result<()> {
     h.bin.seqid += 1;
     h.meta.validate(h.bin.hdr_size)?;
     let (p, s) = h.to_copies()?;

@@ -4,6 +4,7 @@
 //! New keyslot material is written and synced before the header that points
 //! at it; a removed keyslot leaves the header first and is wiped afterwards.
 
+use super::io::Device;
 use super::io::{open_rw, sync, write_at, write_luks2, zero_range};
 use super::Volume;
 use crate::error::{invalid, Error, ErrorKind, Result};
@@ -11,7 +12,6 @@ use crate::hash::Hash;
 use crate::kdf::{Kdf, KdfRequest};
 use crate::keyslot::{self, material_len};
 use crate::luks2::json;
-use std::fs::File;
 
 use crate::luks2;
 use crate::{af, luks1, Header};
@@ -156,7 +156,7 @@ impl Volume {
 /// [`Volume::add_key`] on LUKS1: material into the slot's fixed area,
 /// then the header.
 fn add_key_v1(
-    f: &mut File,
+    f: &mut dyn Device,
     h: &mut luks1::Header,
     vk: &[u8],
     new_pass: &[u8],
@@ -215,7 +215,7 @@ fn add_key_v1(
 /// [`Volume::add_key`] on LUKS2: material into a first-fit area, then
 /// the keyslot and its digest binding in both header copies.
 fn add_key_v2(
-    f: &mut File,
+    f: &mut dyn Device,
     h: &mut luks2::Header,
     vk: &[u8],
     new_pass: &[u8],
@@ -272,7 +272,7 @@ fn add_key_v2(
 /// material goes to a free area first and the old area is wiped after the
 /// header points away from it; with no room left it is overwritten in place.
 fn change_key_v2(
-    f: &mut File,
+    f: &mut dyn Device,
     h: &mut luks2::Header,
     slot: u32,
     vk: &[u8],
@@ -334,7 +334,7 @@ impl SealV2<'_> {
     /// keyslot object to put in the header.
     pub(super) fn write(
         &self,
-        f: &mut File,
+        f: &mut dyn Device,
         new_pass: &[u8],
         kdf: &KdfRequest,
         extra: serde_json::Map<String, serde_json::Value>,

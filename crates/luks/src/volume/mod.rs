@@ -37,7 +37,7 @@ mod unlock;
 
 pub use config::{Priority, Repair, MAX_LABEL_LEN};
 pub use format::{format, FormatOptions};
-use io::{device_size, open_ro};
+pub(crate) use io::{device_size, open_ro};
 pub use token::{token_text, TokenPlacement, KEYRING_TOKEN};
 
 /// An unlocked volume: everything the data path needs.

@@ -1,11 +1,9 @@
 //! Unlocking: trying passphrases on keyslots in cryptsetup's order,
 //! checking a volume key against the digest, and building [`Opened`].
 
-use std::fs::File;
-
 use crypto::Secret;
 
-use super::io::{open_ro, read_exact_at};
+use super::io::{open_ro, read_exact_at, Device};
 use super::{Opened, Volume};
 use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
 use crate::hash::Hash;
@@ -16,7 +14,7 @@ use crate::Header;
 
 impl Volume {
     /// Tries the passphrase on one slot: `Ok(None)` when it does not fit.
-    fn try_slot(&self, f: &mut File, slot: u32, pass: &[u8]) -> Result<Option<Secret>> {
+    fn try_slot(&self, f: &mut dyn Device, slot: u32, pass: &[u8]) -> Result<Option<Secret>> {
         match &self.header {
             Header::V1(h) => {
                 let s = h

@@ -1,0 +1,220 @@
+//! `RbdBackend` against a throwaway single-node Ceph cluster
+//! (scripts/ceph-test-cluster.sh, started once for this binary, stopped at
+//! its end): batches of asynchronous reads and writes, FUA, flush,
+//! write-zeroes and discard reading back zero, snapshots read-only, the
+//! exclusive lock between two clients, and the open errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use backend::rbd::{RbdConfig, RbdOptions, RbdSpec};
+use backend::{Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
+use testutil::{Capability, Rng, TempDir};
+use ucrypt_backend as backend;
+
+struct Cluster {
+    dir: TempDir,
+    conf: PathBuf,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-test-cluster.sh")
+}
+
+impl Cluster {
+    fn start(test: &str) -> Option<Self> {
+        let tools = ["ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd"];
+        let caps: Vec<Capability<'_>> = tools.iter().map(|t| Capability::Tool(t)).collect();
+        if !testutil::require_all(test, &caps) {
+            return None;
+        }
+        let dir = TempDir::new("rbd-backend");
+        let o = Command::new("bash")
+            .arg(script())
+            .arg("start")
+            .arg(dir.path())
+            .env("CEPH_TEST_OBJECTSTORE", "memstore")
+            .env("CEPH_TEST_OSD_BYTES", (1u64 << 30).to_string())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let conf = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        let c = Self { dir, conf };
+        assert!(
+            o.status.success(),
+            "ceph-test-cluster.sh start: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Some(c)
+    }
+
+    fn rbd(&self, args: &[&str]) {
+        let o = Command::new("rbd")
+            .arg("-c")
+            .arg(&self.conf)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "rbd {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    fn cfg(&self) -> RbdConfig {
+        RbdConfig {
+            conf: Some(self.conf.clone()),
+            ..RbdConfig::default()
+        }
+    }
+
+    fn open(&self, spec: &str, read_only: bool) -> Result<RbdBackend, backend::Error> {
+        let spec = RbdSpec::parse(spec).unwrap().unwrap();
+        let opts = RbdOptions {
+            read_only,
+            allow_discard: true,
+            min_size: 0,
+        };
+        RbdBackend::open_with(&spec, &opts, &self.cfg())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn rbd_backend_batches_lock_snapshots_and_errors() {
+    let Some(c) = Cluster::start("rbd_backend_batches_lock_snapshots_and_errors") else {
+        return;
+    };
+    c.rbd(&["create", "--size", "16M", "rbd/b"]);
+    let b = c.open("rbd:rbd/b", false).unwrap();
+    assert_eq!(b.size(), 16 * MIB as u64);
+
+    // A batch of 32 writes of mixed sizes, in flight together, one FUA.
+    let mut rng = Rng::new(7);
+    let mut model = vec![0u8; 16 * MIB];
+    let mut bufs = Vec::new();
+    for i in 0..32u64 {
+        let len = [4096, 512, 65536, MIB / 2][i as usize % 4];
+        let mut v = vec![0u8; len];
+        rng.fill(&mut v);
+        let off = i * (MIB as u64 / 2);
+        model[off as usize..off as usize + len].copy_from_slice(&v);
+        bufs.push((v, off));
+    }
+    let ops: Vec<WriteOp<'_>> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, (v, off))| WriteOp {
+            buf: v,
+            offset: *off,
+            fua: i == 5,
+        })
+        .collect();
+    for r in b.write_batch(&ops) {
+        r.unwrap();
+    }
+    // Read it all back as one batch of 64 reads of 256 KiB.
+    let mut out = vec![0u8; 16 * MIB];
+    let mut reads: Vec<ReadOp<'_>> = out
+        .chunks_mut(256 << 10)
+        .enumerate()
+        .map(|(i, buf)| ReadOp {
+            buf,
+            offset: i as u64 * (256 << 10),
+        })
+        .collect();
+    for r in b.read_batch(&mut reads) {
+        r.unwrap();
+    }
+    assert!(out == model, "batched read differs from what was written");
+
+    // write_at / read_at, out of range, flush.
+    b.write_at(&[0xa5; 4096], 4096, true).unwrap();
+    model[4096..8192].fill(0xa5);
+    let mut one = vec![0u8; 8192];
+    b.read_at(&mut one, 0).unwrap();
+    assert_eq!(one, model[..8192]);
+    let e = b.read_at(&mut one, 16 * MIB as u64 - 4096).unwrap_err();
+    assert!(matches!(
+        backend::Error::kind_of(&e),
+        Some(ErrorKind::OutOfRange { .. })
+    ));
+    b.flush().unwrap();
+
+    // write_zeroes and a partial discard both read back zero.
+    b.write_zeroes(MIB as u64, 12288).unwrap();
+    b.discard(3 * MIB as u64 + 512, 8192).unwrap();
+    model[MIB..MIB + 12288].fill(0);
+    model[3 * MIB + 512..3 * MIB + 512 + 8192].fill(0);
+    b.read_at(&mut out, 0).unwrap();
+    assert!(
+        out == model,
+        "zeroed/discarded ranges do not read back zero"
+    );
+
+    // A second read-write client is refused; a read-only one shares.
+    let e = c.open("rbd:rbd/b", false).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Locked { .. }),
+        "second rw open: {e}"
+    );
+    assert!(e.to_string().contains("rbd:rbd/b"), "{e}");
+    let ro = c.open("rbd:rbd/b", true).unwrap();
+    let e = ro.write_at(&[0; 512], 0, false).unwrap_err();
+    assert!(matches!(
+        backend::Error::kind_of(&e),
+        Some(ErrorKind::ReadOnly)
+    ));
+    drop(ro);
+
+    // Snapshot: read-only, keeps its data after the image changes.
+    c.rbd(&["snap", "create", "rbd/b@s"]);
+    b.write_at(&[0x11; 4096], 0, false).unwrap();
+    let s = c.open("rbd:rbd/b@s", true).unwrap();
+    let mut first = vec![0u8; 4096];
+    s.read_at(&mut first, 0).unwrap();
+    assert_eq!(first, model[..4096]);
+    let e = c.open("rbd:rbd/b@s", false).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::ReadOnly), "{e}");
+    drop(s);
+    drop(b);
+    // The lock went with the first client.
+    drop(c.open("rbd:rbd/b", false).unwrap());
+
+    // No exclusive-lock feature: read-write refused, read-only fine.
+    c.rbd(&[
+        "create",
+        "--size",
+        "1M",
+        "--image-feature",
+        "layering",
+        "rbd/nolock",
+    ]);
+    let e = c.open("rbd:rbd/nolock", false).unwrap_err();
+    assert!(e.to_string().contains("exclusive-lock"), "{e}");
+    c.open("rbd:rbd/nolock", true).unwrap();
+
+    // Missing image, too small.
+    let e = c.open("rbd:rbd/none", true).unwrap_err();
+    assert!(e.to_string().contains("rbd:rbd/none"), "{e}");
+    let spec = RbdSpec::parse("rbd:rbd/nolock").unwrap().unwrap();
+    let opts = RbdOptions {
+        read_only: true,
+        allow_discard: false,
+        min_size: 2 * MIB as u64,
+    };
+    let e = RbdBackend::open_with(&spec, &opts, &c.cfg()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
+}

@@ -1,0 +1,236 @@
+//! Shared helpers for the Ceph RBD tests: a throwaway single-node cluster
+//! (`scripts/ceph-test-cluster.sh`, stopped on drop), the `rbd` CLI, and
+//! librbd's own LUKS encryption driven through qemu's rbd driver
+//! (`encrypt.format=luks|luks2`), the independent peer ucrypt must agree with.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use testutil::{Capability, TempDir};
+
+/// The cluster script in this repository.
+pub fn cluster_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-test-cluster.sh")
+}
+
+/// Runs a command, panicking with its output on failure.
+pub fn run(cmd: &mut Command) -> Output {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Checks what the RBD tests need (the Ceph daemons and CLI, qemu with its
+/// rbd driver); false (after a logged skip) when something is missing.
+pub fn require_ceph(test: &str) -> bool {
+    let tools = [
+        "ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd", "qemu-img", "qemu-io", "python3",
+    ];
+    if !testutil::require_all(test, &tools.map(Capability::Tool)) {
+        return false;
+    }
+    let help = Command::new("qemu-img").arg("--help").output();
+    let has_rbd = help.is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .any(|w| w == "rbd")
+    });
+    has_rbd || testutil::skip(test, "qemu-img has no rbd driver (qemu-block-extra)")
+}
+
+/// librbd encryption formats, as `rbd encryption format` and qemu name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Luks {
+    /// LUKS1 (`rbd … luks1`, qemu `encrypt.format=luks`).
+    V1,
+    /// LUKS2 (`rbd … luks2`, qemu `encrypt.format=luks2`).
+    V2,
+}
+
+impl Luks {
+    /// The `rbd encryption format` word.
+    pub fn rbd(self) -> &'static str {
+        match self {
+            Luks::V1 => "luks1",
+            Luks::V2 => "luks2",
+        }
+    }
+    /// qemu's `encrypt.format` value.
+    pub fn qemu(self) -> &'static str {
+        match self {
+            Luks::V1 => "luks",
+            Luks::V2 => "luks2",
+        }
+    }
+}
+
+/// A running single-node cluster in a temp dir; stopped on drop.
+pub struct Cluster {
+    /// ceph.conf of this cluster (names its admin keyring).
+    pub conf: PathBuf,
+    dir: TempDir,
+}
+
+impl Cluster {
+    /// Starts a cluster (about half a minute); panics with the script's
+    /// output when it fails.
+    pub fn start(tag: &str) -> Self {
+        let dir = TempDir::new(tag);
+        let cdir = dir.join("ceph");
+        let o = Command::new("bash")
+            .arg(cluster_script())
+            .arg("start")
+            .arg(&cdir)
+            .output()
+            .expect("run ceph-test-cluster.sh");
+        let cluster = Self {
+            conf: cdir.join("ceph.conf"),
+            dir,
+        };
+        assert!(
+            o.status.success(),
+            "ceph-test-cluster.sh start failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let printed = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            printed.trim(),
+            cluster.conf.display().to_string(),
+            "the script prints its ceph.conf"
+        );
+        cluster
+    }
+
+    /// A path in the test's scratch dir (next to, not inside, the cluster).
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `bash scripts/ceph-test-cluster.sh VERB DIR`, asserting success.
+    pub fn script(&self, verb: &str) {
+        run(Command::new("bash")
+            .arg(cluster_script())
+            .arg(verb)
+            .arg(self.dir.join("ceph")));
+    }
+
+    /// `rbd -c CONF ARGS`, asserting success; its stdout.
+    pub fn rbd(&self, args: &[&str]) -> String {
+        let o = run(Command::new("rbd").arg("-c").arg(&self.conf).args(args));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Creates `rbd/NAME` of `size` bytes.
+    pub fn create(&self, name: &str, size: u64) {
+        self.rbd(&[
+            "create",
+            &format!("rbd/{name}"),
+            "--size",
+            &format!("{size}B"),
+        ]);
+    }
+
+    /// `rbd export`: the raw (ciphertext) image into a fresh file.
+    pub fn export(&self, name: &str, to: &Path) {
+        let _ = std::fs::remove_file(to);
+        let to = to.display().to_string();
+        self.rbd(&["export", "--no-progress", &format!("rbd/{name}"), &to]);
+    }
+
+    /// `rbd import`: a raw file as the new image `rbd/NAME`.
+    pub fn import(&self, from: &Path, name: &str) {
+        let from = from.display().to_string();
+        self.rbd(&["import", "--no-progress", &from, &format!("rbd/{name}")]);
+    }
+
+    /// qemu `--image-opts` for `rbd/NAME` opened through librbd's encryption
+    /// with the passphrase in the qemu secret `s0`.
+    pub fn qemu_opts(&self, name: &str, luks: Luks) -> String {
+        format!(
+            "driver=rbd,pool=rbd,image={name},conf={},user=admin,\
+             encrypt.format={},encrypt.key-secret=s0",
+            self.conf.display(),
+            luks.qemu()
+        )
+    }
+
+    /// The plaintext size librbd's encryption exposes for `rbd/NAME`.
+    pub fn librbd_size(&self, name: &str, luks: Luks, pass: &Path) -> u64 {
+        let o = run(Command::new("qemu-img")
+            .arg("info")
+            .arg("--output=json")
+            .arg("--object")
+            .arg(secret(pass))
+            .arg("--image-opts")
+            .arg(self.qemu_opts(name, luks)));
+        let text = String::from_utf8_lossy(&o.stdout);
+        let key = "\"virtual-size\":";
+        let at = text.find(key).expect("virtual-size in qemu-img info") + key.len();
+        text[at..]
+            .trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a number after virtual-size")
+    }
+
+    /// Writes the file `plain` at offset 0 of `rbd/NAME` through librbd's
+    /// encryption (qemu-img convert into the existing image).
+    pub fn librbd_write(&self, name: &str, luks: Luks, pass: &Path, plain: &Path) {
+        run(Command::new("qemu-img")
+            .args(["convert", "-n", "-f", "raw", "--object"])
+            .arg(secret(pass))
+            .arg(plain)
+            .arg("--target-image-opts")
+            .arg(self.qemu_opts(name, luks)));
+    }
+
+    /// Reads the whole plaintext of `rbd/NAME` through librbd's encryption.
+    /// (`qemu-img dd`, not `convert`: qemu 7.2's rbd block-status with
+    /// encryption reports holes at ciphertext offsets, so `convert` skips
+    /// data as zeros.)
+    pub fn librbd_read(&self, name: &str, luks: Luks, pass: &Path) -> Vec<u8> {
+        let out = self.scratch(&format!("{name}.librbd-read"));
+        let _ = std::fs::remove_file(&out);
+        run(Command::new("qemu-img")
+            .args(["dd", "--object"])
+            .arg(secret(pass))
+            .args(["--image-opts", "-O", "raw", "bs=1M"])
+            .arg(format!("if={}", self.qemu_opts(name, luks)))
+            .arg(format!("of={}", out.display())));
+        let data = std::fs::read(&out).expect("read qemu-img dd output");
+        let _ = std::fs::remove_file(&out);
+        data
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(cluster_script())
+            .arg("stop")
+            .arg(self.dir.join("ceph"))
+            .output();
+    }
+}
+
+/// A qemu `--object secret` reading the passphrase file.
+fn secret(pass: &Path) -> String {
+    format!("secret,id=s0,file={}", pass.display())
+}
+
+/// `ucrypt ARGS` with `stdin` from a file (or nothing); asserts success.
+pub fn ucrypt(args: &[&str], stdin: Option<&Path>) -> Output {
+    let mut cmd = Command::new(testutil::ucrypt_bin());
+    cmd.args(args);
+    if let Some(p) = stdin {
+        cmd.stdin(std::fs::File::open(p).expect("open stdin file"));
+    }
+    run(&mut cmd)
+}
