@@ -58,6 +58,9 @@ struct State {
     queue_depth: usize,
     /// A swap or shutdown is draining the engine.
     suspended: bool,
+    /// Suspended by the user (`luksSuspend`) until [`Gate::hold`] clears
+    /// it: nothing is admitted, swaps still go through.
+    held: bool,
     shut: bool,
     /// Threads blocked in `admit` or `suspend` (so `release` knows whether
     /// waking is needed: a condvar notify is a syscall).
@@ -86,6 +89,7 @@ impl Gate {
                 in_flight: 0,
                 queue_depth: 1,
                 suspended: false,
+                held: false,
                 shut: false,
                 waiters: 0,
                 gen: None,
@@ -127,7 +131,7 @@ impl Gate {
             if g.shut {
                 return Err(Error::Shutdown);
             }
-            if !g.suspended && g.in_flight < g.queue_depth {
+            if !g.suspended && !g.held && g.in_flight < g.queue_depth {
                 break;
             }
             g = self.wait(g);
@@ -162,7 +166,7 @@ impl Gate {
         if g.shut {
             return Err(Error::Shutdown);
         }
-        if !g.suspended && g.in_flight < g.queue_depth && g.deferred.is_empty() {
+        if !g.suspended && !g.held && g.in_flight < g.queue_depth && g.deferred.is_empty() {
             return Ok(Some(self.take_slot(&mut g)));
         }
         g.deferred.push_back(item());
@@ -178,10 +182,30 @@ impl Gate {
         if g.waiters > 0 {
             self.cv.notify_all();
         }
-        if !g.deferred.is_empty() && !g.suspended && !g.shut && g.in_flight < g.queue_depth {
+        if !g.deferred.is_empty()
+            && !g.suspended
+            && !g.held
+            && !g.shut
+            && g.in_flight < g.queue_depth
+        {
             return g.deferred.pop_front();
         }
         None
+    }
+
+    /// Holds admission (`on`: callers block, engine threads defer, as while
+    /// a swap drains, but until released) or releases it, waking waiters.
+    pub(crate) fn hold(&self, on: bool) {
+        let mut g = self.lock();
+        g.held = on;
+        if !on && g.waiters > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// True while [`Gate::hold`] holds admission.
+    pub(crate) fn held(&self) -> bool {
+        self.lock().held
     }
 
     /// Takes every deferred request (for replay after a resume, or to fail

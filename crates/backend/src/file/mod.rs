@@ -113,7 +113,8 @@ pub struct FileBackend {
     /// Offset, length and memory alignment for the O_DIRECT descriptor.
     dio_align: u64,
     is_blockdev: bool,
-    size: u64,
+    /// Bytes addressable; re-read by [`FileBackend::refresh_size`].
+    size: AtomicU64,
     opts: FileOptions,
     engine: IoEngine,
     discard_ok: AtomicBool,
@@ -236,7 +237,7 @@ impl FileBackend {
             direct,
             dio_align,
             is_blockdev,
-            size,
+            size: AtomicU64::new(size),
             opts: opts.clone(),
             engine,
             discard_ok: AtomicBool::new(discard_ok),
@@ -244,6 +245,19 @@ impl FileBackend {
             punch_ok: AtomicBool::new(true),
             stats: Counters::default(),
         })
+    }
+
+    /// Re-reads the file's (or block device's) size, as `losetup -c` does
+    /// for a loop device, and returns it: a live `resize` sees a grown
+    /// file without reopening it (a second open would meet our own lock).
+    pub fn refresh_size(&self) -> io::Result<u64> {
+        let size = if self.is_blockdev {
+            blockdev_size(&self.buffered)?
+        } else {
+            self.buffered.metadata()?.len()
+        };
+        self.size.store(size, Ordering::Relaxed);
+        Ok(size)
     }
 
     /// The path it was opened with.
@@ -405,7 +419,7 @@ impl FileBackend {
         len: usize,
         offset: u64,
     ) -> io::Result<Option<(Route, bool)>> {
-        check_range(self.size, offset, len as u64)?;
+        check_range(self.size(), offset, len as u64)?;
         let route = self.route(offset, len)?;
         let bounce = matches!(route, Route::Direct(_) if !aligned_mem(p, self.dio_align));
         if len == 0 || len > MAX_XFER || (bounce && self.dio_align > uring::ARENA_ALIGN as u64) {
@@ -471,7 +485,7 @@ impl std::fmt::Debug for FileBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileBackend")
             .field("path", &self.path)
-            .field("size", &self.size)
+            .field("size", &self.size())
             .field("block_device", &self.is_blockdev)
             .field("direct_alignment", &self.direct_alignment())
             .field("engine", &self.engine)
@@ -481,7 +495,7 @@ impl std::fmt::Debug for FileBackend {
 
 impl Backend for FileBackend {
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Relaxed)
     }
 
     fn caps(&self) -> Caps {
@@ -493,7 +507,7 @@ impl Backend for FileBackend {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size(), offset, buf.len() as u64)?;
         let route = self.route(offset, buf.len())?;
         self.count_route(&route);
         match route {
@@ -510,7 +524,7 @@ impl Backend for FileBackend {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size(), offset, buf.len() as u64)?;
         self.check_writable()?;
         let dsync = fua && self.opts.fua == FuaMode::Dsync;
         let route = self.route(offset, buf.len())?;
@@ -637,7 +651,7 @@ impl Backend for FileBackend {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
+        check_range(self.size(), offset, len)?;
         self.check_writable()?;
         if len == 0 {
             return Ok(());
@@ -672,7 +686,7 @@ impl Backend for FileBackend {
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
+        check_range(self.size(), offset, len)?;
         self.check_writable()?;
         if len == 0 {
             return Ok(());
