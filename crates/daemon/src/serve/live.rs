@@ -51,10 +51,8 @@ impl Daemon {
             None => room - room % step,
         };
         if len == 0 || len > room {
-            return Err(Error::new(
-                ErrorKind::NoDevice,
-                format!("Device {} is too small.", t.device),
-            ));
+            // cryptsetup's device_block_adjust: -EINVAL, exit 1.
+            return Err(invalid(format!("Device {} is too small.", t.device)));
         }
         self.engine
             .resize(len * 512)
