@@ -247,19 +247,6 @@ impl FileBackend {
         })
     }
 
-    /// Re-reads the file's (or block device's) size, as `losetup -c` does
-    /// for a loop device, and returns it: a live `resize` sees a grown
-    /// file without reopening it (a second open would meet our own lock).
-    pub fn refresh_size(&self) -> io::Result<u64> {
-        let size = if self.is_blockdev {
-            blockdev_size(&self.buffered)?
-        } else {
-            self.buffered.metadata()?.len()
-        };
-        self.size.store(size, Ordering::Relaxed);
-        Ok(size)
-    }
-
     /// The path it was opened with.
     pub fn path(&self) -> &Path {
         &self.path
