@@ -102,6 +102,13 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// Re-reads the device's size (a grown file, block device or image)
+    /// and returns it, for a live `resize`; the default, for devices whose
+    /// size cannot change under the daemon, returns [`Backend::size`].
+    fn refresh_size(&self) -> io::Result<u64> {
+        Ok(self.size())
+    }
+
     /// Discards `len` bytes at `offset`.
     ///
     /// Provided: emulated by [`Backend::write_zeroes`], so the range reads
@@ -225,6 +232,9 @@ macro_rules! forward_backend {
             }
             fn batches(&self) -> bool {
                 (**self).batches()
+            }
+            fn refresh_size(&self) -> io::Result<u64> {
+                (**self).refresh_size()
             }
             fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
                 (**self).discard(offset, len)

@@ -128,7 +128,12 @@ enum Command {
 pub fn main() -> ExitCode {
     // cryptsetup exits 1 on a usage error (2 means a bad passphrase);
     // help and version still exit 0.
-    let cli = match Cli::try_parse_from(global::hoist(std::env::args_os().collect())) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let verbosity = global::verbosity(&args);
+    if verbosity.debug {
+        println!("{}", global::Verbosity::processing_line(&args));
+    }
+    let cli = match Cli::try_parse_from(global::hoist(args)) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -150,11 +155,16 @@ pub fn main() -> ExitCode {
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match result {
+        Ok(()) => 0,
         Err(f) => {
             eprintln!("ucrypt: {}", f.message);
-            ExitCode::from(f.code)
+            f.code
         }
+    };
+    // cryptsetup's tools_show_status, on stdout.
+    if verbosity.verbose && (code != 0 || !verbosity.verb_reports) {
+        println!("{}", global::Verbosity::status_line(code));
     }
+    ExitCode::from(code)
 }

@@ -277,6 +277,12 @@ impl Table {
         Ok(t)
     }
 
+    /// Overwrites the key with zeros, keeping its length (dm-crypt's
+    /// `key wipe` on `luksSuspend`: the table stays, the key goes).
+    pub fn wipe_key(&mut self) {
+        self.key.fill(0);
+    }
+
     /// The raw key (empty for `cipher_null`).
     pub fn key(&self) -> &[u8] {
         &self.key

@@ -32,6 +32,7 @@ use crate::tls::TlsSpec;
 
 mod export;
 mod frontend;
+mod live;
 
 pub use export::ExportSpec;
 use frontend::{start_frontend, Frontend};
@@ -79,7 +80,8 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         direct,
     } = spec;
 
-    let engine = Arc::new(build_engine(&table, &cfg, io_engine, direct)?);
+    let (engine, backend) = build_engine(&table, &cfg, io_engine, direct)?;
+    let engine = Arc::new(engine);
     let (frontend, export_kind, endpoint) =
         start_frontend(&engine, &name, &cfg, export, &tls, &paths, &table)?;
 
@@ -94,6 +96,7 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         volume_type,
         table: Mutex::new(table),
         engine: Arc::clone(&engine),
+        backend,
         frontend: Mutex::new(Some(frontend)),
         started: Instant::now(),
         events: tx.clone(),
@@ -164,13 +167,13 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
         })
 }
 
-/// The engine over the table's device.
+/// The engine over the table's device, and that device (for `resize`).
 fn build_engine(
     table: &Table,
     cfg: &EngineConfig,
     io_engine: backend::IoEngine,
     direct: backend::DirectIo,
-) -> Result<Engine> {
+) -> Result<(Engine, Arc<dyn backend::Backend>)> {
     let opts = FileOptions {
         read_only: cfg.read_only,
         allow_discard: cfg.allow_discards,
@@ -183,18 +186,22 @@ fn build_engine(
         direct,
         ..FileOptions::default()
     };
-    let backend = backend::open_device(std::path::Path::new(&table.device), &opts)
-        .map_err(crate::map::backend_error)?;
+    let backend: Arc<dyn backend::Backend> = Arc::from(
+        backend::open_device(std::path::Path::new(&table.device), &opts)
+            .map_err(crate::map::backend_error)?,
+    );
     let crypt = SectorCrypt::new(&table.crypt_config())
         .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
     let vol = datapath::Volume {
-        backend: Arc::from(backend),
+        backend: backend.clone(),
         crypt: Some(Arc::new(crypt)),
         data_offset: table.offset_bytes(),
         size: table.len_bytes(),
         sector_size: table.options.sector_size,
     };
-    Engine::new(vol, cfg.clone()).map_err(|e| Error::transparent(ErrorKind::NoDevice, e))
+    let engine =
+        Engine::new(vol, cfg.clone()).map_err(|e| Error::transparent(ErrorKind::NoDevice, e))?;
+    Ok((engine, backend))
 }
 
 enum Event {
@@ -213,6 +220,8 @@ struct Daemon {
     volume_type: VolumeType,
     table: Mutex<Table>,
     engine: Arc<Engine>,
+    /// The backing device, whose size `resize` re-reads.
+    backend: Arc<dyn backend::Backend>,
     frontend: Mutex<Option<Frontend>>,
     started: Instant,
     events: mpsc::Sender<Event>,
@@ -223,7 +232,8 @@ impl Daemon {
     fn wait(&self, rx: &mpsc::Receiver<Event>) -> Result<()> {
         loop {
             match rx.recv() {
-                Ok(Event::Close(reply, written)) => match self.stop_frontend(false) {
+                Ok(Event::Close(reply, written)) => match self.stop_frontend(self.fail_suspended())
+                {
                     Ok(()) => {
                         let r = self
                             .engine
@@ -249,6 +259,7 @@ impl Daemon {
                         "ucrypt: {}: signal {s}, draining and flushing",
                         self.ping.name
                     );
+                    self.fail_suspended();
                     let _ = self.stop_frontend(true);
                     return self
                         .engine
@@ -373,6 +384,7 @@ impl Daemon {
             iv_offset: t.iv_offset,
             size_sectors: t.len,
             read_only: cfg.read_only,
+            suspended: self.engine.is_suspended(),
             allow_discards: cfg.allow_discards,
             flags: cfg.flags.into(),
             mode: cfg.mode,
@@ -418,6 +430,9 @@ impl Daemon {
                 Ok(Reply::Table { line })
             }
             Request::Refresh { mode, flags } => self.refresh(mode, flags),
+            Request::Resize { size_sectors } => self.resize(size_sectors),
+            Request::Suspend => self.suspend(),
+            Request::Resume { line } => self.resume(line),
             Request::Close => return self.close(),
         };
         r.unwrap_or_else(Reply::from).into()

@@ -8,14 +8,20 @@
 //!       │            └─ no answer ─► runtime::clean_stale (dead daemon's files)
 //!       └─ waits until the pid no longer serves `name`, removes NAME.log
 //!  list() ── runtime::volumes ── live_pid ── control::ping ──► [Listed]
+//!  resume(name) ── control::status (LUKS? suspended?) ── unlock (prompt)
+//!       └─ control::resume(table line, key shown) ──► daemon checks, resumes
 //! ```
 
 use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::control::{self, Ping, CLOSE_TIMEOUT, PING_TIMEOUT};
-use crate::error::{ErrorKind, Result};
+use crypto::table::Table;
+use serde::Serialize;
+
+use crate::control::{self, Ping, CLOSE_TIMEOUT, DRAIN_TIMEOUT, PING_TIMEOUT, QUERY_TIMEOUT};
+use crate::error::{invalid, ErrorKind, Result};
+use crate::resolve::VolumeType;
 use crate::runtime::{self, Paths};
 
 /// How long [`close`] waits for the process to exit after its reply.
@@ -49,6 +55,56 @@ pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
     }
     let _ = std::fs::remove_file(&paths.log);
     Ok(())
+}
+
+/// `luksResume NAME`: checks that `name` is a suspended LUKS volume, has
+/// `unlock` turn the header of its device (the path `status` gives) into
+/// the table (the caller prompts for the passphrase there), and hands it
+/// to the daemon, which resumes IO with that key.
+pub fn resume(name: &str, unlock: impl FnOnce(&Path, VolumeType) -> Result<Table>) -> Result<()> {
+    runtime::check_name(name)?;
+    let st = control::status(name, QUERY_TIMEOUT)?;
+    if st.volume_type == VolumeType::Plain {
+        return Err(invalid("This operation is supported only for LUKS device."));
+    }
+    if !st.suspended {
+        return Err(invalid(format!("Volume {name} is not suspended.")));
+    }
+    let table = unlock(Path::new(&st.device), st.volume_type)?;
+    control::resume(name, table.line(true), DRAIN_TIMEOUT)
+}
+
+/// `list --json`: the volumes as one JSON object, `schema` first
+/// (docs/JSON.md).
+pub fn list_json(volumes: &[Listed]) -> String {
+    #[derive(Serialize)]
+    struct Volume<'a> {
+        name: &'a str,
+        pid: u32,
+        answering: bool,
+        export: Option<&'static str>,
+        endpoint: Option<&'a str>,
+    }
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        schema: u32,
+        volumes: Vec<Volume<'a>>,
+    }
+    let doc = Doc {
+        schema: control::JSON_SCHEMA,
+        volumes: volumes
+            .iter()
+            .map(|l| Volume {
+                name: &l.name,
+                pid: l.pid,
+                answering: l.ping.is_some(),
+                export: l.ping.as_ref().map(|p| p.export.name()),
+                endpoint: l.ping.as_ref().map(|p| p.endpoint.as_str()),
+            })
+            .collect(),
+    };
+    // Strings and numbers only: serialising cannot fail.
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
 /// One line of [`list`]: a volume with a live daemon.
@@ -112,5 +168,14 @@ mod tests {
             endpoint: "/r/v.fuse/v".into(),
         });
         assert_eq!(l.to_string(), "v\tpid 7\tfuse\t/r/v.fuse/v");
+        let doc: serde_json::Value = serde_json::from_str(&list_json(&[l])).unwrap();
+        assert_eq!(doc["schema"], 1);
+        assert_eq!(doc["volumes"][0]["export"], "fuse");
+        assert_eq!(doc["volumes"][0]["endpoint"], "/r/v.fuse/v");
+        assert_eq!(doc["volumes"][0]["answering"], true);
+        assert_eq!(
+            list_json(&[]).replace([' ', '\n'], ""),
+            r#"{"schema":1,"volumes":[]}"#
+        );
     }
 }

@@ -516,6 +516,69 @@ impl Engine {
         self.swap(vol, cfg)
     }
 
+    /// Changes the decrypted device's size live (`cryptsetup resize`: a
+    /// table reload with a new length): drain, swap, resume. From then on
+    /// the choke point refuses requests past `size`.
+    pub fn resize(&self, size: u64) -> Result<(), Error> {
+        let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        let (vol, cfg) = self.current()?;
+        self.swap(Volume { size, ..vol }, cfg)
+    }
+
+    /// `luksSuspend`: stops admitting (callers block in `submit`, requests
+    /// from engine threads wait on the deferred list), drains what is in
+    /// flight, then swaps in a generation without the cipher, so the key
+    /// goes with the last reference to the old one. Nothing is admitted
+    /// again until [`Engine::resume`]; [`Engine::shutdown`] fails what
+    /// waits.
+    pub fn suspend(&self) -> Result<(), Error> {
+        let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        let (vol, cfg) = self.current()?;
+        self.core.gate.hold(true);
+        // The cipherless generation never runs a request: admission stays
+        // held until `resume` installs a cipher again.
+        self.swap(Volume { crypt: None, ..vol }, cfg)
+            .inspect_err(|_| self.core.gate.hold(false))
+    }
+
+    /// `luksResume`: installs `crypt` and admits again; the requests that
+    /// waited run now. An error if not suspended.
+    pub fn resume(&self, crypt: Arc<SectorCrypt>) -> Result<(), Error> {
+        let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.core.gate.held() {
+            return Err(Error::Invalid("The engine is not suspended".into()));
+        }
+        let (vol, cfg) = self.current()?;
+        self.swap(
+            Volume {
+                crypt: Some(crypt),
+                ..vol
+            },
+            cfg,
+        )?;
+        self.core.gate.hold(false);
+        replay(&self.core, self.core.gate.take_deferred(), false);
+        Ok(())
+    }
+
+    /// True between [`Engine::suspend`] and [`Engine::resume`].
+    pub fn is_suspended(&self) -> bool {
+        self.core.gate.held()
+    }
+
+    /// The current generation's volume and configuration.
+    fn current(&self) -> Result<(Volume, EngineConfig), Error> {
+        let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
+        let vol = Volume {
+            backend: cur.ctx.backend.clone(),
+            crypt: cur.ctx.crypt.clone(),
+            data_offset: cur.ctx.data_offset,
+            size: cur.ctx.size,
+            sector_size: cur.ctx.sector_size,
+        };
+        Ok((vol, cur.ctx.cfg.clone()))
+    }
+
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
         mode::gather::unplug();
@@ -532,8 +595,11 @@ impl Engine {
             Ok(old) => {
                 old.retire();
                 self.core.stats.reconfigurations.fetch_add(1, Relaxed);
-                // dm_wq_work: replay what engine threads deferred meanwhile.
-                replay(&self.core, self.core.gate.take_deferred(), false);
+                // dm_wq_work: replay what engine threads deferred meanwhile
+                // (unless suspended: `resume` replays them).
+                if !self.core.gate.held() {
+                    replay(&self.core, self.core.gate.take_deferred(), false);
+                }
                 Ok(())
             }
             Err(e) => {

@@ -13,6 +13,9 @@
 //!
 //!  reconfigure / reload  (dm_suspend → table swap → dm_resume):
 //!    suspended = true ─► wait in_flight == 0 ─► swap Gen ─► suspended = false
+//!
+//!  luksSuspend / luksResume (Engine::suspend / resume):
+//!    held = true ─► swap to a cipherless Gen ... swap to a keyed Gen ─► held = false
 //! ```
 //!
 //! Because every request of the old generation has completed before the new
@@ -85,6 +88,9 @@ const SHUT: u64 = 1 << 33;
 const WAITERS: u64 = 1 << 34;
 /// `Gate::state`: the deferred list is not empty.
 const DEFERRED: u64 = 1 << 35;
+/// `Gate::state`: held by the user (`luksSuspend`) until [`Gate::hold`]
+/// releases it: nothing is admitted, swaps still go through.
+const HELD: u64 = 1 << 36;
 
 /// What the mutex guards (everything off the hot path).
 struct State {
@@ -176,7 +182,7 @@ impl Gate {
         let qd = self.queue_depth.load(Relaxed) as u64;
         let mut s = self.state.load(Relaxed);
         loop {
-            if s & (SUSPENDED | SHUT) != 0 || s & COUNT >= qd {
+            if s & (SUSPENDED | SHUT | HELD) != 0 || s & COUNT >= qd {
                 return None;
             }
             match self.state.compare_exchange_weak(s, s + 1, SeqCst, Relaxed) {
@@ -303,7 +309,7 @@ impl Gate {
     /// The deferred list's head if it can be admitted in state `s`.
     fn pop_deferred(&self, g: &mut State, s: u64) -> Option<Deferred> {
         let qd = self.queue_depth.load(Relaxed) as u64;
-        if g.deferred.is_empty() || s & (SUSPENDED | SHUT) != 0 || s & COUNT >= qd {
+        if g.deferred.is_empty() || s & (SUSPENDED | SHUT | HELD) != 0 || s & COUNT >= qd {
             return None;
         }
         let d = g.deferred.pop_front();
@@ -326,6 +332,25 @@ impl Gate {
         }
         let s = self.state.load(SeqCst);
         self.pop_deferred(&mut g, s)
+    }
+
+    /// Holds admission (`on`: callers block, engine threads defer, as while
+    /// a swap drains, but until released) or releases it, waking waiters.
+    pub(crate) fn hold(&self, on: bool) {
+        let g = self.lock();
+        if on {
+            self.state.fetch_or(HELD, SeqCst);
+        } else {
+            self.state.fetch_and(!HELD, SeqCst);
+            if g.waiters > 0 {
+                self.cv.notify_all();
+            }
+        }
+    }
+
+    /// True while [`Gate::hold`] holds admission.
+    pub(crate) fn held(&self) -> bool {
+        self.state.load(SeqCst) & HELD != 0
     }
 
     /// Takes every deferred request (for replay after a resume, or to fail

@@ -24,7 +24,6 @@ const TTL: Duration = Duration::from_secs(1);
 pub(crate) struct Fs {
     engine: Arc<Engine>,
     cfg: ExportConfig,
-    size: u64,
     sector: u64,
     uid: u32,
     gid: u32,
@@ -96,13 +95,11 @@ impl WriteGate {
 
 impl Fs {
     pub(crate) fn new(engine: Arc<Engine>, cfg: ExportConfig) -> Self {
-        let size = engine.size();
         let sector = u64::from(engine.sector_size().max(512));
         let (uid, gid) = owner();
         Self {
             engine,
             cfg,
-            size,
             sector,
             uid,
             gid,
@@ -111,13 +108,19 @@ impl Fs {
         }
     }
 
+    /// The device's size now (a live `resize` shows once the kernel's
+    /// attribute cache, [`TTL`], expires).
+    fn size(&self) -> u64 {
+        self.engine.size()
+    }
+
     fn attr(&self, ino: INodeNo) -> FileAttr {
         let file = ino == FILE;
         let write_bits = if self.cfg.read_only { 0 } else { 0o200 };
         FileAttr {
             ino,
-            size: if file { self.size } else { 0 },
-            blocks: if file { self.size / 512 } else { 0 },
+            size: if file { self.size() } else { 0 },
+            blocks: if file { self.size() / 512 } else { 0 },
             atime: self.started,
             mtime: self.started,
             ctime: self.started,
@@ -239,8 +242,9 @@ impl Filesystem for Fs {
         if ino != FILE && ino != ROOT {
             return reply.error(Errno::ENOENT);
         }
-        // The device size is fixed; O_TRUNC-style resizes are refused.
-        if size.is_some_and(|s| s != self.size) {
+        // The size follows the device (`ucrypt resize`); O_TRUNC-style
+        // resizes through the file are refused.
+        if size.is_some_and(|s| s != self.size()) {
             return reply.error(Errno::EPERM);
         }
         reply.attr(&TTL, &self.attr(ino));
@@ -274,10 +278,11 @@ impl Filesystem for Fs {
         if ino != FILE {
             return reply.error(Errno::EISDIR);
         }
-        if offset >= self.size || size == 0 {
+        let end = self.size();
+        if offset >= end || size == 0 {
             return reply.data(&[]);
         }
-        let len = u64::from(size).min(self.size - offset);
+        let len = u64::from(size).min(end - offset);
         if !self.aligned(offset, len) {
             return match self.read_unaligned(offset, len) {
                 Ok(d) => reply.data(&d),
@@ -317,16 +322,17 @@ impl Filesystem for Fs {
         if data.is_empty() {
             return reply.written(0);
         }
-        if offset >= self.size {
+        let end = self.size();
+        if offset >= end {
             return reply.error(fuse_errno(&DpError::OutOfRange {
                 op: OpKind::Write,
                 offset,
                 len: data.len() as u64,
-                size: self.size,
+                size: end,
             }));
         }
         // A write running past the end is shortened, as on a block device.
-        let len = (data.len() as u64).min(self.size - offset) as usize;
+        let len = (data.len() as u64).min(end - offset) as usize;
         let data = &data[..len];
         let fua = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         if !self.aligned(offset, len as u64) {
@@ -421,7 +427,7 @@ impl Filesystem for Fs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let bs = self.sector.max(4096);
-        reply.statfs(self.size / bs, 0, 0, 2, 0, bs as u32, 255, bs as u32);
+        reply.statfs(self.size() / bs, 0, 0, 2, 0, bs as u32, 255, bs as u32);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
@@ -462,7 +468,7 @@ impl Filesystem for Fs {
         if kind == Some(OpKind::Discard) && !self.cfg.allow_discards {
             return refuse(reply, DpError::DiscardDisabled);
         }
-        let Some(end) = offset.checked_add(length).filter(|&e| e <= self.size) else {
+        let Some(end) = offset.checked_add(length).filter(|&e| e <= self.size()) else {
             // The size is fixed: growing is impossible.
             return refuse(
                 reply,
@@ -470,7 +476,7 @@ impl Filesystem for Fs {
                     op,
                     offset,
                     len: length,
-                    size: self.size,
+                    size: self.size(),
                 },
             );
         };

@@ -228,6 +228,21 @@ pub fn stop_if_idle(id: u32) -> Result<(), Error> {
     r
 }
 
+/// Changes the size of live device `id` to `bytes`
+/// (`UBLK_U_CMD_UPDATE_SIZE`, Linux 6.16 and later; older kernels refuse
+/// the command and the device keeps its size).
+pub fn update_size(id: u32, bytes: u64) -> Result<(), Error> {
+    if !available() {
+        return Err(Error::new(ErrorKind::Unavailable(CONTROL_PATH)));
+    }
+    let id = i32::try_from(id)
+        .map_err(|_| Error::new(ErrorKind::InvalidOptions(format!("device id {id}"))))?;
+    let ctrl = UblkCtrl::new_simple(id).map_err(|e| Error::ublk("open device", e))?;
+    ctrl.update_size(bytes)
+        .map_err(|e| Error::ublk("update the device size", e))?;
+    Ok(())
+}
+
 /// Stops device `id` (its [`serve`] call returns), even when it is in use;
 /// see [`stop_if_idle`].
 pub fn stop(id: u32) -> Result<(), Error> {

@@ -178,10 +178,13 @@ impl VhostUserBackend for Conn {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let space = self
-            .dev
-            .config
-            .space(self.dev.shared.wce.load(Ordering::Relaxed));
+        // The capacity as of now: a live `resize` shows on the next read
+        // (vhost 0.18 has no way to send CONFIG_CHANGE_MSG to the front).
+        let config = DeviceConfig {
+            size: self.dev.engine.size(),
+            ..self.dev.config
+        };
+        let space = config.space(self.dev.shared.wce.load(Ordering::Relaxed));
         let mut out = vec![0u8; size as usize];
         let start = (offset as usize).min(CONFIG_LEN);
         let end = (offset as usize)

@@ -28,7 +28,7 @@ impl FileBackend {
         len: usize,
         offset: u64,
     ) -> io::Result<Option<(Route, bool)>> {
-        check_range(self.size, offset, len as u64)?;
+        check_range(self.size(), offset, len as u64)?;
         let route = self.route(offset, len)?;
         let bounce = matches!(route, Route::Direct(_) if !aligned_mem(p, self.dio_align));
         if len == 0 || len > MAX_XFER || (bounce && self.dio_align > uring::ARENA_ALIGN as u64) {

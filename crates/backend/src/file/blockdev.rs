@@ -1,4 +1,5 @@
-//! Block-device specifics: size and logical block size ioctls, whether the
+//! Block-device specifics: size and logical block size ioctls (and
+//! `FileBackend::refresh_size`, for files too), whether the
 //! device discards, and BLKDISCARD / BLKZEROOUT on logical-block-aligned
 //! ranges (the unaligned edges are zeroed with writes).
 // FFI: block-device ioctls. Every unsafe block has a SAFETY note.
@@ -7,6 +8,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 
 use super::{sync::cvt_retry, FileBackend};
 use crate::emulate_write_zeroes;
@@ -18,6 +20,19 @@ pub(super) const BLKDISCARD: libc::c_ulong = 0x1277;
 pub(super) const BLKZEROOUT: libc::c_ulong = 0x127f;
 
 impl FileBackend {
+    /// Re-reads the file's (or block device's) size, as `losetup -c` does
+    /// for a loop device, and returns it: a live `resize` sees a grown
+    /// file without reopening it (a second open would meet our own lock).
+    pub fn refresh_size(&self) -> io::Result<u64> {
+        let size = if self.is_blockdev {
+            blockdev_size(&self.buffered)?
+        } else {
+            self.buffered.metadata()?.len()
+        };
+        self.size.store(size, Ordering::Relaxed);
+        Ok(size)
+    }
+
     pub(super) fn blk_ioctl(&self, req: libc::c_ulong, offset: u64, len: u64) -> io::Result<()> {
         let range = [offset, len];
         let fd = self.buffered.as_raw_fd();

@@ -118,7 +118,8 @@ pub struct FileBackend {
     /// Offset, length and memory alignment for the O_DIRECT descriptor.
     dio_align: u64,
     is_blockdev: bool,
-    size: u64,
+    /// Bytes addressable; re-read by [`FileBackend::refresh_size`].
+    size: AtomicU64,
     opts: FileOptions,
     engine: IoEngine,
     discard_ok: AtomicBool,
@@ -241,7 +242,7 @@ impl FileBackend {
             direct,
             dio_align,
             is_blockdev,
-            size,
+            size: AtomicU64::new(size),
             opts: opts.clone(),
             engine,
             discard_ok: AtomicBool::new(discard_ok),
@@ -425,7 +426,7 @@ impl std::fmt::Debug for FileBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileBackend")
             .field("path", &self.path)
-            .field("size", &self.size)
+            .field("size", &self.size())
             .field("block_device", &self.is_blockdev)
             .field("direct_alignment", &self.direct_alignment())
             .field("engine", &self.engine)
@@ -435,7 +436,11 @@ impl std::fmt::Debug for FileBackend {
 
 impl Backend for FileBackend {
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Relaxed)
+    }
+
+    fn refresh_size(&self) -> io::Result<u64> {
+        FileBackend::refresh_size(self)
     }
 
     fn caps(&self) -> Caps {
@@ -447,7 +452,7 @@ impl Backend for FileBackend {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size(), offset, buf.len() as u64)?;
         let route = self.route(offset, buf.len())?;
         self.count_route(&route);
         match route {
@@ -464,7 +469,7 @@ impl Backend for FileBackend {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size(), offset, buf.len() as u64)?;
         self.check_writable()?;
         let dsync = fua && self.opts.fua == FuaMode::Dsync;
         let route = self.route(offset, buf.len())?;
@@ -502,7 +507,7 @@ impl Backend for FileBackend {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
+        check_range(self.size(), offset, len)?;
         self.check_writable()?;
         if len == 0 {
             return Ok(());
@@ -537,7 +542,7 @@ impl Backend for FileBackend {
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
+        check_range(self.size(), offset, len)?;
         self.check_writable()?;
         if len == 0 {
             return Ok(());

@@ -1,4 +1,5 @@
-//! `open`, `close`, `status`, `table`, `refresh`, `list`: arguments and
+//! `open`, `close`, `status`, `table`, `refresh`, `resize`, `suspend`,
+//! `resume`, `list`: arguments and
 //! output of the commands that start and talk to a volume's daemon. The
 //! daemon itself (resolve, serve, control protocol, runtime files,
 //! detaching) is the `ucrypt-daemon` library.
@@ -35,6 +36,9 @@ pub enum Commands {
     },
     /// Show a volume's mapping and live statistics (like `cryptsetup status`).
     Status {
+        /// Print one JSON document (docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
         /// Volume name.
         name: String,
     },
@@ -48,8 +52,65 @@ pub enum Commands {
     },
     /// Switch performance flags and data-path mode of an open volume live.
     Refresh(RefreshArgs),
+    /// Change an open volume's size live (default: all the device holds).
+    Resize {
+        /// New size in 512-byte sectors.
+        #[arg(
+            long,
+            short = 'b',
+            value_name = "SECTORS",
+            conflicts_with = "device_size"
+        )]
+        size: Option<u64>,
+        /// New size in bytes (a multiple of 512).
+        #[arg(long, value_name = "BYTES")]
+        device_size: Option<u64>,
+        /// Volume name.
+        name: String,
+    },
+    /// Block IO to an open LUKS volume and wipe its key from the daemon's memory.
+    #[command(alias = "luksSuspend")]
+    Suspend {
+        /// Detached LUKS header (accepted as in cryptsetup; suspending needs none).
+        #[arg(long)]
+        header: Option<PathBuf>,
+        /// Volume name.
+        name: String,
+    },
+    /// Reinstate a suspended volume's key (asks for a passphrase) and let IO through.
+    #[command(alias = "luksResume")]
+    Resume(ResumeArgs),
     /// List open volumes.
-    List,
+    List {
+        /// Print one JSON document (docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Arguments of `resume`: where the key comes from, as for `open`.
+#[derive(Args)]
+pub struct ResumeArgs {
+    /// LUKS version (default: whichever the header is).
+    #[arg(long = "type", value_enum)]
+    pub kind: Option<VolumeType>,
+    /// Detached LUKS header file.
+    #[arg(long)]
+    pub header: Option<PathBuf>,
+    /// Read the passphrase from this file (`-` = stdin).
+    #[arg(long, short = 'd')]
+    pub key_file: Option<PathBuf>,
+    /// Skip this many bytes of the key file.
+    #[arg(long, value_name = "BYTES")]
+    pub keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the key file.
+    #[arg(long, short = 'l', value_name = "BYTES")]
+    pub keyfile_size: Option<u64>,
+    /// Only try this key slot.
+    #[arg(long, short = 'S')]
+    pub key_slot: Option<u32>,
+    /// Volume name.
+    pub name: String,
 }
 
 /// Volume format.
@@ -227,9 +288,14 @@ impl Commands {
                 daemon::volumes::close(&name, report_stale_mount)?;
                 Ok(())
             }
-            Commands::Status { name } => {
+            Commands::Status { json, name } => {
                 runtime::check_name(&name)?;
-                println!("{}", control::status(&name, control::QUERY_TIMEOUT)?);
+                let st = control::status(&name, control::QUERY_TIMEOUT)?;
+                if json {
+                    println!("{}", st.to_json());
+                } else {
+                    println!("{st}");
+                }
                 Ok(())
             }
             Commands::Table { name, showkeys } => {
@@ -248,12 +314,43 @@ impl Commands {
                 println!("{}", r.line(&a.name));
                 Ok(())
             }
-            Commands::List => {
-                for v in daemon::volumes::list()? {
+            Commands::List { json } => {
+                let all = daemon::volumes::list()?;
+                if json {
+                    println!("{}", daemon::volumes::list_json(&all));
+                    return Ok(());
+                }
+                for v in all {
                     println!("{v}");
                 }
                 Ok(())
             }
+            Commands::Resize {
+                size,
+                device_size,
+                name,
+            } => {
+                runtime::check_name(&name)?;
+                let size = match device_size {
+                    Some(b) if b % 512 != 0 => {
+                        return Err(Failure::usage(
+                            "Device size must be multiple of 512 bytes sector.",
+                        ))
+                    }
+                    Some(b) => Some(b / 512),
+                    None => size,
+                };
+                let r = control::resize(&name, size, control::DRAIN_TIMEOUT)?;
+                for n in &r.notes {
+                    eprintln!("ucrypt: {name}: {n}");
+                }
+                Ok(())
+            }
+            Commands::Suspend { header: _, name } => {
+                runtime::check_name(&name)?;
+                Ok(control::suspend(&name, control::DRAIN_TIMEOUT)?)
+            }
+            Commands::Resume(a) => resume(a),
         }
     }
 }
@@ -338,6 +435,36 @@ fn open(a: OpenArgs) -> CmdResult {
         );
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
+    Ok(())
+}
+
+/// `resume`: the key comes from the header as for `open` (prompting here).
+fn resume(a: ResumeArgs) -> CmdResult {
+    let range = luks::passphrase::KeyfileRange {
+        offset: a.keyfile_offset.unwrap_or(0),
+        size: a.keyfile_size,
+    };
+    daemon::volumes::resume(&a.name, |device, found| {
+        let vol = daemon::resolve::Luks::load(device, a.header.as_deref())?;
+        let want = match a.kind {
+            Some(VolumeType::Luks1) => Some(Kind::Luks1),
+            Some(VolumeType::Luks2) => Some(Kind::Luks2),
+            _ => Some(found),
+        };
+        if want != Some(vol.version()) {
+            return Err(daemon::Error::new(
+                daemon::ErrorKind::InvalidInput,
+                format!("Device {} is not a valid LUKS device.", device.display()),
+            ));
+        }
+        let pass = luks::passphrase::read_range(
+            a.key_file.as_deref(),
+            range,
+            &format!("Enter passphrase for {}: ", device.display()),
+            false,
+        )?;
+        vol.unlock(&pass, a.key_slot)
+    })?;
     Ok(())
 }
 

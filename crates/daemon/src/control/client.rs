@@ -9,7 +9,7 @@ use std::time::Duration;
 use crypto::Secret;
 use datapath::CryptMode;
 
-use super::{decode_reply, encode_request, Flags, Ping, Reply, Request, Status};
+use super::{decode_reply, encode_request_into, read_line, Flags, Ping, Reply, Request, Status};
 use crate::error::{Error, ErrorKind, Result};
 use crate::runtime::{self, Paths};
 
@@ -48,7 +48,10 @@ pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
     })?;
     check_peer(&s, name, &paths)?;
     let _ = s.set_read_timeout(Some(timeout));
-    s.write_all(encode_request(req).as_bytes()).map_err(|e| {
+    // `resume` carries a key: the line is built in locked memory.
+    let mut line = Secret::with_capacity(4096);
+    encode_request_into(req, &mut line);
+    s.write_all(&line).map_err(|e| {
         Error::new(
             ErrorKind::Protocol,
             format!("Cannot talk to the {name} daemon"),
@@ -118,6 +121,9 @@ fn unexpected(name: &str, r: &Reply) -> Error {
         Reply::Table { .. } => "table",
         Reply::Refreshed { .. } => "refreshed",
         Reply::Closed => "closed",
+        Reply::Resized { .. } => "resized",
+        Reply::Suspended => "suspended",
+        Reply::Resumed => "resumed",
         Reply::Failed { .. } => "failed",
     };
     Error::new(
@@ -162,24 +168,6 @@ pub fn print_table(name: &str, showkeys: bool, timeout: Duration) -> Result<()> 
     out.flush().map_err(io)?;
     let fd = out.as_fd().try_clone_to_owned().map_err(io)?;
     std::fs::File::from(fd).write_all(&line).map_err(io)
-}
-
-/// Reads until a newline (the one reply line; the daemon sends nothing
-/// after it) or end of input, into locked memory.
-fn read_line(mut input: impl Read) -> std::io::Result<Secret> {
-    let mut buf = Secret::with_capacity(4096);
-    let mut chunk = Secret::zeroed(4096);
-    loop {
-        let n = match input.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        if n == 0 || chunk[..n].contains(&b'\n') {
-            return Ok(buf);
-        }
-    }
 }
 
 /// The configuration after a [`Request::Refresh`].
@@ -233,6 +221,46 @@ pub fn refresh(
 pub fn close(name: &str, timeout: Duration) -> Result<()> {
     match call(name, &Request::Close, timeout)? {
         Reply::Closed => Ok(()),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// The size after a [`Request::Resize`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    /// The size now, in 512-byte sectors.
+    pub size_sectors: u64,
+    /// What the export could not pass on to its clients.
+    pub notes: Vec<String>,
+}
+
+/// [`Request::Resize`]: `size_sectors` or, with `None`, all the device
+/// holds past the data offset.
+pub fn resize(name: &str, size_sectors: Option<u64>, timeout: Duration) -> Result<Resized> {
+    match call(name, &Request::Resize { size_sectors }, timeout)? {
+        Reply::Resized {
+            size_sectors,
+            notes,
+        } => Ok(Resized {
+            size_sectors,
+            notes,
+        }),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Suspend`]: returns once IO is blocked and the key wiped.
+pub fn suspend(name: &str, timeout: Duration) -> Result<()> {
+    match call(name, &Request::Suspend, timeout)? {
+        Reply::Suspended => Ok(()),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Resume`] with the unlocked table `line` (key shown).
+pub fn resume(name: &str, line: Secret, timeout: Duration) -> Result<()> {
+    match call(name, &Request::Resume { line }, timeout)? {
+        Reply::Resumed => Ok(()),
         r => Err(unexpected(name, &r)),
     }
 }

@@ -23,10 +23,11 @@
 //! ([`encode_reply_into`]) and the client reads and decodes it there, so
 //! neither side leaves a heap copy of the key behind.
 
-use crypto::Secret;
 use std::fmt;
+use std::io::Read;
 use std::time::Duration;
 
+use crypto::Secret;
 use datapath::{CryptMode, PerfFlags};
 use serde::{Deserialize, Serialize};
 
@@ -36,9 +37,12 @@ mod client;
 mod server;
 mod status;
 
-pub use client::{call, close, ping, print_table, refresh, status, table, Refreshed};
+pub use client::{
+    call, close, ping, print_table, refresh, resize, resume, status, suspend, table, Refreshed,
+    Resized,
+};
 pub use server::{serve, Handled};
-pub use status::{DirStats, NbdStats, Stats, Status, VhostQueueStats, VhostStats};
+pub use status::{DirStats, NbdStats, Stats, Status, VhostQueueStats, VhostStats, JSON_SCHEMA};
 
 /// How long a client waits for a reply: a ping (`list`, start-up).
 pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -46,6 +50,9 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client waits for `refresh` (the engine drains first).
 pub const REFRESH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client waits for `resize`, `suspend` or `resume` (the
+/// engine drains first; a request stuck in the backend holds it).
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a client waits for `close` (the daemon flushes first).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -79,6 +86,21 @@ pub enum Request {
     /// Stop the frontend, flush and exit ([`Reply::Closed`], sent after the
     /// flush).
     Close,
+    /// Change the decrypted device's size live ([`Reply::Resized`]).
+    Resize {
+        /// New size in 512-byte sectors; `None`: all the device holds.
+        size_sectors: Option<u64>,
+    },
+    /// `luksSuspend`: block IO and wipe the key ([`Reply::Suspended`]).
+    Suspend,
+    /// `luksResume`: reinstate the key and let IO through
+    /// ([`Reply::Resumed`]).
+    Resume {
+        /// The table line unlocked from the header, key shown, in locked
+        /// memory (the client encodes it there: [`encode_request_into`]).
+        #[serde(with = "secret_text")]
+        line: Secret,
+    },
 }
 
 /// A daemon's answer.
@@ -108,6 +130,18 @@ pub enum Reply {
     },
     /// Answer to [`Request::Close`]: everything is flushed.
     Closed,
+    /// Answer to [`Request::Resize`].
+    Resized {
+        /// The size now, in 512-byte sectors.
+        size_sectors: u64,
+        /// What the export could not pass on (e.g. a kernel without
+        /// ublk's UPDATE_SIZE), one sentence each.
+        notes: Vec<String>,
+    },
+    /// Answer to [`Request::Suspend`]: IO is blocked, the key wiped.
+    Suspended,
+    /// Answer to [`Request::Resume`]: the key is back, IO flows.
+    Resumed,
     /// The request failed.
     Failed {
         /// What kind of failure.
@@ -292,6 +326,14 @@ struct RequestLine {
     request: Request,
 }
 
+/// [`RequestLine`] for encoding, borrowing the request (no clone of a
+/// key).
+#[derive(Serialize)]
+struct RequestLineRef<'a> {
+    version: u32,
+    request: &'a Request,
+}
+
 /// The reply line as read: its version is checked first (`check_version`).
 #[derive(Deserialize)]
 struct ReplyLine {
@@ -318,6 +360,18 @@ pub fn encode_request(req: &Request) -> String {
         version: PROTOCOL_VERSION,
         request: req.clone(),
     })
+}
+
+/// Appends the request line (newline included) to `out`, in locked
+/// memory: `resume` carries a key.
+pub fn encode_request_into(req: &Request, out: &mut Secret) {
+    let v = RequestLineRef {
+        version: PROTOCOL_VERSION,
+        request: req,
+    };
+    // As in `encode_reply_into`: writing into a Secret cannot fail.
+    let _ = serde_json::to_writer(&mut *out, &v);
+    out.push(b'\n');
 }
 
 /// Encodes a reply as one line (newline included). A reply with a key
@@ -372,6 +426,23 @@ mod secret_text {
             }
         }
         d.deserialize_str(Text)
+    }
+}
+
+/// Reads until a newline (the one line of an exchange; nothing follows it) or end of input, into locked memory.
+pub(crate) fn read_line(mut input: impl Read) -> std::io::Result<Secret> {
+    let mut buf = Secret::with_capacity(4096);
+    let mut chunk = Secret::zeroed(4096);
+    loop {
+        let n = match input.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if n == 0 || chunk[..n].contains(&b'\n') {
+            return Ok(buf);
+        }
     }
 }
 
@@ -434,191 +505,4 @@ impl From<Error> for Reply {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    pub(super) fn sample_status() -> Status {
-        Status {
-            ping: Ping {
-                name: "v".into(),
-                pid: 42,
-                export: ExportKind::Nbd,
-                endpoint: "nbd+unix:///?socket=/r/v.nbd.sock".into(),
-            },
-            volume_type: crate::resolve::VolumeType::Luks2,
-            cipher: "aes-xts-plain64".into(),
-            keysize_bits: 512,
-            device: "/dev/x".into(),
-            sector_size: 4096,
-            offset_sectors: 32768,
-            iv_offset: 0,
-            size_sectors: 8192,
-            read_only: false,
-            allow_discards: true,
-            flags: Flags {
-                no_read_workqueue: true,
-                ..Flags::default()
-            },
-            mode: CryptMode::Adaptive,
-            uptime_s: 3,
-            stats: Stats {
-                read: DirStats {
-                    requests: 7,
-                    p50_us: 1.5,
-                    ..DirStats::default()
-                },
-                ..Stats::default()
-            },
-            nbd: Some(NbdStats {
-                connections: 1,
-                accepted: 2,
-                protocol_errors: 0,
-            }),
-            vhost: Some(VhostStats {
-                connections: 1,
-                write_cache: true,
-                queues: vec![VhostQueueStats {
-                    reads: 3,
-                    ..VhostQueueStats::default()
-                }],
-            }),
-        }
-    }
-
-    #[test]
-    fn status_and_ping_text() {
-        let s = sample_status();
-        assert_eq!(
-            s.ping.to_string(),
-            "v: serving NBD at nbd+unix:///?socket=/r/v.nbd.sock (pid 42)"
-        );
-        let text = s.to_string();
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "v is active and is in use.");
-        assert_eq!(lines[1], "  type:    LUKS2");
-        assert!(lines.contains(&"  flags:   discards no_read_workqueue"));
-        assert!(lines.contains(&"  data path: adaptive"));
-        assert!(lines.contains(&"  export:  nbd nbd+unix:///?socket=/r/v.nbd.sock"));
-        assert!(lines[lines.len() - 3].starts_with("  reads:   7 requests, 0 bytes"));
-        assert!(lines[lines.len() - 3].ends_with("p50 1.5 us, p99 0.0 us"));
-        assert!(!text.ends_with('\n'));
-        assert!(!text.contains("skipped:"));
-        // cryptsetup's order: size, then skipped (only when set), then mode.
-        let mut s = s;
-        s.iv_offset = 16;
-        let text = s.to_string();
-        let lines: Vec<&str> = text.lines().collect();
-        let at = lines.iter().position(|l| l.starts_with("  size:")).unwrap();
-        assert_eq!(lines[at + 1], "  skipped: 16 sectors");
-        assert!(lines[at + 2].starts_with("  mode:"));
-    }
-
-    #[test]
-    fn requests_round_trip() {
-        let all = [
-            Request::Ping,
-            Request::Status,
-            Request::Table { showkeys: true },
-            Request::Refresh {
-                mode: Some(CryptMode::Inline),
-                flags: Flags {
-                    same_cpu_crypt: true,
-                    ..Flags::default()
-                },
-            },
-            Request::Refresh {
-                mode: None,
-                flags: Flags::default(),
-            },
-            Request::Close,
-        ];
-        for req in all {
-            let line = encode_request(&req);
-            assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
-            assert_eq!(decode_request(&line).unwrap(), req, "{line}");
-        }
-    }
-
-    #[test]
-    fn replies_round_trip() {
-        let all = [
-            Reply::Ping(sample_status().ping),
-            Reply::Status(Box::new(sample_status())),
-            Reply::Table {
-                line: "0 8 crypt aes-xts-plain64 00 0 /x 0".into(),
-            },
-            Reply::Refreshed {
-                mode: CryptMode::Classic,
-                flags: Flags::default(),
-                allow_discards: false,
-            },
-            Reply::Closed,
-            Reply::Failed {
-                kind: ErrorKind::Busy,
-                message: "Device v is still in use".into(),
-            },
-        ];
-        for reply in all {
-            let line = encode_reply(&reply);
-            assert_eq!(decode_reply(&line).unwrap(), reply, "{line}");
-        }
-    }
-
-    #[test]
-    fn version_mismatch_is_a_clear_protocol_error() {
-        let old = r#"{"version":0,"request":{"cmd":"status"}}"#;
-        let e = decode_request(old).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Protocol);
-        assert!(e.to_string().contains("version 0"), "{e}");
-        assert!(e
-            .to_string()
-            .contains(&format!("speaks {PROTOCOL_VERSION}")));
-
-        let newer = format!(
-            r#"{{"version":{},"reply":{{"reply":"something_new"}}}}"#,
-            PROTOCOL_VERSION + 1
-        );
-        let e = decode_reply(&newer).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Protocol);
-        assert!(e.to_string().contains("version mismatch"), "{e}");
-    }
-
-    #[test]
-    fn garbage_lines_are_errors_not_panics() {
-        let lines = [
-            "",
-            "\n",
-            "not json\n",
-            "{}\n",
-            "[1,2,3]\n",
-            r#"{"cmd":"status"}"#,
-            r#"{"version":"1","request":{"cmd":"status"}}"#,
-            r#"{"version":1}"#,
-            r#"{"version":1,"request":{"cmd":"format_disk"}}"#,
-            r#"{"version":1,"request":{"cmd":"table"}}"#,
-            r#"{"version":1,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
-            "{\"version\":1,\"request\":\u{0}",
-        ];
-        for l in lines {
-            let e = decode_request(l).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{l:?}");
-            assert!(e.to_string().starts_with("Malformed control request"));
-            let e = decode_reply(l).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Protocol, "{l:?}");
-        }
-    }
-
-    #[test]
-    fn a_daemon_error_keeps_its_kind_across_the_socket() {
-        let e = Error::new(ErrorKind::Busy, "Cannot stop")
-            .with_source(std::io::Error::other("still mounted"));
-        let line = encode_reply(&Reply::from(e));
-        match decode_reply(&line).unwrap() {
-            Reply::Failed { kind, message } => {
-                assert_eq!(kind, ErrorKind::Busy);
-                assert_eq!(message, "Cannot stop: still mounted");
-            }
-            r => panic!("{r:?}"),
-        }
-    }
-}
+mod tests;

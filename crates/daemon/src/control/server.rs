@@ -1,13 +1,13 @@
 //! The daemon's side of the control socket: one request line in, one
 //! reply line out, per connection.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
 use crypto::Secret;
 
-use super::{decode_request, encode_reply_into, Reply, Request};
+use super::{decode_request, encode_reply_into, read_line, Reply, Request};
 
 /// Longest request line the daemon reads.
 const MAX_REQUEST: u64 = 64 << 10;
@@ -49,15 +49,11 @@ pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled)
         let Ok(reader) = conn.try_clone() else {
             continue;
         };
-        let mut line = String::new();
-        if BufReader::new(reader)
-            .take(MAX_REQUEST)
-            .read_line(&mut line)
-            .is_err()
-        {
+        // Read into locked memory: `resume` carries a key.
+        let Ok(line) = read_line(reader.take(MAX_REQUEST)) else {
             continue;
-        }
-        let handled = match decode_request(&line) {
+        };
+        let handled = match decode_request(line.as_str().unwrap_or("")) {
             Ok(req) => handle(req),
             Err(e) => Reply::from(e).into(),
         };
@@ -68,6 +64,7 @@ pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled)
         encode_reply_into(&handled.reply, &mut text);
         let _ = (&conn).write_all(&text);
         drop(text);
+        drop(line);
         drop(handled.reply);
         if let Some(f) = handled.after_reply {
             f();
@@ -77,6 +74,7 @@ pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled)
 
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead, BufReader};
     use std::os::unix::net::UnixStream;
 
     use super::super::{decode_reply, encode_request};

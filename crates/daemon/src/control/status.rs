@@ -34,6 +34,9 @@ pub struct Status {
     pub size_sectors: u64,
     /// Writes are refused.
     pub read_only: bool,
+    /// Suspended by `luksSuspend`: IO waits, the key is wiped.
+    #[serde(default)]
+    pub suspended: bool,
     /// Discards are passed down.
     pub allow_discards: bool,
     /// Performance flags in effect.
@@ -52,7 +55,29 @@ pub struct Status {
     pub vhost: Option<VhostStats>,
 }
 
+/// Version of the `status --json` and `list --json` documents (see
+/// docs/JSON.md); raised on any incompatible change.
+pub const JSON_SCHEMA: u32 = 1;
+
 impl Status {
+    /// `status --json`: this status as one JSON object, `schema` first
+    /// (docs/JSON.md).
+    pub fn to_json(&self) -> String {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            schema: u32,
+            #[serde(flatten)]
+            status: &'a Status,
+        }
+        let doc = Doc {
+            schema: JSON_SCHEMA,
+            status: self,
+        };
+        // Serialising a Status cannot fail: string keys, finite or null
+        // floats (serde_json writes non-finite ones as null).
+        serde_json::to_string_pretty(&doc).unwrap_or_default()
+    }
+
     /// The configuration part as an [`EngineConfig`] (other fields default).
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
@@ -94,7 +119,8 @@ impl fmt::Display for Status {
         } else {
             "read/write"
         };
-        writeln!(f, "  mode:    {rw}")?;
+        let suspended = if self.suspended { " (suspended)" } else { "" };
+        writeln!(f, "  mode:    {rw}{suspended}")?;
         let flags = flag_words(self.allow_discards, &self.flags);
         if !flags.is_empty() {
             writeln!(f, "  flags:   {}", flags.join(" "))?;
