@@ -214,55 +214,83 @@ impl SectorCrypt {
             out.run(dir, &*tfm.cipher, 0, ss, ss, &iv);
             return;
         }
-        let mut ivs = [[0u8; 16]; IV_BATCH];
         if self.tfms.len() == 1 {
-            // One key: IVs for up to IV_BATCH sectors at a time, one call.
-            let tfm = &self.tfms[0];
-            let mut at = 0;
-            while at < len {
-                let n = (len - at).min(ss * IV_BATCH);
-                let first = base.wrapping_add(((at / ss) as u64).wrapping_mul(step));
-                let ivs = &mut ivs[..n / ss];
-                self.fill_ivs(tfm, first, step, ivs);
-                out.run(dir, &*tfm.cipher, at, n, ss, ivs);
-                at += n;
+            // A 4 KiB call of 512-byte sectors needs 8 IVs: clearing the
+            // whole 64-entry array cost ~1.5% of such a call.
+            if len <= ss * SMALL_IV_BATCH {
+                return self.convert_one_key::<SMALL_IV_BATCH>(dir, base, step, len, out);
             }
-            return;
+            return self.convert_one_key::<IV_BATCH>(dir, base, step, len, out);
         }
+        let mut ivs = [[0u8; 16]; 1];
         // dm-crypt's multi-key mode: key part = cc_sector & (keycount - 1).
         let mask = self.tfms.len() as u64 - 1;
         for i in 0..len / ss {
             let cc_sector = base.wrapping_add((i as u64).wrapping_mul(step));
             let tfm = &self.tfms[(cc_sector & mask) as usize];
-            let iv = &mut ivs[..1];
-            self.fill_ivs(tfm, cc_sector, step, iv);
-            out.run(dir, &*tfm.cipher, i * ss, ss, ss, iv);
+            self.fill_ivs(tfm, cc_sector, step, &mut ivs);
+            out.run(dir, &*tfm.cipher, i * ss, ss, ss, &ivs);
+        }
+    }
+
+    /// [`SectorCrypt::convert`] with one key: the IVs of up to `N` sectors
+    /// at a time, one cipher call per batch.
+    fn convert_one_key<const N: usize>(
+        &self,
+        dir: Dir,
+        base: u64,
+        step: u64,
+        len: usize,
+        mut out: Out<'_>,
+    ) {
+        let ss = self.sector_size;
+        let tfm = &self.tfms[0];
+        let mut ivs = [[0u8; 16]; N];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(ss * N);
+            let first = base.wrapping_add(((at / ss) as u64).wrapping_mul(step));
+            let ivs = &mut ivs[..n / ss];
+            self.fill_ivs(tfm, first, step, ivs);
+            out.run(dir, &*tfm.cipher, at, n, ss, ivs);
+            at += n;
         }
     }
 
     /// The IVs of consecutive sectors starting at `cc_sector` (512-byte
     /// units, `iv_offset` included), as dm-crypt's generators make them.
     fn fill_ivs(&self, tfm: &Tfm, cc_sector: u64, step: u64, ivs: &mut [[u8; 16]]) {
-        for (i, iv) in ivs.iter_mut().enumerate() {
-            let cc = cc_sector.wrapping_add((i as u64).wrapping_mul(step));
-            let s = if self.iv_large_sectors {
-                cc >> self.shift
-            } else {
-                cc
-            };
-            *iv = [0u8; 16];
-            match self.spec.iv {
-                IvMode::None | IvMode::Null => {}
-                IvMode::Plain => iv[..4].copy_from_slice(&(s as u32).to_le_bytes()),
-                IvMode::Plain64 | IvMode::Essiv(_) => iv[..8].copy_from_slice(&s.to_le_bytes()),
-                IvMode::Plain64Be => iv[8..].copy_from_slice(&s.to_be_bytes()),
-                // 9 - log2(16): cipher blocks per 512-byte sector, from 1.
-                IvMode::Benbi => iv[8..].copy_from_slice(&(s << 5).wrapping_add(1).to_be_bytes()),
-                // Byte offset (iv_sector * sector_size), encrypted below.
-                IvMode::Eboiv => {
-                    iv[..8].copy_from_slice(&s.wrapping_mul(self.sector_size as u64).to_le_bytes())
-                }
+        let shift = if self.iv_large_sectors { self.shift } else { 0 };
+        let ss = self.sector_size as u64;
+        // One loop per mode (the mode is matched once per batch, and the
+        // generic `f` inlined into each loop): each IV is one 16-byte
+        // store of a zero-extended integer.
+        fn fill_with(
+            ivs: &mut [[u8; 16]],
+            (cc_sector, step, shift, ss): (u64, u64, u32, u64),
+            f: impl Fn(u64, u64) -> [u8; 16],
+        ) {
+            for (i, iv) in ivs.iter_mut().enumerate() {
+                let s = cc_sector.wrapping_add((i as u64).wrapping_mul(step)) >> shift;
+                *iv = f(s, ss);
             }
+        }
+        let at = (cc_sector, step, shift, ss);
+        match self.spec.iv {
+            IvMode::None | IvMode::Null => ivs.fill([0u8; 16]),
+            IvMode::Plain => fill_with(ivs, at, |s, _| u128::from(s as u32).to_le_bytes()),
+            IvMode::Plain64 | IvMode::Essiv(_) => {
+                fill_with(ivs, at, |s, _| u128::from(s).to_le_bytes())
+            }
+            IvMode::Plain64Be => fill_with(ivs, at, |s, _| u128::from(s).to_be_bytes()),
+            // 9 - log2(16): cipher blocks per 512-byte sector, from 1.
+            IvMode::Benbi => fill_with(ivs, at, |s, _| {
+                u128::from((s << 5).wrapping_add(1)).to_be_bytes()
+            }),
+            // Byte offset (iv_sector * sector_size), encrypted below.
+            IvMode::Eboiv => fill_with(ivs, at, |s, ss| {
+                u128::from(s.wrapping_mul(ss)).to_le_bytes()
+            }),
         }
         match self.spec.iv {
             IvMode::Essiv(_) => {
@@ -343,6 +371,9 @@ impl Out<'_> {
 
 /// Sectors whose IVs are computed (and ESSIV-encrypted) in one batch.
 const IV_BATCH: usize = 64;
+/// The batch for calls of at most this many sectors (a 4 KiB call of
+/// 512-byte sectors, or 16 of them).
+const SMALL_IV_BATCH: usize = 16;
 
 fn build_tfm(
     spec: &CipherSpec,

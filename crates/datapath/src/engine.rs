@@ -129,7 +129,7 @@ impl Ctx {
         // panics, or it is lost (its callback never runs).
         let mut panicked = catch(|| done(res));
         if let Some(d) = next {
-            let p = catch(|| replay(&self.core, [d]));
+            let p = catch(|| replay(&self.core, [d], true));
             panicked = panicked.or(p);
         }
         // A panicking callback must not take an engine thread (and every
@@ -257,24 +257,26 @@ thread_local! {
     /// The hint of the [`Engine::submit_hinted`] call in progress on this
     /// thread, taken by the first [`dispatch`] (its own request's).
     static HINT: std::cell::Cell<Option<Hint>> = const { std::cell::Cell::new(None) };
-    static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred)>> =
+    static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred, bool)>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
 
 /// [`Engine::submit`]: a callback that runs inline (inside `submit`) and
 /// submits again does not recurse: its request runs after the outer one
 /// returns, so a resubmitting client cannot overflow the stack.
+/// `head`: see [`Gate::admit_or_defer`](gate::Gate::admit_or_defer).
 fn submit_trampolined(
     core: &Arc<Core>,
     req: Request,
     done: impl FnOnce(Completion) + Send + 'static,
+    head: bool,
 ) {
     if DISPATCHING.with(|d| d.get()) {
         // Runs later, when the caller's queue may look different.
         HINT.with(|h| h.set(None));
         TRAMPOLINE.with(|t| {
             t.borrow_mut()
-                .push_back((core.clone(), (req, Box::new(done))))
+                .push_back((core.clone(), (req, Box::new(done)), head))
         });
         return;
     }
@@ -282,9 +284,9 @@ fn submit_trampolined(
     // A callback panicking in one request must neither strand the requests
     // queued on the trampoline nor leave this thread marked as dispatching
     // (its later submits would only queue): drain, then re-raise the first.
-    let mut panicked = catch(|| dispatch(core, req, done));
-    while let Some((core, (req, done))) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
-        let p = catch(|| dispatch(&core, req, done));
+    let mut panicked = catch(|| dispatch(core, req, done, head));
+    while let Some((core, (req, done), head)) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
+        let p = catch(|| dispatch(&core, req, done, head));
         panicked = panicked.or(p);
     }
     DISPATCHING.with(|d| d.set(false));
@@ -294,12 +296,17 @@ fn submit_trampolined(
 }
 
 /// Admission, the choke point, then the mode.
-fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+fn dispatch(
+    core: &Arc<Core>,
+    req: Request,
+    done: impl FnOnce(Completion) + Send + 'static,
+    head: bool,
+) {
     let hint = HINT.with(|h| h.take());
     if gate::on_engine_thread() {
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
-        return match core.gate.admit_or_defer((req, Box::new(done))) {
+        return match core.gate.admit_or_defer((req, Box::new(done)), head) {
             Ok(Some(((gen, _), (req, done)))) => run_admitted(gen, req, hint, done),
             Ok(None) => {}
             Err((e, (_, done))) => done(Err(e)),
@@ -350,10 +357,13 @@ fn run_admitted(
 /// Resubmits requests the gate deferred. They have left the deferred list,
 /// so a panicking callback must not stop the rest: every one is submitted,
 /// then the first panic is re-raised.
-fn replay(core: &Arc<Core>, items: impl IntoIterator<Item = gate::Deferred>) {
+///
+/// `head`: `items` is the one request [`Gate::release`](gate::Gate::release)
+/// took off the list's front with the slot it freed.
+fn replay(core: &Arc<Core>, items: impl IntoIterator<Item = gate::Deferred>, head: bool) {
     let mut panicked = None;
     for (req, done) in items {
-        let p = catch(|| submit_trampolined(core, req, done));
+        let p = catch(|| submit_trampolined(core, req, done, head));
         panicked = panicked.or(p);
     }
     if let Some(p) = panicked {
@@ -387,7 +397,7 @@ impl Engine {
     /// the calling thread has its panic re-raised from here, once the
     /// requests waiting behind it have been passed on.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
-        submit_trampolined(&self.core, req, done);
+        submit_trampolined(&self.core, req, done, false);
     }
 
     /// [`Engine::submit`] with what the frontend knows about its caller's
@@ -401,7 +411,7 @@ impl Engine {
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
         HINT.with(|h| h.set(Some(hint)));
-        submit_trampolined(&self.core, req, done);
+        submit_trampolined(&self.core, req, done, false);
         HINT.with(|h| h.set(None));
     }
 
@@ -421,10 +431,15 @@ impl Engine {
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
         // run now, not after the callback (which is waiting for it).
-        dispatch(&self.core, req, move |c| {
-            *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-            s2.1.notify_one();
-        });
+        dispatch(
+            &self.core,
+            req,
+            move |c| {
+                *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                s2.1.notify_one();
+            },
+            false,
+        );
         let mut g = slot.0.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(c) = g.take() {
@@ -518,7 +533,7 @@ impl Engine {
                 old.retire();
                 self.core.stats.reconfigurations.fetch_add(1, Relaxed);
                 // dm_wq_work: replay what engine threads deferred meanwhile.
-                replay(&self.core, self.core.gate.take_deferred());
+                replay(&self.core, self.core.gate.take_deferred(), false);
                 Ok(())
             }
             Err(e) => {

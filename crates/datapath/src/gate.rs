@@ -251,17 +251,24 @@ impl Gate {
     /// slot is free (or a swap is draining) `item` is moved to the deferred
     /// list and `Ok(None)` is returned; else it comes back admitted (and
     /// with the error if the engine is shut down).
+    ///
+    /// `head` says `item` is the list's former head, handed back by
+    /// [`Gate::release`] with the slot it freed: it must not queue behind
+    /// the requests deferred after it (that slot would stay unused, and with
+    /// nothing else in flight no release would ever come to replay them),
+    /// and if it cannot be admitted after all it goes back to the front.
     #[allow(clippy::type_complexity)]
     pub(crate) fn admit_or_defer(
         &self,
         item: Deferred,
+        head: bool,
     ) -> Result<Option<((Arc<Gen>, usize), Deferred)>, (Error, Deferred)> {
         let mut g = self.lock();
         if self.state.load(SeqCst) & SHUT != 0 {
             return Err((Error::Shutdown, item));
         }
         // Deferred requests go first (FIFO).
-        if !g.deferred.is_empty() {
+        if !head && !g.deferred.is_empty() {
             g.deferred.push_back(item);
             return Ok(None);
         }
@@ -269,13 +276,24 @@ impl Gate {
             drop(g);
             return Ok(Some(((self.gen_of_slot(), n), item)));
         }
-        g.deferred.push_back(item);
+        if head {
+            g.deferred.push_front(item);
+        } else {
+            g.deferred.push_back(item);
+        }
         self.state.fetch_or(DEFERRED, SeqCst);
         // A release between the check above and the flag did not look at
         // the list: if it freed a slot, this request takes it now.
         if let Some(n) = self.try_slot() {
-            let item = g.deferred.pop_back().expect("pushed just above");
-            self.state.fetch_and(!DEFERRED, SeqCst);
+            let item = if head {
+                g.deferred.pop_front()
+            } else {
+                g.deferred.pop_back()
+            };
+            let item = item.expect("pushed just above");
+            if g.deferred.is_empty() {
+                self.state.fetch_and(!DEFERRED, SeqCst);
+            }
             drop(g);
             return Ok(Some(((self.gen_of_slot(), n), item)));
         }

@@ -41,7 +41,7 @@ const WIDTH: usize = 8;
 /// Round keys as bytes in memory order (what `aesenc` expects), at most 15.
 #[derive(Clone)]
 pub(super) struct Schedule {
-    keys: [[u8; 16]; 15],
+    pub(super) keys: [[u8; 16]; 15],
     pub(super) rounds: usize,
 }
 
@@ -71,7 +71,7 @@ impl XtsAesni {
     }
 
     /// Like [`XtsAesni::new`] with the VAES kernels for sectors of whole
-    /// 256-byte groups; `None` also where the CPU has no VAES/AVX2.
+    /// 256-byte groups; `None` also where the CPU has no VAES/VPCLMULQDQ/AVX2.
     pub(crate) fn new_wide(key: &[u8], fallback: Box<dyn SectorCipher>) -> Option<Self> {
         if !vaes::available() {
             return None;
@@ -134,6 +134,17 @@ impl XtsAesni {
         unit: usize,
         ivs: &[[u8; 16]],
     ) {
+        if self.wide && unit % (16 * vaes::WIDE) == 0 {
+            // SAFETY: `new_wide` checked VAES/VPCLMULQDQ/AVX2/AES-NI; the unit is
+            // whole 256-byte groups (just checked); the caller's contract
+            // covers the pointers for `n` sectors. The kernel encrypts
+            // the IVs itself, 16 at a time with VAES.
+            let ivs = &ivs[..n];
+            return match dir {
+                Dir::Encrypt => vaes::xts_encrypt(&self.enc, &self.tweak, src, dst, ivs, unit),
+                Dir::Decrypt => vaes::xts_decrypt(&self.dec, &self.tweak, src, dst, ivs, unit),
+            };
+        }
         let mut first = [[0u8; 16]; SECTOR_BATCH];
         let mut done = 0;
         while done < n {
@@ -142,14 +153,9 @@ impl XtsAesni {
             ecb_encrypt(&self.tweak, &mut first[..k]);
             let off = done * unit;
             let (s, d, f) = (src.add(off), dst.add(off), &first[..k]);
-            let wide = self.wide && unit % (16 * vaes::WIDE) == 0;
-            match (dir, wide) {
-                // SAFETY (wide): `new_wide` checked VAES/AVX2/AES-NI; the
-                // unit is whole 256-byte groups (just checked).
-                (Dir::Encrypt, true) => vaes::xts_encrypt(&self.enc, s, d, f, unit),
-                (Dir::Decrypt, true) => vaes::xts_decrypt(&self.dec, s, d, f, unit),
-                (Dir::Encrypt, false) => xts_encrypt(&self.enc, s, d, f, unit),
-                (Dir::Decrypt, false) => xts_decrypt(&self.dec, s, d, f, unit),
+            match dir {
+                Dir::Encrypt => xts_encrypt(&self.enc, s, d, f, unit),
+                Dir::Decrypt => xts_decrypt(&self.dec, s, d, f, unit),
             }
             done += k;
         }
@@ -435,8 +441,9 @@ mod tests {
     use super::*;
     use crate::cipher::rust::XtsRust;
 
-    /// The wide (VAES) and 128-bit kernels against the Rust XTS for batch
-    /// lengths around the tweak batch (1..=SECTOR_BATCH*2+1 sectors) and
+    /// The wide (VAES) and 128-bit kernels against the Rust XTS for every
+    /// batch length up to two tweak batches (1..=SECTOR_BATCH*2+1 sectors),
+    /// some around the wide kernel's 64 tweaks ahead, and
     /// units from 128 bytes (always the 128-bit kernel) to 4096.
     #[test]
     fn wide_and_narrow_kernels_match_rust_on_odd_batches() {
@@ -458,8 +465,12 @@ mod tests {
             } else {
                 assert!(XtsAesni::new_wide(&key, Box::new(XtsRust::new(&key).unwrap())).is_none());
             }
-            for unit in [128usize, 256, 384, 512, 1024, 4096] {
-                for n in [1usize, 2, 3, 7, 15, 16, 17, 31, 33] {
+            for unit in [128usize, 256, 384, 512, 1024, 2048, 4096] {
+                // Every count up to two IV batches and one more (the
+                // wide kernel encrypts ≤ 8 IVs in four registers, more in
+                // eight, and odd counts leave a lane empty), and counts
+                // around its 64 tweaks computed ahead.
+                for n in (1usize..=33).chain([47, 63, 64, 65, 129]) {
                     let plain: Vec<u8> = (0..n * unit)
                         .map(|i| (i as u8).wrapping_mul(29) ^ (i >> 8) as u8)
                         .collect();

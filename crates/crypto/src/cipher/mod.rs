@@ -111,7 +111,7 @@ pub(crate) trait SectorCipher: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Provider {
-    /// For XTS: [`Provider::Vaes`] where the CPU has VAES and AVX2 (on
+    /// For XTS: [`Provider::Vaes`] where the CPU has VAES, VPCLMULQDQ and AVX2 (on
     /// CPUs with AVX-512 too, only below 4096-byte sectors: OpenSSL's
     /// 512-bit loop takes those); else the AES-NI implementation below
     /// 4096-byte sectors where the CPU has AES-NI; otherwise vendored
@@ -131,7 +131,7 @@ pub enum Provider {
     /// modes as `OpenSsl`.
     AesNi,
     /// [`Provider::AesNi`] with its 256-bit VAES kernels ([`VAES_XTS_NAME`])
-    /// where the CPU has VAES and AVX2; where not, as `AesNi`.
+    /// where the CPU has VAES, VPCLMULQDQ and AVX2; where not, as `AesNi`.
     Vaes,
 }
 
