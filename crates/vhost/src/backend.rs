@@ -130,6 +130,9 @@ impl Conn {
                 let behind = counters.in_flight().saturating_sub(1) + left as u64;
                 let hint = Hint {
                     behind: behind.min(u64::from(u32::MAX)) as u32,
+                    // Nothing held for a batch: this thread never calls
+                    // `Engine::unplug` before it waits for the next kick.
+                    ready: 0,
                 };
                 let vring = vring.clone();
                 let mem = Arc::clone(mem);
