@@ -15,6 +15,9 @@
 # Each export is pre-filled so no peer serves unallocated (free) zero pages.
 #
 # Usage: scripts/peer-bench.sh   (env: RUNTIME=10 s per run, ROUNDS=3, SIZE_MB=256)
+# UCRYPT_BASE=/path/to/other/ucrypt adds that binary's adaptive export as one
+# more peer, measured in the same rounds, and prints new/base ratios (a
+# before/after A/B that stays meaningful on a loaded machine).
 # Needs: fio nbdkit qemu-storage-daemon cryptsetup python3 (scripts/install-test-deps.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +26,7 @@ RUNTIME=${RUNTIME:-10}
 ROUNDS=${ROUNDS:-3}
 SIZE_MB=${SIZE_MB:-256}
 UCRYPT=${UCRYPT:-${CARGO_TARGET_DIR:-target}/release/ucrypt}
+BASE=${UCRYPT_BASE:-}
 [ -x "$UCRYPT" ] || cargo build --release -p ucrypt-cli
 for t in fio nbdkit qemu-storage-daemon cryptsetup python3; do
   command -v "$t" >/dev/null || { echo "peer-bench: $t not found (run scripts/install-test-deps.sh)" >&2; exit 1; }
@@ -33,6 +37,7 @@ export UCRYPT_RUNTIME_DIR=$WORK/run
 PIDS=()
 cleanup() {
   for m in inline adaptive classic; do "$UCRYPT" close "uc-$m" >/dev/null 2>&1 || true; done
+  [ -z "$BASE" ] || "$BASE" close uc-base >/dev/null 2>&1 || true
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 0.3
   rm -rf "$WORK"
@@ -88,6 +93,12 @@ for mode in inline adaptive classic; do
   URI[ucrypt-$mode]="nbd+unix:///?socket=$UCRYPT_RUNTIME_DIR/uc-$mode.nbd.sock"
 done
 
+if [ -n "$BASE" ]; then
+  cp --sparse=always "$WORK/luks.img" "$WORK/uc-base.img"
+  "$BASE" open --type luks --key-file "$WORK/pass" --mode adaptive "$WORK/uc-base.img" uc-base >/dev/null
+  URI[ucrypt-base]="nbd+unix:///?socket=$UCRYPT_RUNTIME_DIR/uc-base.nbd.sock"
+fi
+
 cp --sparse=always "$WORK/luks.img" "$WORK/nk.img"
 nbdkit -f -U "$WORK/nk.sock" --filter=luks file "$WORK/nk.img" passphrase=+"$WORK/pass" & PIDS+=($!)
 URI[nbdkit-luks]="nbd+unix:///?socket=$WORK/nk.sock"
@@ -115,6 +126,7 @@ job() { # KEY RW BS QD PEERS...
   for p in "$@"; do R[$p,$key]=$(median ${runs[$p]}); done
 }
 UCS=(ucrypt-inline ucrypt-adaptive ucrypt-classic)
+[ -z "$BASE" ] || UCS+=(ucrypt-base)
 job 4kr randread 4k 1 mem "${UCS[@]}"
 job 4kw randwrite 4k 1 mem "${UCS[@]}"
 job 1Mr randread 1M 8 mem nbdkit-luks qsd-luks "${UCS[@]}"
@@ -141,6 +153,30 @@ for p in mem nbdkit-luks qsd-luks; do
   row 1Mr $p "1M randread QD8"
   row 1Mw $p "1M randwrite QD8"
 done
+# The bound io*c/(io+c): io = nbdkit memory at 1M QD8 (the transport), c =
+# one core's AES-256-XTS by OpenSSL (the 512-bit key of aes-xts-plain64).
+C_MBPS=$(openssl speed -evp aes-256-xts -bytes 65536 -seconds 2 2>/dev/null \
+  | awk '/^AES-256-XTS/ {sub("k", "", $2); print $2 / 1000}')
+echo
+echo "Bound at 1M QD8 (c = $C_MBPS MB/s, openssl speed -evp aes-256-xts, 64 KiB, one core):"
+echo "| job | nbdkit memory MB/s | bound MB/s | inline | adaptive | classic |"
+echo "|---|---:|---:|---:|---:|---:|"
+for k in 1Mr 1Mw; do
+  python3 -c "
+io = ${R[mem,$k]} * 1.048576; c = $C_MBPS; b = io * c / (io + c)
+u = [x * 1.048576 / b for x in (${R[ucrypt-inline,$k]}, ${R[ucrypt-adaptive,$k]}, ${R[ucrypt-classic,$k]})]
+print('| %s | %.0f | %.0f | %.2f | %.2f | %.2f |' % ('$k', io, b, *u))"
+done
+if [ -n "$BASE" ]; then
+  echo
+  echo "A/B in the same rounds: adaptive from this tree vs adaptive from $BASE"
+  echo "| job | base IOPS | new IOPS | new/base |"
+  echo "|---|---:|---:|---:|"
+  for k in 4kr 4kw 1Mr 1Mw; do
+    b=${R[ucrypt-base,$k]} n=${R[ucrypt-adaptive,$k]}
+    echo "| $k | $b | $n | $(python3 -c "print('%.2f' % ($n / max($b, 1)))") |"
+  done
+fi
 echo
 echo "Goals: >= 0.95x of nbdkit memory at 4k QD1; >= 4x of nbdkit-luks and qsd-luks at 1M QD8."
 echo "The 1M QD8 rows against nbdkit memory (no encryption at all) give the transport's"

@@ -63,6 +63,7 @@
 //! thread can wait on themselves; use `submit` there.
 #![forbid(unsafe_code)]
 
+pub mod bufpool;
 mod check;
 mod config;
 mod cpu;

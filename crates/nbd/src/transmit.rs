@@ -26,7 +26,7 @@
 //! a connection (receive, the engine's crypto, the reply) overlap.
 
 use std::collections::VecDeque;
-use std::io::{self, BufReader, IoSlice, Read};
+use std::io::{self, BufRead, BufReader, IoSlice, Read};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -209,7 +209,7 @@ impl Conn {
             }
             if r.sent == r.len() {
                 drop(out);
-                self.end(bytes);
+                self.finish(r);
                 return;
             }
             out.queue.push_back(r);
@@ -220,6 +220,13 @@ impl Conn {
                 self.queued.notify_one();
             }
         }
+    }
+
+    /// Ends a reply that has left (or never will) and hands its read data
+    /// back to the buffer pool for the next request.
+    fn finish(&self, r: Reply) {
+        self.end(r.bytes);
+        datapath::bufpool::give(r.data);
     }
 
     /// Marks the connection dead and shuts its socket, which also ends the
@@ -257,7 +264,7 @@ impl Conn {
                 self.kill();
             }
             for r in batch.drain(..) {
-                self.end(r.bytes);
+                self.finish(r);
             }
         }
     }
@@ -289,7 +296,7 @@ impl Conn {
                         done += 1;
                     }
                     for r in batch.drain(..done) {
-                        self.end(r.bytes);
+                        self.finish(r);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -396,6 +403,27 @@ impl Poller {
     }
 }
 
+/// Smallest write payload received straight into its buffer, and whose
+/// successor's header is read without refilling the connection's buffer.
+const DIRECT_RECV_MIN: u64 = 64 << 10;
+
+/// Reads a write payload of `len` bytes into a pooled buffer: what the
+/// connection's buffer already holds, then the rest straight from the
+/// socket (one copy, not two through the buffer). The pooled buffer's stale
+/// bytes are all overwritten, or the receive fails and it is dropped.
+fn read_payload(r: &mut BufReader<Deadline>, len: usize) -> Result<Vec<u8>, Error> {
+    let mut data = datapath::bufpool::take(len);
+    if (len as u64) < DIRECT_RECV_MIN {
+        read_exact(r, &mut data, "write payload")?;
+        return Ok(data);
+    }
+    let have = r.buffer().len().min(len);
+    data[..have].copy_from_slice(&r.buffer()[..have]);
+    r.consume(have);
+    read_exact(r.get_mut(), &mut data[have..], "write payload")?;
+    Ok(data)
+}
+
 /// Runs what the engine gathered on this thread when dropped.
 struct Unplug<'a>(&'a datapath::Engine);
 
@@ -416,6 +444,9 @@ pub(crate) fn transmit(
     let trim = neg.flags & proto::FLAG_SEND_TRIM != 0;
     let known_flags = proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE;
     let mut poller = Poller::new();
+    // The last request was a large write: read the next header on its own
+    // (see `read_payload`).
+    let mut after_large_write = false;
     // Requests gathered by the engine (Hint::ready) run before any return.
     let _unplug = Unplug(&shared.engine);
     // The last submission said more were ready (the engine may hold it).
@@ -430,11 +461,20 @@ pub(crate) fn transmit(
             poller.wait(&r.get_ref().s);
         }
         let mut raw = [0u8; proto::REQUEST_LEN];
+        // A client streaming large writes has the next payload right behind
+        // this header: refilling the buffer now would pull up to its
+        // capacity of payload through it (a second copy); 28 bytes straight
+        // from the socket leave the payload for `read_payload`.
+        let src: &mut dyn Read = if after_large_write && r.buffer().is_empty() {
+            r.get_mut()
+        } else {
+            r
+        };
         // EOF exactly at a request boundary is a hard disconnect by the
         // client (allowed); EOF inside a header is a truncated request.
         let mut got = 0;
         while got < raw.len() {
-            match r.read(&mut raw[got..]) {
+            match src.read(&mut raw[got..]) {
                 Ok(0) if got == 0 => return Ok(()),
                 Ok(0) => return Err(Error::Protocol("Truncated request header".into())),
                 Ok(n) => got += n,
@@ -446,6 +486,7 @@ pub(crate) fn transmit(
             return Err(Error::Protocol("Bad request magic".into()));
         };
         let fua = h.flags & proto::CMD_FLAG_FUA != 0;
+        after_large_write = h.kind == proto::CMD_WRITE && u64::from(h.len) >= DIRECT_RECV_MIN;
 
         // Commands with a payload must have it consumed before any reply, or
         // framing is lost: read it first, decide afterwards.
@@ -456,9 +497,7 @@ pub(crate) fn transmit(
                     h.len
                 )));
             }
-            let mut data = vec![0u8; h.len as usize];
-            read_exact(r, &mut data, "write payload")?;
-            Some(data)
+            Some(read_payload(r, h.len as usize)?)
         } else {
             None
         };

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use datapath::Engine;
+use datapath::{Engine, Hint};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
@@ -88,9 +88,11 @@ impl Conn {
                     }
                 }
             };
+            let mut left = chains.len();
             for chain in chains {
+                left -= 1;
                 let p = request::parse(chain, &mem, &ctx);
-                self.start(qi, vring, &mem, p);
+                self.start(qi, vring, &mem, p, left);
             }
             if !event_idx {
                 return;
@@ -102,7 +104,9 @@ impl Conn {
         }
     }
 
-    fn start(&self, qi: usize, vring: &Vring, mem: &Arc<Mem>, mut p: Parsed) {
+    /// Starts one parsed chain; `left`: chains of this batch still to
+    /// start after it.
+    fn start(&self, qi: usize, vring: &Vring, mem: &Arc<Mem>, mut p: Parsed, left: usize) {
         let counters = self.dev.shared.queue(qi);
         counters.started(p.kind);
         let action = std::mem::replace(&mut p.action, Action::Reply(0, Vec::new()));
@@ -119,16 +123,29 @@ impl Conn {
                     datapath::Op::Read { len } => u64::from(*len),
                     _ => 0,
                 };
+                // Tell the engine what it cannot see: the guest's queue
+                // (requests of this queue in flight besides this one, and
+                // the rest of this batch), so adaptive hands a large request
+                // to a helper and this thread goes on with the next chain.
+                let behind = counters.in_flight().saturating_sub(1) + left as u64;
+                let hint = Hint {
+                    behind: behind.min(u64::from(u32::MAX)) as u32,
+                    // Nothing held for a batch: this thread never calls
+                    // `Engine::unplug` before it waits for the next kick.
+                    ready: 0,
+                };
                 let vring = vring.clone();
                 let mem = Arc::clone(mem);
                 let shared = Arc::clone(&self.dev.shared);
-                self.dev.engine.submit(req, move |c| {
+                self.dev.engine.submit_hinted(req, hint, move |c| {
                     let status = request::status_of(&c);
-                    let data = match &c {
-                        Ok(Some(d)) => d.as_slice(),
-                        _ => &[],
+                    let data = match c {
+                        Ok(Some(d)) => d,
+                        _ => Vec::new(),
                     };
-                    let used = request::answer(&mem, &p, status, data);
+                    let used = request::answer(&mem, &p, status, &data);
+                    // The read buffer serves the next request.
+                    datapath::bufpool::give(data);
                     let counters = shared.queue(qi);
                     counters.finished(p.kind, status, bytes);
                     complete(&vring, p.head, used);

@@ -250,7 +250,9 @@ where
             if in_len > MAX_REQUEST_BYTES {
                 return ioerr(Kind::Write);
             }
-            let mut data = vec![0u8; in_len as usize];
+            // A pooled buffer: `gather` overwrites all of it or fails (then
+            // it is dropped, never submitted).
+            let mut data = datapath::bufpool::take(in_len as usize);
             if !gather(mem, &readable, HEADER_LEN, &mut data) {
                 return ioerr(Kind::Write);
             }

@@ -88,11 +88,11 @@ pub(crate) fn exec(ctx: &Ctx, w: Work, pass: Pass) -> (Dir, u64, Completion) {
     let dir = w.dir();
     match w {
         Work::Read(r) => (dir, r.len(), read(ctx, r, pass).map(Some)),
-        Work::Write(r, mut data, fua) => (
-            dir,
-            r.len(),
-            write_from(ctx, r, &mut data, fua, pass).map(|_| None),
-        ),
+        Work::Write(r, mut data, fua) => {
+            let res = write_from(ctx, r, &mut data, fua, pass).map(|_| None);
+            crate::bufpool::give(data);
+            (dir, r.len(), res)
+        }
         Work::Zero(r, fua) => (dir, r.len(), write_zeroes(ctx, r, fua).map(|_| None)),
         Work::Discard(r) => (
             dir,
@@ -109,9 +109,9 @@ pub(crate) fn exec(ctx: &Ctx, w: Work, pass: Pass) -> (Dir, u64, Completion) {
 /// Backend read, then decrypt.
 pub(crate) fn read(ctx: &Ctx, r: SectorRange, pass: Pass) -> Result<Vec<u8>, Error> {
     if let Some((c, direct)) = fused(ctx, pass) {
-        // Decrypted straight into the new buffer's spare capacity: not
-        // even a zeroing pass.
-        let mut buf = Vec::with_capacity(r.len() as usize);
+        // Decrypted straight into the (pooled) buffer's spare capacity:
+        // not even a zeroing pass.
+        let mut buf = crate::bufpool::take_empty(r.len() as usize);
         direct.read_with(r.at(), r.len(), &mut |at, piece| {
             if at == buf.len() {
                 c.decrypt_append(r.sector() + (at / 512) as u64, piece, &mut buf);
@@ -125,7 +125,9 @@ pub(crate) fn read(ctx: &Ctx, r: SectorRange, pass: Pass) -> Result<Vec<u8>, Err
         }
         return Ok(buf);
     }
-    let mut buf = vec![0u8; r.len() as usize];
+    // Stale bytes of a pooled buffer are all overwritten, or the read fails
+    // and the buffer is dropped (see crate::bufpool).
+    let mut buf = crate::bufpool::take(r.len() as usize);
     read_into(ctx, r, &mut buf, pass)?;
     Ok(buf)
 }
@@ -139,11 +141,22 @@ pub(crate) fn read_into(
     pass: Pass,
 ) -> Result<(), Error> {
     if let Some((c, direct)) = fused(ctx, pass) {
+        // `buf` may hold stale bytes (a pooled buffer): count what the
+        // backend lent, so a lender that skips a piece fails the read.
+        let mut covered = 0;
         direct.read_with(r.at(), r.len(), &mut |at, piece| {
             // Pieces are cut on 4 KiB device boundaries, so between sectors.
             let sector = r.sector() + (at / 512) as u64;
             c.decrypt_to(sector, piece, &mut buf[at..at + piece.len()]);
+            if at == covered {
+                covered += piece.len();
+            }
         })?;
+        if covered != buf.len() {
+            return Err(Error::Io(std::io::Error::other(
+                "backend lent its memory out of order",
+            )));
+        }
         return Ok(());
     }
     ctx.backend.read_at(buf, r.at())?;

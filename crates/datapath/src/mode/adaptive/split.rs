@@ -51,13 +51,16 @@ impl Adaptive {
         match w {
             Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
                 let res = self
-                    .split(ctx, r, vec![0u8; r.len() as usize], false, false)
+                    .split(ctx, r, crate::bufpool::take(r.len() as usize), false, false)
                     .map(Some);
                 ctx.complete(Dir::Read, Path::Split, r.len(), t0, res, done);
                 None
             }
             Work::Write(r, data, fua) if self.plan(ctx, len, submitters, t0) => {
-                let res = self.split(ctx, r, data, true, fua).map(|_| None);
+                let res = self.split(ctx, r, data, true, fua).map(|b| {
+                    crate::bufpool::give(b);
+                    None
+                });
                 ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
                 None
             }
