@@ -116,7 +116,7 @@ impl Mapping<'_> {
     /// each warning line (plain options ignored, LUKS header warnings).
     pub fn resolve(&self, device: &Path, say: impl FnMut(&str)) -> Result<(Table, VolumeType)> {
         if self.table_stdin {
-            return self.from_stdin(device);
+            return self.parent_table(device);
         }
         let table = self.table.is_some();
         let kind = self.kind.unwrap_or(if table {
@@ -139,7 +139,7 @@ impl Mapping<'_> {
 
     /// The detached daemon's mapping: the table its parent resolved, from
     /// standard input; the volume type from the header for LUKS.
-    fn from_stdin(&self, device: &Path) -> Result<(Table, VolumeType)> {
+    fn parent_table(&self, device: &Path) -> Result<(Table, VolumeType)> {
         let table = crate::detach::read_table_stdin()?;
         let kind = match self.kind {
             None | Some(VolumeType::Plain) => VolumeType::Plain,

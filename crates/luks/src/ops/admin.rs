@@ -291,3 +291,79 @@ pub fn convert_key(t: &Target, req: &ConvertKeyRequest, ui: &mut dyn Ui) -> Resu
         &kdf,
     )?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every question with `yes` and records what was asked.
+    struct Scripted {
+        yes: bool,
+        asked: Vec<String>,
+    }
+
+    impl Ui for Scripted {
+        fn warn(&mut self, _: &str) {}
+        fn confirm(&mut self, q: &str) -> bool {
+            self.asked.push(q.to_string());
+            self.yes
+        }
+    }
+
+    #[test]
+    fn destructive_verbs_ask_as_cryptsetup_does() {
+        let mut ui = Scripted {
+            yes: false,
+            asked: Vec::new(),
+        };
+        let e = confirm_destructive(&mut ui, false, "Gone.").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(e.to_string(), "Gone. Not confirmed (use --batch-mode).");
+        assert_eq!(ui.asked, ["\nWARNING!\n========\nGone.\n\nAre you sure?"]);
+        confirm_destructive(&mut ui, true, "Gone.").unwrap();
+        ui.yes = true;
+        confirm_destructive(&mut ui, false, "Gone.").unwrap();
+        assert_eq!(ui.asked.len(), 2, "batch mode asks nothing");
+    }
+
+    #[test]
+    fn header_verbs_say_not_luks_with_a_full_stop() {
+        let dir = testutil::TempDir::new("luks-ops-admin");
+        let zeros = dir.join("zeros");
+        std::fs::write(&zeros, vec![0u8; 8192]).unwrap();
+        let mut ui = Scripted {
+            yes: true,
+            asked: Vec::new(),
+        };
+        let t = Target {
+            device: zeros.clone(),
+            header: None,
+            batch: true,
+        };
+        let e = repair(&t, &mut ui).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotLuks);
+        let want = format!("Device {} is not a valid LUKS device", zeros.display());
+        assert_eq!(e.to_string(), format!("{want}."));
+        let e = super::super::load(&zeros, None, &mut ui).err().unwrap();
+        assert_eq!(e.to_string(), want);
+        let missing = Target {
+            device: dir.join("missing"),
+            ..t
+        };
+        let e = erase(&missing, &mut ui).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert!(e
+            .to_string()
+            .ends_with("missing does not exist or access denied"));
+    }
+
+    #[test]
+    fn verbose_lines_are_cryptsetup_s() {
+        assert_eq!(
+            Done::SlotsRemoved(vec![0, 3]).verbose(),
+            ["Key slot 0 removed.", "Key slot 3 removed."]
+        );
+        assert_eq!(Done::TokenCreated(2).verbose(), ["Token 2 created."]);
+        assert!(Done::Repaired(vec!["x".into()]).verbose().is_empty());
+    }
+}
