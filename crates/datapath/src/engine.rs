@@ -296,39 +296,50 @@ fn submit_trampolined(
 /// Admission, the choke point, then the mode.
 fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
     let hint = HINT.with(|h| h.take());
-    let admitted = if gate::on_engine_thread() {
+    if gate::on_engine_thread() {
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
-        let mut slot = Some((req, done));
-        match core.gate.admit_or_defer(|| {
-            // Invariant: the closure runs at most once, and only then is
-            // the slot emptied.
-            let (r, d) = slot.take().expect("request still in its slot");
-            (r, Box::new(d) as Done)
-        }) {
-            Ok(Some(a)) => {
-                let (r, d) = slot.take().expect("request not deferred");
-                (a, r, d)
-            }
-            Ok(None) => return,
-            Err(e) => {
-                let (_, d) = slot.take().expect("request not deferred");
-                return d(Err(e));
-            }
-        }
-    } else {
-        match core.gate.admit() {
-            Ok(a) => (a, req, done),
-            Err(e) => return done(Err(e)),
+        return match core.gate.admit_or_defer((req, Box::new(done))) {
+            Ok(Some(((gen, _), (req, done)))) => run_admitted(gen, req, hint, done),
+            Ok(None) => {}
+            Err((e, (_, done))) => done(Err(e)),
+        };
+    }
+    let admitted = match core.gate.admit_fast() {
+        Some(a) => Ok(a),
+        None => {
+            // About to wait for a slot: what this thread gathered holds
+            // slots, so it runs first.
+            mode::gather::unplug();
+            core.gate.admit()
         }
     };
-    let ((gen, _depth), req, done) = admitted;
+    match admitted {
+        Ok((gen, _)) => run_admitted(gen, req, hint, done),
+        Err(e) => done(Err(e)),
+    }
+}
+
+/// The choke point, then the mode, for a request holding a slot of `gen`.
+fn run_admitted(
+    gen: Arc<Gen>,
+    req: Request,
+    hint: Option<Hint>,
+    done: impl FnOnce(Completion) + Send + 'static,
+) {
     let t0 = Instant::now();
     let ctx = &*gen.ctx;
     let w = match check::check(ctx, req) {
         Ok(w) => w,
         Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
     };
+    let gathers = matches!(gen.pipe, Pipe::Inline | Pipe::Adaptive(_));
+    if gathers && mode::gather::wants(&gen, &w, hint) {
+        let last = hint.is_none_or(|h| h.ready == 0);
+        return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
+    }
+    // Whatever this thread gathered was submitted before this request.
+    mode::gather::unplug();
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
@@ -394,8 +405,18 @@ impl Engine {
         HINT.with(|h| h.set(None));
     }
 
+    /// Runs the reads and writes this thread's hinted submissions gathered
+    /// (see [`Hint::ready`]), for every engine; cheap when there are none.
+    /// A frontend that said requests were ready calls it before it blocks
+    /// (on its socket, or on anything those requests' completions release);
+    /// blocking engine calls do it themselves.
+    pub fn unplug(&self) {
+        mode::gather::unplug();
+    }
+
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
+        mode::gather::unplug();
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
@@ -466,6 +487,7 @@ impl Engine {
     /// Switches mode/flags live: suspend (drain), swap, resume. The volume
     /// stays; its backend and cipher are shared with the new generation.
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
+        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
         let vol = Volume {
@@ -481,6 +503,7 @@ impl Engine {
 
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
+        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let cfg = self.config();
         self.swap(vol, cfg)
@@ -533,7 +556,7 @@ impl Engine {
             flushes,
             discards,
             other_errors,
-            in_flight: self.core.gate.in_flight.load(Relaxed) as u64,
+            in_flight: self.core.gate.in_flight() as u64,
             max_in_flight: self.core.gate.max_in_flight.load(Relaxed) as u64,
             reconfigurations: self.core.stats.reconfigurations.load(Relaxed),
             mode: self.with_gen(|c| c.cfg.mode, CryptMode::default()),
@@ -560,6 +583,7 @@ impl Engine {
     /// Drains in-flight requests, flushes, stops and joins worker threads.
     /// Later requests fail with [`Error::Shutdown`]. Idempotent.
     pub fn shutdown(&self) -> Result<(), Error> {
+        mode::gather::unplug();
         let res = match self.core.gate.close() {
             Some(last) => {
                 let r = last.ctx.backend.flush().map_err(Error::Io);
