@@ -82,6 +82,48 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
     runner::run(&mut runner, opts)
 }
 
+/// Where `ucrypt bench` runs its jobs.
+#[derive(Debug, Clone)]
+pub enum Via {
+    /// In this process, over the engine ([`run`]).
+    InProcess,
+    /// fio over NBD against `ucrypt open` ([`external::run`]).
+    Fio {
+        /// Add nbdkit (luks filter) and qemu-storage-daemon (raw, luks).
+        peers: bool,
+        /// The ucrypt binary that serves the targets.
+        ucrypt_exe: std::path::PathBuf,
+    },
+}
+
+/// Runs the bench `via` in-process or fio (the report is not yet written).
+/// In-process, says first on stderr how long it will take.
+pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
+    match via {
+        Via::InProcess => {
+            let hint = match opts.profile.as_str() {
+                "quick" | "grid" => "",
+                _ => "; --quick for a short run",
+            };
+            eprintln!(
+                "bench: {} profile, about {:.0} s (in-process, {} MiB ramdisk){hint}",
+                opts.profile,
+                opts.estimate_secs(),
+                opts.size >> 20,
+            );
+            run(opts)
+        }
+        Via::Fio { peers, ucrypt_exe } => {
+            let plan = external::FioPlan {
+                ucrypt_targets: opts.targets.clone(),
+                peers,
+                ucrypt_exe,
+            };
+            external::run(opts, &plan)
+        }
+    }
+}
+
 /// `e` and its sources, joined by `: ` (for messages and skip reasons).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

@@ -63,6 +63,19 @@ pub fn exit_code(e: &daemon::Error) -> u8 {
     }
 }
 
+/// The bench's errors: bad options are usage errors (1), missing tools or
+/// kernel parts device errors (4), anything else 1; the message names
+/// every cause.
+pub fn bench_failure(e: impl Into<bench::Error>) -> Failure {
+    let e = e.into();
+    let code = if !e.is_usage() && e.is_missing() {
+        4
+    } else {
+        1
+    };
+    Failure::new(code, bench::error_chain(&e))
+}
+
 impl From<daemon::Error> for Failure {
     fn from(e: daemon::Error) -> Self {
         Self::new(exit_code(&e), e.chain())

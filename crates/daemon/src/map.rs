@@ -13,7 +13,8 @@
 //! sequential copy this is.
 
 use std::fs::OpenOptions;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::Path;
 use std::sync::Arc;
 
 use backend::FileOptions;
@@ -31,6 +32,63 @@ pub enum Direction {
     Read,
     /// Plaintext from the input -> ciphertext on the device.
     Write,
+}
+
+/// Where `ucrypt map` takes its table from.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// `--table LINE` (`-` = stdin), with `--key-file` for a `-` key field
+    /// (see [`crate::resolve::plain_table_arg`]).
+    Table {
+        /// The table line.
+        line: &'a str,
+        /// The raw key's file.
+        key_file: Option<&'a Path>,
+    },
+    /// `--luks DEVICE`: the table cryptsetup would load, unlocked with a
+    /// passphrase from `key_file` or a prompt.
+    Luks {
+        /// The LUKS device.
+        device: &'a Path,
+        /// Detached header file.
+        header: Option<&'a Path>,
+        /// The passphrase's file.
+        key_file: Option<&'a Path>,
+        /// Only this keyslot.
+        key_slot: Option<u32>,
+    },
+}
+
+impl Source<'_> {
+    /// The table for moving data `dir`. A Write reads its plaintext from
+    /// stdin, so then neither the table, its key nor the passphrase may
+    /// come from there (nor the prompt's fallback when stdin is no
+    /// terminal, which reads a line of it). `warn` gets the LUKS header's
+    /// warnings.
+    pub fn table(&self, dir: Direction, warn: impl FnMut(&str)) -> Result<Table> {
+        let stdin_free = dir == Direction::Read;
+        match *self {
+            Source::Table { line, key_file } => {
+                crate::resolve::plain_table_arg(line, key_file, stdin_free)
+            }
+            Source::Luks {
+                device,
+                header,
+                key_file,
+                key_slot,
+            } => {
+                let prompt_reads_stdin = key_file.is_none() && !io::stdin().is_terminal();
+                if !stdin_free && (key_file == Some(Path::new("-")) || prompt_reads_stdin) {
+                    return Err(invalid(
+                        "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
+                    ));
+                }
+                let (table, _) =
+                    crate::resolve::unlock_luks(device, header, key_file, key_slot, None, warn)?;
+                Ok(table)
+            }
+        }
+    }
 }
 
 /// Bytes moved per engine request.

@@ -32,6 +32,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
 
+mod mapping;
+pub use mapping::{Mapping, PlainGiven};
+
 /// What kind of volume is served (shown by `status` as `type`; on the
 /// control socket as its [`VolumeType::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,22 +187,7 @@ impl Luks {
     /// Fails with [`ErrorKind::NoDevice`] when `device` does not exist and
     /// [`ErrorKind::InvalidInput`] when it holds no LUKS header.
     pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
-        if !backend::device_exists(device) {
-            return Err(Error::new(
-                ErrorKind::NoDevice,
-                format!(
-                    "Device {} does not exist or access denied",
-                    device.display()
-                ),
-            ));
-        }
-        let vol = luks::Volume::load(device, header).map_err(|e| match e.kind() {
-            luks::ErrorKind::NotLuks => invalid(format!(
-                "Device {} is not a valid LUKS device",
-                header.unwrap_or(device).display()
-            )),
-            _ => Error::from(e),
-        })?;
+        let vol = luks::ops::open_header(device, header)?;
         let version = match vol.header() {
             luks::Header::V1(_) => VolumeType::Luks1,
             luks::Header::V2(_) => VolumeType::Luks2,
@@ -262,51 +250,6 @@ pub fn unlock_luks(
     let prompt = format!("Enter passphrase for {}: ", device.display());
     let pass = luks::passphrase::read(key_file, &prompt, false)?;
     Ok((vol.unlock(&pass, key_slot)?, vol.version()))
-}
-
-/// What `open` was told about its mapping.
-#[derive(Debug, Clone, Copy)]
-pub struct Mapping<'a> {
-    /// `--type`: plain, one LUKS version, or `None` for either.
-    pub kind: Option<VolumeType>,
-    /// `--table` (plain only).
-    pub table: Option<&'a str>,
-    /// The detached LUKS header.
-    pub header: Option<&'a Path>,
-    /// `--key-file`: the LUKS passphrase, or a plain table's raw key.
-    pub key_file: Option<&'a Path>,
-    /// `--key-slot`.
-    pub key_slot: Option<u32>,
-}
-
-impl Mapping<'_> {
-    /// Resolves the mapping in the calling process (a LUKS volume is
-    /// unlocked here, prompting; `warn` gets its header warnings).
-    pub fn resolve(&self, device: &Path, warn: impl FnMut(&str)) -> Result<(Table, VolumeType)> {
-        if self.kind == Some(VolumeType::Plain) {
-            let line = self.table.ok_or_else(|| {
-                invalid("--type plain needs the mapping as --table '<start> <len> crypt <cipher> <key> <iv_offset> <device> <offset> [opts]'")
-            })?;
-            let table = plain_table_arg(line, self.key_file, true)?;
-            return Ok((table, VolumeType::Plain));
-        }
-        if self.table.is_some() {
-            return Err(invalid("--table is only for --type plain"));
-        }
-        let (h, kf, slot) = (self.header, self.key_file, self.key_slot);
-        unlock_luks(device, h, kf, slot, self.kind, warn)
-    }
-
-    /// The detached daemon's mapping: the table its parent resolved, from
-    /// standard input; the volume type from the header for LUKS.
-    pub fn from_stdin(&self, device: &Path) -> Result<(Table, VolumeType)> {
-        let table = crate::detach::read_table_stdin()?;
-        let kind = match self.kind {
-            Some(VolumeType::Plain) => VolumeType::Plain,
-            _ => VolumeType::of_header(self.header.unwrap_or(device)),
-        };
-        Ok((table, kind))
-    }
 }
 
 /// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].

@@ -15,6 +15,11 @@
 //!   RemoveRequest ─► remove_key ─► slot
 //!   KillRequest   ─► kill_slot
 //! ```
+//!
+//! The header administration verbs (token, config, luksErase, repair,
+//! convert, luksConvertKey) are in [`admin`]; the messages cryptsetup
+//! prints for a missing device, a device without a header and a refused
+//! confirmation are made here, once, for every verb.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +29,11 @@ use zeroize::Zeroizing;
 use crate::error::invalid;
 use crate::passphrase::{self, KeyfileRange};
 use crate::{Error, ErrorKind, FormatOptions, Hash, Header, KdfRequest, Result, Volume};
+
+pub mod admin;
+mod inspect;
+pub use admin::{ConfigRequest, ConvertKeyRequest, Done, Target, TokenAction, TokenRequest};
+pub use inspect::{dump, is_luks, DumpKind, DumpRequest};
 
 /// What the caller answers or shows while a verb runs.
 pub trait Ui {
@@ -98,10 +108,40 @@ fn no_device(device: &Path) -> Error {
 /// shows its warnings. No LUKS header is [`ErrorKind::NotLuks`] naming the
 /// file that should hold it.
 pub fn load(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Volume> {
+    load_worded(device, header, ui, "")
+}
+
+/// [`load`] for the header administration verbs ([`admin`]), which say
+/// "not a valid LUKS device." with cryptsetup's full stop.
+pub fn load_header(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Volume> {
+    load_worded(device, header, ui, ".")
+}
+
+fn load_worded(
+    device: &Path,
+    header: Option<&Path>,
+    ui: &mut dyn Ui,
+    stop: &str,
+) -> Result<Volume> {
+    let vol = open_header(device, header).map_err(|e| match e.kind() {
+        ErrorKind::NotLuks => Error::new(ErrorKind::NotLuks, format!("{}{stop}", e.message())),
+        _ => e,
+    })?;
+    for w in vol.header().warnings() {
+        ui.warn(w);
+    }
+    Ok(vol)
+}
+
+/// Reads the header of the volume on `device` (or the detached `header`)
+/// without showing anything: a missing device is [`ErrorKind::Io`] "Device
+/// … does not exist or access denied", no header [`ErrorKind::NotLuks`]
+/// "Device … is not a valid LUKS device", as cryptsetup words them.
+pub fn open_header(device: &Path, header: Option<&Path>) -> Result<Volume> {
     if !backend::device_exists(device) {
         return Err(no_device(device));
     }
-    let vol = Volume::load(device, header).map_err(|e| match e.kind() {
+    Volume::load(device, header).map_err(|e| match e.kind() {
         ErrorKind::NotLuks => Error::new(
             ErrorKind::NotLuks,
             format!(
@@ -110,11 +150,19 @@ pub fn load(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Vol
             ),
         ),
         _ => e,
-    })?;
-    for w in vol.header().warnings() {
-        ui.warn(w);
+    })
+}
+
+/// cryptsetup's confirmation of a destructive header verb ("WARNING!" …
+/// "Are you sure?"): passes with `batch`, else asks through `ui`; a
+/// refusal (or no terminal to ask on) is [`ErrorKind::InvalidArgument`].
+pub fn confirm_destructive(ui: &mut dyn Ui, batch: bool, warning: &str) -> Result<()> {
+    if batch || ui.confirm(&format!("\nWARNING!\n========\n{warning}\n\nAre you sure?")) {
+        return Ok(());
     }
-    Ok(vol)
+    Err(invalid(format!(
+        "{warning} Not confirmed (use --batch-mode)."
+    )))
 }
 
 /// Reads the LUKS header at the start of `path`, if any (isLuks).
@@ -260,6 +308,20 @@ pub enum KeyChange {
         /// Where the new passphrase is (the same slot when it fit).
         new: u32,
     },
+}
+
+impl std::fmt::Display for KeyChange {
+    /// What cryptsetup says about it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Added(slot) => write!(f, "Key slot {slot} created."),
+            Self::Changed { old, new } if new == old => write!(f, "Key slot {old} changed."),
+            Self::Changed { old, new } => write!(
+                f,
+                "Key slot {old} changed (new passphrase in key slot {new})."
+            ),
+        }
+    }
 }
 
 /// Adds a passphrase (or with `change`, replaces the one given): unlocks

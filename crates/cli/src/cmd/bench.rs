@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::{CmdResult, Failure};
+use crate::{bench_failure, CmdResult, Failure};
 
 /// Commands of this group.
 #[derive(Subcommand)]
@@ -135,19 +135,6 @@ impl Commands {
     }
 }
 
-/// The one mapping from the bench's typed errors to exit codes: bad
-/// options are usage errors, missing tools or kernel parts device errors,
-/// anything else a plain failure; the message names every cause.
-fn bench_failure(e: impl Into<bench::Error>) -> Failure {
-    let e = e.into();
-    let code = if !e.is_usage() && e.is_missing() {
-        4
-    } else {
-        1
-    };
-    Failure::new(code, bench::error_chain(&e))
-}
-
 impl BenchArgs {
     fn options(&self) -> Result<bench::Options, Failure> {
         let profile = match (&self.profile, self.quick, self.full) {
@@ -196,29 +183,17 @@ impl BenchArgs {
             print!("{text}");
             return Ok(());
         }
-        let report = if self.via.as_deref() == Some("fio") || self.peers {
+        let via = if self.via.as_deref() == Some("fio") || self.peers {
             let exe = std::env::current_exe()
                 .map_err(|e| Failure::usage(format!("Cannot find the ucrypt binary: {e}")))?;
-            let plan = bench::external::FioPlan {
-                ucrypt_targets: opts.targets.clone(),
+            bench::Via::Fio {
                 peers: self.peers,
                 ucrypt_exe: exe,
-            };
-            bench::external::run(&opts, &plan).map_err(bench_failure)?
+            }
         } else {
-            eprintln!(
-                "bench: {} profile, about {:.0} s (in-process, {} MiB ramdisk){}",
-                opts.profile,
-                opts.estimate_secs(),
-                opts.size >> 20,
-                if opts.profile == "quick" || opts.profile == "grid" {
-                    ""
-                } else {
-                    "; --quick for a short run"
-                }
-            );
-            bench::run(&opts).map_err(bench_failure)?
+            bench::Via::InProcess
         };
+        let report = bench::run_via(&opts, via).map_err(bench_failure)?;
         print!("{}", report.table());
         let files = report.write(&opts.out).map_err(bench_failure)?;
         println!();

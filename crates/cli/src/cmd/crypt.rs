@@ -7,17 +7,18 @@
 //!  map --write:  stdin ──(size checked first)──encrypt──▶ device     (like dd of=/dev/mapper/x)
 //! ```
 //!
-//! The map core lives in [`daemon::map`], the benchmark in
-//! [`bench::ciphers`]; this module reads the arguments, unlocks `--luks`
-//! volumes and prints.
+//! The map core (and where its table comes from) lives in
+//! [`daemon::map`], the benchmark in [`bench::ciphers`]; this module reads
+//! the arguments and prints.
 
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use daemon::map::Direction;
+use daemon::map::{Direction, Source};
+use luks::ops::Ui as _;
 use zeroize::Zeroizing;
 
+use crate::cmd::luks::Terminal;
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -94,36 +95,21 @@ impl Commands {
                 } else {
                     Direction::Write
                 };
-                let table = match (a.table, a.luks) {
-                    (Some(line), _) => {
-                        // The line may hold the key in hex: wipe it once parsed.
-                        let line = Zeroizing::new(line);
-                        let stdin_free = dir == Direction::Read;
-                        daemon::resolve::plain_table_arg(&line, a.key_file.as_deref(), stdin_free)?
-                    }
-                    (None, Some(device)) => {
-                        // --write reads plaintext from stdin, so the passphrase
-                        // must not come from there too (neither `-` nor the
-                        // prompt's non-tty fallback, which reads a stdin line).
-                        let stdin_is_tty = std::io::IsTerminal::is_terminal(&io::stdin());
-                        if dir == Direction::Write
-                            && (a.key_file.as_deref() == Some(Path::new("-"))
-                                || (a.key_file.is_none() && !stdin_is_tty))
-                        {
-                            return Err(Failure::usage(
-                                "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
-                            ));
-                        }
-                        crate::cmd::luks::luks_table(
-                            &device,
-                            a.header.as_deref(),
-                            a.key_file.as_deref(),
-                            a.key_slot,
-                        )?
-                    }
+                // The line may hold the key in hex: wipe it once parsed.
+                let line = a.table.map(Zeroizing::new);
+                let key_file = a.key_file.as_deref();
+                let source = match (&line, &a.luks) {
+                    (Some(line), _) => Source::Table { line, key_file },
+                    (None, Some(device)) => Source::Luks {
+                        device,
+                        header: a.header.as_deref(),
+                        key_file,
+                        key_slot: a.key_slot,
+                    },
                     // clap's "source" group requires one of them.
                     (None, None) => return Err(Failure::usage("Give --table or --luks")),
                 };
+                let table = source.table(dir, |w| Terminal.warn(w))?;
                 daemon::map::map_stdio(&table, dir)?;
                 Ok(())
             }

@@ -356,8 +356,24 @@ impl Commands {
 }
 
 fn open(a: OpenArgs) -> CmdResult {
+    let m = Mapping {
+        kind: a.kind.map(|k| match k {
+            VolumeType::Luks => Kind::Luks,
+            VolumeType::Luks1 => Kind::Luks1,
+            VolumeType::Luks2 => Kind::Luks2,
+            VolumeType::Plain => Kind::Plain,
+        }),
+        table: a.table.as_deref(),
+        table_stdin: a.table_stdin,
+        header: a.header.as_deref(),
+        key_file: a.key_file.as_deref(),
+        key_slot: a.key_slot,
+        plain: a.plain.given(),
+        test_passphrase: a.plain.test_passphrase,
+    };
+    let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {
-        return super::plain::test_passphrase(&a);
+        return Ok(m.test_passphrase(&a.device, say)?);
     }
     // clap requires NAME unless --test-passphrase.
     let name = a.name.clone().unwrap_or_default();
@@ -394,30 +410,8 @@ fn open(a: OpenArgs) -> CmdResult {
         detached: a.table_stdin,
     };
     let opts = OpenOptions::check(&given, report_stale_mount)?;
-    let kind = match a.kind {
-        None if a.table.is_some() || a.table_stdin => Some(Kind::Plain),
-        None | Some(VolumeType::Luks) => None,
-        Some(VolumeType::Luks1) => Some(Kind::Luks1),
-        Some(VolumeType::Luks2) => Some(Kind::Luks2),
-        Some(VolumeType::Plain) => Some(Kind::Plain),
-    };
-    let m = Mapping {
-        kind,
-        table: a.table.as_deref(),
-        header: a.header.as_deref(),
-        key_file: a.key_file.as_deref(),
-        key_slot: a.key_slot,
-    };
-    let (table, volume_type) = if a.table_stdin {
-        m.from_stdin(&opts.device)?
-    } else {
-        // cryptsetup's plain mode, key-file ranges, then `m.resolve`'s cases.
-        let given = a.kind.unwrap_or(match kind {
-            Some(Kind::Plain) => VolumeType::Plain,
-            _ => VolumeType::Luks,
-        });
-        super::plain::resolve(&a, given, &opts.device)?
-    };
+    // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
+    let (table, volume_type) = m.resolve(&opts.device, say)?;
     if a.foreground {
         opts.serve(table, volume_type, |p| {
             println!("{p}");

@@ -1,18 +1,17 @@
 //! cryptsetup's remaining LUKS header verbs: `token add|remove|import|
 //! export|unassign`, `config`, `erase` (`luksErase`), `repair`, `convert`
-//! and `luksConvertKey`. Argument handling, prompts and messages only; the
-//! header work is in the `luks` crate. Messages and exit codes are
+//! and `luksConvertKey`. Arguments and printing only; the verbs and their
+//! messages are `luks::ops::admin`. Messages and exit codes are
 //! cryptsetup 2.6's: success is silent unless `-v` (then "Command
 //! successful." on stdout), refusals exit 1, a wrong passphrase 2.
 
-use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use luks::{Priority, Repair, TokenPlacement, Volume};
+use luks::ops::{self, admin, Done};
 
-use crate::cmd::luks::{fail, KdfArgs};
-use crate::{CmdResult, Failure};
+use crate::cmd::luks::{KdfArgs, Terminal};
+use crate::CmdResult;
 
 /// Commands of this group.
 #[derive(Subcommand)]
@@ -158,15 +157,63 @@ pub struct ConvertKeyArgs {
 impl Commands {
     /// Runs the command.
     pub fn run(self) -> CmdResult {
-        let (base, r) = match self {
-            Self::Token(a) => (a.base.clone(), token(a)),
-            Self::Config(a) => (a.base.clone(), config(a)),
-            Self::Erase(a) => (a.base.clone(), erase(&a.base)),
-            Self::Repair(a) => (a.base.clone(), repair(&a.base)),
-            Self::Convert(a) => (a.base.clone(), convert(a)),
-            Self::ConvertKey(a) => (a.base.clone(), convert_key(a)),
+        let ui = &mut Terminal;
+        let (base, done) = match self {
+            Self::Token(a) => {
+                let req = ops::TokenRequest {
+                    action: a.action.into(),
+                    id: a.token_id,
+                    key_slot: a.key_slot,
+                    json_file: a.json_file,
+                    key_description: a.key_description,
+                    replace: a.token_replace,
+                };
+                (a.base.clone(), admin::token(&a.base.target(), &req, ui))
+            }
+            Self::Config(a) => {
+                let req = ops::ConfigRequest {
+                    label: a.label,
+                    subsystem: a.subsystem,
+                    priority: a.priority,
+                    key_slot: a.key_slot,
+                };
+                (a.base.clone(), admin::config(&a.base.target(), &req, ui))
+            }
+            Self::Erase(a) => (a.base.clone(), admin::erase(&a.base.target(), ui)),
+            Self::Repair(a) => (a.base.clone(), admin::repair(&a.base.target(), ui)),
+            Self::Convert(a) => {
+                let done = admin::convert(&a.base.target(), &a.luks_type, ui);
+                (a.base, done)
+            }
+            Self::ConvertKey(a) => {
+                let req = ops::ConvertKeyRequest {
+                    key: ops::KeySource {
+                        file: a.key_file,
+                        range: luks::passphrase::KeyfileRange {
+                            offset: a.keyfile_offset.unwrap_or(0),
+                            size: a.keyfile_size,
+                        },
+                    },
+                    key_slot: a.key_slot,
+                    kdf: a.kdf.choice(),
+                };
+                (
+                    a.base.clone(),
+                    admin::convert_key(&a.base.target(), &req, ui),
+                )
+            }
         };
-        r?;
+        match done? {
+            Done::TokenJson(text) => {
+                print!("{text}");
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            }
+            Done::Repaired(found) => found.iter().for_each(|f| eprintln!("Repaired: {f}")),
+            done if base.verbose || base.debug => {
+                done.verbose().iter().for_each(|l| println!("{l}"))
+            }
+            _ => {}
+        }
         if base.verbose || base.debug {
             println!("Command successful.");
         }
@@ -174,223 +221,24 @@ impl Commands {
     }
 }
 
-fn load(b: &Base) -> Result<Volume, Failure> {
-    if !backend::device_exists(&b.device) {
-        return Err(Failure::device(format!(
-            "Device {} does not exist or access denied",
-            b.device.display()
-        )));
+impl Base {
+    fn target(&self) -> ops::Target {
+        ops::Target {
+            device: self.device.clone(),
+            header: self.header.clone(),
+            batch: self.batch_mode,
+        }
     }
-    let vol = Volume::load(&b.device, b.header.as_deref()).map_err(|e| match e.kind() {
-        luks::ErrorKind::NotLuks => Failure::usage(format!(
-            "Device {} is not a valid LUKS device.",
-            b.header.as_deref().unwrap_or(&b.device).display()
-        )),
-        _ => fail(e),
-    })?;
-    for w in vol.header().warnings() {
-        eprintln!("WARNING: {w}");
-    }
-    Ok(vol)
 }
 
-/// cryptsetup's "Are you sure?" (refused when stdin is no terminal).
-fn confirm(b: &Base, warning: &str) -> CmdResult {
-    if b.batch_mode {
-        return Ok(());
-    }
-    if std::io::stdin().is_terminal() {
-        eprint!(
-            "\nWARNING!\n========\n{warning}\n\nAre you sure? (Type 'yes' in capital letters): "
-        );
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        if std::io::stdin().read_line(&mut line).is_ok() && line.trim_end() == "YES" {
-            return Ok(());
+impl From<TokenAction> for ops::TokenAction {
+    fn from(a: TokenAction) -> Self {
+        match a {
+            TokenAction::Add => Self::Add,
+            TokenAction::Remove => Self::Remove,
+            TokenAction::Import => Self::Import,
+            TokenAction::Export => Self::Export,
+            TokenAction::Unassign => Self::Unassign,
         }
     }
-    Err(Failure::usage(format!(
-        "{warning} Not confirmed (use --batch-mode)."
-    )))
-}
-
-fn token(a: TokenArgs) -> CmdResult {
-    let mut vol = load(&a.base)?;
-    let at = TokenPlacement {
-        id: a.token_id,
-        keyslot: a.key_slot,
-        replace: a.token_replace,
-    };
-    let need_id = || {
-        a.token_id.ok_or_else(|| {
-            Failure::usage("Action requires specific token. Use --token-id parameter.")
-        })
-    };
-    match a.action {
-        TokenAction::Add => {
-            let d = a.key_description.as_deref().ok_or_else(|| {
-                Failure::usage("--key-description parameter is mandatory for token add action.")
-            })?;
-            let id = vol.token_add_keyring(d, at).map_err(fail)?;
-            if a.base.verbose || a.base.debug {
-                println!("Token {id} created.");
-            }
-        }
-        TokenAction::Import => {
-            let json = match &a.json_file {
-                Some(p) if p != Path::new("-") => std::fs::read(p)
-                    .map_err(|e| Failure::usage(format!("Cannot read {}: {e}", p.display())))?,
-                _ => {
-                    let mut v = Vec::new();
-                    std::io::stdin()
-                        .read_to_end(&mut v)
-                        .map_err(|e| Failure::usage(format!("Cannot read stdin: {e}")))?;
-                    v
-                }
-            };
-            let id = vol.token_import(&json, at).map_err(fail)?;
-            if a.base.verbose || a.base.debug {
-                println!("Token {id} created.");
-            }
-        }
-        TokenAction::Remove => {
-            let id = need_id()?;
-            vol.token_remove(id).map_err(fail)?;
-            if a.base.verbose || a.base.debug {
-                println!("Token {id} removed.");
-            }
-        }
-        TokenAction::Export => {
-            let text = vol.token_export(need_id()?).map_err(fail)?;
-            match &a.json_file {
-                Some(p) if p != Path::new("-") => std::fs::write(p, text)
-                    .map_err(|e| Failure::usage(format!("Cannot write {}: {e}", p.display())))?,
-                _ => {
-                    print!("{text}");
-                    let _ = std::io::stdout().flush();
-                }
-            }
-        }
-        TokenAction::Unassign => {
-            let id = need_id()?;
-            let slot = a.key_slot.ok_or_else(|| {
-                Failure::usage("Action requires specific keyslot. Use --key-slot parameter.")
-            })?;
-            vol.token_unassign(id, slot).map_err(fail)?;
-        }
-    }
-    Ok(())
-}
-
-fn config(a: ConfigArgs) -> CmdResult {
-    let priority = match &a.priority {
-        Some(p) => Some(Priority::parse(p).map_err(fail)?),
-        None => None,
-    };
-    if priority.is_some() && a.key_slot.is_none() {
-        return Err(Failure::usage("Keyslot specification is required."));
-    }
-    let mut vol = load(&a.base)?;
-    if a.label.is_some() || a.subsystem.is_some() {
-        // As cryptsetup's crypt_set_label: the one not given is cleared.
-        vol.set_label(
-            Some(a.label.as_deref().unwrap_or("")),
-            Some(a.subsystem.as_deref().unwrap_or("")),
-        )
-        .map_err(fail)?;
-    }
-    if let (Some(p), Some(s)) = (priority, a.key_slot) {
-        vol.set_priority(s, p).map_err(fail)?;
-    }
-    if a.label.is_none() && a.subsystem.is_none() && priority.is_none() {
-        // cryptsetup rewrites the header unchanged; so does this.
-        vol.set_label(None, None).map_err(fail)?;
-    }
-    Ok(())
-}
-
-fn erase(b: &Base) -> CmdResult {
-    let mut vol = load(b)?;
-    confirm(
-        b,
-        &format!(
-            "This operation will erase all keyslots on device {}.\nDevice will become unusable after this operation.",
-            b.device.display()
-        ),
-    )?;
-    for slot in vol.erase().map_err(fail)? {
-        if b.verbose || b.debug {
-            println!("Key slot {slot} removed.");
-        }
-    }
-    Ok(())
-}
-
-fn repair(b: &Base) -> CmdResult {
-    let mut vol = load(b)?;
-    match vol.repair().map_err(fail)? {
-        Repair::Clean => {
-            if b.verbose || b.debug {
-                println!("No known problems detected for LUKS header.");
-            }
-        }
-        Repair::Fixed(found) => {
-            for f in found {
-                eprintln!("Repaired: {f}");
-            }
-        }
-    }
-    Ok(())
-}
-
-fn convert(a: ConvertArgs) -> CmdResult {
-    let version = match a.luks_type.as_str() {
-        "luks1" => 1,
-        "luks2" => 2,
-        t => {
-            return Err(Failure::usage(format!(
-                "Invalid LUKS type {t:?}, only luks1 and luks2 are supported."
-            )))
-        }
-    };
-    let mut vol = load(&a.base)?;
-    if vol.header().version() == version {
-        return Err(Failure::usage(format!(
-            "Device is already LUKS{version} type."
-        )));
-    }
-    confirm(
-        &a.base,
-        &format!(
-            "This operation will convert {} to LUKS{version} format.",
-            a.base.header.as_deref().unwrap_or(&a.base.device).display()
-        ),
-    )?;
-    vol.convert(version).map_err(fail)
-}
-
-fn convert_key(a: ConvertKeyArgs) -> CmdResult {
-    let mut vol = load(&a.base)?;
-    if vol.header().version() != 2 {
-        return Err(Failure::usage(format!(
-            "Device {} is not a valid LUKS2 device.",
-            a.base.header.as_deref().unwrap_or(&a.base.device).display()
-        )));
-    }
-    let range = luks::passphrase::KeyfileRange {
-        offset: a.keyfile_offset.unwrap_or(0),
-        size: a.keyfile_size,
-    };
-    let prompt = match a.key_slot {
-        Some(s) => format!("Enter passphrase for keyslot {s}: "),
-        None => "Enter passphrase for keyslot to be converted: ".to_string(),
-    };
-    let pass =
-        luks::passphrase::read_range(a.key_file.as_deref(), range, &prompt, false).map_err(fail)?;
-    let kdf = a.kdf.choice().request(2).map_err(fail)?;
-    let slot = vol.convert_key(&pass, a.key_slot, &kdf).map_err(fail)?;
-    if a.base.verbose || a.base.debug {
-        println!("Key slot {slot} created.");
-    }
-    Ok(())
 }

@@ -1,21 +1,21 @@
 //! LUKS verbs with cryptsetup's names and options: `format`, `dump`,
 //! `add-key`, `remove-key`, `change-key`, `kill-slot`, `header-backup`,
-//! `header-restore`, `is-luks`, `uuid`; plus [`read_passphrase`] and
-//! [`luks_table`] for the other command groups (`map --luks`, `open`).
+//! `header-restore`, `is-luks`, `uuid`; plus the terminal the LUKS verbs
+//! prompt on ([`Terminal`]).
 //!
-//! Only argument handling, prompts and confirmations live here; all header
-//! and key work is in the `luks` crate, and so is the luksDump text
-//! (`luks::dump`). Exit codes follow cryptsetup: 1 wrong parameters or bad
-//! header, 2 bad passphrase / no permission, 4 wrong device.
+//! Only argument handling, prompts and printing live here; the verbs are
+//! `luks::ops` (and the luksDump text `luks::dump`). Exit codes follow
+//! cryptsetup: 1 wrong parameters or bad header, 2 bad passphrase / no
+//! permission, 4 wrong device.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use luks::ops::{self, Ui as _};
+use luks::ops;
 use luks::Volume;
 
-use crate::{CmdResult, Failure};
+use crate::CmdResult;
 
 /// Commands of this group.
 #[derive(Subcommand)]
@@ -311,8 +311,7 @@ impl Commands {
                     key_slot: c.key_slot,
                     batch: c.batch_mode,
                 };
-                let slot = ops::remove_key(&req, ui)?;
-                eprintln!("Key slot {slot} removed.");
+                eprintln!("Key slot {} removed.", ops::remove_key(&req, ui)?);
                 Ok(())
             }
             Self::KillSlot(a) => {
@@ -358,17 +357,6 @@ impl Commands {
     }
 }
 
-/// Reads a passphrase: `key_file` (`-` = stdin, binary-safe), else a
-/// terminal prompt without echo (asked twice when `verify`), else one line
-/// of piped stdin, as cryptsetup does.
-pub fn read_passphrase(
-    key_file: Option<&Path>,
-    prompt: &str,
-    verify: bool,
-) -> Result<crypto::Secret, Failure> {
-    luks::passphrase::read(key_file, prompt, verify).map_err(fail)
-}
-
 impl Common {
     /// The part of `--key-file` that is the key.
     fn range(&self) -> luks::passphrase::KeyfileRange {
@@ -401,51 +389,9 @@ impl KdfArgs {
     }
 }
 
-/// Unlocks the LUKS volume on `device` and returns the dm-crypt table
-/// cryptsetup would load for it (`ucrypt map --luks`).
-pub fn luks_table(
-    device: &Path,
-    header: Option<&Path>,
-    key_file: Option<&Path>,
-    key_slot: Option<u32>,
-) -> Result<crypto::table::Table, Failure> {
-    unlock(device, header, key_file, key_slot).map(|(t, _)| t)
-}
-
-/// [`luks_table`] and the LUKS version (`ucrypt open`): the header is read
-/// first, so a device that is no LUKS volume fails before the prompt.
-pub fn unlock(
-    device: &Path,
-    header: Option<&Path>,
-    key_file: Option<&Path>,
-    key_slot: Option<u32>,
-) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
-    unlock_as(device, header, key_file, key_slot, None)
-}
-
-/// [`unlock`] requiring one LUKS version (`open --type luks1|luks2`): any
-/// other is "not a valid LUKS device", exit 1, as in cryptsetup.
-pub fn unlock_as(
-    device: &Path,
-    header: Option<&Path>,
-    key_file: Option<&Path>,
-    key_slot: Option<u32>,
-    want: Option<daemon::resolve::VolumeType>,
-) -> Result<(crypto::table::Table, daemon::resolve::VolumeType), Failure> {
-    let warn = |w: &str| Terminal.warn(w);
-    Ok(daemon::resolve::unlock_luks(
-        device, header, key_file, key_slot, want, warn,
-    )?)
-}
-
-/// Maps a `luks::Error` to cryptsetup's exit codes (see [`Failure`]).
-pub fn fail(e: luks::Error) -> Failure {
-    Failure::from(e)
-}
-
 /// Warnings on stderr; confirmations typed on the terminal (never when
 /// stdin is not one).
-struct Terminal;
+pub(crate) struct Terminal;
 
 impl ops::Ui for Terminal {
     fn warn(&mut self, warning: &str) {
@@ -479,72 +425,35 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
         },
         volume_key_file: a.volume_key_file,
     };
-    match ops::add_key(&req, change, &mut Terminal)? {
-        ops::KeyChange::Added(slot) => eprintln!("Key slot {slot} created."),
-        ops::KeyChange::Changed { old, new } if new == old => {
-            eprintln!("Key slot {old} changed.")
-        }
-        ops::KeyChange::Changed { old, new } => {
-            eprintln!("Key slot {old} changed (new passphrase in key slot {new}).")
-        }
-        _ => {}
-    }
+    eprintln!("{}", ops::add_key(&req, change, &mut Terminal)?);
     Ok(())
 }
 
 fn is_luks(a: IsLuksArgs) -> CmdResult {
-    match ops::probe(&a.device) {
-        Ok(h) => match a.luks_type.as_deref() {
-            None => Ok(()),
-            Some(t) if t == format!("luks{}", h.version()) || t == "luks" => Ok(()),
-            Some(t) => Err(Failure::usage(format!(
-                "Device {} is LUKS{}, not {t}",
-                a.device.display(),
-                h.version()
-            ))),
-        },
-        Err(e) => {
-            if a.verbose {
-                eprintln!("{}", fail(e).message);
-            }
-            Err(Failure::usage(format!(
-                "Device {} is not a valid LUKS device",
-                a.device.display()
-            )))
+    let why = |e: &luks::Error| {
+        if a.verbose {
+            eprintln!("{}", daemon::chain(e));
         }
-    }
+    };
+    Ok(ops::is_luks(&a.device, a.luks_type.as_deref(), why)?)
 }
 
 fn dump(a: DumpArgs) -> CmdResult {
-    let c = &a.common;
-    let vol = ops::load(&c.device, c.header.as_deref(), &mut Terminal)?;
-    let target = c.header.as_deref().unwrap_or(&c.device);
-    if a.json {
-        print!("{}", luks::summary::Summary::of(vol.header()).to_json());
-        return Ok(());
-    }
-    if a.dump_json_metadata {
-        let text = luks::dump::json_text(vol.header()).ok_or_else(|| {
-            Failure::usage("Dump operation is not supported for this device type")
-        })?;
-        print!("{text}");
-        return Ok(());
-    }
-    if a.dump_volume_key {
-        if !c.batch_mode
-            && !Terminal.confirm("Header dump with volume key is sensitive information. Proceed?")
-        {
-            return Err(Failure::usage(
-                "Volume key dump needs confirmation or --batch-mode",
-            ));
-        }
-        let prompt = format!("Enter passphrase for {}: ", c.device.display());
-        let pass = c.key_source().read(&prompt, false)?;
-        let opened = vol.unlock(&pass, c.key_slot)?;
-        let text = luks::dump::volume_key_text(vol.header(), &opened, target);
-        print!("{}", text.as_str());
-        return Ok(());
-    }
-    print!("{}", luks::dump::header_text(vol.header(), target));
+    let c = a.common;
+    let kind = match (a.json, a.dump_json_metadata, a.dump_volume_key) {
+        (true, _, _) => ops::DumpKind::Summary,
+        (_, true, _) => ops::DumpKind::JsonMetadata,
+        (_, _, true) => ops::DumpKind::VolumeKey,
+        _ => ops::DumpKind::Header,
+    };
+    let req = ops::DumpRequest {
+        key: c.key_source(),
+        device: c.device,
+        header: c.header,
+        kind,
+        key_slot: c.key_slot,
+        batch: c.batch_mode,
+    };
+    print!("{}", ops::dump(&req, &mut Terminal)?.as_str());
     Ok(())
 }

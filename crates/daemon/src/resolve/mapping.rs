@@ -1,0 +1,216 @@
+//! What `open` was told about its mapping, and the checks cryptsetup
+//! makes on it, in one place: the volume type (`--type`, or plain when a
+//! table is given), a `--table` line, cryptsetup's plain-mode options
+//! (built by [`crate::plain`]), the key-file range and
+//! `--test-passphrase`.
+//!
+//! ```text
+//!  Mapping ─ resolve ─┬─ --table-stdin: the parent's table (detached daemon)
+//!                     ├─ plain: --table line, or PlainOptions::open
+//!                     └─ LUKS: load header ─ passphrase ─ unlock
+//!          ─ test_passphrase: the LUKS branch, then stop
+//! ```
+
+use std::path::Path;
+
+use crypto::table::Table;
+use luks::passphrase::KeyfileRange;
+
+use super::{device, plain_table_arg, Luks, VolumeType};
+use crate::error::{invalid, Result};
+use crate::plain::PlainOptions;
+
+/// cryptsetup's plain-mode and key-file options as given (`None`: not
+/// given), before defaults are applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlainGiven {
+    /// `--cipher`.
+    pub cipher: Option<String>,
+    /// `--key-size`, bits.
+    pub key_bits: Option<u32>,
+    /// `--hash`.
+    pub hash: Option<String>,
+    /// `--offset`, 512-byte sectors.
+    pub offset: Option<u64>,
+    /// `--skip`, 512-byte sectors.
+    pub skip: Option<u64>,
+    /// `--size`, 512-byte sectors.
+    pub size: Option<u64>,
+    /// `--sector-size`, bytes.
+    pub sector_size: Option<u32>,
+    /// `--iv-large-sectors`.
+    pub iv_large_sectors: bool,
+    /// `--keyfile-offset`, bytes.
+    pub keyfile_offset: Option<u64>,
+    /// `--keyfile-size`, bytes.
+    pub keyfile_size: Option<u64>,
+}
+
+impl PlainGiven {
+    /// The part of the key file that is read.
+    pub fn range(&self) -> KeyfileRange {
+        KeyfileRange {
+            offset: self.keyfile_offset.unwrap_or(0),
+            size: self.keyfile_size,
+        }
+    }
+
+    /// The plain-mode option given first, if any (for refusals).
+    fn plain_only(&self) -> Option<&'static str> {
+        [
+            (self.cipher.is_some(), "--cipher"),
+            (self.key_bits.is_some(), "--key-size"),
+            (self.hash.is_some(), "--hash"),
+            (self.offset.is_some(), "--offset"),
+            (self.skip.is_some(), "--skip"),
+            (self.size.is_some(), "--size"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+
+    /// The options with cryptsetup's defaults, keyed by `key_file`.
+    pub fn options(&self, key_file: Option<&Path>) -> PlainOptions {
+        PlainOptions {
+            cipher: self.cipher.clone(),
+            key_bits: self.key_bits,
+            hash: self.hash.clone(),
+            offset: self.offset.unwrap_or(0),
+            skip: self.skip.unwrap_or(0),
+            size: self.size,
+            sector_size: self.sector_size,
+            iv_large_sectors: self.iv_large_sectors,
+            key_file: key_file.map(Path::to_path_buf),
+            keyfile: self.range(),
+        }
+    }
+}
+
+/// What `open` was told about its mapping.
+#[derive(Debug, Clone, Default)]
+pub struct Mapping<'a> {
+    /// `--type`: [`VolumeType::Plain`], one LUKS version, or
+    /// [`VolumeType::Luks`] for either; `None` if not given (then plain
+    /// with a table, else LUKS).
+    pub kind: Option<VolumeType>,
+    /// `--table` (plain only).
+    pub table: Option<&'a str>,
+    /// The table comes from standard input, resolved by the parent
+    /// (a detached daemon's `--table-stdin`).
+    pub table_stdin: bool,
+    /// The detached LUKS header.
+    pub header: Option<&'a Path>,
+    /// `--key-file`: the passphrase, or a plain table's raw key.
+    pub key_file: Option<&'a Path>,
+    /// `--key-slot`.
+    pub key_slot: Option<u32>,
+    /// Plain-mode options and the key-file range.
+    pub plain: PlainGiven,
+    /// `--test-passphrase`.
+    pub test_passphrase: bool,
+}
+
+impl Mapping<'_> {
+    /// Resolves the mapping in the calling process; `device` is absolute
+    /// ([`device`]). A LUKS volume is unlocked here, prompting. `say` gets
+    /// each warning line (plain options ignored, LUKS header warnings).
+    pub fn resolve(&self, device: &Path, say: impl FnMut(&str)) -> Result<(Table, VolumeType)> {
+        if self.table_stdin {
+            return self.parent_table(device);
+        }
+        let table = self.table.is_some();
+        let kind = self.kind.unwrap_or(if table {
+            VolumeType::Plain
+        } else {
+            VolumeType::Luks
+        });
+        self.check(kind)?;
+        self.unlock(kind, device, say)
+    }
+
+    /// `open --test-passphrase DEVICE`: unlocks the LUKS header and stops
+    /// there (a wrong passphrase is [`crate::ErrorKind::WrongPassphrase`]).
+    pub fn test_passphrase(&self, device_arg: &Path, say: impl FnMut(&str)) -> Result<()> {
+        let kind = self.kind.unwrap_or(VolumeType::Luks);
+        self.check(kind)?;
+        let device = device(device_arg)?;
+        self.unlock(kind, &device, say).map(|_| ())
+    }
+
+    /// The detached daemon's mapping: the table its parent resolved, from
+    /// standard input; the volume type from the header for LUKS.
+    fn parent_table(&self, device: &Path) -> Result<(Table, VolumeType)> {
+        let table = crate::detach::read_table_stdin()?;
+        let kind = match self.kind {
+            None | Some(VolumeType::Plain) => VolumeType::Plain,
+            _ => VolumeType::of_header(self.header.unwrap_or(device)),
+        };
+        Ok((table, kind))
+    }
+
+    /// The option combinations cryptsetup refuses for `open` of `kind`.
+    fn check(&self, kind: VolumeType) -> Result<()> {
+        let p = &self.plain;
+        let plain = kind == VolumeType::Plain;
+        if self.test_passphrase && plain {
+            return Err(invalid(
+                "Option --test-passphrase is allowed only for open of LUKS, TCRYPT, BITLK and FVAULT2 devices.",
+            ));
+        }
+        if p.sector_size.is_some() && !plain {
+            return Err(invalid(
+                "Sector size option with open action is supported only for plain devices.",
+            ));
+        }
+        if p.iv_large_sectors && (!plain || p.sector_size.unwrap_or(512) <= 512) {
+            return Err(invalid(
+                "Large IV sectors option is supported only for opening plain type device with sector size larger than 512 bytes.",
+            ));
+        }
+        let table = self.table.is_some() || self.table_stdin;
+        if let Some(opt) = p.plain_only() {
+            if !plain || table {
+                return Err(invalid(format!(
+                    "{opt} is for --type plain without --table (a table line gives the mapping itself)"
+                )));
+            }
+        }
+        let range_given = p.keyfile_offset.is_some() || p.keyfile_size.is_some();
+        if table && (range_given || p.sector_size.is_some()) {
+            return Err(invalid(
+                "--keyfile-offset, --keyfile-size and --sector-size do not apply to --table (its key file is the raw key)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The table of an already checked mapping of `kind`.
+    fn unlock(
+        &self,
+        kind: VolumeType,
+        device: &Path,
+        mut say: impl FnMut(&str),
+    ) -> Result<(Table, VolumeType)> {
+        if kind == VolumeType::Plain {
+            if let Some(line) = self.table {
+                let table = plain_table_arg(line, self.key_file, true)?;
+                return Ok((table, VolumeType::Plain));
+            }
+            let o = self.plain.options(self.key_file);
+            o.warnings().into_iter().for_each(&mut say);
+            return Ok((o.open(device)?, VolumeType::Plain));
+        }
+        if self.table.is_some() {
+            return Err(invalid("--table is only for --type plain"));
+        }
+        let want = Some(kind).filter(|k| *k != VolumeType::Luks);
+        let vol = Luks::load_as(device, self.header, want)?;
+        vol.warnings()
+            .iter()
+            .for_each(|w| say(&format!("WARNING: {w}")));
+        let prompt = format!("Enter passphrase for {}: ", device.display());
+        let range = self.plain.range();
+        let pass = luks::passphrase::read_range(self.key_file, range, &prompt, false)?;
+        Ok((vol.unlock(&pass, self.key_slot)?, vol.version()))
+    }
+}
