@@ -295,6 +295,8 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
         keyslots_size: req.keyslots_size,
         keyslot_cipher,
     };
+    // Refused options are refused before the prompt, as in cryptsetup.
+    opts.check(req.header.is_some())?;
     let prompt = format!("Enter passphrase for {}: ", req.device.display());
     let pass = req.key.read(&prompt, true)?;
     crate::format(&req.device, req.header.as_deref(), &opts, &pass)

@@ -126,14 +126,7 @@ pub fn format(
     let key = plan_key(opts)?;
     // Every option is checked (and the KDF benchmarked) before the first
     // byte is written: a refused option must never cost the old volume.
-    let mut layout = layout::Request {
-        detached: header.is_some(),
-        data_offset: opts.data_offset,
-        align_sectors: opts.align_payload,
-        metadata_size: opts.metadata_size,
-        keyslots_size: opts.keyslots_size,
-        data_size: 0,
-    };
+    let mut layout = opts.layout(header.is_some());
     layout.check(opts.version)?;
     let area = plan_area_cipher(opts)?;
     let kdf = plan_kdf(opts, &key, area.as_ref())?;
@@ -198,6 +191,29 @@ pub fn format(
         h.warnings.extend(layout_warnings);
     }
     Ok(vol)
+}
+
+impl FormatOptions {
+    /// Checks what needs no device (the cipher and key size, placement
+    /// options, keyslot encryption), as [`format`] does first: callers
+    /// run it before asking for a passphrase.
+    pub fn check(&self, detached: bool) -> Result<()> {
+        plan_key(self)?;
+        self.layout(detached).check(self.version)?;
+        plan_area_cipher(self).map(|_| ())
+    }
+
+    /// The placement options (the data device size still unknown).
+    fn layout(&self, detached: bool) -> layout::Request {
+        layout::Request {
+            detached,
+            data_offset: self.data_offset,
+            align_sectors: self.align_payload,
+            metadata_size: self.metadata_size,
+            keyslots_size: self.keyslots_size,
+            data_size: 0,
+        }
+    }
 }
 
 /// Step 1b: `--keyslot-cipher` / `--keyslot-key-size`, checked (LUKS2
