@@ -91,6 +91,14 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// True when [`Backend::read_batch`] / [`Backend::write_batch`] put a
+    /// batch's entries in flight together (a submission queue), so a caller
+    /// gains by gathering requests it has in flight; false (the default)
+    /// when they run one after another.
+    fn batches(&self) -> bool {
+        false
+    }
+
     /// Discards `len` bytes at `offset`.
     ///
     /// Provided: emulated by [`Backend::write_zeroes`], so the range reads
@@ -211,6 +219,9 @@ macro_rules! forward_backend {
             }
             fn direct(&self) -> Option<&dyn Direct> {
                 (**self).direct()
+            }
+            fn batches(&self) -> bool {
+                (**self).batches()
             }
             fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
                 (**self).discard(offset, len)

@@ -129,7 +129,7 @@ impl Ctx {
         // panics, or it is lost (its callback never runs).
         let mut panicked = catch(|| done(res));
         if let Some(d) = next {
-            let p = catch(|| replay(&self.core, [d]));
+            let p = catch(|| replay(&self.core, [d], true));
             panicked = panicked.or(p);
         }
         // A panicking callback must not take an engine thread (and every
@@ -257,24 +257,26 @@ thread_local! {
     /// The hint of the [`Engine::submit_hinted`] call in progress on this
     /// thread, taken by the first [`dispatch`] (its own request's).
     static HINT: std::cell::Cell<Option<Hint>> = const { std::cell::Cell::new(None) };
-    static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred)>> =
+    static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred, bool)>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
 
 /// [`Engine::submit`]: a callback that runs inline (inside `submit`) and
 /// submits again does not recurse: its request runs after the outer one
 /// returns, so a resubmitting client cannot overflow the stack.
+/// `head`: see [`Gate::admit_or_defer`](gate::Gate::admit_or_defer).
 fn submit_trampolined(
     core: &Arc<Core>,
     req: Request,
     done: impl FnOnce(Completion) + Send + 'static,
+    head: bool,
 ) {
     if DISPATCHING.with(|d| d.get()) {
         // Runs later, when the caller's queue may look different.
         HINT.with(|h| h.set(None));
         TRAMPOLINE.with(|t| {
             t.borrow_mut()
-                .push_back((core.clone(), (req, Box::new(done))))
+                .push_back((core.clone(), (req, Box::new(done)), head))
         });
         return;
     }
@@ -282,9 +284,9 @@ fn submit_trampolined(
     // A callback panicking in one request must neither strand the requests
     // queued on the trampoline nor leave this thread marked as dispatching
     // (its later submits would only queue): drain, then re-raise the first.
-    let mut panicked = catch(|| dispatch(core, req, done));
-    while let Some((core, (req, done))) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
-        let p = catch(|| dispatch(&core, req, done));
+    let mut panicked = catch(|| dispatch(core, req, done, head));
+    while let Some((core, (req, done), head)) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
+        let p = catch(|| dispatch(&core, req, done, head));
         panicked = panicked.or(p);
     }
     DISPATCHING.with(|d| d.set(false));
@@ -294,41 +296,57 @@ fn submit_trampolined(
 }
 
 /// Admission, the choke point, then the mode.
-fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+fn dispatch(
+    core: &Arc<Core>,
+    req: Request,
+    done: impl FnOnce(Completion) + Send + 'static,
+    head: bool,
+) {
     let hint = HINT.with(|h| h.take());
-    let admitted = if gate::on_engine_thread() {
+    if gate::on_engine_thread() {
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
-        let mut slot = Some((req, done));
-        match core.gate.admit_or_defer(|| {
-            // Invariant: the closure runs at most once, and only then is
-            // the slot emptied.
-            let (r, d) = slot.take().expect("request still in its slot");
-            (r, Box::new(d) as Done)
-        }) {
-            Ok(Some(a)) => {
-                let (r, d) = slot.take().expect("request not deferred");
-                (a, r, d)
-            }
-            Ok(None) => return,
-            Err(e) => {
-                let (_, d) = slot.take().expect("request not deferred");
-                return d(Err(e));
-            }
-        }
-    } else {
-        match core.gate.admit() {
-            Ok(a) => (a, req, done),
-            Err(e) => return done(Err(e)),
+        return match core.gate.admit_or_defer((req, Box::new(done)), head) {
+            Ok(Some(((gen, _), (req, done)))) => run_admitted(gen, req, hint, done),
+            Ok(None) => {}
+            Err((e, (_, done))) => done(Err(e)),
+        };
+    }
+    let admitted = match core.gate.admit_fast() {
+        Some(a) => Ok(a),
+        None => {
+            // About to wait for a slot: what this thread gathered holds
+            // slots, so it runs first.
+            mode::gather::unplug();
+            core.gate.admit()
         }
     };
-    let ((gen, _depth), req, done) = admitted;
+    match admitted {
+        Ok((gen, _)) => run_admitted(gen, req, hint, done),
+        Err(e) => done(Err(e)),
+    }
+}
+
+/// The choke point, then the mode, for a request holding a slot of `gen`.
+fn run_admitted(
+    gen: Arc<Gen>,
+    req: Request,
+    hint: Option<Hint>,
+    done: impl FnOnce(Completion) + Send + 'static,
+) {
     let t0 = Instant::now();
     let ctx = &*gen.ctx;
     let w = match check::check(ctx, req) {
         Ok(w) => w,
         Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
     };
+    let gathers = matches!(gen.pipe, Pipe::Inline | Pipe::Adaptive(_));
+    if gathers && mode::gather::wants(&gen, &w, hint) {
+        let last = hint.is_none_or(|h| h.ready == 0);
+        return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
+    }
+    // Whatever this thread gathered was submitted before this request.
+    mode::gather::unplug();
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
@@ -339,10 +357,13 @@ fn dispatch(core: &Arc<Core>, req: Request, done: impl FnOnce(Completion) + Send
 /// Resubmits requests the gate deferred. They have left the deferred list,
 /// so a panicking callback must not stop the rest: every one is submitted,
 /// then the first panic is re-raised.
-fn replay(core: &Arc<Core>, items: impl IntoIterator<Item = gate::Deferred>) {
+///
+/// `head`: `items` is the one request [`Gate::release`](gate::Gate::release)
+/// took off the list's front with the slot it freed.
+fn replay(core: &Arc<Core>, items: impl IntoIterator<Item = gate::Deferred>, head: bool) {
     let mut panicked = None;
     for (req, done) in items {
-        let p = catch(|| submit_trampolined(core, req, done));
+        let p = catch(|| submit_trampolined(core, req, done, head));
         panicked = panicked.or(p);
     }
     if let Some(p) = panicked {
@@ -376,7 +397,7 @@ impl Engine {
     /// the calling thread has its panic re-raised from here, once the
     /// requests waiting behind it have been passed on.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
-        submit_trampolined(&self.core, req, done);
+        submit_trampolined(&self.core, req, done, false);
     }
 
     /// [`Engine::submit`] with what the frontend knows about its caller's
@@ -390,20 +411,35 @@ impl Engine {
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
         HINT.with(|h| h.set(Some(hint)));
-        submit_trampolined(&self.core, req, done);
+        submit_trampolined(&self.core, req, done, false);
         HINT.with(|h| h.set(None));
+    }
+
+    /// Runs the reads and writes this thread's hinted submissions gathered
+    /// (see [`Hint::ready`]), for every engine; cheap when there are none.
+    /// A frontend that said requests were ready calls it before it blocks
+    /// (on its socket, or on anything those requests' completions release);
+    /// blocking engine calls do it themselves.
+    pub fn unplug(&self) {
+        mode::gather::unplug();
     }
 
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
+        mode::gather::unplug();
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
         // run now, not after the callback (which is waiting for it).
-        dispatch(&self.core, req, move |c| {
-            *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-            s2.1.notify_one();
-        });
+        dispatch(
+            &self.core,
+            req,
+            move |c| {
+                *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                s2.1.notify_one();
+            },
+            false,
+        );
         let mut g = slot.0.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(c) = g.take() {
@@ -466,6 +502,7 @@ impl Engine {
     /// Switches mode/flags live: suspend (drain), swap, resume. The volume
     /// stays; its backend and cipher are shared with the new generation.
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
+        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
         let vol = Volume {
@@ -481,6 +518,7 @@ impl Engine {
 
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
+        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let cfg = self.config();
         self.swap(vol, cfg)
@@ -495,7 +533,7 @@ impl Engine {
                 old.retire();
                 self.core.stats.reconfigurations.fetch_add(1, Relaxed);
                 // dm_wq_work: replay what engine threads deferred meanwhile.
-                replay(&self.core, self.core.gate.take_deferred());
+                replay(&self.core, self.core.gate.take_deferred(), false);
                 Ok(())
             }
             Err(e) => {
@@ -533,7 +571,7 @@ impl Engine {
             flushes,
             discards,
             other_errors,
-            in_flight: self.core.gate.in_flight.load(Relaxed) as u64,
+            in_flight: self.core.gate.in_flight() as u64,
             max_in_flight: self.core.gate.max_in_flight.load(Relaxed) as u64,
             reconfigurations: self.core.stats.reconfigurations.load(Relaxed),
             mode: self.with_gen(|c| c.cfg.mode, CryptMode::default()),
@@ -560,6 +598,7 @@ impl Engine {
     /// Drains in-flight requests, flushes, stops and joins worker threads.
     /// Later requests fail with [`Error::Shutdown`]. Idempotent.
     pub fn shutdown(&self) -> Result<(), Error> {
+        mode::gather::unplug();
         let res = match self.core.gate.close() {
             Some(last) => {
                 let r = last.ctx.backend.flush().map_err(Error::Io);

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!  Engine::submit(Request, done)
-//!   │ gate.rs   admit: in_flight < queue_depth, not suspended (else wait)
+//!   │ gate.rs   admit: in_flight < queue_depth, not suspended (else wait);
+//!   │           one CAS on an atomic word, no lock unless it must wait
 //!   │ check.rs  the single choke point: range, alignment, size, flags,
 //!   │           read-only, allow_discards  ──► error completion, nothing done
 //!   ▼  (dm-crypt: crypt_map)
@@ -23,6 +24,8 @@
 //!  ├─────────────── Inline (mode/inline.rs) = force_inline ─────────────────┤
 //!  │ READ  backend read, decrypt in place, complete — all in the submitter  │
 //!  │ WRITE encrypt in place, backend write (FUA passed down), complete      │
+//!  │ (inline and adaptive) reads and writes the frontend says more follow  │
+//!  │ (Hint::ready): gathered, one backend batch, then completed (gather.rs) │
 //!  ├─────────────── Adaptive (mode/adaptive.rs, ours) ──────────────────────┤
 //!  │ small / all cores busy: the inline path                                │
 //!  │ caller keeps several in flight + a warm helper idle: hand the whole    │

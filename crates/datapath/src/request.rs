@@ -109,6 +109,13 @@ pub struct Hint {
     /// Requests of the same caller in flight or already waiting to be read
     /// besides this one (0: the caller waits for this completion).
     pub behind: u32,
+    /// Of those, requests already received (or arriving) that this thread
+    /// submits right after this one, without waiting for any completion.
+    /// While it is above 0 the engine may hold this read or write to run
+    /// it in one backend batch with the ones that follow (see
+    /// [`crate::Engine::unplug`], which the frontend must call before it
+    /// blocks).
+    pub ready: u32,
 }
 
 /// The result of a request: read data for reads, `None` otherwise.

@@ -91,7 +91,10 @@ fn hinted_pairs(behind: u32, n: u64) -> u64 {
         ..EngineConfig::default()
     };
     let e = Engine::new(volume(b.backend.clone(), XTS, 64 << 20), cfg).expect("engine");
-    let hint = Hint { behind };
+    let hint = Hint {
+        behind,
+        ..Hint::default()
+    };
     let run = |op: Op, offset: u64| {
         let (tx, rx) = std::sync::mpsc::channel();
         let req = Request {

@@ -135,8 +135,16 @@ impl Conn {
 
     /// Accounts a request of `bytes` payload (read or write), first waiting
     /// while the connection already has too much in flight.
-    fn begin(&self, bytes: u64) {
+    fn begin(&self, bytes: u64, engine: &datapath::Engine) {
         let mut n = lock(&self.inflight);
+        if n.requests > 0
+            && (n.bytes + bytes > self.max_inflight || n.requests >= MAX_INFLIGHT_REQUESTS)
+        {
+            // Gathered requests hold replies this waits for: run them.
+            drop(n);
+            engine.unplug();
+            n = lock(&self.inflight);
+        }
         while n.requests > 0
             && (n.bytes + bytes > self.max_inflight || n.requests >= MAX_INFLIGHT_REQUESTS)
         {
@@ -388,6 +396,15 @@ impl Poller {
     }
 }
 
+/// Runs what the engine gathered on this thread when dropped.
+struct Unplug<'a>(&'a datapath::Engine);
+
+impl Drop for Unplug<'_> {
+    fn drop(&mut self) {
+        self.0.unplug();
+    }
+}
+
 /// The transmission phase: read, check framing, submit, repeat.
 pub(crate) fn transmit(
     r: &mut BufReader<Deadline>,
@@ -399,7 +416,16 @@ pub(crate) fn transmit(
     let trim = neg.flags & proto::FLAG_SEND_TRIM != 0;
     let known_flags = proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE;
     let mut poller = Poller::new();
+    // Requests gathered by the engine (Hint::ready) run before any return.
+    let _unplug = Unplug(&shared.engine);
+    // The last submission said more were ready (the engine may hold it).
+    let mut held = false;
     loop {
+        if held && r.buffer().len() < proto::REQUEST_LEN && !r.get_ref().s.readable_now() {
+            // About to block on the socket: run what was gathered.
+            shared.engine.unplug();
+            held = false;
+        }
         if r.buffer().is_empty() {
             poller.wait(&r.get_ref().s);
         }
@@ -443,7 +469,7 @@ pub(crate) fn transmit(
         // Refusals go through the same reply path (and count against the
         // cap) so they cannot interleave with, or overtake, queued replies.
         let err = |e: u32| {
-            conn.begin(0);
+            conn.begin(0, &shared.engine);
             conn.reply(e, h.cookie, Vec::new(), 0);
         };
         let refuse = |e: datapath::Error| err(nbd_errno(&e));
@@ -508,10 +534,18 @@ pub(crate) fn transmit(
             let waiting = r.buffer().len() >= proto::REQUEST_LEN || r.get_ref().s.readable_now();
             behind = u64::from(waiting);
         }
+        // And whether the next request is already here: then the engine
+        // may gather this one into a batch with it (run at the latest when
+        // this loop would block).
+        // (A caller with nothing else in flight has sent nothing more.)
+        let ready =
+            r.buffer().len() >= proto::REQUEST_LEN || (behind > 0 && r.get_ref().s.readable_now());
+        held = ready;
         let hint = Hint {
             behind: behind.min(u64::from(u32::MAX)) as u32,
+            ready: u32::from(ready),
         };
-        conn.begin(bytes);
+        conn.begin(bytes, &shared.engine);
         let c = Arc::clone(conn);
 
         let (cookie, kind) = (h.cookie, h.kind);

@@ -73,30 +73,27 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::{JoinHandle, Thread};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-
-use crate::check::{SectorRange, Work};
+use crate::check::Work;
 use crate::mode::inline::{self, Pass};
-use crate::stats::{Dir, Path};
+use crate::stats::Path;
 use crate::{Completion, Ctx, Done, Error, Hint};
+
+mod hint;
+mod split;
+
+use split::{run_chunks, SplitJob};
 
 /// Smallest request split when a helper is already awake.
 pub const SPLIT_MIN: u64 = 128 << 10;
 /// Smallest request for which a parked helper is woken.
 pub const WAKE_MIN: u64 = 512 << 10;
-/// Smallest chunk handed out.
-const CHUNK_MIN: u64 = 64 << 10;
-/// Chunks per participant (dynamic claiming evens out late starters).
-const CHUNKS_PER_WORKER: u64 = 4;
 /// How long an idle helper spins before parking.
 pub const SPIN_WINDOW: Duration = Duration::from_micros(300);
 /// How long a sighting of "every core has a submitter" blocks splitting.
 pub const CONTENDED_HOLD: Duration = Duration::from_millis(5);
-/// Spin iterations a submitter waits for the last chunk before parking.
-const OWNER_SPINS: u32 = 20_000;
 /// First pause in hand-offs after one was not overlapped (the submitter
 /// waited for it: a queue-depth-1 caller); doubled per further miss.
 const OFFLOAD_BACKOFF_MIN: Duration = Duration::from_millis(5);
@@ -136,19 +133,6 @@ enum OffloadKind {
     Hinted,
     /// The test hook.
     Forced,
-}
-
-struct SplitJob {
-    write: bool,
-    fua: bool,
-    range: SectorRange,
-    chunk: u64,
-    n: usize,
-    chunks: Vec<Mutex<Option<BytesMut>>>,
-    next: AtomicUsize,
-    finished: AtomicUsize,
-    err: Mutex<Option<Error>>,
-    owner: Thread,
 }
 
 struct Board {
@@ -290,23 +274,7 @@ impl Adaptive {
             }
         }
         if let Some(h) = hint {
-            // The frontend knows the caller's queue: no learning needed.
-            if h.behind > 0 && self.hinted_offload_ok(ctx, len, submitters, t0) {
-                return self.offload(w, t0, seq, Box::new(done), OffloadKind::Hinted);
-            }
-            return match w {
-                Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
-                    let res = self
-                        .split(ctx, r, vec![0u8; r.len() as usize], false, false)
-                        .map(Some);
-                    ctx.complete(Dir::Read, Path::Split, r.len(), t0, res, done);
-                }
-                Work::Write(r, data, fua) if self.plan(ctx, len, submitters, t0) => {
-                    let res = self.split(ctx, r, data, true, fua).map(|_| None);
-                    ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
-                }
-                w => inline::run(ctx, w, t0, Pass::adaptive(ctx), done),
-            };
+            return self.submit_hinted(ctx, w, t0, h, (seq, len, submitters), done);
         }
         // A caller seen keeping several requests in flight gets whole
         // requests spread over cores (no chunk bookkeeping, no waiting for
@@ -318,22 +286,13 @@ impl Adaptive {
         if pipelined && self.offload_ok(ctx, len, submitters, t0) {
             return self.offload(w, t0, seq, Box::new(done), OffloadKind::Learned);
         }
-        match w {
-            Work::Read(r) if self.plan(ctx, len, submitters, t0) => {
-                let res = self
-                    .split(ctx, r, vec![0u8; r.len() as usize], false, false)
-                    .map(Some);
-                ctx.complete(Dir::Read, Path::Split, r.len(), t0, res, done);
-            }
-            Work::Write(r, data, fua) if self.plan(ctx, len, submitters, t0) => {
-                let res = self.split(ctx, r, data, true, fua).map(|_| None);
-                ctx.complete(Dir::Write, Path::Split, r.len(), t0, res, done);
-            }
-            w if !pipelined && self.offload_ok(ctx, len, submitters, t0) => {
-                self.offload(w, t0, seq, Box::new(done), OffloadKind::Learned)
-            }
-            w => inline::run(ctx, w, t0, Pass::adaptive(ctx), done),
+        let Some((w, done)) = self.try_split(ctx, w, t0, len, submitters, done) else {
+            return;
+        };
+        if !pipelined && self.offload_ok(ctx, len, submitters, t0) {
+            return self.offload(w, t0, seq, Box::new(done), OffloadKind::Learned);
         }
+        inline::run(ctx, w, t0, Pass::adaptive(ctx), done)
     }
 
     /// Hand the whole request to a helper or not. Worth it only when the
@@ -399,25 +358,6 @@ impl Adaptive {
         false
     }
 
-    /// Hand off a request whose caller is known (from the frontend's
-    /// [`Hint`]) to have more requests behind it. The submitter does not
-    /// wait for the helper, so neither a wake-up nor a helper sharing its
-    /// core with other load holds the caller up: only the request's size
-    /// (below [`OFFLOAD_MIN`] the hop costs more than the overlap gives),
-    /// a submitter on every core already, and helpers all taken (then the
-    /// submitter runs it itself, as one more worker) keep it inline.
-    fn hinted_offload_ok(&self, ctx: &Ctx, len: u64, submitters: usize, t0: Instant) -> bool {
-        let Some(c) = &ctx.crypt else { return false };
-        if self.helpers == 0 || c.is_null() || len < OFFLOAD_MIN {
-            return false;
-        }
-        if submitters >= ctx.core.ncpu {
-            ctx.core.contended_at.store(ctx.core.nanos(t0), Relaxed);
-            return false;
-        }
-        self.board.handoff_len.load(Relaxed) + self.board.busy.load(Relaxed) < self.helpers
-    }
-
     /// Queues `w` for a helper and returns; the helper completes it.
     fn offload(&self, w: Work, t0: Instant, seq: u64, done: Done, kind: OffloadKind) {
         self.board.offloaded.fetch_add(1, SeqCst);
@@ -437,110 +377,6 @@ impl Adaptive {
         if kind == OffloadKind::Forced || self.board.spinning.load(SeqCst) == 0 {
             self.board.nudge();
         }
-    }
-
-    /// Split or not: size, submitters inside the engine (requests in
-    /// flight less those handed off) and idle cores.
-    fn plan(&self, ctx: &Ctx, len: u64, depth: usize, t0: Instant) -> bool {
-        // Splitting spreads crypto; with no cipher (or cipher_null) only
-        // memory copies would be spread, and measured on the dev VM that
-        // lost up to 40% on 1M writes (grid: null write 1M qd1 j1).
-        if self.helpers == 0 || ctx.crypt.is_none() {
-            return false;
-        }
-        if ctx.core.force_split.load(Relaxed) {
-            return len > 4096;
-        }
-        if ctx.crypt.as_ref().is_some_and(|c| c.is_null()) {
-            return false;
-        }
-        if len < SPLIT_MIN {
-            return false;
-        }
-        let now = ctx.core.nanos(t0);
-        if depth >= ctx.core.ncpu {
-            ctx.core.contended_at.store(now, Relaxed);
-            return false;
-        }
-        if ctx.core.contended(now, CONTENDED_HOLD) {
-            return false;
-        }
-        // Idle cores: every CPU but this submitter's, less whatever else is
-        // runnable on the machine right now (other processes included).
-        if ctx.core.idle.others(now, self.board.awake.load(Relaxed)) + depth >= ctx.core.ncpu {
-            ctx.core.contended_at.store(now, Relaxed);
-            return false;
-        }
-        len >= WAKE_MIN || self.board.spinning.load(Relaxed) > 0
-    }
-
-    fn split(
-        &self,
-        ctx: &Ctx,
-        r: SectorRange,
-        buf: Vec<u8>,
-        write: bool,
-        fua: bool,
-    ) -> Result<Vec<u8>, Error> {
-        let participants = 1 + self.helpers as u64;
-        let min = if ctx.core.force_split.load(Relaxed) {
-            4096
-        } else {
-            CHUNK_MIN
-        };
-        let chunk = (r.len() / (participants * CHUNKS_PER_WORKER))
-            .max(min)
-            .next_multiple_of(4096);
-        // Zero-copy: a freshly made Bytes is unique, so try_into_mut succeeds.
-        let mut whole = Bytes::from(buf)
-            .try_into_mut()
-            .unwrap_or_else(|b| BytesMut::from(&b[..]));
-        let mut chunks = Vec::with_capacity(r.len().div_ceil(chunk) as usize);
-        while !whole.is_empty() {
-            let n = whole.len().min(chunk as usize);
-            chunks.push(Mutex::new(Some(whole.split_to(n))));
-        }
-        // The empty remainder still references the buffer: dropped now, the
-        // chunks are its only owners and the final Vec::from is zero-copy.
-        drop(whole);
-        let n = chunks.len();
-        let job = Arc::new(SplitJob {
-            write,
-            fua,
-            range: r,
-            chunk,
-            n,
-            chunks,
-            next: AtomicUsize::new(0),
-            finished: AtomicUsize::new(0),
-            err: Mutex::new(None),
-            owner: std::thread::current(),
-        });
-        self.board.post(&job);
-        run_chunks(ctx, &job);
-        self.board.withdraw(&job);
-        let mut spins = 0;
-        while job.finished.load(Acquire) < n {
-            if spins < OWNER_SPINS {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::park();
-            }
-        }
-        if let Some(e) = job.err.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            return Err(e);
-        }
-        let mut parts = job
-            .chunks
-            .iter()
-            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).take());
-        // Invariant: every chunk was put back before `finished` reached n.
-        let mut whole = parts.next().flatten().unwrap_or_default();
-        for p in parts {
-            whole.unsplit(p.unwrap_or_default());
-        }
-        Ok(Vec::from(whole))
     }
 
     /// Wakes and stops the helpers.
@@ -577,66 +413,6 @@ impl Board {
             .pop_front()?;
         self.handoff_len.fetch_sub(1, SeqCst);
         Some(o)
-    }
-
-    fn post(&self, job: &Arc<SplitJob>) {
-        self.jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(job.clone());
-        self.open.fetch_add(1, SeqCst);
-        if self.spinning.load(SeqCst) == 0 {
-            let g = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-            if *g > 0 {
-                self.wake.notify_one();
-            }
-        }
-    }
-
-    fn withdraw(&self, job: &Arc<SplitJob>) {
-        self.jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|j| !Arc::ptr_eq(j, job));
-        self.open.fetch_sub(1, SeqCst);
-    }
-
-    fn claimable(&self) -> Option<Arc<SplitJob>> {
-        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.iter().find(|j| j.next.load(Relaxed) < j.n).cloned()
-    }
-}
-
-/// Claims and runs chunks of `job` until none is left.
-fn run_chunks(ctx: &Ctx, job: &SplitJob) {
-    loop {
-        let i = job.next.fetch_add(1, AcqRel);
-        if i >= job.n {
-            return;
-        }
-        let slot = &job.chunks[i];
-        // Invariant: chunk i is taken only by the claimer of index i.
-        let mut b = slot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .unwrap_or_default();
-        let r = job.range.sub(i as u64 * job.chunk, b.len() as u64);
-        let res = if job.write {
-            inline::write_from(ctx, r, &mut b, job.fua, Pass::adaptive(ctx))
-        } else {
-            inline::read_into(ctx, r, &mut b, Pass::adaptive(ctx))
-        };
-        if let Err(e) = res {
-            job.err
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(e);
-        }
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
-        if job.finished.fetch_add(1, AcqRel) + 1 == job.n {
-            job.owner.unpark();
-        }
     }
 }
 

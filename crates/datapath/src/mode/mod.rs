@@ -2,4 +2,5 @@
 
 pub(crate) mod adaptive;
 pub(crate) mod classic;
+pub(crate) mod gather;
 pub(crate) mod inline;

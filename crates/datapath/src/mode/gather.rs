@@ -1,0 +1,197 @@
+//! Gathering (the block layer's plug, for inline and adaptive): the reads
+//! and writes a frontend submits back to back go to the backend as one
+//! batch instead of one synchronous IO each.
+//!
+//! ```text
+//!  submit_hinted(req, Hint { ready: 2 })  ─► gathered (this thread)
+//!  submit_hinted(req, Hint { ready: 1 })  ─► gathered
+//!  submit_hinted(req, Hint { ready: 0 })  ─► gathered, then run:
+//!     encrypt the writes ─► backend.write_batch ─┐ one io_uring_enter
+//!     backend.read_batch ─► decrypt the reads   ─┘ per batch
+//!     complete each (stats, gate release, done)
+//! ```
+//!
+//! Why here and not a queue: inline and adaptive run a request in its
+//! submitter, so the engine never has more than one IO of a connection in
+//! flight, and a queue to an IO thread costs a cross-core wake-up per hop
+//! (see the adaptive mode). The frontend knows what the engine cannot: how
+//! many of its caller's requests it has already received and is about to
+//! submit ([`Hint::ready`]). Those requests are all in flight together from
+//! the caller's view (none is answered before the batch runs), so running
+//! them as one batch, in any order, is what a device queue would do; and
+//! the submitter thread keeps the crypto, as inline does.
+//!
+//! Only for backends whose batches reach a submission queue
+//! ([`backend::Backend::batches`]: the file backend on io_uring); others
+//! keep the one-at-a-time paths (the ramdisk's fused crypto, for one).
+//!
+//! The batch runs, at the latest, when this thread
+//! - submits a request with nothing more ready, or one that is not gathered
+//!   (a flush, discard or write-zeroes runs after what was gathered before
+//!   it: FUA and flush semantics are those of each request alone);
+//! - would block in admission (the queue is full), calls a blocking helper,
+//!   reconfigures or shuts the engine down;
+//! - reaches [`MAX_ENTRIES`] or [`MAX_BYTES`];
+//! - calls [`crate::Engine::unplug`], which a frontend must do before it
+//!   blocks (on its socket) after saying requests were ready.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use backend::{ReadOp, WriteOp};
+
+use crate::check::Work;
+use crate::stats::{Dir, Path};
+use crate::{Completion, Done, Error, Gen, Hint};
+
+/// Most requests gathered into one batch (the file backend's ring size).
+pub(crate) const MAX_ENTRIES: usize = 64;
+/// Most bytes gathered into one batch (the file backend's bounce arena).
+pub(crate) const MAX_BYTES: u64 = 8 << 20;
+
+/// A request waiting in this thread's batch; it holds its queue slot.
+struct Pending {
+    gen: Arc<Gen>,
+    w: Work,
+    t0: Instant,
+    done: Done,
+}
+
+thread_local! {
+    /// This thread's gathered requests and their bytes.
+    static GATHERED: RefCell<(Vec<Pending>, u64)> = const { RefCell::new((Vec::new(), 0)) };
+}
+
+/// Whether `w` (admitted under `gen`) joins this thread's batch: a read or
+/// write the frontend says more follow, or that follows gathered ones, on a
+/// backend whose batches are queued together.
+pub(crate) fn wants(gen: &Gen, w: &Work, hint: Option<Hint>) -> bool {
+    let len = match w {
+        Work::Read(r) | Work::Write(r, ..) => r.len(),
+        _ => return false,
+    };
+    if len == 0 || len > MAX_BYTES || !gen.ctx.backend.batches() {
+        return false;
+    }
+    let ready = hint.is_some_and(|h| h.ready > 0);
+    ready
+        || GATHERED.with(|g| {
+            let g = g.borrow();
+            hint.is_some() && g.0.last().is_some_and(|p| std::ptr::eq(&*p.gen, gen))
+        })
+}
+
+/// Adds a request to this thread's batch; runs the batch when the frontend
+/// has nothing more ready (`last`) or the batch is full.
+pub(crate) fn add(gen: Arc<Gen>, w: Work, t0: Instant, done: Done, last: bool) {
+    let len = match &w {
+        Work::Read(r) | Work::Write(r, ..) => r.len(),
+        _ => 0,
+    };
+    let other = GATHERED.with(|g| {
+        let g = g.borrow();
+        g.0.last().is_some_and(|p| !Arc::ptr_eq(&p.gen, &gen)) || g.1 + len > MAX_BYTES
+    });
+    if other {
+        // Another engine's (or generation's) batch, or no room: run it first.
+        unplug();
+    }
+    let full = GATHERED.with(|g| {
+        let mut g = g.borrow_mut();
+        g.0.push(Pending { gen, w, t0, done });
+        g.1 += len;
+        g.0.len() >= MAX_ENTRIES || g.1 >= MAX_BYTES
+    });
+    if last || full {
+        unplug();
+    }
+}
+
+/// Runs this thread's batch, if any (the blocking point's unplug).
+pub(crate) fn unplug() {
+    let batch = GATHERED.with(|g| {
+        let mut g = g.borrow_mut();
+        g.1 = 0;
+        std::mem::take(&mut g.0)
+    });
+    if !batch.is_empty() {
+        run(batch);
+    }
+}
+
+/// Runs a batch (all of one generation): writes encrypted and submitted
+/// together, reads submitted together and decrypted, then every request
+/// completed. A panicking callback does not keep the others from
+/// completing; the first panic is re-raised afterwards.
+fn run(batch: Vec<Pending>) {
+    // `add` keeps one generation per batch.
+    let gen = batch[0].gen.clone();
+    let ctx = &*gen.ctx;
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for p in batch {
+        match p.w {
+            Work::Read(r) => reads.push((r, vec![0u8; r.len() as usize], p.t0, p.done)),
+            Work::Write(r, mut data, fua) => {
+                if let Some(c) = &ctx.crypt {
+                    c.encrypt(r.sector(), &mut data);
+                }
+                writes.push((r, data, fua, p.t0, p.done));
+            }
+            // Invariant: `wants` admits reads and writes only.
+            _ => unreachable!("only reads and writes are gathered"),
+        }
+    }
+    let wres = if writes.is_empty() {
+        Vec::new()
+    } else {
+        let ops: Vec<WriteOp<'_>> = writes
+            .iter()
+            .map(|(r, data, fua, ..)| WriteOp {
+                buf: data,
+                offset: r.at(),
+                fua: *fua,
+            })
+            .collect();
+        ctx.backend.write_batch(&ops)
+    };
+    let rres = if reads.is_empty() {
+        Vec::new()
+    } else {
+        let mut ops: Vec<ReadOp<'_>> = reads
+            .iter_mut()
+            .map(|(r, buf, ..)| ReadOp {
+                buf,
+                offset: r.at(),
+            })
+            .collect();
+        ctx.backend.read_batch(&mut ops)
+    };
+    let mut panicked = None;
+    for ((r, _, _, t0, done), res) in writes.into_iter().zip(wres) {
+        let res: Completion = res.map(|()| None).map_err(Error::Io);
+        let p = catch(|| ctx.complete(Dir::Write, Path::Inline, r.len(), t0, res, done));
+        panicked = panicked.or(p);
+    }
+    for ((r, mut buf, t0, done), res) in reads.into_iter().zip(rres) {
+        let res: Completion = res
+            .map(|()| {
+                if let Some(c) = &ctx.crypt {
+                    c.decrypt(r.sector(), &mut buf);
+                }
+                Some(buf)
+            })
+            .map_err(Error::Io);
+        let p = catch(|| ctx.complete(Dir::Read, Path::Inline, r.len(), t0, res, done));
+        panicked = panicked.or(p);
+    }
+    if let Some(p) = panicked {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// Runs `f`, returning its panic instead of unwinding.
+fn catch(f: impl FnOnce()) -> Option<Box<dyn std::any::Any + Send>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()
+}
