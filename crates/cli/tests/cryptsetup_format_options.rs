@@ -423,6 +423,9 @@ fn two_slot_volumes(dir: &TempDir) -> [PathBuf; 2] {
     })
 }
 
+/// One tool's command line (and stdin) for a device.
+type CommandFor<'a> = dyn Fn(&str, &Path) -> (Vec<String>, Option<Vec<u8>>) + 'a;
+
 #[test]
 fn key_file_ranges_where_cryptsetup_takes_them() {
     if !need("key_file_ranges_where_cryptsetup_takes_them") {
@@ -438,7 +441,7 @@ fn key_file_ranges_where_cryptsetup_takes_them() {
             ("luksKillSlot", "luksAddKey", "luksChangeKey")
         }
     };
-    let both = |what: &str, f: &dyn Fn(&str, &Path) -> (Vec<String>, Option<Vec<u8>>)| {
+    let both = |what: &str, f: &CommandFor<'_>| {
         let mut codes = Vec::new();
         for (tool, dev) in ["cryptsetup", "ucrypt"].iter().zip(&devs) {
             let (args, stdin) = f(tool, dev);
