@@ -158,9 +158,8 @@ impl PlainOptions {
     pub fn read_material(&self, device: &Path) -> Result<Secret> {
         let plan = self.key_plan()?;
         let prompt = format!("Enter passphrase for {}: ", device.display());
-        if plan.key_file.is_none() && plan.range.offset != 0 {
-            return Err(invalid("Cannot use offset with terminal input."));
-        }
+        // A piped passphrase takes the range too; a terminal refuses an
+        // offset (luks::passphrase::read_range), as cryptsetup does.
         Ok(luks::passphrase::read_range(
             plan.key_file.as_deref(),
             plan.range,

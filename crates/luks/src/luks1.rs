@@ -294,6 +294,14 @@ impl RawHeader {
 /// 4 KiB aligned from sector 8) and the default payload offset (1 MiB
 /// aligned after the last area; with a detached header the caller uses 0).
 pub fn default_layout(key_bytes: u32) -> ([u32; SLOTS], u32) {
+    let (offs, end) = keyslot_layout(key_bytes);
+    (offs, end.div_ceil(2048) as u32 * 2048)
+}
+
+/// The keyslot material offsets cryptsetup gives a `key_bytes` volume key
+/// (first area at 4096 bytes, each area 4096-aligned) and the sector
+/// where the last area ends.
+pub fn keyslot_layout(key_bytes: u32) -> ([u32; SLOTS], u64) {
     let align = 8u64; // 4096 bytes
     let area = af_sectors(key_bytes, 4000).div_ceil(align) * align;
     let mut offs = [0u32; SLOTS];
@@ -302,8 +310,7 @@ pub fn default_layout(key_bytes: u32) -> ([u32; SLOTS], u32) {
         *o = pos as u32;
         pos += area;
     }
-    let payload = pos.div_ceil(2048) * 2048;
-    (offs, payload as u32)
+    (offs, pos)
 }
 
 #[cfg(test)]

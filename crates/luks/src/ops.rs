@@ -93,6 +93,64 @@ impl KdfChoice {
     }
 }
 
+/// A size argument in cryptsetup's syntax (`tools_string_to_size`):
+/// decimal bytes, optionally with a unit: `s` (512-byte sectors), `k`,
+/// `m`, `g`, `t` (powers of 1024; `KiB`.. too), or `KB`.. (powers of 1000).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let n: u64 = s[..digits].parse().ok()?;
+    let unit = &s[digits..];
+    let base: u64 = match unit.len() {
+        0 => return Some(n),
+        1 | 3 if unit.len() == 1 || &unit[1..] == "iB" => 1024,
+        2 if &unit[1..] == "B" => 1000,
+        _ => return None,
+    };
+    let power = match unit.as_bytes()[0].to_ascii_lowercase() {
+        b's' => return n.checked_mul(512),
+        b'k' => 1,
+        b'm' => 2,
+        b'g' => 3,
+        b't' => 4,
+        _ => return None,
+    };
+    n.checked_mul(base.pow(power))
+}
+
+/// `--keyslot-cipher` and `--keyslot-key-size` (bits): both or neither,
+/// as cryptsetup requires.
+#[derive(Debug, Clone, Default)]
+pub struct KeyslotCipher {
+    /// `--keyslot-cipher`.
+    pub cipher: Option<String>,
+    /// `--keyslot-key-size`, bits.
+    pub key_bits: Option<u32>,
+}
+
+impl KeyslotCipher {
+    /// The pair, if given; one without the other is refused.
+    pub fn pair(&self) -> Result<Option<(String, u32)>> {
+        match (&self.cipher, self.key_bits) {
+            (None, None) => Ok(None),
+            (Some(c), Some(b)) => Ok(Some((c.clone(), b))),
+            _ => Err(invalid(
+                "Options --keyslot-cipher and --keyslot-key-size must be used together.",
+            )),
+        }
+    }
+
+    /// Applies the pair to `vol` (its next keyslots), if given.
+    fn apply(&self, vol: &mut Volume) -> Result<()> {
+        match self.pair()? {
+            Some((c, bits)) => vol.set_keyslot_encryption(&c, bits),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The "does not exist" error for `device`.
 fn no_device(device: &Path) -> Error {
     Error::new(
@@ -218,6 +276,14 @@ pub struct FormatRequest {
     pub offset_sectors: Option<u64>,
     /// Volume key file instead of a random key.
     pub volume_key_file: Option<PathBuf>,
+    /// `--align-payload`, 512-byte sectors.
+    pub align_payload: Option<u32>,
+    /// `--luks2-metadata-size`, bytes.
+    pub metadata_size: Option<u64>,
+    /// `--luks2-keyslots-size`, bytes.
+    pub keyslots_size: Option<u64>,
+    /// `--keyslot-cipher` / `--keyslot-key-size`.
+    pub keyslot_cipher: KeyslotCipher,
 }
 
 /// Formats a volume: checks the type and the device, asks before
@@ -251,6 +317,7 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
         force = true;
     }
     let kdf = req.kdf.request(version)?;
+    let keyslot_cipher = req.keyslot_cipher.pair()?;
     let volume_key = req
         .volume_key_file
         .as_deref()
@@ -270,7 +337,13 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
         volume_key,
         data_offset: req.offset_sectors.map(|o| o * 512),
         force,
+        align_payload: req.align_payload,
+        metadata_size: req.metadata_size,
+        keyslots_size: req.keyslots_size,
+        keyslot_cipher,
     };
+    // Refused options are refused before the prompt, as in cryptsetup.
+    opts.check(req.header.is_some())?;
     let prompt = format!("Enter passphrase for {}: ", req.device.display());
     let pass = req.key.read(&prompt, true)?;
     crate::format(&req.device, req.header.as_deref(), &opts, &pass)
@@ -293,6 +366,8 @@ pub struct KeyRequest {
     pub new_key: KeySource,
     /// Unlock with this volume key file instead of a passphrase (add only).
     pub volume_key_file: Option<PathBuf>,
+    /// `--keyslot-cipher` / `--keyslot-key-size` for the new keyslot.
+    pub keyslot_cipher: KeyslotCipher,
 }
 
 /// What [`add_key`] did.
@@ -328,7 +403,9 @@ impl std::fmt::Display for KeyChange {
 /// with the existing passphrase or volume key, reads the new passphrase
 /// (verified) and writes the keyslot.
 pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyChange> {
+    req.keyslot_cipher.pair()?;
     let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    req.keyslot_cipher.apply(&mut vol)?;
     let (old_slot, vk) = match &req.volume_key_file {
         Some(p) => {
             let vk = read_volume_key(p)?;
@@ -371,7 +448,8 @@ pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyCha
     }
     let old =
         old_slot.ok_or_else(|| invalid("change-key needs the old passphrase, not a volume key"))?;
-    let new = vol.change_key(old, &vk, &new, &kdf)?;
+    // With --key-slot, cryptsetup re-seals that keyslot where it is.
+    let new = vol.change_key_at(old, &vk, &new, &kdf, req.key_slot.is_some())?;
     Ok(KeyChange::Changed { old, new })
 }
 
@@ -420,43 +498,89 @@ pub struct KillRequest {
     pub header: Option<PathBuf>,
     /// The slot to wipe.
     pub slot: u32,
-    /// A remaining passphrase (asked unless `batch`).
-    pub key_file: Option<PathBuf>,
+    /// A remaining passphrase (asked unless `batch`; with a key file it
+    /// is checked in batch mode too, as cryptsetup does).
+    pub key: KeySource,
     /// Ask nothing.
     pub batch: bool,
 }
 
-/// Wipes one keyslot. Unless `batch`, the last slot needs a confirmation
-/// and any other a passphrase of a slot that stays.
+/// Wipes one keyslot, as cryptsetup's luksKillSlot: unless `batch` (and
+/// with a key file always), a passphrase must open another keyslot, or
+/// for the last keyslot that one (confirmed first when typed).
 pub fn kill_slot(req: &KillRequest, ui: &mut dyn Ui) -> Result<()> {
     let mut vol = load(&req.device, req.header.as_deref(), ui)?;
     let active = vol.header().active_slots();
     if !active.contains(&req.slot) {
         return Err(invalid(format!("Keyslot {} is not active", req.slot)));
     }
-    if !req.batch {
-        if active.len() == 1 {
-            if !ui.confirm(
-                "WARNING: This is the last keyslot. The device will become unusable. Kill it?",
-            ) {
-                return Err(invalid(
-                    "Refusing to kill the last keyslot without --batch-mode",
-                ));
-            }
+    let last = active.len() == 1;
+    if last
+        && !req.batch
+        && req.key.file.is_none()
+        && !ui
+            .confirm("WARNING: This is the last keyslot. The device will become unusable. Kill it?")
+    {
+        return Err(invalid(
+            "Refusing to kill the last keyslot without --batch-mode",
+        ));
+    }
+    if !req.batch || req.key.file.is_some() {
+        let pass = req.key.read("Enter any remaining passphrase: ", false)?;
+        if last {
+            vol.unlock_key(&pass, Some(req.slot))?;
         } else {
-            let pass = passphrase::read(
-                req.key_file.as_deref(),
-                "Enter any remaining passphrase: ",
-                false,
-            )?;
-            let (s, _vk) = vol.unlock_key(&pass, None)?;
-            if s == req.slot {
-                return Err(Error::new(
-                    ErrorKind::WrongPassphrase,
-                    "Give a passphrase of a remaining keyslot, not of the one to kill",
-                ));
+            // Any keyslot but the one to kill (cryptsetup's verify_keyslot).
+            let other = active
+                .iter()
+                .filter(|&&s| s != req.slot)
+                .any(|&s| vol.unlock_key(&pass, Some(s)).is_ok());
+            if !other {
+                let (s, _vk) = vol.unlock_key(&pass, None)?;
+                if s == req.slot {
+                    return Err(Error::new(
+                        ErrorKind::WrongPassphrase,
+                        "Give a passphrase of a remaining keyslot, not of the one to kill",
+                    ));
+                }
             }
         }
     }
     vol.kill_slot(req.slot, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_cryptsetup_syntax() {
+        for (s, v) in [
+            ("4096", Some(4096)),
+            ("16k", Some(16384)),
+            ("16KiB", Some(16384)),
+            ("16KB", Some(16000)),
+            ("2m", Some(2 << 20)),
+            ("1G", Some(1 << 30)),
+            ("8s", Some(4096)),
+            ("", None),
+            ("k", None),
+            ("16q", None),
+            ("16kb", None),
+            ("16KiBB", None),
+            ("99999999999999999999t", None),
+        ] {
+            assert_eq!(parse_size(s), v, "{s}");
+        }
+    }
+
+    #[test]
+    fn keyslot_cipher_needs_both_options() {
+        let one = KeyslotCipher {
+            cipher: Some("aes-cbc-essiv:sha256".into()),
+            key_bits: None,
+        };
+        assert!(one.pair().is_err());
+        assert_eq!(KeyslotCipher::default().pair().unwrap(), None);
+    }
 }

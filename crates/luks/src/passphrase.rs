@@ -29,16 +29,27 @@ pub struct KeyfileRange {
     pub size: Option<u64>,
 }
 
-/// [`read`] taking only `range` of a key file (the whole file when
-/// `range` is the default). Prompts and piped lines ignore `range`.
+/// [`read`] taking only `range` of the input, as cryptsetup does: of a
+/// key file; of piped stdin (no key file), where the offset skips bytes
+/// and the line ends at a newline or after `size` bytes (fewer is
+/// refused). A terminal prompt ignores the size and refuses an offset.
 pub fn read_range(
     key_file: Option<&Path>,
     range: KeyfileRange,
     prompt: &str,
     verify: bool,
 ) -> Result<Secret> {
-    if key_file.is_none() || range == KeyfileRange::default() {
+    if range == KeyfileRange::default() {
         return read(key_file, prompt, verify);
+    }
+    if key_file.is_none() {
+        if !std::io::stdin().is_terminal() {
+            return read_piped(range);
+        }
+        if range.offset != 0 {
+            return Err(invalid("Cannot use offset with terminal input."));
+        }
+        return read(None, prompt, verify);
     }
     let all = read(key_file, prompt, verify)?;
     let start = usize::try_from(range.offset)
@@ -126,6 +137,40 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secre
             }
             Ok(buf)
         }
+    }
+}
+
+/// One passphrase line from piped stdin after skipping `range.offset`
+/// bytes: up to a newline, or exactly `range.size` bytes when given
+/// (cryptsetup's `crypt_keyfile_device_read` with `STOP_EOL`).
+fn read_piped(range: KeyfileRange) -> Result<Secret> {
+    let fail = |e| Error::io("Cannot read the passphrase from stdin", e);
+    let mut input = stdin().map_err(fail)?;
+    let mut byte = [0u8; 1];
+    for _ in 0..range.offset {
+        if input.read(&mut byte).map_err(fail)? == 0 {
+            return Err(invalid("Cannot seek to requested keyfile offset"));
+        }
+    }
+    let limit = range.size.map_or(MAX_PASSPHRASE + 1, |n| n as usize);
+    let mut buf = Secret::with_capacity(limit.min(MAX_KEYFILE as usize));
+    while buf.len() < limit {
+        match input.read(&mut byte).map_err(fail)? {
+            0 => break,
+            _ if byte[0] == b'\n' => break,
+            _ => buf.push(byte[0]),
+        }
+        if buf.len() as u64 > MAX_KEYFILE {
+            return Err(invalid("Key file is larger than 8 MiB"));
+        }
+    }
+    match range.size {
+        Some(n) if buf.len() as u64 != n => Err(invalid("Cannot read requested amount of data")),
+        None if buf.len() > MAX_PASSPHRASE => Err(invalid(format!(
+            "Passphrase is longer than {MAX_PASSPHRASE} characters"
+        ))),
+        _ if buf.is_empty() => Err(invalid("No passphrase given (empty input)")),
+        _ => Ok(buf),
     }
 }
 

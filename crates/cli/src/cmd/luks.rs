@@ -100,6 +100,31 @@ pub struct KdfArgs {
     pub pbkdf_parallel: Option<u32>,
 }
 
+/// `--keyslot-cipher` / `--keyslot-key-size` (LUKS2 keyslot encryption).
+#[derive(Args, Clone)]
+pub struct KeyslotCipherArgs {
+    /// LUKS2 keyslot: the cipher used for keyslot encryption.
+    #[arg(long)]
+    keyslot_cipher: Option<String>,
+    /// LUKS2 keyslot: the size of the encryption key, bits.
+    #[arg(long, value_name = "BITS")]
+    keyslot_key_size: Option<u32>,
+}
+
+impl KeyslotCipherArgs {
+    fn choice(self) -> ops::KeyslotCipher {
+        ops::KeyslotCipher {
+            cipher: self.keyslot_cipher,
+            key_bits: self.keyslot_key_size,
+        }
+    }
+}
+
+/// A size in cryptsetup's syntax (`luks::ops::parse_size`).
+fn size_arg(s: &str) -> Result<u64, String> {
+    ops::parse_size(s).ok_or_else(|| format!("invalid size {s:?}"))
+}
+
 /// `ucrypt format`.
 #[derive(Args)]
 #[command(disable_help_flag = true)]
@@ -133,8 +158,19 @@ pub struct FormatArgs {
     #[arg(long)]
     uuid: Option<String>,
     /// Data offset in 512-byte sectors.
-    #[arg(long)]
+    #[arg(long, short = 'o')]
     offset: Option<u64>,
+    /// Align the data at SECTORS boundaries (with --header: the data offset).
+    #[arg(long, value_name = "SECTORS", conflicts_with = "offset")]
+    align_payload: Option<u32>,
+    /// LUKS2 header metadata area size (one copy: 16k to 4m, a power of 2).
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    luks2_metadata_size: Option<u64>,
+    /// LUKS2 header keyslots area size (4 KiB aligned, at most 128m).
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    luks2_keyslots_size: Option<u64>,
+    #[command(flatten)]
+    keyslot: KeyslotCipherArgs,
     /// Use the volume key from this file instead of a random one.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
@@ -176,6 +212,13 @@ pub struct AddKeyArgs {
     kdf: KdfArgs,
     /// File with the new passphrase (`-` = stdin); prompts if absent.
     new_key_file: Option<PathBuf>,
+    /// The same as the NEW_KEY_FILE argument (cryptsetup's `--new-keyfile`).
+    #[arg(
+        long = "new-keyfile",
+        value_name = "FILE",
+        conflicts_with = "new_key_file"
+    )]
+    new_keyfile: Option<PathBuf>,
     /// Skip this many bytes of the new key file.
     #[arg(long, value_name = "BYTES")]
     new_keyfile_offset: Option<u64>,
@@ -185,6 +228,8 @@ pub struct AddKeyArgs {
     /// Unlock with this volume key file instead of a passphrase.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    keyslot: KeyslotCipherArgs,
 }
 
 /// `ucrypt remove-key`.
@@ -209,6 +254,12 @@ pub struct KillSlotArgs {
     /// A remaining passphrase, from this file (`-` = stdin).
     #[arg(long, short = 'd')]
     key_file: Option<PathBuf>,
+    /// Skip this many bytes of the key file.
+    #[arg(long, value_name = "BYTES")]
+    keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the key file.
+    #[arg(long, short = 'l', value_name = "BYTES")]
+    keyfile_size: Option<u64>,
     /// Do not ask for a remaining passphrase or confirmation.
     #[arg(long, short = 'q')]
     batch_mode: bool,
@@ -287,6 +338,10 @@ impl Commands {
                     uuid: a.uuid,
                     offset_sectors: a.offset,
                     volume_key_file: a.volume_key_file,
+                    align_payload: a.align_payload,
+                    metadata_size: a.luks2_metadata_size,
+                    keyslots_size: a.luks2_keyslots_size,
+                    keyslot_cipher: a.keyslot.choice(),
                 };
                 let vol = ops::format(&req, ui)?;
                 for w in vol.header().warnings() {
@@ -319,7 +374,13 @@ impl Commands {
                     device: a.device,
                     header: a.header,
                     slot: a.slot,
-                    key_file: a.key_file,
+                    key: ops::KeySource {
+                        file: a.key_file,
+                        range: luks::passphrase::KeyfileRange {
+                            offset: a.keyfile_offset.unwrap_or(0),
+                            size: a.keyfile_size,
+                        },
+                    },
                     batch: a.batch_mode,
                 };
                 Ok(ops::kill_slot(&req, ui)?)
@@ -417,13 +478,14 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
         key_slot: a.common.key_slot,
         kdf: a.kdf.choice(),
         new_key: ops::KeySource {
-            file: a.new_key_file,
+            file: a.new_key_file.or(a.new_keyfile),
             range: luks::passphrase::KeyfileRange {
                 offset: a.new_keyfile_offset.unwrap_or(0),
                 size: a.new_keyfile_size,
             },
         },
         volume_key_file: a.volume_key_file,
+        keyslot_cipher: a.keyslot.choice(),
     };
     eprintln!("{}", ops::add_key(&req, change, &mut Terminal)?);
     Ok(())

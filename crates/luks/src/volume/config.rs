@@ -4,7 +4,7 @@
 //! `luksConvertKey` (a keyslot re-sealed with another PBKDF, same id).
 
 use super::io::{open_rw, sync, write_at, write_luks2, zero_range};
-use super::keyslots::{area_size_v2, keyslot_cipher, SealV2};
+use super::keyslots::{area_size_v2, SealV2};
 use super::token::not_luks2;
 use super::Volume;
 use crate::error::{invalid, Error, ErrorKind, Result};
@@ -153,6 +153,7 @@ impl Volume {
         }
         let (s, vk) = self.unlock_key(pass, slot)?;
         self.check_volume_key(&vk)?;
+        let (cipher, area_key_size) = self.area_cipher(vk.len());
         let mut f = open_rw(&self.meta_path)?;
         let Header::V2(h) = &mut self.header else {
             unreachable!("checked above")
@@ -166,7 +167,6 @@ impl Volume {
             .get(&id)
             .cloned()
             .ok_or_else(|| invalid("Keyslot vanished"))?;
-        let (cipher, area_key_size) = keyslot_cipher(&h.meta.segment().1.encryption, vk.len());
         if area_size_v2(vk.len()) > old.area.size {
             return Err(invalid(format!("Keyslot {s} area is too small to re-seal")));
         }

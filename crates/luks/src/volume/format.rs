@@ -9,7 +9,7 @@ use zeroize::Zeroizing;
 
 use super::io::{device_size, open_ro, open_rw, sync, write_at, write_luks2, zero_range, Dev};
 use super::keyslots::checked_uuid;
-use super::Volume;
+use super::{layout, Volume};
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::hash::Hash;
 use crate::kdf::{KdfRequest, MIN_PBKDF2_ITERATIONS};
@@ -48,6 +48,15 @@ pub struct FormatOptions {
     pub data_offset: Option<u64>,
     /// Overwrite an existing LUKS header.
     pub force: bool,
+    /// `--align-payload`, 512-byte sectors (data offset alignment; the
+    /// data offset itself with a detached header).
+    pub align_payload: Option<u32>,
+    /// `--luks2-metadata-size`: one LUKS2 header copy, bytes.
+    pub metadata_size: Option<u64>,
+    /// `--luks2-keyslots-size`: the LUKS2 keyslots area, bytes.
+    pub keyslots_size: Option<u64>,
+    /// `--keyslot-cipher` and `--keyslot-key-size` (bits), LUKS2 only.
+    pub keyslot_cipher: Option<(String, u32)>,
 }
 
 impl std::fmt::Debug for FormatOptions {
@@ -69,6 +78,10 @@ impl std::fmt::Debug for FormatOptions {
             )
             .field("data_offset", &self.data_offset)
             .field("force", &self.force)
+            .field("align_payload", &self.align_payload)
+            .field("metadata_size", &self.metadata_size)
+            .field("keyslots_size", &self.keyslots_size)
+            .field("keyslot_cipher", &self.keyslot_cipher)
             .finish()
     }
 }
@@ -89,6 +102,10 @@ impl Default for FormatOptions {
             volume_key: None,
             data_offset: None,
             force: false,
+            align_payload: None,
+            metadata_size: None,
+            keyslots_size: None,
+            keyslot_cipher: None,
         }
     }
 }
@@ -109,8 +126,12 @@ pub fn format(
     let key = plan_key(opts)?;
     // Every option is checked (and the KDF benchmarked) before the first
     // byte is written: a refused option must never cost the old volume.
-    let kdf = plan_kdf(opts, &key)?;
+    let mut layout = opts.layout(header.is_some());
+    layout.check(opts.version)?;
+    let area = plan_area_cipher(opts)?;
+    let kdf = plan_kdf(opts, &key, area.as_ref())?;
     let mut target = open_target(device, header, opts.force)?;
+    layout.data_size = target.data_size;
     let uuid = match &opts.uuid {
         Some(u) => checked_uuid(u)?,
         None => keyslot::random_uuid()?,
@@ -120,14 +141,17 @@ pub fn format(
         device,
         detached: header.is_some(),
         data_size: target.data_size,
+        layout,
     };
+    let mut layout_warnings = Vec::new();
     let (mut hdr, slot) = match opts.version {
         1 => {
             let (h, slot) = luks1_header(opts, &key, uuid, &digest, &place)?;
             (Header::V1(h), slot)
         }
         2 => {
-            let (h, slot) = luks2_header(opts, &key, uuid, &digest, &place)?;
+            let (h, slot, w) = luks2_header(opts, &key, uuid, &digest, &place)?;
+            layout_warnings = w;
             (Header::V2(h), slot)
         }
         v => {
@@ -160,35 +184,66 @@ pub fn format(
         detached: place.detached,
         meta_size: target.meta_size.max(wipe),
         data_size: target.data_size,
+        keyslot_encryption: area,
     };
     let mut vol = add_first_key(vol, &key.volume_key, passphrase, slot, &kdf, device, header)?;
     if let Header::V2(h) = &mut vol.header {
-        let ks = h.meta.config.keyslots_size;
-        if ks < SMALL_KEYSLOTS_AREA {
-            h.warnings.push(format!(
-                "keyslots area ({ks} bytes) is very small, available LUKS2 keyslot count is very limited."
-            ));
-        }
+        h.warnings.extend(layout_warnings);
     }
     Ok(vol)
 }
 
-/// Below this many bytes of keyslots area cryptsetup warns that few
-/// keyslots fit (4 MiB less both 16 KiB header copies).
-const SMALL_KEYSLOTS_AREA: u64 = (4 << 20) - 2 * LUKS2_HDR_SIZE;
+impl FormatOptions {
+    /// Checks what needs no device (the cipher and key size, placement
+    /// options, keyslot encryption), as [`format`] does first: callers
+    /// run it before asking for a passphrase.
+    pub fn check(&self, detached: bool) -> Result<()> {
+        plan_key(self)?;
+        self.layout(detached).check(self.version)?;
+        plan_area_cipher(self).map(|_| ())
+    }
 
-/// Step 1b: resolves the KDF request to fixed costs (benchmarking like
+    /// The placement options (the data device size still unknown).
+    fn layout(&self, detached: bool) -> layout::Request {
+        layout::Request {
+            detached,
+            data_offset: self.data_offset,
+            align_sectors: self.align_payload,
+            metadata_size: self.metadata_size,
+            keyslots_size: self.keyslots_size,
+            data_size: 0,
+        }
+    }
+}
+
+/// Step 1b: `--keyslot-cipher` / `--keyslot-key-size`, checked (LUKS2
+/// only, a cipher the keyslot code can use with that key size).
+fn plan_area_cipher(opts: &FormatOptions) -> Result<Option<(String, usize)>> {
+    match &opts.keyslot_cipher {
+        None => Ok(None),
+        Some(_) if opts.version != 2 => Err(invalid(
+            "Keyslot encryption parameters can be set only for LUKS2 device.",
+        )),
+        Some((c, bits)) => super::keyslots::checked_keyslot_cipher(c, *bits).map(Some),
+    }
+}
+
+/// Step 1c: resolves the KDF request to fixed costs (benchmarking like
 /// cryptsetup) for the first keyslot, refusing unknown KDFs and costs out
 /// of range before anything is written.
-fn plan_kdf(opts: &FormatOptions, key: &KeyPlan<'_>) -> Result<KdfRequest> {
+fn plan_kdf(
+    opts: &FormatOptions,
+    key: &KeyPlan<'_>,
+    area: Option<&(String, usize)>,
+) -> Result<KdfRequest> {
     let req = KdfRequest {
         hash: opts.hash,
         ..opts.kdf.clone()
     };
-    let area_key_len = if opts.version == 2 {
-        super::keyslots::keyslot_cipher(&opts.cipher, key.key_len).1
-    } else {
-        key.key_len
+    let area_key_len = match area {
+        Some((_, len)) => *len,
+        None if opts.version == 2 => super::keyslots::keyslot_cipher(&opts.cipher, key.key_len).1,
+        None => key.key_len,
     };
     Ok(KdfRequest::fixed(&req.resolve(area_key_len)?, opts.hash))
 }
@@ -317,6 +372,8 @@ struct Placement<'a> {
     detached: bool,
     /// Size of the data device in bytes.
     data_size: u64,
+    /// The placement options.
+    layout: layout::Request,
 }
 
 impl Placement<'_> {
@@ -378,15 +435,8 @@ fn luks1_header(
     if slot as usize >= luks1::SLOTS {
         return Err(invalid(format!("Keyslot {slot} is invalid for LUKS1")));
     }
-    let (offs, default_payload) = luks1::default_layout(key.key_len as u32);
-    let payload_sectors = match (opts.data_offset, place.detached) {
-        (Some(o), _) if o % 512 != 0 => {
-            return Err(invalid("Data offset must be a multiple of 512"))
-        }
-        (Some(o), _) => (o / 512) as u32,
-        (None, true) => 0,
-        (None, false) => default_payload,
-    };
+    let (offs, areas_end) = luks1::keyslot_layout(key.key_len as u32);
+    let payload_sectors = layout::luks1_payload(&place.layout, areas_end)?;
     let mut mk_digest = [0u8; luks1::DIGEST_LEN];
     mk_digest.copy_from_slice(&digest.of(opts, &key.volume_key, luks1::DIGEST_LEN));
     let mut h = luks1::Header {
@@ -412,46 +462,29 @@ fn luks1_header(
         s.key_material_offset = o;
     }
     let data_start = u64::from(payload_sectors) * 512;
-    if payload_sectors != 0 && data_start < h.metadata_end() {
-        return Err(invalid("Data offset is inside the keyslot areas"));
-    }
     if place.data_size <= data_start {
         return Err(place.too_small());
     }
     Ok((h, slot))
 }
 
-/// LUKS2 binary header size (each of the two copies), as cryptsetup writes.
-const LUKS2_HDR_SIZE: u64 = 16384;
-/// Default end of the LUKS2 metadata (and data offset): 16 MiB.
-const LUKS2_DEFAULT_END: u64 = 16 << 20;
-
-/// Step 3 for LUKS2: the header with no keyslot, and the first slot.
+/// Step 3 for LUKS2: the header with no keyslot, the first slot, and
+/// the layout's warnings.
 fn luks2_header(
     opts: &FormatOptions,
     key: &KeyPlan<'_>,
     uuid: String,
     digest: &VolumeDigest,
     place: &Placement<'_>,
-) -> Result<(luks2::Header, u32)> {
-    let hdr_size = LUKS2_HDR_SIZE;
-    let data_offset = match (opts.data_offset, place.detached) {
-        (Some(o), _) => o,
-        (None, true) => 0,
-        (None, false) => LUKS2_DEFAULT_END,
-    };
-    // The keyslots area ends where the data starts when that is sooner
-    // than the default, with a detached header too (cryptsetup's
-    // LUKS2_generate_hdr shrinks it and warns).
-    let mut keyslots_size = LUKS2_DEFAULT_END - 2 * hdr_size;
-    if data_offset != 0 && keyslots_size + 2 * hdr_size > data_offset {
-        let one_slot =
-            (keyslot::material_len(key.key_len, crate::af::STRIPES) as u64).div_ceil(4096) * 4096;
-        let room = data_offset.saturating_sub(2 * hdr_size) / 4096 * 4096;
-        if room < one_slot {
-            return Err(invalid("Data offset leaves too little room for keyslots"));
-        }
-        keyslots_size = room;
+) -> Result<(luks2::Header, u32, Vec<String>)> {
+    let lay = layout::luks2(&place.layout)?;
+    let (hdr_size, keyslots_size, data_offset) = (lay.hdr_size, lay.keyslots_size, lay.data_offset);
+    // One keyslot must fit (cryptsetup would write the header, then fail
+    // to add the passphrase).
+    let one_slot =
+        (keyslot::material_len(key.key_len, crate::af::STRIPES) as u64).div_ceil(4096) * 4096;
+    if keyslots_size < one_slot {
+        return Err(invalid("Data offset leaves too little room for keyslots"));
     }
     if place.data_size <= data_offset {
         return Err(place.too_small());
@@ -464,8 +497,7 @@ fn luks2_header(
             )))
         }
         Some(s) => s,
-        None if avail % 4096 == 0 => 4096,
-        None => 512,
+        None => place.layout.auto_sector_size(),
     };
     if data_offset % u64::from(sector_size) != 0 {
         return Err(invalid("Data offset is not aligned to the sector size"));
@@ -537,7 +569,7 @@ fn luks2_header(
         meta,
         warnings: Vec::new(),
     };
-    Ok((h, slot))
+    Ok((h, slot, lay.warnings))
 }
 
 /// Step 4, common to both versions: with the fresh header on disk (no

@@ -27,10 +27,36 @@ impl Volume {
         kdf: &KdfRequest,
     ) -> Result<u32> {
         self.check_volume_key(vk)?;
+        let area = self.area_cipher(vk.len());
         let mut f = open_rw(&self.meta_path)?;
         match &mut self.header {
             Header::V1(h) => add_key_v1(&mut f, h, vk, new_pass, slot, kdf),
-            Header::V2(h) => add_key_v2(&mut f, h, vk, new_pass, slot, kdf),
+            Header::V2(h) => add_key_v2(&mut f, h, vk, new_pass, slot, kdf, area),
+        }
+    }
+
+    /// Seals the LUKS2 keyslots this volume writes from now on with
+    /// `cipher` and a `key_bits` key (cryptsetup's `--keyslot-cipher` and
+    /// `--keyslot-key-size`, `crypt_keyslot_set_encryption`). Refused on
+    /// LUKS1 and for a cipher or key size keyslots cannot use.
+    pub fn set_keyslot_encryption(&mut self, cipher: &str, key_bits: u32) -> Result<()> {
+        if self.header.version() != 2 {
+            return Err(invalid(
+                "Keyslot encryption parameters can be set only for LUKS2 device.",
+            ));
+        }
+        self.keyslot_encryption = Some(checked_keyslot_cipher(cipher, key_bits)?);
+        Ok(())
+    }
+
+    /// The keyslot area cipher and key length for a new LUKS2 keyslot of
+    /// a `key_len`-byte volume key (cryptsetup's
+    /// `crypt_keyslot_get_encryption(CRYPT_ANY_SLOT)`).
+    pub(super) fn area_cipher(&self, key_len: usize) -> (String, usize) {
+        match (&self.keyslot_encryption, &self.header) {
+            (Some(c), _) => c.clone(),
+            (None, Header::V2(h)) => keyslot_cipher(&h.meta.segment().1.encryption, key_len),
+            (None, Header::V1(_)) => (String::new(), key_len),
         }
     }
 
@@ -105,6 +131,20 @@ impl Volume {
         new_pass: &[u8],
         kdf: &KdfRequest,
     ) -> Result<u32> {
+        self.change_key_at(slot, vk, new_pass, kdf, false)
+    }
+
+    /// [`Volume::change_key`]; with `in_place` (cryptsetup's luksChangeKey
+    /// with `--key-slot`: old and new slot are the same) the keyslot is
+    /// re-sealed in its own area, LUKS1 and LUKS2 alike.
+    pub fn change_key_at(
+        &mut self,
+        slot: u32,
+        vk: &[u8],
+        new_pass: &[u8],
+        kdf: &KdfRequest,
+        in_place: bool,
+    ) -> Result<u32> {
         self.check_volume_key(vk)?;
         if !self.header.active_slots().contains(&slot) {
             return Err(Error::new(
@@ -112,9 +152,14 @@ impl Volume {
                 format!("Keyslot {slot} is not active"),
             ));
         }
+        let area = self.area_cipher(vk.len());
         if let Header::V2(h) = &mut self.header {
             let mut f = open_rw(&self.meta_path)?;
-            return change_key_v2(&mut f, h, slot, vk, new_pass, kdf);
+            return change_key_v2(&mut f, h, slot, vk, new_pass, kdf, area, in_place);
+        }
+        if in_place {
+            self.kill_slot(slot, true)?;
+            return self.add_key(vk, new_pass, Some(slot), kdf);
         }
         // LUKS1: new key in a free slot first, then the old one goes.
         match self.add_key(vk, new_pass, None, kdf) {
@@ -221,6 +266,7 @@ fn add_key_v2(
     new_pass: &[u8],
     slot: Option<u32>,
     kdf: &KdfRequest,
+    (cipher, area_key_size): (String, usize),
 ) -> Result<u32> {
     let slot = match slot {
         Some(s) if s >= json::MAX_KEYSLOTS => {
@@ -240,7 +286,6 @@ fn add_key_v2(
     // cryptsetup's AF hash is the requested (--hash) one for every new
     // keyslot, whatever the other keyslots use.
     let af_hash = kdf.hash.name().to_string();
-    let (cipher, area_key_size) = keyslot_cipher(&h.meta.segment().1.encryption, vk.len());
     let area_size = area_size_v2(vk.len());
     let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
     let sealed = SealV2 {
@@ -271,6 +316,8 @@ fn add_key_v2(
 /// digest and token bindings), as cryptsetup's luksChangeKey does. The new
 /// material goes to a free area first and the old area is wiped after the
 /// header points away from it; with no room left it is overwritten in place.
+// The inputs of one keyslot write, as its callers hold them.
+#[allow(clippy::too_many_arguments)]
 fn change_key_v2(
     f: &mut dyn Device,
     h: &mut luks2::Header,
@@ -278,6 +325,8 @@ fn change_key_v2(
     vk: &[u8],
     new_pass: &[u8],
     kdf: &KdfRequest,
+    (cipher, area_key_size): (String, usize),
+    in_place: bool,
 ) -> Result<u32> {
     let id = slot.to_string();
     let old = h.meta.keyslots.get(&id).cloned().ok_or_else(|| {
@@ -286,11 +335,12 @@ fn change_key_v2(
             format!("Keyslot {slot} is not active"),
         )
     })?;
-    let (cipher, area_key_size) = keyslot_cipher(&h.meta.segment().1.encryption, vk.len());
     let area_size = area_size_v2(vk.len());
+    let fits = old.area.size >= area_size;
     let (offset, area_size, moved) = match allocate_area(&h.meta, h.bin.hdr_size, area_size) {
+        _ if in_place && fits => (old.area.offset, old.area.size, false),
         Ok(o) => (o, area_size, true),
-        Err(e) if e.kind() == ErrorKind::SlotBusy && old.area.size >= area_size => {
+        Err(e) if e.kind() == ErrorKind::SlotBusy && fits => {
             (old.area.offset, old.area.size, false)
         }
         Err(e) => return Err(e),
@@ -397,6 +447,23 @@ pub(crate) fn keyslot_cipher(segment_cipher: &str, key_len: usize) -> (String, u
     } else {
         (FALLBACK.0.to_string(), FALLBACK.1)
     }
+}
+
+/// `--keyslot-cipher` with a `key_bits` key, checked as cryptsetup does
+/// (`LUKS2_keyslot_cipher_incompatible`: no null, `capi:` or wrapped-key
+/// cipher) and further: the keyslot code must build it with that key, so
+/// nothing is written for a keyslot that could not be sealed.
+pub(crate) fn checked_keyslot_cipher(cipher: &str, key_bits: u32) -> Result<(String, usize)> {
+    if key_bits == 0 || key_bits % 8 != 0 {
+        return Err(invalid("Key size must be a multiple of 8 bits"));
+    }
+    let len = (key_bits / 8) as usize;
+    if keyslot_cipher(cipher, len) != (cipher.to_string(), len) {
+        return Err(invalid(format!(
+            "Cannot use {cipher} cipher for keyslot encryption."
+        )));
+    }
+    Ok((cipher.to_string(), len))
 }
 
 pub(super) fn checked_uuid(u: &str) -> Result<String> {

@@ -15,6 +15,7 @@
 //!   keyslots.rs add_key, kill_slot, set_uuid, LUKS2 area allocation
 //!   backup.rs   header_backup, header_restore
 //!   format.rs   FormatOptions, format() as named steps
+//!   layout.rs   data offset, alignment, LUKS2 area sizes, sector size
 //!   io.rs       positioned reads/writes, syncs, the LUKS2 two-copy write
 //! ```
 
@@ -32,6 +33,7 @@ mod convert;
 mod format;
 mod io;
 mod keyslots;
+mod layout;
 mod token;
 mod unlock;
 
@@ -161,6 +163,9 @@ pub struct Volume {
     detached: bool,
     meta_size: u64,
     data_size: u64,
+    /// Cipher and key length new LUKS2 keyslots are sealed with, when
+    /// set ([`Volume::set_keyslot_encryption`]); else cryptsetup's choice.
+    keyslot_encryption: Option<(String, usize)>,
 }
 
 impl Volume {
@@ -183,6 +188,7 @@ impl Volume {
             detached: header.is_some(),
             meta_size,
             data_size,
+            keyslot_encryption: None,
         };
         vol.check_data_device(false)?;
         Ok(vol)
