@@ -7,6 +7,9 @@
 # git); the seeds stay read-only. Stops at the first crash (libFuzzer
 # writes it to fuzz/artifacts/TARGET/).
 #   bash fuzz/long-run.sh luks_header 10000000 [SECS=900]
+# Extra libFuzzer flags come from FUZZ_FLAGS (e.g. FUZZ_FLAGS=-detect_leaks=0:
+# LeakSanitizer's stop-the-world check halves the NBD targets' rate on a loaded
+# machine; ASan and panics are still caught). They are logged with each line.
 set -euo pipefail
 cd "$(dirname "$0")"
 target=$1 total=$2 secs=${3:-900}
@@ -21,10 +24,10 @@ while [ "$done_so_far" -lt "$total" ]; do
   rc=0
   nice -n 19 cargo +nightly fuzz run "$target" "corpus/$target" "$seeds" -- \
     -runs="$left" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 \
-    -print_final_stats=1 >"$out" 2>&1 || rc=$?
+    -print_final_stats=1 ${FUZZ_FLAGS:-} >"$out" 2>&1 || rc=$?
   line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$out" | tail -1 || true)
   n=$(sed -E 's/^#([0-9]+).*/\1/' <<<"$line")
-  echo "$(date -u +%FT%TZ) $target rc=$rc ${line:-no DONE line}" >>"$log"
+  echo "$(date -u +%FT%TZ) $target rc=$rc${FUZZ_FLAGS:+ [$FUZZ_FLAGS]} ${line:-no DONE line}" >>"$log"
   if [ "$rc" -ne 0 ] || [ -z "$n" ]; then
     tail -40 "$out" >&2
     echo "long-run: $target stopped (rc=$rc); output kept in $out" >&2
