@@ -504,15 +504,7 @@ impl Engine {
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
         mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
-        let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
-        let vol = Volume {
-            backend: cur.ctx.backend.clone(),
-            crypt: cur.ctx.crypt.clone(),
-            data_offset: cur.ctx.data_offset,
-            size: cur.ctx.size,
-            sector_size: cur.ctx.sector_size,
-        };
-        drop(cur);
+        let (vol, _) = self.current()?;
         self.swap(vol, cfg)
     }
 
