@@ -626,7 +626,8 @@ fn not_luks_and_missing_devices() {
         run(&dir, "ucrypt", &["is-luks", "-v", p]),
         out(
             1,
-            "",
+            // cryptsetup 2.6 -v ends every verb with this line on stdout.
+            "Command failed with code -1 (wrong or missing parameters).\n",
             "No LUKS signature\n\
              ucrypt: Device $DIR/plain.img is not a valid LUKS device\n"
         )
@@ -643,7 +644,7 @@ fn not_luks_and_missing_devices() {
         run(&dir, "ucrypt", &["is-luks", "-v", m]),
         out(
             1,
-            "",
+            "Command failed with code -1 (wrong or missing parameters).\n",
             "Cannot open $DIR/missing.img: No such file or directory (os error 2)\n\
              ucrypt: Device $DIR/missing.img is not a valid LUKS device\n"
         )
