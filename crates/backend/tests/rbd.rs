@@ -4,101 +4,48 @@
 //! write-zeroes and discard reading back zero, snapshots read-only, the
 //! exclusive lock between two clients, and the open errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
 use backend::rbd::{RbdConfig, RbdOptions, RbdSpec};
 use backend::{Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
-use testutil::{Capability, Rng, TempDir};
+use testutil::ceph::{Cluster, Store};
+use testutil::{Capability, Rng};
 use ucrypt_backend as backend;
 
-struct Cluster {
-    dir: TempDir,
-    conf: PathBuf,
+/// The cluster of this binary, with what these tests open on it.
+fn start(test: &str) -> Option<Cluster> {
+    let tools = ["ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd"];
+    let caps: Vec<Capability<'_>> = tools.iter().map(|t| Capability::Tool(t)).collect();
+    if !testutil::require_all(test, &caps) {
+        return None;
+    }
+    Some(Cluster::start("rbd-backend", Store::Memstore(1 << 30)))
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-test-cluster.sh")
-}
-
-impl Cluster {
-    fn start(test: &str) -> Option<Self> {
-        let tools = ["ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd"];
-        let caps: Vec<Capability<'_>> = tools.iter().map(|t| Capability::Tool(t)).collect();
-        if !testutil::require_all(test, &caps) {
-            return None;
-        }
-        let dir = TempDir::new("rbd-backend");
-        let o = Command::new("bash")
-            .arg(script())
-            .arg("start")
-            .arg(dir.path())
-            .env("CEPH_TEST_OBJECTSTORE", "memstore")
-            .env("CEPH_TEST_OSD_BYTES", (1u64 << 30).to_string())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        let conf = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-        let c = Self { dir, conf };
-        assert!(
-            o.status.success(),
-            "ceph-test-cluster.sh start: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Some(c)
-    }
-
-    fn rbd(&self, args: &[&str]) {
-        let o = Command::new("rbd")
-            .arg("-c")
-            .arg(&self.conf)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "rbd {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-
-    fn cfg(&self) -> RbdConfig {
-        RbdConfig {
-            conf: Some(self.conf.clone()),
-            ..RbdConfig::default()
-        }
-    }
-
-    fn open(&self, spec: &str, read_only: bool) -> Result<RbdBackend, backend::Error> {
-        let spec = RbdSpec::parse(spec).unwrap().unwrap();
-        let opts = RbdOptions {
-            read_only,
-            allow_discard: true,
-            min_size: 0,
-        };
-        RbdBackend::open_with(&spec, &opts, &self.cfg())
+fn cfg(c: &Cluster) -> RbdConfig {
+    RbdConfig {
+        conf: Some(c.conf.clone()),
+        ..RbdConfig::default()
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-    }
+fn open(c: &Cluster, spec: &str, read_only: bool) -> Result<RbdBackend, backend::Error> {
+    let spec = RbdSpec::parse(spec).unwrap().unwrap();
+    let opts = RbdOptions {
+        read_only,
+        allow_discard: true,
+        min_size: 0,
+    };
+    RbdBackend::open_with(&spec, &opts, &cfg(c))
 }
 
 const MIB: usize = 1 << 20;
 
 #[test]
 fn rbd_backend_batches_lock_snapshots_and_errors() {
-    let Some(c) = Cluster::start("rbd_backend_batches_lock_snapshots_and_errors") else {
+    let Some(c) = start("rbd_backend_batches_lock_snapshots_and_errors") else {
         return;
     };
     c.rbd(&["create", "--size", "16M", "rbd/b"]);
-    let b = c.open("rbd:rbd/b", false).unwrap();
+    let b = open(&c, "rbd:rbd/b", false).unwrap();
     assert_eq!(b.size(), 16 * MIB as u64);
 
     // A batch of 32 writes of mixed sizes, in flight together, one FUA.
@@ -165,13 +112,13 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
     );
 
     // A second read-write client is refused; a read-only one shares.
-    let e = c.open("rbd:rbd/b", false).unwrap_err();
+    let e = open(&c, "rbd:rbd/b", false).unwrap_err();
     assert!(
         matches!(e.kind(), ErrorKind::Locked { .. }),
         "second rw open: {e}"
     );
     assert!(e.to_string().contains("rbd:rbd/b"), "{e}");
-    let ro = c.open("rbd:rbd/b", true).unwrap();
+    let ro = open(&c, "rbd:rbd/b", true).unwrap();
     let e = ro.write_at(&[0; 512], 0, false).unwrap_err();
     assert!(matches!(
         backend::Error::kind_of(&e),
@@ -182,16 +129,16 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
     // Snapshot: read-only, keeps its data after the image changes.
     c.rbd(&["snap", "create", "rbd/b@s"]);
     b.write_at(&[0x11; 4096], 0, false).unwrap();
-    let s = c.open("rbd:rbd/b@s", true).unwrap();
+    let s = open(&c, "rbd:rbd/b@s", true).unwrap();
     let mut first = vec![0u8; 4096];
     s.read_at(&mut first, 0).unwrap();
     assert_eq!(first, model[..4096]);
-    let e = c.open("rbd:rbd/b@s", false).unwrap_err();
+    let e = open(&c, "rbd:rbd/b@s", false).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::ReadOnly), "{e}");
     drop(s);
     drop(b);
     // The lock went with the first client.
-    drop(c.open("rbd:rbd/b", false).unwrap());
+    drop(open(&c, "rbd:rbd/b", false).unwrap());
 
     // No exclusive-lock feature: read-write refused, read-only fine.
     c.rbd(&[
@@ -202,12 +149,12 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
         "layering",
         "rbd/nolock",
     ]);
-    let e = c.open("rbd:rbd/nolock", false).unwrap_err();
+    let e = open(&c, "rbd:rbd/nolock", false).unwrap_err();
     assert!(e.to_string().contains("exclusive-lock"), "{e}");
-    c.open("rbd:rbd/nolock", true).unwrap();
+    open(&c, "rbd:rbd/nolock", true).unwrap();
 
     // Missing image, too small.
-    let e = c.open("rbd:rbd/none", true).unwrap_err();
+    let e = open(&c, "rbd:rbd/none", true).unwrap_err();
     assert!(e.to_string().contains("rbd:rbd/none"), "{e}");
     let spec = RbdSpec::parse("rbd:rbd/nolock").unwrap().unwrap();
     let opts = RbdOptions {
@@ -215,6 +162,6 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
         allow_discard: false,
         min_size: 2 * MIB as u64,
     };
-    let e = RbdBackend::open_with(&spec, &opts, &c.cfg()).unwrap_err();
+    let e = RbdBackend::open_with(&spec, &opts, &cfg(&c)).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
 }

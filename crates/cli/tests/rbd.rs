@@ -10,85 +10,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use testutil::ceph::{Cluster, Store};
 use testutil::{Capability, Rng, TempDir};
 
 const FAST: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const LIBRBD: &str = "/usr/lib/x86_64-linux-gnu/librbd.so.1";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The test cluster: its directory and ceph.conf; stopped when the last
-/// test using it ends (see `Cluster::release`).
-struct Cluster {
-    dir: TempDir,
-    conf: PathBuf,
-}
-
-impl Cluster {
-    fn start() -> Result<Self, String> {
-        let dir = TempDir::new("rbd-cluster");
-        let o = Command::new("bash")
-            .arg(repo().join("scripts/ceph-test-cluster.sh"))
-            .arg("start")
-            .arg(dir.path())
-            .env("CEPH_TEST_OBJECTSTORE", "memstore")
-            .env("CEPH_TEST_OSD_BYTES", (1u64 << 30).to_string())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !o.status.success() {
-            // Dropping it stops whatever did start.
-            drop(Self {
-                conf: PathBuf::new(),
-                dir,
-            });
-            return Err(format!(
-                "ceph-test-cluster.sh start failed ({}): {}",
-                o.status,
-                String::from_utf8_lossy(&o.stderr)
-            ));
-        }
-        let conf = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-        Ok(Self { dir, conf })
-    }
-
-    fn stop(&self) {
-        let _ = Command::new("bash")
-            .arg(repo().join("scripts/ceph-test-cluster.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-    }
-
-    fn rbd(&self, args: &[&str]) -> Output {
-        let o = Command::new("rbd")
-            .arg("-c")
-            .arg(&self.conf)
-            .args(args)
-            .output()
-            .expect("run rbd");
-        assert!(o.status.success(), "rbd {args:?}: {}", text(&o.stderr));
-        o
-    }
-}
-
-/// Started for this binary (one test uses it); `None` after a logged skip
-/// when the Ceph packages are missing.
+/// Started for this binary (one test uses it; testutil's cluster, stopped
+/// on drop); `None` after a logged skip when the Ceph packages are missing.
 fn cluster(test: &str) -> Option<Cluster> {
     let tools = ["ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd", "nbdcopy"];
     let caps: Vec<Capability<'_>> = tools.iter().map(|t| Capability::Tool(t)).collect();
     if !testutil::require_all(test, &caps) {
         return None;
     }
-    Some(Cluster::start().unwrap_or_else(|e| panic!("{e}")))
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.stop();
-    }
+    Some(Cluster::start("rbd-cluster", Store::Memstore(1 << 30)))
 }
 
 fn text(b: &[u8]) -> String {

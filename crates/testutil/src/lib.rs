@@ -8,6 +8,7 @@
 //!   [`SkipKind::Kernel`] even in CI. Every skip is appended to
 //!   `UCRYPT_SKIP_LOG`, which `scripts/test.sh` prints at the end.
 //! - [`rng`]: a seeded [`Rng`] from the rand project, so failures reproduce.
+//! - [`ceph::Cluster`]: the RBD tests' throwaway Ceph cluster.
 //! - [`TempDir`], [`which`], [`ucrypt_bin`], and [`run`] for a program
 //!   (the `ucrypt` under test or a reference tool) with given stdin.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod ceph;
 pub mod rng;
 pub mod skip;
 

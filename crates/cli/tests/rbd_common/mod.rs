@@ -4,15 +4,10 @@
 //! (`encrypt.format=luks|luks2`), the independent peer ucrypt must agree with.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use testutil::{Capability, TempDir};
-
-/// The cluster script in this repository.
-pub fn cluster_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-test-cluster.sh")
-}
+use testutil::{ceph, Capability};
 
 /// Runs a command, panicking with its output on failure.
 pub fn run(cmd: &mut Command) -> Output {
@@ -70,60 +65,29 @@ impl Luks {
     }
 }
 
-/// A running single-node cluster in a temp dir; stopped on drop.
-pub struct Cluster {
-    /// ceph.conf of this cluster (names its admin keyring).
-    pub conf: PathBuf,
-    dir: TempDir,
+/// The tests' cluster (bluestore: it survives the fault test's OSD
+/// restart), with the rbd, qemu and librbd-encryption helpers below; the
+/// cluster itself is testutil's (`scripts/ceph-test-cluster.sh`, stopped on
+/// drop).
+pub struct Cluster(ceph::Cluster);
+
+impl std::ops::Deref for Cluster {
+    type Target = ceph::Cluster;
+    fn deref(&self) -> &ceph::Cluster {
+        &self.0
+    }
 }
 
 impl Cluster {
     /// Starts a cluster (about half a minute); panics with the script's
     /// output when it fails.
     pub fn start(tag: &str) -> Self {
-        let dir = TempDir::new(tag);
-        let cdir = dir.join("ceph");
-        let o = Command::new("bash")
-            .arg(cluster_script())
-            .arg("start")
-            .arg(&cdir)
-            .output()
-            .expect("run ceph-test-cluster.sh");
-        let cluster = Self {
-            conf: cdir.join("ceph.conf"),
-            dir,
-        };
-        assert!(
-            o.status.success(),
-            "ceph-test-cluster.sh start failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let printed = String::from_utf8_lossy(&o.stdout);
-        assert_eq!(
-            printed.trim(),
-            cluster.conf.display().to_string(),
-            "the script prints its ceph.conf"
-        );
-        cluster
-    }
-
-    /// A path in the test's scratch dir (next to, not inside, the cluster).
-    pub fn scratch(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// `bash scripts/ceph-test-cluster.sh VERB DIR`, asserting success.
-    pub fn script(&self, verb: &str) {
-        run(Command::new("bash")
-            .arg(cluster_script())
-            .arg(verb)
-            .arg(self.dir.join("ceph")));
+        Self(ceph::Cluster::start(tag, ceph::Store::Bluestore))
     }
 
     /// `rbd -c CONF ARGS`, asserting success; its stdout.
     pub fn rbd(&self, args: &[&str]) -> String {
-        let o = run(Command::new("rbd").arg("-c").arg(&self.conf).args(args));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        String::from_utf8_lossy(&self.0.rbd(args).stdout).into_owned()
     }
 
     /// Creates `rbd/NAME` of `size` bytes.
@@ -207,16 +171,6 @@ impl Cluster {
         let data = std::fs::read(&out).expect("read qemu-img dd output");
         let _ = std::fs::remove_file(&out);
         data
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(cluster_script())
-            .arg("stop")
-            .arg(self.dir.join("ceph"))
-            .output();
     }
 }
 
