@@ -17,7 +17,7 @@
 # ublk's UPDATE_SIZE) takes the kernel from that Debian suite instead, through a
 # private apt source list and package index under $CACHE/apt (the host's apt
 # sources are not touched); its metapackage defaults to linux-image-amd64.
-# Kernels packaged after 6.12 split into linux-binary-* (vmlinuz) and
+# Kernels packaged after 6.12 split into linux-binary-* (vmlinuz), linux-base-* and
 # linux-modules-* under /usr/lib/modules/KVER: both are fetched, and the
 # extracted root gets lib -> usr/lib and boot/vmlinuz-KVER links so that it
 # looks like the 6.12 layout.
@@ -74,8 +74,9 @@ if [ -z "$kpkg" ]; then
   echo "install-vm-deps: no kernel package: apt-cache finds no '$KPKG_META'${SUITE:+ in $SUITE} (needs Debian 12 with bookworm-security or backports)" >&2
   exit 1
 fi
-# Split packaging (after 6.12): the image package only depends on these two.
-parts=$(apt-cache "${APT[@]}" depends "$kpkg" 2>/dev/null | awk '/Depends: linux-(binary|modules)-/ {print $2}' | sort -u)
+# Split packaging (after 6.12): the image package only depends on these three
+# (linux-base-* holds config, System.map, modules.builtin).
+parts=$(apt-cache "${APT[@]}" depends "$kpkg" 2>/dev/null | awk '/Depends: linux-(base|binary|modules)-/ {print $2}' | sort -u)
 dl="$CACHE/download"
 rm -rf "$dl"; mkdir -p "$dl"
 # apt-get download writes into the current directory; as root, apt drops to the
