@@ -18,6 +18,7 @@ use daemon::resolve::{Mapping, VolumeType as Kind};
 use daemon::{runtime, OpenOptions};
 use datapath::PerfFlags;
 
+use crate::cmd::luks::KeyFileArgs;
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -97,15 +98,9 @@ pub struct ResumeArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Read the passphrase from this file (`-` = stdin).
-    #[arg(long, short = 'd')]
-    pub key_file: Option<PathBuf>,
-    /// Skip this many bytes of the key file.
-    #[arg(long, value_name = "BYTES")]
-    pub keyfile_offset: Option<u64>,
-    /// Read only this many bytes of the key file.
-    #[arg(long, short = 'l', value_name = "BYTES")]
-    pub keyfile_size: Option<u64>,
+    /// The passphrase's key file and its range.
+    #[command(flatten)]
+    pub key: KeyFileArgs,
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
@@ -202,10 +197,9 @@ pub struct OpenArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Read the passphrase (LUKS) or, for --table with a `-` key field, the raw
-    /// key bytes from this file (`-` = stdin).
-    #[arg(long, short = 'd')]
-    pub key_file: Option<PathBuf>,
+    /// The passphrase's (or a table's `-` key's) file and its range.
+    #[command(flatten)]
+    pub key: KeyFileArgs,
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
@@ -366,9 +360,9 @@ fn open(a: OpenArgs) -> CmdResult {
         table: a.table.as_deref(),
         table_stdin: a.table_stdin,
         header: a.header.as_deref(),
-        key_file: a.key_file.as_deref(),
+        key_file: a.key.key_file.as_deref(),
         key_slot: a.key_slot,
-        plain: a.plain.given(),
+        plain: a.plain.given(&a.key),
         test_passphrase: a.plain.test_passphrase,
     };
     let say = |w: &str| eprintln!("{w}");
@@ -434,10 +428,6 @@ fn open(a: OpenArgs) -> CmdResult {
 
 /// `resume`: the key comes from the header as for `open` (prompting here).
 fn resume(a: ResumeArgs) -> CmdResult {
-    let range = luks::passphrase::KeyfileRange {
-        offset: a.keyfile_offset.unwrap_or(0),
-        size: a.keyfile_size,
-    };
     daemon::volumes::resume(&a.name, |device, found| {
         let vol = daemon::resolve::Luks::load(device, a.header.as_deref())?;
         let want = match a.kind {
@@ -452,8 +442,8 @@ fn resume(a: ResumeArgs) -> CmdResult {
             ));
         }
         let pass = luks::passphrase::read_range(
-            a.key_file.as_deref(),
-            range,
+            a.key.key_file.as_deref(),
+            a.key.range(),
             &format!("Enter passphrase for {}: ", device.display()),
             false,
         )?;
