@@ -34,17 +34,9 @@ impl Failure {
     pub fn usage(msg: impl Into<String>) -> Self {
         Self::new(1, msg)
     }
-    /// Exit code 2: no permission or bad passphrase.
-    pub fn denied(msg: impl Into<String>) -> Self {
-        Self::new(2, msg)
-    }
     /// Exit code 4: wrong device specified.
     pub fn device(msg: impl Into<String>) -> Self {
         Self::new(4, msg)
-    }
-    /// Exit code 5: device already exists or busy.
-    pub fn busy(msg: impl Into<String>) -> Self {
-        Self::new(5, msg)
     }
 }
 

@@ -122,28 +122,6 @@ pub enum VolumeType {
     Plain,
 }
 
-/// `--io-engine`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum IoEngineArg {
-    /// pread / pwritev2 / fdatasync.
-    Syscalls,
-    /// One io_uring per calling thread for batched IO.
-    Uring,
-    /// uring when the kernel allows it, syscalls otherwise.
-    Auto,
-}
-
-/// `--direct-io`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DirectIoArg {
-    /// O_DIRECT for aligned requests when the file allows it.
-    Auto,
-    /// Always through the page cache.
-    Never,
-    /// O_DIRECT only; fail if refused.
-    Required,
-}
-
 /// dm-crypt performance flags, as `cryptsetup --perf-*`.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct PerfArgs {
@@ -162,14 +140,6 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
-    /// True if any flag is given.
-    fn any(&self) -> bool {
-        self.no_read_workqueue
-            || self.no_write_workqueue
-            || self.same_cpu_crypt
-            || self.submit_from_crypt_cpus
-    }
-
     fn flags(&self) -> PerfFlags {
         PerfFlags {
             same_cpu_crypt: self.same_cpu_crypt,
@@ -236,20 +206,20 @@ pub struct OpenArgs {
     #[arg(long)]
     pub allow_discards: bool,
     /// Serve read-only.
-    #[arg(long)]
+    #[arg(long, short = 'r')]
     pub readonly: bool,
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     pub foreground: bool,
-    /// How the backing file is read and written: auto (the default: uring
-    /// when the kernel allows it), uring (single requests as pread/pwrite,
-    /// queued ones batched on io_uring; fails without io_uring) or syscalls.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub io_engine: IoEngineArg,
+    /// How the backing file is read and written: auto (uring when the
+    /// kernel allows it), uring (queued requests batched on io_uring) or
+    /// syscalls (pread/pwritev2/fdatasync).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "syscalls"])]
+    pub io_engine: String,
     /// O_DIRECT on the backing file: auto (aligned requests bypass the page
-    /// cache, like loop --direct-io), never, or required.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub direct_io: DirectIoArg,
+    /// cache, like loop --direct-io), never, or required (fail if refused).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "never", "required"])]
+    pub direct_io: String,
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
@@ -372,10 +342,11 @@ fn open(a: OpenArgs) -> CmdResult {
     // clap requires NAME unless --test-passphrase.
     let name = a.name.clone().unwrap_or_default();
     // Adaptive unless dm-crypt's flags are being modelled (--perf-*).
+    let classic = a.perf.flags() != PerfFlags::default();
     let mode = a
         .mode
         .as_deref()
-        .unwrap_or(if a.perf.any() { "classic" } else { "adaptive" });
+        .unwrap_or(if classic { "classic" } else { "adaptive" });
     let given = daemon::open::Given {
         name: &name,
         device: &a.device,
@@ -391,15 +362,15 @@ fn open(a: OpenArgs) -> CmdResult {
         perf: a.perf.flags(),
         allow_discards: a.allow_discards,
         read_only: a.readonly,
-        io_engine: match a.io_engine {
-            IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
-            IoEngineArg::Uring => backend::IoEngine::Uring,
-            IoEngineArg::Auto => backend::IoEngine::Auto,
+        io_engine: match a.io_engine.as_str() {
+            "syscalls" => backend::IoEngine::Syscalls,
+            "uring" => backend::IoEngine::Uring,
+            _ => backend::IoEngine::Auto,
         },
-        direct: match a.direct_io {
-            DirectIoArg::Auto => backend::DirectIo::Auto,
-            DirectIoArg::Never => backend::DirectIo::Never,
-            DirectIoArg::Required => backend::DirectIo::Required,
+        direct: match a.direct_io.as_str() {
+            "never" => backend::DirectIo::Never,
+            "required" => backend::DirectIo::Required,
+            _ => backend::DirectIo::Auto,
         },
         detached: a.table_stdin,
     };

@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Subcommand};
 use luks::ops::{self, admin, Done};
 
 use crate::cmd::luks::{KdfArgs, KeyFileArgs, Terminal};
@@ -34,7 +35,7 @@ pub enum Commands {
     ConvertKey(ConvertKeyArgs),
 }
 
-/// Options of every verb here.
+/// The LUKS device and its detached header (every LUKS verb takes them).
 #[derive(Args, Clone)]
 pub struct Base {
     /// Device or image file with the LUKS volume.
@@ -44,26 +45,15 @@ pub struct Base {
     pub header: Option<PathBuf>,
 }
 
-/// A token verb.
-#[derive(ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
-pub enum TokenAction {
-    /// Add a luks2-keyring token (--key-description).
-    Add,
-    /// Remove a token (--token-id).
-    Remove,
-    /// Import a token's JSON (--json-file, or stdin).
-    Import,
-    /// Print a token's JSON (or write it to --json-file).
-    Export,
-    /// Remove a keyslot from a token (--token-id, --key-slot).
-    Unassign,
-}
-
 /// `ucrypt token ACTION DEVICE`.
 #[derive(Args)]
 pub struct TokenArgs {
-    /// add, remove, import, export or unassign.
-    action: TokenAction,
+    /// add (a luks2-keyring token, --key-description), remove (--token-id),
+    /// import (--json-file or stdin), export (to stdout or --json-file) or
+    /// unassign (--token-id, --key-slot).
+    #[arg(value_parser = PossibleValuesParser::new(ops::TokenAction::NAMES)
+        .try_map(|a| ops::TokenAction::named(&a).ok_or("no such token action")))]
+    action: ops::TokenAction,
     #[command(flatten)]
     base: Base,
     /// Token id.
@@ -146,7 +136,7 @@ impl Commands {
         let done = match self {
             Self::Token(a) => {
                 let req = ops::TokenRequest {
-                    action: a.action.into(),
+                    action: a.action,
                     id: a.token_id,
                     key_slot: a.key_slot,
                     json_file: a.json_file,
@@ -195,18 +185,6 @@ impl Base {
             device: self.device.clone(),
             header: self.header.clone(),
             batch: g.batch_mode,
-        }
-    }
-}
-
-impl From<TokenAction> for ops::TokenAction {
-    fn from(a: TokenAction) -> Self {
-        match a {
-            TokenAction::Add => Self::Add,
-            TokenAction::Remove => Self::Remove,
-            TokenAction::Import => Self::Import,
-            TokenAction::Export => Self::Export,
-            TokenAction::Unassign => Self::Unassign,
         }
     }
 }

@@ -15,6 +15,7 @@ use clap::{Args, Subcommand};
 use luks::ops;
 use luks::Volume;
 
+use crate::cmd::header::Base;
 use crate::global::Globals;
 use crate::CmdResult;
 
@@ -56,11 +57,9 @@ pub enum Commands {
 /// Options every LUKS command shares.
 #[derive(Args, Clone)]
 pub struct Common {
-    /// Device or image file with the LUKS volume.
-    pub device: PathBuf,
-    /// Detached header file.
-    #[arg(long)]
-    pub header: Option<PathBuf>,
+    /// The device and its detached header.
+    #[command(flatten)]
+    pub dev: Base,
     /// The passphrase's key file and its range.
     #[command(flatten)]
     pub key: KeyFileArgs,
@@ -273,13 +272,10 @@ pub struct RemoveKeyArgs {
 /// `ucrypt kill-slot`.
 #[derive(Args)]
 pub struct KillSlotArgs {
-    /// Device or image file.
-    device: PathBuf,
+    #[command(flatten)]
+    dev: Base,
     /// Keyslot to wipe.
     slot: u32,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
     /// A remaining passphrase's key file.
     #[command(flatten)]
     key: KeyFileArgs,
@@ -288,11 +284,8 @@ pub struct KillSlotArgs {
 /// `ucrypt header-backup` / `header-restore`.
 #[derive(Args)]
 pub struct BackupArgs {
-    /// Device or image file.
-    device: PathBuf,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
+    #[command(flatten)]
+    dev: Base,
     /// The backup file.
     #[arg(long)]
     header_backup_file: PathBuf,
@@ -311,11 +304,8 @@ pub struct IsLuksArgs {
 /// `ucrypt uuid`.
 #[derive(Args)]
 pub struct UuidArgs {
-    /// Device or image file.
-    device: PathBuf,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
+    #[command(flatten)]
+    dev: Base,
     /// Set this UUID instead of printing it.
     #[arg(long)]
     uuid: Option<String>,
@@ -331,8 +321,8 @@ impl Commands {
                 c.key.key_file = a.key_file_arg.or(c.key.key_file);
                 let req = ops::FormatRequest {
                     key: c.key.source(),
-                    device: c.device,
-                    header: c.header,
+                    device: c.dev.device,
+                    header: c.dev.header,
                     key_slot: c.key_slot,
                     batch: g.batch_mode,
                     force: a.force,
@@ -368,8 +358,8 @@ impl Commands {
                     range: c.key.range(),
                 };
                 let req = ops::RemoveRequest {
-                    device: c.device,
-                    header: c.header,
+                    device: c.dev.device,
+                    header: c.dev.header,
                     key,
                     key_slot: c.key_slot,
                     batch: g.batch_mode,
@@ -379,8 +369,8 @@ impl Commands {
             }
             Self::KillSlot(a) => {
                 let req = ops::KillRequest {
-                    device: a.device,
-                    header: a.header,
+                    device: a.dev.device,
+                    header: a.dev.header,
                     slot: a.slot,
                     key: a.key.source(),
                     batch: g.batch_mode,
@@ -388,13 +378,13 @@ impl Commands {
                 Ok(ops::kill_slot(&req, ui)?)
             }
             Self::HeaderBackup(a) => {
-                let vol = ops::load(&a.device, a.header.as_deref(), ui)?;
+                let vol = ops::load(&a.dev.device, a.dev.header.as_deref(), ui)?;
                 Ok(vol.header_backup(&a.header_backup_file)?)
             }
             Self::HeaderRestore(a) => {
                 let h = Volume::header_restore(
-                    &a.device,
-                    a.header.as_deref(),
+                    &a.dev.device,
+                    a.dev.header.as_deref(),
                     &a.header_backup_file,
                     g.batch_mode,
                 )?;
@@ -407,7 +397,7 @@ impl Commands {
             }
             Self::IsLuks(a) => is_luks(a, g),
             Self::Uuid(a) => {
-                let mut vol = ops::load(&a.device, a.header.as_deref(), ui)?;
+                let mut vol = ops::load(&a.dev.device, a.dev.header.as_deref(), ui)?;
                 match a.uuid {
                     Some(u) => Ok(vol.set_uuid(Some(&u)).map(|_| ())?),
                     None => {
@@ -457,8 +447,8 @@ impl ops::Ui for Terminal {
 fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
     let req = ops::KeyRequest {
         key: a.common.key.source(),
-        device: a.common.device,
-        header: a.common.header,
+        device: a.common.dev.device,
+        header: a.common.dev.header,
         key_slot: a.common.key_slot,
         new_key_slot: a.new_key_slot,
         kdf: a.kdf.choice(),
@@ -495,8 +485,8 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
     };
     let req = ops::DumpRequest {
         key: c.key.source(),
-        device: c.device,
-        header: c.header,
+        device: c.dev.device,
+        header: c.dev.header,
         kind,
         key_slot: c.key_slot,
         batch: g.batch_mode,
