@@ -156,9 +156,8 @@ pub struct OpenArgs {
     /// Volume format (default: plain when --table is given, else luks).
     #[arg(long = "type", value_enum)]
     pub kind: Option<VolumeType>,
-    /// dm-crypt table line for --type plain; its <device> is replaced by DEVICE.
-    /// `-` reads the line from stdin (as dmsetup does); a <key> of `-` takes the
-    /// raw key from --key-file. A hex key here is visible in `ps` (warned).
+    /// dm-crypt table line (`-`: from stdin; a hex key here shows in `ps`);
+    /// its <device> is replaced by DEVICE, a <key> of `-` read from --key-file.
     #[arg(long)]
     pub table: Option<String>,
     /// Read the table line from standard input (used by the detached daemon).
@@ -179,8 +178,8 @@ pub struct OpenArgs {
     /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
     #[arg(long, value_name = "N")]
     pub num_queues: Option<u16>,
-    /// Serve NBD on TCP at [ADDR:]PORT instead of a unix socket (loopback if no address);
-    /// needs TLS credentials, or --tls=off to serve unencrypted.
+    /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS
+    /// credentials or --tls=off.
     #[arg(long)]
     pub listen: Option<String>,
     /// NBD over TLS: off, on (offered) or require (default when credentials are given).
@@ -198,8 +197,8 @@ pub struct OpenArgs {
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,
-    /// Data-path mode: adaptive (the default), classic (dm-crypt's queues;
-    /// the default when a --perf-* flag is given, as those model them) or inline.
+    /// Data-path mode: adaptive (default), classic (default with --perf-*)
+    /// or inline.
     #[arg(long)]
     pub mode: Option<String>,
     /// Pass discards (TRIM) down to the device.
