@@ -12,9 +12,23 @@
 # $1 (default target/vm-cache); it is never installed on the host.
 # Prints the extracted kernel root on the last line. Debian 12; needs root (or sudo).
 # Idempotent: a cached kernel is reused.
+#
+# UCRYPT_VM_KERNEL_SUITE=SUITE (e.g. trixie-backports: Linux 6.16+, which has
+# ublk's UPDATE_SIZE) takes the kernel from that Debian suite instead, through a
+# private apt source list and package index under $CACHE/apt (the host's apt
+# sources are not touched); its metapackage defaults to linux-image-amd64.
+# Kernels packaged after 6.12 split into linux-binary-* (vmlinuz), linux-base-* and
+# linux-modules-* under /usr/lib/modules/KVER: both are fetched, and the
+# extracted root gets lib -> usr/lib and boot/vmlinuz-KVER links so that it
+# looks like the 6.12 layout.
 set -euo pipefail
 CACHE="${1:-${UCRYPT_VM_CACHE:-$(cd "$(dirname "$0")/.." && pwd)/target/vm-cache}}"
-KPKG_META="${UCRYPT_VM_KERNEL_META:-linux-image-6.12-amd64}"
+SUITE="${UCRYPT_VM_KERNEL_SUITE:-}"
+if [ -n "$SUITE" ]; then
+  KPKG_META="${UCRYPT_VM_KERNEL_META:-linux-image-amd64}"
+else
+  KPKG_META="${UCRYPT_VM_KERNEL_META:-linux-image-6.12-amd64}"
+fi
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 PKGS=(
@@ -40,26 +54,45 @@ if [ -f "$stamp" ] && [ -d "$CACHE/kernel/$(cat "$stamp")" ]; then
   echo "$CACHE/kernel/$(cat "$stamp")"
   exit 0
 fi
+APT=()
+if [ -n "$SUITE" ]; then
+  A="$CACHE/apt"
+  mkdir -p "$A/lists/partial" "$A/cache/archives/partial"
+  echo "deb http://deb.debian.org/debian $SUITE main" > "$A/sources.list"
+  APT=(-o "Dir::Etc::sourcelist=$A/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+       -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache")
+  [ -n "$(ls "$A/lists" 2>/dev/null | grep -v partial)" ] || { apt-get "${APT[@]}" update -qq >&2; }
+  updated=1
+fi
 # The metapackage depends on exactly one versioned image package.
-kpkg=$(apt-cache depends "$KPKG_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+kpkg=$(apt-cache "${APT[@]}" depends "$KPKG_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
 if [ -z "$kpkg" ] && [ "$updated" -eq 0 ]; then
   $SUDO apt-get update -qq
   kpkg=$(apt-cache depends "$KPKG_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
 fi
 if [ -z "$kpkg" ]; then
-  echo "install-vm-deps: no kernel package: apt-cache finds no '$KPKG_META' (needs Debian 12 with bookworm-security or backports)" >&2
+  echo "install-vm-deps: no kernel package: apt-cache finds no '$KPKG_META'${SUITE:+ in $SUITE} (needs Debian 12 with bookworm-security or backports)" >&2
   exit 1
 fi
+# Split packaging (after 6.12): the image package only depends on these three
+# (linux-base-* holds config, System.map, modules.builtin).
+parts=$(apt-cache "${APT[@]}" depends "$kpkg" 2>/dev/null | awk '/Depends: linux-(base|binary|modules)-/ {print $2}' | sort -u)
 dl="$CACHE/download"
 rm -rf "$dl"; mkdir -p "$dl"
 # apt-get download writes into the current directory; as root, apt drops to the
 # _apt user, which must be able to write there.
 chmod 0777 "$dl"
-( cd "$dl" && apt-get download -qq "$kpkg" >&2 )
-deb=$(ls "$dl"/*.deb | head -n1)
+# shellcheck disable=SC2086 # $parts: package names, one per word
+( cd "$dl" && apt-get "${APT[@]}" download -qq "$kpkg" $parts >&2 )
 root="$CACHE/kernel/$kpkg"
 rm -rf "$root.tmp"; mkdir -p "$root.tmp"
-dpkg-deb -x "$deb" "$root.tmp"
+for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$root.tmp"; done
+if [ ! -e "$root.tmp/lib/modules" ] && [ -d "$root.tmp/usr/lib/modules" ]; then
+  ln -s usr/lib "$root.tmp/lib"
+  kv=$(ls "$root.tmp/usr/lib/modules" | head -n1)
+  mkdir -p "$root.tmp/boot"
+  ln -s "../usr/lib/modules/$kv/vmlinuz" "$root.tmp/boot/vmlinuz-$kv"
+fi
 rm -rf "$root"; mv "$root.tmp" "$root"
 rm -rf "$dl"
 echo "$kpkg" > "$stamp"

@@ -8,9 +8,12 @@
 #
 # Environment:
 #   UCRYPT_VM_CACHE    cache dir (kernel, base initramfs): default target/vm-cache
+#   UCRYPT_VM_KERNEL_SUITE  take the guest kernel from this Debian suite instead
+#                      (trixie-backports: 6.16+, for the opt-in ublkresize part);
+#                      cache default target/vm-cache-SUITE
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt advisor seeds vhost live (default: all)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live (default: all)
 #   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
 #   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
 #   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
@@ -19,9 +22,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache}"
+# Another kernel (UCRYPT_VM_KERNEL_SUITE, see install-vm-deps.sh) gets its own
+# cache, so the default kernel's stays.
+CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache${UCRYPT_VM_KERNEL_SUITE:+-$UCRYPT_VM_KERNEL_SUITE}}"
 TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
-PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt advisor seeds vhost live}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live}"
 CPUS="${UCRYPT_VM_CPUS:-2}"
 MEM="${UCRYPT_VM_MEM:-2048}"
 T0=$(date +%s)
@@ -175,7 +180,7 @@ T1=$(date +%s)
 if [ ${#VHOST_ARGS[@]} -gt 0 ]; then
   hcheck() { if "${@:2}" >>"$RUN/vhost-host.log" 2>&1; then echo "@@VMTEST PASS $1 [host]"; else echo "@@VMTEST FAIL $1: ${*:2} [host]"; fi >>"$LOG"; }
   hcheck "vhost: ucrypt close after the guest" env UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" close vmvhost
-  want=$(grep -a '^@@VMTEST INFO vhost-sha256 ' "$LOG" | awk '{print $4}' | tr -d '\r')
+  want=$(grep -a '^@@VMTEST INFO vhost-sha256 ' "$LOG" | awk '{print $4}' | tr -d '\r' || true)
   hcheck "vhost: qemu-img (luks) decrypts the backing file" qemu-img convert \
     --object "secret,id=s0,file=$RUN/vhost.key" -O raw \
     --image-opts "driver=luks,key-secret=s0,file.filename=$RUN/vhost.img" "$RUN/vhost.plain"

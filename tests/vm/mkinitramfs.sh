@@ -63,13 +63,19 @@ echo "root:x:0:" > "$STAGE/etc/group"
 # Kernel modules: whole crypto dirs (dm-crypt loads ciphers on demand) plus the
 # dependency closure of the drivers the suite uses.
 MODS=(virtio_blk virtio_console ublk_drv nbd dm_crypt dm_integrity brd null_blk ext4 loop
-      xts essiv aesni_intel sha256_ssse3 crypto_null authenc)
+      xts essiv aesni_intel crypto_null authenc)
+# Accelerated variants that later kernels fold into built-in library code
+# (6.17+: sha256 lives in lib/crypto, no sha256_ssse3 module): taken when present.
+OPT_MODS=(sha256_ssse3)
 depmod -b "$KROOT" "$KVER"
 MD="lib/modules/$KVER"
 want=$(mktemp)
 for m in "${MODS[@]}"; do
   modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" 2>/dev/null | awk '$1=="insmod" {print $2}' >> "$want" \
     || die "module $m not found in $KROOT"
+done
+for m in "${OPT_MODS[@]}"; do
+  modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" 2>/dev/null | awk '$1=="insmod" {print $2}' >> "$want" || true
 done
 ( cd "$KROOT/$MD" && find kernel/crypto kernel/arch/x86/crypto kernel/lib/crypto -name '*.ko*' ) \
   | sed "s|^|$KROOT/$MD/|" >> "$want"

@@ -1,8 +1,7 @@
 #!/bin/sh
-# Opt-in part (UCRYPT_VM_PARTS=plain; not in the default list until it has
-# passed in the guest): plain mode, `cryptsetup open --type plain` and
-# `ucrypt open --type plain` with the same options and key must give the
-# same ciphertext and plaintext. Sourced by suite.sh with lib.sh loaded.
+# Part 3b: plain mode, `cryptsetup open --type plain` and `ucrypt open --type
+# plain` with the same options and key must give the same ciphertext and
+# plaintext. Sourced by suite.sh with lib.sh loaded.
 
 W=/tmp/plain
 mkdir -p "$W"
@@ -55,3 +54,7 @@ plain_same "--offset --skip --size" "$W/ppass" -c aes-xts-plain64 -s 512 -h sha5
   --offset 64 --skip 1000 --size 2048
 plain_same "-d keyfile --keyfile-offset" /dev/null -d "$W/pkey" --keyfile-offset 100 -c twofish-cbc-plain64
 plain_same "piped --keyfile-offset -l" "$W/ppass-range" -h sha256 --keyfile-offset 2 -l 13
+plain_same "-d - (stdin key file) --keyfile-offset -h sha1" "$W/pkey" -d - --keyfile-offset 3 -h sha1 \
+  -c aes-cbc-plain64 -s 128
+plain_same "--sector-size 4096 --iv-large-sectors" "$W/ppass" -c aes-xts-plain64 -s 256 -h sha256 \
+  --sector-size 4096 --iv-large-sectors
