@@ -345,8 +345,9 @@ fn run_admitted(
         let last = hint.is_none_or(|h| h.ready == 0);
         return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
     }
-    // Whatever this thread gathered was submitted before this request.
-    mode::gather::unplug();
+    // Whatever this thread gathered was submitted before this request, and
+    // has completed when it runs.
+    mode::gather::settle();
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
@@ -426,7 +427,7 @@ impl Engine {
 
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
-        mode::gather::unplug();
+        mode::gather::settle();
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
