@@ -22,7 +22,8 @@
 //! the submitter thread keeps the crypto, as inline does.
 //!
 //! Only for backends whose batches reach a submission queue
-//! ([`backend::Backend::batches`]: the file backend on io_uring); others
+//! ([`backend::Backend::batches`]: the file backend on io_uring) or that
+//! complete asynchronously; others
 //! keep the one-at-a-time paths (the ramdisk's fused crypto, for one).
 //!
 //! # Completing as the IO completes
@@ -137,7 +138,8 @@ pub(crate) fn wants(gen: &Gen, w: &Work, hint: Option<Hint>) -> bool {
         Work::Read(r) | Work::Write(r, ..) => r.len(),
         _ => return false,
     };
-    if len == 0 || len > MAX_BYTES || !gen.ctx.backend.batches() {
+    let b = &gen.ctx.backend;
+    if len == 0 || len > MAX_BYTES || !(b.batches() || b.completes_async()) {
         return false;
     }
     let ready = hint.is_some_and(|h| h.ready > 0);
