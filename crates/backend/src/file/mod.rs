@@ -36,6 +36,14 @@
 //! (`RWF_DSYNC`, or one fdatasync after the batch for
 //! [`FuaMode::WriteThenFlush`] before any FUA entry is reported).
 //!
+//! # Completion-driven entries
+//!
+//! [`Backend::submit_async`] (inline and adaptive's gathered requests) goes
+//! to one ring per backend instead, shared by its submitters under a lock,
+//! with a completion thread that runs each entry's callback as its CQE
+//! arrives (`aio.rs`): the submitter never waits, so a frontend keeps the
+//! device at its whole queue depth.
+//!
 //! Where io_uring is unavailable (an old kernel, `io_uring_disabled`, a
 //! seccomp filter) the backend uses positioned syscalls (`pread`, `pwritev2`,
 //! `fdatasync`) with the same semantics; [`FileBackend::io_engine`] says
