@@ -41,6 +41,8 @@ pub(crate) struct Core {
     /// Threads of replaced generations, joined at shutdown.
     retired: Mutex<Vec<JoinHandle<()>>>,
     reconfig: Mutex<()>,
+    /// Completion callbacks of asynchronous requests not yet returned.
+    pub(crate) tails: Arc<mode::gather::Inflight>,
 }
 
 impl Core {
@@ -386,6 +388,7 @@ impl Engine {
             no_fuse: std::sync::atomic::AtomicBool::new(false),
             retired: Mutex::new(Vec::new()),
             reconfig: Mutex::new(()),
+            tails: Arc::default(),
         });
         let gen = Gen::build(&core, vol, cfg)?;
         core.gate.install(gen);
@@ -674,6 +677,13 @@ impl Engine {
             panicked = panicked.or(p);
         }
         self.core.join_retired();
+        // The drain ends when the last slot is released, before that
+        // request's callback has run and let go of the backend: wait for
+        // the asynchronous ones too, so dropping the engine here drops the
+        // backend here (its files, and their lock, closed on return).
+        if !backend::on_completion_thread() {
+            self.core.tails.wait_zero();
+        }
         if let Some(p) = panicked {
             std::panic::resume_unwind(p);
         }

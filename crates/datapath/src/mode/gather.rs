@@ -91,9 +91,10 @@ thread_local! {
     static INFLIGHT: Arc<Inflight> = Arc::new(Inflight::default());
 }
 
-/// A count of one thread's requests in flight, and a way to wait for none.
+/// A count of requests in flight (one thread's, or an engine's callbacks
+/// still running), and a way to wait for none.
 #[derive(Default)]
-struct Inflight {
+pub(crate) struct Inflight {
     n: AtomicUsize,
     lock: Mutex<()>,
     zero: Condvar,
@@ -109,7 +110,7 @@ impl Inflight {
         }
     }
 
-    fn wait_zero(&self) {
+    pub(crate) fn wait_zero(&self) {
         if self.n.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -270,9 +271,12 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
     let mut ops = Vec::with_capacity(batch.len());
     let inflight = INFLIGHT.with(Arc::clone);
     inflight.n.fetch_add(batch.len(), Ordering::AcqRel);
+    let tails = ctx.core.tails.clone();
+    tails.n.fetch_add(batch.len(), Ordering::AcqRel);
     for p in batch {
         let c = ctx.clone();
         let fl = inflight.clone();
+        let tail = Tail(tails.clone());
         let (t0, done) = (p.t0, p.done);
         // Keeps the generation alive until the last entry completes.
         let gen = p.gen;
@@ -296,7 +300,8 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
                     counted(&fl, || {
                         c.complete(Dir::Read, Path::Inline, r.len(), t0, res, done)
                     });
-                    drop(gen);
+                    drop((gen, c));
+                    drop(tail);
                 }),
             },
             Work::Write(r, mut data, fua) => {
@@ -314,7 +319,8 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
                         counted(&fl, || {
                             c.complete(Dir::Write, Path::Inline, r.len(), t0, res, done)
                         });
-                        drop(gen);
+                        drop((gen, c));
+                        drop(tail);
                     }),
                 }
             }
@@ -324,6 +330,17 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
         ops.push(op);
     }
     ctx.backend.submit_async(ops);
+}
+
+/// Counts a callback out of its engine's running ones when dropped (after
+/// its references to the generation, and so to the backend, went; also on
+/// a panic).
+struct Tail(Arc<Inflight>);
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 /// Runs a request's completion `f` and counts it out of its submitter's
