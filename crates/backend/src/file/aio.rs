@@ -29,7 +29,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -52,6 +52,8 @@ pub(super) struct Aio {
     /// Serialises pushing SQEs and submitting them.
     sq: Mutex<()>,
     slab: Mutex<Slab>,
+    /// Wakes the completion thread parked with nothing in flight.
+    work: Condvar,
     stop: AtomicBool,
     /// Duplicates of the backend's descriptors (see the module doc).
     buffered: File,
@@ -171,6 +173,7 @@ impl Aio {
             ring,
             sq: Mutex::new(()),
             slab: Mutex::new(Slab::default()),
+            work: Condvar::new(),
             stop: AtomicBool::new(false),
             buffered: fb.buffered.try_clone()?,
             direct: fb.direct.as_ref().map(File::try_clone).transpose()?,
@@ -202,6 +205,9 @@ impl Aio {
         }
         if !entries.is_empty() {
             let mut slab = lock(&self.slab);
+            if slab.live == 0 {
+                self.work.notify_one();
+            }
             for e in entries {
                 let i = slab.insert(e);
                 // Invariant: inserted just above.
@@ -327,8 +333,18 @@ impl Aio {
         crate::mark_completion_thread();
         let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(SQ_ENTRIES as usize);
         loop {
-            if self.stop.load(Ordering::Acquire) && lock(&self.slab).live == 0 {
-                return;
+            {
+                // Nothing in flight: park in user space rather than in
+                // io_uring_enter, so an exiting process never waits for
+                // this thread's ring (its files, and their lock, go at
+                // once).
+                let mut slab = lock(&self.slab);
+                while slab.live == 0 {
+                    if self.stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    slab = self.work.wait(slab).unwrap_or_else(|e| e.into_inner());
+                }
             }
             // SAFETY: GETEVENTS only (nothing submitted, no argument):
             // waits for one CQE.
@@ -401,6 +417,8 @@ impl Aio {
     /// it unless called from it.
     pub(super) fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
+        drop(lock(&self.slab));
+        self.work.notify_all();
         let nop = opcode::Nop::new().build().user_data(WAKE);
         self.push(&[nop]);
         let h = lock(&self.thread).take();
