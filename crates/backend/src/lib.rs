@@ -66,11 +66,13 @@ use std::io;
 mod fault;
 mod file;
 mod mem;
+mod page_alloc;
 pub mod rbd;
 
 pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
 pub use file::{DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine};
 pub use mem::MemBackend;
+pub use page_alloc::PageAlignLarge;
 pub use rbd::RbdBackend;
 
 /// What a backend can do natively; the rest is emulated (see the module doc).

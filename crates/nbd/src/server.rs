@@ -51,7 +51,7 @@ use crate::handshake::{greet, options, Outcome};
 use crate::reuse::Writer;
 use crate::stream::{self, Deadline, Stream};
 use crate::tls::{upgrade, TlsConfig};
-use crate::transmit::{transmit, Conn, REPLY_TIMEOUT};
+use crate::transmit::{transmit, Conn, REPLY_SNDBUF, REPLY_TIMEOUT};
 use crate::Error;
 
 /// Where the server listens.
@@ -604,6 +604,7 @@ fn serve_session(
     // writer thread), never blocking the engine thread that completed them.
     reader.get_mut().clear()?;
     w.clear()?;
+    w.s.grow_send_buffer(REPLY_SNDBUF);
     let conn = Arc::new(Conn::new(
         w.s,
         shared.limits.max_inflight_bytes,

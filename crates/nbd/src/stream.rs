@@ -73,6 +73,42 @@ impl Stream {
         }
     }
 
+    /// Raises a unix socket's `SO_SNDBUF` to at least `bytes` (the kernel
+    /// caps it at `net.core.wmem_max`; TCP keeps its autotuning), so a
+    /// large reply fits in one non-blocking `sendmsg` instead of going to
+    /// the writer thread in pieces. Best effort: errors are ignored.
+    pub(crate) fn grow_send_buffer(&self, bytes: usize) {
+        let Stream::Unix(s) = self else { return };
+        let fd = s.as_raw_fd();
+        let mut cur: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `fd` is this stream's open socket for the whole call;
+        // `cur` and `len` are valid for writes of an int and its length.
+        let got = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut cur as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        let want = bytes.min(libc::c_int::MAX as usize) as libc::c_int;
+        if got == 0 && cur >= want {
+            return;
+        }
+        // SAFETY: as above; `want` is a valid int for the call's duration.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&want as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+
     /// `SO_SNDTIMEO` (shared by every clone of the socket).
     pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
@@ -218,5 +254,45 @@ impl Write for Stream {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `SO_SNDBUF` of `s` as the kernel reports it (twice what was set).
+    fn sndbuf(s: &UnixStream) -> libc::c_int {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `s` is open for the call; `v` and `len` are valid for
+        // writes of an int and its length.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        v
+    }
+
+    #[test]
+    fn unix_send_buffer_grows_and_never_shrinks() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let before = sndbuf(&a);
+        let s = Stream::Unix(a);
+        s.grow_send_buffer(4 << 20);
+        let Stream::Unix(a) = &s else { unreachable!() };
+        let grown = sndbuf(a);
+        // The kernel doubles what it was asked for, up to twice
+        // net.core.wmem_max, so even a small cap beats the default.
+        assert!(grown > before, "SO_SNDBUF {before} -> {grown}");
+        // A smaller request leaves a larger buffer alone.
+        s.grow_send_buffer(4096);
+        assert_eq!(sndbuf(a), grown);
     }
 }

@@ -50,6 +50,14 @@ pub(crate) const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// cap alone would not bound a stalled client's outbox).
 pub(crate) const MAX_INFLIGHT_REQUESTS: u64 = 1024;
 
+/// `SO_SNDBUF` asked for on a unix client socket: a 1 MiB read reply at
+/// QD8 otherwise fills the default (208 KiB) and leaves in pieces through
+/// the writer thread, a hop that on a loaded machine waits for a CPU
+/// (1M QD8 reads: the writer thread waited 3x as long as it ran). Bytes
+/// the socket holds have left the in-flight cap; the kernel caps this at
+/// `net.core.wmem_max`.
+pub(crate) const REPLY_SNDBUF: usize = 4 << 20;
+
 /// Replies one `sendmsg` carries at most (two iovecs each; `IOV_MAX` is
 /// 1024).
 const BATCH: usize = 256;
