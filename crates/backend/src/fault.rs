@@ -419,4 +419,44 @@ impl<B: Backend> Backend for FaultBackend<B> {
         self.bump(5);
         self.inner.write_zeroes(offset, len)
     }
+
+    fn completes_async(&self) -> bool {
+        self.inner.completes_async()
+    }
+
+    /// The rules apply per entry on the submitting thread (a delay delays
+    /// the submission); a failed entry completes there with its error, the
+    /// rest go to the inner backend's `submit_async`.
+    fn submit_async(&self, ops: Vec<crate::AsyncOp>) {
+        let (mut pass, mut failed) = (Vec::with_capacity(ops.len()), Vec::new());
+        for op in ops {
+            let (kind, fua) = match op.kind {
+                crate::AsyncKind::Read => (OpKind::Read, false),
+                crate::AsyncKind::Write { fua } => (OpKind::Write, fua),
+            };
+            match self.check(kind, op.offset, op.buf.len() as u64) {
+                Ok(()) => {
+                    self.bump(if kind == OpKind::Read { 0 } else { 1 });
+                    if fua {
+                        self.bump(2);
+                    }
+                    pass.push(op);
+                }
+                Err(e) => failed.push((op, e)),
+            }
+        }
+        // A callback panic re-raised by the inner backend must not strand
+        // the failed entries.
+        let mut panicked = None;
+        if !pass.is_empty() {
+            let inner = || self.inner.submit_async(std::mem::take(&mut pass));
+            panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(inner)).err();
+        }
+        for (op, e) in failed {
+            panicked = panicked.or(op.finish(Err(e)));
+        }
+        if let Some(p) = panicked {
+            std::panic::resume_unwind(p);
+        }
+    }
 }

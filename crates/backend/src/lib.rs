@@ -13,7 +13,8 @@
 //! # The contract
 //!
 //! A [`Backend`] is a byte-addressed device of fixed [`Backend::size`]. Every
-//! operation is synchronous and may be called from many threads at once; the
+//! operation but [`Backend::submit_async`] is synchronous, and all may be
+//! called from many threads at once; the
 //! data path gets parallelism by calling from several threads, or by
 //! handing several independent requests to one call
 //! ([`Backend::read_batch`] / [`Backend::write_batch`], which a backend with
@@ -42,6 +43,16 @@
 //! not zero (then the content is device-defined, as for `blkdiscard`); use
 //! `write_zeroes` when zeroes are required. `write_zeroes` always leaves
 //! zeroes.
+//!
+//! # Completion-driven IO
+//!
+//! [`Backend::submit_async`] takes reads and writes with owned buffers and
+//! a callback per entry ([`AsyncOp`]), and returns once they are submitted.
+//! A backend that answers [`Backend::completes_async`] (the file backend on
+//! io_uring) runs each callback on its completion thread as that entry's IO
+//! completes, in any order; [`on_completion_thread`] is true there. The
+//! provided method runs the entries synchronously and calls each callback
+//! before returning, so every backend takes the call.
 //!
 //! Errors are [`std::io::Error`]s so the data path can pass them on; those
 //! raised by this crate carry an [`Error`] as their inner error.
@@ -142,6 +153,31 @@ pub trait Backend: Send + Sync {
             .collect()
     }
 
+    /// True when [`Backend::submit_async`] returns before the IO completes
+    /// and calls each entry's callback from a completion thread; false (the
+    /// default) when it completes every entry before returning.
+    fn completes_async(&self) -> bool {
+        false
+    }
+
+    /// Submits every entry of `ops`; each entry's `done` runs exactly once
+    /// with its buffer and result: a read's buffer filled (all of it, or
+    /// the result is an error), a write's buffer given back. Each entry has
+    /// the semantics of [`Backend::read_at`] / [`Backend::write_at`] (a FUA
+    /// write is durable before its `done` runs with `Ok`); entries are
+    /// independent and complete in any order.
+    ///
+    /// A callback may run on the calling thread (always, for a backend that
+    /// does not [`Backend::completes_async`]; for an entry refused at once,
+    /// on one that does) or on the backend's completion thread, where it
+    /// must not wait for another entry of this backend to complete. A
+    /// callback that panics does not keep the others from running.
+    ///
+    /// Provided: [`run_async_inline`], each entry in turn on this thread.
+    fn submit_async(&self, ops: Vec<AsyncOp>) {
+        run_async_inline(self, ops)
+    }
+
     /// Writes every entry of `ops`; returns one result per entry, in order.
     ///
     /// As [`Backend::read_batch`]: each entry has exactly the semantics of
@@ -176,6 +212,87 @@ pub struct WriteOp<'a> {
     pub offset: u64,
     /// Durable on success (forced unit access).
     pub fua: bool,
+}
+
+/// The callback of an [`AsyncOp`]: the entry's buffer and its result.
+pub type AsyncDone = Box<dyn FnOnce(Vec<u8>, io::Result<()>) + Send>;
+
+/// One entry of [`Backend::submit_async`].
+pub struct AsyncOp {
+    /// Read or write.
+    pub kind: AsyncKind,
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// A read fills all of it; a write writes all of it.
+    pub buf: Vec<u8>,
+    /// Runs once the entry completed.
+    pub done: AsyncDone,
+}
+
+/// What an [`AsyncOp`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncKind {
+    /// Fill the buffer with the bytes at the offset.
+    Read,
+    /// Write the buffer at the offset; durable on success when `fua`.
+    Write {
+        /// Forced unit access.
+        fua: bool,
+    },
+}
+
+impl std::fmt::Debug for AsyncOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncOp")
+            .field("kind", &self.kind)
+            .field("offset", &self.offset)
+            .field("len", &self.buf.len())
+            .finish()
+    }
+}
+
+impl AsyncOp {
+    /// Calls `done` with the buffer and `res`, returning its panic instead
+    /// of unwinding (so a submitter can complete the other entries first).
+    pub fn finish(self, res: io::Result<()>) -> Option<Box<dyn std::any::Any + Send>> {
+        let (done, buf) = (self.done, self.buf);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || done(buf, res))).err()
+    }
+}
+
+/// The synchronous [`Backend::submit_async`]: each entry with
+/// [`Backend::read_at`] / [`Backend::write_at`], its callback right after;
+/// the first callback panic is re-raised once every entry has completed.
+pub fn run_async_inline<B: Backend + ?Sized>(b: &B, ops: Vec<AsyncOp>) {
+    let mut panicked = None;
+    for mut op in ops {
+        let res = match op.kind {
+            AsyncKind::Read => b.read_at(&mut op.buf, op.offset),
+            AsyncKind::Write { fua } => b.write_at(&op.buf, op.offset, fua),
+        };
+        panicked = panicked.or(op.finish(res));
+    }
+    if let Some(p) = panicked {
+        std::panic::resume_unwind(p);
+    }
+}
+
+thread_local! {
+    static COMPLETION_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a backend's completion thread (where [`AsyncOp`] callbacks of a
+/// backend that [`Backend::completes_async`] run): a callback there must
+/// never block waiting for IO of that backend.
+pub fn on_completion_thread() -> bool {
+    COMPLETION_THREAD.with(|c| c.get())
+}
+
+/// Marks the calling thread as a completion thread (see
+/// [`on_completion_thread`]): a backend that [`Backend::completes_async`]
+/// calls it on each thread that runs [`AsyncOp`] callbacks.
+pub fn mark_completion_thread() {
+    COMPLETION_THREAD.with(|c| c.set(true));
 }
 
 /// In-place access to a backend's stored bytes (the ramdisk has it).
@@ -246,6 +363,12 @@ macro_rules! forward_backend {
             }
             fn read_batch(&self, ops: &mut [ReadOp<'_>]) -> Vec<io::Result<()>> {
                 (**self).read_batch(ops)
+            }
+            fn completes_async(&self) -> bool {
+                (**self).completes_async()
+            }
+            fn submit_async(&self, ops: Vec<AsyncOp>) {
+                (**self).submit_async(ops)
             }
             fn write_batch(&self, ops: &[WriteOp<'_>]) -> Vec<io::Result<()>> {
                 (**self).write_batch(ops)

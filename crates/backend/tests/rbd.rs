@@ -1,11 +1,12 @@
 //! `RbdBackend` against a throwaway single-node Ceph cluster
 //! (scripts/ceph-test-cluster.sh, started once for this binary, stopped at
 //! its end): batches of asynchronous reads and writes, FUA, flush,
-//! write-zeroes and discard reading back zero, snapshots read-only, the
+//! write-zeroes and discard reading back zero, completion-driven entries
+//! (`submit_async`), snapshots read-only, the
 //! exclusive lock between two clients, and the open errors.
 
 use backend::rbd::{RbdConfig, RbdOptions, RbdSpec};
-use backend::{Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
+use backend::{AsyncKind, AsyncOp, Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
 use testutil::ceph::{Cluster, Store};
 use testutil::{Capability, Rng};
 use ucrypt_backend as backend;
@@ -110,6 +111,57 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
         out == model,
         "zeroed/discarded ranges do not read back zero"
     );
+
+    // Completion-driven entries (Backend::submit_async): each completes on
+    // the backend's completion thread with its own result, FUA included;
+    // a refused entry fails alone, on the submitter.
+    assert!(b.completes_async());
+    type Event = (u64, Vec<u8>, std::io::Result<()>, bool);
+    let (tx, rx) = std::sync::mpsc::channel::<Event>();
+    let entry = |tag: u64, kind: AsyncKind, offset: u64, buf: Vec<u8>| {
+        let tx = tx.clone();
+        AsyncOp {
+            kind,
+            offset,
+            buf,
+            done: Box::new(move |buf, res| {
+                let _ = tx.send((tag, buf, res, backend::on_completion_thread()));
+            }),
+        }
+    };
+    let mut ops = Vec::new();
+    for i in 0..8u64 {
+        let off = i * MIB as u64 + 4096;
+        let data = vec![i as u8 + 0x40; 8192];
+        model[off as usize..off as usize + 8192].copy_from_slice(&data);
+        ops.push(entry(i, AsyncKind::Write { fua: i == 3 }, off, data));
+    }
+    ops.push(entry(99, AsyncKind::Read, 16 * MIB as u64, vec![0; 512]));
+    b.submit_async(ops);
+    for _ in 0..9 {
+        let (tag, buf, res, comp) = rx.recv().unwrap();
+        if tag == 99 {
+            let e = res.unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+            assert!(!comp);
+        } else {
+            res.unwrap_or_else(|e| panic!("async write {tag}: {e}"));
+            assert_eq!(buf, vec![tag as u8 + 0x40; 8192]);
+            assert!(comp, "write {tag} completed off the completion thread");
+        }
+    }
+    let ops = (0..8u64)
+        .map(|i| entry(i, AsyncKind::Read, i * MIB as u64 + 4096, vec![0; 8192]))
+        .collect();
+    b.submit_async(ops);
+    for _ in 0..8 {
+        let (tag, buf, res, comp) = rx.recv().unwrap();
+        res.unwrap_or_else(|e| panic!("async read {tag}: {e}"));
+        assert_eq!(buf, vec![tag as u8 + 0x40; 8192], "async read {tag}");
+        assert!(comp);
+    }
+    b.read_at(&mut out, 0).unwrap();
+    assert!(out == model, "async writes did not land");
 
     // A second read-write client is refused; a read-only one shares.
     let e = open(&c, "rbd:rbd/b", false).unwrap_err();

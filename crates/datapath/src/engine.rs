@@ -41,6 +41,8 @@ pub(crate) struct Core {
     /// Threads of replaced generations, joined at shutdown.
     retired: Mutex<Vec<JoinHandle<()>>>,
     reconfig: Mutex<()>,
+    /// Completion callbacks of asynchronous requests not yet returned.
+    pub(crate) tails: Arc<mode::gather::Inflight>,
 }
 
 impl Core {
@@ -345,8 +347,9 @@ fn run_admitted(
         let last = hint.is_none_or(|h| h.ready == 0);
         return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
     }
-    // Whatever this thread gathered was submitted before this request.
-    mode::gather::unplug();
+    // Whatever this thread gathered was submitted before this request, and
+    // has completed when it runs.
+    mode::gather::settle();
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
@@ -385,6 +388,7 @@ impl Engine {
             no_fuse: std::sync::atomic::AtomicBool::new(false),
             retired: Mutex::new(Vec::new()),
             reconfig: Mutex::new(()),
+            tails: Arc::default(),
         });
         let gen = Gen::build(&core, vol, cfg)?;
         core.gate.install(gen);
@@ -426,7 +430,7 @@ impl Engine {
 
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
-        mode::gather::unplug();
+        mode::gather::settle();
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
@@ -673,6 +677,13 @@ impl Engine {
             panicked = panicked.or(p);
         }
         self.core.join_retired();
+        // The drain ends when the last slot is released, before that
+        // request's callback has run and let go of the backend: wait for
+        // the asynchronous ones too, so dropping the engine here drops the
+        // backend here (its files, and their lock, closed on return).
+        if !backend::on_completion_thread() {
+            self.core.tails.wait_zero();
+        }
         if let Some(p) = panicked {
             std::panic::resume_unwind(p);
         }

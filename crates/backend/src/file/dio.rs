@@ -78,6 +78,10 @@ impl AlignedBuf {
     }
 }
 
+// SAFETY: AlignedBuf owns its allocation exclusively (like a Box<[u8]>);
+// the raw pointer is never shared, so moving it to another thread is sound.
+unsafe impl Send for AlignedBuf {}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if !self.ptr.is_null() {

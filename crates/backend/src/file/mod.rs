@@ -36,6 +36,14 @@
 //! (`RWF_DSYNC`, or one fdatasync after the batch for
 //! [`FuaMode::WriteThenFlush`] before any FUA entry is reported).
 //!
+//! # Completion-driven entries
+//!
+//! [`Backend::submit_async`] (inline and adaptive's gathered requests) goes
+//! to one ring per backend instead, shared by its submitters under a lock,
+//! with a completion thread that runs each entry's callback as its CQE
+//! arrives (`aio.rs`): the submitter never waits, so a frontend keeps the
+//! device at its whole queue depth.
+//!
 //! Where io_uring is unavailable (an old kernel, `io_uring_disabled`, a
 //! seccomp filter) the backend uses positioned syscalls (`pread`, `pwritev2`,
 //! `fdatasync`) with the same semantics; [`FileBackend::io_engine`] says
@@ -83,6 +91,8 @@
 //!                ([`Op`]) goes to an engine
 //!   batch.rs     read_batch / write_batch: routing each entry, one ring
 //!                submission, FUA per entry
+//!   aio.rs       submit_async: one shared ring per backend and a
+//!                completion thread that runs each entry's callback
 //!   uring.rs     the io_uring engine: one ring per thread, run_batch, arena
 //!   sync.rs      the syscall engine: pread / pwritev2 / fdatasync
 //!   blockdev.rs  block-device ioctls: size, logical block, discard, zeroout
@@ -95,9 +105,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use crate::{check_range, emulate_write_zeroes, Backend, Caps, Error, ErrorKind, ReadOp, WriteOp};
+use crate::{
+    check_range, emulate_write_zeroes, AsyncOp, Backend, Caps, Error, ErrorKind, ReadOp, WriteOp,
+};
 
+mod aio;
 mod batch;
 mod blockdev;
 mod dio;
@@ -125,7 +139,11 @@ pub struct FileBackend {
     discard_ok: AtomicBool,
     zero_range_ok: AtomicBool,
     punch_ok: AtomicBool,
-    stats: Counters,
+    stats: Arc<Counters>,
+    /// The completion-driven ring, created by the first
+    /// [`Backend::submit_async`] (`None`: the kernel refused it; entries
+    /// then complete synchronously).
+    aio: OnceLock<Option<Arc<aio::Aio>>>,
 }
 
 #[derive(Default)]
@@ -248,7 +266,8 @@ impl FileBackend {
             discard_ok: AtomicBool::new(discard_ok),
             zero_range_ok: AtomicBool::new(true),
             punch_ok: AtomicBool::new(true),
-            stats: Counters::default(),
+            stats: Arc::default(),
+            aio: OnceLock::new(),
         })
     }
 
@@ -506,6 +525,20 @@ impl Backend for FileBackend {
         self.write_batch_ring(ops)
     }
 
+    fn completes_async(&self) -> bool {
+        self.engine == IoEngine::Uring
+    }
+
+    fn submit_async(&self, ops: Vec<AsyncOp>) {
+        if self.engine != IoEngine::Uring {
+            return crate::run_async_inline(self, ops);
+        }
+        match self.aio.get_or_init(|| aio::Aio::start(self).ok()) {
+            Some(a) => a.submit(self, ops),
+            None => crate::run_async_inline(self, ops),
+        }
+    }
+
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(self.size(), offset, len)?;
         self.check_writable()?;
@@ -580,6 +613,15 @@ impl Backend for FileBackend {
             }
         }
         emulate_write_zeroes(self, offset, len)
+    }
+}
+
+impl Drop for FileBackend {
+    fn drop(&mut self) {
+        // Entries in flight hold buffers the kernel writes: wait for them.
+        if let Some(Some(a)) = self.aio.get() {
+            a.shutdown();
+        }
     }
 }
 

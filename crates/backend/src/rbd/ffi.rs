@@ -341,6 +341,74 @@ impl Image {
     }
 }
 
+impl Image {
+    /// Starts one read or write that owns its buffer and returns at once;
+    /// `then` gets the buffer back with librbd's return value (bytes read,
+    /// 0 for a write, `-errno`): from librbd's callback thread, or from
+    /// this thread when librbd refuses the operation. `then` must not wait
+    /// for librbd (hand the result to another thread).
+    pub(super) fn start(&self, write: bool, offset: u64, buf: Vec<u8>, then: Then) {
+        let lib = match lib() {
+            Ok(l) => l,
+            Err(e) => return then(buf, -(e.raw_os_error().unwrap_or(libc::EIO) as i64)),
+        };
+        let token = Box::into_raw(Box::new(Owned { buf, then }));
+        let mut c: sys::rbd_completion_t = ptr::null_mut();
+        // SAFETY: `token` is a leaked Box handed to exactly one completion;
+        // `on_owned` reclaims it when it fires, or we do below if the
+        // operation is never submitted.
+        let mut r = unsafe { lib.rbd_aio_create_completion(token.cast(), Some(on_owned), &mut c) };
+        if r >= 0 {
+            // SAFETY: live image, fresh completion; the buffer lives in the
+            // token, which only `on_owned` frees, after librbd is done.
+            r = unsafe {
+                let b = &mut (*token).buf;
+                if write {
+                    lib.rbd_aio_write(self.raw, offset, b.len(), b.as_ptr().cast(), c)
+                } else {
+                    lib.rbd_aio_read(self.raw, offset, b.len(), b.as_mut_ptr().cast(), c)
+                }
+            };
+            if r < 0 {
+                // SAFETY: created above, never submitted: ours to release.
+                unsafe { lib.rbd_aio_release(c) };
+            }
+        }
+        if r < 0 {
+            // SAFETY: not submitted: nobody else owns the token.
+            let t = unsafe { Box::from_raw(token) };
+            (t.then)(t.buf, r as i64);
+        }
+    }
+}
+
+/// What [`Image::start`]'s callback gets: the buffer and the return value.
+pub(super) type Then = Box<dyn FnOnce(Vec<u8>, i64) + Send>;
+
+/// The callback argument of an [`Image::start`] operation.
+struct Owned {
+    buf: Vec<u8>,
+    then: Then,
+}
+
+/// librbd's completion callback for [`Image::start`].
+unsafe extern "C" fn on_owned(c: sys::rbd_completion_t, arg: *mut c_void) {
+    // SAFETY: `arg` is the Box<Owned> leaked by `Image::start` for this one
+    // completion; librbd calls this once per completion, so we own it now.
+    let t = unsafe { Box::from_raw(arg.cast::<Owned>()) };
+    let r = match lib() {
+        // SAFETY: `c` is alive for its callback; we release our only
+        // reference to it once (librbd keeps its own until done).
+        Ok(lib) => unsafe {
+            let r = lib.rbd_aio_get_return_value(c) as i64;
+            lib.rbd_aio_release(c);
+            r
+        },
+        Err(_) => -(libc::EIO as i64),
+    };
+    (t.then)(t.buf, r);
+}
+
 impl Drop for Image {
     fn drop(&mut self) {
         let Ok(lib) = lib() else { return };

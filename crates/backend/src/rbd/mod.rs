@@ -26,6 +26,17 @@
 //! [`ErrorKind::Locked`] (the cli's exit 5, as for a busy device). A
 //! snapshot is always opened read-only and takes no lock.
 //!
+//! # Completing as the IO completes
+//!
+//! [`Backend::submit_async`] starts each read or write with `rbd_aio_*`
+//! on a buffer the operation owns and returns. librbd's callback (its
+//! finisher thread) only hands the result to this backend's completion
+//! thread, which runs the entry's callback: a callback may then do
+//! anything but wait for this backend's IO (it could not on librbd's own
+//! thread, which delivers the completions such a wait needs). A FUA write
+//! is flushed there before its callback. The thread exits once the
+//! backend is dropped and every entry has completed.
+//!
 //! # Durability and space
 //!
 //! FUA is a write then `rbd_aio_flush` (librbd has no per-write FUA):
@@ -35,8 +46,9 @@
 //! `rbd_aio_write_zeroes`.
 
 use std::io;
+use std::sync::{mpsc, Arc, Mutex};
 
-use crate::{check_range, Backend, Caps, Error, ErrorKind, ReadOp, WriteOp};
+use crate::{check_range, AsyncKind, AsyncOp, Backend, Caps, Error, ErrorKind, ReadOp, WriteOp};
 
 mod ffi;
 mod spec;
@@ -59,7 +71,10 @@ pub struct RbdOptions {
 /// A Ceph RBD image accessed through librbd's asynchronous API.
 pub struct RbdBackend {
     spec: RbdSpec,
-    image: Image,
+    image: Arc<Image>,
+    /// The completion thread of [`Backend::submit_async`], started on
+    /// first use.
+    done: Mutex<Option<Completer>>,
     size: u64,
     read_only: bool,
     allow_discard: bool,
@@ -191,7 +206,8 @@ impl RbdBackend {
         }
         Ok(Self {
             spec: spec.clone(),
-            image,
+            image: Arc::new(image),
+            done: Mutex::new(None),
             size,
             read_only,
             allow_discard: opts.allow_discard,
@@ -228,6 +244,121 @@ impl RbdBackend {
         let mut ops = [op];
         self.image.run(&mut ops).pop().unwrap_or(Ok(0))
     }
+
+    /// A sender to the completion thread, starting it if needed.
+    fn completer(&self) -> io::Result<mpsc::Sender<Job>> {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let thread = std::thread::Builder::new()
+                .name("ucrypt-rbd-aio".into())
+                .spawn(move || {
+                    crate::mark_completion_thread();
+                    // Ends once every sender is gone: the backend's, and
+                    // each one an entry in flight holds.
+                    for job in rx {
+                        job();
+                    }
+                })?;
+            *g = Some(Completer { tx, thread });
+        }
+        // Invariant: set just above.
+        Ok(g.as_ref().expect("completer started").tx.clone())
+    }
+
+    /// Starts one entry of [`Backend::submit_async`]; an entry refused at
+    /// once gets its error back.
+    fn start(&self, op: AsyncOp, tx: mpsc::Sender<Job>) -> Result<(), (AsyncOp, io::Error)> {
+        let len = op.buf.len();
+        let (write, fua) = match op.kind {
+            AsyncKind::Read => (false, false),
+            AsyncKind::Write { fua } => (true, fua),
+        };
+        let refused = check_range(self.size, op.offset, len as u64).and_then(|()| match write {
+            true => self.writable(),
+            false => Ok(()),
+        });
+        if let Err(e) = refused {
+            return Err((op, e));
+        }
+        let AsyncOp {
+            kind,
+            offset,
+            buf,
+            done,
+        } = op;
+        let image = self.image.clone();
+        let spec = self.spec.to_string();
+        let then: ffi::Then = Box::new(move |buf, r| {
+            // On librbd's thread: hand over, never run the callback here.
+            let job: Job = Box::new(move || {
+                let what = if write { "write" } else { "read" };
+                let err = |e: io::Error| -> io::Error {
+                    Error::new(ErrorKind::Io { path: spec })
+                        .with_source(e)
+                        .with_context(format!("{what} at offset {offset} failed"))
+                        .into()
+                };
+                let res = if r < 0 {
+                    Err(err(io::Error::from_raw_os_error(-r as i32)))
+                } else if !write && r as usize != len {
+                    Err(Error::new(ErrorKind::ShortRead {
+                        offset: offset + r as u64,
+                    })
+                    .into())
+                } else if fua {
+                    let mut f = [Aio::Flush];
+                    match image.run(&mut f).pop().unwrap_or(Ok(0)) {
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(err(e)),
+                    }
+                } else {
+                    Ok(())
+                };
+                let op = AsyncOp {
+                    kind,
+                    offset,
+                    buf,
+                    done,
+                };
+                // A panicking callback was reported by the panic hook; it
+                // must not end the thread every other entry completes on.
+                drop(op.finish(res));
+            });
+            // The receiver lives while this sender does.
+            let _ = tx.send(job);
+        });
+        self.image.start(write, offset, buf, then);
+        Ok(())
+    }
+}
+
+/// Work for the completion thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The completion thread of [`Backend::submit_async`] and its sender.
+struct Completer {
+    tx: mpsc::Sender<Job>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Drop for RbdBackend {
+    fn drop(&mut self) {
+        // Entries in flight hold senders: the thread ends after the last
+        // of them completed. Joined unless this drop runs on it (the last
+        // reference can go with a callback).
+        let c = self
+            .done
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(Completer { tx, thread }) = c {
+            drop(tx);
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
 }
 
 impl Backend for RbdBackend {
@@ -246,6 +377,30 @@ impl Backend for RbdBackend {
     /// Every entry of a batch is an `rbd_aio_*` in flight at once.
     fn batches(&self) -> bool {
         true
+    }
+
+    fn completes_async(&self) -> bool {
+        true
+    }
+
+    fn submit_async(&self, ops: Vec<AsyncOp>) {
+        let tx = match self.completer() {
+            Ok(tx) => tx,
+            Err(_) => return crate::run_async_inline(self, ops),
+        };
+        let mut refused = Vec::new();
+        for op in ops {
+            if let Err(r) = self.start(op, tx.clone()) {
+                refused.push(r);
+            }
+        }
+        let mut panicked = None;
+        for (op, e) in refused {
+            panicked = panicked.or(op.finish(Err(e)));
+        }
+        if let Some(p) = panicked {
+            std::panic::resume_unwind(p);
+        }
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

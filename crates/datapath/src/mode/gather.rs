@@ -22,8 +22,32 @@
 //! the submitter thread keeps the crypto, as inline does.
 //!
 //! Only for backends whose batches reach a submission queue
-//! ([`backend::Backend::batches`]: the file backend on io_uring); others
+//! ([`backend::Backend::batches`]: the file backend on io_uring) or that
+//! complete asynchronously; others
 //! keep the one-at-a-time paths (the ramdisk's fused crypto, for one).
+//!
+//! # Completing as the IO completes
+//!
+//! On a backend that [`backend::Backend::completes_async`], the batch is
+//! not waited for: the writes are encrypted here and every entry goes to
+//! [`backend::Backend::submit_async`], which returns at once, so the
+//! frontend goes on reading its next requests while these are in flight.
+//! Each entry completes on the backend's completion thread as its own IO
+//! finishes: a read is decrypted there, then stats, gate release and
+//! `done` as for any request. The request holds its queue slot until then,
+//! so drains (reconfigure, suspend, shutdown) wait for IO in flight. That
+//! thread is marked an engine thread: a deferred request it replays is
+//! parked, never waited for, and a panicking callback does not kill it.
+//! What a thread submitted this way is counted ([`settle`]): a request
+//! that is not gathered (a flush, discard, write-zeroes, a queue-depth-one
+//! read or write) and the blocking helpers first wait until this thread's
+//! earlier reads and writes completed, so they keep running after what
+//! was submitted before them, as with the synchronous batch.
+//! There, a request also joins when the frontend says others of its
+//! caller are in flight ([`Hint::behind`]) even with nothing ready, so a
+//! queue refilled one request at a time stays deep; a caller at queue
+//! depth one keeps the synchronous path (one positioned syscall, no
+//! thread hop).
 //!
 //! The batch runs, at the latest, when this thread
 //! - submits a request with nothing more ready, or one that is not gathered
@@ -36,14 +60,15 @@
 //!   blocks (on its socket) after saying requests were ready.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use backend::{ReadOp, WriteOp};
+use backend::{AsyncKind, AsyncOp, ReadOp, WriteOp};
 
 use crate::check::Work;
 use crate::stats::{Dir, Path};
-use crate::{Completion, Done, Error, Gen, Hint};
+use crate::{Completion, Ctx, Done, Error, Gen, Hint};
 
 /// Most requests gathered into one batch (the file backend's ring size).
 pub(crate) const MAX_ENTRIES: usize = 64;
@@ -61,6 +86,49 @@ struct Pending {
 thread_local! {
     /// This thread's gathered requests and their bytes.
     static GATHERED: RefCell<(Vec<Pending>, u64)> = const { RefCell::new((Vec::new(), 0)) };
+    /// This thread's requests submitted to a completion-driven backend and
+    /// not yet completed.
+    static INFLIGHT: Arc<Inflight> = Arc::new(Inflight::default());
+}
+
+/// A count of requests in flight (one thread's, or an engine's callbacks
+/// still running), and a way to wait for none.
+#[derive(Default)]
+pub(crate) struct Inflight {
+    n: AtomicUsize,
+    lock: Mutex<()>,
+    zero: Condvar,
+}
+
+impl Inflight {
+    fn end(&self) {
+        if self.n.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Taking the lock orders this with a waiter between its check
+            // and its wait.
+            drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
+            self.zero.notify_all();
+        }
+    }
+
+    pub(crate) fn wait_zero(&self) {
+        if self.n.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        while self.n.load(Ordering::Acquire) != 0 {
+            g = self.zero.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Runs this thread's batch and waits until every request this thread
+/// submitted to a completion-driven backend has completed (never on a
+/// backend's completion thread, which must not wait for IO).
+pub(crate) fn settle() {
+    unplug();
+    if !backend::on_completion_thread() {
+        INFLIGHT.with(|i| i.wait_zero());
+    }
 }
 
 /// Whether `w` (admitted under `gen`) joins this thread's batch: a read or
@@ -71,11 +139,14 @@ pub(crate) fn wants(gen: &Gen, w: &Work, hint: Option<Hint>) -> bool {
         Work::Read(r) | Work::Write(r, ..) => r.len(),
         _ => return false,
     };
-    if len == 0 || len > MAX_BYTES || !gen.ctx.backend.batches() {
+    let b = &gen.ctx.backend;
+    if len == 0 || len > MAX_BYTES || !(b.batches() || b.completes_async()) {
         return false;
     }
     let ready = hint.is_some_and(|h| h.ready > 0);
+    let deep = hint.is_some_and(|h| h.behind > 0) && gen.ctx.backend.completes_async();
     ready
+        || deep
         || GATHERED.with(|g| {
             let g = g.borrow();
             hint.is_some() && g.0.last().is_some_and(|p| std::ptr::eq(&*p.gen, gen))
@@ -128,6 +199,9 @@ fn run(batch: Vec<Pending>) {
     // `add` keeps one generation per batch.
     let gen = batch[0].gen.clone();
     let ctx = &*gen.ctx;
+    if ctx.backend.completes_async() {
+        return run_async(&gen.ctx, batch);
+    }
     let mut reads = Vec::new();
     let mut writes = Vec::new();
     for p in batch {
@@ -188,6 +262,108 @@ fn run(batch: Vec<Pending>) {
     }
     if let Some(p) = panicked {
         std::panic::resume_unwind(p);
+    }
+}
+
+/// Submits a batch and returns: writes encrypted here, each request
+/// completed by its entry's callback (see the module doc).
+fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
+    let mut ops = Vec::with_capacity(batch.len());
+    let inflight = INFLIGHT.with(Arc::clone);
+    inflight.n.fetch_add(batch.len(), Ordering::AcqRel);
+    let tails = ctx.core.tails.clone();
+    tails.n.fetch_add(batch.len(), Ordering::AcqRel);
+    for p in batch {
+        let c = ctx.clone();
+        let fl = inflight.clone();
+        let tail = Tail(tails.clone());
+        let (t0, done) = (p.t0, p.done);
+        // Keeps the generation alive until the last entry completes.
+        let gen = p.gen;
+        let op = match p.w {
+            Work::Read(r) => AsyncOp {
+                kind: AsyncKind::Read,
+                offset: r.at(),
+                // Stale bytes of a pooled buffer are all overwritten, or the
+                // read fails and the buffer is dropped (see crate::bufpool).
+                buf: crate::bufpool::take(r.len() as usize),
+                done: Box::new(move |mut buf, res| {
+                    engine_side();
+                    let res: Completion = res
+                        .map(|()| {
+                            if let Some(cr) = &c.crypt {
+                                cr.decrypt(r.sector(), &mut buf);
+                            }
+                            Some(buf)
+                        })
+                        .map_err(Error::Io);
+                    counted(&fl, || {
+                        c.complete(Dir::Read, Path::Inline, r.len(), t0, res, done)
+                    });
+                    drop((gen, c));
+                    drop(tail);
+                }),
+            },
+            Work::Write(r, mut data, fua) => {
+                if let Some(cr) = &ctx.crypt {
+                    cr.encrypt(r.sector(), &mut data);
+                }
+                AsyncOp {
+                    kind: AsyncKind::Write { fua },
+                    offset: r.at(),
+                    buf: data,
+                    done: Box::new(move |buf, res| {
+                        engine_side();
+                        crate::bufpool::give(buf);
+                        let res: Completion = res.map(|()| None).map_err(Error::Io);
+                        counted(&fl, || {
+                            c.complete(Dir::Write, Path::Inline, r.len(), t0, res, done)
+                        });
+                        drop((gen, c));
+                        drop(tail);
+                    }),
+                }
+            }
+            // Invariant: `wants` admits reads and writes only.
+            _ => unreachable!("only reads and writes are gathered"),
+        };
+        ops.push(op);
+    }
+    ctx.backend.submit_async(ops);
+}
+
+/// Counts a callback out of its engine's running ones when dropped (after
+/// its references to the generation, and so to the backend, went; also on
+/// a panic).
+struct Tail(Arc<Inflight>);
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// Runs a request's completion `f` and counts it out of its submitter's
+/// [`Inflight`]: after `f` on a completion thread (a settling submitter
+/// then sees its `done` has run), before `f` on the submitter's own thread
+/// (entries refused at once), where `f` may call a blocking helper that
+/// settles.
+fn counted(fl: &Inflight, f: impl FnOnce()) {
+    if backend::on_completion_thread() {
+        f();
+        fl.end();
+    } else {
+        fl.end();
+        f();
+    }
+}
+
+/// Marks a backend's completion thread as an engine thread (never blocks
+/// in admission, survives callback panics); a callback running on the
+/// submitter's own thread leaves it as it is.
+fn engine_side() {
+    if backend::on_completion_thread() && !crate::gate::on_engine_thread() {
+        crate::gate::mark_engine_thread();
     }
 }
 
