@@ -34,17 +34,9 @@ impl Failure {
     pub fn usage(msg: impl Into<String>) -> Self {
         Self::new(1, msg)
     }
-    /// Exit code 2: no permission or bad passphrase.
-    pub fn denied(msg: impl Into<String>) -> Self {
-        Self::new(2, msg)
-    }
     /// Exit code 4: wrong device specified.
     pub fn device(msg: impl Into<String>) -> Self {
         Self::new(4, msg)
-    }
-    /// Exit code 5: device already exists or busy.
-    pub fn busy(msg: impl Into<String>) -> Self {
-        Self::new(5, msg)
     }
 }
 
@@ -104,6 +96,8 @@ struct Cli {
     command: Command,
     #[command(flatten)]
     ceph: CephArgs,
+    #[command(flatten)]
+    globals: global::Globals,
 }
 
 /// How `rbd:POOL/IMAGE[@SNAP]` devices reach their Ceph cluster (every verb
@@ -142,17 +136,17 @@ pub fn main() -> ExitCode {
     // cryptsetup exits 1 on a usage error (2 means a bad passphrase);
     // help and version still exit 0.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let verbosity = global::verbosity(&args);
-    if verbosity.debug {
-        println!("{}", global::Verbosity::processing_line(&args));
-    }
-    let cli = match Cli::try_parse_from(global::hoist(args)) {
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
+    let g = cli.globals;
+    if g.debug {
+        println!("{}", global::processing_line(&args));
+    }
     backend::rbd::RbdConfig {
         conf: cli.ceph.ceph_conf,
         id: cli.ceph.ceph_id,
@@ -162,8 +156,8 @@ pub fn main() -> ExitCode {
     .install();
     let result = match cli.command {
         Command::Crypt(c) => c.run(),
-        Command::Luks(c) => c.run(),
-        Command::Header(c) => c.run(),
+        Command::Luks(c) => c.run(g),
+        Command::Header(c) => c.run(g),
         Command::Docs(c) => c.run(),
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
@@ -176,8 +170,8 @@ pub fn main() -> ExitCode {
         }
     };
     // cryptsetup's tools_show_status, on stdout.
-    if verbosity.verbose && (code != 0 || !verbosity.verb_reports) {
-        println!("{}", global::Verbosity::status_line(code));
+    if g.verbose() {
+        println!("{}", global::status_line(code));
     }
     ExitCode::from(code)
 }

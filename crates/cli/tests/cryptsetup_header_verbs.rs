@@ -572,3 +572,53 @@ fn dump_json_agrees_with_cryptsetup_metadata() {
     assert_eq!(ours["keyslots"].as_array().unwrap().len(), 2);
     assert_eq!(ours["tokens"], serde_json::json!([]));
 }
+
+/// `luksAddKey --new-key-slot N`: the new key lands in N and `--key-slot`
+/// then picks the slot to unlock with (without `--new-key-slot` it still
+/// names the new key's slot); a busy, out-of-range or unlockable slot and
+/// `luksChangeKey --new-key-slot` fail with cryptsetup's exit codes.
+#[test]
+fn add_key_new_key_slot_matches_cryptsetup() {
+    if !need("add_key_new_key_slot_matches_cryptsetup") {
+        return;
+    }
+    for (luks, past_end) in [("luks2", "32"), ("luks1", "8")] {
+        let p = Pair::new("newslot", &["--type", luks]);
+        let new = p.key.with_file_name("new");
+        std::fs::write(&new, b"other").unwrap();
+        let (key, newk) = (s(&p.key), s(&new));
+        let add = |extra: &[&str]| -> Vec<String> {
+            let mut v = vec!["luksAddKey", "-q", "-d"];
+            v.push(key);
+            v.extend_from_slice(FAST);
+            v.extend_from_slice(extra);
+            v.extend_from_slice(&["DEVICE", newk]);
+            v.into_iter().map(String::from).collect()
+        };
+        let steps: Vec<(Vec<String>, i32)> = vec![
+            (add(&["--new-key-slot", "5"]), 0),
+            (add(&["-S", "1", "--new-key-slot", "3"]), 0),
+            (add(&["-S", "5", "--new-key-slot", "4"]), 2),
+            (add(&["--new-key-slot", "1"]), 1),
+            (add(&["--new-key-slot", past_end]), 1),
+            (add(&["-S", "6"]), 0),
+            (
+                ["luksChangeKey", "-q", "-d", key, "--new-key-slot", "2"]
+                    .iter()
+                    .chain(FAST)
+                    .chain(&["DEVICE", newk])
+                    .map(|a| a.to_string())
+                    .collect(),
+                1,
+            ),
+        ];
+        for (args, want) in &steps {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (c, _) = p.both(&args, None);
+            assert_eq!(code(&c), *want, "{luks} {args:?}: {}", text(&c));
+        }
+        p.agree(&format!("{luks} luksAddKey --new-key-slot"));
+        assert_eq!(p.opens("0"), 0, "{luks}: slot 0");
+        assert_eq!(p.opens("5"), 2, "{luks}: slot 5 holds the new key");
+    }
+}

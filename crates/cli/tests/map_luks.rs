@@ -289,3 +289,84 @@ fn map_luks_write_refuses_passphrase_from_the_data_stream() {
     }
     assert!(before == contents(&dev), "device changed");
 }
+
+/// `map --luks` reads a key-file range as `open` and cryptsetup do: the
+/// range cryptsetup accepts unlocks (data written through it reads back
+/// through a file holding just the passphrase), a range cryptsetup
+/// refuses exits 2 as cryptsetup's, and a range with --table is refused.
+#[test]
+fn map_luks_takes_keyfile_ranges_like_cryptsetup() {
+    let test = "map_luks_takes_keyfile_ranges_like_cryptsetup";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("mapluks-range");
+    let dev = dir.join("vol.img");
+    let pass = dir.join("pass");
+    let padded = dir.join("padded");
+    std::fs::write(&pass, b"right").unwrap();
+    std::fs::write(&padded, b"xxxxrightyyyy").unwrap();
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(20 << 20)
+        .unwrap();
+    cryptsetup_luks2(&dev, &pass);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let cases: [(&[&str], i32); 4] = [
+        (&["--keyfile-offset", "4", "--keyfile-size", "5"], 0),
+        (&["--keyfile-offset", "4", "-l", "5"], 0),
+        (&["--keyfile-offset", "3", "-l", "5"], 2),
+        (&["--keyfile-size", "5"], 2),
+    ];
+    let data = testutil::random_bytes(8192, 41);
+    let input = dir.join("data");
+    std::fs::write(&input, &data).unwrap();
+    for (range, want) in cases {
+        let cs = Command::new("cryptsetup")
+            .args(["open", "--test-passphrase", "--key-file", &s(&padded)])
+            .args(range)
+            .arg(&dev)
+            .output()
+            .unwrap();
+        assert_eq!(cs.status.code(), Some(want), "cryptsetup {range:?}");
+        let before = contents(&dev);
+        let out = Command::new(ucrypt_bin())
+            .args([
+                "map",
+                "--write",
+                "--luks",
+                &s(&dev),
+                "--key-file",
+                &s(&padded),
+            ])
+            .args(range)
+            .stdin(Stdio::from(std::fs::File::open(&input).unwrap()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(want), "ucrypt {range:?}: {err}");
+        if want != 0 {
+            assert!(before == contents(&dev), "{range:?}: device changed");
+            continue;
+        }
+        let out = Command::new(ucrypt_bin())
+            .args(["map", "--read", "--luks", &s(&dev), "-d", &s(&pass)])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stdout[..data.len()] == data[..], "{range:?}: data");
+    }
+    let table = format!("0 8 crypt aes-xts-plain64 - 0 {} 0", s(&dev));
+    let out = Command::new(ucrypt_bin())
+        .args(["map", "--read", "--table", &table, "-d", &s(&padded)])
+        .args(["--keyfile-offset", "4"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("do not apply to --table"), "{err}");
+}

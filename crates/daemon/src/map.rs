@@ -44,6 +44,9 @@ pub enum Source<'a> {
         line: &'a str,
         /// The raw key's file.
         key_file: Option<&'a Path>,
+        /// Must be the whole file: a key-file range is refused here, as
+        /// `open --table` refuses it.
+        range: luks::passphrase::KeyfileRange,
     },
     /// `--luks DEVICE`: the table cryptsetup would load, unlocked with a
     /// passphrase from `key_file` or a prompt.
@@ -54,6 +57,9 @@ pub enum Source<'a> {
         header: Option<&'a Path>,
         /// The passphrase's file.
         key_file: Option<&'a Path>,
+        /// The part of it that is the passphrase (`--keyfile-offset`,
+        /// `--keyfile-size`).
+        range: luks::passphrase::KeyfileRange,
         /// Only this keyslot.
         key_slot: Option<u32>,
     },
@@ -68,13 +74,23 @@ impl Source<'_> {
     pub fn table(&self, dir: Direction, warn: impl FnMut(&str)) -> Result<Table> {
         let stdin_free = dir == Direction::Read;
         match *self {
-            Source::Table { line, key_file } => {
+            Source::Table {
+                line,
+                key_file,
+                range,
+            } => {
+                if range != luks::passphrase::KeyfileRange::default() {
+                    return Err(invalid(
+                        "--keyfile-offset and --keyfile-size do not apply to --table (its key file is the raw key)",
+                    ));
+                }
                 crate::resolve::plain_table_arg(line, key_file, stdin_free)
             }
             Source::Luks {
                 device,
                 header,
                 key_file,
+                range,
                 key_slot,
             } => {
                 let prompt_reads_stdin = key_file.is_none() && !io::stdin().is_terminal();
@@ -83,8 +99,9 @@ impl Source<'_> {
                         "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
                     ));
                 }
-                let (table, _) =
-                    crate::resolve::unlock_luks(device, header, key_file, key_slot, None, warn)?;
+                let (table, _) = crate::resolve::unlock_luks(
+                    device, header, key_file, range, key_slot, None, warn,
+                )?;
                 Ok(table)
             }
         }

@@ -235,12 +235,14 @@ impl Luks {
 /// Unlocks the LUKS volume on `device` for `open` and `map --luks`: the
 /// header is read first, so a device that is no LUKS volume (or not the
 /// `want`ed version) fails before the prompt; `warn` gets the header's
-/// warnings; the passphrase comes from `key_file` or a prompt. Returns the
-/// table cryptsetup would load and the LUKS version.
+/// warnings; the passphrase comes from `range` of `key_file` (cryptsetup's
+/// `--keyfile-offset`/`--keyfile-size`) or a prompt. Returns the table
+/// cryptsetup would load and the LUKS version.
 pub fn unlock_luks(
     device: &Path,
     header: Option<&Path>,
     key_file: Option<&Path>,
+    range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
     want: Option<VolumeType>,
     mut warn: impl FnMut(&str),
@@ -248,7 +250,7 @@ pub fn unlock_luks(
     let vol = Luks::load_as(device, header, want)?;
     vol.warnings().iter().for_each(|w| warn(w));
     let prompt = format!("Enter passphrase for {}: ", device.display());
-    let pass = luks::passphrase::read(key_file, &prompt, false)?;
+    let pass = luks::passphrase::read_range(key_file, range, &prompt, false)?;
     Ok((vol.unlock(&pass, key_slot)?, vol.version()))
 }
 

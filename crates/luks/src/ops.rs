@@ -358,8 +358,12 @@ pub struct KeyRequest {
     pub header: Option<PathBuf>,
     /// An existing passphrase.
     pub key: KeySource,
-    /// add: the new key's slot; change: the slot to change.
+    /// add: the new key's slot (with `new_key_slot`: the only slot to
+    /// unlock with, as cryptsetup's `--key-slot`); change: the slot to
+    /// change.
     pub key_slot: Option<u32>,
+    /// add: the new key's slot (cryptsetup's `--new-key-slot`).
+    pub new_key_slot: Option<u32>,
     /// Key derivation of the new keyslot.
     pub kdf: KdfChoice,
     /// The new passphrase.
@@ -403,6 +407,11 @@ impl std::fmt::Display for KeyChange {
 /// with the existing passphrase or volume key, reads the new passphrase
 /// (verified) and writes the keyslot.
 pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyChange> {
+    if change && req.new_key_slot.is_some() {
+        return Err(invalid(
+            "Option --new-key-slot is not allowed with luksChangeKey action.",
+        ));
+    }
     req.keyslot_cipher.pair()?;
     let mut vol = load(&req.device, req.header.as_deref(), ui)?;
     req.keyslot_cipher.apply(&mut vol)?;
@@ -420,8 +429,10 @@ pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyCha
         None => {
             let pass = req.key.read("Enter any existing passphrase: ", false)?;
             // For change-key, --key-slot picks the slot to change; for
-            // add-key it is the target slot, so unlock through any slot.
-            let try_slot = if change { req.key_slot } else { None };
+            // add-key it is the target slot (unlock through any slot)
+            // unless --new-key-slot names the target.
+            let unlock_only = change || req.new_key_slot.is_some();
+            let try_slot = req.key_slot.filter(|_| unlock_only);
             let (s, vk) = vol.unlock_key(&pass, try_slot)?;
             (Some(s), vk)
         }
@@ -439,12 +450,8 @@ pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyCha
         .read("Enter new passphrase for key slot: ", true)?;
     let kdf = req.kdf.request(vol.header().version())?;
     if !change {
-        return Ok(KeyChange::Added(vol.add_key(
-            &vk,
-            &new,
-            req.key_slot,
-            &kdf,
-        )?));
+        let target = req.new_key_slot.or(req.key_slot);
+        return Ok(KeyChange::Added(vol.add_key(&vk, &new, target, &kdf)?));
     }
     let old =
         old_slot.ok_or_else(|| invalid("change-key needs the old passphrase, not a volume key"))?;

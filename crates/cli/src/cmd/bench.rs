@@ -9,27 +9,22 @@ use crate::{bench_failure, CmdResult, Failure};
 /// Commands of this group.
 #[derive(Subcommand)]
 pub enum Commands {
-    /// Run the seeds' ramdisk experiment: raw vs null/AES dm-crypt modes,
-    /// headline table, bs × QD × jobs sweep, heatmaps, JSON/CSV; or the
-    /// data path's mode grid (`--profile grid`).
+    /// Run the ramdisk experiment (docs/BENCHMARKING.md): headline table,
+    /// sweep, heatmaps, JSON/CSV; or the mode grid (`--profile grid`).
     Bench(BenchArgs),
 }
 
 /// Options of `ucrypt bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Profile: quick, default, full, or grid (the data path's mode grid:
-    /// bs 4k..4M × QD 1,16 × jobs 1,2, raw / classic / inline / adaptive,
-    /// null and AES-XTS with 4096-byte sectors, best of 3 rotated rounds).
+    /// Profile: quick, default, full, or grid (the data path's mode grid).
     #[arg(long, value_name = "NAME", value_parser = ["quick", "default", "full", "grid"],
           conflicts_with_all = ["quick", "full"])]
     profile: Option<String>,
-    /// Short run (CI): all targets briefly, a 3 bs × 2 QD × 2 jobs sweep
-    /// (same as --profile quick).
+    /// Short run for CI (same as --profile quick).
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Long run: more repetitions, longer, 8 jobs, random IO, both ciphers
-    /// swept (same as --profile full).
+    /// Long run (same as --profile full).
     #[arg(long)]
     full: bool,
     /// Headline targets: names (raw, null-classic, aes-inline …), `null`, `aes`, `all`.
@@ -59,8 +54,7 @@ pub struct BenchArgs {
     /// Length of one sweep repetition.
     #[arg(long, value_name = "TIME", conflicts_with = "seconds")]
     sweep_runtime: Option<String>,
-    /// Length of one sweep repetition in seconds (e.g. 0.25; the grid's
-    /// first argument).
+    /// Length of one sweep repetition in seconds (e.g. 0.25).
     #[arg(long, value_name = "S")]
     seconds: Option<f64>,
     /// Warm-up per target before each cell.
@@ -75,12 +69,10 @@ pub struct BenchArgs {
     /// Sector size of the encrypted in-process targets (512 … 4096).
     #[arg(long, value_name = "BYTES")]
     sector_size: Option<u32>,
-    /// Adaptive moves bytes as inline does (a copy plus a crypto pass), to
-    /// tell what fusing is worth from what scheduling is.
+    /// Adaptive moves bytes as inline does (no fused copy and crypto pass).
     #[arg(long)]
     no_fuse: bool,
-    /// Adaptive hands off and splits whatever the load (what splitting
-    /// would give on an idle machine).
+    /// Adaptive hands off and splits whatever the load.
     #[arg(long)]
     force_split: bool,
     /// Print each engine's per-path request counts after every cell (stderr).
@@ -92,20 +84,17 @@ pub struct BenchArgs {
     /// Results folder (default ./results/bench-<UTC time>/).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Drive the jobs with fio over NBD (`ucrypt open --export nbd`,
-    /// raw baseline = nbdkit memory) instead of in-process.
+    /// fio over NBD (raw baseline: nbdkit memory) or in-process (default).
     #[arg(long, value_name = "HOW", value_parser = ["fio", "in-process"])]
     via: Option<String>,
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw, luks).
     #[arg(long)]
     peers: bool,
-    /// The dm-crypt flag advisor: measure the kernel's dm-crypt over brd
-    /// with the current flags, a control and each candidate (needs root,
-    /// device-mapper, brd, fio) and answer one `cryptsetup refresh` line.
+    /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
+    /// brd (root, fio) and answer one `cryptsetup refresh` line.
     #[arg(long)]
     dm_crypt: bool,
-    /// With --dm-crypt: the workload to decide for: db, vm, backup or seeds
-    /// (default seeds).
+    /// With --dm-crypt: the workload, db, vm, backup or seeds (default).
     #[arg(
         long,
         value_name = "PRESET",
@@ -113,12 +102,10 @@ pub struct BenchArgs {
         conflicts_with = "fio_job"
     )]
     workload: Option<String>,
-    /// With --dm-crypt: decide for this fio job file instead (its filename
-    /// and timing are the advisor's).
+    /// With --dm-crypt: decide for this fio job file instead.
     #[arg(long, value_name = "FILE", requires = "dm_crypt")]
     fio_job: Option<PathBuf>,
-    /// With --dm-crypt: the live mapping to start from (its cipher and
-    /// current flags), named in the answer.
+    /// With --dm-crypt: the live mapping to start from (cipher, flags).
     #[arg(long, value_name = "NAME", requires = "dm_crypt")]
     mapping: Option<String>,
     /// No progress bar.

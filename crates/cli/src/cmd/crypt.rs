@@ -18,7 +18,7 @@ use daemon::map::{Direction, Source};
 use luks::ops::Ui as _;
 use zeroize::Zeroizing;
 
-use crate::cmd::luks::Terminal;
+use crate::cmd::luks::{KeyFileArgs, Terminal};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -49,10 +49,10 @@ pub struct MapArgs {
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
-    /// With --luks: read the passphrase from this file (`-` = stdin) instead
-    /// of prompting. With --table: the raw key bytes for the table's `-` key field.
-    #[arg(long, short = 'd')]
-    pub key_file: Option<PathBuf>,
+    /// The key file: with --luks the passphrase (its range as open takes
+    /// it); with --table the raw key for the table's `-` key field.
+    #[command(flatten)]
+    pub key: KeyFileArgs,
     /// Try only this keyslot (with --luks).
     #[arg(long, short = 'S', requires = "luks")]
     pub key_slot: Option<u32>,
@@ -97,13 +97,18 @@ impl Commands {
                 };
                 // The line may hold the key in hex: wipe it once parsed.
                 let line = a.table.map(Zeroizing::new);
-                let key_file = a.key_file.as_deref();
+                let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
                 let source = match (&line, &a.luks) {
-                    (Some(line), _) => Source::Table { line, key_file },
+                    (Some(line), _) => Source::Table {
+                        line,
+                        key_file,
+                        range,
+                    },
                     (None, Some(device)) => Source::Luks {
                         device,
                         header: a.header.as_deref(),
                         key_file,
+                        range,
                         key_slot: a.key_slot,
                     },
                     // clap's "source" group requires one of them.

@@ -18,6 +18,7 @@ use daemon::resolve::{Mapping, VolumeType as Kind};
 use daemon::{runtime, OpenOptions};
 use datapath::PerfFlags;
 
+use crate::cmd::luks::KeyFileArgs;
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -97,15 +98,9 @@ pub struct ResumeArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Read the passphrase from this file (`-` = stdin).
-    #[arg(long, short = 'd')]
-    pub key_file: Option<PathBuf>,
-    /// Skip this many bytes of the key file.
-    #[arg(long, value_name = "BYTES")]
-    pub keyfile_offset: Option<u64>,
-    /// Read only this many bytes of the key file.
-    #[arg(long, short = 'l', value_name = "BYTES")]
-    pub keyfile_size: Option<u64>,
+    /// The passphrase's key file and its range.
+    #[command(flatten)]
+    pub key: KeyFileArgs,
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
@@ -127,28 +122,6 @@ pub enum VolumeType {
     Plain,
 }
 
-/// `--io-engine`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum IoEngineArg {
-    /// pread / pwritev2 / fdatasync.
-    Syscalls,
-    /// One io_uring per calling thread for batched IO.
-    Uring,
-    /// uring when the kernel allows it, syscalls otherwise.
-    Auto,
-}
-
-/// `--direct-io`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DirectIoArg {
-    /// O_DIRECT for aligned requests when the file allows it.
-    Auto,
-    /// Always through the page cache.
-    Never,
-    /// O_DIRECT only; fail if refused.
-    Required,
-}
-
 /// dm-crypt performance flags, as `cryptsetup --perf-*`.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct PerfArgs {
@@ -167,14 +140,6 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
-    /// True if any flag is given.
-    fn any(&self) -> bool {
-        self.no_read_workqueue
-            || self.no_write_workqueue
-            || self.same_cpu_crypt
-            || self.submit_from_crypt_cpus
-    }
-
     fn flags(&self) -> PerfFlags {
         PerfFlags {
             same_cpu_crypt: self.same_cpu_crypt,
@@ -191,9 +156,8 @@ pub struct OpenArgs {
     /// Volume format (default: plain when --table is given, else luks).
     #[arg(long = "type", value_enum)]
     pub kind: Option<VolumeType>,
-    /// dm-crypt table line for --type plain; its <device> is replaced by DEVICE.
-    /// `-` reads the line from stdin (as dmsetup does); a <key> of `-` takes the
-    /// raw key from --key-file. A hex key here is visible in `ps` (warned).
+    /// dm-crypt table line (`-`: from stdin; a hex key here shows in `ps`);
+    /// its <device> is replaced by DEVICE, a <key> of `-` read from --key-file.
     #[arg(long)]
     pub table: Option<String>,
     /// Read the table line from standard input (used by the detached daemon).
@@ -202,10 +166,9 @@ pub struct OpenArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Read the passphrase (LUKS) or, for --table with a `-` key field, the raw
-    /// key bytes from this file (`-` = stdin).
-    #[arg(long, short = 'd')]
-    pub key_file: Option<PathBuf>,
+    /// The passphrase's (or a table's `-` key's) file and its range.
+    #[command(flatten)]
+    pub key: KeyFileArgs,
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
@@ -215,8 +178,8 @@ pub struct OpenArgs {
     /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
     #[arg(long, value_name = "N")]
     pub num_queues: Option<u16>,
-    /// Serve NBD on TCP at [ADDR:]PORT instead of a unix socket (loopback if no address);
-    /// needs TLS credentials, or --tls=off to serve unencrypted.
+    /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS
+    /// credentials or --tls=off.
     #[arg(long)]
     pub listen: Option<String>,
     /// NBD over TLS: off, on (offered) or require (default when credentials are given).
@@ -234,28 +197,28 @@ pub struct OpenArgs {
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,
-    /// Data-path mode: adaptive (the default), classic (dm-crypt's queues;
-    /// the default when a --perf-* flag is given, as those model them) or inline.
+    /// Data-path mode: adaptive (default), classic (default with --perf-*)
+    /// or inline.
     #[arg(long)]
     pub mode: Option<String>,
     /// Pass discards (TRIM) down to the device.
     #[arg(long)]
     pub allow_discards: bool,
     /// Serve read-only.
-    #[arg(long)]
+    #[arg(long, short = 'r')]
     pub readonly: bool,
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     pub foreground: bool,
-    /// How the backing file is read and written: auto (the default: uring
-    /// when the kernel allows it), uring (single requests as pread/pwrite,
-    /// queued ones batched on io_uring; fails without io_uring) or syscalls.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub io_engine: IoEngineArg,
+    /// How the backing file is read and written: auto (uring when the
+    /// kernel allows it), uring (queued requests batched on io_uring) or
+    /// syscalls (pread/pwritev2/fdatasync).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "syscalls"])]
+    pub io_engine: String,
     /// O_DIRECT on the backing file: auto (aligned requests bypass the page
-    /// cache, like loop --direct-io), never, or required.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub direct_io: DirectIoArg,
+    /// cache, like loop --direct-io), never, or required (fail if refused).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "never", "required"])]
+    pub direct_io: String,
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
@@ -366,9 +329,9 @@ fn open(a: OpenArgs) -> CmdResult {
         table: a.table.as_deref(),
         table_stdin: a.table_stdin,
         header: a.header.as_deref(),
-        key_file: a.key_file.as_deref(),
+        key_file: a.key.key_file.as_deref(),
         key_slot: a.key_slot,
-        plain: a.plain.given(),
+        plain: a.plain.given(&a.key),
         test_passphrase: a.plain.test_passphrase,
     };
     let say = |w: &str| eprintln!("{w}");
@@ -378,10 +341,11 @@ fn open(a: OpenArgs) -> CmdResult {
     // clap requires NAME unless --test-passphrase.
     let name = a.name.clone().unwrap_or_default();
     // Adaptive unless dm-crypt's flags are being modelled (--perf-*).
+    let classic = a.perf.flags() != PerfFlags::default();
     let mode = a
         .mode
         .as_deref()
-        .unwrap_or(if a.perf.any() { "classic" } else { "adaptive" });
+        .unwrap_or(if classic { "classic" } else { "adaptive" });
     let given = daemon::open::Given {
         name: &name,
         device: &a.device,
@@ -397,15 +361,15 @@ fn open(a: OpenArgs) -> CmdResult {
         perf: a.perf.flags(),
         allow_discards: a.allow_discards,
         read_only: a.readonly,
-        io_engine: match a.io_engine {
-            IoEngineArg::Syscalls => backend::IoEngine::Syscalls,
-            IoEngineArg::Uring => backend::IoEngine::Uring,
-            IoEngineArg::Auto => backend::IoEngine::Auto,
+        io_engine: match a.io_engine.as_str() {
+            "syscalls" => backend::IoEngine::Syscalls,
+            "uring" => backend::IoEngine::Uring,
+            _ => backend::IoEngine::Auto,
         },
-        direct: match a.direct_io {
-            DirectIoArg::Auto => backend::DirectIo::Auto,
-            DirectIoArg::Never => backend::DirectIo::Never,
-            DirectIoArg::Required => backend::DirectIo::Required,
+        direct: match a.direct_io.as_str() {
+            "never" => backend::DirectIo::Never,
+            "required" => backend::DirectIo::Required,
+            _ => backend::DirectIo::Auto,
         },
         detached: a.table_stdin,
     };
@@ -434,10 +398,6 @@ fn open(a: OpenArgs) -> CmdResult {
 
 /// `resume`: the key comes from the header as for `open` (prompting here).
 fn resume(a: ResumeArgs) -> CmdResult {
-    let range = luks::passphrase::KeyfileRange {
-        offset: a.keyfile_offset.unwrap_or(0),
-        size: a.keyfile_size,
-    };
     daemon::volumes::resume(&a.name, |device, found| {
         let vol = daemon::resolve::Luks::load(device, a.header.as_deref())?;
         let want = match a.kind {
@@ -452,8 +412,8 @@ fn resume(a: ResumeArgs) -> CmdResult {
             ));
         }
         let pass = luks::passphrase::read_range(
-            a.key_file.as_deref(),
-            range,
+            a.key.key_file.as_deref(),
+            a.key.range(),
             &format!("Enter passphrase for {}: ", device.display()),
             false,
         )?;

@@ -7,10 +7,12 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Subcommand};
 use luks::ops::{self, admin, Done};
 
-use crate::cmd::luks::{KdfArgs, Terminal};
+use crate::cmd::luks::{KdfArgs, KeyFileArgs, Terminal};
+use crate::global::Globals;
 use crate::CmdResult;
 
 /// Commands of this group.
@@ -33,7 +35,7 @@ pub enum Commands {
     ConvertKey(ConvertKeyArgs),
 }
 
-/// Options of every verb here.
+/// The LUKS device and its detached header (every LUKS verb takes them).
 #[derive(Args, Clone)]
 pub struct Base {
     /// Device or image file with the LUKS volume.
@@ -41,37 +43,17 @@ pub struct Base {
     /// Detached header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// Do not ask for confirmation.
-    #[arg(long, short = 'q')]
-    pub batch_mode: bool,
-    /// Say "Command successful." (and what was done) on success.
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
-    /// Accepted as in cryptsetup; implies --verbose.
-    #[arg(long)]
-    pub debug: bool,
-}
-
-/// A token verb.
-#[derive(ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
-pub enum TokenAction {
-    /// Add a luks2-keyring token (--key-description).
-    Add,
-    /// Remove a token (--token-id).
-    Remove,
-    /// Import a token's JSON (--json-file, or stdin).
-    Import,
-    /// Print a token's JSON (or write it to --json-file).
-    Export,
-    /// Remove a keyslot from a token (--token-id, --key-slot).
-    Unassign,
 }
 
 /// `ucrypt token ACTION DEVICE`.
 #[derive(Args)]
 pub struct TokenArgs {
-    /// add, remove, import, export or unassign.
-    action: TokenAction,
+    /// add (a luks2-keyring token, --key-description), remove (--token-id),
+    /// import (--json-file or stdin), export (to stdout or --json-file) or
+    /// unassign (--token-id, --key-slot).
+    #[arg(value_parser = PossibleValuesParser::new(ops::TokenAction::NAMES)
+        .try_map(|a| ops::TokenAction::named(&a).ok_or("no such token action")))]
+    action: ops::TokenAction,
     #[command(flatten)]
     base: Base,
     /// Token id.
@@ -140,15 +122,8 @@ pub struct ConvertKeyArgs {
     help: Option<bool>,
     #[command(flatten)]
     kdf: KdfArgs,
-    /// The keyslot's passphrase, from this file (`-` = stdin).
-    #[arg(long, short = 'd')]
-    key_file: Option<PathBuf>,
-    /// Skip this many bytes of the key file.
-    #[arg(long, value_name = "BYTES")]
-    keyfile_offset: Option<u64>,
-    /// Read only this many bytes of the key file.
-    #[arg(long, short = 'l', value_name = "BYTES")]
-    keyfile_size: Option<u64>,
+    #[command(flatten)]
+    key: KeyFileArgs,
     /// Convert only this keyslot.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
@@ -156,19 +131,19 @@ pub struct ConvertKeyArgs {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self) -> CmdResult {
+    pub fn run(self, g: Globals) -> CmdResult {
         let ui = &mut Terminal;
-        let (base, done) = match self {
+        let done = match self {
             Self::Token(a) => {
                 let req = ops::TokenRequest {
-                    action: a.action.into(),
+                    action: a.action,
                     id: a.token_id,
                     key_slot: a.key_slot,
                     json_file: a.json_file,
                     key_description: a.key_description,
                     replace: a.token_replace,
                 };
-                (a.base.clone(), admin::token(&a.base.target(), &req, ui))
+                admin::token(&a.base.target(g), &req, ui)
             }
             Self::Config(a) => {
                 let req = ops::ConfigRequest {
@@ -177,30 +152,18 @@ impl Commands {
                     priority: a.priority,
                     key_slot: a.key_slot,
                 };
-                (a.base.clone(), admin::config(&a.base.target(), &req, ui))
+                admin::config(&a.base.target(g), &req, ui)
             }
-            Self::Erase(a) => (a.base.clone(), admin::erase(&a.base.target(), ui)),
-            Self::Repair(a) => (a.base.clone(), admin::repair(&a.base.target(), ui)),
-            Self::Convert(a) => {
-                let done = admin::convert(&a.base.target(), &a.luks_type, ui);
-                (a.base, done)
-            }
+            Self::Erase(a) => admin::erase(&a.base.target(g), ui),
+            Self::Repair(a) => admin::repair(&a.base.target(g), ui),
+            Self::Convert(a) => admin::convert(&a.base.target(g), &a.luks_type, ui),
             Self::ConvertKey(a) => {
                 let req = ops::ConvertKeyRequest {
-                    key: ops::KeySource {
-                        file: a.key_file,
-                        range: luks::passphrase::KeyfileRange {
-                            offset: a.keyfile_offset.unwrap_or(0),
-                            size: a.keyfile_size,
-                        },
-                    },
+                    key: a.key.source(),
                     key_slot: a.key_slot,
                     kdf: a.kdf.choice(),
                 };
-                (
-                    a.base.clone(),
-                    admin::convert_key(&a.base.target(), &req, ui),
-                )
+                admin::convert_key(&a.base.target(g), &req, ui)
             }
         };
         match done? {
@@ -209,36 +172,19 @@ impl Commands {
                 let _ = std::io::Write::flush(&mut std::io::stdout());
             }
             Done::Repaired(found) => found.iter().for_each(|f| eprintln!("Repaired: {f}")),
-            done if base.verbose || base.debug => {
-                done.verbose().iter().for_each(|l| println!("{l}"))
-            }
+            done if g.verbose() => done.verbose().iter().for_each(|l| println!("{l}")),
             _ => {}
-        }
-        if base.verbose || base.debug {
-            println!("Command successful.");
         }
         Ok(())
     }
 }
 
 impl Base {
-    fn target(&self) -> ops::Target {
+    fn target(&self, g: Globals) -> ops::Target {
         ops::Target {
             device: self.device.clone(),
             header: self.header.clone(),
-            batch: self.batch_mode,
-        }
-    }
-}
-
-impl From<TokenAction> for ops::TokenAction {
-    fn from(a: TokenAction) -> Self {
-        match a {
-            TokenAction::Add => Self::Add,
-            TokenAction::Remove => Self::Remove,
-            TokenAction::Import => Self::Import,
-            TokenAction::Export => Self::Export,
-            TokenAction::Unassign => Self::Unassign,
+            batch: g.batch_mode,
         }
     }
 }

@@ -15,6 +15,8 @@ use clap::{Args, Subcommand};
 use luks::ops;
 use luks::Volume;
 
+use crate::cmd::header::Base;
+use crate::global::Globals;
 use crate::CmdResult;
 
 /// Commands of this group.
@@ -55,12 +57,23 @@ pub enum Commands {
 /// Options every LUKS command shares.
 #[derive(Args, Clone)]
 pub struct Common {
-    /// Device or image file with the LUKS volume.
-    pub device: PathBuf,
-    /// Detached header file.
-    #[arg(long)]
-    pub header: Option<PathBuf>,
-    /// Read the passphrase from this file (`-` = stdin) instead of prompting.
+    /// The device and its detached header.
+    #[command(flatten)]
+    pub dev: Base,
+    /// The passphrase's key file and its range.
+    #[command(flatten)]
+    pub key: KeyFileArgs,
+    /// Use only this keyslot.
+    #[arg(long, short = 'S')]
+    pub key_slot: Option<u32>,
+}
+
+/// `--key-file` and the part of it that is the key, as cryptsetup reads
+/// it (every verb that reads a key file takes these three).
+#[derive(Args, Clone, Debug, Default)]
+pub struct KeyFileArgs {
+    /// Read the passphrase (or a --table line's `-` key) from this file
+    /// (`-` = stdin) instead of prompting.
     #[arg(long, short = 'd')]
     pub key_file: Option<PathBuf>,
     /// Skip this many bytes of the key file.
@@ -69,12 +82,24 @@ pub struct Common {
     /// Read only this many bytes of the key file.
     #[arg(long, short = 'l', value_name = "BYTES")]
     pub keyfile_size: Option<u64>,
-    /// Use only this keyslot.
-    #[arg(long, short = 'S')]
-    pub key_slot: Option<u32>,
-    /// Do not ask for confirmation.
-    #[arg(long, short = 'q')]
-    pub batch_mode: bool,
+}
+
+impl KeyFileArgs {
+    /// The part of the key file that is the key.
+    pub fn range(&self) -> luks::passphrase::KeyfileRange {
+        luks::passphrase::KeyfileRange {
+            offset: self.keyfile_offset.unwrap_or(0),
+            size: self.keyfile_size,
+        }
+    }
+
+    /// The key file and its range, as `luks::ops` takes them.
+    pub fn source(&self) -> ops::KeySource {
+        ops::KeySource {
+            file: self.key_file.clone(),
+            range: self.range(),
+        }
+    }
 }
 
 /// Key-derivation options (cryptsetup's names).
@@ -228,6 +253,9 @@ pub struct AddKeyArgs {
     /// Unlock with this volume key file instead of a passphrase.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
+    /// add-key: the new key's slot (--key-slot then picks the slot to unlock).
+    #[arg(long, value_name = "SLOT")]
+    new_key_slot: Option<u32>,
     #[command(flatten)]
     keyslot: KeyslotCipherArgs,
 }
@@ -244,41 +272,23 @@ pub struct RemoveKeyArgs {
 /// `ucrypt kill-slot`.
 #[derive(Args)]
 pub struct KillSlotArgs {
-    /// Device or image file.
-    device: PathBuf,
+    #[command(flatten)]
+    dev: Base,
     /// Keyslot to wipe.
     slot: u32,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
-    /// A remaining passphrase, from this file (`-` = stdin).
-    #[arg(long, short = 'd')]
-    key_file: Option<PathBuf>,
-    /// Skip this many bytes of the key file.
-    #[arg(long, value_name = "BYTES")]
-    keyfile_offset: Option<u64>,
-    /// Read only this many bytes of the key file.
-    #[arg(long, short = 'l', value_name = "BYTES")]
-    keyfile_size: Option<u64>,
-    /// Do not ask for a remaining passphrase or confirmation.
-    #[arg(long, short = 'q')]
-    batch_mode: bool,
+    /// A remaining passphrase's key file.
+    #[command(flatten)]
+    key: KeyFileArgs,
 }
 
 /// `ucrypt header-backup` / `header-restore`.
 #[derive(Args)]
 pub struct BackupArgs {
-    /// Device or image file.
-    device: PathBuf,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
+    #[command(flatten)]
+    dev: Base,
     /// The backup file.
     #[arg(long)]
     header_backup_file: PathBuf,
-    /// Do not ask for confirmation.
-    #[arg(long, short = 'q')]
-    batch_mode: bool,
 }
 
 /// `ucrypt is-luks`.
@@ -289,44 +299,32 @@ pub struct IsLuksArgs {
     /// Require this type (luks1 or luks2).
     #[arg(long = "type")]
     luks_type: Option<String>,
-    /// Say why on failure.
-    #[arg(long, short = 'v')]
-    verbose: bool,
-    /// Accepted as in cryptsetup (nothing to confirm here).
-    #[arg(long, short = 'q')]
-    batch_mode: bool,
 }
 
 /// `ucrypt uuid`.
 #[derive(Args)]
 pub struct UuidArgs {
-    /// Device or image file.
-    device: PathBuf,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
+    #[command(flatten)]
+    dev: Base,
     /// Set this UUID instead of printing it.
     #[arg(long)]
     uuid: Option<String>,
-    /// Accepted as in cryptsetup (nothing to confirm here).
-    #[arg(long, short = 'q')]
-    batch_mode: bool,
 }
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self) -> CmdResult {
+    pub fn run(self, g: Globals) -> CmdResult {
         let ui = &mut Terminal;
         match self {
             Self::Format(a) => {
                 let mut c = a.common;
-                c.key_file = a.key_file_arg.or(c.key_file);
+                c.key.key_file = a.key_file_arg.or(c.key.key_file);
                 let req = ops::FormatRequest {
-                    key: c.key_source(),
-                    device: c.device,
-                    header: c.header,
+                    key: c.key.source(),
+                    device: c.dev.device,
+                    header: c.dev.header,
                     key_slot: c.key_slot,
-                    batch: c.batch_mode,
+                    batch: g.batch_mode,
                     force: a.force,
                     luks_type: a.luks_type,
                     kdf: a.kdf.choice(),
@@ -350,51 +348,45 @@ impl Commands {
                 }
                 Ok(())
             }
-            Self::Dump(a) => dump(a),
+            Self::Dump(a) => dump(a, g),
             Self::AddKey(a) => add_key(a, false),
             Self::ChangeKey(a) => add_key(a, true),
             Self::RemoveKey(a) => {
                 let c = a.common;
                 let key = ops::KeySource {
-                    file: a.remove_key_file.or(c.key_file.clone()),
-                    range: c.range(),
+                    file: a.remove_key_file.or(c.key.key_file.clone()),
+                    range: c.key.range(),
                 };
                 let req = ops::RemoveRequest {
-                    device: c.device,
-                    header: c.header,
+                    device: c.dev.device,
+                    header: c.dev.header,
                     key,
                     key_slot: c.key_slot,
-                    batch: c.batch_mode,
+                    batch: g.batch_mode,
                 };
                 eprintln!("Key slot {} removed.", ops::remove_key(&req, ui)?);
                 Ok(())
             }
             Self::KillSlot(a) => {
                 let req = ops::KillRequest {
-                    device: a.device,
-                    header: a.header,
+                    device: a.dev.device,
+                    header: a.dev.header,
                     slot: a.slot,
-                    key: ops::KeySource {
-                        file: a.key_file,
-                        range: luks::passphrase::KeyfileRange {
-                            offset: a.keyfile_offset.unwrap_or(0),
-                            size: a.keyfile_size,
-                        },
-                    },
-                    batch: a.batch_mode,
+                    key: a.key.source(),
+                    batch: g.batch_mode,
                 };
                 Ok(ops::kill_slot(&req, ui)?)
             }
             Self::HeaderBackup(a) => {
-                let vol = ops::load(&a.device, a.header.as_deref(), ui)?;
+                let vol = ops::load(&a.dev.device, a.dev.header.as_deref(), ui)?;
                 Ok(vol.header_backup(&a.header_backup_file)?)
             }
             Self::HeaderRestore(a) => {
                 let h = Volume::header_restore(
-                    &a.device,
-                    a.header.as_deref(),
+                    &a.dev.device,
+                    a.dev.header.as_deref(),
                     &a.header_backup_file,
-                    a.batch_mode,
+                    g.batch_mode,
                 )?;
                 eprintln!(
                     "Restored LUKS{} header with UUID {}.",
@@ -403,9 +395,9 @@ impl Commands {
                 );
                 Ok(())
             }
-            Self::IsLuks(a) => is_luks(a),
+            Self::IsLuks(a) => is_luks(a, g),
             Self::Uuid(a) => {
-                let mut vol = ops::load(&a.device, a.header.as_deref(), ui)?;
+                let mut vol = ops::load(&a.dev.device, a.dev.header.as_deref(), ui)?;
                 match a.uuid {
                     Some(u) => Ok(vol.set_uuid(Some(&u)).map(|_| ())?),
                     None => {
@@ -414,24 +406,6 @@ impl Commands {
                     }
                 }
             }
-        }
-    }
-}
-
-impl Common {
-    /// The part of `--key-file` that is the key.
-    fn range(&self) -> luks::passphrase::KeyfileRange {
-        luks::passphrase::KeyfileRange {
-            offset: self.keyfile_offset.unwrap_or(0),
-            size: self.keyfile_size,
-        }
-    }
-
-    /// `--key-file` and its range.
-    fn key_source(&self) -> ops::KeySource {
-        ops::KeySource {
-            file: self.key_file.clone(),
-            range: self.range(),
         }
     }
 }
@@ -472,10 +446,11 @@ impl ops::Ui for Terminal {
 
 fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
     let req = ops::KeyRequest {
-        key: a.common.key_source(),
-        device: a.common.device,
-        header: a.common.header,
+        key: a.common.key.source(),
+        device: a.common.dev.device,
+        header: a.common.dev.header,
         key_slot: a.common.key_slot,
+        new_key_slot: a.new_key_slot,
         kdf: a.kdf.choice(),
         new_key: ops::KeySource {
             file: a.new_key_file.or(a.new_keyfile),
@@ -491,16 +466,16 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
     Ok(())
 }
 
-fn is_luks(a: IsLuksArgs) -> CmdResult {
+fn is_luks(a: IsLuksArgs, g: Globals) -> CmdResult {
     let why = |e: &luks::Error| {
-        if a.verbose {
+        if g.verbose() {
             eprintln!("{}", daemon::chain(e));
         }
     };
     Ok(ops::is_luks(&a.device, a.luks_type.as_deref(), why)?)
 }
 
-fn dump(a: DumpArgs) -> CmdResult {
+fn dump(a: DumpArgs, g: Globals) -> CmdResult {
     let c = a.common;
     let kind = match (a.json, a.dump_json_metadata, a.dump_volume_key) {
         (true, _, _) => ops::DumpKind::Summary,
@@ -509,12 +484,12 @@ fn dump(a: DumpArgs) -> CmdResult {
         _ => ops::DumpKind::Header,
     };
     let req = ops::DumpRequest {
-        key: c.key_source(),
-        device: c.device,
-        header: c.header,
+        key: c.key.source(),
+        device: c.dev.device,
+        header: c.dev.header,
         kind,
         key_slot: c.key_slot,
-        batch: c.batch_mode,
+        batch: g.batch_mode,
     };
     print!("{}", ops::dump(&req, &mut Terminal)?.as_str());
     Ok(())

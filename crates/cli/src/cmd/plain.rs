@@ -1,8 +1,9 @@
 //! cryptsetup's `open` options beyond a table line: plain mode as
-//! `cryptsetup open --type plain` builds it (`daemon::plain`), the key-file
-//! range (`--keyfile-offset`, `--keyfile-size`) for every volume type, and
-//! `--test-passphrase`. Only the arguments live here; cryptsetup's checks
-//! on their combinations and the resolving are `daemon::resolve::Mapping`.
+//! `cryptsetup open --type plain` builds it (`daemon::plain`) and
+//! `--test-passphrase` (the key-file range is `cmd::luks::KeyFileArgs`,
+//! shared by every verb that reads a key file). Only the arguments live
+//! here; cryptsetup's checks on their combinations and the resolving are
+//! `daemon::resolve::Mapping`.
 
 use clap::Args;
 use daemon::resolve::PlainGiven;
@@ -39,20 +40,15 @@ pub struct PlainArgs {
     /// Plain mode: IVs count sectors of --sector-size, not 512 bytes.
     #[arg(long)]
     pub iv_large_sectors: bool,
-    /// Skip this many bytes of the key file.
-    #[arg(long, value_name = "BYTES")]
-    pub keyfile_offset: Option<u64>,
-    /// Read only this many bytes of the key file.
-    #[arg(long, short = 'l', value_name = "BYTES")]
-    pub keyfile_size: Option<u64>,
     /// LUKS: check the passphrase and exit (0, or 2 if wrong) without opening.
     #[arg(long)]
     pub test_passphrase: bool,
 }
 
 impl PlainArgs {
-    /// The options as `daemon::resolve::Mapping` checks and applies them.
-    pub fn given(&self) -> PlainGiven {
+    /// The options (and `key`'s range) as `daemon::resolve::Mapping`
+    /// checks and applies them.
+    pub fn given(&self, key: &crate::cmd::luks::KeyFileArgs) -> PlainGiven {
         PlainGiven {
             cipher: self.cipher.clone(),
             key_bits: self.key_size,
@@ -62,8 +58,8 @@ impl PlainArgs {
             size: self.size,
             sector_size: self.sector_size,
             iv_large_sectors: self.iv_large_sectors,
-            keyfile_offset: self.keyfile_offset,
-            keyfile_size: self.keyfile_size,
+            keyfile_offset: key.keyfile_offset,
+            keyfile_size: key.keyfile_size,
         }
     }
 }

@@ -99,6 +99,23 @@ pub enum TokenAction {
     Unassign,
 }
 
+impl TokenAction {
+    /// cryptsetup's names of the token verbs, in this enum's order.
+    pub const NAMES: [&'static str; 5] = ["add", "remove", "import", "export", "unassign"];
+
+    /// The verb cryptsetup names `name` (one of [`Self::NAMES`]).
+    pub fn named(name: &str) -> Option<Self> {
+        let all = [
+            Self::Add,
+            Self::Remove,
+            Self::Import,
+            Self::Export,
+            Self::Unassign,
+        ];
+        Self::NAMES.iter().position(|n| *n == name).map(|i| all[i])
+    }
+}
+
 /// `token ACTION`'s options.
 #[derive(Debug, Clone)]
 pub struct TokenRequest {
