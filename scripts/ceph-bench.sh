@@ -12,12 +12,15 @@
 # same on-disk format: aes-xts-plain64, 4096-byte sectors, 16 MiB header) and
 # every image is filled through its own export before measuring, so reads hit
 # written objects. Cells: 4k QD1, 4k QD16, 1M QD8 (RW=randread by default;
-# RW=randwrite for writes), measured round-robin ROUNDS times, median kept.
-# Prints MiB/s and IOPS, the ratios, and the bound io*c/(io+c) with io = the
-# qsd-raw ceiling and c = one core's AES-XTS decryption (`ucrypt benchmark`;
-# encryption for writes), all measured in this run.
+# RW=randwrite for writes), measured in ROUNDS rounds; a round runs the three
+# peers back to back, in an order rotated from round to round. Prints the
+# median MiB/s and IOPS, the same-run ratios (median of per-round ratios, with
+# their lowest-highest range), and the bound io*c/(io+c) with io = the qsd-raw
+# ceiling and c = one core's AES-XTS decryption (`ucrypt benchmark`;
+# encryption for writes), all measured in this run; then every round's MiB/s,
+# so an unstable ceiling shows.
 #
-# Usage: bash scripts/ceph-bench.sh   (env: RUNTIME=10 s per run, ROUNDS=3,
+# Usage: bash scripts/ceph-bench.sh   (env: RUNTIME=10 s per run, ROUNDS=5,
 #        SIZE_MB=512, RW=randread, CEPH_CONF=existing cluster's ceph.conf)
 # Needs: fio qemu-storage-daemon (qemu-block-extra) and the Ceph packages
 # (scripts/install-test-deps.sh). Run it niced on a shared machine.
@@ -25,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNTIME=${RUNTIME:-10}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 SIZE_MB=${SIZE_MB:-512}
 RW=${RW:-randread}
 UCRYPT=${UCRYPT:-${CARGO_TARGET_DIR:-target}/release/ucrypt}
@@ -122,49 +125,64 @@ dir=decryption
 C_MIBS=$("$UCRYPT" benchmark -c aes-xts-plain64 --json --no-openssl |
   python3 -c "import json, sys; print('%.0f' % json.load(sys.stdin)['ciphers'][0]['${dir}_mib_per_sec'])")
 
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A MIBS IOPS
 CELLS=("4k QD1:4k:1" "4k QD16:4k:16" "1M QD8:1M:8")
+# Every round runs each peer once, in a rotated order (round r starts with
+# peer r mod 3), so a drift in the machine's load hits every peer alike;
+# MIBS/IOPS keep every round's figure, in round order.
 for cell in "${CELLS[@]}"; do
   IFS=: read -r name bs qd <<<"$cell"
-  declare -A bw=() io=()
-  for _ in $(seq "$ROUNDS"); do
-    for p in "${PEERS[@]}"; do
+  for r in $(seq 0 $((ROUNDS - 1))); do
+    for k in 0 1 2; do
+      p=${PEERS[$(((r + k) % 3))]}
       read -r b i < <(fio_run "${URI[$p]}" "$bs" "$qd")
-      bw[$p]+="$b "
-      io[$p]+="$i "
+      MIBS[$p,$name]+="$b "
+      IOPS[$p,$name]+="$i "
     done
   done
-  for p in "${PEERS[@]}"; do
-    # shellcheck disable=SC2086
-    MIBS[$p,$name]=$(median ${bw[$p]})
-    # shellcheck disable=SC2086
-    IOPS[$p,$name]=$(median ${io[$p]})
-  done
-  unset bw io
 done
 
 # ---- report -------------------------------------------------------------------
 echo
 echo "fio nbd engine, $RW, ${SIZE_MB} MiB images on a $CLUSTER;"
-echo "${RUNTIME}s per run, median of ${ROUNDS} round-robin rounds; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "${RUNTIME}s per run, ${ROUNDS} rotated rounds (medians); $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "c = $C_MIBS MiB/s (ucrypt benchmark, aes-xts-plain64 512-bit key, 4096-byte sectors, $dir, one core)"
 echo
 echo "| cell | qsd raw (ceiling) | qsd librbd luks2 | ucrypt adaptive | ucrypt / librbd luks2 | bound io·c/(io+c) | ucrypt / bound |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
+SPREAD=()
 for cell in "${CELLS[@]}"; do
   name=${cell%%:*}
-  python3 - "$name" "${MIBS[qsd-raw,$name]}" "${IOPS[qsd-raw,$name]}" \
+  out=$(python3 - "$name" "$C_MIBS" "${MIBS[qsd-raw,$name]}" "${IOPS[qsd-raw,$name]}" \
     "${MIBS[qsd-luks2,$name]}" "${IOPS[qsd-luks2,$name]}" \
-    "${MIBS[ucrypt,$name]}" "${IOPS[ucrypt,$name]}" "$C_MIBS" <<'EOF'
-import sys
-n = sys.argv[1]
-rb, ri, lb, li, ub, ui, c = map(float, sys.argv[2:])
-bound = rb * c / (rb + c)
-cell = lambda b, i: "%.1f MiB/s (%.0f IOPS)" % (b, i)
-print("| %s | %s | %s | %s | %.2fx | %.1f MiB/s | %.2f |" % (
-    n, cell(rb, ri), cell(lb, li), cell(ub, ui), ub / max(lb, 1e-9), bound, ub / bound))
+    "${MIBS[ucrypt,$name]}" "${IOPS[ucrypt,$name]}" <<'EOF'
+import statistics, sys
+n, c = sys.argv[1], float(sys.argv[2])
+rb, ri, lb, li, ub, ui = ([float(x) for x in a.split()] for a in sys.argv[3:])
+med = statistics.median
+bound = lambda io: io * c / (io + c)
+# Same-run ratios: each round's ucrypt against that round's peers.
+# A round whose peer moved nothing (a failed or starved fio run, shown as
+# 0.0 below) has no ratio.
+vs_luks = [u / l for u, l in zip(ub, lb) if l > 0] or [0.0]
+vs_bound = [u / bound(r) for u, r in zip(ub, rb) if r > 0] or [0.0]
+cell = lambda b, i: "%.1f MiB/s (%.0f IOPS)" % (med(b), med(i))
+spread = lambda v: "%.2f-%.2f" % (min(v), max(v))
+print("| %s | %s | %s | %s | %.2fx (%s) | %.1f MiB/s | %.2f (%s) |" % (
+    n, cell(rb, ri), cell(lb, li), cell(ub, ui), med(vs_luks), spread(vs_luks),
+    bound(med(rb)), med(vs_bound), spread(vs_bound)), flush=True)
+pct = lambda v: 100 * (max(v) - min(v)) / max(med(v), 1e-9)
+print("%s: qsd raw %s (spread %.0f%% of its median); qsd luks2 %s; ucrypt %s" % (
+    n, " ".join("%.1f" % x for x in rb), pct(rb), " ".join("%.1f" % x for x in lb),
+    " ".join("%.1f" % x for x in ub)))
 EOF
+  )
+  head -n1 <<<"$out"
+  SPREAD+=("$(tail -n1 <<<"$out")")
 done
+echo
+echo "Ratios: median of the per-round ratios (a round runs the three peers back to"
+echo "back), lowest-highest round in brackets. MiB/s of every round:"
+printf '  %s\n' "${SPREAD[@]}"
 echo
 echo "Goals: ucrypt >= 1.0x the librbd-encrypted peer in every cell; >= 0.9 of the bound."

@@ -6,6 +6,8 @@
 #   bash scripts/ceph-test-cluster.sh osd-stop DIR   # fault injection: stop the OSD ...
 #   bash scripts/ceph-test-cluster.sh osd-start DIR  # ... and start it again (same data)
 #   bash scripts/ceph-test-cluster.sh status DIR     # `ceph -s` of that cluster
+#   bash scripts/ceph-test-cluster.sh pool-create DIR POOL  # a new RBD pool (size 1)
+#   bash scripts/ceph-test-cluster.sh pool-rm DIR POOL      # ... and its removal
 #
 # One mon, one mgr, one OSD (bluestore on a sparse file in DIR, so the OSD keeps
 # its data across osd-stop/osd-start; CEPH_TEST_OBJECTSTORE=memstore for a
@@ -36,7 +38,7 @@ die() {
 log() { echo "ceph-test-cluster: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start|stop|osd-stop|osd-start|status DIR" >&2
+  echo "usage: $0 start|stop|osd-stop|osd-start|status DIR | pool-create|pool-rm DIR POOL" >&2
   exit 2
 }
 
@@ -157,6 +159,15 @@ start_osd() {
   wait_osd_up
 }
 
+# A replicated pool of size 1 initialised for RBD, its PGs clean (tests that
+# share one cluster each make their own).
+pool_create() {
+  cephc osd pool create "$1" 8 8 replicated >/dev/null 2>&1 || die "pool create $1 failed"
+  cephc osd pool set "$1" size 1 --yes-i-really-mean-it >/dev/null 2>&1 || true
+  timeout 60 rbd -c "$CONF" pool init "$1" || die "rbd pool init $1 failed"
+  wait_pgs_clean
+}
+
 cmd_start() {
   need_tools
   [ ! -e "$CONF" ] || die "$DIR already holds a cluster (stop it first, or use a new DIR)"
@@ -273,10 +284,7 @@ EOF
   cephc osd crush add osd.0 1 root=default host=localhost >/dev/null 2>&1
   start_osd
 
-  cephc osd pool create rbd 8 8 replicated >/dev/null 2>&1 || die "pool create failed"
-  cephc osd pool set rbd size 1 --yes-i-really-mean-it >/dev/null 2>&1 || true
-  timeout 60 rbd -c "$CONF" pool init rbd || die "rbd pool init failed"
-  wait_pgs_clean
+  pool_create rbd
   log "ready: $(cephc health 2>/dev/null || true)"
   echo "$CONF"
 }
@@ -293,10 +301,15 @@ cmd_stop() {
   return 0
 }
 
-[ $# -eq 2 ] || usage
+case "${1:-}" in
+pool-create | pool-rm) [ $# -eq 3 ] || usage ;;
+*) [ $# -eq 2 ] || usage ;;
+esac
 DIR="$(mkdir -p "$2" && cd "$2" && pwd)"
 CONF="$DIR/ceph.conf"
 case "$1" in
+pool-create) pool_create "$3" ;;
+pool-rm) cephc osd pool rm "$3" "$3" --yes-i-really-really-mean-it >/dev/null ;;
 start) cmd_start ;;
 stop) cmd_stop ;;
 osd-stop) stop_one "$DIR/pids/osd.0.pid" ;;

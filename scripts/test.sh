@@ -33,15 +33,42 @@ report_skips() {
     fi
   fi
   rm -f "$UCRYPT_SKIP_LOG" "$fuzz_out"
+  stop_ceph
   exit "$rc"
+}
+
+# One throwaway Ceph cluster for every RBD test binary (each makes its own
+# pool on it; see crates/testutil/src/ceph.rs), started while the fuzz step
+# runs and stopped after the cargo tests, or at exit whatever happened.
+ceph_dir="$(mktemp -d "${TMPDIR:-/tmp}/ucrypt-ceph.XXXXXX")"
+ceph_pid=
+stop_ceph() {
+  [ -n "$ceph_dir" ] || return 0
+  [ -z "$ceph_pid" ] || wait "$ceph_pid" 2>/dev/null
+  bash scripts/ceph-test-cluster.sh stop "$ceph_dir/ceph" >/dev/null 2>&1 || true
+  rm -rf "$ceph_dir"
+  ceph_dir=
+  unset UCRYPT_CEPH_CONF
 }
 trap report_skips EXIT
 
 bash scripts/install-test-deps.sh
 export UCRYPT_REQUIRE_TOOLS=1
 cargo build --release --workspace --locked
+bash scripts/ceph-test-cluster.sh start "$ceph_dir/ceph" >"$ceph_dir/conf" 2>"$ceph_dir/start.log" &
+ceph_pid=$!
 # cargo-fuzz over the LUKS header parsers, briefly, on the seed corpus of real
 # cryptsetup headers (SKIP line if this machine has no nightly toolchain).
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz.sh 2>&1 | tee "$fuzz_out"
+if wait "$ceph_pid"; then
+  UCRYPT_CEPH_CONF="$(cat "$ceph_dir/conf")"
+  export UCRYPT_CEPH_CONF
+else
+  # Each RBD test binary then starts its own (and reports its own failure).
+  echo "test.sh: no shared Ceph test cluster:" >&2
+  cat "$ceph_dir/start.log" >&2
+fi
+ceph_pid=
 cargo test --release --workspace --locked --no-fail-fast
+stop_ceph
 bash scripts/vm-test.sh

@@ -1,9 +1,10 @@
 //! `RbdBackend` against a throwaway single-node Ceph cluster
-//! (scripts/ceph-test-cluster.sh, started once for this binary, stopped at
-//! its end): batches of asynchronous reads and writes, FUA, flush,
-//! write-zeroes and discard reading back zero, completion-driven entries
-//! (`submit_async`), snapshots read-only, the
-//! exclusive lock between two clients, and the open errors.
+//! (testutil::ceph: the suite's shared one, or one started for this binary
+//! and stopped at its end): batches of asynchronous reads and writes, FUA,
+//! flush, write-zeroes and discard reading back zero, completion-driven
+//! entries (`submit_async`), snapshots read-only, the exclusive lock between
+//! two clients, a live `rbd resize` seen by `refresh_size`, and the open
+//! errors.
 
 use backend::rbd::{RbdConfig, RbdOptions, RbdSpec};
 use backend::{AsyncKind, AsyncOp, Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
@@ -45,8 +46,8 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
     let Some(c) = start("rbd_backend_batches_lock_snapshots_and_errors") else {
         return;
     };
-    c.rbd(&["create", "--size", "16M", "rbd/b"]);
-    let b = open(&c, "rbd:rbd/b", false).unwrap();
+    c.rbd(&["create", "--size", "16M", &c.image("b")]);
+    let b = open(&c, &c.device("b"), false).unwrap();
     assert_eq!(b.size(), 16 * MIB as u64);
 
     // A batch of 32 writes of mixed sizes, in flight together, one FUA.
@@ -164,13 +165,13 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
     assert!(out == model, "async writes did not land");
 
     // A second read-write client is refused; a read-only one shares.
-    let e = open(&c, "rbd:rbd/b", false).unwrap_err();
+    let e = open(&c, &c.device("b"), false).unwrap_err();
     assert!(
         matches!(e.kind(), ErrorKind::Locked { .. }),
         "second rw open: {e}"
     );
-    assert!(e.to_string().contains("rbd:rbd/b"), "{e}");
-    let ro = open(&c, "rbd:rbd/b", true).unwrap();
+    assert!(e.to_string().contains(&c.device("b")), "{e}");
+    let ro = open(&c, &c.device("b"), true).unwrap();
     let e = ro.write_at(&[0; 512], 0, false).unwrap_err();
     assert!(matches!(
         backend::Error::kind_of(&e),
@@ -179,18 +180,30 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
     drop(ro);
 
     // Snapshot: read-only, keeps its data after the image changes.
-    c.rbd(&["snap", "create", "rbd/b@s"]);
+    c.rbd(&["snap", "create", &c.image("b@s")]);
     b.write_at(&[0x11; 4096], 0, false).unwrap();
-    let s = open(&c, "rbd:rbd/b@s", true).unwrap();
+    let s = open(&c, &c.device("b@s"), true).unwrap();
     let mut first = vec![0u8; 4096];
     s.read_at(&mut first, 0).unwrap();
     assert_eq!(first, model[..4096]);
-    let e = open(&c, "rbd:rbd/b@s", false).unwrap_err();
+    let e = open(&c, &c.device("b@s"), false).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::ReadOnly), "{e}");
     drop(s);
+
+    // `rbd resize` of the open image (librbd hands it to the lock owner,
+    // this process): the size holds until refresh_size re-reads it.
+    c.rbd(&["resize", "--size", "20M", &c.image("b")]);
+    assert_eq!(b.size(), 16 * MIB as u64);
+    assert_eq!(b.refresh_size().unwrap(), 20 * MIB as u64);
+    assert_eq!(b.size(), 20 * MIB as u64);
+    let end = 20 * MIB as u64 - 4096;
+    b.write_at(&[0x22; 4096], end, false).unwrap();
+    let mut tail = vec![0u8; 4096];
+    b.read_at(&mut tail, end).unwrap();
+    assert!(tail.iter().all(|&x| x == 0x22));
     drop(b);
     // The lock went with the first client.
-    drop(open(&c, "rbd:rbd/b", false).unwrap());
+    drop(open(&c, &c.device("b"), false).unwrap());
 
     // No exclusive-lock feature: read-write refused, read-only fine.
     c.rbd(&[
@@ -199,16 +212,16 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
         "1M",
         "--image-feature",
         "layering",
-        "rbd/nolock",
+        &c.image("nolock"),
     ]);
-    let e = open(&c, "rbd:rbd/nolock", false).unwrap_err();
+    let e = open(&c, &c.device("nolock"), false).unwrap_err();
     assert!(e.to_string().contains("exclusive-lock"), "{e}");
-    open(&c, "rbd:rbd/nolock", true).unwrap();
+    open(&c, &c.device("nolock"), true).unwrap();
 
     // Missing image, too small.
-    let e = open(&c, "rbd:rbd/none", true).unwrap_err();
-    assert!(e.to_string().contains("rbd:rbd/none"), "{e}");
-    let spec = RbdSpec::parse("rbd:rbd/nolock").unwrap().unwrap();
+    let e = open(&c, &c.device("none"), true).unwrap_err();
+    assert!(e.to_string().contains(&c.device("none")), "{e}");
+    let spec = RbdSpec::parse(&c.device("nolock")).unwrap().unwrap();
     let opts = RbdOptions {
         read_only: true,
         allow_discard: false,

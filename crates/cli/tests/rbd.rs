@@ -1,13 +1,15 @@
 //! `rbd:POOL/IMAGE[@SNAP]` devices (issue 13) against a throwaway
-//! single-node Ceph cluster (scripts/ceph-test-cluster.sh, started once for
-//! this binary and stopped at its end): format, dump, add-key, open with an
-//! NBD export and IO through nbdcopy, the exclusive lock (a second
-//! read-write open exits 5), snapshots read-only; and a cluster that does
+//! single-node Ceph cluster (testutil::ceph: the suite's shared one, or
+//! one started once for this binary and stopped at its end): format, dump,
+//! add-key, open with an NBD export and IO through nbdcopy, the exclusive
+//! lock (a second read-write open exits 5), snapshots read-only; a live
+//! `resize` after `rbd resize` of the open image; and a cluster that does
 //! not answer fails the open within its bound.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use testutil::ceph::{Cluster, Store};
@@ -16,15 +18,18 @@ use testutil::{Capability, Rng, TempDir};
 const FAST: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const LIBRBD: &str = "/usr/lib/x86_64-linux-gnu/librbd.so.1";
 
-/// Started for this binary (one test uses it; testutil's cluster, stopped
-/// on drop); `None` after a logged skip when the Ceph packages are missing.
-fn cluster(test: &str) -> Option<Cluster> {
-    let tools = ["ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd", "nbdcopy"];
+/// This binary's cluster, shared by its tests (testutil's: stopped, or its
+/// pool removed, when the last test drops it); `None` after a logged skip
+/// when the Ceph packages or NBD tools are missing.
+fn cluster(test: &str) -> Option<Arc<Cluster>> {
+    let tools = [
+        "ceph-mon", "ceph-osd", "ceph-mgr", "ceph", "rbd", "nbdcopy", "nbdinfo", "qemu-io",
+    ];
     let caps: Vec<Capability<'_>> = tools.iter().map(|t| Capability::Tool(t)).collect();
     if !testutil::require_all(test, &caps) {
         return None;
     }
-    Some(Cluster::start("rbd-cluster", Store::Memstore(1 << 30)))
+    Some(Cluster::for_binary("rbd-cluster", Store::Memstore(1 << 30)))
 }
 
 fn text(b: &[u8]) -> String {
@@ -96,7 +101,10 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
     let test = "luks_on_rbd_format_dump_add_key_open_lock_and_snapshot";
     let Some(c) = cluster(test) else { return };
 
-    c.rbd(&["create", "--size", "32M", "rbd/vol"]);
+    let (img, dev) = (c.image("vol"), c.device("vol"));
+    let (snap_img, snap_dev) = (format!("{img}@s1"), format!("{dev}@s1"));
+    let missing = c.device("missing");
+    c.rbd(&["create", "--size", "32M", &img]);
     let mut u = Ucrypt {
         dir: TempDir::new("rbd-luks"),
         conf: c.conf.clone(),
@@ -111,12 +119,12 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
     // format, dump (the same text as for the image exported to a file)
     let mut a = vec!["format", "--type", "luks2", "-q", "-d", p];
     a.extend_from_slice(FAST);
-    a.push("rbd:rbd/vol");
+    a.push(&dev);
     u.ok(&a);
-    let dump = u.ok(&["dump", "rbd:rbd/vol"]);
+    let dump = u.ok(&["dump", &dev]);
     assert!(dump.contains("Version:       \t2"), "{dump}");
     let exported = u.dir.join("exported.img");
-    c.rbd(&["export", "rbd/vol", exported.to_str().unwrap()]);
+    c.rbd(&["export", &img, exported.to_str().unwrap()]);
     let file_dump = u.ok(&["dump", exported.to_str().unwrap()]);
     assert_eq!(
         dump, file_dump,
@@ -126,15 +134,12 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
     // add-key: slot 1 then opens the volume
     let mut a = vec!["add-key", "-d", p];
     a.extend_from_slice(FAST);
-    a.extend_from_slice(&["rbd:rbd/vol", p2]);
+    a.extend_from_slice(&[&dev, p2]);
     u.ok(&a);
-    assert!(u.ok(&["dump", "rbd:rbd/vol"]).contains("  1: luks2"));
+    assert!(u.ok(&["dump", &dev]).contains("  1: luks2"));
 
     // open with the new key, write and read back through NBD
-    u.open(
-        &["--type", "luks", "-d", p2, "--export", "nbd", "rbd:rbd/vol"],
-        "v",
-    );
+    u.open(&["--type", "luks", "-d", p2, "--export", "nbd", &dev], "v");
     let mut data = vec![0u8; 4 << 20];
     Rng::new(13).fill(&mut data);
     let src = u.dir.join("src.bin");
@@ -147,28 +152,16 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
 
     // a second read-write user is refused with exit 5: open and add-key
     let o = u.run(&[
-        "open",
-        "--type",
-        "luks",
-        "-d",
-        p,
-        "--export",
-        "nbd",
-        "rbd:rbd/vol",
-        "w",
+        "open", "--type", "luks", "-d", p, "--export", "nbd", &dev, "w",
     ]);
     assert_eq!(o.status.code(), Some(5), "second open: {}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("rbd:rbd/vol"),
-        "{}",
-        text(&o.stderr)
-    );
+    assert!(text(&o.stderr).contains(&dev), "{}", text(&o.stderr));
     assert!(
         !text(&o.stderr).contains("passphrase"),
         "{}",
         text(&o.stderr)
     );
-    let o = u.run(&["add-key", "-d", p, "rbd:rbd/vol", p2]);
+    let o = u.run(&["add-key", "-d", p, &dev, p2]);
     assert_eq!(
         o.status.code(),
         Some(5),
@@ -178,12 +171,12 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
     u.close("v");
 
     // snapshot: read-only, keeps the data written before it
-    c.rbd(&["snap", "create", "rbd/vol@s1"]);
-    let o = u.run(&["open", "--type", "luks", "-d", p, "rbd:rbd/vol@s1", "rw"]);
+    c.rbd(&["snap", "create", &snap_img]);
+    let o = u.run(&["open", "--type", "luks", "-d", p, &snap_dev, "rw"]);
     assert!(!o.status.success(), "a snapshot opened read-write");
     assert!(text(&o.stderr).contains("read-only"), "{}", text(&o.stderr));
     u.open(
-        &["--type", "luks", "-d", p, "--readonly", "rbd:rbd/vol@s1"],
+        &["--type", "luks", "-d", p, "--readonly", &snap_dev],
         "snap",
     );
     let snap = u.dir.join("snap.bin");
@@ -193,30 +186,113 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
     u.close("snap");
 
     // map reads through the engine; header backup and restore round-trip
-    let o = u.run(&["map", "--read", "--luks", "rbd:rbd/vol", "--key-file", p]);
+    let o = u.run(&["map", "--read", "--luks", &dev, "--key-file", p]);
     assert!(o.status.success(), "map --read: {}", text(&o.stderr));
     assert_eq!(&o.stdout[..data.len()], &data[..], "map --read differs");
-    let before = u.ok(&["dump", "rbd:rbd/vol"]);
+    let before = u.ok(&["dump", &dev]);
     let backup = u.dir.join("hdr.bak");
     let b = backup.to_str().unwrap();
-    u.ok(&["header-backup", "rbd:rbd/vol", "--header-backup-file", b]);
-    u.ok(&[
-        "header-restore",
-        "-q",
-        "rbd:rbd/vol",
-        "--header-backup-file",
-        b,
-    ]);
-    assert_eq!(before, u.ok(&["dump", "rbd:rbd/vol"]), "dump after restore");
+    u.ok(&["header-backup", &dev, "--header-backup-file", b]);
+    u.ok(&["header-restore", "-q", &dev, "--header-backup-file", b]);
+    assert_eq!(before, u.ok(&["dump", &dev]), "dump after restore");
 
     // errors name the image, never a key
-    let o = u.run(&["dump", "rbd:rbd/missing"]);
+    let o = u.run(&["dump", &missing]);
     assert_eq!(o.status.code(), Some(4), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(&missing), "{}", text(&o.stderr));
+}
+
+/// `nbdinfo --size`: the size a new NBD connection is told.
+fn nbd_size(uri: &str) -> u64 {
+    let o = Command::new("nbdinfo")
+        .args(["--size", uri])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "nbdinfo {uri}: {}", text(&o.stderr));
+    text(&o.stdout).trim().parse().unwrap()
+}
+
+/// `qemu-io -f raw -c CMD... URI`, asserting success (a `read -P` that
+/// finds other bytes fails it).
+fn qemu_io(uri: &str, cmds: &[&str]) {
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw"]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    let o = c.arg(uri).output().unwrap();
+    let out = text(&o.stdout);
     assert!(
-        text(&o.stderr).contains("rbd:rbd/missing"),
-        "{}",
+        o.status.success() && !out.contains("failed") && !out.contains("Pattern verification"),
+        "qemu-io {cmds:?}: {out}{}",
         text(&o.stderr)
     );
+}
+
+#[test]
+fn rbd_resize_of_an_open_image_grows_the_mapping_on_resize() {
+    let test = "rbd_resize_of_an_open_image_grows_the_mapping_on_resize";
+    let Some(c) = cluster(test) else { return };
+    let (img, dev) = (c.image("grow"), c.device("grow"));
+    c.rbd(&["create", "--size", "24M", &img]);
+    let mut u = Ucrypt {
+        dir: TempDir::new("rbd-grow"),
+        conf: c.conf.clone(),
+        opened: Vec::new(),
+    };
+    let pass = u.dir.join("pass");
+    std::fs::write(&pass, b"grow passphrase").unwrap();
+    let p = pass.to_str().unwrap();
+    let mut a = vec!["format", "--type", "luks2", "-q", "-d", p];
+    a.extend_from_slice(FAST);
+    a.push(&dev);
+    u.ok(&a);
+    u.open(&["--type", "luks", "-d", p, "--export", "nbd", &dev], "g");
+    let uri = u.uri("g");
+    let sectors = |u: &Ucrypt| -> u64 {
+        let s: serde_json::Value = serde_json::from_str(&u.ok(&["status", "--json", "g"])).unwrap();
+        s["size_sectors"].as_u64().expect("size_sectors")
+    };
+    let before = sectors(&u);
+    assert_eq!(nbd_size(&uri), before * 512);
+    let old_end = before * 512;
+    qemu_io(&uri, &["write -P 0x5a 0 4096"]);
+
+    // Grown by the cluster while ucrypt holds the image's exclusive lock
+    // (librbd asks the lock owner, ucrypt's daemon, to do it).
+    c.rbd(&["resize", "--size", "40M", &img]);
+    assert_eq!(sectors(&u), before, "the mapping grows on `resize` only");
+    u.ok(&["resize", "g"]);
+    let after = sectors(&u);
+    assert_eq!(
+        after,
+        before + (16 << 20) / 512,
+        "all the grown image holds"
+    );
+    assert!(u
+        .ok(&["status", "g"])
+        .contains(&format!("\n  size:    {after} sectors\n")));
+    assert_eq!(nbd_size(&uri), after * 512, "a new NBD client's size");
+    let end = after * 512 - 4096;
+    qemu_io(
+        &uri,
+        &[
+            &format!("write -P 0x33 {end} 4096"),
+            &format!("write -P 0x44 {old_end} 4096"),
+            &format!("read -P 0x33 {end} 4096"),
+            "read -P 0x5a 0 4096",
+        ],
+    );
+    u.close("g");
+
+    // On the image for the next user: a fresh open sees the grown volume.
+    let o = u.run(&["map", "--read", "--luks", &dev, "--key-file", p]);
+    assert!(o.status.success(), "map --read: {}", text(&o.stderr));
+    assert_eq!(o.stdout.len() as u64, after * 512);
+    assert!(o.stdout[..4096].iter().all(|&b| b == 0x5a));
+    let at = old_end as usize;
+    assert!(o.stdout[at..at + 4096].iter().all(|&b| b == 0x44));
+    assert!(o.stdout[end as usize..].iter().all(|&b| b == 0x33));
 }
 
 #[test]

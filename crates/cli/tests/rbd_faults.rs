@@ -1,10 +1,12 @@
 //! Faults under ucrypt's RBD backend, on a throwaway single-node cluster:
 //!
 //! - the OSD stopped and restarted while NBD clients write through
-//!   `ucrypt open rbd:POOL/IMAGE`: IO stalls (or fails with an error
-//!   reply) and resumes when the OSD is back, and every acknowledged write
-//!   is there afterwards, read back through ucrypt and, after `close`,
-//!   through librbd's own LUKS encryption;
+//!   `ucrypt open rbd:POOL/IMAGE`: IO stalls while the OSD is down (counted:
+//!   no writer gets more than the one reply that may have been on its way
+//!   when the OSD stopped, and no error reply), resumes when the OSD is
+//!   back, and every acknowledged write is there afterwards, read back
+//!   through ucrypt and, after `close`, through librbd's own LUKS
+//!   encryption;
 //! - a cluster that does not answer at open: a clear error within a bound.
 
 mod rbd_common;
@@ -90,33 +92,54 @@ impl Nbd {
     }
 }
 
-/// What a block must hold: the last acknowledged write, or (after a write
-/// that got an error reply) either that or the failed one.
+/// What a block must hold: what it held before the writers started, the
+/// last acknowledged write, or (after a write that got an error reply)
+/// either that or the failed one.
 #[derive(Clone, Copy, Debug)]
 enum Expect {
-    Zero,
+    Initial,
     Write(u64),
     Either(Option<u64>, u64),
 }
 
+/// What the writers tell the test as they go.
+#[derive(Default)]
+struct Progress {
+    /// Acknowledged writes, all writers.
+    acks: AtomicU64,
+    /// Set while the OSD is down (after `osd-stop` returned, before
+    /// `osd-start` began).
+    osd_down: AtomicBool,
+    /// Replies (ok or error) each writer got while `osd_down` was set.
+    replies_while_down: [AtomicU64; WRITERS as usize],
+    /// Error replies among those.
+    errors_while_down: AtomicU64,
+}
+
 /// One writer's loop over its own blocks until `stop`; its expectations
 /// and its count of error replies.
-fn writer(socket: &Path, w: u64, stop: &AtomicBool, acks: &AtomicU64) -> (Vec<Expect>, u64) {
+fn writer(socket: &Path, w: u64, stop: &AtomicBool, progress: &Progress) -> (Vec<Expect>, u64) {
     let mut nbd = Nbd::connect(socket);
-    let mut expect = vec![Expect::Zero; PER_WRITER as usize];
+    let mut expect = vec![Expect::Initial; PER_WRITER as usize];
     let mut errors = 0;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let i = n % PER_WRITER;
         let block = w * PER_WRITER + i;
         let err = nbd.write(block * BLOCK as u64, &pattern(w, n, block));
+        if progress.osd_down.load(Ordering::SeqCst) {
+            progress.replies_while_down[w as usize].fetch_add(1, Ordering::SeqCst);
+            if err != 0 {
+                progress.errors_while_down.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let slot = &mut expect[i as usize];
         if err == 0 {
             *slot = Expect::Write(n);
-            acks.fetch_add(1, Ordering::Relaxed);
+            progress.acks.fetch_add(1, Ordering::Relaxed);
         } else {
             let before = match *slot {
-                Expect::Zero => None,
+                Expect::Initial => None,
                 Expect::Write(m) => Some(m),
                 Expect::Either(_, m) => Some(m),
             };
@@ -129,26 +152,36 @@ fn writer(socket: &Path, w: u64, stop: &AtomicBool, acks: &AtomicU64) -> (Vec<Ex
     (expect, errors)
 }
 
-/// Checks `data` (the whole plaintext) against every writer's expectations.
-fn verify(data: &[u8], all: &[Vec<Expect>], what: &str) {
+/// Checks `data` (the whole plaintext) against every writer's expectations;
+/// `initial` is what the volume held before the writers started.
+fn verify(data: &[u8], initial: &[u8], all: &[Vec<Expect>], what: &str) {
     for (w, expect) in all.iter().enumerate() {
         for (i, e) in expect.iter().enumerate() {
             let block = w as u64 * PER_WRITER + i as u64;
             let at = block as usize * BLOCK;
             let got = &data[at..at + BLOCK];
             let ok = match *e {
-                Expect::Zero => got.iter().all(|&b| b == 0),
+                Expect::Initial => got == &initial[at..at + BLOCK],
                 Expect::Write(n) => got == pattern(w as u64, n, block),
                 Expect::Either(before, n) => {
                     got == pattern(w as u64, n, block)
                         || match before {
-                            None => got.iter().all(|&b| b == 0),
+                            None => got == &initial[at..at + BLOCK],
                             Some(m) => got == pattern(w as u64, m, block),
                         }
                 }
             };
             assert!(ok, "{what}: block {block} does not hold {e:?}");
         }
+    }
+}
+
+/// Sets the flag when dropped (also when unwinding).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -167,13 +200,15 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
     if !require_ceph(test) {
         return;
     }
+    // On the suite's shared cluster (bluestore) this stops its only OSD
+    // for a while: any other test binary using it meanwhile just waits.
     let c = Cluster::start("rbd-faults");
     let conf = c.conf.display().to_string();
     let pass = c.scratch("pass");
     std::fs::write(&pass, "fault pass").unwrap();
     let pass_s = pass.display().to_string();
     c.create("vol", 24 * MIB);
-    let dev = "rbd:rbd/vol";
+    let dev = &c.device("vol");
     let fast = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
     let mut a = vec!["--ceph-conf", &conf, "format", "-q"];
     a.extend_from_slice(&fast);
@@ -198,13 +233,22 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
     );
     let socket: PathBuf = runtime.join("flt.nbd.sock");
 
+    // What the blocks the writers never reach must still hold afterwards:
+    // never-written sectors of a fresh volume decrypt to noise, not zeros.
+    let len = (WRITERS * PER_WRITER) as usize * BLOCK;
+    let initial = Nbd::connect(&socket).read(0, len);
+
     let stop = AtomicBool::new(false);
-    let acks = AtomicU64::new(0);
-    let (all, errors) = std::thread::scope(|s| {
+    let progress = Progress::default();
+    let acks = &progress.acks;
+    let (all, errors, while_down) = std::thread::scope(|s| {
+        // A failed wait below must not leave the writers running (the scope
+        // joins them).
+        let _stop_writers = StopOnDrop(&stop);
         let handles: Vec<_> = (0..WRITERS)
             .map(|w| {
-                let (socket, stop, acks) = (&socket, &stop, &acks);
-                s.spawn(move || writer(socket, w, stop, acks))
+                let (socket, stop, progress) = (&socket, &stop, &progress);
+                s.spawn(move || writer(socket, w, stop, progress))
             })
             .collect();
         let bound = Duration::from_secs(180);
@@ -212,14 +256,25 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
             acks.load(Ordering::Relaxed) >= 200
         });
         c.script("osd-stop");
-        // Writes in flight now wait for the OSD (or fail); give them time
-        // to pile up against the stopped OSD.
+        progress.osd_down.store(true, Ordering::SeqCst);
+        // The OSD process is gone. Each writer has one request at a time:
+        // the one it had out when the OSD stopped may have been written
+        // before and be answered now; every later one must wait for the
+        // OSD. The window only gives a stall-free data path the chance to
+        // show (writers that kept going would count many replies here).
         std::thread::sleep(Duration::from_secs(3));
+        progress.osd_down.store(false, Ordering::SeqCst);
+        let while_down: Vec<u64> = progress
+            .replies_while_down
+            .iter()
+            .map(|r| r.load(Ordering::SeqCst))
+            .collect();
         c.script("osd-start");
         let resumed_from = acks.load(Ordering::Relaxed);
         wait_for(bound, "writes after the OSD came back", || {
             acks.load(Ordering::Relaxed) >= resumed_from + 200
         });
+
         stop.store(true, Ordering::Relaxed);
         let mut all = Vec::new();
         let mut errors = 0;
@@ -228,18 +283,29 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
             all.push(e);
             errors += n;
         }
-        (all, errors)
+        (all, errors, while_down)
     });
     eprintln!(
-        "{} writes acknowledged, {errors} error replies",
+        "{} writes acknowledged, {errors} error replies; replies per writer while the OSD \
+         was down: {while_down:?}",
         acks.load(Ordering::Relaxed)
     );
+    assert!(
+        while_down.iter().all(|&n| n <= 1),
+        "writes completed while the OSD was down (replies per writer: {while_down:?})"
+    );
+    assert_eq!(
+        progress.errors_while_down.load(Ordering::SeqCst),
+        0,
+        "error replies while the OSD was down: librbd waits for the OSD"
+    );
+    assert_eq!(errors, 0, "error replies: IO should only have waited");
 
     // Through ucrypt, on the same open volume.
     let mut nbd = Nbd::connect(&socket);
-    let len = (WRITERS * PER_WRITER) as usize * BLOCK;
     verify(
         &nbd.read(0, len),
+        &initial,
         &all,
         "read through ucrypt after the restart",
     );
@@ -253,7 +319,14 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
 
     // Independently, through librbd's own LUKS2 decryption.
     let data = c.librbd_read("vol", Luks::V2, &pass);
-    verify(&data, &all, "read through librbd's encryption after close");
+    // librbd reads never-written ranges (holes in the objects) as zeros
+    // instead of decrypting them.
+    verify(
+        &data,
+        &vec![0; len],
+        &all,
+        "read through librbd's encryption after close",
+    );
 }
 
 #[test]

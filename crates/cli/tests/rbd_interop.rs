@@ -53,13 +53,7 @@ fn librbd_to_ucrypt(c: &Cluster, luks: Luks, seed: u64) {
     std::fs::write(&pass, format!("librbd pass {seed}")).unwrap();
     c.create(&name, RAW);
     let pass_s = pass.display().to_string();
-    c.rbd(&[
-        "encryption",
-        "format",
-        &format!("rbd/{name}"),
-        luks.rbd(),
-        &pass_s,
-    ]);
+    c.rbd(&["encryption", "format", &c.image(&name), luks.rbd(), &pass_s]);
     let size = c.librbd_size(&name, luks, &pass);
     assert!(size > 0 && size < RAW, "{name}: plaintext size {size}");
     let plain_file = c.scratch(&format!("{name}.plain"));
@@ -88,7 +82,7 @@ fn librbd_to_ucrypt(c: &Cluster, luks: Luks, seed: u64) {
     let _ = std::fs::remove_file(&raw);
 
     // Straight from the cluster through ucrypt's RBD backend.
-    let dev = format!("rbd:rbd/{name}");
+    let dev = c.device(&name);
     let conf = c.conf.display().to_string();
     let dump = ucrypt(&["--ceph-conf", &conf, "dump", &dev], None);
     assert!(String::from_utf8_lossy(&dump.stdout).contains("xts-plain64"));
@@ -138,7 +132,7 @@ fn ucrypt_to_librbd(c: &Cluster, luks: Luks, extra: &[&str], seed: u64) {
     // Straight onto the cluster through ucrypt's RBD backend.
     let direct = format!("{name}-rbd");
     c.create(&direct, RAW);
-    let dev = format!("rbd:rbd/{direct}");
+    let dev = c.device(&direct);
     format_args(&dev);
     assert_eq!(
         ucrypt_read(c, &dev, &pass).len() as u64,

@@ -46,6 +46,7 @@
 //! `rbd_aio_write_zeroes`.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use crate::{check_range, AsyncKind, AsyncOp, Backend, Caps, Error, ErrorKind, ReadOp, WriteOp};
@@ -75,7 +76,8 @@ pub struct RbdBackend {
     /// The completion thread of [`Backend::submit_async`], started on
     /// first use.
     done: Mutex<Option<Completer>>,
-    size: u64,
+    /// Bytes addressable; re-read by [`Backend::refresh_size`].
+    size: AtomicU64,
     read_only: bool,
     allow_discard: bool,
 }
@@ -84,7 +86,7 @@ impl std::fmt::Debug for RbdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RbdBackend")
             .field("spec", &self.spec)
-            .field("size", &self.size)
+            .field("size", &self.size())
             .field("read_only", &self.read_only)
             .finish()
     }
@@ -208,7 +210,7 @@ impl RbdBackend {
             spec: spec.clone(),
             image: Arc::new(image),
             done: Mutex::new(None),
-            size,
+            size: AtomicU64::new(size),
             read_only,
             allow_discard: opts.allow_discard,
         })
@@ -274,7 +276,7 @@ impl RbdBackend {
             AsyncKind::Read => (false, false),
             AsyncKind::Write { fua } => (true, fua),
         };
-        let refused = check_range(self.size, op.offset, len as u64).and_then(|()| match write {
+        let refused = check_range(self.size(), op.offset, len as u64).and_then(|()| match write {
             true => self.writable(),
             false => Ok(()),
         });
@@ -363,7 +365,25 @@ impl Drop for RbdBackend {
 
 impl Backend for RbdBackend {
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// `rbd resize` of an open image: the resize either ran in this
+    /// process (the exclusive-lock owner performs it for the requesting
+    /// client) or reached librbd's header watch, and `rbd_get_size`
+    /// refreshes the image header first when it is stale.
+    fn refresh_size(&self) -> io::Result<u64> {
+        let size = self.image.size().map_err(|e| {
+            io::Error::from(
+                Error::new(ErrorKind::Io {
+                    path: self.spec.to_string(),
+                })
+                .with_source(e)
+                .with_context("cannot read the image size"),
+            )
+        })?;
+        self.size.store(size, Ordering::Relaxed);
+        Ok(size)
     }
 
     fn caps(&self) -> Caps {
@@ -425,7 +445,7 @@ impl Backend for RbdBackend {
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.writable()?;
-        check_range(self.size, offset, len)?;
+        check_range(self.size(), offset, len)?;
         if !self.allow_discard {
             return self.write_zeroes(offset, len);
         }
@@ -436,7 +456,7 @@ impl Backend for RbdBackend {
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         self.writable()?;
-        check_range(self.size, offset, len)?;
+        check_range(self.size(), offset, len)?;
         // librbd takes a size_t; 1 GiB pieces keep each request bounded.
         let mut ops: Vec<Aio<'_>> = Vec::new();
         let mut at = offset;
@@ -454,7 +474,7 @@ impl Backend for RbdBackend {
     fn read_batch(&self, ops: &mut [ReadOp<'_>]) -> Vec<io::Result<()>> {
         let checks: Vec<io::Result<()>> = ops
             .iter()
-            .map(|o| check_range(self.size, o.offset, o.buf.len() as u64))
+            .map(|o| check_range(self.size(), o.offset, o.buf.len() as u64))
             .collect();
         let offsets: Vec<(u64, usize)> = ops.iter().map(|o| (o.offset, o.buf.len())).collect();
         let mut aio: Vec<Aio<'_>> = ops
@@ -490,7 +510,7 @@ impl Backend for RbdBackend {
         }
         let checks: Vec<io::Result<()>> = ops
             .iter()
-            .map(|o| check_range(self.size, o.offset, o.buf.len() as u64))
+            .map(|o| check_range(self.size(), o.offset, o.buf.len() as u64))
             .collect();
         let mut aio: Vec<Aio<'_>> = ops
             .iter()

@@ -67,8 +67,9 @@ impl Luks {
 
 /// The tests' cluster (bluestore: it survives the fault test's OSD
 /// restart), with the rbd, qemu and librbd-encryption helpers below; the
-/// cluster itself is testutil's (`scripts/ceph-test-cluster.sh`, stopped on
-/// drop).
+/// cluster itself is testutil's (the suite's shared one with a pool of this
+/// binary's, or one started by `scripts/ceph-test-cluster.sh` and stopped
+/// on drop). Images are named within [`ceph::Cluster::pool`].
 pub struct Cluster(ceph::Cluster);
 
 impl std::ops::Deref for Cluster {
@@ -79,8 +80,8 @@ impl std::ops::Deref for Cluster {
 }
 
 impl Cluster {
-    /// Starts a cluster (about half a minute); panics with the script's
-    /// output when it fails.
+    /// Attaches to the shared cluster or starts one (about half a minute);
+    /// panics with the script's output when it fails.
     pub fn start(tag: &str) -> Self {
         Self(ceph::Cluster::start(tag, ceph::Store::Bluestore))
     }
@@ -90,41 +91,37 @@ impl Cluster {
         String::from_utf8_lossy(&self.0.rbd(args).stdout).into_owned()
     }
 
-    /// Creates `rbd/NAME` of `size` bytes.
+    /// Creates `POOL/NAME` of `size` bytes.
     pub fn create(&self, name: &str, size: u64) {
-        self.rbd(&[
-            "create",
-            &format!("rbd/{name}"),
-            "--size",
-            &format!("{size}B"),
-        ]);
+        self.rbd(&["create", &self.image(name), "--size", &format!("{size}B")]);
     }
 
     /// `rbd export`: the raw (ciphertext) image into a fresh file.
     pub fn export(&self, name: &str, to: &Path) {
         let _ = std::fs::remove_file(to);
         let to = to.display().to_string();
-        self.rbd(&["export", "--no-progress", &format!("rbd/{name}"), &to]);
+        self.rbd(&["export", "--no-progress", &self.image(name), &to]);
     }
 
-    /// `rbd import`: a raw file as the new image `rbd/NAME`.
+    /// `rbd import`: a raw file as the new image `POOL/NAME`.
     pub fn import(&self, from: &Path, name: &str) {
         let from = from.display().to_string();
-        self.rbd(&["import", "--no-progress", &from, &format!("rbd/{name}")]);
+        self.rbd(&["import", "--no-progress", &from, &self.image(name)]);
     }
 
-    /// qemu `--image-opts` for `rbd/NAME` opened through librbd's encryption
+    /// qemu `--image-opts` for `POOL/NAME` opened through librbd's encryption
     /// with the passphrase in the qemu secret `s0`.
     pub fn qemu_opts(&self, name: &str, luks: Luks) -> String {
         format!(
-            "driver=rbd,pool=rbd,image={name},conf={},user=admin,\
+            "driver=rbd,pool={},image={name},conf={},user=admin,\
              encrypt.format={},encrypt.key-secret=s0",
+            self.pool,
             self.conf.display(),
             luks.qemu()
         )
     }
 
-    /// The plaintext size librbd's encryption exposes for `rbd/NAME`.
+    /// The plaintext size librbd's encryption exposes for `POOL/NAME`.
     pub fn librbd_size(&self, name: &str, luks: Luks, pass: &Path) -> u64 {
         let o = run(Command::new("qemu-img")
             .arg("info")
@@ -144,7 +141,7 @@ impl Cluster {
             .expect("a number after virtual-size")
     }
 
-    /// Writes the file `plain` at offset 0 of `rbd/NAME` through librbd's
+    /// Writes the file `plain` at offset 0 of `POOL/NAME` through librbd's
     /// encryption (qemu-img convert into the existing image).
     pub fn librbd_write(&self, name: &str, luks: Luks, pass: &Path, plain: &Path) {
         run(Command::new("qemu-img")
@@ -155,7 +152,7 @@ impl Cluster {
             .arg(self.qemu_opts(name, luks)));
     }
 
-    /// Reads the whole plaintext of `rbd/NAME` through librbd's encryption.
+    /// Reads the whole plaintext of `POOL/NAME` through librbd's encryption.
     /// (`qemu-img dd`, not `convert`: qemu 7.2's rbd block-status with
     /// encryption reports holes at ciphertext offsets, so `convert` skips
     /// data as zeros.)
