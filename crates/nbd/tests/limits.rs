@@ -96,10 +96,16 @@ fn a_client_that_does_not_read_replies_holds_at_most_its_cap() {
             ..Limits::default()
         });
         let mut s = f.client();
-        // Twice the cap in 1 MiB reads, never reading a reply: replies
-        // fill the socket and then wait; the server must stop taking
-        // requests at the cap instead of buffering them all.
-        let n = 2 * cap / u64::from(MIB);
+        // Twice the cap in 1 MiB reads, never reading a reply, plus what
+        // the socket itself absorbs (the server raises a unix socket's
+        // SO_SNDBUF up to net.core.wmem_max, and the kernel doubles it):
+        // replies fill the socket and then wait; the server must stop
+        // taking requests at the cap instead of buffering them all.
+        let wmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(4 << 20);
+        let n = (2 * cap + 2 * wmem_max) / u64::from(MIB) + 1;
         let w = s.try_clone().unwrap();
         let sender = std::thread::spawn(move || {
             let mut w = w;
