@@ -161,7 +161,7 @@ impl Cluster {
     }
 
     fn script_args(&self, verb: &str, args: &[&str]) -> Output {
-        let o = checked(
+        let o = crate::run_cmd(
             Command::new("bash")
                 .arg(cluster_script())
                 .arg(verb)
@@ -178,7 +178,7 @@ impl Cluster {
 
     /// `rbd -c CONF ARGS`, asserting success.
     pub fn rbd(&self, args: &[&str]) -> Output {
-        checked(Command::new("rbd").arg("-c").arg(&self.conf).args(args))
+        crate::run_cmd(Command::new("rbd").arg("-c").arg(&self.conf).args(args))
     }
 }
 
@@ -201,15 +201,4 @@ impl Drop for Cluster {
         }
         script("pool-rm", &[&self.pool]);
     }
-}
-
-fn checked(cmd: &mut Command) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
 }

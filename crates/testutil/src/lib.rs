@@ -141,6 +141,19 @@ pub fn run_ok(prog: &str, args: &[&str]) -> String {
     String::from_utf8(o.stdout).expect("utf-8 stdout")
 }
 
+/// Runs a prepared command, asserting it succeeded: its output. A failure
+/// panics with the command and its stdout and stderr.
+pub fn run_cmd(cmd: &mut Command) -> Output {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,16 +148,7 @@ impl Drop for Vol {
 }
 
 /// Runs a command, panicking with its output on failure.
-pub fn run(cmd: &mut Command) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
+pub use testutil::run_cmd as run;
 
 /// Deterministic pseudo-random bytes from the shared seeded PRNG.
 pub use testutil::random_bytes;

@@ -10,16 +10,7 @@ use std::process::{Command, Output};
 use testutil::{ceph, Capability};
 
 /// Runs a command, panicking with its output on failure.
-pub fn run(cmd: &mut Command) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
+pub use testutil::run_cmd as run;
 
 /// Checks what the RBD tests need (the Ceph daemons and CLI, qemu with its
 /// rbd driver); false (after a logged skip) when something is missing.
