@@ -434,7 +434,12 @@ mod tests {
         std::fs::write(&ours, b"x").unwrap();
         std::fs::write(&other, b"x").unwrap();
         remove_stale();
-        let (d, dd, o, x) = (dead.exists(), dead_dir.exists(), ours.exists(), other.exists());
+        let (d, dd, o, x) = (
+            dead.exists(),
+            dead_dir.exists(),
+            ours.exists(),
+            other.exists(),
+        );
         let _ = std::fs::remove_file(&ours);
         let _ = std::fs::remove_file(&other);
         assert!(!d && !dd, "a dead bench's image and run dir are removed");
