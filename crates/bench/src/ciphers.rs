@@ -239,7 +239,13 @@ impl fmt::Display for Table {
 }
 
 impl Table {
-    /// The table as `--json` prints it.
+    /// The table as `--json` prints it: [`Table::json`], pretty-printed.
+    pub fn json_text(&self) -> String {
+        let doc = self.json();
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string())
+    }
+
+    /// The table as a JSON document.
     pub fn json(&self) -> serde_json::Value {
         let ciphers: Vec<_> = self
             .rows

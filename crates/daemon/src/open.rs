@@ -52,6 +52,43 @@ pub struct OpenOptions {
     pub direct: backend::DirectIo,
 }
 
+/// `--type` as `open` and `resume` take it. Its variants' order and docs
+/// are the CLI's help text (`--help` lists them as possible values).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TypeArg {
+    /// LUKS1 or LUKS2 header on the device (or --header).
+    Luks,
+    /// A LUKS1 header only.
+    Luks1,
+    /// A LUKS2 header only.
+    Luks2,
+    /// Plain dm-crypt: built from --cipher, --key-size, --hash, ... as
+    /// cryptsetup does, or given as a --table line.
+    Plain,
+}
+
+impl TypeArg {
+    /// The volume type `open` resolves to.
+    pub fn kind(self) -> VolumeType {
+        match self {
+            Self::Luks => VolumeType::Luks,
+            Self::Luks1 => VolumeType::Luks1,
+            Self::Luks2 => VolumeType::Luks2,
+            Self::Plain => VolumeType::Plain,
+        }
+    }
+
+    /// The LUKS version `resume` insists on, if one (else whichever the
+    /// header is).
+    pub fn luks_version(self) -> Option<VolumeType> {
+        match self {
+            Self::Luks1 | Self::Luks2 => Some(self.kind()),
+            Self::Luks | Self::Plain => None,
+        }
+    }
+}
+
 /// dm-crypt performance flags as `open` and `refresh` take them
 /// (`cryptsetup --perf-*`).
 #[derive(clap::Args, Clone, Copy, Debug, Default)]

@@ -106,6 +106,15 @@ impl TlsSpec {
         matches!(export, ExportSpec::NbdTcp(_)) && self.effective_mode() == TlsMode::Off
     }
 
+    /// The warning for the user's terminal when [`TlsSpec::plaintext_tcp`]
+    /// (a detached daemon's own warning only reaches its log).
+    pub fn plaintext_warning(&self, export: &ExportSpec) -> Option<&'static str> {
+        self.plaintext_tcp(export).then_some(
+            "ucrypt: warning: NBD over TCP without TLS (--tls=off) is unencrypted on the wire: anyone who \
+             can reach the port can read and write the decrypted device",
+        )
+    }
+
     /// Loads the credentials; errors name the file and the reason.
     pub fn load(&self) -> Result<TlsConfig> {
         let mode = self.effective_mode();

@@ -134,11 +134,7 @@ fn benchmark(a: &BenchmarkArgs) -> CmdResult {
     let table =
         bench::ciphers::measure(&req).map_err(|e| Failure::usage(bench::error_chain(&e)))?;
     if a.json {
-        let doc = table.json();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string())
-        );
+        println!("{}", table.json_text());
     } else {
         print!("{table}");
     }

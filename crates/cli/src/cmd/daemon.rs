@@ -12,9 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use daemon::control::{self, Flags};
-use daemon::resolve::{Mapping, VolumeType as Kind};
+use daemon::open::TypeArg as VolumeType;
+use daemon::resolve::Mapping;
 use daemon::{runtime, OpenOptions};
 
 use crate::cmd::luks::KeyFileArgs;
@@ -105,20 +106,6 @@ pub struct ResumeArgs {
     pub key_slot: Option<u32>,
     /// Volume name.
     pub name: String,
-}
-
-/// Volume format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum VolumeType {
-    /// LUKS1 or LUKS2 header on the device (or --header).
-    Luks,
-    /// A LUKS1 header only.
-    Luks1,
-    /// A LUKS2 header only.
-    Luks2,
-    /// Plain dm-crypt: built from --cipher, --key-size, --hash, ... as
-    /// cryptsetup does, or given as a --table line.
-    Plain,
 }
 
 /// Arguments of `open`.
@@ -237,12 +224,7 @@ impl Commands {
 
 fn open(a: OpenArgs) -> CmdResult {
     let m = Mapping {
-        kind: a.kind.map(|k| match k {
-            VolumeType::Luks => Kind::Luks,
-            VolumeType::Luks1 => Kind::Luks1,
-            VolumeType::Luks2 => Kind::Luks2,
-            VolumeType::Plain => Kind::Plain,
-        }),
+        kind: a.kind.map(VolumeType::kind),
         table: a.table.as_deref(),
         table_stdin: a.table_stdin,
         header: a.header.as_deref(),
@@ -274,12 +256,8 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
-    if opts.tls.plaintext_tcp(&opts.export) {
-        // The detached daemon's own warning only reaches its log.
-        eprintln!(
-            "ucrypt: warning: NBD over TCP without TLS (--tls=off) is unencrypted on the wire: anyone who \
-             can reach the port can read and write the decrypted device"
-        );
+    if let Some(warning) = opts.tls.plaintext_warning(&opts.export) {
+        eprintln!("{warning}");
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
     Ok(())
@@ -287,11 +265,7 @@ fn open(a: OpenArgs) -> CmdResult {
 
 /// `resume`: the key comes from the header as for `open` (prompting).
 fn resume(a: ResumeArgs) -> CmdResult {
-    let version = match a.kind {
-        Some(VolumeType::Luks1) => Some(Kind::Luks1),
-        Some(VolumeType::Luks2) => Some(Kind::Luks2),
-        _ => None,
-    };
+    let version = a.kind.and_then(VolumeType::luks_version);
     let (header, key_file) = (a.header.as_deref(), a.key.key_file.as_deref());
     let (range, slot) = (a.key.range(), a.key_slot);
     Ok(daemon::volumes::resume_luks(
