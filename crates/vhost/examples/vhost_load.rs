@@ -51,13 +51,9 @@ fn main() -> blkio::Result<()> {
             .enumerate()
             .map(|(qi, mut q)| {
                 s.spawn(move || {
-                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (qi as u64 + 1);
-                    let mut next = || {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        (x % blocks) * bs as u64
-                    };
+                    // Seeded per queue, so runs offer the same offsets.
+                    let mut rng = fastrand::Rng::with_seed(qi as u64 + 1);
+                    let mut next = || rng.u64(..blocks) * bs as u64;
                     let submit = |q: &mut blkio::Blkioq, slot: usize, off: u64| {
                         let p = (base + (qi * qd + slot) * bs) as *mut u8;
                         if write {
