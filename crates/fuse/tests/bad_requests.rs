@@ -7,6 +7,15 @@
 //!   in the protocol's vocabulary (`nbd::proto::error_code`);
 //! * ublk, through its translation (`ublk::translate`, the engine, then
 //!   `ublk::completion_result`): `-errno`;
+//! * vhost-user-blk, through libblkio's `virtio-blk-vhost-user` client
+//!   (the one `crates/vhost/tests/blkio.rs` uses): the row's errno as a
+//!   virtio-blk status (`vhost_blk::request::status_of`: "not
+//!   supported" is `VIRTIO_BLK_S_UNSUPP`, which libblkio completes with
+//!   `-ENOTSUP`; anything else `VIRTIO_BLK_S_IOERR`, `-EIO`), except where
+//!   libblkio answers before the request leaves the client (a read-only
+//!   device takes only a read-only client, which refuses writes itself; a
+//!   feature the device does not offer); those rows say what it answers
+//!   and why;
 //! * FUSE, the export mounted and the file driven with pread / pwrite /
 //!   fallocate: the errno, except where file semantics answer before the
 //!   engine sees the request (EOF past the end, widened unaligned IO, the
@@ -18,6 +27,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::mem::MaybeUninit;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -25,6 +35,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use backend::MemBackend;
+use blkio::{Blkio, Blkioq, MemoryRegion, ReqFlags};
 use datapath::{Engine, EngineConfig, Volume, MAX_REQUEST_BYTES};
 use libublk::sys;
 use nbd::proto::{self, RequestHeader};
@@ -42,6 +53,21 @@ enum Kind {
     Write,
     Discard,
     WriteZeroes,
+}
+
+/// How libblkio's vhost-user-blk client answers a row.
+#[derive(Debug, Clone, Copy)]
+enum OnVhost {
+    /// The device's status for the row's errno, as every frontend.
+    Status,
+    /// The client answers first with this (negative errno or 0); the text
+    /// says why.
+    Client(i32, &'static str),
+    /// A known gap, asserted so that fixing it turns this row red and
+    /// makes it `Status`: the server writes no status byte and libblkio
+    /// completes with the byte it allocated (0, success); the text says
+    /// why.
+    NoStatus(&'static str),
 }
 
 /// How the FUSE file answers a row.
@@ -64,6 +90,7 @@ struct Case {
     fua: bool,
     /// The errno of the engine's table.
     errno: i32,
+    vhost: OnVhost,
     fuse: OnFuse,
 }
 
@@ -77,6 +104,7 @@ const fn case(name: &'static str, kind: Kind, offset: u64, len: u64, errno: i32)
         len,
         fua: false,
         errno,
+        vhost: OnVhost::Status,
         fuse: OnFuse::Errno,
     }
 }
@@ -104,6 +132,10 @@ fn table() -> Vec<Case> {
                 SIZE as usize,
                 "the kernel splits a large read, which then stops at the end of the file",
             ),
+            vhost: OnVhost::NoStatus(
+                "the device finds the chain longer than any request and answers no status \
+                 (crates/vhost/src/request.rs `segments`)",
+            ),
             ..case(
                 "read over the limit",
                 Read,
@@ -114,23 +146,37 @@ fn table() -> Vec<Case> {
         },
         Case {
             fua: true,
+            vhost: OnVhost::Client(-libc::EINVAL, "libblkio refuses FUA on a read itself"),
             fuse: OnFuse::Bytes(SS as usize, "a file read has no FUA to ask for"),
             ..case("FUA on a read", Read, 0, SS, libc::EINVAL)
         },
         Case {
             read_only: true,
+            vhost: OnVhost::Client(
+                -libc::EBADF,
+                "a read-only device takes only a read-only client, which refuses writes",
+            ),
             ..case("write to read-only", Write, 0, SS, libc::EROFS)
         },
         Case {
             read_only: true,
+            vhost: OnVhost::Client(
+                -libc::ENOTSUP,
+                "a read-only device offers neither discard nor write zeroes",
+            ),
             ..case("zeroes to read-only", WriteZeroes, 0, SS, libc::EROFS)
         },
         Case {
             read_only: true,
+            vhost: OnVhost::Client(
+                -libc::ENOTSUP,
+                "a read-only device offers neither discard nor write zeroes",
+            ),
             ..case("discard on read-only", Discard, 0, SS, libc::EROFS)
         },
         Case {
             allow_discards: false,
+            vhost: OnVhost::Client(-libc::ENOTSUP, "the device does not offer discard"),
             ..case("discard when disabled", Discard, 0, SS, libc::EOPNOTSUPP)
         },
     ]
@@ -142,6 +188,7 @@ struct Frontends {
     engine: Arc<Engine>,
     nbd: Option<nbd::Server>,
     socket: PathBuf,
+    vhost: Option<vhost_blk::Server>,
     fuse: Option<Export>,
     _dir: testutil::TempDir,
 }
@@ -172,6 +219,8 @@ impl Frontends {
         let server =
             nbd::Server::start(engine.clone(), export, nbd::Endpoint::Unix(socket.clone()))
                 .expect("nbd server");
+        let opts = vhost_blk::Options::new(dir.join("vhost.sock"));
+        let vhost = vhost_blk::Server::start(engine.clone(), &opts).expect("vhost server");
         let fuse = with_fuse.then(|| {
             let cfg = ExportConfig {
                 file_name: "disk".into(),
@@ -185,6 +234,7 @@ impl Frontends {
             engine,
             nbd: Some(server),
             socket,
+            vhost: Some(vhost),
             fuse,
             _dir: dir,
         }
@@ -199,6 +249,7 @@ impl Drop for Frontends {
         if let Some(s) = self.nbd.take() {
             s.shutdown();
         }
+        drop(self.vhost.take());
     }
 }
 
@@ -254,6 +305,58 @@ fn via_nbd(s: &mut UnixStream, c: &Case, cookie: u64) -> u32 {
         s.read_exact(&mut data).unwrap();
     }
     error
+}
+
+/// A libblkio vhost-user-blk client with one queue and a buffer region
+/// that takes the largest row.
+struct VhostClient {
+    queue: Blkioq,
+    region: MemoryRegion,
+    _b: Blkio,
+}
+
+impl VhostClient {
+    fn connect(server: &vhost_blk::Server, read_only: bool) -> Self {
+        let mut b = Blkio::new("virtio-blk-vhost-user").expect("blkio");
+        b.set_str("path", server.socket().to_str().unwrap())
+            .unwrap();
+        b.set_bool("read-only", read_only).unwrap();
+        b.connect().expect("vhost-user connect");
+        b.set_i32("num-queues", 1).unwrap();
+        let mut out = b.start().expect("blkio start");
+        let region = b
+            .alloc_mem_region((MAX_REQUEST_BYTES + SS) as usize)
+            .expect("blkio region");
+        b.map_mem_region(&region).expect("map region");
+        Self {
+            queue: out.queues.remove(0),
+            region,
+            _b: b,
+        }
+    }
+}
+
+/// Sends the row through libblkio; returns the completion's value.
+fn via_vhost(c: &mut VhostClient, row: &Case) -> i32 {
+    let p = c.region.addr as *mut u8;
+    let len = row.len as usize;
+    let flags = if row.fua {
+        ReqFlags::FUA
+    } else {
+        ReqFlags::empty()
+    };
+    let q = &mut c.queue;
+    match row.kind {
+        Kind::Read => q.read(row.offset, p, len, 0, flags),
+        Kind::Write => q.write(row.offset, p, len, 0, flags),
+        Kind::Discard => q.discard(row.offset, row.len, 0, flags),
+        Kind::WriteZeroes => q.write_zeroes(row.offset, row.len, 0, flags),
+    }
+    let mut comps = [MaybeUninit::uninit()];
+    let n = q.do_io(&mut comps, 1, None, None).expect("blkio do_io");
+    assert_eq!(n, 1);
+    // SAFETY: do_io initialised the first `n` completions.
+    unsafe { comps[0].assume_init_ref() }.ret
 }
 
 /// Runs the row through ublk's translation and the engine; returns the
@@ -344,6 +447,7 @@ fn every_frontend_answers_bad_requests_alike() {
     for config in [(false, true), (true, true), (false, false)] {
         let fe = Frontends::new(config.0, config.1, with_fuse);
         let mut s = nbd_client(&fe.socket);
+        let mut vc = VhostClient::connect(fe.vhost.as_ref().unwrap(), config.0);
         for c in table
             .iter()
             .filter(|c| (c.read_only, c.allow_discards) == config)
@@ -360,6 +464,21 @@ fn every_frontend_answers_bad_requests_alike() {
                 failures.push(format!(
                     "{}: ublk completes with {got}, not {}",
                     c.name, -c.errno
+                ));
+            }
+            let (want, why) = match c.vhost {
+                OnVhost::Status if c.errno == libc::EOPNOTSUPP => {
+                    (-libc::ENOTSUP, "VIRTIO_BLK_S_UNSUPP")
+                }
+                OnVhost::Status => (-libc::EIO, "VIRTIO_BLK_S_IOERR"),
+                OnVhost::Client(ret, why) => (ret, why),
+                OnVhost::NoStatus(why) => (0, why),
+            };
+            let got = via_vhost(&mut vc, c);
+            if got != want {
+                failures.push(format!(
+                    "{}: vhost-user-blk completes with {got}, not {want} ({why})",
+                    c.name
                 ));
             }
             if let Some(export) = &fe.fuse {
