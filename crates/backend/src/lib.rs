@@ -229,8 +229,9 @@ pub struct AsyncOp {
     pub done: AsyncDone,
 }
 
-/// What an [`AsyncOp`] does.
+/// What an [`AsyncOp`] does (an open set: e.g. flush or discard could join).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AsyncKind {
     /// Fill the buffer with the bytes at the offset.
     Read,

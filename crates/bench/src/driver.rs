@@ -27,6 +27,7 @@ use datapath::{Engine, Op, Request};
 /// Direction and access pattern, named as fio's `--rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Rw {
     /// Sequential read.
     Read,

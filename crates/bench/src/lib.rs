@@ -86,6 +86,7 @@ pub fn run(opts: &Options) -> Result<Report, Error> {
 
 /// Where `ucrypt bench` runs its jobs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Via {
     /// In this process, over the engine ([`run`]).
     InProcess,

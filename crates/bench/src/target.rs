@@ -25,6 +25,7 @@ use crate::{Error, OptionsError};
 /// The cipher of an encrypted target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Cipher {
     /// `capi:ecb(cipher_null)` with key `-`: the seeds' no-crypto-cost cipher.
     Null,
@@ -81,6 +82,7 @@ impl Cipher {
 /// Data-path mode of an encrypted target (dm-crypt's flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Mode {
     /// Unmodified dm-crypt: both workqueues.
     Classic,

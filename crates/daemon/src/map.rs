@@ -26,6 +26,10 @@ use zeroize::Zeroizing;
 use crate::error::{invalid, Error, ErrorKind, Result};
 
 /// Which way [`map`] moves data.
+///
+/// Deliberately exhaustive (no `#[non_exhaustive]`): a map decrypts from
+/// the device or encrypts onto it, there is no third way, and callers
+/// match both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
     /// Device ciphertext -> plaintext on the output.
@@ -34,8 +38,9 @@ pub enum Direction {
     Write,
 }
 
-/// Where `ucrypt map` takes its table from.
+/// Where `ucrypt map` takes its table from (an open set).
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Source<'a> {
     /// `--table LINE` (`-` = stdin), with `--key-file` for a `-` key field
     /// (see [`crate::resolve::plain_table_arg`]).

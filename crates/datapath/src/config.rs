@@ -8,8 +8,9 @@ use std::sync::Arc;
 use backend::Backend;
 use crypto::SectorCrypt;
 
-/// dm-crypt data-path mode.
+/// dm-crypt data-path mode (an open set: modes get added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum CryptMode {
     /// dm-crypt's queued pipeline (kcryptd_io, kcryptd, dmcrypt_write).
     /// `no_read_workqueue`/`no_write_workqueue` in [`PerfFlags`] make one
@@ -20,6 +21,17 @@ pub enum CryptMode {
     Inline,
     /// Per-request choice (ours).
     Adaptive,
+}
+
+impl CryptMode {
+    /// The mode's name: `classic`, `inline` or `adaptive`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Inline => "inline",
+            Self::Adaptive => "adaptive",
+        }
+    }
 }
 
 /// dm-crypt's performance flags (table optional parameters).

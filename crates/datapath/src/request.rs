@@ -5,8 +5,9 @@ use std::fmt;
 
 use crate::Error;
 
-/// What a request does.
+/// What a request does (an open set: frontends grow operations).
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Op {
     /// Read `len` bytes.
     Read {

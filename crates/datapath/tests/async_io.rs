@@ -71,6 +71,7 @@ impl Held {
                         backend::AsyncKind::Write { fua } => {
                             me.inner.write_at(&op.buf, op.offset, fua)
                         }
+                        other => Err(io::Error::other(format!("{other:?}: not in this fake"))),
                     }
                 };
                 me.completed.fetch_add(1, Ordering::SeqCst);

@@ -49,6 +49,11 @@ pub use volume::{token_text, Priority, Repair, TokenPlacement, KEYRING_TOKEN, MA
 use error::corrupt;
 
 /// A parsed LUKS header of either version.
+///
+/// Deliberately exhaustive (no `#[non_exhaustive]`): the set is the LUKS
+/// on-disk versions this crate reads, and callers (the daemon's volume
+/// type, dump, convert) match both; a new version must be handled by
+/// each of them, which a compile error at every match makes sure of.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Header {
     /// LUKS1.

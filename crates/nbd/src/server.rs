@@ -54,8 +54,9 @@ use crate::tls::{upgrade, TlsConfig};
 use crate::transmit::{transmit, Conn, REPLY_SNDBUF, REPLY_TIMEOUT};
 use crate::Error;
 
-/// Where the server listens.
+/// Where the server listens (an open set: e.g. vsock could join).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Endpoint {
     /// A unix socket path (the default; created 0600).
     Unix(PathBuf),

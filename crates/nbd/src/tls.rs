@@ -52,6 +52,7 @@ use crate::Error;
 
 /// When the server offers or demands TLS (nbdkit's `--tls`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum TlsMode {
     /// No TLS: `NBD_OPT_STARTTLS` is refused.
     #[default]

@@ -210,6 +210,7 @@ impl Fixture {
                 format!("nbds+unix://{user}/?socket={}&{query}", p.display())
             }
             Endpoint::Tcp(a) => format!("nbds://{user}{a}/?{query}"),
+            e => panic!("no libnbd URI for {e:?}"),
         }
     }
 
@@ -217,6 +218,7 @@ impl Fixture {
         match self.endpoint() {
             Endpoint::Unix(p) => format!("nbd+unix:///?socket={}", p.display()),
             Endpoint::Tcp(a) => format!("nbd://{a}/"),
+            e => panic!("no libnbd URI for {e:?}"),
         }
     }
 
@@ -456,6 +458,7 @@ fn qemu_img_with_tls_creds_objects() {
                     a.ip(),
                     a.port()
                 ),
+                e => panic!("no qemu server address for {e:?}"),
             };
             let image = format!("driver=nbd,{server},tls-creds=tls0,tls-hostname=localhost");
             let (src, data) = f.pattern_file(10 + i as u8 * 2 + tcp as u8);

@@ -117,6 +117,7 @@ pub const DEFAULT_PRESET: &str = "seeds";
 
 /// What the user says the volume does.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AdvisorWorkload {
     /// A preset's cells.
     Preset(Preset),

@@ -266,11 +266,7 @@ pub fn flag_words(allow_discards: bool, f: &Flags) -> Vec<&'static str> {
 
 /// The data-path mode's name: `classic`, `inline` or `adaptive`.
 pub fn mode_name(m: CryptMode) -> &'static str {
-    match m {
-        CryptMode::Classic => "classic",
-        CryptMode::Inline => "inline",
-        CryptMode::Adaptive => "adaptive",
-    }
+    m.name()
 }
 
 /// Parses a [`mode_name`].

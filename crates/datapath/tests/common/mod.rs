@@ -349,6 +349,7 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
                 }
             }
             Op::Flush => Pending::Other,
+            other => unreachable!("the workload generator makes no {other:?}"),
         };
         let id = next_id;
         next_id += 1;
