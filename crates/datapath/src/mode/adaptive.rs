@@ -33,7 +33,10 @@
 //! busy (woken if parked: the submitter does not wait for it), else runs
 //! inline, so the submitter works as one more helper; with none behind, it
 //! is split or inline as below, never handed off. Hinted hand-offs are not
-//! scored. Without a hint:
+//! scored on the caller's depth, only on how soon their helper began them:
+//! one begun later than it took to run (a helper woken onto a core other
+//! load keeps busy) pauses them with the same back-off (`hint.rs`).
+//! Without a hint:
 //!
 //! The caller's queue depth cannot be seen up front (an inline request
 //! completes before the next one is submitted), so it is learned: a helper
@@ -162,6 +165,10 @@ struct Board {
     offload_off_until: AtomicU64,
     /// Hand-offs in a row that the submitter waited for.
     offload_misses: AtomicU32,
+    /// No hinted hand-offs before this time (ns since the engine's epoch).
+    hinted_off_until: AtomicU64,
+    /// Hinted hand-offs in a row that a helper started late.
+    hinted_late: AtomicU32,
     /// Last time a parked helper was woken for a hand-off (ns).
     offload_woken_at: AtomicU64,
     /// Last overlapped hand-off (ns; 0 = never).
@@ -210,6 +217,8 @@ impl Adaptive {
             submits: AtomicU64::new(0),
             offload_off_until: AtomicU64::new(0),
             offload_misses: AtomicU32::new(0),
+            hinted_off_until: AtomicU64::new(0),
+            hinted_late: AtomicU32::new(0),
             offload_woken_at: AtomicU64::new(0),
             pipelined_at: AtomicU64::new(0),
             nudged: AtomicBool::new(false),
@@ -498,8 +507,10 @@ fn helper(board: &Board, ctx: &Ctx) {
 /// Runs a handed-off request and completes it on this helper; first
 /// scores the hand-off (see [`Adaptive::offload_ok`]).
 fn run_offload(board: &Board, ctx: &Ctx, o: Offload) {
+    let start = Instant::now();
     let (dir, bytes, res) = inline::exec(ctx, o.w, Pass::adaptive(ctx));
     if !o.scored {
+        hint::score_start(board, ctx, o.t0, start);
         ctx.complete(dir, Path::Offload, bytes, o.t0, res, o.done);
         board.offloaded.fetch_sub(1, SeqCst);
         return;
