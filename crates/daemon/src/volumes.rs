@@ -38,7 +38,8 @@ const EXIT_WAIT: Duration = Duration::from_secs(30);
 pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
     runtime::check_name(name)?;
     let paths = Paths::of(name);
-    let pid = runtime::live_pid(&paths, name);
+    // Who serves it, and since when (a pid alone may be reused).
+    let pid = runtime::live_pid(&paths, name).and_then(|p| Some((p, runtime::start_time(p)?)));
     if let Err(e) = control::close(name, CLOSE_TIMEOUT) {
         if matches!(e.kind(), ErrorKind::NotActive | ErrorKind::Protocol)
             && runtime::clean_stale(&paths)
@@ -47,9 +48,11 @@ pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
         }
         return Err(e);
     }
-    if let Some(pid) = pid {
+    if let Some((pid, started)) = pid {
+        // Until its files are closed (not just its memory): an `open` of the
+        // same device straight after must find the file lock free.
         let deadline = Instant::now() + EXIT_WAIT;
-        while runtime::pid_serves(pid, name) && Instant::now() < deadline {
+        while !runtime::has_exited(pid, started) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
