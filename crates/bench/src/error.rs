@@ -122,6 +122,10 @@ pub enum Error {
     /// Encoding a PNG failed.
     #[error("PNG encoding failed")]
     Png(#[source] png::EncodingError),
+    /// SIGINT or SIGTERM arrived: the run stopped between two measurements
+    /// and its servers were stopped and their files removed.
+    #[error("Interrupted: the servers were stopped and their files removed; no results written")]
+    Interrupted,
     /// Writing results (or a server's image) failed.
     #[error("Cannot write {}", .path.display())]
     Output {

@@ -8,7 +8,7 @@
 //! with fio over NBD against ucrypt and its peers:
 //!
 //! ```text
-//!   Options (profile quick | default | full | grid, CLI overrides)
+//!   Options (profile quick | default | full | grid, CLI overrides: BenchArgs)
 //!     │ Plan::new: headline shapes, then rw × bs × jobs × QD
 //!     ▼
 //!   runner::run ── per cell: warm-up, rounds in rotated target order
@@ -29,6 +29,7 @@
 use std::time::Duration;
 
 pub mod advisor;
+pub mod args;
 pub mod ciphers;
 pub mod dmcrypt;
 pub mod driver;
@@ -41,6 +42,7 @@ pub mod runner;
 pub mod stats;
 pub mod target;
 
+pub use args::BenchArgs;
 pub use driver::{Rw, Workload};
 pub use error::{Error, OptionsError};
 pub use options::{default_out_dir, sweep_set, timestamp_compact, Options, Overrides};

@@ -594,15 +594,7 @@ fn map_luks_matches_oracle() {
         let off = table.offset * 512;
         let len = std::fs::metadata(&dev).unwrap().len() - off;
         // Ciphertext as dm-crypt would have written it.
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let ct: Vec<u8> = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let ct = testutil::random_bytes(len as usize, 0x2545_F491_4F6C_DD1D);
         {
             use std::os::unix::fs::FileExt;
             std::fs::OpenOptions::new()

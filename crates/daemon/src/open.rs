@@ -1,10 +1,12 @@
-//! What `ucrypt open` was asked for, once parsed and resolved
-//! ([`OpenOptions`]), and the two ways it starts a daemon: serving in this
+//! What `ucrypt open` was asked for: its serving options as clap parses
+//! them ([`Given`], [`PerfArgs`]), then checked and resolved
+//! ([`OpenOptions`]); and the two ways it starts a daemon: serving in this
 //! process ([`OpenOptions::serve`]) or re-executing the binary detached
 //! ([`OpenOptions::detach`]), whose command line
 //! ([`OpenOptions::child_args`]) carries every option but the table.
 //!
 //! ```text
+//!  Given + Target ─ check ─► OpenOptions
 //!  OpenOptions + Table ─┬─ serve  ──► Spec ──► serve::run (this process)
 //!                       └─ detach ──► child_args ─┐
 //!                                     Spec.table ─┴► detach::spawn ──► Ping
@@ -50,75 +52,154 @@ pub struct OpenOptions {
     pub direct: backend::DirectIo,
 }
 
-/// `open`'s options as typed, before any check ([`OpenOptions::check`]).
+/// dm-crypt performance flags as `open` and `refresh` take them
+/// (`cryptsetup --perf-*`).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct PerfArgs {
+    /// Decrypt reads inline (no read workqueue).
+    #[arg(long = "perf-no_read_workqueue")]
+    pub no_read_workqueue: bool,
+    /// Encrypt writes inline (no write workqueue).
+    #[arg(long = "perf-no_write_workqueue")]
+    pub no_write_workqueue: bool,
+    /// Encrypt on the submitting CPU.
+    #[arg(long = "perf-same_cpu_crypt")]
+    pub same_cpu_crypt: bool,
+    /// Submit writes from the crypt threads.
+    #[arg(long = "perf-submit_from_crypt_cpus")]
+    pub submit_from_crypt_cpus: bool,
+}
+
+impl PerfArgs {
+    /// The flags as the engine takes them.
+    pub fn flags(&self) -> PerfFlags {
+        PerfFlags {
+            same_cpu_crypt: self.same_cpu_crypt,
+            submit_from_crypt_cpus: self.submit_from_crypt_cpus,
+            no_read_workqueue: self.no_read_workqueue,
+            no_write_workqueue: self.no_write_workqueue,
+        }
+    }
+}
+
+/// How `open` serves the volume, as typed, before any check
+/// ([`OpenOptions::check`]). clap parses `open`'s options straight into
+/// this struct (the `ucrypt` binary flattens it); the field docs are
+/// `ucrypt open --help`'s text.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Given {
+    /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET.
+    #[arg(long, default_value = "nbd")]
+    pub export: String,
+    /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
+    #[arg(long, value_name = "N")]
+    pub num_queues: Option<u16>,
+    /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS
+    /// credentials or --tls=off.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// NBD over TLS: off, on (offered) or require (default when credentials are given).
+    #[arg(long)]
+    pub tls: Option<String>,
+    /// TLS certificate directory: ca-cert.pem, server-cert.pem, server-key.pem (qemu/nbdkit layout).
+    #[arg(long, value_name = "DIR")]
+    pub tls_certificates: Option<PathBuf>,
+    /// TLS pre-shared keys: a psktool file of identity:hexkey lines.
+    #[arg(long, value_name = "FILE")]
+    pub tls_psk: Option<PathBuf>,
+    /// Require clients to present a certificate signed by the directory's ca-cert.pem.
+    #[arg(long)]
+    pub tls_verify_peer: bool,
+    /// Performance flags.
+    #[command(flatten)]
+    pub perf: PerfArgs,
+    /// Data-path mode: adaptive (default), classic (default with --perf-*)
+    /// or inline.
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Pass discards (TRIM) down to the device.
+    #[arg(long)]
+    pub allow_discards: bool,
+    /// Serve read-only.
+    #[arg(long, short = 'r')]
+    pub readonly: bool,
+    /// Stay in the foreground instead of detaching.
+    #[arg(long)]
+    pub foreground: bool,
+    /// How the backing file is read and written: auto (uring when the
+    /// kernel allows it), uring (queued requests batched on io_uring) or
+    /// syscalls (pread/pwritev2/fdatasync).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "syscalls"])]
+    pub io_engine: String,
+    /// O_DIRECT on the backing file: auto (aligned requests bypass the page
+    /// cache, like loop --direct-io), never, or required (fail if refused).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "never", "required"])]
+    pub direct_io: String,
+}
+
+/// Which volume `open` serves, and as whom: what [`OpenOptions::check`] needs besides
+/// [`Given`] (the rest of `open`'s command line also feeds
+/// [`resolve::Mapping`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Given<'a> {
+pub struct Target<'a> {
     /// Volume name.
     pub name: &'a str,
     /// The backing device or file.
     pub device: &'a Path,
     /// Detached LUKS header.
     pub header: Option<&'a Path>,
-    /// `--export`.
-    pub export: &'a str,
-    /// `--listen`.
-    pub listen: Option<&'a str>,
-    /// `--num-queues`.
-    pub num_queues: Option<u16>,
-    /// `--tls`.
-    pub tls: Option<&'a str>,
-    /// `--tls-certificates`.
-    pub tls_certificates: Option<&'a Path>,
-    /// `--tls-psk`.
-    pub tls_psk: Option<&'a Path>,
-    /// `--tls-verify-peer`.
-    pub tls_verify_peer: bool,
-    /// `--mode`.
-    pub mode: &'a str,
-    /// Performance flags.
-    pub perf: PerfFlags,
-    /// `--allow-discards`.
-    pub allow_discards: bool,
-    /// `--readonly`.
-    pub read_only: bool,
-    /// How the backing file is accessed.
-    pub io_engine: backend::IoEngine,
-    /// O_DIRECT policy for the backing file.
-    pub direct: backend::DirectIo,
-    /// This process is the detached daemon: it re-checks its parent's claim.
+    /// This process is the detached daemon (`--table-stdin`): it re-checks
+    /// its parent's claim.
     pub detached: bool,
 }
 
 impl OpenOptions {
-    /// Checks `g` in the order the user meets the errors (name, mode,
-    /// export, TLS credentials, loaded so that bad ones fail on the
-    /// terminal before anything starts), claims the name in the runtime
-    /// directory (`stale_mount` hears of a dead daemon's FUSE mount that
-    /// had to be detached) and finds the device.
-    pub fn check(g: &Given<'_>, stale_mount: impl FnOnce(&Path)) -> Result<Self> {
-        runtime::check_name(g.name)?;
-        let mode = parse_mode(g.mode)?;
-        let export = ExportSpec::parse(g.export, g.listen)?.with_num_queues(g.num_queues)?;
+    /// Checks `g` for volume `v` in the order the user meets the errors
+    /// (name, mode, export, TLS credentials, loaded so that bad ones fail
+    /// on the terminal before anything starts), claims the name in the
+    /// runtime directory (`stale_mount` hears of a dead daemon's FUSE
+    /// mount that had to be detached) and finds the device. The mode
+    /// defaults to adaptive, or classic when dm-crypt's flags are being
+    /// modelled (`--perf-*`).
+    pub fn check(g: &Given, v: Target<'_>, stale_mount: impl FnOnce(&Path)) -> Result<Self> {
+        runtime::check_name(v.name)?;
+        let perf = g.perf.flags();
+        let classic = perf != PerfFlags::default();
+        let mode = g
+            .mode
+            .as_deref()
+            .unwrap_or(if classic { "classic" } else { "adaptive" });
+        let mode = parse_mode(mode)?;
+        let export =
+            ExportSpec::parse(&g.export, g.listen.as_deref())?.with_num_queues(g.num_queues)?;
         export.check_available()?;
-        let (certs, psk) = (g.tls_certificates, g.tls_psk);
-        let tls = TlsSpec::new(g.tls, certs, psk, g.tls_verify_peer, &export)?;
+        let (certs, psk) = (g.tls_certificates.as_deref(), g.tls_psk.as_deref());
+        let tls = TlsSpec::new(g.tls.as_deref(), certs, psk, g.tls_verify_peer, &export)?;
         tls.load()?;
-        let claim = runtime::claim(g.name, g.detached.then(std::process::id))?;
+        let claim = runtime::claim(v.name, v.detached.then(std::process::id))?;
         if claim.detached_stale_mount {
             stale_mount(&claim.paths.fuse);
         }
         Ok(Self {
-            name: g.name.to_owned(),
-            device: resolve::device(g.device)?,
-            header: g.header.map(Path::to_path_buf),
+            name: v.name.to_owned(),
+            device: resolve::device(v.device)?,
+            header: v.header.map(Path::to_path_buf),
             export,
             tls,
             mode,
-            perf: g.perf,
+            perf,
             allow_discards: g.allow_discards,
-            read_only: g.read_only,
-            io_engine: g.io_engine,
-            direct: g.direct,
+            read_only: g.readonly,
+            io_engine: match g.io_engine.as_str() {
+                "syscalls" => backend::IoEngine::Syscalls,
+                "uring" => backend::IoEngine::Uring,
+                _ => backend::IoEngine::Auto,
+            },
+            direct: match g.direct_io.as_str() {
+                "never" => backend::DirectIo::Never,
+                "required" => backend::DirectIo::Required,
+                _ => backend::DirectIo::Auto,
+            },
         })
     }
 

@@ -249,6 +249,37 @@ pub fn pid_serves(pid: u32, name: &str) -> bool {
     args.contains(&&b"open"[..]) && args.contains(&name.as_bytes())
 }
 
+/// Process `pid`'s identity for [`has_exited`]: its start time (field 22
+/// of `/proc/PID/stat`), or `None` when there is no such process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|(_, start)| start)
+}
+
+/// True once process `pid` (started at `started`, from [`start_time`]) has
+/// closed its files: it is gone, a zombie, or the pid now names another
+/// process. An empty `cmdline` is not enough: the kernel drops a dying
+/// process's memory (and with it the command line) before its files, so
+/// the volume's file lock may still be held then.
+pub fn has_exited(pid: u32, started: u64) -> bool {
+    match proc_stat(pid) {
+        None => true,
+        Some((state, start)) => start != started || matches!(state, 'Z' | 'X' | 'x'),
+    }
+}
+
+/// The state letter and start time from `/proc/PID/stat`. The command name
+/// (field 2) may hold spaces and parentheses, so fields are counted after
+/// its last ')'.
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?.chars().next()?;
+    // After the state (field 3), start time is field 22: 18 fields on.
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
 /// Names of the volumes with a pid file in the runtime directory, sorted
 /// (live or not: check with [`live_pid`]). None when the directory does
 /// not exist (or cannot be read); an insecure one is refused as
@@ -291,6 +322,58 @@ pub fn clean_stale(paths: &Paths) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_or_reaped_process_has_exited() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let started = start_time(pid).expect("a running child has a start time");
+        assert!(!has_exited(pid, started), "running");
+        assert!(
+            has_exited(pid, started + 1),
+            "another process under the same pid"
+        );
+        child.kill().unwrap();
+        // Not reaped yet: a zombie, its files closed. Count polls, no clock.
+        let mut polls = 0;
+        while !has_exited(pid, started) {
+            polls += 1;
+            assert!(polls < 10_000, "a killed child never became a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            matches!(proc_stat(pid), Some(('Z', _))),
+            "{:?}",
+            proc_stat(pid)
+        );
+        child.wait().unwrap();
+        assert!(has_exited(pid, started), "reaped");
+        assert_eq!(start_time(u32::MAX), None);
+    }
+
+    #[test]
+    fn stat_fields_are_counted_after_the_last_parenthesis() {
+        // A command name with spaces and parentheses, as /proc shows it.
+        let dir = std::env::temp_dir().join(format!("ucrypt-stat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let odd = dir.join("a) S 1 (b");
+        let _ = std::fs::remove_file(&odd);
+        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
+        let mut child = std::process::Command::new(&odd)
+            .arg("30")
+            .spawn()
+            .expect("spawn");
+        let st = proc_stat(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let (state, start) = st.expect("stat of the odd-named child");
+        assert!(matches!(state, 'R' | 'S'), "{state}");
+        assert!(start > 0);
+    }
 
     #[test]
     fn names_are_checked() {

@@ -8,7 +8,7 @@
 //!       │            └─ no answer ─► runtime::clean_stale (dead daemon's files)
 //!       └─ waits until the pid no longer serves `name`, removes NAME.log
 //!  list() ── runtime::volumes ── live_pid ── control::ping ──► [Listed]
-//!  resume(name) ── control::status (LUKS? suspended?) ── unlock (prompt)
+//!  resume(name) / resume_luks ── control::status (LUKS? suspended?) ── unlock (prompt)
 //!       └─ control::resume(table line, key shown) ──► daemon checks, resumes
 //! ```
 
@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crypto::table::Table;
+use luks::passphrase::KeyfileRange;
 use serde::Serialize;
 
 use crate::control::{self, Ping, CLOSE_TIMEOUT, DRAIN_TIMEOUT, PING_TIMEOUT, QUERY_TIMEOUT};
@@ -38,7 +39,8 @@ const EXIT_WAIT: Duration = Duration::from_secs(30);
 pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
     runtime::check_name(name)?;
     let paths = Paths::of(name);
-    let pid = runtime::live_pid(&paths, name);
+    // Who serves it, and since when (a pid alone may be reused).
+    let pid = runtime::live_pid(&paths, name).and_then(|p| Some((p, runtime::start_time(p)?)));
     if let Err(e) = control::close(name, CLOSE_TIMEOUT) {
         if matches!(e.kind(), ErrorKind::NotActive | ErrorKind::Protocol)
             && runtime::clean_stale(&paths)
@@ -47,9 +49,11 @@ pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
         }
         return Err(e);
     }
-    if let Some(pid) = pid {
+    if let Some((pid, started)) = pid {
+        // Until its files are closed (not just its memory): an `open` of the
+        // same device straight after must find the file lock free.
         let deadline = Instant::now() + EXIT_WAIT;
-        while runtime::pid_serves(pid, name) && Instant::now() < deadline {
+        while !runtime::has_exited(pid, started) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -72,6 +76,45 @@ pub fn resume(name: &str, unlock: impl FnOnce(&Path, VolumeType) -> Result<Table
     }
     let table = unlock(Path::new(&st.device), st.volume_type)?;
     control::resume(name, table.line(true), DRAIN_TIMEOUT)
+}
+
+/// [`resume`] with the key from the volume's LUKS header, as `open`
+/// takes it: `version` (`--type luks1|luks2`), if given, must be the
+/// header's; the passphrase comes from `key_file` (its `range`) or a
+/// prompt on the terminal; only `key_slot` is tried if given.
+pub fn resume_luks(
+    name: &str,
+    version: Option<VolumeType>,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    range: KeyfileRange,
+    key_slot: Option<u32>,
+) -> Result<()> {
+    resume(name, |device, found| {
+        let vol = crate::resolve::Luks::load(device, header)?;
+        if version.unwrap_or(found) != vol.version() {
+            let msg = format!("Device {} is not a valid LUKS device.", device.display());
+            return Err(invalid(msg));
+        }
+        let prompt = format!("Enter passphrase for {}: ", device.display());
+        let pass = luks::passphrase::read_range(key_file, range, &prompt, false)?;
+        vol.unlock(&pass, key_slot)
+    })
+}
+
+/// `resize NAME`: to `sectors` (512-byte, `--size`) or `bytes`
+/// (`--device-size`, a multiple of 512), or with neither to all the
+/// device holds ([`control::resize`]).
+pub fn resize(name: &str, sectors: Option<u64>, bytes: Option<u64>) -> Result<control::Resized> {
+    runtime::check_name(name)?;
+    let size = match bytes {
+        Some(b) if b % 512 != 0 => {
+            return Err(invalid("Device size must be multiple of 512 bytes sector."))
+        }
+        Some(b) => Some(b / 512),
+        None => sectors,
+    };
+    control::resize(name, size, DRAIN_TIMEOUT)
 }
 
 /// `list --json`: the volumes as one JSON object, `schema` first

@@ -116,8 +116,13 @@ impl FioRunner {
             ramp: opts.warmup,
             peers: plan.peers,
         };
+        super::watch_interrupts();
+        servers::remove_stale();
         let tag = format!("{}-{}", std::process::id(), crate::timestamp_compact());
         for starter in servers::starters(plan, opts.size, &tag) {
+            if super::interrupted() {
+                return Err(Error::Interrupted);
+            }
             eprintln!("bench: starting {} …", starter.name);
             let srv = match (starter.start)() {
                 Ok(s) => s,

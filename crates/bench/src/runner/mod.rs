@@ -23,7 +23,11 @@ pub mod fio;
 mod servers;
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::plan::{round_order, Plan};
 use crate::report::{self, CellResult, Phase, Report, Skipped};
@@ -86,6 +90,7 @@ pub trait Runner {
 /// images), as it is recorded in the report.
 pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
     opts.validate()?;
+    watch_interrupts();
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let t0 = Instant::now();
     let plan = Plan::new(opts);
@@ -159,6 +164,9 @@ pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
         let mut reps: Vec<Vec<Rep>> = vec![Vec::new(); ids.len()];
         for round in 0..cell.reps {
             for k in round_order(ids.len(), round) {
+                if interrupted() {
+                    return Err(Error::Interrupted);
+                }
                 reps[k].push(runner.run(ids[k].0, w));
                 bar.inc(cell.rep_cost().as_millis() as u64);
             }
@@ -213,6 +221,29 @@ fn progress_bar(enabled: bool, total_ms: u64) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
+}
+
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// From the first call on, SIGINT and SIGTERM no longer kill the process
+/// at once: they set a flag the run checks between measurements, so the
+/// runners' `Drop` stops the servers and removes their images (RAM in
+/// /dev/shm) instead of leaving them behind. A second signal exits at once.
+pub(crate) fn watch_interrupts() {
+    INTERRUPTED.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        for sig in [SIGINT, SIGTERM] {
+            // The conditional exit first: it fires only once the flag is set.
+            let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, flag.clone());
+            let _ = signal_hook::flag::register(sig, flag.clone());
+        }
+        flag
+    });
+}
+
+/// True once SIGINT or SIGTERM arrived (see [`watch_interrupts`]).
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.get().is_some_and(|f| f.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]

@@ -176,6 +176,37 @@ fn spawn_with_input(
     })
 }
 
+/// Removes the sockets and images a killed bench left in [`shm_dir`]:
+/// `ucrypt-bench-<pid>-…` whose process is gone (its servers, our
+/// children, went with it or serve nobody now).
+pub(super) fn remove_stale() {
+    let Ok(entries) = std::fs::read_dir(shm_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STEM))
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let p = e.path();
+            let _ = match e.file_type() {
+                Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+                _ => std::fs::remove_file(&p),
+            };
+        }
+    }
+}
+
+/// How every socket and image of ours in [`shm_dir`] starts, followed by
+/// our pid.
+const STEM: &str = "ucrypt-bench-";
+
 fn shm_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
@@ -235,10 +266,10 @@ pub(super) struct Starter {
 pub(super) fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<Starter> {
     let dir = shm_dir();
     let tag = tag.to_string();
-    let sock = move |n: &str| dir.join(format!("ucrypt-bench-{tag}-{n}.sock"));
+    let sock = move |n: &str| dir.join(format!("{STEM}{tag}-{n}.sock"));
     let img = {
         let d = shm_dir();
-        move |n: &str| d.join(format!("ucrypt-bench-{}-{n}.img", std::process::id()))
+        move |n: &str| d.join(format!("{STEM}{}-{n}.img", std::process::id()))
     };
     let mut v: Vec<Starter> = Vec::new();
     let s = sock.clone();
@@ -389,5 +420,30 @@ mod tests {
         assert!(x > 0);
         assert!(process_cpu(std::process::id()) > Duration::ZERO);
         assert_eq!(process_cpu(u32::MAX), Duration::ZERO);
+    }
+
+    #[test]
+    fn leftovers_of_a_dead_bench_are_removed_and_live_ones_kept() {
+        // Above the kernel's largest pid_max (2^22): never a live process.
+        let dead = shm_dir().join(format!("{STEM}4194305-leftover-test.img"));
+        let dead_dir = shm_dir().join(format!("{STEM}4194305-leftover-test.run"));
+        let ours = shm_dir().join(format!("{STEM}{}-leftover-test.img", std::process::id()));
+        let other = shm_dir().join("ucrypt-benchmark-4194305-not-ours");
+        std::fs::write(&dead, b"x").unwrap();
+        std::fs::create_dir_all(dead_dir.join("sub")).unwrap();
+        std::fs::write(&ours, b"x").unwrap();
+        std::fs::write(&other, b"x").unwrap();
+        remove_stale();
+        let (d, dd, o, x) = (
+            dead.exists(),
+            dead_dir.exists(),
+            ours.exists(),
+            other.exists(),
+        );
+        let _ = std::fs::remove_file(&ours);
+        let _ = std::fs::remove_file(&other);
+        assert!(!d && !dd, "a dead bench's image and run dir are removed");
+        assert!(o, "this process's own files are kept");
+        assert!(x, "files not named by our stem are kept");
     }
 }

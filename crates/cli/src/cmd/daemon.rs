@@ -16,7 +16,6 @@ use clap::{Args, Subcommand, ValueEnum};
 use daemon::control::{self, Flags};
 use daemon::resolve::{Mapping, VolumeType as Kind};
 use daemon::{runtime, OpenOptions};
-use datapath::PerfFlags;
 
 use crate::cmd::luks::KeyFileArgs;
 use crate::{CmdResult, Failure};
@@ -122,34 +121,6 @@ pub enum VolumeType {
     Plain,
 }
 
-/// dm-crypt performance flags, as `cryptsetup --perf-*`.
-#[derive(Args, Clone, Copy, Debug, Default)]
-pub struct PerfArgs {
-    /// Decrypt reads inline (no read workqueue).
-    #[arg(long = "perf-no_read_workqueue")]
-    pub no_read_workqueue: bool,
-    /// Encrypt writes inline (no write workqueue).
-    #[arg(long = "perf-no_write_workqueue")]
-    pub no_write_workqueue: bool,
-    /// Encrypt on the submitting CPU.
-    #[arg(long = "perf-same_cpu_crypt")]
-    pub same_cpu_crypt: bool,
-    /// Submit writes from the crypt threads.
-    #[arg(long = "perf-submit_from_crypt_cpus")]
-    pub submit_from_crypt_cpus: bool,
-}
-
-impl PerfArgs {
-    fn flags(&self) -> PerfFlags {
-        PerfFlags {
-            same_cpu_crypt: self.same_cpu_crypt,
-            submit_from_crypt_cpus: self.submit_from_crypt_cpus,
-            no_read_workqueue: self.no_read_workqueue,
-            no_write_workqueue: self.no_write_workqueue,
-        }
-    }
-}
-
 /// Arguments of `open`.
 #[derive(Args)]
 pub struct OpenArgs {
@@ -172,53 +143,9 @@ pub struct OpenArgs {
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
-    /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET.
-    #[arg(long, default_value = "nbd")]
-    pub export: String,
-    /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
-    #[arg(long, value_name = "N")]
-    pub num_queues: Option<u16>,
-    /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS
-    /// credentials or --tls=off.
-    #[arg(long)]
-    pub listen: Option<String>,
-    /// NBD over TLS: off, on (offered) or require (default when credentials are given).
-    #[arg(long)]
-    pub tls: Option<String>,
-    /// TLS certificate directory: ca-cert.pem, server-cert.pem, server-key.pem (qemu/nbdkit layout).
-    #[arg(long, value_name = "DIR")]
-    pub tls_certificates: Option<PathBuf>,
-    /// TLS pre-shared keys: a psktool file of identity:hexkey lines.
-    #[arg(long, value_name = "FILE")]
-    pub tls_psk: Option<PathBuf>,
-    /// Require clients to present a certificate signed by the directory's ca-cert.pem.
-    #[arg(long)]
-    pub tls_verify_peer: bool,
-    /// Performance flags.
+    /// How the volume is served (checked by `OpenOptions::check`).
     #[command(flatten)]
-    pub perf: PerfArgs,
-    /// Data-path mode: adaptive (default), classic (default with --perf-*)
-    /// or inline.
-    #[arg(long)]
-    pub mode: Option<String>,
-    /// Pass discards (TRIM) down to the device.
-    #[arg(long)]
-    pub allow_discards: bool,
-    /// Serve read-only.
-    #[arg(long, short = 'r')]
-    pub readonly: bool,
-    /// Stay in the foreground instead of detaching.
-    #[arg(long)]
-    pub foreground: bool,
-    /// How the backing file is read and written: auto (uring when the
-    /// kernel allows it), uring (queued requests batched on io_uring) or
-    /// syscalls (pread/pwritev2/fdatasync).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "syscalls"])]
-    pub io_engine: String,
-    /// O_DIRECT on the backing file: auto (aligned requests bypass the page
-    /// cache, like loop --direct-io), never, or required (fail if refused).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "never", "required"])]
-    pub direct_io: String,
+    pub serve: daemon::open::Given,
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
@@ -234,7 +161,7 @@ pub struct OpenArgs {
 pub struct RefreshArgs {
     /// The new performance flags (flags not given are cleared, as in cryptsetup).
     #[command(flatten)]
-    pub perf: PerfArgs,
+    pub perf: daemon::open::PerfArgs,
     /// New data-path mode (unchanged if omitted).
     #[arg(long)]
     pub mode: Option<String>,
@@ -293,17 +220,7 @@ impl Commands {
                 device_size,
                 name,
             } => {
-                runtime::check_name(&name)?;
-                let size = match device_size {
-                    Some(b) if b % 512 != 0 => {
-                        return Err(Failure::usage(
-                            "Device size must be multiple of 512 bytes sector.",
-                        ))
-                    }
-                    Some(b) => Some(b / 512),
-                    None => size,
-                };
-                let r = control::resize(&name, size, control::DRAIN_TIMEOUT)?;
+                let r = daemon::volumes::resize(&name, size, device_size)?;
                 for n in &r.notes {
                     eprintln!("ucrypt: {name}: {n}");
                 }
@@ -338,45 +255,17 @@ fn open(a: OpenArgs) -> CmdResult {
     if a.plain.test_passphrase {
         return Ok(m.test_passphrase(&a.device, say)?);
     }
-    // clap requires NAME unless --test-passphrase.
-    let name = a.name.clone().unwrap_or_default();
-    // Adaptive unless dm-crypt's flags are being modelled (--perf-*).
-    let classic = a.perf.flags() != PerfFlags::default();
-    let mode = a
-        .mode
-        .as_deref()
-        .unwrap_or(if classic { "classic" } else { "adaptive" });
-    let given = daemon::open::Given {
-        name: &name,
+    let target = daemon::open::Target {
+        // clap requires NAME unless --test-passphrase.
+        name: a.name.as_deref().unwrap_or_default(),
         device: &a.device,
         header: a.header.as_deref(),
-        export: &a.export,
-        listen: a.listen.as_deref(),
-        num_queues: a.num_queues,
-        tls: a.tls.as_deref(),
-        tls_certificates: a.tls_certificates.as_deref(),
-        tls_psk: a.tls_psk.as_deref(),
-        tls_verify_peer: a.tls_verify_peer,
-        mode,
-        perf: a.perf.flags(),
-        allow_discards: a.allow_discards,
-        read_only: a.readonly,
-        io_engine: match a.io_engine.as_str() {
-            "syscalls" => backend::IoEngine::Syscalls,
-            "uring" => backend::IoEngine::Uring,
-            _ => backend::IoEngine::Auto,
-        },
-        direct: match a.direct_io.as_str() {
-            "never" => backend::DirectIo::Never,
-            "required" => backend::DirectIo::Required,
-            _ => backend::DirectIo::Auto,
-        },
         detached: a.table_stdin,
     };
-    let opts = OpenOptions::check(&given, report_stale_mount)?;
+    let opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
     // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
     let (table, volume_type) = m.resolve(&opts.device, say)?;
-    if a.foreground {
+    if a.serve.foreground {
         opts.serve(table, volume_type, |p| {
             println!("{p}");
             let _ = std::io::Write::flush(&mut std::io::stdout());
@@ -396,30 +285,18 @@ fn open(a: OpenArgs) -> CmdResult {
     Ok(())
 }
 
-/// `resume`: the key comes from the header as for `open` (prompting here).
+/// `resume`: the key comes from the header as for `open` (prompting).
 fn resume(a: ResumeArgs) -> CmdResult {
-    daemon::volumes::resume(&a.name, |device, found| {
-        let vol = daemon::resolve::Luks::load(device, a.header.as_deref())?;
-        let want = match a.kind {
-            Some(VolumeType::Luks1) => Some(Kind::Luks1),
-            Some(VolumeType::Luks2) => Some(Kind::Luks2),
-            _ => Some(found),
-        };
-        if want != Some(vol.version()) {
-            return Err(daemon::Error::new(
-                daemon::ErrorKind::InvalidInput,
-                format!("Device {} is not a valid LUKS device.", device.display()),
-            ));
-        }
-        let pass = luks::passphrase::read_range(
-            a.key.key_file.as_deref(),
-            a.key.range(),
-            &format!("Enter passphrase for {}: ", device.display()),
-            false,
-        )?;
-        vol.unlock(&pass, a.key_slot)
-    })?;
-    Ok(())
+    let version = match a.kind {
+        Some(VolumeType::Luks1) => Some(Kind::Luks1),
+        Some(VolumeType::Luks2) => Some(Kind::Luks2),
+        _ => None,
+    };
+    let (header, key_file) = (a.header.as_deref(), a.key.key_file.as_deref());
+    let (range, slot) = (a.key.range(), a.key_slot);
+    Ok(daemon::volumes::resume_luks(
+        &a.name, version, header, key_file, range, slot,
+    )?)
 }
 
 /// Says so when a dead daemon's FUSE mount had to be detached.

@@ -11,7 +11,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use luks::ops::{self, admin, Done};
 
-use crate::cmd::luks::{KdfArgs, KeyFileArgs, Terminal};
+use crate::cmd::luks::{KeyFileArgs, Terminal};
 use crate::global::Globals;
 use crate::CmdResult;
 
@@ -121,7 +121,7 @@ pub struct ConvertKeyArgs {
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     help: Option<bool>,
     #[command(flatten)]
-    kdf: KdfArgs,
+    kdf: ops::KdfChoice,
     #[command(flatten)]
     key: KeyFileArgs,
     /// Convert only this keyslot.
@@ -161,7 +161,7 @@ impl Commands {
                 let req = ops::ConvertKeyRequest {
                     key: a.key.source(),
                     key_slot: a.key_slot,
-                    kdf: a.kdf.choice(),
+                    kdf: a.kdf,
                 };
                 admin::convert_key(&a.base.target(g), &req, ui)
             }

@@ -102,49 +102,6 @@ impl KeyFileArgs {
     }
 }
 
-/// Key-derivation options (cryptsetup's names).
-#[derive(Args, Clone)]
-pub struct KdfArgs {
-    /// pbkdf2, argon2i or argon2id (default: argon2id for LUKS2, pbkdf2 for LUKS1).
-    #[arg(long)]
-    pub pbkdf: Option<String>,
-    /// Hash for PBKDF2, AF and the digest (`-h`, as in cryptsetup).
-    #[arg(long, short = 'h', default_value = "sha256")]
-    pub hash: String,
-    /// Unlock time to aim for, milliseconds.
-    #[arg(long, short = 'i', default_value_t = luks::kdf::DEFAULT_ITER_TIME_MS)]
-    pub iter_time: u32,
-    /// Fixed iterations (PBKDF2) or time cost (Argon2), no benchmark.
-    #[arg(long)]
-    pub pbkdf_force_iterations: Option<u32>,
-    /// Argon2 memory cost in KiB.
-    #[arg(long)]
-    pub pbkdf_memory: Option<u32>,
-    /// Argon2 threads.
-    #[arg(long)]
-    pub pbkdf_parallel: Option<u32>,
-}
-
-/// `--keyslot-cipher` / `--keyslot-key-size` (LUKS2 keyslot encryption).
-#[derive(Args, Clone)]
-pub struct KeyslotCipherArgs {
-    /// LUKS2 keyslot: the cipher used for keyslot encryption.
-    #[arg(long)]
-    keyslot_cipher: Option<String>,
-    /// LUKS2 keyslot: the size of the encryption key, bits.
-    #[arg(long, value_name = "BITS")]
-    keyslot_key_size: Option<u32>,
-}
-
-impl KeyslotCipherArgs {
-    fn choice(self) -> ops::KeyslotCipher {
-        ops::KeyslotCipher {
-            cipher: self.keyslot_cipher,
-            key_bits: self.keyslot_key_size,
-        }
-    }
-}
-
 /// A size in cryptsetup's syntax (`luks::ops::parse_size`).
 fn size_arg(s: &str) -> Result<u64, String> {
     ops::parse_size(s).ok_or_else(|| format!("invalid size {s:?}"))
@@ -160,7 +117,7 @@ pub struct FormatArgs {
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     help: Option<bool>,
     #[command(flatten)]
-    kdf: KdfArgs,
+    kdf: ops::KdfChoice,
     /// luks2 (default) or luks1.
     #[arg(long = "type", short = 'M', default_value = "luks2")]
     luks_type: String,
@@ -195,7 +152,7 @@ pub struct FormatArgs {
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     luks2_keyslots_size: Option<u64>,
     #[command(flatten)]
-    keyslot: KeyslotCipherArgs,
+    keyslot: ops::KeyslotCipher,
     /// Use the volume key from this file instead of a random one.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
@@ -234,7 +191,7 @@ pub struct AddKeyArgs {
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     help: Option<bool>,
     #[command(flatten)]
-    kdf: KdfArgs,
+    kdf: ops::KdfChoice,
     /// File with the new passphrase (`-` = stdin); prompts if absent.
     new_key_file: Option<PathBuf>,
     /// The same as the NEW_KEY_FILE argument (cryptsetup's `--new-keyfile`).
@@ -257,7 +214,7 @@ pub struct AddKeyArgs {
     #[arg(long, value_name = "SLOT")]
     new_key_slot: Option<u32>,
     #[command(flatten)]
-    keyslot: KeyslotCipherArgs,
+    keyslot: ops::KeyslotCipher,
 }
 
 /// `ucrypt remove-key`.
@@ -327,7 +284,7 @@ impl Commands {
                     batch: g.batch_mode,
                     force: a.force,
                     luks_type: a.luks_type,
-                    kdf: a.kdf.choice(),
+                    kdf: a.kdf,
                     cipher: a.cipher,
                     key_bits: a.key_size,
                     sector_size: a.sector_size,
@@ -339,7 +296,7 @@ impl Commands {
                     align_payload: a.align_payload,
                     metadata_size: a.luks2_metadata_size,
                     keyslots_size: a.luks2_keyslots_size,
-                    keyslot_cipher: a.keyslot.choice(),
+                    keyslot_cipher: a.keyslot,
                 };
                 let vol = ops::format(&req, ui)?;
                 for w in vol.header().warnings() {
@@ -410,20 +367,6 @@ impl Commands {
     }
 }
 
-impl KdfArgs {
-    /// The options as `luks::ops` takes them.
-    pub(crate) fn choice(self) -> ops::KdfChoice {
-        ops::KdfChoice {
-            pbkdf: self.pbkdf,
-            hash: self.hash,
-            iter_time_ms: self.iter_time,
-            force_iterations: self.pbkdf_force_iterations,
-            memory_kib: self.pbkdf_memory,
-            parallel: self.pbkdf_parallel,
-        }
-    }
-}
-
 /// Warnings on stderr; confirmations typed on the terminal (never when
 /// stdin is not one).
 pub(crate) struct Terminal;
@@ -451,7 +394,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
         header: a.common.dev.header,
         key_slot: a.common.key_slot,
         new_key_slot: a.new_key_slot,
-        kdf: a.kdf.choice(),
+        kdf: a.kdf,
         new_key: ops::KeySource {
             file: a.new_key_file.or(a.new_keyfile),
             range: luks::passphrase::KeyfileRange {
@@ -460,7 +403,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             },
         },
         volume_key_file: a.volume_key_file,
-        keyslot_cipher: a.keyslot.choice(),
+        keyslot_cipher: a.keyslot,
     };
     eprintln!("{}", ops::add_key(&req, change, &mut Terminal)?);
     Ok(())

@@ -1,0 +1,108 @@
+//! `ucrypt bench`'s command line as clap parses it ([`BenchArgs`]): the
+//! profile (`--profile`, `--quick`, `--full`), its [`Overrides`], where
+//! the jobs run (`--via`, `--peers`) and the dm-crypt flag advisor's
+//! options. [`BenchArgs::options`] turns it into [`Options`],
+//! [`BenchArgs::advisor`] and [`BenchArgs::via`] into the run it asks
+//! for; the `ucrypt` binary flattens it, runs and prints.
+
+use std::path::PathBuf;
+
+use crate::{advisor, dmcrypt, Error, Options, Overrides, Via};
+
+/// Options of `ucrypt bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Profile: quick, default, full, or grid (the data path's mode grid).
+    #[arg(long, value_name = "NAME", value_parser = ["quick", "default", "full", "grid"],
+          conflicts_with_all = ["quick", "full"])]
+    pub profile: Option<String>,
+    /// Short run for CI (same as --profile quick).
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// Long run (same as --profile full).
+    #[arg(long)]
+    pub full: bool,
+    /// Changes to the profile.
+    #[command(flatten)]
+    pub overrides: Overrides,
+    /// fio over NBD (raw baseline: nbdkit memory) or in-process (default).
+    #[arg(long, value_name = "HOW", value_parser = ["fio", "in-process"])]
+    pub via: Option<String>,
+    /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw, luks).
+    #[arg(long)]
+    pub peers: bool,
+    /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
+    /// brd (root, fio) and answer one `cryptsetup refresh` line.
+    #[arg(long)]
+    pub dm_crypt: bool,
+    /// With --dm-crypt: the workload, db, vm, backup or seeds (default).
+    #[arg(
+        long,
+        value_name = "PRESET",
+        requires = "dm_crypt",
+        conflicts_with = "fio_job"
+    )]
+    pub workload: Option<String>,
+    /// With --dm-crypt: decide for this fio job file instead.
+    #[arg(long, value_name = "FILE", requires = "dm_crypt")]
+    pub fio_job: Option<PathBuf>,
+    /// With --dm-crypt: the live mapping to start from (cipher, flags).
+    #[arg(long, value_name = "NAME", requires = "dm_crypt")]
+    pub mapping: Option<String>,
+    /// No progress bar.
+    // Here rather than in `Overrides` (where it is applied) only so that
+    // `--help` lists it last, as it always has.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl BenchArgs {
+    /// The profile named by `--profile`, `--quick` or `--full`, else
+    /// `default`.
+    pub fn profile(&self) -> &str {
+        match (&self.profile, self.quick, self.full) {
+            (Some(p), _, _) => p.as_str(),
+            (None, true, _) => "quick",
+            (None, _, true) => "full",
+            _ => "default",
+        }
+    }
+
+    /// The profile with the overrides applied, validated
+    /// ([`Options::with_overrides`]).
+    pub fn options(&self) -> Result<Options, Error> {
+        let o = Overrides {
+            no_progress: self.no_progress,
+            ..self.overrides.clone()
+        };
+        Ok(Options::with_overrides(self.profile(), &o)?)
+    }
+
+    /// With `--dm-crypt`, the flag advisor's request ([`dmcrypt::run`]);
+    /// else `None`.
+    pub fn advisor(&self) -> Result<Option<dmcrypt::Request>, Error> {
+        if !self.dm_crypt {
+            return Ok(None);
+        }
+        let workload =
+            advisor::AdvisorWorkload::new(self.workload.as_deref(), self.fio_job.as_deref())?;
+        Ok(Some(dmcrypt::Request {
+            workload,
+            mapping: self.mapping.clone(),
+        }))
+    }
+
+    /// Where the jobs run: fio against `ucrypt open` (served by
+    /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, else in
+    /// this process. `ucrypt_exe`'s error only matters for fio.
+    pub fn via(&self, ucrypt_exe: std::io::Result<PathBuf>) -> std::io::Result<Via> {
+        if self.via.as_deref() == Some("fio") || self.peers {
+            Ok(Via::Fio {
+                peers: self.peers,
+                ucrypt_exe: ucrypt_exe?,
+            })
+        } else {
+            Ok(Via::InProcess)
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Submission: admission (the gate), the choke point (`check`), then the
+//! mode; the per-thread trampoline that keeps a resubmitting callback from
+//! recursing, and the replay of requests the gate deferred.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::generation::Pipe;
+use super::{catch, Core, Engine};
+use crate::gate;
+use crate::mode::inline::Pass;
+use crate::stats::Path;
+use crate::{check, mode};
+use crate::{Completion, Gen, Hint, Request};
+
+thread_local! {
+    /// Set while this thread is inside [`dispatch`].
+    static DISPATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Requests submitted by completion callbacks running inside an outer
+    /// [`dispatch`] on this thread, run once it returns.
+    /// The hint of the [`Engine::submit_hinted`] call in progress on this
+    /// thread, taken by the first [`dispatch`] (its own request's).
+    static HINT: std::cell::Cell<Option<Hint>> = const { std::cell::Cell::new(None) };
+    static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred, bool)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// [`Engine::submit`]: a callback that runs inline (inside `submit`) and
+/// submits again does not recurse: its request runs after the outer one
+/// returns, so a resubmitting client cannot overflow the stack.
+/// `head`: see [`Gate::admit_or_defer`](gate::Gate::admit_or_defer).
+fn submit_trampolined(
+    core: &Arc<Core>,
+    req: Request,
+    done: impl FnOnce(Completion) + Send + 'static,
+    head: bool,
+) {
+    if DISPATCHING.with(|d| d.get()) {
+        // Runs later, when the caller's queue may look different.
+        HINT.with(|h| h.set(None));
+        TRAMPOLINE.with(|t| {
+            t.borrow_mut()
+                .push_back((core.clone(), (req, Box::new(done)), head))
+        });
+        return;
+    }
+    DISPATCHING.with(|d| d.set(true));
+    // A callback panicking in one request must neither strand the requests
+    // queued on the trampoline nor leave this thread marked as dispatching
+    // (its later submits would only queue): drain, then re-raise the first.
+    let mut panicked = catch(|| dispatch(core, req, done, head));
+    while let Some((core, (req, done), head)) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
+        let p = catch(|| dispatch(&core, req, done, head));
+        panicked = panicked.or(p);
+    }
+    DISPATCHING.with(|d| d.set(false));
+    if let Some(p) = panicked {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// Admission, the choke point, then the mode.
+pub(super) fn dispatch(
+    core: &Arc<Core>,
+    req: Request,
+    done: impl FnOnce(Completion) + Send + 'static,
+    head: bool,
+) {
+    let hint = HINT.with(|h| h.take());
+    if gate::on_engine_thread() {
+        // Never block an engine thread (see gate.rs): park the request on
+        // the deferred list instead.
+        return match core.gate.admit_or_defer((req, Box::new(done)), head) {
+            Ok(Some(((gen, _), (req, done)))) => run_admitted(gen, req, hint, done),
+            Ok(None) => {}
+            Err((e, (_, done))) => done(Err(e)),
+        };
+    }
+    let admitted = match core.gate.admit_fast() {
+        Some(a) => Ok(a),
+        None => {
+            // About to wait for a slot: what this thread gathered holds
+            // slots, so it runs first.
+            mode::gather::unplug();
+            core.gate.admit()
+        }
+    };
+    match admitted {
+        Ok((gen, _)) => run_admitted(gen, req, hint, done),
+        Err(e) => done(Err(e)),
+    }
+}
+
+/// The choke point, then the mode, for a request holding a slot of `gen`.
+fn run_admitted(
+    gen: Arc<Gen>,
+    req: Request,
+    hint: Option<Hint>,
+    done: impl FnOnce(Completion) + Send + 'static,
+) {
+    let t0 = Instant::now();
+    let ctx = &*gen.ctx;
+    let w = match check::check(ctx, req) {
+        Ok(w) => w,
+        Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
+    };
+    let gathers = matches!(gen.pipe, Pipe::Inline | Pipe::Adaptive(_));
+    if gathers && mode::gather::wants(&gen, &w, hint) {
+        let last = hint.is_none_or(|h| h.ready == 0);
+        return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
+    }
+    // Whatever this thread gathered was submitted before this request, and
+    // has completed when it runs.
+    mode::gather::settle();
+    match &gen.pipe {
+        Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
+        Pipe::Classic(c) => c.submit(ctx, w, t0, done),
+        Pipe::Adaptive(a) => a.submit(ctx, w, t0, hint, done),
+    }
+}
+
+/// Resubmits requests the gate deferred. They have left the deferred list,
+/// so a panicking callback must not stop the rest: every one is submitted,
+/// then the first panic is re-raised.
+///
+/// `head`: `items` is the one request [`Gate::release`](gate::Gate::release)
+/// took off the list's front with the slot it freed.
+pub(super) fn replay(
+    core: &Arc<Core>,
+    items: impl IntoIterator<Item = gate::Deferred>,
+    head: bool,
+) {
+    let mut panicked = None;
+    for (req, done) in items {
+        let p = catch(|| submit_trampolined(core, req, done, head));
+        panicked = panicked.or(p);
+    }
+    if let Some(p) = panicked {
+        std::panic::resume_unwind(p);
+    }
+}
+
+impl Engine {
+    /// Submits a request; `done` runs exactly once, on some engine or
+    /// caller thread. Blocks while `queue_depth` requests are in flight or
+    /// a reconfiguration is draining the engine. A callback that panics on
+    /// the calling thread has its panic re-raised from here, once the
+    /// requests waiting behind it have been passed on.
+    pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
+        submit_trampolined(&self.core, req, done, false);
+    }
+
+    /// [`Engine::submit`] with what the frontend knows about its caller's
+    /// queue (see [`Hint`]). The hint applies to this request only; one
+    /// deferred by admission or queued behind a callback's own submission
+    /// runs without it.
+    pub fn submit_hinted(
+        &self,
+        req: Request,
+        hint: Hint,
+        done: impl FnOnce(Completion) + Send + 'static,
+    ) {
+        HINT.with(|h| h.set(Some(hint)));
+        submit_trampolined(&self.core, req, done, false);
+        HINT.with(|h| h.set(None));
+    }
+
+    /// Runs the reads and writes this thread's hinted submissions gathered
+    /// (see [`Hint::ready`]), for every engine; cheap when there are none.
+    /// A frontend that said requests were ready calls it before it blocks
+    /// (on its socket, or on anything those requests' completions release);
+    /// blocking engine calls do it themselves.
+    pub fn unplug(&self) {
+        mode::gather::unplug();
+    }
+}
