@@ -18,7 +18,10 @@ cd "$(dirname "$0")/.."
 SECS="${1:-5}"
 ROUNDS=${ROUNDS:-3}
 BASE=${UCRYPT_BASE:-}
-cargo build --release -q -p ucrypt-cli -p ucrypt-vhost --example vhost_load
+# Two invocations: `--example` limits a build to the examples, so the
+# ucrypt binary would otherwise be left as it was.
+cargo build --release -q -p ucrypt-cli
+cargo build --release -q -p ucrypt-vhost --example vhost_load
 BIN=target/release/ucrypt
 LOAD=target/release/examples/vhost_load
 D=$(mktemp -d /dev/shm/vhost-bench.XXXXXX)

@@ -70,7 +70,7 @@ mod page_alloc;
 pub mod rbd;
 
 pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
-pub use file::{DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine};
+pub use file::{DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine, HOP_MIN};
 pub use mem::MemBackend;
 pub use page_alloc::PageAlignLarge;
 pub use rbd::RbdBackend;

@@ -2,14 +2,18 @@
 //! set beside fio's own io_uring engine on the same file.
 //!
 //! ```text
-//! filebench PATH TARGET ENGINE RW BS QD SECS [JOBS] [DIRECT]
+//! filebench PATH TARGET ENGINE RW BS QD SECS [JOBS] [DIRECT] [HINT]
 //!   TARGET  raw | classic | inline | adaptive | crypto (cipher alone, 1 thread)
-//!   ENGINE  uring | syscalls      RW  read | write
+//!   ENGINE  uring | syscalls | auto      RW  read | write
 //!   DIRECT  auto (default) | never
+//!   HINT    plain (default) | hint
 //! ```
 //!
 //! JOBS threads submit through `Engine::submit` (default 1); the engine's
 //! queue depth is QD, so `submit` blocks once QD requests are in flight.
+//! With `hint` they submit as a frontend with a deep queue does
+//! (`Engine::submit_hinted`, `behind` = QD - 1: a job never waits for a
+//! completion before its next submission; only admission stops it).
 //! Prints one line: target, MiB/s, IOPS.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -18,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use backend::{Backend, DirectIo, FileBackend, FileOptions, IoEngine};
 use crypto::{CryptConfig, SectorCrypt};
-use ucrypt_datapath::{CryptMode, Engine, EngineConfig, Op, Request, Volume};
+use ucrypt_datapath::{CryptMode, Engine, EngineConfig, Hint, Op, Request, Volume};
 
 fn cipher() -> Arc<SectorCrypt> {
     let key: Vec<u8> = (0..64).map(|i| (i * 13 + 1) as u8).collect();
@@ -37,7 +41,7 @@ fn cipher() -> Arc<SectorCrypt> {
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     if a.len() < 7 {
-        eprintln!("usage: filebench PATH TARGET ENGINE RW BS QD SECS [JOBS] [DIRECT]");
+        eprintln!("usage: filebench PATH TARGET ENGINE RW BS QD SECS [JOBS] [DIRECT] [HINT]");
         std::process::exit(2);
     }
     let (path, target, eng, rw) = (&a[0], a[1].as_str(), a[2].as_str(), a[3].as_str());
@@ -49,6 +53,7 @@ fn main() {
         Some("never") => DirectIo::Never,
         _ => DirectIo::Auto,
     };
+    let hinted = a.get(9).is_some_and(|h| h == "hint");
     let write = rw == "write";
     let dur = Duration::from_secs_f64(secs);
 
@@ -67,6 +72,7 @@ fn main() {
 
     let engine = match eng {
         "syscalls" => IoEngine::Syscalls,
+        "auto" => IoEngine::Auto,
         _ => IoEngine::Uring,
     };
     let fb = FileBackend::open(
@@ -78,6 +84,7 @@ fn main() {
         },
     )
     .expect("open backing file");
+    eprintln!("filebench: io engine {:?}", fb.io_engine());
     let size = fb.size() / 4096 * 4096;
     let backend: Arc<dyn Backend> = Arc::new(fb);
     let (crypt, mode) = match target {
@@ -120,17 +127,21 @@ fn main() {
                         Op::Read { len: bs as u32 }
                     };
                     let d = done.clone();
-                    eng.submit(
-                        Request {
-                            op,
-                            offset,
-                            fua: false,
-                        },
-                        move |r| {
-                            r.expect("request failed");
-                            d.fetch_add(1, Relaxed);
-                        },
-                    );
+                    let req = Request {
+                        op,
+                        offset,
+                        fua: false,
+                    };
+                    let behind = qd.saturating_sub(1) as u32;
+                    let cb = move |r: ucrypt_datapath::Completion| {
+                        r.expect("request failed");
+                        d.fetch_add(1, Relaxed);
+                    };
+                    if hinted {
+                        eng.submit_hinted(req, Hint { behind, ready: 0 }, cb);
+                    } else {
+                        eng.submit(req, cb);
+                    }
                 }
             })
         })

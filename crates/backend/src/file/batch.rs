@@ -7,7 +7,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use super::dio::aligned_mem;
-use super::{uring, FileBackend, FuaMode, IoEngine, Route, MAX_XFER};
+use super::{uring, FileBackend, FuaMode, IoEngine, Route, HOP_MIN, MAX_XFER};
 use crate::{check_range, Backend, ReadOp, WriteOp};
 
 impl FileBackend {
@@ -20,8 +20,9 @@ impl FileBackend {
     /// Where a batched transfer of `len` bytes at `offset` from memory `p`
     /// goes: `Ok(Some((route, bounce)))` to the ring (through the thread's
     /// aligned arena when `bounce`), `Ok(None)` when it needs the
-    /// single-operation path (empty, more than one SQE, or an alignment
-    /// the arena does not give), `Err` when the request itself is refused.
+    /// single-operation path (empty, more than one SQE, an alignment the
+    /// arena does not give, or under [`HOP_MIN`] on a file without nowait
+    /// IO), `Err` when the request itself is refused.
     fn batch_route(
         &self,
         p: *const u8,
@@ -31,7 +32,11 @@ impl FileBackend {
         check_range(self.size(), offset, len as u64)?;
         let route = self.route(offset, len)?;
         let bounce = matches!(route, Route::Direct(_) if !aligned_mem(p, self.dio_align));
-        if len == 0 || len > MAX_XFER || (bounce && self.dio_align > uring::ARENA_ALIGN as u64) {
+        if len == 0
+            || len > MAX_XFER
+            || (!self.nowait && len < HOP_MIN)
+            || (bounce && self.dio_align > uring::ARENA_ALIGN as u64)
+        {
             return Ok(None);
         }
         if bounce {

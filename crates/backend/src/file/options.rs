@@ -36,8 +36,14 @@ pub enum IoEngine {
     /// `pread` / `pwritev2` / `fdatasync`.
     Syscalls,
     /// io_uring when the kernel allows it, the syscalls otherwise (the
-    /// same as leaving [`FileOptions::engine`] `None`); a backend reports
-    /// the engine it resolved to, never this.
+    /// same as leaving [`FileOptions::engine`] `None`). Per file, io_uring
+    /// then carries only what pays: on a file that takes no nowait IO
+    /// (tmpfs, up to at least Linux 6.18; probed at open with a
+    /// `RWF_NOWAIT` read) transfers under [`crate::HOP_MIN`] use the
+    /// syscalls on the submitting thread, as io_uring would hand each to an
+    /// io-wq worker thread ([`super::FileBackend::takes_nowait`]). A
+    /// backend reports the engine it resolved to
+    /// ([`super::FileBackend::io_engine`]), never this.
     Auto,
 }
 

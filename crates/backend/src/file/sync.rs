@@ -36,6 +36,24 @@ pub(super) fn run(op: Op<'_>) -> io::Result<usize> {
     }
 }
 
+/// True when `fd` takes nowait IO (the kernel's `FMODE_NOWAIT`): a read
+/// into `buf` at offset 0 with `RWF_NOWAIT` is refused with `EOPNOTSUPP`
+/// only where the file cannot do it (checked before any data moves; a
+/// read that would block answers `EAGAIN`). io_uring hands every
+/// read and write on such a file to an io-wq worker thread (tmpfs, for
+/// one, on 6.18); `IoEngine::Auto` then keeps the syscalls. `buf` must be
+/// non-empty (and aligned for an O_DIRECT `fd`).
+pub(super) fn takes_nowait(fd: RawFd, buf: &mut [u8]) -> bool {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the iovec describes `buf`'s writable bytes, borrowed
+    // exclusively for the call.
+    let r = unsafe { libc::preadv2(fd, &iov, 1, 0, libc::RWF_NOWAIT) };
+    r >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EOPNOTSUPP)
+}
+
 /// `fallocate(fd, mode, offset, len)` (punch hole, zero range): a plain
 /// syscall, as io_uring would hand it to a worker thread anyway.
 pub(super) fn fallocate(fd: RawFd, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {

@@ -33,7 +33,10 @@
 //! busy (woken if parked: the submitter does not wait for it), else runs
 //! inline, so the submitter works as one more helper; with none behind, it
 //! is split or inline as below, never handed off. Hinted hand-offs are not
-//! scored. Without a hint:
+//! scored on the caller's depth, only on how soon their helper began them:
+//! one begun later than it took to run (a helper woken onto a core other
+//! load keeps busy) pauses them with the same back-off (`hint.rs`).
+//! Without a hint:
 //!
 //! The caller's queue depth cannot be seen up front (an inline request
 //! completes before the next one is submitted), so it is learned: a helper
@@ -61,8 +64,10 @@
 //! holds a chunk, and the owner waits a whole scheduler slice for it), so
 //! with no idle core the request stays inline.
 //!
-//! Helpers are kept warm by spinning only while load lasts: after
-//! [`SPIN_WINDOW`] with nothing to do, or as soon as every core has a
+//! Helpers are kept warm by spinning only while that pays: after a window
+//! each helper learns (`spin.rs`: from [`SPIN_WINDOW`] down to 20 µs when
+//! its work comes further apart than a wake-up costs) with nothing to do,
+//! or as soon as every core has a
 //! submitter of its own (queue depth ≥ CPUs, remembered for
 //! [`CONTENDED_HOLD`]), a helper parks, so an idle engine burns no CPU and a
 //! fully loaded machine is not robbed by spinners. A parked helper is woken
@@ -82,15 +87,18 @@ use crate::stats::Path;
 use crate::{Completion, Ctx, Done, Error, Hint};
 
 mod hint;
+mod spin;
 mod split;
 
+use spin::Spin;
 use split::{run_chunks, SplitJob};
 
 /// Smallest request split when a helper is already awake.
 pub const SPLIT_MIN: u64 = 128 << 10;
 /// Smallest request for which a parked helper is woken.
 pub const WAKE_MIN: u64 = 512 << 10;
-/// How long an idle helper spins before parking.
+/// Longest an idle helper spins before parking (see `spin.rs` for how
+/// each helper learns its own window, down to 20 µs).
 pub const SPIN_WINDOW: Duration = Duration::from_micros(300);
 /// How long a sighting of "every core has a submitter" blocks splitting.
 pub const CONTENDED_HOLD: Duration = Duration::from_millis(5);
@@ -157,6 +165,10 @@ struct Board {
     offload_off_until: AtomicU64,
     /// Hand-offs in a row that the submitter waited for.
     offload_misses: AtomicU32,
+    /// No hinted hand-offs before this time (ns since the engine's epoch).
+    hinted_off_until: AtomicU64,
+    /// Hinted hand-offs in a row that a helper started late.
+    hinted_late: AtomicU32,
     /// Last time a parked helper was woken for a hand-off (ns).
     offload_woken_at: AtomicU64,
     /// Last overlapped hand-off (ns; 0 = never).
@@ -205,6 +217,8 @@ impl Adaptive {
             submits: AtomicU64::new(0),
             offload_off_until: AtomicU64::new(0),
             offload_misses: AtomicU32::new(0),
+            hinted_off_until: AtomicU64::new(0),
+            hinted_late: AtomicU32::new(0),
             offload_woken_at: AtomicU64::new(0),
             pipelined_at: AtomicU64::new(0),
             nudged: AtomicBool::new(false),
@@ -417,46 +431,57 @@ impl Board {
 }
 
 /// A helper: claim chunks while there are any, then run handed-off
-/// requests, spin briefly when idle, park when the load is gone or every
-/// core has its own submitter.
+/// requests, spin when idle (for as long as [`spin::Spin`] has learned pays),
+/// park when that window passes or every core has its own submitter.
 fn helper(board: &Board, ctx: &Ctx) {
-    let mut last_work = Instant::now();
+    let mut spin = Spin::new();
+    // Start of the idle spell in progress (None: working).
+    let mut idle_since: Option<Instant> = Some(Instant::now());
     board.awake.fetch_add(1, SeqCst);
     board.spinning.fetch_add(1, SeqCst);
     let mut spins = 0u32;
     loop {
-        if board.open.load(SeqCst) > 0 {
-            if let Some(job) = board.claimable() {
-                board.spinning.fetch_sub(1, SeqCst);
-                run_chunks(ctx, &job);
-                board.spinning.fetch_add(1, SeqCst);
-                last_work = Instant::now();
-                continue;
+        let job = if board.open.load(SeqCst) > 0 {
+            board.claimable()
+        } else {
+            None
+        };
+        let offload = if job.is_none() {
+            board.take_handoff()
+        } else {
+            None
+        };
+        if job.is_some() || offload.is_some() {
+            if let Some(t) = idle_since.take() {
+                spin.found(t.elapsed());
             }
-        }
-        if let Some(o) = board.take_handoff() {
             board.spinning.fetch_sub(1, SeqCst);
-            board.busy.fetch_add(1, SeqCst);
-            run_offload(board, ctx, o);
-            board.busy.fetch_sub(1, SeqCst);
+            if let Some(job) = job {
+                run_chunks(ctx, &job);
+            } else if let Some(o) = offload {
+                board.busy.fetch_add(1, SeqCst);
+                run_offload(board, ctx, o);
+                board.busy.fetch_sub(1, SeqCst);
+            }
             board.spinning.fetch_add(1, SeqCst);
-            last_work = Instant::now();
             continue;
         }
         if board.closed.load(SeqCst) {
             break;
         }
-        spins += 1;
+        spins = spins.wrapping_add(1);
         if spins % 64 != 0 {
             std::hint::spin_loop();
             continue;
         }
         let now = Instant::now();
-        if now.duration_since(last_work) < SPIN_WINDOW
+        let since = *idle_since.get_or_insert(now);
+        if now.duration_since(since) < spin.window()
             && !ctx.core.contended(ctx.core.nanos(now), CONTENDED_HOLD)
         {
             continue;
         }
+        spin.missed();
         board.spinning.fetch_sub(1, SeqCst);
         board.awake.fetch_sub(1, SeqCst);
         let mut g = board.parked.lock().unwrap_or_else(|e| e.into_inner());
@@ -468,7 +493,12 @@ fn helper(board: &Board, ctx: &Ctx) {
         drop(g);
         board.awake.fetch_add(1, SeqCst);
         board.spinning.fetch_add(1, SeqCst);
-        last_work = Instant::now();
+        if board.idle() {
+            // Nudged to be warm for the requests that follow: a fresh
+            // spell, spun in full.
+            spin.asked();
+            idle_since = Some(Instant::now());
+        }
     }
     board.spinning.fetch_sub(1, SeqCst);
     board.awake.fetch_sub(1, SeqCst);
@@ -477,8 +507,10 @@ fn helper(board: &Board, ctx: &Ctx) {
 /// Runs a handed-off request and completes it on this helper; first
 /// scores the hand-off (see [`Adaptive::offload_ok`]).
 fn run_offload(board: &Board, ctx: &Ctx, o: Offload) {
+    let start = Instant::now();
     let (dir, bytes, res) = inline::exec(ctx, o.w, Pass::adaptive(ctx));
     if !o.scored {
+        hint::score_start(board, ctx, o.t0, start);
         ctx.complete(dir, Path::Offload, bytes, o.t0, res, o.done);
         board.offloaded.fetch_sub(1, SeqCst);
         return;

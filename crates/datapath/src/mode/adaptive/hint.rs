@@ -3,9 +3,9 @@
 //! a helper, is split, or runs inline without the learned queue depth.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{Adaptive, OffloadKind, OFFLOAD_MIN};
+use super::{Adaptive, Board, OffloadKind, OFFLOAD_BACKOFF_MAX, OFFLOAD_BACKOFF_MIN, OFFLOAD_MIN};
 use crate::check::Work;
 use crate::mode::inline::{self, Pass};
 use crate::{Completion, Ctx, Hint};
@@ -14,7 +14,8 @@ impl Adaptive {
     /// Runs a request of a movable size that came with a [`Hint`]: with
     /// requests behind it, handed to a helper that is not already busy;
     /// else split or inline as an unhinted request would be. Hinted
-    /// hand-offs are not scored. `at` is the request's (submission number,
+    /// hand-offs are scored only on their helper's start ([`score_start`]).
+    /// `at` is the request's (submission number,
     /// length, submitters inside the engine).
     pub(super) fn submit_hinted(
         &self,
@@ -46,10 +47,71 @@ impl Adaptive {
         if self.helpers == 0 || c.is_null() || len < OFFLOAD_MIN {
             return false;
         }
+        let now = ctx.core.nanos(t0);
         if submitters >= ctx.core.ncpu {
-            ctx.core.contended_at.store(ctx.core.nanos(t0), Relaxed);
+            ctx.core.contended_at.store(now, Relaxed);
+            return false;
+        }
+        if now < self.board.hinted_off_until.load(Relaxed) {
             return false;
         }
         self.board.handoff_len.load(Relaxed) + self.board.busy.load(Relaxed) < self.helpers
+    }
+}
+
+/// Scores a hinted hand-off when its helper finished it: started `late`
+/// when the helper began it (`start`) more than the request's own run
+/// time after it was admitted (`t0`), i.e. the submitter would have been
+/// done with it before the helper even began. That happens when the
+/// helper had to be woken onto a core that other load keeps busy (a
+/// scheduler slice, not a ~50 µs wake-up): hinted hand-offs then pause,
+/// 5 ms doubling to 80 ms, as the learned ones do after a miss, and the
+/// submitter runs its requests inline. A prompt start resets the pause.
+pub(super) fn score_start(board: &Board, ctx: &Ctx, t0: Instant, start: Instant) {
+    let end = Instant::now();
+    let (waited, ran) = (
+        start.saturating_duration_since(t0),
+        end.saturating_duration_since(start),
+    );
+    if !late(waited, ran) {
+        if board.hinted_late.load(Relaxed) != 0 {
+            board.hinted_late.store(0, Relaxed);
+        }
+        return;
+    }
+    let late = board.hinted_late.fetch_add(1, Relaxed).min(16);
+    let pause = (OFFLOAD_BACKOFF_MIN.as_nanos() as u64)
+        .saturating_mul(1 << late)
+        .min(OFFLOAD_BACKOFF_MAX.as_nanos() as u64);
+    board
+        .hinted_off_until
+        .store(ctx.core.nanos(end) + pause, Relaxed);
+}
+
+/// A helper starting a request this soon is never late, however short the
+/// request: a few wake-ups of a parked helper on an idle core (~80 µs
+/// each), well under a scheduler slice (ms) on a busy one.
+const LATE_FLOOR: Duration = Duration::from_micros(250);
+
+/// A hand-off that `waited` for its helper and then `ran` that long was
+/// late: the submitter would have finished it before the helper began.
+fn late(waited: Duration, ran: Duration) -> bool {
+    waited > ran.max(LATE_FLOOR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_helper_is_late_only_past_the_request_and_a_wake_up() {
+        let us = Duration::from_micros;
+        // A 1 MiB request (~200 µs) picked up after a wake-up: on time.
+        assert!(!late(us(60), us(200)));
+        // A short request after one wake-up: on time (the floor).
+        assert!(!late(us(200), us(5)));
+        // Woken onto a busy core: a scheduler slice later.
+        assert!(late(us(3000), us(200)));
+        assert!(late(us(300), us(5)));
     }
 }
