@@ -63,11 +63,6 @@ enum OnVhost {
     /// The client answers first with this (negative errno or 0); the text
     /// says why.
     Client(i32, &'static str),
-    /// A known gap, asserted so that fixing it turns this row red and
-    /// makes it `Status`: the server writes no status byte and libblkio
-    /// completes with the byte it allocated (0, success); the text says
-    /// why.
-    NoStatus(&'static str),
 }
 
 /// How the FUSE file answers a row.
@@ -131,10 +126,6 @@ fn table() -> Vec<Case> {
             fuse: OnFuse::Bytes(
                 SIZE as usize,
                 "the kernel splits a large read, which then stops at the end of the file",
-            ),
-            vhost: OnVhost::NoStatus(
-                "the device finds the chain longer than any request and answers no status \
-                 (crates/vhost/src/request.rs `segments`)",
             ),
             ..case(
                 "read over the limit",
@@ -472,7 +463,6 @@ fn every_frontend_answers_bad_requests_alike() {
                 }
                 OnVhost::Status => (-libc::EIO, "VIRTIO_BLK_S_IOERR"),
                 OnVhost::Client(ret, why) => (ret, why),
-                OnVhost::NoStatus(why) => (0, why),
             };
             let got = via_vhost(&mut vc, c);
             if got != want {

@@ -98,9 +98,21 @@ pub struct Ctx {
     pub write_through: bool,
 }
 
+/// A chain's segments ([`segments`]).
+struct Segments {
+    readable: Vec<Seg>,
+    writable: Vec<Seg>,
+    /// Longer than the largest request: answered IOERR (the status byte
+    /// is still found, so the guest is told instead of left with
+    /// a buffer it takes for data).
+    too_long: bool,
+}
+
 /// Splits a chain into its readable and writable segments, each checked
-/// against guest memory. `Err` names the first rule broken.
-fn segments<M>(chain: DescriptorChain<M>, mem: &Mem) -> Result<(Vec<Seg>, Vec<Seg>), &'static str>
+/// against guest memory. `Err` names the first rule broken that leaves no
+/// trustworthy status byte. The walk is bounded by the queue size
+/// (virtio-queue's iterator stops there).
+fn segments<M>(chain: DescriptorChain<M>, mem: &Mem) -> Result<Segments, &'static str>
 where
     M: std::ops::Deref,
     M::Target: GuestMemory,
@@ -108,6 +120,7 @@ where
     let mut readable = Vec::new();
     let mut writable: Vec<Seg> = Vec::new();
     let mut total: u64 = 0;
+    let mut too_long = false;
     for d in chain {
         let seg = Seg {
             addr: d.addr(),
@@ -117,9 +130,7 @@ where
             return Err("descriptor outside guest memory");
         }
         total += u64::from(seg.len);
-        if total > MAX_REQUEST_BYTES + 2 * RANGE_LEN as u64 + HEADER_LEN as u64 + 1 {
-            return Err("chain longer than the largest request");
-        }
+        too_long |= total > MAX_REQUEST_BYTES + 2 * RANGE_LEN as u64 + HEADER_LEN as u64 + 1;
         if d.is_write_only() {
             writable.push(seg);
         } else if !writable.is_empty() {
@@ -128,7 +139,11 @@ where
             readable.push(seg);
         }
     }
-    Ok((readable, writable))
+    Ok(Segments {
+        readable,
+        writable,
+        too_long,
+    })
 }
 
 /// Copies `dst.len()` bytes starting `skip` bytes into `segs`.
@@ -192,7 +207,11 @@ where
         out,
         action: Action::Reply(S_IOERR, Vec::new()),
     };
-    let (readable, mut writable) = match segments(chain, mem) {
+    let Segments {
+        readable,
+        mut writable,
+        too_long,
+    } = match segments(chain, mem) {
         Ok(s) => s,
         Err(_) => return malformed(None, Vec::new()),
     };
@@ -211,6 +230,9 @@ where
     let Some(status_addr) = status else {
         return malformed(None, Vec::new());
     };
+    if too_long {
+        return malformed(status, Vec::new());
+    }
     let mut hdr = [0u8; HEADER_LEN];
     if !gather(mem, &readable, 0, &mut hdr) {
         return malformed(status, Vec::new());
