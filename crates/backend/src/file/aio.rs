@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 use io_uring::{opcode, squeue, types, IoUring};
 
 use super::dio::{aligned_mem, AlignedBuf};
-use super::{sync, Counters, FileBackend, FuaMode, Op, Route, HOP_MIN, MAX_XFER};
+use super::{sync, Counters, FileBackend, FuaMode, Op, Route};
 use crate::{check_range, AsyncKind, AsyncOp, Backend, Error, ErrorKind};
 
 /// SQ entries of the ring (the CQ gets four times as many; the kernel
@@ -191,7 +191,7 @@ impl Aio {
 
     /// [`Backend::submit_async`] on this ring. Entries the ring cannot take
     /// (refused ranges, empty or huge transfers, no memory for a bounce
-    /// buffer) or should not (under [`HOP_MIN`] on a file without nowait
+    /// buffer) or should not (under [`HOP_MIN`](super::HOP_MIN) on a file without nowait
     /// IO) complete on the calling thread.
     pub(super) fn submit(&self, fb: &FileBackend, ops: Vec<AsyncOp>) {
         let mut sqes = Vec::with_capacity(ops.len());
@@ -261,7 +261,7 @@ impl Aio {
             Ok(r) => r,
             Err(e) => return Err((op, e)),
         };
-        if len == 0 || len > MAX_XFER || (!fb.nowait && len < HOP_MIN) {
+        if !fb.ring_takes(len) {
             return Ok(Err(op));
         }
         fb.count_route(&route);

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use super::dio::aligned_mem;
-use super::{uring, FileBackend, FuaMode, IoEngine, Route, HOP_MIN, MAX_XFER};
+use super::{uring, FileBackend, FuaMode, IoEngine, Route};
 use crate::{check_range, Backend, ReadOp, WriteOp};
 
 impl FileBackend {
@@ -21,7 +21,7 @@ impl FileBackend {
     /// goes: `Ok(Some((route, bounce)))` to the ring (through the thread's
     /// aligned arena when `bounce`), `Ok(None)` when it needs the
     /// single-operation path (empty, more than one SQE, an alignment the
-    /// arena does not give, or under [`HOP_MIN`] on a file without nowait
+    /// arena does not give, or under [`HOP_MIN`](super::HOP_MIN) on a file without nowait
     /// IO), `Err` when the request itself is refused.
     fn batch_route(
         &self,
@@ -32,11 +32,7 @@ impl FileBackend {
         check_range(self.size(), offset, len as u64)?;
         let route = self.route(offset, len)?;
         let bounce = matches!(route, Route::Direct(_) if !aligned_mem(p, self.dio_align));
-        if len == 0
-            || len > MAX_XFER
-            || (!self.nowait && len < HOP_MIN)
-            || (bounce && self.dio_align > uring::ARENA_ALIGN as u64)
-        {
+        if !self.ring_takes(len) || (bounce && self.dio_align > uring::ARENA_ALIGN as u64) {
             return Ok(None);
         }
         if bounce {

@@ -312,6 +312,14 @@ impl FileBackend {
         self.nowait
     }
 
+    /// Whether a read or write of `len` bytes goes to a ring (a batch's or
+    /// `submit_async`'s) rather than the syscalls on the calling thread:
+    /// not empty, not over [`MAX_XFER`], and not under [`HOP_MIN`] on a
+    /// file that takes no nowait IO ([`FileBackend::takes_nowait`]).
+    fn ring_takes(&self, len: usize) -> bool {
+        len > 0 && len <= MAX_XFER && (self.nowait || len >= HOP_MIN)
+    }
+
     /// The interface doing the IO.
     pub fn io_engine(&self) -> IoEngine {
         self.engine
