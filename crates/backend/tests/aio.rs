@@ -5,14 +5,17 @@
 //! panicking callback harms no other entry; dropping the backend waits
 //! for entries in flight. Every check is a count or a value, never a time.
 
+mod common;
+
+use common::{op, Event};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 
 use testutil::{Capability, Rng, TempDir};
 use ucrypt_backend::{
-    on_completion_thread, AsyncKind, AsyncOp, Backend, Error, ErrorKind, FaultBackend, FaultRule,
-    FileBackend, FileOptions, FuaMode, IoEngine, OpKind,
+    AsyncKind, AsyncOp, Backend, Error, ErrorKind, FaultBackend, FaultRule, FileBackend,
+    FileOptions, FuaMode, IoEngine, OpKind,
 };
 
 const SIZE: u64 = 4 << 20;
@@ -33,22 +36,6 @@ fn open(path: &Path, fua: FuaMode, test: &str) -> Option<FileBackend> {
         ..FileOptions::default()
     };
     Some(FileBackend::open(path, &o).unwrap_or_else(|e| panic!("{test}: open: {e}")))
-}
-
-/// What a callback reports: its tag, buffer, result, and whether it ran
-/// on the completion thread.
-type Event = (usize, Vec<u8>, std::io::Result<()>, bool);
-
-fn op(tx: &mpsc::Sender<Event>, tag: usize, kind: AsyncKind, offset: u64, buf: Vec<u8>) -> AsyncOp {
-    let tx = tx.clone();
-    AsyncOp {
-        kind,
-        offset,
-        buf,
-        done: Box::new(move |buf, res| {
-            let _ = tx.send((tag, buf, res, on_completion_thread()));
-        }),
-    }
 }
 
 /// Waits for `n` events, sorted by tag.

@@ -7,6 +7,9 @@
 //! on the file (buffered, and O_DIRECT when the backend uses it). Every
 //! check is a count or a value, never a time.
 
+mod common;
+
+use common::op;
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -15,8 +18,7 @@ use std::sync::mpsc;
 
 use testutil::{Capability, TempDir};
 use ucrypt_backend::{
-    on_completion_thread, AsyncKind, AsyncOp, Backend, DirectIo, FileBackend, FileOptions,
-    IoEngine, ReadOp, HOP_MIN,
+    AsyncKind, Backend, DirectIo, FileBackend, FileOptions, IoEngine, ReadOp, HOP_MIN,
 };
 
 /// The kernel's answer for `path` opened with `flags`: false only when it
@@ -125,20 +127,6 @@ fn takes_nowait_is_the_kernels_answer_and_auto_keeps_io_uring() {
                 assert!(b.batches() && b.completes_async());
             }
         }
-    }
-}
-
-type Event = (usize, Vec<u8>, std::io::Result<()>, bool);
-
-fn op(tx: &mpsc::Sender<Event>, tag: usize, kind: AsyncKind, offset: u64, buf: Vec<u8>) -> AsyncOp {
-    let tx = tx.clone();
-    AsyncOp {
-        kind,
-        offset,
-        buf,
-        done: Box::new(move |buf, res| {
-            let _ = tx.send((tag, buf, res, on_completion_thread()));
-        }),
     }
 }
 

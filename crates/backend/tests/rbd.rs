@@ -6,8 +6,10 @@
 //! two clients, a live `rbd resize` seen by `refresh_size`, and the open
 //! errors.
 
+mod common;
+
 use backend::rbd::{RbdConfig, RbdOptions, RbdSpec};
-use backend::{AsyncKind, AsyncOp, Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
+use backend::{AsyncKind, Backend, ErrorKind, RbdBackend, ReadOp, WriteOp};
 use testutil::ceph::{Cluster, Store};
 use testutil::{Capability, Rng};
 use ucrypt_backend as backend;
@@ -117,18 +119,9 @@ fn rbd_backend_batches_lock_snapshots_and_errors() {
     // the backend's completion thread with its own result, FUA included;
     // a refused entry fails alone, on the submitter.
     assert!(b.completes_async());
-    type Event = (u64, Vec<u8>, std::io::Result<()>, bool);
-    let (tx, rx) = std::sync::mpsc::channel::<Event>();
+    let (tx, rx) = std::sync::mpsc::channel::<common::Event>();
     let entry = |tag: u64, kind: AsyncKind, offset: u64, buf: Vec<u8>| {
-        let tx = tx.clone();
-        AsyncOp {
-            kind,
-            offset,
-            buf,
-            done: Box::new(move |buf, res| {
-                let _ = tx.send((tag, buf, res, backend::on_completion_thread()));
-            }),
-        }
+        common::op(&tx, tag as usize, kind, offset, buf)
     };
     let mut ops = Vec::new();
     for i in 0..8u64 {

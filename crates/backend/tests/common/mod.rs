@@ -235,3 +235,27 @@ pub fn concurrent_shared_pages(b: &(dyn Backend + 'static), threads: usize, ops:
         }
     });
 }
+
+/// What an async entry's callback reports ([`op`]): its tag, buffer,
+/// result, and whether it ran on the backend's completion thread.
+pub type Event = (usize, Vec<u8>, io::Result<()>, bool);
+
+/// An async entry (`Backend::submit_async`) whose callback sends its
+/// [`Event`] on `tx`.
+pub fn op(
+    tx: &std::sync::mpsc::Sender<Event>,
+    tag: usize,
+    kind: ucrypt_backend::AsyncKind,
+    offset: u64,
+    buf: Vec<u8>,
+) -> ucrypt_backend::AsyncOp {
+    let tx = tx.clone();
+    ucrypt_backend::AsyncOp {
+        kind,
+        offset,
+        buf,
+        done: Box::new(move |buf, res| {
+            let _ = tx.send((tag, buf, res, ucrypt_backend::on_completion_thread()));
+        }),
+    }
+}
