@@ -1,6 +1,6 @@
 //! `ucrypt bench`'s command line as clap parses it ([`BenchArgs`]): the
 //! profile (`--profile`, `--quick`, `--full`), its [`Overrides`], where
-//! the jobs run (`--via`, `--peers`) and the dm-crypt flag advisor's
+//! the jobs run (`--via`, `--peers`, `--ceph`) and the dm-crypt flag advisor's
 //! options. [`BenchArgs::options`] turns it into [`Options`],
 //! [`BenchArgs::advisor`] and [`BenchArgs::via`] into the run it asks
 //! for; the `ucrypt` binary flattens it, runs and prints.
@@ -31,6 +31,14 @@ pub struct BenchArgs {
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw, luks).
     #[arg(long)]
     pub peers: bool,
+    /// fio on Ceph RBD images of the cluster --ceph-conf names: ucrypt
+    /// (default aes-adaptive) on LUKS2 from `rbd encryption format`, raw =
+    /// qemu-storage-daemon's rbd driver; --peers adds it with librbd's LUKS2.
+    #[arg(long, conflicts_with = "dm_crypt")]
+    pub ceph: bool,
+    /// With --ceph: the pool the images are made in (and removed from).
+    #[arg(long, value_name = "POOL", requires = "ceph", default_value = "rbd")]
+    pub ceph_pool: String,
     /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
     /// brd (root, fio) and answer one `cryptsetup refresh` line.
     #[arg(long)]
@@ -71,10 +79,15 @@ impl BenchArgs {
     /// The profile with the overrides applied, validated
     /// ([`Options::with_overrides`]).
     pub fn options(&self) -> Result<Options, Error> {
-        let o = Overrides {
+        let mut o = Overrides {
             no_progress: self.no_progress,
             ..self.overrides.clone()
         };
+        if self.ceph {
+            // On Ceph: ucrypt adaptive against the peers, no sweep, unless told.
+            o.targets.get_or_insert_with(|| "aes-adaptive".into());
+            o.no_sweep |= o.sweep_targets.is_none();
+        }
         Ok(Options::with_overrides(self.profile(), &o)?)
     }
 
@@ -93,10 +106,16 @@ impl BenchArgs {
     }
 
     /// Where the jobs run: fio against `ucrypt open` (served by
-    /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, else in
-    /// this process. `ucrypt_exe`'s error only matters for fio.
+    /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, on Ceph
+    /// with `--ceph`, else in this process. `ucrypt_exe`'s error only matters for fio.
     pub fn via(&self, ucrypt_exe: std::io::Result<PathBuf>) -> std::io::Result<Via> {
-        if self.via.as_deref() == Some("fio") || self.peers {
+        if self.ceph {
+            Ok(Via::Rbd(crate::runner::rbd::RbdPlan {
+                pool: self.ceph_pool.clone(),
+                peers: self.peers,
+                ucrypt_exe: ucrypt_exe?,
+            }))
+        } else if self.via.as_deref() == Some("fio") || self.peers {
             Ok(Via::Fio {
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,

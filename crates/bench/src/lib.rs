@@ -14,6 +14,7 @@
 //!   runner::run ── per cell: warm-up, rounds in rotated target order
 //!     │        └──► Runner: EngineRunner (driver ► Engine ► MemBackend)
 //!     │                     FioRunner (fio ► NBD ► ucrypt open | peers)
+//!     │                     RbdRunner (the same on Ceph RBD images)
 //!     ▼
 //!   CellResult (MiB/s, IOPS, p50/p99/p99.9, CPU s/GiB) ─► Report
 //!     │
@@ -97,6 +98,9 @@ pub enum Via {
         /// The ucrypt binary that serves the targets.
         ucrypt_exe: std::path::PathBuf,
     },
+    /// fio over NBD against `ucrypt open rbd:…` and qemu-storage-daemon's
+    /// rbd driver, on images made in a Ceph pool ([`runner::rbd::run`]).
+    Rbd(runner::rbd::RbdPlan),
 }
 
 /// Runs the bench `via` in-process or fio (the report is not yet written).
@@ -124,6 +128,7 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
             };
             external::run(opts, &plan)
         }
+        Via::Rbd(plan) => runner::rbd::run(opts, &plan),
     }
 }
 

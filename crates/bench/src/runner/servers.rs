@@ -116,7 +116,7 @@ fn wait_for_socket(sock: &Path, child: &mut Child, what: &str) -> Result<(), Err
     })
 }
 
-fn spawn(
+pub(super) fn spawn(
     name: &str,
     cmd: Command,
     sock: &Path,
@@ -205,9 +205,9 @@ pub(super) fn remove_stale() {
 
 /// How every socket and image of ours in [`shm_dir`] starts, followed by
 /// our pid.
-const STEM: &str = "ucrypt-bench-";
+pub(super) const STEM: &str = "ucrypt-bench-";
 
-fn shm_dir() -> PathBuf {
+pub(super) fn shm_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.to_path_buf()
