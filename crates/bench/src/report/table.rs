@@ -99,6 +99,11 @@ impl Report {
                 "bound = io·c/(io+c), io = raw's MiB/s in the same cell (seed 002)"
             );
         }
+        let ratios = super::ratios::table(self);
+        if !ratios.is_empty() {
+            let _ = writeln!(s);
+            s.push_str(&ratios);
+        }
         for c in head.iter().filter(|c| c.error.is_some()) {
             let _ = writeln!(
                 s,
