@@ -215,9 +215,12 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// `rbd [-c CONF] [--id ID] [--keyring FILE] ARGS`.
+    /// `rbd [-c CONF] [--id ID] [--keyring FILE] ARGS`, its connecting
+    /// bounded as ucrypt's own (an unreachable cluster fails, not hangs).
     fn rbd(&self, args: &[&str]) -> Result<(), Error> {
         let mut c = Command::new("rbd");
+        let bound = self.cfg.timeout.unwrap_or(backend::rbd::DEFAULT_TIMEOUT);
+        c.arg(format!("--client-mount-timeout={}", bound.as_secs().max(1)));
         if let Some(conf) = &self.cfg.conf {
             c.arg("-c").arg(conf);
         }
