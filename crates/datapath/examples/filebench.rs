@@ -15,7 +15,20 @@
 //! (`Engine::submit_hinted`, `behind` = QD - 1: a job never waits for a
 //! completion before its next submission; only admission stops it).
 //! Prints one line: target, MiB/s, IOPS (and, on stderr, the backend's
-//! ring transfers and how many of them the submitters reaped).
+//! ring transfers, how many of them the submitters reaped, and how many
+//! went direct, bounced or buffered).
+//!
+//! Issue 14's file-backend cells, interleaved in one run on a file on a
+//! real disk (io = fio's figure, c = the `crypto` line at the same BS,
+//! bound = io·c/(io+c)):
+//!
+//! ```text
+//! fio --name=r --filename=PATH --size=1G --rw=randread --bs=4k --direct=1 \
+//!     --ioengine=io_uring --iodepth=32 --runtime=3 --time_based
+//! filebench PATH raw uring read 4096 32 3 1 auto hint        (÷ io)
+//! filebench PATH adaptive uring read 4096 32 3 1 auto hint   (÷ bound)
+//! filebench PATH crypto uring read 4096 1 3                  (c)
+//! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
