@@ -129,13 +129,11 @@ fn main() {
         .map(|j| {
             let (eng, done, stop) = (eng.clone(), done.clone(), stop.clone());
             std::thread::spawn(move || {
-                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (j as u64 + 1);
+                // Seeded per job, so runs replay the same offsets.
+                let mut rng = testutil::Rng::new(0x9e37_79b9_7f4a_7c15 ^ (j as u64 + 1));
                 let data = vec![0x5au8; bs];
                 while !stop.load(Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let offset = (x % blocks) * bs as u64;
+                    let offset = rng.below(blocks) * bs as u64;
                     let op = if write {
                         Op::Write { data: data.clone() }
                     } else {
