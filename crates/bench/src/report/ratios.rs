@@ -100,6 +100,78 @@ pub fn table(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::{Rw, Workload};
+    use crate::runner::{Rep, RunTarget};
+    use crate::target::{Cipher, Mode};
+    use crate::CryptoSpeed;
+
+    fn cell(name: &str, cipher: Option<Cipher>, mode: Option<Mode>, mib: &[f64]) -> CellResult {
+        let w = Workload {
+            rw: Rw::RandRead,
+            bs: 4096,
+            qd: 1,
+            jobs: 1,
+            runtime: std::time::Duration::from_millis(100),
+        };
+        let t = RunTarget {
+            name: name.into(),
+            cipher,
+            mode,
+            headline: true,
+            swept: false,
+        };
+        let reps = mib
+            .iter()
+            .map(|&m| Rep {
+                ops: (m > 0.0) as u64,
+                bytes_per_s: m * stats::MIB,
+                iops: 1.0,
+                ..Rep::default()
+            })
+            .collect();
+        CellResult::from_reps(Phase::Headline, &t, &w, reps)
+    }
+
+    #[test]
+    fn each_ucrypt_target_over_each_peer_and_the_bound_by_round() {
+        let mut r = super::super::tests::empty_report("default");
+        r.cells = vec![
+            cell("raw", None, None, &[100.0, 50.0, 100.0]),
+            cell(
+                "ucrypt-aes-adaptive",
+                Some(Cipher::AesXts),
+                Some(Mode::Adaptive),
+                &[60.0, 30.0, 0.0],
+            ),
+            cell("qsd-luks2", Some(Cipher::AesXts), None, &[40.0, 10.0, 50.0]),
+        ];
+        // c = 100 MiB/s: the bound is 50 MiB/s in round 1 (raw 100) and
+        // 33.3 in round 2 (raw 50), so ucrypt is at 1.20 and 0.90 of it.
+        r.crypto = vec![CryptoSpeed {
+            cipher: Cipher::AesXts.spec().into(),
+            bs: 4096,
+            encrypt_mib_s: 1.0,
+            decrypt_mib_s: 100.0,
+        }];
+        let t = table(&r);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        // Round 3 failed for ucrypt: no ratio from it.
+        assert!(
+            lines[1].ends_with("/ qsd-luks2      2.25x (1.50-3.00)"),
+            "{t}"
+        );
+        assert!(
+            lines[2].ends_with("/ bound          1.05 (0.90-1.20)"),
+            "{t}"
+        );
+        assert!(
+            lines[1].starts_with("  4k randread QD1      ucrypt-aes-adaptive"),
+            "{t}"
+        );
+        r.cells.truncate(1);
+        assert_eq!(table(&r), "", "no ucrypt target: no table");
+    }
 
     #[test]
     fn ratios_pair_rounds_and_skip_failed_ones() {
