@@ -291,7 +291,11 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
                 buf: crate::bufpool::take(r.len() as usize),
                 done: Box::new(move |buf, res| {
                     engine_side();
+                    // Only off the completion thread: a submitter reaping
+                    // its own completions (a full queue) is about to wait,
+                    // so it decrypts them itself.
                     let moved = res.is_ok()
+                        && backend::on_completion_thread()
                         && gen
                             .adaptive()
                             .is_some_and(|a| a.crypto_handoff_ok(&c, r.len()));
