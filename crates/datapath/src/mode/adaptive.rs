@@ -36,7 +36,9 @@
 //! scored on the caller's depth, only on how soon their helper began them:
 //! one begun later than it took to run (a helper woken onto a core other
 //! load keeps busy) pauses them with the same back-off (`hint.rs`).
-//! Without a hint:
+//! On a completion-driven backend such requests are gathered instead
+//! (mode/gather.rs) and only their crypto moves, by the same rules
+//! (`crypto.rs`). Without a hint:
 //!
 //! The caller's queue depth cannot be seen up front (an inline request
 //! completes before the next one is submitted), so it is learned: a helper

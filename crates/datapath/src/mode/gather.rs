@@ -34,7 +34,10 @@
 //! frontend goes on reading its next requests while these are in flight.
 //! Each entry completes on the backend's completion thread as its own IO
 //! finishes: a read is decrypted there, then stats, gate release and
-//! `done` as for any request. The request holds its queue slot until then,
+//! `done` as for any request. In the adaptive mode a large write's
+//! encryption (and its submission), or a large read's decryption and
+//! completion, goes to a free helper instead (mode/adaptive/crypto.rs), so
+//! one connection's crypto is spread over cores as classic spreads it. The request holds its queue slot until then,
 //! so drains (reconfigure, suspend, shutdown) wait for IO in flight. That
 //! thread is marked an engine thread: a deferred request it replays is
 //! parked, never waited for, and a panicking callback does not kill it.
@@ -298,7 +301,7 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
                         && backend::on_completion_thread()
                         && gen
                             .adaptive()
-                            .is_some_and(|a| a.crypto_handoff_ok(&c, r.len()));
+                            .is_some_and(|a| a.crypto_handoff_ok(&c, r.len(), true));
                     let g = gen.clone();
                     let finish = move |mut buf: Vec<u8>, res: std::io::Result<()>, path| {
                         let res: Completion = res
@@ -324,7 +327,7 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
             Work::Write(r, data, fua) => {
                 let moved = gen
                     .adaptive()
-                    .is_some_and(|a| a.crypto_handoff_ok(ctx, r.len()));
+                    .is_some_and(|a| a.crypto_handoff_ok(ctx, r.len(), false));
                 let path = if moved { Path::Offload } else { Path::Inline };
                 let g = gen.clone();
                 let mut op = AsyncOp {
