@@ -227,7 +227,7 @@ pub(super) fn make_raw_image(path: &Path, size: u64) -> Result<(), Error> {
     })
 }
 
-pub(super) fn make_luks_image(path: &Path, size: u64, pass: &str) -> Result<(), Error> {
+fn make_luks_image(path: &Path, size: u64, pass: &str) -> Result<(), Error> {
     let out = Command::new("qemu-img")
         .args(["create", "-q", "-f", "luks", "--object"])
         .arg(format!("secret,id=sec0,data={pass}"))

@@ -6,7 +6,7 @@
 //!        │
 //!        ├─► ucrypt open --export vhost-user-blk=S --num-queues N  (ucrypt-<target>)
 //!        ├─► qemu-storage-daemon raw                              (raw)
-//!        └─► qemu-storage-daemon luks (LUKS1 by qemu-img)         (qsd-luks, --peers)
+//!        └─► qemu-storage-daemon luks (LUKS1 by cryptsetup)       (qsd-luks, --peers)
 //! ```
 //!
 //! ucrypt has no raw mode, so the raw baseline (`raw`, the `io` of the
@@ -18,8 +18,9 @@
 
 pub mod client;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::servers::{self, Server};
@@ -134,7 +135,11 @@ impl VhostRunner {
                 qsd,
                 "qemu-storage-daemon (the raw baseline and --peers)",
             ),
-            ("qemu-img", plan.peers, "qemu-img (to make LUKS images)"),
+            (
+                "cryptsetup",
+                plan.peers,
+                "cryptsetup (to make the LUKS1 image)",
+            ),
         ] {
             if needed && !servers::tool(tool) {
                 missing.push(why.to_string());
@@ -142,7 +147,7 @@ impl VhostRunner {
         }
         if !missing.is_empty() {
             return Err(Error::Missing {
-                needs: "--via vhost needs qemu-storage-daemon for the raw baseline (--peers: and qemu-img)",
+                needs: "--via vhost needs qemu-storage-daemon for the raw baseline (--peers: and cryptsetup)",
                 missing,
             });
         }
@@ -222,8 +227,8 @@ impl VhostRunner {
 }
 
 /// Starts qemu-storage-daemon over a new image: raw (a sparse file the
-/// fill then writes) or LUKS1 (qemu-img's, AES-256-XTS plain64), exported
-/// writable over vhost-user-blk with `queues` virtqueues.
+/// fill then writes) or LUKS1 ([`make_luks1_image`]), exported writable
+/// over vhost-user-blk with `queues` virtqueues.
 fn start_qsd(
     name: &str,
     luks: bool,
@@ -235,7 +240,7 @@ fn start_qsd(
     let pass = "ucrypt-bench";
     let mut c = Command::new("qemu-storage-daemon");
     if luks {
-        servers::make_luks_image(img, size, pass)?;
+        make_luks1_image(img, size, pass)?;
         c.arg("--object").arg(format!("secret,id=sec0,data={pass}"));
     } else {
         servers::make_raw_image(img, size)?;
@@ -257,6 +262,59 @@ fn start_qsd(
     let mut srv = servers::spawn(name, c, sock, "", files)?;
     srv.cipher = luks.then_some(Cipher::AesXts);
     Ok(srv)
+}
+
+/// LUKS1 header: 2 MiB before the data (cryptsetup's payload offset).
+const LUKS1_PAYLOAD: u64 = 2 << 20;
+
+/// A LUKS1 image whose data area is `size` bytes, aes-xts-plain64 with a
+/// 512-bit key, by cryptsetup with 1000 PBKDF2 iterations (qemu-img's luks
+/// format spends seconds benchmarking its KDF; qemu 7.2 reads LUKS1 only).
+fn make_luks1_image(path: &Path, size: u64, pass: &str) -> Result<(), Error> {
+    servers::make_raw_image(path, size + LUKS1_PAYLOAD)?;
+    let mut child = Command::new("cryptsetup")
+        .args([
+            "luksFormat",
+            "-q",
+            "--type",
+            "luks1",
+            "--pbkdf-force-iterations",
+            "1000",
+        ])
+        .args([
+            "--cipher",
+            "aes-xts-plain64",
+            "--key-size",
+            "512",
+            "--hash",
+            "sha256",
+        ])
+        .args(["--key-file", "-"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            program: "cryptsetup".into(),
+            source,
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A write error shows as cryptsetup's failure below.
+        let _ = stdin.write_all(pass.as_bytes());
+    }
+    let out = child.wait_with_output().map_err(|source| Error::Spawn {
+        program: "cryptsetup".into(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(Error::Failed {
+            program: "cryptsetup luksFormat --type luks1".into(),
+            status: out.status,
+            output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Writes the whole device once (1M requests, QD8, one queue).
