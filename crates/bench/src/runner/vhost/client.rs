@@ -22,6 +22,9 @@ use blkio::{Blkio, Blkioq, Completion, ReqFlags};
 
 use crate::driver::Rw;
 
+/// How long a queue waits for any completion before it gives up.
+const STALL: Duration = Duration::from_secs(30);
+
 /// One client run.
 #[derive(Debug, Clone, Copy)]
 pub struct Job {
@@ -183,7 +186,9 @@ fn queue_loop(mut q: Blkioq, job: &Job, slice: Slice, bufs: usize, t0: Instant) 
     }
     let mut comps: Vec<MaybeUninit<Completion>> = (0..qd).map(|_| MaybeUninit::uninit()).collect();
     while in_flight > 0 {
-        let n = match q.do_io(&mut comps, 1, None, None) {
+        // Bounded: a server that died must fail the run, not hang it.
+        let mut timeout = STALL;
+        let n = match q.do_io(&mut comps, 1, Some(&mut timeout), None) {
             Ok(n) => n.min(comps.len()),
             Err(e) => {
                 out.errors += in_flight as u64;
