@@ -2,6 +2,7 @@
 //! parses gives back its text and parses again to the same value. Thin by
 //! design; the parser is `crypto::CipherSpec::parse`.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use crypto::CipherSpec;
 

@@ -4,6 +4,7 @@
 //! same value). Thin by design; the decoders are
 //! `daemon::control::decode_request` / `decode_reply`.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use daemon::control::{decode_reply, decode_request, encode_reply, encode_request};
 

@@ -2,6 +2,7 @@
 //! parses must format back (with keys) to a line that parses to the same
 //! table. Thin by design; the parser is `crypto::table::Table::parse`.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use crypto::table::Table;
 

@@ -4,8 +4,12 @@
 //! backend. Thin by design; the logic is in
 //! `nbd::internal::fuzzing::session`.
 #![no_main]
+#![deny(unsafe_code)]
 #![feature(cfg_sanitize)]
 
+// The shared module holds the one unsafe: the SIGPIPE disposition and the
+// poisoning allocator, each with its SAFETY note.
+#[allow(unsafe_code)]
 mod common;
 
 #[global_allocator]

@@ -27,6 +27,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Which part of the run a cell belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Phase {
     /// 4k sequential, QD1, one job (the seeds' workload).
     Headline,

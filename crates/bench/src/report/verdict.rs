@@ -21,7 +21,8 @@ use crate::target::{Cipher, Mode};
 /// Suffix of the control target's name (after the adaptive target's).
 pub const CONTROL_SUFFIX: &str = "-control";
 
-/// How adaptive fared in one cell.
+/// How adaptive fared in one cell. Closed on purpose: a cell is won, tied
+/// within its noise band, or lost; there is no fourth outcome to add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// At least as fast as the better mode.
