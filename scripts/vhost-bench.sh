@@ -7,7 +7,7 @@
 # queues; reads and writes; median of interleaved rounds; the bound
 # io*c/(io+c) with c = ucrypt's one-core XTS from the same run.
 #   bash scripts/vhost-bench.sh [extra ucrypt bench options, e.g. --quick]
-# UCRYPT_BASE=/path/to/other/ucrypt runs the same bench with that binary
+# UCRYPT_BASE=/path/to/other/ucrypt (one that has --via vhost) runs the same bench with that binary
 # right after (two runs, not interleaved: compare their raw columns before
 # their ucrypt ones).
 set -euo pipefail
