@@ -2,7 +2,9 @@
 //! nbd`), nbdkit (memory plugin as the raw baseline, luks filter) and
 //! qemu-storage-daemon (raw, luks), each our child process on a unix
 //! socket with its image in /dev/shm (RAM, like the seeds' brd), stopped
-//! by pid and its files removed when dropped.
+//! by pid and its files removed when dropped. The vhost runner
+//! (`super::vhost`) starts its servers with the same pieces
+//! ([`spawn_ucrypt`], [`spawn`], the images and the /dev/shm naming).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
