@@ -424,6 +424,10 @@ impl<B: Backend> Backend for FaultBackend<B> {
         self.inner.completes_async()
     }
 
+    fn reap(&self) -> usize {
+        self.inner.reap()
+    }
+
     /// The rules apply per entry on the submitting thread (a delay delays
     /// the submission); a failed entry completes there with its error, the
     /// rest go to the inner backend's `submit_async`.

@@ -14,7 +14,21 @@
 //! With `hint` they submit as a frontend with a deep queue does
 //! (`Engine::submit_hinted`, `behind` = QD - 1: a job never waits for a
 //! completion before its next submission; only admission stops it).
-//! Prints one line: target, MiB/s, IOPS.
+//! Prints one line: target, MiB/s, IOPS (and, on stderr, the backend's
+//! ring transfers, how many of them the submitters reaped, and how many
+//! went direct, bounced or buffered).
+//!
+//! Issue 14's file-backend cells, interleaved in one run on a file on a
+//! real disk (io = fio's figure, c = the `crypto` line at the same BS,
+//! bound = io·c/(io+c)):
+//!
+//! ```text
+//! fio --name=r --filename=PATH --size=1G --rw=randread --bs=4k --direct=1 \
+//!     --ioengine=io_uring --iodepth=32 --runtime=3 --time_based
+//! filebench PATH raw uring read 4096 32 3 1 auto hint        (÷ io)
+//! filebench PATH adaptive uring read 4096 32 3 1 auto hint   (÷ bound)
+//! filebench PATH crypto uring read 4096 1 3                  (c)
+//! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -86,7 +100,8 @@ fn main() {
     .expect("open backing file");
     eprintln!("filebench: io engine {:?}", fb.io_engine());
     let size = fb.size() / 4096 * 4096;
-    let backend: Arc<dyn Backend> = Arc::new(fb);
+    let fb = Arc::new(fb);
+    let backend: Arc<dyn Backend> = fb.clone();
     let (crypt, mode) = match target {
         "raw" => (None, CryptMode::Inline),
         "classic" => (Some(cipher()), CryptMode::Classic),
@@ -114,13 +129,11 @@ fn main() {
         .map(|j| {
             let (eng, done, stop) = (eng.clone(), done.clone(), stop.clone());
             std::thread::spawn(move || {
-                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (j as u64 + 1);
+                // Seeded per job, so runs replay the same offsets.
+                let mut rng = testutil::Rng::new(0x9e37_79b9_7f4a_7c15 ^ (j as u64 + 1));
                 let data = vec![0x5au8; bs];
                 while !stop.load(Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let offset = (x % blocks) * bs as u64;
+                    let offset = rng.below(blocks) * bs as u64;
                     let op = if write {
                         Op::Write { data: data.clone() }
                     } else {
@@ -155,6 +168,17 @@ fn main() {
     }
     report(target, n, bs, el);
     eng.shutdown().expect("shutdown");
+    let st = fb.stats();
+    eprintln!(
+        "filebench: {} ring transfers ({} batches), {} reaped by submitters; \
+         {} direct, {} bounced, {} buffered",
+        st.uring_ops,
+        st.uring_batches,
+        st.reaped_ops,
+        st.direct_ops,
+        st.bounced_ops,
+        st.buffered_ops
+    );
 }
 
 fn report(target: &str, n: u64, bs: usize, el: Duration) {

@@ -19,6 +19,13 @@
 //! retried; FUA is `RWF_DSYNC` or, for [`FuaMode::WriteThenFlush`], an
 //! fdatasync on the completion thread before the callback.
 //!
+//! A submitter about to block until entries complete (a full queue) may
+//! reap instead ([`Aio::reap`], the backend's [`Backend::reap`]): it waits
+//! on the ring itself, briefly, and runs the callbacks of the CQEs it finds
+//! on its own thread, so the IO it waits for releases it without a wake-up
+//! by the completion thread. Whoever reads the CQ holds the CQ lock while
+//! it copies the CQEs out.
+//!
 //! The backend's `Drop` stops the thread once every entry has completed
 //! (joining it, unless the drop runs on that thread: the last reference
 //! can go with a callback).
@@ -28,7 +35,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -45,12 +52,25 @@ const SQ_ENTRIES: u32 = 256;
 const WAKE: u64 = u64::MAX;
 /// `IORING_ENTER_GETEVENTS`.
 const GETEVENTS: u32 = 1;
+/// `IORING_ENTER_EXT_ARG`.
+const EXT_ARG: u32 = 1 << 3;
+/// Longest a reaping submitter waits on the ring for a first CQE before it
+/// goes back to its own wait (a queue slot may come from elsewhere).
+const REAP_WAIT_NS: u32 = 1_000_000;
+/// While submitters reap, the completion thread wakes at least this often
+/// to run the CQEs they left (a submitter that stopped reaping).
+const STANDBY_NS: u32 = 250_000;
 
 /// One backend's ring, its entries in flight and its completion thread.
 pub(super) struct Aio {
     ring: IoUring,
     /// Serialises pushing SQEs and submitting them.
     sq: Mutex<()>,
+    /// Serialises reading the CQ (the completion thread, reapers).
+    cq: Mutex<()>,
+    /// Calls of [`Aio::reap`] that found entries in flight: while it
+    /// moves, the completion thread stands back.
+    reaps: AtomicU64,
     slab: Mutex<Slab>,
     /// Wakes the completion thread parked with nothing in flight.
     work: Condvar,
@@ -172,6 +192,8 @@ impl Aio {
         let aio = Arc::new(Self {
             ring,
             sq: Mutex::new(()),
+            cq: Mutex::new(()),
+            reaps: AtomicU64::new(0),
             slab: Mutex::new(Slab::default()),
             work: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -184,7 +206,7 @@ impl Aio {
         let a = aio.clone();
         let h = std::thread::Builder::new()
             .name("ucrypt-aio".into())
-            .spawn(move || a.reap())?;
+            .spawn(move || a.completions())?;
         *lock(&aio.thread) = Some(h);
         Ok(aio)
     }
@@ -328,11 +350,54 @@ impl Aio {
         }
     }
 
+    /// Copies the CQEs the CQ holds into `cqes` (under the CQ lock).
+    fn drain(&self, cqes: &mut Vec<(u64, i32)>) {
+        let _g = lock(&self.cq);
+        // SAFETY: the CQ lock makes this thread the only one reading the CQ.
+        let cq = unsafe { self.ring.completion_shared() };
+        cqes.extend(cq.map(|c| (c.user_data(), c.result())));
+    }
+
+    /// [`Backend::reap`]: runs the callbacks of the entries whose CQEs are
+    /// in the CQ on this thread; with none there yet and entries in
+    /// flight, first waits on the ring for one (at most
+    /// [`REAP_WAIT_NS`]). Returns the entries completed.
+    pub(super) fn reap(&self) -> usize {
+        if lock(&self.slab).live == 0 {
+            return 0;
+        }
+        self.reaps.fetch_add(1, Ordering::AcqRel);
+        let mut cqes = Vec::new();
+        self.drain(&mut cqes);
+        if cqes.is_empty() {
+            let ts = types::Timespec::new().nsec(REAP_WAIT_NS);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            // SAFETY: GETEVENTS with EXT_ARG and a getevents argument that
+            // lives across the call; nothing is submitted. An error (the
+            // timeout's ETIME, EINTR) only means there is nothing to reap.
+            let _ = unsafe {
+                self.ring
+                    .submitter()
+                    .enter(0, 1, GETEVENTS | EXT_ARG, Some(&args))
+            };
+            self.drain(&mut cqes);
+        }
+        let mut n = 0;
+        for (token, res) in cqes {
+            if token != WAKE && self.complete(token as usize, res) {
+                n += 1;
+            }
+        }
+        self.stats.reaped_ops.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
     /// The completion thread: waits for CQEs, runs each finished entry's
     /// callback, resubmits short transfers; exits once stopped and idle.
-    fn reap(&self) {
+    fn completions(&self) {
         crate::mark_completion_thread();
         let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(SQ_ENTRIES as usize);
+        let mut seen = 0;
         loop {
             {
                 // Nothing in flight: park in user space rather than in
@@ -347,26 +412,39 @@ impl Aio {
                     slab = self.work.wait(slab).unwrap_or_else(|e| e.into_inner());
                 }
             }
-            // SAFETY: GETEVENTS only (nothing submitted, no argument):
-            // waits for one CQE.
-            let r = unsafe {
-                self.ring
-                    .submitter()
-                    .enter::<libc::sigset_t>(0, 1, GETEVENTS, None)
+            let reaps = self.reaps.load(Ordering::Acquire);
+            let r = if reaps != seen {
+                // Submitters reap: stand back (wake for a full CQ, or
+                // after STANDBY_NS to run what they left) so a CQE wakes
+                // one thread, not two.
+                seen = reaps;
+                let ts = types::Timespec::new().nsec(STANDBY_NS);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                // SAFETY: GETEVENTS with EXT_ARG and a getevents argument
+                // that lives across the call; nothing is submitted.
+                unsafe {
+                    self.ring
+                        .submitter()
+                        .enter(0, SQ_ENTRIES, GETEVENTS | EXT_ARG, Some(&args))
+                }
+            } else {
+                // SAFETY: GETEVENTS only (nothing submitted, no argument):
+                // waits for one CQE.
+                unsafe {
+                    self.ring
+                        .submitter()
+                        .enter::<libc::sigset_t>(0, 1, GETEVENTS, None)
+                }
             };
             if let Err(e) = r {
                 if !matches!(
                     e.raw_os_error(),
-                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY | libc::ETIME)
                 ) {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
-            {
-                // SAFETY: this thread is the only one reading the CQ.
-                let cq = unsafe { self.ring.completion_shared() };
-                cqes.extend(cq.map(|c| (c.user_data(), c.result())));
-            }
+            self.drain(&mut cqes);
             for (token, res) in cqes.drain(..) {
                 if token != WAKE {
                     self.complete(token as usize, res);
@@ -375,16 +453,18 @@ impl Aio {
         }
     }
 
-    /// Handles the CQE of entry `i`.
-    fn complete(&self, i: usize, res: i32) {
+    /// Handles the CQE of entry `i`: true when the entry completed (its
+    /// callback ran), false when the rest of it was submitted again.
+    fn complete(&self, i: usize, res: i32) -> bool {
         let mut slab = lock(&self.slab);
         let Some(Some(e)) = slab.entries.get_mut(i) else {
-            return;
+            return false;
         };
         let Some(outcome) = e.apply(res) else {
             let sqe = e.sqe(i as u64);
             drop(slab);
-            return self.push(&[sqe]);
+            self.push(&[sqe]);
+            return false;
         };
         // Invariant: found just above.
         let mut e = slab.remove(i).expect("entry in flight");
@@ -393,6 +473,7 @@ impl Aio {
         // A panicking callback has been reported by the panic hook; it
         // must not take the completion thread (and every entry) down.
         drop(e.op.finish(outcome));
+        true
     }
 
     /// What a completed transfer still needs: a bounced read copied out,

@@ -164,6 +164,7 @@ struct Counters {
     uring_ops: AtomicU64,
     syscall_ops: AtomicU64,
     uring_batches: AtomicU64,
+    reaped_ops: AtomicU64,
 }
 
 /// Largest single transfer handed to the kernel (io_uring lengths are u32).
@@ -340,6 +341,7 @@ impl FileBackend {
             uring_ops: l(&c.uring_ops),
             syscall_ops: l(&c.syscall_ops),
             uring_batches: l(&c.uring_batches),
+            reaped_ops: l(&c.reaped_ops),
         }
     }
 
@@ -572,6 +574,13 @@ impl Backend for FileBackend {
             Some(a) => a.submit(self, ops),
             None => crate::run_async_inline(self, ops),
         }
+    }
+
+    fn reap(&self) -> usize {
+        self.aio
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, |a| a.reap())
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -109,4 +109,8 @@ pub struct FileStats {
     /// Batches ([`crate::Backend::read_batch`] / `write_batch`) handed to
     /// io_uring as one submission; their transfers count in `uring_ops`.
     pub uring_batches: u64,
+    /// Entries of `submit_async` whose completion a submitter reaped on
+    /// its own thread ([`crate::Backend::reap`]) instead of the ring's
+    /// completion thread.
+    pub reaped_ops: u64,
 }

@@ -82,13 +82,27 @@ pub(super) fn dispatch(
             // About to wait for a slot: what this thread gathered holds
             // slots, so it runs first.
             mode::gather::unplug();
-            core.gate.admit()
+            reap_then_admit(core)
         }
     };
     match admitted {
         Ok((gen, _)) => run_admitted(gen, req, hint, done),
         Err(e) => done(Err(e)),
     }
+}
+
+/// Admission for a submitter that found the queue full: it reaps the
+/// backend's completions itself ([`backend::Backend::reap`]) while that
+/// frees slots, then waits in the gate as before.
+fn reap_then_admit(core: &Core) -> Result<(Arc<Gen>, usize), crate::Error> {
+    if let Some(gen) = core.gate.current() {
+        while gen.ctx.backend.reap() > 0 {
+            if let Some(a) = core.gate.admit_fast() {
+                return Ok(a);
+            }
+        }
+    }
+    core.gate.admit()
 }
 
 /// The choke point, then the mode, for a request holding a slot of `gen`.
