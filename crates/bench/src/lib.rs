@@ -14,6 +14,7 @@
 //!   runner::run ── per cell: warm-up, rounds in rotated target order
 //!     │        └──► Runner: EngineRunner (driver ► Engine ► MemBackend)
 //!     │                     FioRunner (fio ► NBD ► ucrypt open | peers)
+//!     │                     VhostRunner (libblkio ► vhost-user-blk ► ucrypt open | qsd)
 //!     ▼
 //!   CellResult (MiB/s, IOPS, p50/p99/p99.9, CPU s/GiB) ─► Report
 //!     │
@@ -24,7 +25,8 @@
 //! `--dm-crypt` ([`dmcrypt`]) runs the flag advisor on the kernel's dm-crypt
 //! with fio; [`advisor`] holds its workloads and its decision.
 
-#![forbid(unsafe_code)]
+// Unsafe only in the fenced libblkio client (runner::vhost::client).
+#![deny(unsafe_code)]
 
 use std::time::Duration;
 
@@ -97,9 +99,12 @@ pub enum Via {
         /// The ucrypt binary that serves the targets.
         ucrypt_exe: std::path::PathBuf,
     },
+    /// libblkio over vhost-user-blk against `ucrypt open`, raw baseline
+    /// qemu-storage-daemon ([`runner::vhost::run`]).
+    Vhost(runner::vhost::VhostPlan),
 }
 
-/// Runs the bench `via` in-process or fio (the report is not yet written).
+/// Runs the bench `via` in-process, fio or vhost (the report is not yet written).
 /// In-process, says first on stderr how long it will take.
 pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
     match via {
@@ -124,6 +129,7 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
             };
             external::run(opts, &plan)
         }
+        Via::Vhost(plan) => runner::vhost::run(opts, &plan),
     }
 }
 
