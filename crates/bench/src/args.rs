@@ -25,10 +25,12 @@ pub struct BenchArgs {
     /// Changes to the profile.
     #[command(flatten)]
     pub overrides: Overrides,
-    /// fio over NBD (raw baseline: nbdkit memory) or in-process (default).
-    #[arg(long, value_name = "HOW", value_parser = ["fio", "in-process"])]
+    /// fio over NBD (raw baseline: nbdkit memory), vhost (libblkio over
+    /// vhost-user-blk; raw baseline: qemu-storage-daemon) or in-process (default).
+    #[arg(long, value_name = "HOW", value_parser = ["fio", "vhost", "in-process"])]
     pub via: Option<String>,
-    /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw, luks).
+    /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw,
+    /// luks); with --via vhost: qemu-storage-daemon (luks).
     #[arg(long)]
     pub peers: bool,
     /// fio on Ceph RBD images of the cluster --ceph-conf names: ucrypt
@@ -87,6 +89,17 @@ impl BenchArgs {
             // On Ceph: ucrypt adaptive against the peers, no sweep, unless told.
             o.targets.get_or_insert_with(|| "aes-adaptive".into());
             o.no_sweep |= o.sweep_targets.is_none();
+        } else if self.via.as_deref() == Some("vhost") {
+            // vhost's own sweep for what is not given (jobs = virtqueues).
+            for (field, value) in crate::runner::vhost::DEFAULT_SWEEP {
+                let f = match field {
+                    "bs" => &mut o.bs,
+                    "qd" => &mut o.qd,
+                    "jobs" => &mut o.jobs,
+                    _ => &mut o.rw,
+                };
+                f.get_or_insert_with(|| value.to_string());
+            }
         }
         Ok(Options::with_overrides(self.profile(), &o)?)
     }
@@ -107,11 +120,18 @@ impl BenchArgs {
 
     /// Where the jobs run: fio against `ucrypt open` (served by
     /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, on Ceph
-    /// with `--ceph`, else in this process. `ucrypt_exe`'s error only matters for fio.
+    /// with `--ceph` (fio, whatever `--via` says), libblkio against it over
+    /// vhost-user-blk with `--via vhost`, else in this process.
+    /// `ucrypt_exe`'s error only matters for fio and vhost.
     pub fn via(&self, ucrypt_exe: std::io::Result<PathBuf>) -> std::io::Result<Via> {
         if self.ceph {
             Ok(Via::Rbd(crate::runner::rbd::RbdPlan {
                 pool: self.ceph_pool.clone(),
+                peers: self.peers,
+                ucrypt_exe: ucrypt_exe?,
+            }))
+        } else if self.via.as_deref() == Some("vhost") {
+            Ok(Via::Vhost(crate::runner::vhost::VhostPlan {
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,
             }))

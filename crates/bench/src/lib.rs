@@ -14,6 +14,7 @@
 //!   runner::run ── per cell: warm-up, rounds in rotated target order
 //!     │        └──► Runner: EngineRunner (driver ► Engine ► MemBackend)
 //!     │                     FioRunner (fio ► NBD ► ucrypt open | peers)
+//!     │                     VhostRunner (libblkio ► vhost-user-blk ► ucrypt open | qsd)
 //!     │                     RbdRunner (the same on Ceph RBD images)
 //!     ▼
 //!   CellResult (MiB/s, IOPS, p50/p99/p99.9, CPU s/GiB) ─► Report
@@ -25,7 +26,8 @@
 //! `--dm-crypt` ([`dmcrypt`]) runs the flag advisor on the kernel's dm-crypt
 //! with fio; [`advisor`] holds its workloads and its decision.
 
-#![forbid(unsafe_code)]
+// Unsafe only in the fenced libblkio client (runner::vhost::client).
+#![deny(unsafe_code)]
 
 use std::time::Duration;
 
@@ -98,12 +100,15 @@ pub enum Via {
         /// The ucrypt binary that serves the targets.
         ucrypt_exe: std::path::PathBuf,
     },
+    /// libblkio over vhost-user-blk against `ucrypt open`, raw baseline
+    /// qemu-storage-daemon ([`runner::vhost::run`]).
+    Vhost(runner::vhost::VhostPlan),
     /// fio over NBD against `ucrypt open rbd:…` and qemu-storage-daemon's
     /// rbd driver, on images made in a Ceph pool ([`runner::rbd::run`]).
     Rbd(runner::rbd::RbdPlan),
 }
 
-/// Runs the bench `via` in-process or fio (the report is not yet written).
+/// Runs the bench `via` in-process, fio or vhost (the report is not yet written).
 /// In-process, says first on stderr how long it will take.
 pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
     match via {
@@ -128,6 +133,7 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
             };
             external::run(opts, &plan)
         }
+        Via::Vhost(plan) => runner::vhost::run(opts, &plan),
         Via::Rbd(plan) => runner::rbd::run(opts, &plan),
     }
 }

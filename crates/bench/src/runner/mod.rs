@@ -4,7 +4,8 @@
 //! workload on one of them: [`engine::EngineRunner`] in-process over
 //! `datapath::Engine`s on a ramdisk, [`fio::FioRunner`] with fio against
 //! NBD exports (ucrypt's and its peers'), [`rbd::RbdRunner`] the same on
-//! Ceph RBD images. [`run`] takes any runner through
+//! Ceph RBD images, [`vhost::VhostRunner`] with libblkio against
+//! vhost-user-blk exports. [`run`] takes any runner through
 //! the options' [`Plan`]: per cell a warm-up per target, then the
 //! repetitions in rounds whose target order rotates ([`round_order`]), then
 //! the crypto speeds and the derived ratios.
@@ -23,6 +24,7 @@ pub mod engine;
 pub mod fio;
 pub mod rbd;
 mod servers;
+pub mod vhost;
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,7 +75,7 @@ pub struct Rep {
 
 /// Measures repetitions on its targets.
 pub trait Runner {
-    /// `in-process`, `fio`, `fio+peers`.
+    /// `in-process`, `fio`, `fio+peers`, `vhost`, `vhost+peers`.
     fn via(&self) -> String;
     /// The targets, in table order.
     fn targets(&self) -> &[RunTarget];

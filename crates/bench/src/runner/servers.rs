@@ -2,7 +2,9 @@
 //! nbd`), nbdkit (memory plugin as the raw baseline, luks filter) and
 //! qemu-storage-daemon (raw, luks), each our child process on a unix
 //! socket with its image in /dev/shm (RAM, like the seeds' brd), stopped
-//! by pid and its files removed when dropped.
+//! by pid and its files removed when dropped. The vhost runner
+//! (`super::vhost`) starts its servers with the same pieces
+//! ([`spawn_ucrypt`], [`spawn`], the images and the /dev/shm naming).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -216,7 +218,7 @@ pub(super) fn shm_dir() -> PathBuf {
     }
 }
 
-fn make_raw_image(path: &Path, size: u64) -> Result<(), Error> {
+pub(super) fn make_raw_image(path: &Path, size: u64) -> Result<(), Error> {
     let f = std::fs::File::create(path).map_err(|source| Error::Output {
         path: path.into(),
         source,
@@ -250,6 +252,73 @@ fn make_luks_image(path: &Path, size: u64, pass: &str) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// Starts `ucrypt open` for target `t` (its export socket `so`, named
+/// `name`): a plain table with a fresh random key over a new `size`-byte
+/// image `im`, the table on standard input (the key stays out of the
+/// process list), `export` the `--export …` arguments of the frontend.
+pub(super) fn spawn_ucrypt(
+    exe: &Path,
+    t: Target,
+    name: &str,
+    so: &Path,
+    im: &Path,
+    size: u64,
+    export: &[String],
+) -> Result<Server, Error> {
+    let cipher = t.cipher.unwrap_or(Cipher::Null);
+    make_raw_image(im, size)?;
+    let mut key = zeroize::Zeroizing::new(vec![0u8; cipher.key_len()]);
+    random_bytes(&mut key)?;
+    let hexkey = zeroize::Zeroizing::new(if key.is_empty() {
+        "-".to_string()
+    } else {
+        key.iter().map(|b| format!("{b:02x}")).collect()
+    });
+    let table = zeroize::Zeroizing::new(format!(
+        "0 {} crypt {} {} 0 {} 0",
+        size / 512,
+        cipher.spec(),
+        hexkey.as_str(),
+        im.display()
+    ));
+    let mode = match t.mode {
+        Mode::Adaptive => "adaptive",
+        Mode::Inline => "inline",
+        _ => "classic",
+    };
+    let run_dir = so.with_extension("run");
+    let mut c = Command::new(exe);
+    c.env("UCRYPT_RUNTIME_DIR", &run_dir);
+    c.args([
+        "open",
+        "--type",
+        "plain",
+        "--foreground",
+        "--table-stdin",
+        "--mode",
+        mode,
+    ]);
+    if t.mode == Mode::InlineRead {
+        c.arg("--perf-no_read_workqueue");
+    }
+    if t.mode == Mode::InlineWrite {
+        c.arg("--perf-no_write_workqueue");
+    }
+    c.args(export);
+    c.arg(im).arg(format!("bench-{t}"));
+    let mut srv = spawn_with_input(
+        name,
+        c,
+        Some(table.as_str()),
+        so,
+        "",
+        vec![so.to_path_buf(), im.to_path_buf(), run_dir],
+    )?;
+    srv.cipher = t.cipher;
+    srv.mode = Some(t.mode);
+    Ok(srv)
 }
 
 /// How to start one server.
@@ -292,59 +361,9 @@ pub(super) fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<Starter> {
             name: name.clone(),
             target: Some(t),
             start: Box::new(move || {
-                let cipher = t.cipher.unwrap_or(Cipher::Null);
-                let (so, im) = (s(&name), i(&name));
-                make_raw_image(&im, size)?;
-                let mut key = zeroize::Zeroizing::new(vec![0u8; cipher.key_len()]);
-                random_bytes(&mut key)?;
-                let hexkey = zeroize::Zeroizing::new(if key.is_empty() {
-                    "-".to_string()
-                } else {
-                    key.iter().map(|b| format!("{b:02x}")).collect()
-                });
-                let table = zeroize::Zeroizing::new(format!(
-                    "0 {} crypt {} {} 0 {} 0",
-                    size / 512,
-                    cipher.spec(),
-                    hexkey.as_str(),
-                    im.display()
-                ));
-                let mode = match t.mode {
-                    Mode::Adaptive => "adaptive",
-                    Mode::Inline => "inline",
-                    _ => "classic",
-                };
-                let run_dir = so.with_extension("run");
-                let mut c = Command::new(&exe);
-                c.env("UCRYPT_RUNTIME_DIR", &run_dir);
-                c.args([
-                    "open",
-                    "--type",
-                    "plain",
-                    "--foreground",
-                    "--table-stdin",
-                    "--mode",
-                    mode,
-                ]);
-                if t.mode == Mode::InlineRead {
-                    c.arg("--perf-no_read_workqueue");
-                }
-                if t.mode == Mode::InlineWrite {
-                    c.arg("--perf-no_write_workqueue");
-                }
-                c.arg("--export").arg(format!("nbd={}", so.display()));
-                c.arg(&im).arg(format!("bench-{}", t));
-                let mut srv = spawn_with_input(
-                    &name,
-                    c,
-                    Some(table.as_str()),
-                    &so,
-                    "",
-                    vec![so.clone(), im.clone(), run_dir],
-                )?;
-                srv.cipher = t.cipher;
-                srv.mode = Some(t.mode);
-                Ok(srv)
+                let so = s(&name);
+                let export = ["--export".to_string(), format!("nbd={}", so.display())];
+                spawn_ucrypt(&exe, t, &name, &so, &i(&name), size, &export)
             }),
         });
     }

@@ -82,6 +82,14 @@ pub(crate) struct Gen {
 }
 
 impl Gen {
+    /// The adaptive pipeline, when this generation runs one.
+    pub(crate) fn adaptive(&self) -> Option<&Adaptive> {
+        match &self.pipe {
+            Pipe::Adaptive(a) => Some(a),
+            _ => None,
+        }
+    }
+
     pub(super) fn build(
         core: &Arc<Core>,
         vol: Volume,

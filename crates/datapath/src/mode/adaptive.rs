@@ -36,7 +36,9 @@
 //! scored on the caller's depth, only on how soon their helper began them:
 //! one begun later than it took to run (a helper woken onto a core other
 //! load keeps busy) pauses them with the same back-off (`hint.rs`).
-//! Without a hint:
+//! On a completion-driven backend such requests are gathered instead
+//! (mode/gather.rs) and only their crypto moves, by the same rules
+//! (`crypto.rs`). Without a hint:
 //!
 //! The caller's queue depth cannot be seen up front (an inline request
 //! completes before the next one is submitted), so it is learned: a helper
@@ -86,6 +88,7 @@ use crate::mode::inline::{self, Pass};
 use crate::stats::Path;
 use crate::{Completion, Ctx, Done, Error, Hint};
 
+mod crypto;
 mod hint;
 mod spin;
 mod split;
@@ -132,6 +135,15 @@ struct Offload {
     scored: bool,
 }
 
+/// Work queued for a helper.
+enum Task {
+    /// A whole request (IO and crypto).
+    Request(Offload),
+    /// The crypto of a request the gather path has on a completion-driven
+    /// backend (see `crypto.rs`), queued at the instant given.
+    Crypto(Instant, Box<dyn FnOnce() + Send>),
+}
+
 /// Why a request is handed off whole.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum OffloadKind {
@@ -152,8 +164,8 @@ struct Board {
     parked: Mutex<usize>,
     wake: Condvar,
     closed: AtomicBool,
-    /// Whole requests handed to helpers, and their count.
-    handoff: Mutex<VecDeque<Offload>>,
+    /// Whole requests and crypto handed to helpers, and their count.
+    handoff: Mutex<VecDeque<Task>>,
     handoff_len: AtomicUsize,
     /// Handed-off requests not yet completed.
     offloaded: AtomicUsize,
@@ -380,13 +392,13 @@ impl Adaptive {
             .handoff
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back(Offload {
+            .push_back(Task::Request(Offload {
                 w,
                 t0,
                 done,
                 seq,
                 scored,
-            });
+            }));
         self.board.handoff_len.fetch_add(1, SeqCst);
         if kind == OffloadKind::Forced || self.board.spinning.load(SeqCst) == 0 {
             self.board.nudge();
@@ -416,7 +428,7 @@ impl Board {
         self.open.load(SeqCst) == 0 && self.handoff_len.load(SeqCst) == 0
     }
 
-    fn take_handoff(&self) -> Option<Offload> {
+    fn take_handoff(&self) -> Option<Task> {
         if self.handoff_len.load(SeqCst) == 0 {
             return None;
         }
@@ -458,9 +470,12 @@ fn helper(board: &Board, ctx: &Ctx) {
             board.spinning.fetch_sub(1, SeqCst);
             if let Some(job) = job {
                 run_chunks(ctx, &job);
-            } else if let Some(o) = offload {
+            } else if let Some(t) = offload {
                 board.busy.fetch_add(1, SeqCst);
-                run_offload(board, ctx, o);
+                match t {
+                    Task::Request(o) => run_offload(board, ctx, o),
+                    Task::Crypto(queued, f) => crypto::run(board, ctx, queued, f),
+                }
                 board.busy.fetch_sub(1, SeqCst);
             }
             board.spinning.fetch_add(1, SeqCst);

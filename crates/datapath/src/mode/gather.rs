@@ -34,7 +34,10 @@
 //! frontend goes on reading its next requests while these are in flight.
 //! Each entry completes on the backend's completion thread as its own IO
 //! finishes: a read is decrypted there, then stats, gate release and
-//! `done` as for any request. The request holds its queue slot until then,
+//! `done` as for any request. In the adaptive mode a large write's
+//! encryption (and its submission), or a large read's decryption and
+//! completion, goes to a free helper instead (mode/adaptive/crypto.rs), so
+//! one connection's crypto is spread over cores as classic spreads it. The request holds its queue slot until then,
 //! so drains (reconfigure, suspend, shutdown) wait for IO in flight. That
 //! thread is marked an engine thread: a deferred request it replays is
 //! parked, never waited for, and a panicking callback does not kill it.
@@ -68,7 +71,7 @@ use backend::{AsyncKind, AsyncOp, ReadOp, WriteOp};
 
 use crate::check::Work;
 use crate::stats::{Dir, Path};
-use crate::{Completion, Ctx, Done, Error, Gen, Hint};
+use crate::{Completion, Done, Error, Gen, Hint};
 
 /// Most requests gathered into one batch (the file backend's ring size).
 pub(crate) const MAX_ENTRIES: usize = 64;
@@ -200,7 +203,7 @@ fn run(batch: Vec<Pending>) {
     let gen = batch[0].gen.clone();
     let ctx = &*gen.ctx;
     if ctx.backend.completes_async() {
-        return run_async(&gen.ctx, batch);
+        return run_async(&gen, batch);
     }
     let mut reads = Vec::new();
     let mut writes = Vec::new();
@@ -265,9 +268,11 @@ fn run(batch: Vec<Pending>) {
     }
 }
 
-/// Submits a batch and returns: writes encrypted here, each request
+/// Submits a batch and returns: writes encrypted here (or, in the
+/// adaptive mode, by a free helper that then submits them), each request
 /// completed by its entry's callback (see the module doc).
-fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
+fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
+    let ctx = &gen.ctx;
     let mut ops = Vec::with_capacity(batch.len());
     let inflight = INFLIGHT.with(Arc::clone);
     inflight.n.fetch_add(batch.len(), Ordering::AcqRel);
@@ -287,28 +292,45 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
                 // Stale bytes of a pooled buffer are all overwritten, or the
                 // read fails and the buffer is dropped (see crate::bufpool).
                 buf: crate::bufpool::take(r.len() as usize),
-                done: Box::new(move |mut buf, res| {
+                done: Box::new(move |buf, res| {
                     engine_side();
-                    let res: Completion = res
-                        .map(|()| {
-                            if let Some(cr) = &c.crypt {
-                                cr.decrypt(r.sector(), &mut buf);
-                            }
-                            Some(buf)
-                        })
-                        .map_err(Error::Io);
-                    counted(&fl, || {
-                        c.complete(Dir::Read, Path::Inline, r.len(), t0, res, done)
-                    });
-                    drop((gen, c));
-                    drop(tail);
+                    // Only off the completion thread: a submitter reaping
+                    // its own completions (a full queue) is about to wait,
+                    // so it decrypts them itself.
+                    let moved = res.is_ok()
+                        && backend::on_completion_thread()
+                        && gen
+                            .adaptive()
+                            .is_some_and(|a| a.crypto_handoff_ok(&c, r.len(), true));
+                    let g = gen.clone();
+                    let finish = move |mut buf: Vec<u8>, res: std::io::Result<()>, path| {
+                        let res: Completion = res
+                            .map(|()| {
+                                if let Some(cr) = &c.crypt {
+                                    cr.decrypt(r.sector(), &mut buf);
+                                }
+                                Some(buf)
+                            })
+                            .map_err(Error::Io);
+                        counted(&fl, || c.complete(Dir::Read, path, r.len(), t0, res, done));
+                        drop((gen, c));
+                        drop(tail);
+                    };
+                    match g.adaptive() {
+                        Some(a) if moved => {
+                            a.hand_crypto(Box::new(move || finish(buf, res, Path::Offload)))
+                        }
+                        _ => finish(buf, res, Path::Inline),
+                    }
                 }),
             },
-            Work::Write(r, mut data, fua) => {
-                if let Some(cr) = &ctx.crypt {
-                    cr.encrypt(r.sector(), &mut data);
-                }
-                AsyncOp {
+            Work::Write(r, data, fua) => {
+                let moved = gen
+                    .adaptive()
+                    .is_some_and(|a| a.crypto_handoff_ok(ctx, r.len(), false));
+                let path = if moved { Path::Offload } else { Path::Inline };
+                let g = gen.clone();
+                let mut op = AsyncOp {
                     kind: AsyncKind::Write { fua },
                     offset: r.at(),
                     buf: data,
@@ -316,12 +338,28 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
                         engine_side();
                         crate::bufpool::give(buf);
                         let res: Completion = res.map(|()| None).map_err(Error::Io);
-                        counted(&fl, || {
-                            c.complete(Dir::Write, Path::Inline, r.len(), t0, res, done)
-                        });
+                        counted(&fl, || c.complete(Dir::Write, path, r.len(), t0, res, done));
                         drop((gen, c));
                         drop(tail);
                     }),
+                };
+                match g.adaptive() {
+                    Some(a) if moved => {
+                        let c = ctx.clone();
+                        a.hand_crypto(Box::new(move || {
+                            if let Some(cr) = &c.crypt {
+                                cr.encrypt(r.sector(), &mut op.buf);
+                            }
+                            c.backend.submit_async(vec![op]);
+                        }));
+                        continue;
+                    }
+                    _ => {
+                        if let Some(cr) = &ctx.crypt {
+                            cr.encrypt(r.sector(), &mut op.buf);
+                        }
+                        op
+                    }
                 }
             }
             // Invariant: `wants` admits reads and writes only.
@@ -329,7 +367,9 @@ fn run_async(ctx: &Arc<Ctx>, batch: Vec<Pending>) {
         };
         ops.push(op);
     }
-    ctx.backend.submit_async(ops);
+    if !ops.is_empty() {
+        ctx.backend.submit_async(ops);
+    }
 }
 
 /// Counts a callback out of its engine's running ones when dropped (after
@@ -344,17 +384,17 @@ impl Drop for Tail {
 }
 
 /// Runs a request's completion `f` and counts it out of its submitter's
-/// [`Inflight`]: after `f` on a completion thread (a settling submitter
-/// then sees its `done` has run), before `f` on the submitter's own thread
-/// (entries refused at once), where `f` may call a blocking helper that
-/// settles.
-fn counted(fl: &Inflight, f: impl FnOnce()) {
-    if backend::on_completion_thread() {
-        f();
+/// [`Inflight`]: after `f` on any other thread (a completion thread or an
+/// adaptive helper: a settling submitter then sees its `done` has run),
+/// before `f` on the submitter's own thread (entries refused at once),
+/// where `f` may call a blocking helper that settles.
+fn counted(fl: &Arc<Inflight>, f: impl FnOnce()) {
+    if INFLIGHT.with(|own| Arc::ptr_eq(own, fl)) {
         fl.end();
+        f();
     } else {
-        fl.end();
         f();
+        fl.end();
     }
 }
 
