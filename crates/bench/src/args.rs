@@ -1,6 +1,6 @@
 //! `ucrypt bench`'s command line as clap parses it ([`BenchArgs`]): the
 //! profile (`--profile`, `--quick`, `--full`), its [`Overrides`], where
-//! the jobs run (`--via`, `--peers`) and the dm-crypt flag advisor's
+//! the jobs run (`--via`, `--peers`, `--ceph`) and the dm-crypt flag advisor's
 //! options. [`BenchArgs::options`] turns it into [`Options`],
 //! [`BenchArgs::advisor`] and [`BenchArgs::via`] into the run it asks
 //! for; the `ucrypt` binary flattens it, runs and prints.
@@ -33,6 +33,14 @@ pub struct BenchArgs {
     /// luks); with --via vhost: qemu-storage-daemon (luks).
     #[arg(long)]
     pub peers: bool,
+    /// fio on Ceph RBD images of the cluster --ceph-conf names: ucrypt
+    /// (default aes-adaptive) on LUKS2 from `rbd encryption format`, raw =
+    /// qemu-storage-daemon's rbd driver; --peers adds it with librbd's LUKS2.
+    #[arg(long, conflicts_with = "dm_crypt")]
+    pub ceph: bool,
+    /// With --ceph: the pool the images are made in (and removed from).
+    #[arg(long, value_name = "POOL", requires = "ceph", default_value = "rbd")]
+    pub ceph_pool: String,
     /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
     /// brd (root, fio) and answer one `cryptsetup refresh` line.
     #[arg(long)]
@@ -77,7 +85,11 @@ impl BenchArgs {
             no_progress: self.no_progress,
             ..self.overrides.clone()
         };
-        if self.via.as_deref() == Some("vhost") {
+        if self.ceph {
+            // On Ceph: ucrypt adaptive against the peers, no sweep, unless told.
+            o.targets.get_or_insert_with(|| "aes-adaptive".into());
+            o.no_sweep |= o.sweep_targets.is_none();
+        } else if self.via.as_deref() == Some("vhost") {
             // vhost's own sweep for what is not given (jobs = virtqueues).
             for (field, value) in crate::runner::vhost::DEFAULT_SWEEP {
                 let f = match field {
@@ -107,11 +119,18 @@ impl BenchArgs {
     }
 
     /// Where the jobs run: fio against `ucrypt open` (served by
-    /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, libblkio
-    /// against it over vhost-user-blk with `--via vhost`, else in this
-    /// process. `ucrypt_exe`'s error only matters for fio and vhost.
+    /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, on Ceph
+    /// with `--ceph` (fio, whatever `--via` says), libblkio against it over
+    /// vhost-user-blk with `--via vhost`, else in this process.
+    /// `ucrypt_exe`'s error only matters for fio and vhost.
     pub fn via(&self, ucrypt_exe: std::io::Result<PathBuf>) -> std::io::Result<Via> {
-        if self.via.as_deref() == Some("vhost") {
+        if self.ceph {
+            Ok(Via::Rbd(crate::runner::rbd::RbdPlan {
+                pool: self.ceph_pool.clone(),
+                peers: self.peers,
+                ucrypt_exe: ucrypt_exe?,
+            }))
+        } else if self.via.as_deref() == Some("vhost") {
             Ok(Via::Vhost(crate::runner::vhost::VhostPlan {
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,

@@ -15,6 +15,7 @@
 //!     │        └──► Runner: EngineRunner (driver ► Engine ► MemBackend)
 //!     │                     FioRunner (fio ► NBD ► ucrypt open | peers)
 //!     │                     VhostRunner (libblkio ► vhost-user-blk ► ucrypt open | qsd)
+//!     │                     RbdRunner (the same on Ceph RBD images)
 //!     ▼
 //!   CellResult (MiB/s, IOPS, p50/p99/p99.9, CPU s/GiB) ─► Report
 //!     │
@@ -102,6 +103,9 @@ pub enum Via {
     /// libblkio over vhost-user-blk against `ucrypt open`, raw baseline
     /// qemu-storage-daemon ([`runner::vhost::run`]).
     Vhost(runner::vhost::VhostPlan),
+    /// fio over NBD against `ucrypt open rbd:…` and qemu-storage-daemon's
+    /// rbd driver, on images made in a Ceph pool ([`runner::rbd::run`]).
+    Rbd(runner::rbd::RbdPlan),
 }
 
 /// Runs the bench `via` in-process, fio or vhost (the report is not yet written).
@@ -130,6 +134,7 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
             external::run(opts, &plan)
         }
         Via::Vhost(plan) => runner::vhost::run(opts, &plan),
+        Via::Rbd(plan) => runner::rbd::run(opts, &plan),
     }
 }
 

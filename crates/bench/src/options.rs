@@ -22,8 +22,12 @@ pub struct Options {
     pub sector_size: u32,
     /// Targets of the headline table.
     pub targets: Vec<Target>,
-    /// Workload shapes of the headline (sequential read and write each).
+    /// Workload shapes of the headline (each in every direction of
+    /// `headline_rw`).
     pub headline: Vec<Shape>,
+    /// Directions of the headline: sequential read and write, except where
+    /// a runner says otherwise (Ceph: random, as librbd reads ahead).
+    pub headline_rw: Vec<Rw>,
     /// Targets of the sweep (heatmaps need raw, classic and inline/adaptive
     /// of the same cipher).
     pub sweep_targets: Vec<Target>,
@@ -69,6 +73,7 @@ impl Options {
             sector_size: 512,
             targets: Target::all(),
             headline: vec![Shape { bs: 4096, qd: 1 }],
+            headline_rw: vec![Rw::Read, Rw::Write],
             sweep_targets: sweep_set(Cipher::AesXts),
             rw: vec![Rw::Read, Rw::Write],
             bs: vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::driver::{Rw, Workload};
+use crate::driver::Workload;
 use crate::report::Phase;
 use crate::Options;
 
@@ -42,14 +42,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan of `opts`: the headline shapes (sequential read then
-    /// write, one job) if there are headline targets, then the sweep if
-    /// there are sweep targets.
+    /// The plan of `opts`: the headline shapes (in each direction of
+    /// `headline_rw`, one job) if there are headline targets, then the
+    /// sweep if there are sweep targets.
     pub fn new(opts: &Options) -> Self {
         let mut cells = Vec::new();
         if !opts.targets.is_empty() {
             for s in &opts.headline {
-                for rw in [Rw::Read, Rw::Write] {
+                for &rw in &opts.headline_rw {
                     cells.push(PlanCell {
                         phase: Phase::Headline,
                         workload: Workload {
@@ -141,6 +141,7 @@ pub fn round_order(n: usize, round: usize) -> impl Iterator<Item = usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::Rw;
 
     #[test]
     fn plan_orders_headline_then_sweep() {

@@ -7,6 +7,7 @@
 
 pub mod grid;
 mod machine;
+pub mod ratios;
 pub mod table;
 pub mod verdict;
 
@@ -58,6 +59,9 @@ pub struct CellResult {
     pub reps: usize,
     /// Throughput in MiB/s over repetitions (null if nothing completed).
     pub mib_s: Option<Summary>,
+    /// MiB/s of every repetition, in round order (0 for a failed one):
+    /// index i of two targets of a cell ran in the same round.
+    pub rounds_mib_s: Vec<f64>,
     /// Median IOPS.
     pub iops: Option<f64>,
     /// Median latency percentiles in µs.
@@ -105,6 +109,16 @@ impl CellResult {
             jobs: w.jobs,
             reps: n,
             mib_s: Summary::of(&mib),
+            rounds_mib_s: reps
+                .iter()
+                .map(|r| {
+                    if r.ops > 0 {
+                        stats::mib_per_s(r.bytes_per_s)
+                    } else {
+                        0.0
+                    }
+                })
+                .collect(),
             iops: stats::median(&iops),
             lat_us: Percentiles::median_of(&lats),
             cpu_s_per_gib: stats::median(&cpu),

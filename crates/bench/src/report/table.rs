@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use super::{CellResult, Phase, Report};
-use crate::driver::Rw;
 use crate::stats;
 use crate::target::Mode;
 use crate::CryptoSpeed;
@@ -41,10 +40,15 @@ impl Report {
         let o = &self.options;
         let _ = write!(
             s,
-            "ucrypt bench ({}, {}), {} MiB ramdisk",
+            "ucrypt bench ({}, {}), {} MiB {}",
             self.via,
             o.profile,
-            o.size_bytes >> 20
+            o.size_bytes >> 20,
+            if self.via.contains("rbd") {
+                "RBD images"
+            } else {
+                "ramdisk"
+            }
         );
         if head.is_empty() {
             let _ = writeln!(s);
@@ -67,8 +71,13 @@ impl Report {
             let _ = writeln!(s);
             let _ = writeln!(
                 s,
-                "{} sequential, QD{qd}, {jobs} job{}:",
+                "{} {}, QD{qd}, {jobs} job{}:",
                 fmt_bs(bs),
+                if head.iter().any(|c| c.rw.is_random()) {
+                    "random"
+                } else {
+                    "sequential"
+                },
                 if jobs == 1 { "" } else { "s" }
             );
             head_table(&mut s, &head);
@@ -89,6 +98,11 @@ impl Report {
                 s,
                 "bound = io·c/(io+c), io = raw's MiB/s in the same cell (seed 002)"
             );
+        }
+        let ratios = super::ratios::table(self);
+        if !ratios.is_empty() {
+            let _ = writeln!(s);
+            s.push_str(&ratios);
         }
         for c in head.iter().filter(|c| c.error.is_some()) {
             let _ = writeln!(
@@ -253,12 +267,14 @@ fn head_table(s: &mut String, head: &[&CellResult]) {
         }
     }
     for name in names {
-        let get = |rw: Rw| {
+        // Reads in the read columns, writes in the write ones, whether
+        // sequential or random (the headline has one of each).
+        let get = |write: bool| {
             head.iter()
-                .find(|c| c.target == name && c.rw == rw)
+                .find(|c| c.target == name && c.rw.is_write() == write)
                 .copied()
         };
-        let (r, w) = (get(Rw::Read), get(Rw::Write));
+        let (r, w) = (get(false), get(true));
         let f = |c: Option<&CellResult>,
                  g: &dyn Fn(&CellResult) -> Option<f64>,
                  p: usize,

@@ -82,7 +82,7 @@ pub struct FioRunner {
     skipped: Vec<Skipped>,
     size: u64,
     ramp: Duration,
-    peers: bool,
+    via: String,
 }
 
 impl FioRunner {
@@ -107,6 +107,21 @@ impl FioRunner {
                 missing,
             });
         }
+        super::watch_interrupts();
+        servers::remove_stale();
+        let tag = format!("{}-{}", std::process::id(), crate::timestamp_compact());
+        let via = if plan.peers { "fio+peers" } else { "fio" };
+        Self::start(opts, servers::starters(plan, opts.size, &tag), via)
+    }
+
+    /// Starts and fills the servers of `starters` in order (reported as
+    /// `via`); one that fails is skipped with its error. The sweep covers
+    /// `raw` and the starters whose ucrypt target is a sweep target.
+    pub(super) fn start(
+        opts: &Options,
+        starters: Vec<servers::Starter>,
+        via: &str,
+    ) -> Result<Self, Error> {
         let mut runner = Self {
             servers: Vec::new(),
             args: Vec::new(),
@@ -114,12 +129,9 @@ impl FioRunner {
             skipped: Vec::new(),
             size: opts.size,
             ramp: opts.warmup,
-            peers: plan.peers,
+            via: via.into(),
         };
-        super::watch_interrupts();
-        servers::remove_stale();
-        let tag = format!("{}-{}", std::process::id(), crate::timestamp_compact());
-        for starter in servers::starters(plan, opts.size, &tag) {
+        for starter in starters {
             if super::interrupted() {
                 return Err(Error::Interrupted);
             }
@@ -164,11 +176,7 @@ impl FioRunner {
 
 impl Runner for FioRunner {
     fn via(&self) -> String {
-        if self.peers {
-            "fio+peers".into()
-        } else {
-            "fio".into()
-        }
+        self.via.clone()
     }
 
     fn targets(&self) -> &[RunTarget] {

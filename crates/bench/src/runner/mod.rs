@@ -3,8 +3,9 @@
 //! A [`Runner`] knows its targets and measures one repetition of a
 //! workload on one of them: [`engine::EngineRunner`] in-process over
 //! `datapath::Engine`s on a ramdisk, [`fio::FioRunner`] with fio against
-//! NBD exports (ucrypt's and its peers'), [`vhost::VhostRunner`] with
-//! libblkio against vhost-user-blk exports. [`run`] takes any runner through
+//! NBD exports (ucrypt's and its peers'), [`rbd::RbdRunner`] the same on
+//! Ceph RBD images, [`vhost::VhostRunner`] with libblkio against
+//! vhost-user-blk exports. [`run`] takes any runner through
 //! the options' [`Plan`]: per cell a warm-up per target, then the
 //! repetitions in rounds whose target order rotates ([`round_order`]), then
 //! the crypto speeds and the derived ratios.
@@ -21,6 +22,7 @@
 
 pub mod engine;
 pub mod fio;
+pub mod rbd;
 mod servers;
 pub mod vhost;
 
