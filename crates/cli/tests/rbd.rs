@@ -170,6 +170,14 @@ fn luks_on_rbd_format_dump_add_key_open_lock_and_snapshot() {
     );
     u.close("v");
 
+    // close releases the image at once: `close` returns after the daemon
+    // has exited, and it drops its backend (rbd_close) before exiting, so
+    // no watcher or exclusive lock is left for the cluster's timeout (~30 s)
+    let status = text(&c.rbd(&["status", &img]).stdout);
+    assert!(status.contains("Watchers: none"), "after close: {status}");
+    let locks = text(&c.rbd(&["lock", "ls", &img]).stdout);
+    assert!(locks.trim().is_empty(), "after close: {locks}");
+
     // snapshot: read-only, keeps the data written before it
     c.rbd(&["snap", "create", &snap_img]);
     let o = u.run(&["open", "--type", "luks", "-d", p, &snap_dev, "rw"]);

@@ -118,8 +118,18 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         )
         .with_source(e)
     })?;
-    let d = Arc::clone(&daemon);
-    spawn("ctl", move || control::serve(ctl, |req| d.handle(req)))?;
+    // The control thread holds the daemon weakly: it never ends (it blocks
+    // in accept), so a strong reference would keep the engine and its
+    // backend alive past `close` until the process exits, and a backend's
+    // release (an rbd image's watch and exclusive lock) would then wait
+    // for the cluster's timeout instead of happening at close.
+    let d = Arc::downgrade(&daemon);
+    spawn("ctl", move || {
+        control::serve(ctl, |req| match d.upgrade() {
+            Some(d) => d.handle(req),
+            None => Reply::from(Error::new(ErrorKind::Io, "Daemon is already stopping")).into(),
+        })
+    })?;
 
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -150,6 +160,10 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     ready(&daemon.ping);
 
     let result = daemon.wait(&rx);
+    // The last strong reference (see the control thread above): the
+    // engine and the backend drop here, so files, locks and an rbd image
+    // are released before the process exits.
+    drop(daemon);
     let _ = std::fs::remove_file(&paths.ctl);
     let _ = std::fs::remove_file(&paths.pid);
     // Our default mountpoint goes; a mountpoint the user named stays.
