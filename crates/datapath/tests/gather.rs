@@ -23,20 +23,7 @@ fn engine(
     mode: CryptMode,
     queue_depth: usize,
 ) -> Option<(Engine, Arc<FileBackend>, testutil::TempDir)> {
-    if !testutil::require(test, Capability::IoUring) {
-        return None;
-    }
-    let dir = testutil::TempDir::new("gather");
-    let path = dir.join("disk.img");
-    std::fs::File::create(&path)
-        .and_then(|f| f.set_len(SIZE + DATA_OFFSET))
-        .expect("create image");
-    let opts = FileOptions {
-        engine: Some(IoEngine::Uring),
-        direct: DirectIo::Auto,
-        ..FileOptions::default()
-    };
-    let fb = Arc::new(FileBackend::open(&path, &opts).expect("open"));
+    let (fb, _path, dir) = uring_image(test, SIZE + DATA_OFFSET)?;
     let cfg = EngineConfig {
         mode,
         queue_depth,

@@ -20,25 +20,6 @@ const BIG: usize = 1 << 20;
 /// Requests per run, all in flight together (the caller's queue depth).
 const N: u64 = 8;
 
-/// An image on io_uring, `None` (logged skip) without io_uring.
-fn image(test: &str) -> Option<(Arc<FileBackend>, std::path::PathBuf, testutil::TempDir)> {
-    if !testutil::require(test, Capability::IoUring) {
-        return None;
-    }
-    let dir = testutil::TempDir::new("gather-crypto");
-    let path = dir.join("disk.img");
-    std::fs::File::create(&path)
-        .and_then(|f| f.set_len(SIZE + DATA_OFFSET))
-        .expect("create image");
-    let opts = FileOptions {
-        engine: Some(IoEngine::Uring),
-        direct: DirectIo::Auto,
-        ..FileOptions::default()
-    };
-    let fb = Arc::new(FileBackend::open(&path, &opts).expect("open"));
-    Some((fb, path, dir))
-}
-
 /// An engine in `mode` with one helper (two workers), whatever the
 /// machine's CPU count.
 fn engine(fb: &Arc<FileBackend>, mode: CryptMode) -> Engine {
@@ -111,7 +92,7 @@ fn check_reads(got: Vec<Completion>, len: usize, what: &str) {
 
 #[test]
 fn large_deep_requests_hand_their_crypto_to_a_free_helper() {
-    let Some((fb, path, _dir)) = image("gather_crypto_large") else {
+    let Some((fb, path, _dir)) = uring_image("gather_crypto_large", SIZE + DATA_OFFSET) else {
         return;
     };
     let e = engine(&fb, CryptMode::Adaptive);
@@ -167,7 +148,7 @@ fn large_deep_requests_hand_their_crypto_to_a_free_helper() {
 
 #[test]
 fn small_requests_and_the_inline_mode_keep_their_crypto() {
-    let Some((fb, _path, _dir)) = image("gather_crypto_small") else {
+    let Some((fb, _path, _dir)) = uring_image("gather_crypto_small", SIZE + DATA_OFFSET) else {
         return;
     };
     let small = 4096;

@@ -98,6 +98,30 @@ pub fn backing(store: Store, size: u64) -> Backing {
 /// Data starts this far into the backend (a LUKS-like header gap).
 pub const DATA_OFFSET: u64 = 8192;
 
+/// A `len`-byte image file on io_uring (O_DIRECT where the file allows it),
+/// with its path and the temp dir that holds it; `None` (a logged skip)
+/// without io_uring.
+pub fn uring_image(
+    test: &str,
+    len: u64,
+) -> Option<(Arc<FileBackend>, std::path::PathBuf, testutil::TempDir)> {
+    if !testutil::require(test, testutil::Capability::IoUring) {
+        return None;
+    }
+    let dir = testutil::TempDir::new(test);
+    let path = dir.join("disk.img");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(len))
+        .expect("create image");
+    let opts = FileOptions {
+        engine: Some(backend::IoEngine::Uring),
+        direct: backend::DirectIo::Auto,
+        ..FileOptions::default()
+    };
+    let fb = Arc::new(FileBackend::open(&path, &opts).expect("open"));
+    Some((fb, path, dir))
+}
+
 pub fn volume(backend: Arc<dyn Backend>, c: Cipher, size: u64) -> Volume {
     Volume {
         backend,
