@@ -2,6 +2,8 @@
 //! and SVG heatmaps), the grid profile's table, `--via fio`, and
 //! `--dm-crypt`'s refusal where the kernel parts are missing.
 
+mod bench_common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -46,16 +48,11 @@ fn num(v: &serde_json::Value) -> bool {
 fn quick_run_writes_table_json_csv_and_heatmaps() {
     let tmp = TempDir::new("bench-quick");
     let out_dir = tmp.join("results");
-    let out = Command::new(ucrypt_bin())
-        .args(["bench", "--quick", "--no-progress", "--out"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, v) = bench_common::run(
+        Command::new(ucrypt_bin())
+            .args(["bench", "--quick", "--no-progress", "--out"])
+            .arg(&out_dir),
+        &out_dir,
     );
 
     // The table comes first, headline workload and every in-process target.
@@ -109,8 +106,6 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
     );
 
     // JSON with the documented schema (docs/BENCHMARKING.md).
-    let json = std::fs::read_to_string(out_dir.join("results.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&json).expect("results.json parses");
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["via"], "in-process");
     assert!(v["started"].as_str().unwrap().ends_with('Z'));
@@ -236,20 +231,15 @@ fn quick_run_writes_table_json_csv_and_heatmaps() {
 fn grid_profile_prints_the_mode_grid() {
     let tmp = TempDir::new("bench-grid");
     let out_dir = tmp.join("results");
-    let out = Command::new(ucrypt_bin())
-        .args(["bench", "--profile", "grid", "--no-progress"])
-        .args(["--seconds", "0.02", "--rounds", "2", "--warmup", "0ms"])
-        .args([
-            "--bs", "4k,64k", "--qd", "1", "--jobs", "1", "--size", "16M", "--out",
-        ])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, v) = bench_common::run(
+        Command::new(ucrypt_bin())
+            .args(["bench", "--profile", "grid", "--no-progress"])
+            .args(["--seconds", "0.02", "--rounds", "2", "--warmup", "0ms"])
+            .args([
+                "--bs", "4k,64k", "--qd", "1", "--jobs", "1", "--size", "16M", "--out",
+            ])
+            .arg(&out_dir),
+        &out_dir,
     );
     assert!(
         stdout.starts_with("ucrypt bench (in-process, grid)"),
@@ -310,9 +300,6 @@ fn grid_profile_prints_the_mode_grid() {
         .find(|l| l.starts_with("adaptive >= max(classic, inline) in "))
         .unwrap_or_else(|| panic!("summary: {stdout}"));
     assert!(summary.ends_with("/8 cells"), "{summary}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
-            .unwrap();
     assert_eq!(v["options"]["profile"], "grid");
     assert_eq!(v["options"]["sector_size"], 4096);
     assert_eq!(v["options"]["sweep_reps"], 2);
@@ -405,35 +392,30 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
     }
     let tmp = TempDir::new("bench-fio");
     let out_dir = tmp.join("results");
-    let out = Command::new(ucrypt_bin())
-        .args([
-            "bench",
-            "--via",
-            "fio",
-            "--no-sweep",
-            "--no-progress",
-            "--targets",
-            "aes-inline",
-        ])
-        .args([
-            "--size",
-            "32M",
-            "--reps",
-            "1",
-            "--runtime",
-            "100ms",
-            "--warmup",
-            "0ms",
-            "--out",
-        ])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, v) = bench_common::run(
+        Command::new(ucrypt_bin())
+            .args([
+                "bench",
+                "--via",
+                "fio",
+                "--no-sweep",
+                "--no-progress",
+                "--targets",
+                "aes-inline",
+            ])
+            .args([
+                "--size",
+                "32M",
+                "--reps",
+                "1",
+                "--runtime",
+                "100ms",
+                "--warmup",
+                "0ms",
+                "--out",
+            ])
+            .arg(&out_dir),
+        &out_dir,
     );
     assert!(stdout.starts_with("ucrypt bench (fio, "), "{stdout}");
     assert!(
@@ -441,9 +423,6 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
             && stdout.contains("1M sequential, QD8, 1 job:"),
         "{stdout}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
-            .unwrap();
     assert_eq!(v["via"], "fio");
     assert_eq!(
         v["skipped"].as_array().unwrap().len(),

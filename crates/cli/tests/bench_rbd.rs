@@ -3,6 +3,7 @@
 //! one, or one started for this binary): every server starts on its own
 //! image, every cell has a row for each, and the images are gone after.
 
+mod bench_common;
 mod rbd_common;
 
 use std::process::Command;
@@ -22,20 +23,15 @@ fn ceph_runner_measures_ucrypt_and_both_qsd_peers_on_rbd_images() {
     let c = Cluster::start("bench-rbd", Store::Memstore(1 << 30));
     let tmp = TempDir::new("bench-rbd");
     let out_dir = tmp.join("results");
-    let out = Command::new(ucrypt_bin())
-        .arg("--ceph-conf")
-        .arg(&c.conf)
-        .args(["bench", "--ceph", "--ceph-pool", &c.pool, "--peers"])
-        .args(["--no-progress", "--size", "8M", "--reps", "1"])
-        .args(["--runtime", "100ms", "--warmup", "0ms", "--out"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, v) = bench_common::run(
+        Command::new(ucrypt_bin())
+            .arg("--ceph-conf")
+            .arg(&c.conf)
+            .args(["bench", "--ceph", "--ceph-pool", &c.pool, "--peers"])
+            .args(["--no-progress", "--size", "8M", "--reps", "1"])
+            .args(["--runtime", "100ms", "--warmup", "0ms", "--out"])
+            .arg(&out_dir),
+        &out_dir,
     );
     assert!(
         stdout.starts_with("ucrypt bench (fio+rbd+peers, default), 8 MiB RBD images"),
@@ -48,9 +44,6 @@ fn ceph_runner_measures_ucrypt_and_both_qsd_peers_on_rbd_images() {
     ] {
         assert!(stdout.contains(cell), "no {cell} in {stdout}");
     }
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
-            .unwrap();
     assert_eq!(v["via"], "fio+rbd+peers");
     assert_eq!(v["skipped"], serde_json::json!([]), "every server started");
     let cells = v["cells"].as_array().unwrap();

@@ -3,6 +3,8 @@
 //! (raw, luks) on tiny cells; and the error naming qemu-storage-daemon
 //! when it is not on PATH.
 
+mod bench_common;
+
 use std::process::Command;
 
 use testutil::{ucrypt_bin, TempDir};
@@ -17,34 +19,26 @@ fn via_vhost_measures_ucrypt_and_the_qsd_peers() {
     }
     let tmp = TempDir::new("bench-vhost");
     let out_dir = tmp.join("results");
-    let out = Command::new(ucrypt_bin())
-        .args(["bench", "--via", "vhost", "--peers", "--no-progress"])
-        .args([
-            "--targets",
-            "aes-adaptive",
-            "--sweep-targets",
-            "aes-adaptive",
-        ])
-        .args(["--bs", "4k", "--qd", "4", "--jobs", "2"])
-        .args(["--size", "16M", "--reps", "1", "--rounds", "1"])
-        .args(["--runtime", "100ms", "--seconds", "0.1", "--warmup", "0ms"])
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, v) = bench_common::run(
+        Command::new(ucrypt_bin())
+            .args(["bench", "--via", "vhost", "--peers", "--no-progress"])
+            .args([
+                "--targets",
+                "aes-adaptive",
+                "--sweep-targets",
+                "aes-adaptive",
+            ])
+            .args(["--bs", "4k", "--qd", "4", "--jobs", "2"])
+            .args(["--size", "16M", "--reps", "1", "--rounds", "1"])
+            .args(["--runtime", "100ms", "--seconds", "0.1", "--warmup", "0ms"])
+            .arg("--out")
+            .arg(&out_dir),
+        &out_dir,
     );
     assert!(
         stdout.starts_with("ucrypt bench (vhost+peers, "),
         "{stdout}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
-            .unwrap();
     assert_eq!(v["via"], "vhost+peers");
     assert_eq!(v["skipped"], serde_json::json!([]), "every server started");
     let cells = v["cells"].as_array().unwrap();

@@ -26,7 +26,6 @@ use std::time::Duration;
 use super::servers::{self, Server};
 use super::{Rep, RunTarget, Runner};
 use crate::driver::{cpu_time, Rw, Workload};
-use crate::plan::Shape;
 use crate::report::{Report, Skipped};
 use crate::stats::{self, Percentiles};
 use crate::target::{Cipher, Target};
@@ -53,13 +52,10 @@ pub const DEFAULT_SWEEP: [(&str, &str); 4] = [
 
 /// The options the vhost runner runs with: each server gets its own RAM
 /// image, so the images stay small (at most 256 MiB), and the headline is
-/// 4k QD1 and 1M QD8 on one virtqueue.
+/// 4k QD1 and 1M QD8 on one virtqueue: the fio runner's, so the two
+/// frontends' tables line up.
 pub fn vhost_options(opts: &Options) -> Options {
-    Options {
-        size: opts.size.min(256 << 20),
-        headline: vec![Shape { bs: 4096, qd: 1 }, Shape { bs: 1 << 20, qd: 8 }],
-        ..opts.clone()
-    }
+    super::fio::fio_options(opts)
 }
 
 /// Starts the servers, runs the plan through libblkio and returns the
@@ -405,6 +401,7 @@ fn rep_of(mut out: client::Outcome, bs: u32, cpu_s: f64) -> Rep {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Shape;
     use crate::target::Mode;
 
     #[test]
