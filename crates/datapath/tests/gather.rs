@@ -9,9 +9,8 @@ mod common;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use backend::{Backend, DirectIo, FileBackend, FileOptions, IoEngine};
+use backend::{Backend, FileBackend};
 use common::*;
-use testutil::Capability;
 use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Request};
 
 const SIZE: u64 = 4 << 20;

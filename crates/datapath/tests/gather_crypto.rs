@@ -10,9 +10,8 @@ mod common;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use backend::{DirectIo, FileBackend, FileOptions, IoEngine};
+use backend::FileBackend;
 use common::*;
-use testutil::Capability;
 use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Request};
 
 const SIZE: u64 = 16 << 20;
