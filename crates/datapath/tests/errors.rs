@@ -15,6 +15,12 @@ use backend::{Backend, FaultBackend, FaultRule, MemBackend, OpKinds};
 use common::*;
 use ucrypt_datapath::{Engine, EngineConfig, Error, Op, OpKind, Request, MAX_REQUEST_BYTES};
 
+/// Which error a bad request must get.
+type IsError = fn(&Error) -> bool;
+/// A request in flight: offset, length, whether it touches the bad range,
+/// and (reads of good ranges) the bytes it must return.
+type Expected = (u64, u64, bool, Option<Vec<u8>>);
+
 const SIZE: u64 = 4 << 20;
 
 fn faulty() -> Arc<FaultBackend<MemBackend>> {
@@ -37,7 +43,7 @@ fn bad_requests_fail_cleanly_and_touch_nothing() {
             e.force_split(force);
             let ss = c.sector_size as u64;
             let req = |op, offset, fua| Request { op, offset, fua };
-            let cases: Vec<(Request, fn(&Error) -> bool)> = vec![
+            let cases: Vec<(Request, IsError)> = vec![
                 (req(Op::Read { len: ss as u32 }, SIZE, false), |e| {
                     matches!(e, Error::OutOfRange { .. })
                 }),
@@ -252,7 +258,7 @@ fn backend_errors_propagate_and_spare_other_requests() {
             .range(DATA_OFFSET + bad.start..DATA_OFFSET + bad.end);
         let id = fb.add_rule(rule);
         let (tx, rx) = mpsc::channel();
-        let mut expect: HashMap<u64, (u64, u64, bool, Option<Vec<u8>>)> = HashMap::new();
+        let mut expect: HashMap<u64, Expected> = HashMap::new();
         for i in 0..200u64 {
             // Writes stay inside the bad range (a failed write may leave
             // any part of its range changed, as on a disk); reads go

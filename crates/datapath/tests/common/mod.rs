@@ -284,7 +284,6 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
     let mut rng = Rng::new(seed);
     let (tx, rx) = mpsc::channel::<(u64, Completion)>();
     let mut inflight: HashMap<u64, (Range<u64>, bool, Pending)> = HashMap::new();
-    let mut next_id = 0u64;
     let sectors = (region.end - region.start) / ss;
     let finish =
         |id: u64, c: Completion, inflight: &mut HashMap<u64, (Range<u64>, bool, Pending)>| {
@@ -309,7 +308,7 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
                 m.check(what, off, &got);
             }
         };
-    for _ in 0..l.ops {
+    for id in 0..l.ops as u64 {
         let roll = rng.below(100);
         let big = rng.below(10) == 0;
         let max = if big {
@@ -375,8 +374,6 @@ pub fn workload(what: &str, e: &Engine, region: Range<u64>, model: &mut Model, s
             Op::Flush => Pending::Other,
             other => unreachable!("the workload generator makes no {other:?}"),
         };
-        let id = next_id;
-        next_id += 1;
         inflight.insert(id, (range, is_write, pending));
         let tx = tx.clone();
         e.submit(
