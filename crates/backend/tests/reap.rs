@@ -102,37 +102,33 @@ fn reaped_entries_complete_once_with_their_bytes() {
     let datas: Vec<Vec<u8>> = plan.iter().map(|&(_, l)| rng.bytes(l)).collect();
     let (tx, rx) = mpsc::channel();
     let mut total = 0;
-    let ops = plan
+    // Submits `ops`, reaps them all and checks every entry against
+    // `datas`; `what` names the pass in failures.
+    let mut pass = |ops: Vec<AsyncOp>, what: &str| {
+        fb.submit_async(ops);
+        let (events, reaped) = reap_all(&fb, &rx, N);
+        total += reaped;
+        let mut in_reap = 0;
+        for (i, buf, res, reaped) in events {
+            res.unwrap_or_else(|e| panic!("{what} {i}: {e}"));
+            assert_eq!(buf, datas[i], "{what} {i}");
+            in_reap += usize::from(reaped);
+        }
+        assert_eq!(in_reap, reaped, "{what}s: reap's count vs callbacks it ran");
+    };
+    let writes = plan
         .iter()
         .zip(&datas)
         .enumerate()
         .map(|(i, (&(off, _), d))| op(&tx, i, AsyncKind::Write { fua: i % 7 == 0 }, off, d.clone()))
         .collect();
-    fb.submit_async(ops);
-    let (events, reaped) = reap_all(&fb, &rx, N);
-    total += reaped;
-    let mut in_reap = 0;
-    for (i, buf, res, reaped) in events {
-        res.unwrap_or_else(|e| panic!("write {i}: {e}"));
-        assert_eq!(buf, datas[i], "write {i} gave back another buffer");
-        in_reap += usize::from(reaped);
-    }
-    assert_eq!(in_reap, reaped, "writes: reap's count vs callbacks it ran");
-    let ops = plan
+    pass(writes, "write");
+    let reads = plan
         .iter()
         .enumerate()
         .map(|(i, &(off, l))| op(&tx, i, AsyncKind::Read, off, vec![0x5a; l]))
         .collect();
-    fb.submit_async(ops);
-    let (events, reaped) = reap_all(&fb, &rx, N);
-    total += reaped;
-    let mut in_reap = 0;
-    for (i, buf, res, reaped) in events {
-        res.unwrap_or_else(|e| panic!("read {i}: {e}"));
-        assert_eq!(buf, datas[i], "read {i}");
-        in_reap += usize::from(reaped);
-    }
-    assert_eq!(in_reap, reaped, "reads: reap's count vs callbacks it ran");
+    pass(reads, "read");
     assert!(rx.try_recv().is_err(), "an entry completed twice");
     assert_eq!(fb.stats().reaped_ops, total as u64);
     // Nothing in flight: returns at once, reaps nothing.

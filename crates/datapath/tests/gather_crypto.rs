@@ -150,29 +150,21 @@ fn small_requests_and_the_inline_mode_keep_their_crypto() {
     let Some((fb, _path, _dir)) = uring_image("gather_crypto_small", SIZE + DATA_OFFSET) else {
         return;
     };
-    let small = 4096;
-    let e = engine(&fb, CryptMode::Adaptive);
-    for c in run_deep(&e, writes(small)) {
-        c.expect("write");
-    }
-    check_reads(run_deep(&e, reads(small)), small, "adaptive 4k");
-    let st = e.stats();
-    assert_eq!(
-        st.write.offloaded + st.read.offloaded,
-        0,
-        "4k moved: {st:?}"
-    );
-    drop(e);
-
-    let e = engine(&fb, CryptMode::Inline);
-    for c in run_deep(&e, writes(BIG)) {
-        c.expect("write");
-    }
-    check_reads(run_deep(&e, reads(BIG)), BIG, "inline");
-    let st = e.stats();
-    assert_eq!(
-        st.write.offloaded + st.read.offloaded,
-        0,
-        "inline moved: {st:?}"
-    );
+    // Writes then reads of `len` bytes in `mode`: none of their crypto
+    // may move to a helper.
+    let unmoved = |mode, len, what: &str| {
+        let e = engine(&fb, mode);
+        for c in run_deep(&e, writes(len)) {
+            c.expect("write");
+        }
+        check_reads(run_deep(&e, reads(len)), len, what);
+        let st = e.stats();
+        assert_eq!(
+            st.write.offloaded + st.read.offloaded,
+            0,
+            "{what} moved: {st:?}"
+        );
+    };
+    unmoved(CryptMode::Adaptive, 4096, "adaptive 4k");
+    unmoved(CryptMode::Inline, BIG, "inline");
 }
