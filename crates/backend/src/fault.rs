@@ -387,6 +387,10 @@ impl<B: Backend> Backend for FaultBackend<B> {
         self.inner.caps()
     }
 
+    fn io_path(&self) -> crate::IoPath {
+        self.inner.io_path()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check(OpKind::Read, offset, buf.len() as u64)?;
         self.bump(0);

@@ -86,6 +86,20 @@ pub struct Caps {
     pub can_write_zeroes: bool,
 }
 
+/// How a backend does its IO, as `ucrypt status` shows it: the interface,
+/// and counters since open (names and values, in display order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoPath {
+    /// The interface: `io_uring`, `pread/pwrite`, `librbd`, `memory`
+    /// (empty: the backend does not say).
+    pub engine: String,
+    /// Direct IO: the O_DIRECT memory and offset alignment in bytes, when
+    /// requests that meet it bypass the page cache.
+    pub direct_align: Option<u64>,
+    /// Counters since open, e.g. `("direct", 10)`.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
 /// A byte-addressed storage device.
 ///
 /// Implementations must be safe to call concurrently from many threads.
@@ -113,6 +127,12 @@ pub trait Backend: Send + Sync {
     /// when they run one after another.
     fn batches(&self) -> bool {
         false
+    }
+
+    /// How this backend does its IO and what it has done, for `status`
+    /// (the default: nothing to say).
+    fn io_path(&self) -> IoPath {
+        IoPath::default()
     }
 
     /// Re-reads the device's size (a grown file, block device or image)
@@ -375,6 +395,9 @@ macro_rules! forward_backend {
             }
             fn refresh_size(&self) -> io::Result<u64> {
                 (**self).refresh_size()
+            }
+            fn io_path(&self) -> IoPath {
+                (**self).io_path()
             }
             fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
                 (**self).discard(offset, len)

@@ -238,6 +238,13 @@ impl Backend for MemBackend {
         self.size
     }
 
+    fn io_path(&self) -> crate::IoPath {
+        crate::IoPath {
+            engine: "memory".into(),
+            ..crate::IoPath::default()
+        }
+    }
+
     fn caps(&self) -> Caps {
         Caps {
             can_discard: true,

@@ -548,3 +548,45 @@ fn open_with_tls_serves_nbds_only() {
         assert!(vol.pid().is_none(), "{args:?} started a daemon");
     }
 }
+
+/// `status` names the backing device's IO path (the engine `--io-engine`
+/// chose, buffered or O_DIRECT) and counts the operations that took it.
+#[test]
+fn status_shows_the_io_path_and_its_counters() {
+    if !testutil::require_tool("status_shows_the_io_path", "nbdcopy") {
+        return;
+    }
+    for (tag, args, want) in [
+        ("fe-io-ring", ["--io-engine", "uring"], "io_uring"),
+        ("fe-io-sys", ["--io-engine", "syscalls"], "pread/pwrite"),
+    ] {
+        let mut vol = Vol::new(tag, 4 * MIB, 512);
+        vol.open(&args);
+        let io_line = |vol: &Vol| {
+            let o = vol.ucrypt(&["status", &vol.name]);
+            let s = String::from_utf8_lossy(&o.stdout).into_owned();
+            let line = s
+                .lines()
+                .find(|l| l.starts_with("  io:"))
+                .map(str::to_owned);
+            line.unwrap_or_else(|| panic!("status has no io line:\n{s}"))
+        };
+        // Every counter after the `;`, summed.
+        let ops = |line: &str| -> u64 {
+            let (_, counters) = line.split_once("; ").expect("counters");
+            counters
+                .split(", ")
+                .map(|c| c.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+                .sum()
+        };
+        let before = io_line(&vol);
+        assert!(
+            before.starts_with(&format!("  io:      {want}, ")),
+            "{tag}: {before}"
+        );
+        read_all(&vol);
+        let after = io_line(&vol);
+        assert!(ops(&after) > ops(&before), "{tag}: {before} then {after}");
+        vol.close();
+    }
+}

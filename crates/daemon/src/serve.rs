@@ -406,6 +406,7 @@ impl Daemon {
             stats: (&self.engine.stats()).into(),
             nbd,
             vhost,
+            io: Some(self.backend.io_path().into()),
         }
     }
 

@@ -112,7 +112,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::{
-    check_range, emulate_write_zeroes, AsyncOp, Backend, Caps, Error, ErrorKind, ReadOp, WriteOp,
+    check_range, emulate_write_zeroes, AsyncOp, Backend, Caps, Error, ErrorKind, IoPath, ReadOp,
+    WriteOp,
 };
 
 mod aio;
@@ -497,6 +498,27 @@ impl Backend for FileBackend {
 
     fn refresh_size(&self) -> io::Result<u64> {
         FileBackend::refresh_size(self)
+    }
+
+    fn io_path(&self) -> IoPath {
+        let s = self.stats();
+        IoPath {
+            engine: match self.engine {
+                IoEngine::Uring => "io_uring",
+                // `open` resolves Auto; Syscalls is the only other answer.
+                _ => "pread/pwrite",
+            }
+            .into(),
+            direct_align: self.direct_alignment(),
+            counters: vec![
+                ("ring", s.uring_ops),
+                ("syscall", s.syscall_ops),
+                ("reaped", s.reaped_ops),
+                ("direct", s.direct_ops),
+                ("bounced", s.bounced_ops),
+                ("buffered", s.buffered_ops),
+            ],
+        }
     }
 
     fn caps(&self) -> Caps {

@@ -368,6 +368,13 @@ impl Backend for RbdBackend {
         self.size.load(Ordering::Relaxed)
     }
 
+    fn io_path(&self) -> crate::IoPath {
+        crate::IoPath {
+            engine: "librbd".into(),
+            ..crate::IoPath::default()
+        }
+    }
+
     /// `rbd resize` of an open image: the resize either ran in this
     /// process (the exclusive-lock owner performs it for the requesting
     /// client) or reached librbd's header watch, and `rbd_get_size`

@@ -42,7 +42,9 @@ pub use client::{
     Resized,
 };
 pub use server::{serve, Handled};
-pub use status::{DirStats, NbdStats, Stats, Status, VhostQueueStats, VhostStats, JSON_SCHEMA};
+pub use status::{
+    DirStats, IoStatus, NbdStats, Stats, Status, VhostQueueStats, VhostStats, JSON_SCHEMA,
+};
 
 /// How long a client waits for a reply: a ping (`list`, start-up).
 pub const PING_TIMEOUT: Duration = Duration::from_secs(2);

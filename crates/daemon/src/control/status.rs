@@ -53,6 +53,58 @@ pub struct Status {
     /// vhost-user-blk counters, per queue (vhost-user-blk exports only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost: Option<VhostStats>,
+    /// How the backing device is read and written (absent from an older
+    /// daemon's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStatus>,
+}
+
+/// The backing device's IO path: the interface, O_DIRECT, and counters.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IoStatus {
+    /// `io_uring`, `pread/pwrite`, `librbd` or `memory`.
+    pub engine: String,
+    /// O_DIRECT alignment in bytes when aligned requests bypass the page
+    /// cache; absent when everything is buffered (or not a file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_align: Option<u64>,
+    /// Operations since open by how they went: `ring` / `syscall` (which
+    /// interface ran them), `reaped` (ring completions a submitter ran
+    /// itself), `direct` / `bounced` (O_DIRECT, through an aligned copy
+    /// when the memory was not aligned) / `buffered`.
+    #[serde(default)]
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
+impl From<backend::IoPath> for IoStatus {
+    fn from(p: backend::IoPath) -> Self {
+        Self {
+            engine: p.engine,
+            direct_align: p.direct_align,
+            counters: p
+                .counters
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for IoStatus {
+    /// `io_uring, O_DIRECT (4096-byte alignment); bounced 0, buffered 2, ...`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.engine)?;
+        match self.direct_align {
+            Some(a) => write!(f, ", O_DIRECT ({a}-byte alignment)")?,
+            None if !self.counters.is_empty() => f.write_str(", buffered")?,
+            None => {}
+        }
+        for (i, (k, v)) in self.counters.iter().enumerate() {
+            f.write_str(if i == 0 { "; " } else { ", " })?;
+            write!(f, "{k} {v}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Version of the `status --json` and `list --json` documents (see
@@ -126,6 +178,9 @@ impl fmt::Display for Status {
             writeln!(f, "  flags:   {}", flags.join(" "))?;
         }
         writeln!(f, "  data path: {}", mode_name(self.mode))?;
+        if let Some(io) = self.io.as_ref().filter(|io| !io.engine.is_empty()) {
+            writeln!(f, "  io:      {io}")?;
+        }
         let p = &self.ping;
         writeln!(f, "  export:  {} {}", p.export.name(), p.endpoint)?;
         if let Some(c) = &self.nbd {

@@ -48,6 +48,14 @@ pub(super) fn sample_status() -> Status {
                 ..VhostQueueStats::default()
             }],
         }),
+        io: Some(
+            backend::IoPath {
+                engine: "io_uring".into(),
+                direct_align: Some(4096),
+                counters: vec![("ring", 5), ("direct", 4), ("buffered", 1)],
+            }
+            .into(),
+        ),
     }
 }
 
@@ -64,6 +72,12 @@ fn status_and_ping_text() {
     assert_eq!(lines[1], "  type:    LUKS2");
     assert!(lines.contains(&"  flags:   discards no_read_workqueue"));
     assert!(lines.contains(&"  data path: adaptive"));
+    assert!(
+        lines.contains(
+            &"  io:      io_uring, O_DIRECT (4096-byte alignment); buffered 1, direct 4, ring 5"
+        ),
+        "{text}"
+    );
     assert!(lines.contains(&"  export:  nbd nbd+unix:///?socket=/r/v.nbd.sock"));
     assert!(lines[lines.len() - 3].starts_with("  reads:   7 requests, 0 bytes"));
     assert!(lines[lines.len() - 3].ends_with("p50 1.5 us, p99 0.0 us"));
@@ -93,8 +107,13 @@ fn status_and_ping_text() {
     assert_eq!(doc["ping"]["name"], "v");
     let mut old = serde_json::to_value(&s).unwrap();
     old.as_object_mut().unwrap().remove("suspended");
+    assert_eq!(doc["io"]["engine"], "io_uring");
+    assert_eq!(doc["io"]["direct_align"], 4096);
+    assert_eq!(doc["io"]["counters"]["direct"], 4);
+    old.as_object_mut().unwrap().remove("io");
     let back: Status = serde_json::from_value(old).unwrap();
     assert!(!back.suspended);
+    assert!(back.io.is_none());
 }
 
 #[test]
