@@ -5,6 +5,8 @@
 //! by pid and its files removed when dropped. The vhost runner
 //! (`super::vhost`) starts its servers with the same pieces
 //! ([`spawn_ucrypt`], [`spawn`], the images and the /dev/shm naming).
+//! Every server also gets SIGTERM if the bench dies without dropping it
+//! (`deathsig`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{sysconf, Pid, SysconfVar};
+
+mod deathsig;
 
 use super::fio::FioPlan;
 use crate::target::{random_bytes, Cipher, Mode, Target};
@@ -138,7 +142,7 @@ fn spawn_with_input(
     export: &str,
     files: Vec<PathBuf>,
 ) -> Result<Server, Error> {
-    let mut child = cmd
+    let mut child = deathsig::die_with_bench(&mut cmd)
         .stdin(if input.is_some() {
             Stdio::piped()
         } else {
