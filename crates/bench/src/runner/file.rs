@@ -132,10 +132,23 @@ impl BenchFile {
         };
         // Whole MiB, so every block size up to 1M tiles it.
         let size = plan.size.or(len).unwrap_or(DEFAULT_SIZE) >> 20 << 20;
+        if size == 0 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "smaller than 1 MiB (--file-size grows it)",
+            )));
+        }
         let file = BenchFile { path, size, remove };
         let have = len.unwrap_or(0).min(size);
         if len.is_none() || have < size {
-            file.fill(have).map_err(io)?;
+            if let Err(e) = file.fill(have) {
+                // A file the runner made goes with `file` (dropped here).
+                return Err(if super::interrupted() {
+                    Error::Interrupted
+                } else {
+                    io(e)
+                });
+            }
         }
         Ok(file)
     }
@@ -244,7 +257,11 @@ impl FileRunner {
         );
         let mut fio_args = vec![
             "--ioengine=io_uring".to_string(),
-            format!("--filename={}", runner.file.path.display()),
+            // fio splits --filename at ':' (a list of files).
+            format!(
+                "--filename={}",
+                runner.file.path.display().to_string().replace(':', "\\:")
+            ),
         ];
         if direct {
             fio_args.push("--direct=1".into());
@@ -472,6 +489,12 @@ mod tests {
         };
         let e = BenchFile::prepare(&not_file).err().unwrap();
         assert!(crate::error_chain(&e).contains("not a regular file"), "{e}");
+        let tiny = FilePlan {
+            path: Some(dir.join("tiny.img")),
+            size: Some(1000),
+        };
+        let e = BenchFile::prepare(&tiny).err().unwrap();
+        assert!(crate::error_chain(&e).contains("smaller than 1 MiB"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
         // No path: a new file in the temporary directory, gone at the end.
         let made = BenchFile::prepare(&FilePlan {
