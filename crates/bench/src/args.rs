@@ -97,6 +97,10 @@ impl BenchArgs {
             no_progress: self.no_progress,
             ..self.overrides.clone()
         };
+        let file_run = self.via.as_deref() == Some("file") && !self.ceph;
+        if !file_run && (self.file.is_some() || self.file_size.is_some()) {
+            return Err(OptionsError::FileWithoutViaFile.into());
+        }
         if self.ceph {
             // On Ceph: ucrypt adaptive against the peers, no sweep, unless told.
             o.targets.get_or_insert_with(|| "aes-adaptive".into());

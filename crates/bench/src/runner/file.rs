@@ -550,5 +550,12 @@ mod tests {
         let bad = parse(&["--via", "file", "--file-size", "lots"]);
         let e = bad.options().unwrap_err();
         assert_eq!(e.to_string(), "Invalid file size `lots` (e.g. 256M, 1G)");
+        for other in [
+            &["--via", "fio", "--file", "/x"][..],
+            &["--file-size", "1G"],
+        ] {
+            let e = parse(other).options().unwrap_err();
+            assert_eq!(e.to_string(), "--file and --file-size go with --via file");
+        }
     }
 }
