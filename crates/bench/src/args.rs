@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::{advisor, dmcrypt, Error, Options, Overrides, Via};
+use crate::{advisor, dmcrypt, Error, Options, OptionsError, Overrides, Via};
 
 /// Options of `ucrypt bench`.
 #[derive(clap::Args, Debug, Clone)]
@@ -26,9 +26,21 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub overrides: Overrides,
     /// fio over NBD (raw baseline: nbdkit memory), vhost (libblkio over
-    /// vhost-user-blk; raw baseline: qemu-storage-daemon) or in-process (default).
-    #[arg(long, value_name = "HOW", value_parser = ["fio", "vhost", "in-process"])]
+    /// vhost-user-blk; raw baseline: qemu-storage-daemon), file (the engine
+    /// over a file through io_uring and pread/pwrite; raw baseline: fio's
+    /// io_uring engine on that file) or in-process (default).
+    #[arg(long, value_name = "HOW", value_parser = ["fio", "vhost", "file", "in-process"])]
     pub via: Option<String>,
+    /// With --via file: the file to measure, on the disk to be measured
+    /// (tmpfs gives the pread-vs-io_uring QD1 cell). Made if missing and
+    /// kept; write cells overwrite it. Default: a new file in $TMPDIR (else
+    /// /tmp), removed at the end.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// With --via file: the file's size (e.g. 1G; default: an existing
+    /// file's size, else 1G); a shorter file is extended.
+    #[arg(long, value_name = "SIZE")]
+    pub file_size: Option<String>,
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw,
     /// luks); with --via vhost: qemu-storage-daemon (luks).
     #[arg(long)]
@@ -85,10 +97,22 @@ impl BenchArgs {
             no_progress: self.no_progress,
             ..self.overrides.clone()
         };
+        let file_run = self.via.as_deref() == Some("file") && !self.ceph;
+        if !file_run && (self.file.is_some() || self.file_size.is_some()) {
+            return Err(OptionsError::FileWithoutViaFile.into());
+        }
         if self.ceph {
             // On Ceph: ucrypt adaptive against the peers, no sweep, unless told.
             o.targets.get_or_insert_with(|| "aes-adaptive".into());
             o.no_sweep |= o.sweep_targets.is_none();
+        } else if self.via.as_deref() == Some("file") {
+            // The engine's rows in each mode, 4096-byte sectors, no sweep,
+            // unless told.
+            o.targets
+                .get_or_insert_with(|| crate::runner::file::DEFAULT_TARGETS.into());
+            o.sector_size.get_or_insert(4096);
+            o.no_sweep |= o.sweep_targets.is_none();
+            self.file_size()?;
         } else if self.via.as_deref() == Some("vhost") {
             // vhost's own sweep for what is not given (jobs = virtqueues).
             for (field, value) in crate::runner::vhost::DEFAULT_SWEEP {
@@ -122,7 +146,8 @@ impl BenchArgs {
     /// `ucrypt_exe`, this binary) with `--via fio` or `--peers`, on Ceph
     /// with `--ceph` (fio, whatever `--via` says), libblkio against it over
     /// vhost-user-blk with `--via vhost`, else in this process.
-    /// `ucrypt_exe`'s error only matters for fio and vhost.
+    /// `ucrypt_exe`'s error only matters for fio and vhost. With `--via
+    /// file`, the file and its size.
     pub fn via(&self, ucrypt_exe: std::io::Result<PathBuf>) -> std::io::Result<Via> {
         if self.ceph {
             Ok(Via::Rbd(crate::runner::rbd::RbdPlan {
@@ -135,6 +160,11 @@ impl BenchArgs {
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,
             }))
+        } else if self.via.as_deref() == Some("file") {
+            Ok(Via::File(crate::runner::file::FilePlan {
+                path: self.file.clone(),
+                size: self.file_size().map_err(std::io::Error::other)?,
+            }))
         } else if self.via.as_deref() == Some("fio") || self.peers {
             Ok(Via::Fio {
                 peers: self.peers,
@@ -143,5 +173,19 @@ impl BenchArgs {
         } else {
             Ok(Via::InProcess)
         }
+    }
+
+    /// `--file-size` in bytes ([`BenchArgs::options`] reports a bad one).
+    fn file_size(&self) -> Result<Option<u64>, OptionsError> {
+        self.file_size
+            .as_deref()
+            .map(|s| {
+                crate::stats::parse_size(s).ok_or_else(|| OptionsError::Invalid {
+                    what: "file size",
+                    value: s.into(),
+                    example: "256M, 1G",
+                })
+            })
+            .transpose()
     }
 }

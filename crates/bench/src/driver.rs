@@ -22,7 +22,7 @@
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use datapath::{Engine, Op, Request};
+use datapath::{Engine, Hint, Op, Request};
 
 /// Direction and access pattern, named as fio's `--rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -146,6 +146,17 @@ struct Job {
 
 /// Runs one repetition of `w` against `engine` (a device of `size` bytes).
 pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
+    run_with(engine, w, size, false)
+}
+
+/// [`run`], each job submitting as a frontend with a deep queue does
+/// (`Engine::submit_hinted`, `behind` = QD - 1: the job never waits for a
+/// completion before its next submission; only its QD stops it).
+pub fn run_hinted(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
+    run_with(engine, w, size, true)
+}
+
+fn run_with(engine: &Arc<Engine>, w: &Workload, size: u64, hinted: bool) -> RepResult {
     let bs = u64::from(w.bs);
     let jobs = w.jobs.max(1);
     let qd = w.qd.max(1);
@@ -168,7 +179,8 @@ pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
                 barrier.wait();
                 let start = Instant::now();
                 job.state.lock().unwrap_or_else(|p| p.into_inner()).started = Some(start);
-                run_job(engine, &job, w, j as u64, jobs as u64, blocks, qd, start);
+                let shape = (j as u64, jobs as u64, blocks, qd);
+                run_job(engine, &job, w, shape, start, hinted);
             });
         }
         barrier.wait();
@@ -201,16 +213,15 @@ pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
     out
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Job `j` of `jobs` keeping `qd` requests in flight on a device of
+/// `blocks` blocks (`shape` = (j, jobs, blocks, qd)).
 fn run_job(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
     w: &Workload,
-    j: u64,
-    jobs: u64,
-    blocks: u64,
-    qd: usize,
+    (j, jobs, blocks, qd): (u64, u64, u64, usize),
     start: Instant,
+    hinted: bool,
 ) {
     let bs = u64::from(w.bs);
     // Sequential: this job's slice [first, first + span) in blocks.
@@ -259,7 +270,7 @@ fn run_job(
         };
         let job2 = Arc::clone(job);
         let t = Instant::now();
-        engine.submit(req, move |res| {
+        let done = move |res: datapath::Completion| {
             let now = Instant::now();
             let mut st = job2.state.lock().unwrap_or_else(|p| p.into_inner());
             st.in_flight -= 1;
@@ -280,7 +291,13 @@ fn run_job(
             st.last_done = Some(now);
             drop(st);
             job2.freed.notify_one();
-        });
+        };
+        if hinted {
+            let behind = u32::try_from(qd - 1).unwrap_or(u32::MAX);
+            engine.submit_hinted(req, Hint { behind, ready: 0 }, done);
+        } else {
+            engine.submit(req, done);
+        }
     }
     // Drain: wait for every request of this job.
     let mut st = job.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -321,13 +338,14 @@ mod tests {
                 jobs: 2,
                 runtime: Duration::from_millis(20),
             };
-            let r = run(&engine, &w, 1 << 20);
-            assert_eq!(r.errors, 0, "{:?}", r.first_error);
-            assert!(r.ops > 0);
-            assert_eq!(r.bytes, r.ops * 4096);
-            assert_eq!(r.lat_ns.len() as u64, r.ops);
-            assert!(r.elapsed > Duration::ZERO);
-            assert!(r.bytes_per_s() > 0.0 && r.iops() > 0.0);
+            for r in [run(&engine, &w, 1 << 20), run_hinted(&engine, &w, 1 << 20)] {
+                assert_eq!(r.errors, 0, "{:?}", r.first_error);
+                assert!(r.ops > 0);
+                assert_eq!(r.bytes, r.ops * 4096);
+                assert_eq!(r.lat_ns.len() as u64, r.ops);
+                assert!(r.elapsed > Duration::ZERO);
+                assert!(r.bytes_per_s() > 0.0 && r.iops() > 0.0);
+            }
         }
     }
 

@@ -206,6 +206,9 @@ pub enum OptionsError {
     /// Nothing to measure.
     #[error("Nothing to measure: no headline targets and no sweep")]
     NothingToRun,
+    /// `--file` or `--file-size` without `--via file`.
+    #[error("--file and --file-size go with --via file")]
+    FileWithoutViaFile,
     /// A target name that does not exist.
     #[error("Unknown target `{word}` (known: all, null, aes, {known})")]
     UnknownTarget {

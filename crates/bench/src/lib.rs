@@ -16,6 +16,7 @@
 //!     │                     FioRunner (fio ► NBD ► ucrypt open | peers)
 //!     │                     VhostRunner (libblkio ► vhost-user-blk ► ucrypt open | qsd)
 //!     │                     RbdRunner (the same on Ceph RBD images)
+//!     │                     FileRunner (driver ► Engine ► FileBackend | fio io_uring)
 //!     ▼
 //!   CellResult (MiB/s, IOPS, p50/p99/p99.9, CPU s/GiB) ─► Report
 //!     │
@@ -66,11 +67,17 @@ pub struct CryptoSpeed {
     pub decrypt_mib_s: f64,
 }
 
-/// Measures `SectorCrypt` encrypt/decrypt throughput on a `bs` buffer for
-/// about `budget` each, with the same measurement as `ucrypt benchmark`
+/// Measures `SectorCrypt` encrypt/decrypt throughput with
+/// `sector_size`-byte sectors on a `bs` buffer for about `budget` each,
+/// with the same measurement as `ucrypt benchmark`
 /// (`crypto::speed::throughput`).
-pub fn measure_crypto(cipher: Cipher, bs: u32, budget: Duration) -> Result<CryptoSpeed, Error> {
-    let c = cipher.build(512)?;
+pub fn measure_crypto(
+    cipher: Cipher,
+    bs: u32,
+    sector_size: u32,
+    budget: Duration,
+) -> Result<CryptoSpeed, Error> {
+    let c = cipher.build(sector_size)?;
     let t = crypto::speed::throughput(&c, bs as usize, budget);
     Ok(CryptoSpeed {
         cipher: cipher.spec().into(),
@@ -106,6 +113,9 @@ pub enum Via {
     /// fio over NBD against `ucrypt open rbd:…` and qemu-storage-daemon's
     /// rbd driver, on images made in a Ceph pool ([`runner::rbd::run`]).
     Rbd(runner::rbd::RbdPlan),
+    /// The engine over a file through io_uring and pread/pwrite, beside
+    /// fio's io_uring engine on the same file ([`runner::file::run`]).
+    File(runner::file::FilePlan),
 }
 
 /// Runs the bench `via` in-process, fio or vhost (the report is not yet written).
@@ -135,6 +145,7 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
         }
         Via::Vhost(plan) => runner::vhost::run(opts, &plan),
         Via::Rbd(plan) => runner::rbd::run(opts, &plan),
+        Via::File(plan) => runner::file::run(opts, &plan),
     }
 }
 

@@ -43,12 +43,39 @@ pub fn table(report: &Report) -> String {
         .filter(|c| c.phase == Phase::Headline)
         .collect();
     let mut s = String::new();
+    // --via file: every engine row against fio (`raw`) and each io_uring
+    // row against its pread/pwrite twin, besides the bound.
+    let file = report.via == "file";
+    let width = head
+        .iter()
+        .map(|c| c.target.len())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     for u in head
         .iter()
-        .filter(|c| c.target.starts_with("ucrypt-") && c.cipher.is_some())
+        .filter(|c| c.target.starts_with("ucrypt-") && (c.cipher.is_some() || file))
     {
         let same: Vec<&&CellResult> = head.iter().filter(|o| o.same_workload(u)).collect();
         let mut rows: Vec<(String, String)> = Vec::new();
+        if file {
+            let fio = same.iter().find(|o| o.target == "raw");
+            if let Some(r) =
+                fio.and_then(|f| summary(&per_round(&u.rounds_mib_s, &f.rounds_mib_s), "x"))
+            {
+                rows.push(("fio (raw)".into(), r));
+            }
+            let twin = u
+                .target
+                .strip_suffix("-uring")
+                .map(|stem| format!("{stem}-syscalls"));
+            let twin = twin.and_then(|t| same.iter().find(|o| o.target == t));
+            if let Some(r) =
+                twin.and_then(|t| summary(&per_round(&u.rounds_mib_s, &t.rounds_mib_s), "x"))
+            {
+                rows.push(("syscalls".into(), r));
+            }
+        }
         // Peers: encrypted, not ucrypt's (they have no mode).
         for p in same
             .iter()
@@ -91,7 +118,7 @@ pub fn table(report: &Report) -> String {
                 );
             }
             let cell = format!("{} {} QD{}", fmt_bs(u.bs), u.rw.name(), u.qd);
-            let _ = writeln!(s, "  {cell:<20} {:<24} / {vs:<14} {r}", u.target);
+            let _ = writeln!(s, "  {cell:<20} {:<width$} / {vs:<14} {r}", u.target);
         }
     }
     s

@@ -46,6 +46,8 @@ impl Report {
             o.size_bytes >> 20,
             if self.via.contains("rbd") {
                 "RBD images"
+            } else if self.via == "file" {
+                "file"
             } else {
                 "ramdisk"
             }
@@ -80,7 +82,9 @@ impl Report {
                 },
                 if jobs == 1 { "" } else { "s" }
             );
-            head_table(&mut s, &head);
+            // --via file: raw is fio's io_uring engine on the file.
+            let raw = if self.via == "file" { "% fio" } else { "% raw" };
+            head_table(&mut s, &head, raw);
         }
         let crypto4k: Vec<&CryptoSpeed> = self.crypto.iter().filter(|c| c.bs == 4096).collect();
         if !crypto4k.is_empty() {
@@ -239,10 +243,18 @@ impl Report {
     }
 }
 
-fn head_table(s: &mut String, head: &[&CellResult]) {
+/// The headline rows of one shape; `raw` labels the % raw columns.
+fn head_table(s: &mut String, head: &[&CellResult], raw: &str) {
+    // Wide enough for the longest name (24 for the usual targets).
+    let tw = head
+        .iter()
+        .map(|c| c.target.len())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     let _ = writeln!(
         s,
-        "{:<24} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
+        "{:<tw$} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
         "target",
         "read MiB/s",
         "write MiB/s",
@@ -257,8 +269,8 @@ fn head_table(s: &mut String, head: &[&CellResult]) {
     );
     let _ = writeln!(
         s,
-        "{:<24} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
-        "", "", "", "% raw", "% raw", "% bound", "% bound", "µs", "µs", "±%", "±%"
+        "{:<tw$} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
+        "", "", "", raw, raw, "% bound", "% bound", "µs", "µs", "±%", "±%"
     );
     let mut names: Vec<&str> = Vec::new();
     for c in head {
@@ -285,7 +297,7 @@ fn head_table(s: &mut String, head: &[&CellResult]) {
         };
         let _ = writeln!(
             s,
-            "{:<24} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
+            "{:<tw$} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
             name,
             tput(r),
             tput(w),

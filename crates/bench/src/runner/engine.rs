@@ -104,16 +104,7 @@ impl Runner for EngineRunner {
     }
 
     fn run(&mut self, target: usize, w: &Workload) -> Rep {
-        let mut r = driver::run(&self.engines[target], w, self.size);
-        Rep {
-            ops: r.ops,
-            bytes_per_s: r.bytes_per_s(),
-            iops: r.iops(),
-            lat: Percentiles::of_ns(&mut r.lat_ns),
-            cpu_s_per_gib: r.cpu_s_per_gib(),
-            errors: r.errors,
-            error: r.first_error,
-        }
+        rep_of(driver::run(&self.engines[target], w, self.size))
     }
 
     fn after_cell(&mut self, w: &Workload) {
@@ -140,6 +131,19 @@ impl Drop for EngineRunner {
         for e in &self.engines {
             let _ = e.shutdown();
         }
+    }
+}
+
+/// The repetition the driver measured.
+pub(super) fn rep_of(mut r: driver::RepResult) -> Rep {
+    Rep {
+        ops: r.ops,
+        bytes_per_s: r.bytes_per_s(),
+        iops: r.iops(),
+        lat: Percentiles::of_ns(&mut r.lat_ns),
+        cpu_s_per_gib: r.cpu_s_per_gib(),
+        errors: r.errors,
+        error: r.first_error,
     }
 }
 

@@ -5,7 +5,8 @@
 //! `datapath::Engine`s on a ramdisk, [`fio::FioRunner`] with fio against
 //! NBD exports (ucrypt's and its peers'), [`rbd::RbdRunner`] the same on
 //! Ceph RBD images, [`vhost::VhostRunner`] with libblkio against
-//! vhost-user-blk exports. [`run`] takes any runner through
+//! vhost-user-blk exports, [`file::FileRunner`] engines over a
+//! `backend::FileBackend` beside fio's io_uring engine on one file. [`run`] takes any runner through
 //! the options' [`Plan`]: per cell a warm-up per target, then the
 //! repetitions in rounds whose target order rotates ([`round_order`]), then
 //! the crypto speeds and the derived ratios.
@@ -21,6 +22,7 @@
 //! ```
 
 pub mod engine;
+pub mod file;
 pub mod fio;
 pub mod rbd;
 mod servers;
@@ -195,7 +197,8 @@ pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
     let mut crypto = Vec::new();
     for &c in &ciphers {
         for &bs in &sizes {
-            crypto.push(crate::measure_crypto(c, bs, budget)?);
+            // The targets' sector size: 512-byte XTS is slower than 4096.
+            crypto.push(crate::measure_crypto(c, bs, opts.sector_size, budget)?);
         }
     }
     report::derive(&mut cells, &crypto);

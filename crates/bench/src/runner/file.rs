@@ -1,0 +1,561 @@
+//! `--via file`: the engine over `backend::FileBackend` on one file, beside
+//! fio's own io_uring engine on the same file (issue 14's file-backend
+//! cells; formerly `datapath/examples/filebench.rs`).
+//!
+//! ```text
+//!   fio --ioengine=io_uring --filename=F [--direct=1]       (raw: the ceiling, io)
+//!   driver ► Engine ► FileBackend(F, io_uring)             (ucrypt-<target>-uring)
+//!   driver ► Engine ► FileBackend(F, pread/pwrite)         (ucrypt-<target>-syscalls)
+//! ```
+//!
+//! Every row works on the same file, in this process except fio. fio gets
+//! `--direct=1` when the engine's file takes O_DIRECT (the engine's own
+//! choice, `DirectIo::Auto`), so both sides bypass the page cache or both
+//! use it. The engine's jobs submit as a deep-queued frontend does
+//! ([`driver::run_hinted`]). `raw` is fio, so the report's `% raw` is
+//! "of fio" and the bound is io·c/(io+c) with io = fio's MiB/s in the same
+//! round and c = the cipher alone at that block size on one thread.
+//! The sweep (when asked for) covers fio and the io_uring rows.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backend::{Backend, DirectIo, FileBackend, FileOptions, FileStats, IoEngine};
+use datapath::Engine;
+
+use super::{Rep, RunTarget, Runner};
+use crate::driver::{self, Rw, Workload};
+use crate::plan::Shape;
+use crate::report::{Report, Skipped};
+use crate::stats;
+use crate::target::Target;
+use crate::{Error, Options};
+
+/// Targets of `--via file` when `--targets` is not given: the engine
+/// without a cipher and AES-XTS in each mode.
+pub const DEFAULT_TARGETS: &str = "raw,aes-classic,aes-inline,aes-adaptive";
+
+/// Size of the file the runner makes when `--file-size` is not given.
+pub const DEFAULT_SIZE: u64 = 1 << 30;
+
+/// What to measure with `--via file`.
+#[derive(Debug, Clone, Default)]
+pub struct FilePlan {
+    /// The file (kept); None: a new file in the temporary directory
+    /// (`$TMPDIR`, else /tmp), removed at the end.
+    pub path: Option<PathBuf>,
+    /// Its size; None: an existing file's size, else [`DEFAULT_SIZE`].
+    pub size: Option<u64>,
+}
+
+/// The options the file runner runs with: the file's size, and the
+/// headline cells 4k QD1, 4k QD32 and 1M QD8, random reads and writes.
+pub fn file_options(opts: &Options, size: u64) -> Options {
+    Options {
+        size,
+        headline: vec![
+            Shape { bs: 4096, qd: 1 },
+            Shape { bs: 4096, qd: 32 },
+            Shape { bs: 1 << 20, qd: 8 },
+        ],
+        headline_rw: vec![Rw::RandRead, Rw::RandWrite],
+        ..opts.clone()
+    }
+}
+
+/// Prepares the file, runs the plan and returns the report.
+pub fn run(opts: &Options, plan: &FilePlan) -> Result<Report, Error> {
+    if !super::servers::tool("fio") {
+        return Err(Error::Missing {
+            needs: "--via file needs fio (its io_uring engine on the same file is the ceiling)",
+            missing: vec!["fio".into()],
+        });
+    }
+    super::watch_interrupts();
+    let file = BenchFile::prepare(plan)?;
+    let opts = file_options(opts, file.size);
+    eprintln!(
+        "bench: file {} ({} MiB){}",
+        file.path.display(),
+        file.size >> 20,
+        if file.remove {
+            ", removed at the end"
+        } else {
+            ""
+        }
+    );
+    let mut runner = FileRunner::new(&opts, file)?;
+    super::run(&mut runner, &opts)
+}
+
+/// The file every row works on; removed on drop when the runner made it
+/// in the temporary directory.
+struct BenchFile {
+    path: PathBuf,
+    size: u64,
+    remove: bool,
+}
+
+impl BenchFile {
+    /// Opens or makes the file of `plan`: at least its size, written over
+    /// where it was shorter (so reads hit data, not holes). Only regular
+    /// files: the write cells overwrite what they touch.
+    fn prepare(plan: &FilePlan) -> Result<Self, Error> {
+        let (path, remove) = match &plan.path {
+            Some(p) => (p.clone(), false),
+            None => (
+                std::env::temp_dir().join(format!(
+                    "ucrypt-bench-{}-{}.img",
+                    std::process::id(),
+                    crate::timestamp_compact()
+                )),
+                true,
+            ),
+        };
+        let named = path.clone();
+        let io = move |source| Error::Output {
+            path: named.clone(),
+            source,
+        };
+        let len = match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => {
+                return Err(io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file (--via file measures a file on a filesystem)",
+                )))
+            }
+            Ok(m) => Some(m.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(e)),
+        };
+        // Whole MiB, so every block size up to 1M tiles it.
+        let size = plan.size.or(len).unwrap_or(DEFAULT_SIZE) >> 20 << 20;
+        if size == 0 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "smaller than 1 MiB (--file-size grows it)",
+            )));
+        }
+        let file = BenchFile { path, size, remove };
+        let have = len.unwrap_or(0).min(size);
+        if len.is_none() || have < size {
+            if let Err(e) = file.fill(have) {
+                // A file the runner made goes with `file` (dropped here).
+                return Err(if super::interrupted() {
+                    Error::Interrupted
+                } else {
+                    io(e)
+                });
+            }
+        }
+        Ok(file)
+    }
+
+    /// Writes a pattern from `from` to the end and syncs.
+    fn fill(&self, from: u64) -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.path)?;
+        let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i as u8) ^ 0x3c).collect();
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(from))?;
+        let mut off = from;
+        while off < self.size {
+            if super::interrupted() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Interrupted,
+                    "interrupted while filling",
+                ));
+            }
+            let n = (self.size - off).min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..n])?;
+            off += n as u64;
+        }
+        f.sync_all()
+    }
+}
+
+impl Drop for BenchFile {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// How a row moves its bytes.
+enum Row {
+    /// fio's io_uring engine with these arguments.
+    Fio(Vec<String>),
+    /// An engine for this target over a `FileBackend` on this IO engine.
+    Engine(Target, IoEngine),
+}
+
+/// fio and engines on one file.
+///
+/// A `FileBackend` holds a write lock on its file for its lifetime, so
+/// only one can be open at a time: each repetition of an engine row opens
+/// its backend, starts its engine, warms it up, measures, and shuts both
+/// down. fio takes no lock.
+pub struct FileRunner {
+    rows: Vec<Row>,
+    targets: Vec<RunTarget>,
+    skipped: Vec<Skipped>,
+    size: u64,
+    queue_depth: usize,
+    sector_size: u32,
+    warmup: Duration,
+    engine_stats: bool,
+    /// Each row's IO engine and counters of its last repetition.
+    last: Vec<Option<(IoEngine, FileStats)>>,
+    file: BenchFile,
+}
+
+/// The IO engines each target runs with, and their row suffixes.
+const IO_ENGINES: [(IoEngine, &str); 2] =
+    [(IoEngine::Uring, "uring"), (IoEngine::Syscalls, "syscalls")];
+
+/// The row name of `target` on `io` (`ucrypt-aes-adaptive-uring`).
+fn row_name(target: Target, io: &str) -> String {
+    format!("ucrypt-{target}-{io}")
+}
+
+impl FileRunner {
+    /// The fio row, then an engine per target and IO engine; one that
+    /// cannot open or start (tried once here) is skipped with its error.
+    fn new(opts: &Options, file: BenchFile) -> Result<Self, Error> {
+        opts.validate()?;
+        let head_qd = opts.headline.iter().map(|s| s.qd).max().unwrap_or(1);
+        let max = |v: &[usize]| v.iter().max().copied().unwrap_or(1);
+        let mut runner = Self {
+            rows: Vec::new(),
+            targets: Vec::new(),
+            skipped: Vec::new(),
+            size: file.size,
+            queue_depth: (max(&opts.qd) * max(&opts.jobs)).max(head_qd).max(1),
+            sector_size: opts.sector_size,
+            warmup: opts.warmup,
+            engine_stats: opts.engine_stats,
+            last: Vec::new(),
+            file,
+        };
+        // fio bypasses the page cache when the engine does.
+        let direct = runner
+            .open(IoEngine::Syscalls)
+            .map(|b| b.direct_alignment().is_some())
+            .unwrap_or(false);
+        eprintln!(
+            "bench: fio and the engines go {}",
+            if direct {
+                "around the page cache (O_DIRECT)"
+            } else {
+                "through the page cache (no O_DIRECT here)"
+            }
+        );
+        let mut fio_args = vec![
+            "--ioengine=io_uring".to_string(),
+            // fio splits --filename at ':' (a list of files).
+            format!(
+                "--filename={}",
+                runner.file.path.display().to_string().replace(':', "\\:")
+            ),
+        ];
+        if direct {
+            fio_args.push("--direct=1".into());
+        }
+        runner.rows.push(Row::Fio(fio_args));
+        runner.targets.push(RunTarget {
+            name: "raw".into(),
+            cipher: None,
+            mode: None,
+            headline: !opts.targets.is_empty(),
+            swept: !opts.sweep_targets.is_empty(),
+        });
+        let mut all: Vec<Target> = opts.targets.clone();
+        all.extend(
+            opts.sweep_targets
+                .iter()
+                .filter(|t| !opts.targets.contains(t)),
+        );
+        for t in all {
+            for (io, suffix) in IO_ENGINES {
+                let name = row_name(t, suffix);
+                match runner.start(t, io) {
+                    Ok((e, _)) => {
+                        let _ = e.shutdown();
+                        runner.rows.push(Row::Engine(t, io));
+                        runner.targets.push(RunTarget {
+                            name,
+                            cipher: t.cipher,
+                            mode: t.cipher.map(|_| t.mode),
+                            headline: opts.targets.contains(&t),
+                            // The sweep's verdict pairs modes per cipher:
+                            // one IO engine only.
+                            swept: opts.sweep_targets.contains(&t) && io == IoEngine::Uring,
+                        });
+                    }
+                    Err(reason) => runner.skipped.push(Skipped {
+                        target: name,
+                        reason,
+                    }),
+                }
+            }
+        }
+        runner.last = vec![None; runner.rows.len()];
+        Ok(runner)
+    }
+
+    /// A backend on the file through `io` (O_DIRECT where it takes it).
+    /// The previous backend's lock can outlive it briefly (the kernel
+    /// tears a closed io_uring down, and drops its file, asynchronously):
+    /// a locked file is retried for up to 2 s.
+    fn open(&self, io: IoEngine) -> Result<FileBackend, backend::Error> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let r = FileBackend::open(
+                &self.file.path,
+                &FileOptions {
+                    direct: DirectIo::Auto,
+                    engine: Some(io),
+                    ..FileOptions::default()
+                },
+            );
+            match r {
+                Err(e)
+                    if matches!(e.kind(), backend::ErrorKind::Locked { .. })
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// `target`'s engine over a new backend through `io`.
+    fn start(&self, target: Target, io: IoEngine) -> Result<(Engine, Arc<FileBackend>), String> {
+        let fb = Arc::new(self.open(io).map_err(|e| crate::error_chain(&e))?);
+        let b: Arc<dyn Backend> = fb.clone();
+        let e = target
+            .engine(b, self.queue_depth, self.sector_size)
+            .map_err(|e| crate::error_chain(&e))?;
+        Ok((e, fb))
+    }
+}
+
+impl Runner for FileRunner {
+    fn via(&self) -> String {
+        "file".into()
+    }
+
+    fn targets(&self) -> &[RunTarget] {
+        &self.targets
+    }
+
+    fn skipped(&self) -> Vec<Skipped> {
+        self.skipped.clone()
+    }
+
+    // No warm-up per cell: fio ramps up in each run, the engine rows warm
+    // up each repetition's new engine.
+
+    fn run(&mut self, target: usize, w: &Workload) -> Rep {
+        let failed = |error: String| Rep {
+            errors: 1,
+            error: Some(error),
+            ..Rep::default()
+        };
+        let (t, io) = match &self.rows[target] {
+            Row::Fio(args) => {
+                return match super::fio::fio(args, w, self.size, self.warmup) {
+                    Ok(r) => Rep {
+                        ops: r.bytes / u64::from(w.bs).max(1),
+                        bytes_per_s: r.bytes_per_s,
+                        iops: r.iops,
+                        lat: r.lat,
+                        cpu_s_per_gib: (r.bytes > 0)
+                            .then(|| r.cpu_s / (r.bytes as f64 / stats::GIB)),
+                        errors: 0,
+                        error: None,
+                    },
+                    Err(e) => failed(crate::error_chain(&e)),
+                }
+            }
+            Row::Engine(t, io) => (*t, *io),
+        };
+        let (e, fb) = match self.start(t, io) {
+            Ok(x) => x,
+            Err(reason) => return failed(reason),
+        };
+        let e = Arc::new(e);
+        if !self.warmup.is_zero() {
+            let warm = Workload {
+                runtime: self.warmup,
+                ..*w
+            };
+            driver::run_hinted(&e, &warm, self.size);
+        }
+        let r = driver::run_hinted(&e, w, self.size);
+        if let Err(err) = e.shutdown() {
+            return failed(crate::error_chain(&err));
+        }
+        self.last[target] = Some((fb.io_engine(), fb.stats()));
+        super::engine::rep_of(r)
+    }
+
+    fn after_cell(&mut self, w: &Workload) {
+        if !self.engine_stats {
+            return;
+        }
+        for (t, last) in self.targets.iter().zip(&self.last) {
+            if let Some((io, st)) = last {
+                eprintln!(
+                    "file {} {} bs={} QD{} (last repetition, with warm-up): {io:?} engine, \
+                     {} ring transfers ({} batches), {} reaped by submitters, {} syscalls; \
+                     {} direct, {} bounced, {} buffered",
+                    t.name,
+                    w.rw.name(),
+                    crate::report::fmt_bs(w.bs),
+                    w.qd,
+                    st.uring_ops,
+                    st.uring_batches,
+                    st.reaped_ops,
+                    st.syscall_ops,
+                    st.direct_ops,
+                    st.bounced_ops,
+                    st.buffered_ops
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::{Cipher, Mode};
+
+    #[test]
+    fn file_options_keep_the_issue_cells() {
+        let o = file_options(&Options::standard(), 64 << 20);
+        assert_eq!(o.size, 64 << 20);
+        assert_eq!(
+            o.headline,
+            [
+                Shape { bs: 4096, qd: 1 },
+                Shape { bs: 4096, qd: 32 },
+                Shape { bs: 1 << 20, qd: 8 }
+            ]
+        );
+        assert_eq!(o.headline_rw, [Rw::RandRead, Rw::RandWrite]);
+        assert_eq!(
+            row_name(Target::new(Cipher::AesXts, Mode::Adaptive), "uring"),
+            "ucrypt-aes-adaptive-uring"
+        );
+    }
+
+    #[test]
+    fn a_made_file_is_filled_and_removed_a_named_one_kept() {
+        let dir = std::env::temp_dir().join(format!("ucrypt-bench-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let named = dir.join("f.img");
+        let plan = FilePlan {
+            path: Some(named.clone()),
+            size: Some((3 << 20) + 5),
+        };
+        let f = BenchFile::prepare(&plan).unwrap();
+        assert_eq!(f.size, 3 << 20, "whole MiB");
+        assert_eq!(std::fs::metadata(&named).unwrap().len(), 3 << 20);
+        drop(f);
+        assert!(named.exists(), "a named file is kept");
+        // Reused at its size; a larger size extends it.
+        let again = FilePlan {
+            path: Some(named.clone()),
+            size: None,
+        };
+        assert_eq!(BenchFile::prepare(&again).unwrap().size, 3 << 20);
+        let bigger = FilePlan {
+            size: Some(4 << 20),
+            ..again
+        };
+        BenchFile::prepare(&bigger).unwrap();
+        assert_eq!(std::fs::metadata(&named).unwrap().len(), 4 << 20);
+        let not_file = FilePlan {
+            path: Some(dir.clone()),
+            size: None,
+        };
+        let e = BenchFile::prepare(&not_file).err().unwrap();
+        assert!(crate::error_chain(&e).contains("not a regular file"), "{e}");
+        let tiny = FilePlan {
+            path: Some(dir.join("tiny.img")),
+            size: Some(1000),
+        };
+        let e = BenchFile::prepare(&tiny).err().unwrap();
+        assert!(crate::error_chain(&e).contains("smaller than 1 MiB"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // No path: a new file in the temporary directory, gone at the end.
+        let made = BenchFile::prepare(&FilePlan {
+            path: None,
+            size: Some(1 << 20),
+        })
+        .unwrap();
+        let at = made.path.clone();
+        assert!(at.starts_with(std::env::temp_dir()) && at.exists());
+        drop(made);
+        assert!(!at.exists(), "a made file is removed");
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: crate::BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> crate::BenchArgs {
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .unwrap()
+            .bench
+    }
+
+    #[test]
+    fn via_file_defaults_to_the_modes_on_4k_sectors_without_a_sweep() {
+        let a = parse(&["--via", "file", "--file", "/x/f.img", "--file-size", "256M"]);
+        let o = a.options().unwrap();
+        let names: Vec<String> = o.targets.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["raw", "aes-classic", "aes-inline", "aes-adaptive"]);
+        assert_eq!(o.sector_size, 4096);
+        assert!(o.sweep_targets.is_empty());
+        match a.via(Err(std::io::ErrorKind::NotFound.into())).unwrap() {
+            crate::Via::File(p) => {
+                assert_eq!(p.path, Some(PathBuf::from("/x/f.img")));
+                assert_eq!(p.size, Some(256 << 20));
+            }
+            v => panic!("{v:?}"),
+        }
+        // What the command line says wins.
+        let told = parse(&[
+            "--via",
+            "file",
+            "--targets",
+            "aes-inline",
+            "--sector-size",
+            "512",
+        ]);
+        let o = told.options().unwrap();
+        assert_eq!((o.targets.len(), o.sector_size), (1, 512));
+        let bad = parse(&["--via", "file", "--file-size", "lots"]);
+        let e = bad.options().unwrap_err();
+        assert_eq!(e.to_string(), "Invalid file size `lots` (e.g. 256M, 1G)");
+        for other in [
+            &["--via", "fio", "--file", "/x"][..],
+            &["--file-size", "1G"],
+        ] {
+            let e = parse(other).options().unwrap_err();
+            assert_eq!(e.to_string(), "--file and --file-size go with --via file");
+        }
+    }
+}
