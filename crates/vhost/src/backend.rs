@@ -11,7 +11,10 @@
 //! on a machine with as many busy threads as cores the woken thread
 //! preempted the queue thread every time (perf, 4k QD16 x 2 queues on 2
 //! CPUs: 41% of the adaptive server's samples in the eventfd write and
-//! the switch it caused). Completions on other threads signal at once.
+//! the switch it caused). Completions on other threads signal at once, and
+//! so do requests of [`COALESCE_BELOW`] or more: they take long enough
+//! (1M: ~100 µs) that an interrupt each costs little and lets the guest
+//! refill its queue while the batch goes on.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,6 +71,11 @@ thread_local! {
     /// Completions of that batch put on the used ring without a signal.
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
 }
+
+/// Requests this large or larger signal their completion at once even
+/// on their queue thread: their own run (~10 µs at 64 KiB) is then well
+/// above the guest wake-up an interrupt costs.
+const COALESCE_BELOW: u64 = 64 << 10;
 
 /// The batch a queue thread is starting: completions of this queue on this
 /// thread defer their signal to [`Batch::flush`] (and the drop, for any
@@ -176,7 +184,7 @@ impl Conn {
             Action::Reply(status, data) => {
                 let used = request::answer(mem, &p, status, &data);
                 counters.finished(p.kind, status, 0);
-                complete(vring, p.head, used, key);
+                complete(vring, p.head, used, key, 0);
                 counters.done();
             }
             Action::Engine(req) => {
@@ -210,7 +218,7 @@ impl Conn {
                     datapath::bufpool::give(data);
                     let counters = shared.queue(qi);
                     counters.finished(p.kind, status, bytes);
-                    complete(&vring, p.head, used, key);
+                    complete(&vring, p.head, used, key, bytes);
                     counters.done();
                 });
             }
@@ -219,14 +227,15 @@ impl Conn {
 }
 
 /// Puts `head` on the used ring and interrupts the guest if it wants one;
-/// on the thread starting a batch of queue `key`, leaves the interrupt to
-/// the batch's end ([`Batch::flush`]).
-fn complete(vring: &Vring, head: u16, used: u32, key: QueueKey) {
+/// for a request of fewer than [`COALESCE_BELOW`] `bytes` on the thread
+/// starting a batch of queue `key`, leaves the interrupt to the batch's
+/// end ([`Batch::flush`]).
+fn complete(vring: &Vring, head: u16, used: u32, key: QueueKey, bytes: u64) {
     let mut g = vring.get_mut();
     if g.add_used(head, used).is_err() {
         return;
     }
-    if BATCH.with(|b| b.get()) == Some(key) {
+    if bytes < COALESCE_BELOW && BATCH.with(|b| b.get()) == Some(key) {
         DEFERRED.with(|d| d.set(true));
         return;
     }
