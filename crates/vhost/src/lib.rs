@@ -9,7 +9,8 @@
 //!       │ queue thread i (one per virtqueue): kick ─► pop chains
 //!       │   request::parse ─► engine.submit(Request, callback) ─► datapath::Engine
 //!       │   ◄── callback on any engine thread: data + status into guest memory,
-//!       │       used ring, call eventfd (if the guest wants an interrupt)
+//!       │       used ring, call eventfd (if the guest wants an interrupt; small
+//!       │       requests completed on the queue thread: once per batch)
 //!       ▼
 //!   hypervisor gone: the daemon ends, the accept thread waits for the next
 //!   connection with a fresh device (guest reboot, qemu `reconnect=`).

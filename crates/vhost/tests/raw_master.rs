@@ -6,13 +6,16 @@
 //! it (a NACK under REPLY_ACK); rust-vmm's request loop then ends that
 //! connection, and the server goes on serving: the next connection gets
 //! both queues, and its requests complete with the right data.
+//!
+//! The same master checks interrupt coalescing: a batch of requests that
+//! complete on their queue's thread raises one interrupt, not one each.
 
 use std::fs::File;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backend::MemBackend;
-use datapath::{Engine, EngineConfig, Volume};
+use datapath::{CryptMode, Engine, EngineConfig, Volume};
 use ucrypt_vhost::{Options, Server};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
@@ -35,7 +38,7 @@ const HDR: u64 = 0x10_0000;
 const DATA: u64 = 0x10_1000;
 const STATUS: u64 = 0x12_0000;
 
-fn serve(dir: &testutil::TempDir) -> (Server, Arc<Engine>) {
+fn serve(dir: &testutil::TempDir, mode: CryptMode) -> (Server, Arc<Engine>) {
     let vol = Volume {
         backend: Arc::new(MemBackend::new(1 << 20).unwrap()),
         crypt: None,
@@ -43,7 +46,11 @@ fn serve(dir: &testutil::TempDir) -> (Server, Arc<Engine>) {
         size: 1 << 20,
         sector_size: 512,
     };
-    let engine = Arc::new(Engine::new(vol, EngineConfig::default()).unwrap());
+    let cfg = EngineConfig {
+        mode,
+        ..EngineConfig::default()
+    };
+    let engine = Arc::new(Engine::new(vol, cfg).unwrap());
     let mut opts = Options::new(dir.join("vhost.sock"));
     opts.num_queues = 2;
     (Server::start(Arc::clone(&engine), &opts).unwrap(), engine)
@@ -112,7 +119,7 @@ fn start_queue(m: &mut Frontend, mem: &Mem, q: usize) -> (EventFd, EventFd) {
         log_addr: None,
     };
     let kick = EventFd::new(0).unwrap();
-    let call = EventFd::new(0).unwrap();
+    let call = EventFd::new(libc::EFD_NONBLOCK).unwrap();
     m.set_vring_num(q, QSIZE).unwrap();
     m.set_vring_addr(q, &cfg).unwrap();
     m.set_vring_base(q, 0).unwrap();
@@ -165,7 +172,7 @@ fn request(mem: &Mem, q: usize, kick: &EventFd, typ: u32, sector: u64, len: u32)
 #[test]
 fn bad_queue_index_is_refused_and_the_server_serves_on() {
     let dir = testutil::TempDir::new("vhost-raw");
-    let (server, engine) = serve(&dir);
+    let (server, engine) = serve(&dir, CryptMode::Classic);
     let mem = guest_memory(&dir);
 
     // First connection: queue 0 works, then a vring message for queue 5
@@ -205,4 +212,71 @@ fn bad_queue_index_is_refused_and_the_server_serves_on() {
     assert_eq!(engine.read(4096, 4096).unwrap(), vec![0xA5; 4096]);
     drop(m);
     server.shutdown();
+}
+
+/// Where the coalescing test's reads land (past the other buffers).
+const BATCH_DATA: u64 = 0x20_0000;
+
+/// Makes `N` reads of `len` bytes available on a fresh queue 0 of an
+/// inline engine's server (every request completes on the queue thread
+/// that starts it), kicks once, so the queue thread starts them as one
+/// batch, and returns the interrupts the batch raised.
+fn batch_interrupts(len: u32) -> u64 {
+    // Three descriptors each, in a 16-entry table.
+    const N: u16 = 5;
+    let dir = testutil::TempDir::new("vhost-coalesce");
+    let (server, _engine) = serve(&dir, CryptMode::Inline);
+    let mem = guest_memory(&dir);
+    let mut m = connect(server.socket(), &mem);
+    let (kick, call) = start_queue(&mut m, &mem, 0);
+    let mq = MockSplitQueue::create(&mem, GuestAddress(0), QSIZE);
+    let next = VRING_DESC_F_NEXT as u16;
+    let write = VRING_DESC_F_WRITE as u16;
+    let mut descs = Vec::new();
+    for i in 0..N {
+        let (hdr, status) = (HDR + u64::from(i) * 16, STATUS + u64::from(i));
+        let mut h = [0u8; 16];
+        h[..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
+        h[8..].copy_from_slice(&(u64::from(i) * u64::from(len) / 512).to_le_bytes());
+        mem.write_slice(&h, GuestAddress(hdr)).unwrap();
+        mem.write_obj(0xEEu8, GuestAddress(status)).unwrap();
+        let (d, data) = (3 * i, BATCH_DATA + u64::from(i) * u64::from(len));
+        descs.extend([
+            RawDescriptor::from(Descriptor::new(hdr, 16, next, d + 1)),
+            RawDescriptor::from(Descriptor::new(data, len, write | next, d + 2)),
+            RawDescriptor::from(Descriptor::new(status, 1, write, 0)),
+        ]);
+    }
+    mq.add_desc_chains(&descs, 0).unwrap();
+    kick.write(1).unwrap();
+    let t0 = Instant::now();
+    while mem
+        .read_obj::<u16>(mq.used_addr().unchecked_add(2))
+        .unwrap()
+        != N
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no completion");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Let any interrupt still on its way land.
+    std::thread::sleep(Duration::from_millis(100));
+    for i in 0..N {
+        let s: u8 = mem.read_obj(GuestAddress(STATUS + u64::from(i))).unwrap();
+        assert_eq!(s, 0, "request {i} failed");
+    }
+    let n = call.read().unwrap_or(0);
+    drop(m);
+    server.shutdown();
+    n
+}
+
+#[test]
+fn small_requests_completed_on_their_queue_thread_interrupt_once_per_batch() {
+    assert_eq!(batch_interrupts(4096), 1, "5 x 4 KiB in one batch");
+}
+
+#[test]
+fn large_requests_interrupt_each() {
+    // 64 KiB and up: the guest hears of each at once, to refill its queue.
+    assert_eq!(batch_interrupts(64 << 10), 5, "5 x 64 KiB in one batch");
 }
