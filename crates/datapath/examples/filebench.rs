@@ -38,6 +38,11 @@ use backend::{Backend, DirectIo, FileBackend, FileOptions, IoEngine};
 use crypto::{CryptConfig, SectorCrypt};
 use ucrypt_datapath::{CryptMode, Engine, EngineConfig, Hint, Op, Request, Volume};
 
+/// The `ucrypt` binary's allocator, so request buffers are page-aligned
+/// here as there (O_DIRECT without a bounce copy).
+#[global_allocator]
+static ALLOC: backend::PageAlignLarge = backend::PageAlignLarge;
+
 fn cipher() -> Arc<SectorCrypt> {
     let key: Vec<u8> = (0..64).map(|i| (i * 13 + 1) as u8).collect();
     Arc::new(
