@@ -298,7 +298,10 @@ impl Aio {
         };
         let mut bounce = None;
         if direct && !aligned_mem(op.buf.as_ptr(), fb.dio_align) {
-            let Ok(mut b) = AlignedBuf::new(len, fb.dio_align as usize) else {
+            // Page-aligned, as the batch arena and the single path's
+            // bounce are: a 4 KiB IO then spans one page, not two.
+            let align = (fb.dio_align as usize).max(super::uring::ARENA_ALIGN);
+            let Ok(mut b) = AlignedBuf::new(len, align) else {
                 return Ok(Err(op));
             };
             if fua.is_some() {
