@@ -41,12 +41,20 @@ fn pattern(i: u64, len: usize) -> Vec<u8> {
 /// the rest behind it and none ready, so each goes to the backend at once
 /// (the NBD server's deep path); returns the completions in request order.
 fn run_deep(e: &Engine, reqs: Vec<Request>) -> Vec<Completion> {
+    let n = reqs.len();
+    run_with(e, reqs, |i| (n - 1 - i) as u32)
+}
+
+/// Submits `reqs` back to back, request `i` hinted with `behind(i)`
+/// requests behind it and none ready; returns the completions in request
+/// order.
+fn run_with(e: &Engine, reqs: Vec<Request>, behind: impl Fn(usize) -> u32) -> Vec<Completion> {
     let (tx, rx) = mpsc::channel();
     let n = reqs.len();
     for (i, req) in reqs.into_iter().enumerate() {
         let tx = tx.clone();
         let hint = Hint {
-            behind: (n - 1 - i) as u32,
+            behind: behind(i),
             ready: 0,
         };
         e.submit_hinted(req, hint, move |c| tx.send((i, c)).expect("receiver"));
@@ -143,6 +151,47 @@ fn large_deep_requests_hand_their_crypto_to_a_free_helper() {
     // count is not fixed, the bytes are.
     let e = engine(&fb, CryptMode::Adaptive);
     check_reads(run_deep(&e, reads(BIG)), BIG, "adaptive");
+}
+
+#[test]
+fn a_large_write_queues_behind_a_busy_helper() {
+    let Some((fb, path, _dir)) = uring_image("gather_crypto_queue", SIZE + DATA_OFFSET) else {
+        return;
+    };
+    // Two 4 MiB writes submitted back to back, each with more behind it
+    // (an NBD client at queue depth 8): the first goes to the one helper;
+    // the second arrives while that helper is still encrypting 4 MiB
+    // (microseconds apart against hundreds) and queues behind it instead
+    // of being encrypted by the submitting (connection) thread.
+    let e = engine(&fb, CryptMode::Adaptive);
+    let quad = 4 * BIG;
+    let reqs = (0..2u64)
+        .map(|k| Request {
+            op: Op::Write {
+                data: pattern(k, quad),
+            },
+            offset: k * quad as u64,
+            fua: false,
+        })
+        .collect();
+    for c in run_with(&e, reqs, |_| 7) {
+        c.expect("write");
+    }
+    let st = e.stats();
+    assert_eq!(
+        st.write.offloaded, 2,
+        "both writes' crypto on the helper: {st:?}"
+    );
+    // Each encrypted exactly once: the disk holds the ciphertext.
+    let disk = std::fs::read(&path).expect("read image");
+    let xts = sector_crypt(XTS);
+    for k in 0..2u64 {
+        let at = k * quad as u64;
+        let mut want = pattern(k, quad);
+        xts.encrypt(at / 512, &mut want);
+        let got = &disk[(DATA_OFFSET + at) as usize..][..quad];
+        assert!(got == &want[..], "write {k}: not the ciphertext on disk");
+    }
 }
 
 #[test]

@@ -140,8 +140,9 @@ enum Task {
     /// A whole request (IO and crypto).
     Request(Offload),
     /// The crypto of a request the gather path has on a completion-driven
-    /// backend (see `crypto.rs`), queued at the instant given.
-    Crypto(Instant, Box<dyn FnOnce() + Send>),
+    /// backend (see `crypto.rs`), queued at the instant given if its start
+    /// is scored.
+    Crypto(Option<Instant>, Box<dyn FnOnce() + Send>),
 }
 
 /// Why a request is handed off whole.

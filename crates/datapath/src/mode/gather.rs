@@ -36,7 +36,7 @@
 //! finishes: a read is decrypted there, then stats, gate release and
 //! `done` as for any request. In the adaptive mode a large write's
 //! encryption (and its submission), or a large read's decryption and
-//! completion, goes to a free helper instead (mode/adaptive/crypto.rs), so
+//! completion, goes to a helper instead (mode/adaptive/crypto.rs), so
 //! one connection's crypto is spread over cores as classic spreads it. The request holds its queue slot until then,
 //! so drains (reconfigure, suspend, shutdown) wait for IO in flight. That
 //! thread is marked an engine thread: a deferred request it replays is
@@ -269,7 +269,7 @@ fn run(batch: Vec<Pending>) {
 }
 
 /// Submits a batch and returns: writes encrypted here (or, in the
-/// adaptive mode, by a free helper that then submits them), each request
+/// adaptive mode, by a helper that then submits them), each request
 /// completed by its entry's callback (see the module doc).
 fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
     let ctx = &gen.ctx;
@@ -318,7 +318,7 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
                     };
                     match g.adaptive() {
                         Some(a) if moved => {
-                            a.hand_crypto(Box::new(move || finish(buf, res, Path::Offload)))
+                            a.hand_crypto(true, Box::new(move || finish(buf, res, Path::Offload)))
                         }
                         _ => finish(buf, res, Path::Inline),
                     }
@@ -346,12 +346,15 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
                 match g.adaptive() {
                     Some(a) if moved => {
                         let c = ctx.clone();
-                        a.hand_crypto(Box::new(move || {
-                            if let Some(cr) = &c.crypt {
-                                cr.encrypt(r.sector(), &mut op.buf);
-                            }
-                            c.backend.submit_async(vec![op]);
-                        }));
+                        a.hand_crypto(
+                            false,
+                            Box::new(move || {
+                                if let Some(cr) = &c.crypt {
+                                    cr.encrypt(r.sector(), &mut op.buf);
+                                }
+                                c.backend.submit_async(vec![op]);
+                            }),
+                        );
                         continue;
                     }
                     _ => {

@@ -13,18 +13,32 @@
 //!                                                 └ no  ─► decrypt and complete here
 //! ```
 //!
-//! The same policy as a hinted hand-off in process (`hint.rs`): only a
-//! piece big enough to pay for the hop, only to a helper that is free (no
-//! queue builds behind a busy one: the thread that has the piece is then
+//! Reads follow the policy of a hinted hand-off in process (`hint.rs`):
+//! only a piece big enough to pay for the hop, only to a helper that is
+//! free (no queue builds behind a busy one: the completion thread is then
 //! one more worker), and the same late-start back-off (a helper that began
 //! a piece later than the piece took to run pauses these hand-offs). A
 //! helper already spinning takes pieces from [`OFFLOAD_MIN`]; waking a
 //! parked one (futex wake, then ~50–80 µs until it runs) is done only for
-//! a write of [`WAKE_MIN`] and up, and a read of [`READ_WAKE_MIN`]: a
-//! read's wake-up delays the reply the completion thread would send at
-//! once (NBD 1M QD8 reads measured ~0.88 of keeping them when a 1 MiB read
-//! could wake a helper; 4 MiB reads were even). Small requests (4 KiB)
-//! never move.
+//! a read of [`READ_WAKE_MIN`]: a read's wake-up delays the reply the
+//! completion thread would send at once (NBD 1M QD8 reads measured ~0.88
+//! of keeping them when a 1 MiB read could wake a helper; 4 MiB reads were
+//! even). Small requests (4 KiB) never move.
+//!
+//! Writes differ in who pays for keeping a piece: it is the connection
+//! thread, the one thread that receives every payload of its client, so a
+//! write it encrypts is a payload it does not receive meanwhile. Measured
+//! through NBD (1M QD8 writes, one connection, perf): with writes moving
+//! only to a free helper, the connection thread ran ~78% of the encryption
+//! itself (the one helper was still busy with the previous piece when the
+//! next arrived, or paused by the late-start back-off), and adaptive ran
+//! level with inline, below classic, whose connection thread only
+//! receives. So a write of [`WAKE_MIN`] and up may also queue behind a
+//! busy helper, up to [`WRITE_QUEUE`] pieces per helper, and write
+//! hand-offs neither consult nor feed the late-start back-off: the
+//! submitter does not wait for them, and a piece queued behind another
+//! starts "late" by design. A helper already spinning takes a free write
+//! from [`OFFLOAD_MIN`], as before.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
@@ -34,6 +48,9 @@ use crate::Ctx;
 
 /// Smallest read for whose decryption a parked helper is woken.
 const READ_WAKE_MIN: u64 = 2 << 20;
+/// Large writes' pieces (running or queued) per helper before the
+/// connection thread encrypts one itself.
+const WRITE_QUEUE: usize = 2;
 
 impl Adaptive {
     /// Whether the crypto of a `len`-byte request on the gather path goes
@@ -46,26 +63,29 @@ impl Adaptive {
             return false;
         }
         let b = &self.board;
-        if ctx.core.nanos(Instant::now()) < b.hinted_off_until.load(Relaxed) {
+        if read && ctx.core.nanos(Instant::now()) < b.hinted_off_until.load(Relaxed) {
             return false;
         }
         let taken = b.handoff_len.load(Relaxed) + b.busy.load(Relaxed);
-        if taken >= self.helpers {
-            return false;
+        if taken < self.helpers {
+            // A spinning helper is free at once; otherwise one must be woken.
+            let wake_min = if read { READ_WAKE_MIN } else { WAKE_MIN };
+            return b.spinning.load(Relaxed) > taken || len >= wake_min;
         }
-        // A spinning helper is free at once; otherwise one must be woken.
-        let wake_min = if read { READ_WAKE_MIN } else { WAKE_MIN };
-        b.spinning.load(Relaxed) > taken || len >= wake_min
+        // Every helper taken: a large write still queues behind them.
+        !read && len >= WAKE_MIN && taken < WRITE_QUEUE * self.helpers
     }
 
     /// Queues `f` (a request's crypto and what follows it) for a helper,
-    /// waking one if none is spinning.
-    pub(crate) fn hand_crypto(&self, f: Box<dyn FnOnce() + Send>) {
+    /// waking one if none is spinning; a read's start is scored for the
+    /// late-start back-off, a write's is not (see the module doc).
+    pub(crate) fn hand_crypto(&self, read: bool, f: Box<dyn FnOnce() + Send>) {
         let b = &self.board;
+        let queued = read.then(Instant::now);
         b.handoff
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back(Task::Crypto(Instant::now(), f));
+            .push_back(Task::Crypto(queued, f));
         b.handoff_len.fetch_add(1, SeqCst);
         if b.spinning.load(SeqCst) == 0 {
             b.nudge();
@@ -73,10 +93,12 @@ impl Adaptive {
     }
 }
 
-/// Runs a queued crypto hand-off on a helper and scores its start as a
-/// hinted hand-off is scored.
-pub(super) fn run(board: &Board, ctx: &Ctx, queued: Instant, f: Box<dyn FnOnce() + Send>) {
+/// Runs a queued crypto hand-off on a helper and, if it was `queued` for
+/// scoring (a read), scores its start as a hinted hand-off is scored.
+pub(super) fn run(board: &Board, ctx: &Ctx, queued: Option<Instant>, f: Box<dyn FnOnce() + Send>) {
     let start = Instant::now();
     f();
-    hint::score_start(board, ctx, queued, start);
+    if let Some(q) = queued {
+        hint::score_start(board, ctx, q, start);
+    }
 }
