@@ -189,3 +189,18 @@ impl BenchArgs {
             .transpose()
     }
 }
+
+/// The [`BenchArgs`] of a `ucrypt bench ARGS…` command line, for the
+/// runners' tests of what their `--via` fills in.
+#[cfg(test)]
+pub(crate) fn parse_for_test(args: &[&str]) -> BenchArgs {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+    Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+        .unwrap()
+        .bench
+}

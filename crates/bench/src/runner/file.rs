@@ -508,18 +508,7 @@ mod tests {
         assert!(!at.exists(), "a made file is removed");
     }
 
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        bench: crate::BenchArgs,
-    }
-
-    fn parse(args: &[&str]) -> crate::BenchArgs {
-        use clap::Parser;
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
-            .unwrap()
-            .bench
-    }
+    use crate::args::parse_for_test as parse;
 
     #[test]
     fn via_file_defaults_to_the_modes_on_4k_sectors_without_a_sweep() {

@@ -455,18 +455,7 @@ mod tests {
         assert_eq!((none.ops, none.cpu_s_per_gib), (0, None));
     }
 
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        bench: crate::BenchArgs,
-    }
-
-    fn parse(args: &[&str]) -> crate::BenchArgs {
-        use clap::Parser;
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
-            .unwrap()
-            .bench
-    }
+    use crate::args::parse_for_test as parse;
 
     #[test]
     fn via_vhost_fills_in_its_sweep_where_the_command_line_is_silent() {

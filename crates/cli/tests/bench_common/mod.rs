@@ -20,3 +20,14 @@ pub fn run(cmd: &mut Command, out_dir: &Path) -> (String, serde_json::Value) {
     let v = serde_json::from_str(&json).expect("results.json parses");
     (stdout, v)
 }
+
+/// Runs `cmd` (a `ucrypt bench …` that must refuse to start) and asserts
+/// it failed before printing anything; returns its stderr.
+#[allow(dead_code)] // not every bench test binary checks a refusal
+pub fn refused(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run ucrypt bench");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "must fail: {stderr}");
+    assert!(out.stdout.is_empty(), "fails before measuring anything");
+    stderr
+}
