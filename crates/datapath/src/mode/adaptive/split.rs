@@ -234,3 +234,93 @@ pub(super) fn run_chunks(ctx: &Ctx, job: &SplitJob) {
         }
     }
 }
+
+/// A large write on the gather path whose encryption the submitter and
+/// the helpers share (mode/adaptive/crypto.rs): its buffer cut into chunks
+/// that each claims in turn, neither waiting for the other; whoever
+/// encrypts the last chunk puts the buffer back together (no copy) and
+/// submits the IO.
+pub(super) struct SharedWrite {
+    sector: u64,
+    chunk: usize,
+    chunks: Vec<Mutex<Option<BytesMut>>>,
+    next: AtomicUsize,
+    finished: AtomicUsize,
+    submit: Mutex<Option<Submit>>,
+}
+
+/// What runs once the whole buffer is encrypted (submits the IO).
+pub(crate) type Submit = Box<dyn FnOnce(Vec<u8>) + Send>;
+
+impl SharedWrite {
+    /// Cuts `buf` (the write at `sector`) into chunks for `participants`.
+    pub(super) fn new(sector: u64, buf: Vec<u8>, participants: u64, submit: Submit) -> Self {
+        let chunk = (buf.len() as u64 / (participants * CHUNKS_PER_WORKER))
+            .max(CHUNK_MIN)
+            .next_multiple_of(4096) as usize;
+        let mut whole = Bytes::from(buf)
+            .try_into_mut()
+            .unwrap_or_else(|b| BytesMut::from(&b[..]));
+        let mut chunks = Vec::with_capacity(whole.len().div_ceil(chunk));
+        while !whole.is_empty() {
+            let n = whole.len().min(chunk);
+            chunks.push(Mutex::new(Some(whole.split_to(n))));
+        }
+        drop(whole);
+        Self {
+            sector,
+            chunk,
+            chunks,
+            next: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            submit: Mutex::new(Some(submit)),
+        }
+    }
+
+    /// Claims and encrypts chunks until none is left (`helper`: counted
+    /// as a helper's bytes); the last to finish submits.
+    pub(super) fn run(&self, ctx: &Ctx, helper: bool) {
+        let n = self.chunks.len();
+        loop {
+            let i = self.next.fetch_add(1, AcqRel);
+            if i >= n {
+                return;
+            }
+            let slot = &self.chunks[i];
+            // Invariant: chunk i is taken only by the claimer of index i.
+            let mut b = slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .unwrap_or_default();
+            if let Some(c) = &ctx.crypt {
+                c.encrypt(self.sector + (i * self.chunk / 512) as u64, &mut b);
+            }
+            if helper {
+                ctx.helper_bytes(b.len() as u64);
+            }
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
+            if self.finished.fetch_add(1, AcqRel) + 1 == n {
+                self.finish();
+                return;
+            }
+        }
+    }
+
+    /// Puts the chunks back together and submits.
+    fn finish(&self) {
+        let mut parts = self
+            .chunks
+            .iter()
+            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).take());
+        // Invariant: every chunk was put back before `finished` reached n.
+        let mut whole = parts.next().flatten().unwrap_or_default();
+        for p in parts {
+            whole.unsplit(p.unwrap_or_default());
+        }
+        let submit = self.submit.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(s) = submit {
+            s(Vec::from(whole));
+        }
+    }
+}
