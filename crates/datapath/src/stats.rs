@@ -48,9 +48,6 @@ pub struct DirStats {
     pub split: u64,
     /// Requests handed whole to a warm helper on another core (adaptive).
     pub offloaded: u64,
-    /// Bytes of shared writes (adaptive, gather path) a helper encrypted;
-    /// the submitter encrypted the rest of those requests.
-    pub helper_bytes: u64,
     /// Requests per mode they ran under.
     pub by_mode: ModeCounts,
     /// Latency percentiles since start.
@@ -133,7 +130,6 @@ struct DirCounters {
     queued: AtomicU64,
     split: AtomicU64,
     offloaded: AtomicU64,
-    helper_bytes: AtomicU64,
     by_mode: [AtomicU64; 3],
     hist: [AtomicU64; BUCKETS],
 }
@@ -148,7 +144,6 @@ impl DirCounters {
             queued: AtomicU64::new(0),
             split: AtomicU64::new(0),
             offloaded: AtomicU64::new(0),
-            helper_bytes: AtomicU64::new(0),
             by_mode: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             hist: [const { AtomicU64::new(0) }; BUCKETS],
         }
@@ -238,14 +233,6 @@ impl StatsCore {
         }
     }
 
-    /// Counts `bytes` of a shared write a helper encrypted (`dir`: a read
-    /// or write).
-    pub(crate) fn helper_bytes(&self, dir: Dir, bytes: u64) {
-        self.shards[shard_index()].dirs[dir as usize & 1]
-            .helper_bytes
-            .fetch_add(bytes, Relaxed);
-    }
-
     /// Records one completed request; `ns` is its latency when sampled.
     pub(crate) fn record(
         &self,
@@ -306,7 +293,6 @@ impl StatsCore {
             out.queued += d.queued.load(Relaxed);
             out.split += d.split.load(Relaxed);
             out.offloaded += d.offloaded.load(Relaxed);
-            out.helper_bytes += d.helper_bytes.load(Relaxed);
             for (m, c) in modes.iter_mut().zip(&d.by_mode) {
                 *m += c.load(Relaxed);
             }

@@ -33,11 +33,6 @@ pub(crate) struct Ctx {
 pub(crate) type Done = Box<dyn FnOnce(Completion) + Send>;
 
 impl Ctx {
-    /// Counts `bytes` of a shared write a helper encrypted (adaptive).
-    pub(crate) fn helper_bytes(&self, bytes: u64) {
-        self.core.stats.helper_bytes(Dir::Write, bytes);
-    }
-
     /// Records stats, releases the request's queue slot, runs `done`.
     pub(crate) fn complete(
         &self,

@@ -89,7 +89,6 @@ use crate::stats::Path;
 use crate::{Completion, Ctx, Done, Error, Hint};
 
 mod crypto;
-pub(crate) use crypto::SHARE_MIN;
 mod hint;
 mod spin;
 mod split;

@@ -35,8 +35,8 @@
 //! Each entry completes on the backend's completion thread as its own IO
 //! finishes: a read is decrypted there, then stats, gate release and
 //! `done` as for any request. In the adaptive mode a large write's
-//! encryption (and its submission) is shared with a helper, or a large
-//! read's decryption and completion goes to one (mode/adaptive/crypto.rs), so
+//! encryption (and its submission), or a large read's decryption and
+//! completion, goes to a helper instead (mode/adaptive/crypto.rs), so
 //! one connection's crypto is spread over cores as classic spreads it. The request holds its queue slot until then,
 //! so drains (reconfigure, suspend, shutdown) wait for IO in flight. That
 //! thread is marked an engine thread: a deferred request it replays is
@@ -328,12 +328,7 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
                 let moved = gen
                     .adaptive()
                     .is_some_and(|a| a.crypto_handoff_ok(ctx, r.len(), false));
-                let shared = moved && r.len() >= crate::mode::adaptive::SHARE_MIN;
-                let path = match (moved, shared) {
-                    (_, true) => Path::Split,
-                    (true, false) => Path::Offload,
-                    _ => Path::Inline,
-                };
+                let path = if moved { Path::Offload } else { Path::Inline };
                 let g = gen.clone();
                 let mut op = AsyncOp {
                     kind: AsyncKind::Write { fua },
@@ -349,16 +344,6 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
                     }),
                 };
                 match g.adaptive() {
-                    Some(a) if shared => {
-                        let c = ctx.clone();
-                        let buf = std::mem::take(&mut op.buf);
-                        let submit = move |buf| {
-                            op.buf = buf;
-                            c.backend.submit_async(vec![op]);
-                        };
-                        a.share_write(ctx, r, buf, Box::new(submit));
-                        continue;
-                    }
                     Some(a) if moved => {
                         let c = ctx.clone();
                         a.hand_crypto(

@@ -39,30 +39,12 @@
 //! submitter does not wait for them, and a piece queued behind another
 //! starts "late" by design. A helper already spinning takes a free write
 //! from [`OFFLOAD_MIN`], as before.
-//!
-//! A write of [`SHARE_MIN`] and up that may move is not handed over whole
-//! but shared ([`Adaptive::share_write`], `split.rs`): its buffer is cut
-//! into chunks (no copy), a task to claim them is queued for the helpers,
-//! and the connection thread claims chunks too until none is left, then
-//! goes back to receiving; whoever encrypts the last chunk submits the
-//! IO. Neither thread then idles while the other has a backlog (with
-//! whole writes queued, perf showed the connection thread and the helper
-//! each running about half of 1M QD8 write crypto, yet throughput did
-//! not rise).
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
 
-use std::sync::Arc;
-
-use super::split::{SharedWrite, Submit};
 use super::{hint, Adaptive, Board, Task, OFFLOAD_MIN, WAKE_MIN};
-use crate::check::SectorRange;
 use crate::Ctx;
-
-/// Smallest write whose encryption the submitter shares with a helper
-/// instead of handing it all over.
-pub(crate) const SHARE_MIN: u64 = WAKE_MIN;
 
 /// Smallest read for whose decryption a parked helper is woken.
 const READ_WAKE_MIN: u64 = 2 << 20;
@@ -108,23 +90,6 @@ impl Adaptive {
         if b.spinning.load(SeqCst) == 0 {
             b.nudge();
         }
-    }
-}
-
-impl Adaptive {
-    /// Encrypts the write `r` (`buf`) together with a helper and returns
-    /// when no chunk is left to claim; whoever finishes last runs
-    /// `submit` (see the module doc).
-    pub(crate) fn share_write(&self, ctx: &Arc<Ctx>, r: SectorRange, buf: Vec<u8>, submit: Submit) {
-        let job = Arc::new(SharedWrite::new(
-            r.sector(),
-            buf,
-            1 + self.helpers as u64,
-            submit,
-        ));
-        let (j, c) = (job.clone(), ctx.clone());
-        self.hand_crypto(false, Box::new(move || j.run(&c, true)));
-        job.run(ctx, false);
     }
 }
 
