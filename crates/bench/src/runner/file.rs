@@ -29,7 +29,6 @@ use super::{Rep, RunTarget, Runner};
 use crate::driver::{self, Rw, Workload};
 use crate::plan::Shape;
 use crate::report::{Report, Skipped};
-use crate::stats;
 use crate::target::Target;
 use crate::{Error, Options};
 
@@ -371,16 +370,7 @@ impl Runner for FileRunner {
         let (t, io) = match &self.rows[target] {
             Row::Fio(args) => {
                 return match super::fio::fio(args, w, self.size, self.warmup) {
-                    Ok(r) => Rep {
-                        ops: r.bytes / u64::from(w.bs).max(1),
-                        bytes_per_s: r.bytes_per_s,
-                        iops: r.iops,
-                        lat: r.lat,
-                        cpu_s_per_gib: (r.bytes > 0)
-                            .then(|| r.cpu_s / (r.bytes as f64 / stats::GIB)),
-                        errors: 0,
-                        error: None,
-                    },
+                    Ok(r) => r.rep(w.bs, 0.0),
                     Err(e) => failed(crate::error_chain(&e)),
                 }
             }

@@ -56,6 +56,23 @@ pub struct FioRep {
     pub bytes: u64,
 }
 
+impl FioRep {
+    /// This run as a repetition of `bs`-byte requests; CPU per GiB counts
+    /// fio's own CPU plus `server_cpu_s` (the server's, where there is one).
+    pub fn rep(self, bs: u32, server_cpu_s: f64) -> Rep {
+        Rep {
+            ops: self.bytes / u64::from(bs).max(1),
+            bytes_per_s: self.bytes_per_s,
+            iops: self.iops,
+            lat: self.lat,
+            cpu_s_per_gib: (self.bytes > 0)
+                .then(|| (server_cpu_s + self.cpu_s) / (self.bytes as f64 / stats::GIB)),
+            errors: 0,
+            error: None,
+        }
+    }
+}
+
 /// The options fio runs with: each server gets its own RAM image, so the
 /// images stay small (at most 256 MiB), and the headline adds 1M QD8 (the
 /// transport's ceiling) to 4k QD1.
@@ -191,19 +208,7 @@ impl Runner for FioRunner {
         let srv = &self.servers[target];
         let c0 = srv.cpu();
         match fio(&self.args[target], w, self.size, self.ramp) {
-            Ok(r) => {
-                let server_cpu = srv.cpu().saturating_sub(c0).as_secs_f64();
-                Rep {
-                    ops: r.bytes / u64::from(w.bs).max(1),
-                    bytes_per_s: r.bytes_per_s,
-                    iops: r.iops,
-                    lat: r.lat,
-                    cpu_s_per_gib: (r.bytes > 0)
-                        .then(|| (server_cpu + r.cpu_s) / (r.bytes as f64 / stats::GIB)),
-                    errors: 0,
-                    error: None,
-                }
-            }
+            Ok(r) => r.rep(w.bs, srv.cpu().saturating_sub(c0).as_secs_f64()),
             Err(e) => Rep {
                 errors: 1,
                 error: Some(crate::error_chain(&e)),
