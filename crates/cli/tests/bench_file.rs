@@ -37,6 +37,18 @@ fn via_file_measures_fio_and_every_engine_row_on_one_file() {
     );
     assert!(stdout.starts_with("ucrypt bench (file, "), "{stdout}");
     assert_eq!(v["via"], "file");
+    // Where the figures come from: the file, and how it was opened.
+    let storage = v["storage"].as_str().unwrap_or_default();
+    assert!(
+        storage.starts_with(&format!("{}/", tmp.path().display()))
+            && storage.contains(" (made for the run, removed), ")
+            && (storage.ends_with(", O_DIRECT") || storage.ends_with("(no O_DIRECT here)")),
+        "results.json storage: {storage:?}"
+    );
+    assert!(
+        stdout.contains(&format!("\nstorage: {storage}\n")),
+        "{stdout}"
+    );
     assert_eq!(v["skipped"], serde_json::json!([]), "every row started");
     assert_eq!(v["options"]["sector_size"], 4096);
     let cells = v["cells"].as_array().unwrap();

@@ -221,8 +221,12 @@ pub struct Report {
     pub duration_s: f64,
     /// Where the numbers come from.
     pub machine: Machine,
-    /// `in-process` or `fio`.
+    /// `in-process`, `fio`, `file`, `vhost`, ... (see [`crate::runner::Runner::via`]).
     pub via: String,
+    /// Where the bytes live, when `via` does not say it (`--via file`:
+    /// the file, and O_DIRECT or the page cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
     /// What was asked.
     pub options: OptionsRecord,
     /// Crypto throughput measured in this run.
@@ -435,6 +439,7 @@ pub(crate) mod tests {
             duration_s: 0.0,
             machine: Machine::detect(),
             via: "in-process".into(),
+            storage: None,
             options: OptionsRecord::from(&o),
             crypto: Vec::new(),
             cells: Vec::new(),

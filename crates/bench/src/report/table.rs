@@ -58,6 +58,9 @@ impl Report {
             let _ = writeln!(s, ", median of {} x {} ms", o.reps, o.runtime_ms);
         }
         let _ = writeln!(s, "machine: {}", self.machine.describe());
+        if let Some(storage) = &self.storage {
+            let _ = writeln!(s, "storage: {storage}");
+        }
         let mut workloads: Vec<(u32, usize, usize)> = Vec::new();
         for c in &head {
             if !workloads.contains(&(c.bs, c.qd, c.jobs)) {

@@ -211,6 +211,8 @@ pub struct FileRunner {
     /// Each row's IO engine and counters of its last repetition.
     last: Vec<Option<(IoEngine, FileStats)>>,
     file: BenchFile,
+    /// Whether the engines' backends (and so fio) bypass the page cache.
+    direct: bool,
 }
 
 /// The IO engines each target runs with, and their row suffixes.
@@ -240,12 +242,14 @@ impl FileRunner {
             engine_stats: opts.engine_stats,
             last: Vec::new(),
             file,
+            direct: false,
         };
         // fio bypasses the page cache when the engine does.
         let direct = runner
             .open(IoEngine::Syscalls)
             .map(|b| b.direct_alignment().is_some())
             .unwrap_or(false);
+        runner.direct = direct;
         eprintln!(
             "bench: fio and the engines go {}",
             if direct {
@@ -356,6 +360,23 @@ impl Runner for FileRunner {
 
     fn skipped(&self) -> Vec<Skipped> {
         self.skipped.clone()
+    }
+
+    fn storage(&self) -> Option<String> {
+        Some(format!(
+            "{}{}, {}",
+            self.file.path.display(),
+            if self.file.remove {
+                " (made for the run, removed)"
+            } else {
+                ""
+            },
+            if self.direct {
+                "O_DIRECT"
+            } else {
+                "page cache (no O_DIRECT here)"
+            }
+        ))
     }
 
     // No warm-up per cell: fio ramps up in each run, the engine rows warm

@@ -83,6 +83,11 @@ pub trait Runner {
     fn targets(&self) -> &[RunTarget];
     /// Targets that could not start, and why.
     fn skipped(&self) -> Vec<Skipped>;
+    /// Where the bytes live when the runner's `via` does not say it
+    /// (e.g. the file and whether it was opened with O_DIRECT).
+    fn storage(&self) -> Option<String> {
+        None
+    }
     /// A warm-up run before a cell's repetitions (default: none).
     fn warm_up(&mut self, _target: usize, _w: &Workload) {}
     /// One repetition of `w` on target `target`.
@@ -209,6 +214,7 @@ pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
         duration_s: t0.elapsed().as_secs_f64(),
         machine: report::Machine::detect(),
         via: runner.via(),
+        storage: runner.storage(),
         options: report::OptionsRecord::from(opts),
         crypto,
         cells,
