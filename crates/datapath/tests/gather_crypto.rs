@@ -125,11 +125,8 @@ fn large_deep_requests_hand_their_crypto_to_a_free_helper() {
     // A fresh engine (no back-off from the writes' helper starts): the
     // first 4 MiB read completion (big enough to wake a parked helper)
     // finds the helper free and hands it the decryption; every read still
-    // returns the plaintext. Reads move only when a core is idle, which a
-    // loaded test machine may not have: the load-blind test hook
-    // (tests/gather_busy.rs checks the load rule itself).
+    // returns the plaintext.
     let e = engine(&fb, CryptMode::Adaptive);
-    e.force_split(true);
     let quad = 4 * BIG;
     let reqs = (0..2u64)
         .map(|k| Request {

@@ -25,17 +25,6 @@
 //! of keeping them when a 1 MiB read could wake a helper; 4 MiB reads were
 //! even). Small requests (4 KiB) never move.
 //!
-//! A read moves only when a core is measurably idle (`/proc/loadavg`'s
-//! runnable count, as for splitting: `cpu::Load`). Its decryption is the
-//! cheapest of the passes a served read costs (the backend's copy out of
-//! the page cache on io_uring's worker, the reply's copy into the socket,
-//! the client's copy out of it, each on a thread of its own), so with
-//! every core busy a helper adds no parallelism: it only takes CPU from
-//! those threads, and spins between pieces. Measured through NBD on 2
-//! CPUs (4M QD64 reads, perf): the helper spun for ~11% of the server's
-//! CPU and the server spent ~14% more CPU per GiB than without read
-//! hand-offs.
-//!
 //! Writes differ in who pays for keeping a piece: it is the connection
 //! thread, the one thread that receives every payload of its client, so a
 //! write it encrypts is a payload it does not receive meanwhile. Measured
@@ -74,18 +63,8 @@ impl Adaptive {
             return false;
         }
         let b = &self.board;
-        if read {
-            let now = ctx.core.nanos(Instant::now());
-            if now < b.hinted_off_until.load(Relaxed) {
-                return false;
-            }
-            // No idle core: the helper would only take CPU from the
-            // threads the read still needs (see the module doc).
-            if !ctx.core.force_split.load(Relaxed)
-                && ctx.core.idle.others(now, b.awake.load(Relaxed)) + 1 >= ctx.core.ncpu
-            {
-                return false;
-            }
+        if read && ctx.core.nanos(Instant::now()) < b.hinted_off_until.load(Relaxed) {
+            return false;
         }
         let taken = b.handoff_len.load(Relaxed) + b.busy.load(Relaxed);
         if taken < self.helpers {
