@@ -223,7 +223,7 @@ fn writes_stay_with_their_submitters_when_every_core_has_one() {
     let Some((fb, _path, _dir)) = uring_image("gather_crypto_busy", SIZE + DATA_OFFSET) else {
         return;
     };
-    // As many submitting threads as the process has CPUs (fio's nbd
+    // As many submitting threads as the process has CPUs, at least two (fio's nbd
     // engine with --numjobs 4 on 2 CPUs: one connection thread per core
     // and more): a large write with requests behind it, which a lone
     // submitter hands to the free helper (the tests above), stays on its
@@ -232,7 +232,7 @@ fn writes_stay_with_their_submitters_when_every_core_has_one() {
     // writes are counted. The count of submitters spans milliseconds:
     // a round where the machine stalled a thread that long may still move
     // a write, so one clean round of a few is required.
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get().max(2));
     let e = Arc::new(engine(&fb, CryptMode::Adaptive));
     let write = |t: usize, k: u64| Request {
         op: Op::Write {

@@ -72,9 +72,10 @@ impl Adaptive {
         if !read {
             // Every core has a submitting thread of its own (say 4 NBD
             // connections on 2 CPUs): the hop gains no core, only costs
-            // (see `submitters.rs`); helpers park (`contended_at`).
+            // (see `submitters.rs`); helpers park (`contended_at`). A lone
+            // submitter keeps its hand-offs even on one CPU, as before.
             let now = ctx.core.nanos(Instant::now());
-            if b.submitters.note(now) >= ctx.core.ncpu {
+            if b.submitters.note(now) >= ctx.core.ncpu.max(2) {
                 ctx.core.contended_at.store(now, Relaxed);
                 return false;
             }
