@@ -217,3 +217,63 @@ fn small_requests_and_the_inline_mode_keep_their_crypto() {
     unmoved(CryptMode::Adaptive, 4096, "adaptive 4k");
     unmoved(CryptMode::Inline, BIG, "inline");
 }
+
+#[test]
+fn writes_stay_with_their_submitters_when_every_core_has_one() {
+    let Some((fb, _path, _dir)) = uring_image("gather_crypto_busy", SIZE + DATA_OFFSET) else {
+        return;
+    };
+    // As many submitting threads as the process has CPUs, at least two (fio's nbd
+    // engine with --numjobs 4 on 2 CPUs: one connection thread per core
+    // and more): a large write with requests behind it, which a lone
+    // submitter hands to the free helper (the tests above), stays on its
+    // submitting thread, since the hop would gain no core. Each thread
+    // writes once (so all are seen submitting), then once more; the second
+    // writes are counted. The count of submitters spans milliseconds:
+    // a round where the machine stalled a thread that long may still move
+    // a write, so one clean round of a few is required.
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get().max(2));
+    let e = Arc::new(engine(&fb, CryptMode::Adaptive));
+    let write = |t: usize, k: u64| Request {
+        op: Op::Write {
+            data: pattern(k, BIG),
+        },
+        offset: (t as u64 % (SIZE / BIG as u64)) * BIG as u64,
+        fua: false,
+    };
+    let mut moved = Vec::new();
+    for round in 0..5u64 {
+        let gate = Arc::new(std::sync::Barrier::new(ncpu + 1));
+        let threads: Vec<_> = (0..ncpu)
+            .map(|t| {
+                let (e, gate) = (e.clone(), gate.clone());
+                std::thread::spawn(move || {
+                    for k in 0..2 {
+                        for c in run_with(&e, vec![write(t, round * 2 + k)], |_| 7) {
+                            c.expect("write");
+                        }
+                        if k == 0 {
+                            // Every first write done; then the count taken.
+                            gate.wait();
+                            gate.wait();
+                        }
+                    }
+                })
+            })
+            .collect();
+        gate.wait();
+        let before = e.stats().write.offloaded;
+        gate.wait();
+        threads
+            .into_iter()
+            .for_each(|t| t.join().expect("submitter"));
+        moved.push(e.stats().write.offloaded - before);
+        if moved.last() == Some(&0) {
+            break;
+        }
+    }
+    assert!(
+        moved.contains(&0),
+        "second writes of {ncpu} submitters handed off, per round: {moved:?}"
+    );
+}

@@ -92,9 +92,11 @@ mod crypto;
 mod hint;
 mod spin;
 mod split;
+mod submitters;
 
 use spin::Spin;
 use split::{run_chunks, SplitJob};
+use submitters::Submitters;
 
 /// Smallest request split when a helper is already awake.
 pub const SPLIT_MIN: u64 = 128 << 10;
@@ -190,6 +192,8 @@ struct Board {
     nudged: AtomicBool,
     /// Threads inside [`Adaptive::submit`].
     active: AtomicUsize,
+    /// Threads that submitted large requests lately (`submitters.rs`).
+    submitters: Submitters,
 }
 
 /// Counts a thread out of [`Board::active`] on every return path.
@@ -236,6 +240,7 @@ impl Adaptive {
             pipelined_at: AtomicU64::new(0),
             nudged: AtomicBool::new(false),
             active: AtomicUsize::new(0),
+            submitters: Submitters::new(),
         });
         let mut me = Self {
             board: board.clone(),
@@ -289,7 +294,11 @@ impl Adaptive {
         // Threads running a request of a movable size right now in
         // submitting context, this one included (requests handed off are
         // not counted: their submitter has moved on).
-        let submitters = self.board.active.fetch_add(1, SeqCst) + 1;
+        // And threads that keep submitting though not inside right now
+        // (an NBD connection receiving its next payload still keeps a
+        // core busy; see `submitters.rs`).
+        let submitters = (self.board.active.fetch_add(1, SeqCst) + 1)
+            .max(self.board.submitters.note(ctx.core.nanos(t0)));
         let _active = Active(&self.board.active);
         if len == 0 {
             return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);

@@ -38,7 +38,10 @@
 //! hand-offs neither consult nor feed the late-start back-off: the
 //! submitter does not wait for them, and a piece queued behind another
 //! starts "late" by design. A helper already spinning takes a free write
-//! from [`OFFLOAD_MIN`], as before.
+//! from [`OFFLOAD_MIN`], as before. No write moves while as many threads
+//! as CPUs keep submitting large requests (`submitters.rs`: 4 NBD
+//! connections on 2 CPUs): every core has a connection thread already, so
+//! the hand-off gains no core, and the helpers park.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
@@ -65,6 +68,17 @@ impl Adaptive {
         let b = &self.board;
         if read && ctx.core.nanos(Instant::now()) < b.hinted_off_until.load(Relaxed) {
             return false;
+        }
+        if !read {
+            // Every core has a submitting thread of its own (say 4 NBD
+            // connections on 2 CPUs): the hop gains no core, only costs
+            // (see `submitters.rs`); helpers park (`contended_at`). A lone
+            // submitter keeps its hand-offs even on one CPU, as before.
+            let now = ctx.core.nanos(Instant::now());
+            if b.submitters.note(now) >= ctx.core.ncpu.max(2) {
+                ctx.core.contended_at.store(now, Relaxed);
+                return false;
+            }
         }
         let taken = b.handoff_len.load(Relaxed) + b.busy.load(Relaxed);
         if taken < self.helpers {
