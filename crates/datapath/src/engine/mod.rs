@@ -66,6 +66,16 @@ impl Core {
         at != 0 && now.saturating_sub(at) < hold.as_nanos() as u64
     }
 
+    /// True if `busy` threads already take every core; then the engine
+    /// counts as contended from `now` (see [`Core::contended`]).
+    pub(crate) fn saturated(&self, now: u64, busy: usize) -> bool {
+        let all = busy >= self.ncpu;
+        if all {
+            self.contended_at.store(now, Relaxed);
+        }
+        all
+    }
+
     fn retire(&self, mut handles: Vec<JoinHandle<()>>) {
         let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         // Reap what has already exited so repeated swaps do not pile up.

@@ -351,23 +351,16 @@ impl Adaptive {
         if now < self.board.offload_off_until.load(Relaxed) {
             return false;
         }
-        if submitters >= ctx.core.ncpu {
-            ctx.core.contended_at.store(now, Relaxed);
-            return false;
-        }
-        if ctx.core.contended(now, CONTENDED_HOLD) {
+        if ctx.core.saturated(now, submitters) || ctx.core.contended(now, CONTENDED_HOLD) {
             return false;
         }
         // Persistent load only: a hand-off does not hold its submitter
         // up, so a helper briefly sharing its core costs little.
-        if ctx
+        let load = ctx
             .core
             .idle
-            .persistent(now, self.board.awake.load(Relaxed))
-            + submitters
-            >= ctx.core.ncpu
-        {
-            ctx.core.contended_at.store(now, Relaxed);
+            .persistent(now, self.board.awake.load(Relaxed));
+        if ctx.core.saturated(now, load + submitters) {
             return false;
         }
         if len < OFFLOAD_MIN {

@@ -66,7 +66,8 @@ impl Adaptive {
             return false;
         }
         let b = &self.board;
-        if read && ctx.core.nanos(Instant::now()) < b.hinted_off_until.load(Relaxed) {
+        let now = ctx.core.nanos(Instant::now());
+        if read && now < b.hinted_off_until.load(Relaxed) {
             return false;
         }
         if !read {
@@ -74,9 +75,8 @@ impl Adaptive {
             // connections on 2 CPUs): the hop gains no core, only costs
             // (see `submitters.rs`); helpers park (`contended_at`). A lone
             // submitter keeps its hand-offs even on one CPU, as before.
-            let now = ctx.core.nanos(Instant::now());
-            if b.submitters.note(now) >= ctx.core.ncpu.max(2) {
-                ctx.core.contended_at.store(now, Relaxed);
+            let submitters = b.submitters.note(now);
+            if submitters > 1 && ctx.core.saturated(now, submitters) {
                 return false;
             }
         }

@@ -48,8 +48,7 @@ impl Adaptive {
             return false;
         }
         let now = ctx.core.nanos(t0);
-        if submitters >= ctx.core.ncpu {
-            ctx.core.contended_at.store(now, Relaxed);
+        if ctx.core.saturated(now, submitters) {
             return false;
         }
         if now < self.board.hinted_off_until.load(Relaxed) {

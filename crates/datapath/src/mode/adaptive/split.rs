@@ -87,17 +87,13 @@ impl Adaptive {
             return false;
         }
         let now = ctx.core.nanos(t0);
-        if depth >= ctx.core.ncpu {
-            ctx.core.contended_at.store(now, Relaxed);
-            return false;
-        }
-        if ctx.core.contended(now, CONTENDED_HOLD) {
+        if ctx.core.saturated(now, depth) || ctx.core.contended(now, CONTENDED_HOLD) {
             return false;
         }
         // Idle cores: every CPU but this submitter's, less whatever else is
         // runnable on the machine right now (other processes included).
-        if ctx.core.idle.others(now, self.board.awake.load(Relaxed)) + depth >= ctx.core.ncpu {
-            ctx.core.contended_at.store(now, Relaxed);
+        let load = ctx.core.idle.others(now, self.board.awake.load(Relaxed));
+        if ctx.core.saturated(now, load + depth) {
             return false;
         }
         len >= WAKE_MIN || self.board.spinning.load(Relaxed) > 0
