@@ -69,6 +69,7 @@ impl FioRep {
                 .then(|| (server_cpu_s + self.cpu_s) / (self.bytes as f64 / stats::GIB)),
             errors: 0,
             error: None,
+            disk: None,
         }
     }
 }
