@@ -28,11 +28,24 @@
 //! (measured: 1M QD8 NBD writes at 0.4x). Plain `malloc` blocks go back to
 //! the heap and are reused.
 //!
+//! Huge blocks: every one of at least [`HUGE`] bytes comes from
+//! 2 MiB-aligned anonymous mappings marked `MADV_HUGEPAGE`, so with
+//! transparent huge pages at `madvise` (or `always`) it is physically
+//! contiguous: a 1 MiB block is one half of a 2 MiB page, a larger one
+//! whole 2 MiB pages. Why: a virtio disk takes at most `max_segments`
+//! (254 on /dev/vda) segments per request, so a 1 MiB O_DIRECT read into
+//! 256 scattered 4 KiB pages goes out as two 512 KiB requests, into one
+//! huge page as one 1 MiB request. Freed huge blocks are kept per size
+//! (up to [`HUGE_CACHED`] bytes, the rest unmapped), so a request buffer
+//! the pool (`datapath::bufpool`) did not keep is not faulted and zeroed
+//! anew, which is what made `mmap` per request slow (above).
+//!
 //! Soundness: whether a block is large depends only on its layout, and
 //! Rust passes `dealloc` and `realloc` the layout the block was allocated
 //! with, so every block is freed the way it was allocated; `realloc` of a
 //! large block (or into one) allocates anew, copies and frees.
-// No FFI, but GlobalAlloc is an unsafe trait and the header is raw memory.
+// GlobalAlloc is an unsafe trait, the header is raw memory, and huge
+// blocks are mapped with mmap/madvise/munmap (libc).
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -48,6 +61,14 @@ pub const SECTOR: usize = 512;
 pub const PAGE: usize = 4096;
 /// The header before a large block: the address `malloc` returned.
 const HDR: usize = std::mem::size_of::<usize>();
+/// Smallest allocation backed by transparent huge pages (see the module
+/// doc): the request size at which scattered 4 KiB pages exceed a virtio
+/// disk's 254 segments, rounded to the pool's class.
+pub const HUGE: usize = 1 << 20;
+/// A transparent huge page.
+const THP: usize = 2 << 20;
+/// Most bytes of freed huge blocks kept mapped for reuse.
+pub const HUGE_CACHED: usize = 32 << 20;
 
 /// The system allocator, with allocations of at least [`LARGE`] bytes,
 /// and sector multiples of at least [`PAGE`], aligned to [`PAGE`].
@@ -122,16 +143,191 @@ unsafe fn dealloc_large(p: *mut u8, size: usize) {
     }
 }
 
-// SAFETY: small (or over-aligned) layouts go to `System` unchanged; large
-// ones always through `alloc_large` / `dealloc_large` with the same size,
-// since `large` is a pure function of the layout Rust hands back to
+/// Huge blocks: 2 MiB-aligned `MADV_HUGEPAGE` mappings, cached by span.
+mod huge {
+    use super::{Layout, HUGE, HUGE_CACHED, PAGE, THP};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, PoisonError};
+
+    /// Spans cached: slot 0 holds 1 MiB halves of huge pages, slot `n`
+    /// blocks of `n` huge pages (up to the engine's 32 MiB request).
+    const SLOTS: usize = 17;
+    /// Most blocks one slot holds (all of [`HUGE_CACHED`] in halves).
+    const DEPTH: usize = HUGE_CACHED / HUGE;
+    /// Set in a cached entry whose block is still all zero (never used).
+    const ZEROED: usize = 1;
+
+    /// Free blocks of one span, without allocating (this is the
+    /// allocator): addresses, [`ZEROED`] or-ed in.
+    struct Stack {
+        len: usize,
+        at: [usize; DEPTH],
+    }
+
+    static FREE: [Mutex<Stack>; SLOTS] = [const {
+        Mutex::new(Stack {
+            len: 0,
+            at: [0; DEPTH],
+        })
+    }; SLOTS];
+    /// Bytes held over all slots.
+    static CACHED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Whether a block of layout `l` is a huge one.
+    pub(super) fn is(l: Layout) -> bool {
+        l.size() >= HUGE && l.align() <= PAGE
+    }
+
+    /// The bytes a huge block of `size` takes: half a huge page when it
+    /// fits, else whole ones (`None`: too large to exist).
+    pub(super) fn span(size: usize) -> Option<usize> {
+        if size <= HUGE {
+            Some(HUGE)
+        } else {
+            size.checked_next_multiple_of(THP)
+        }
+    }
+
+    /// The cache slot of blocks of `span` bytes (`None`: not cached).
+    fn slot(span: usize) -> Option<usize> {
+        let n = if span == HUGE { 0 } else { span / THP };
+        (n < SLOTS).then_some(n)
+    }
+
+    fn pop(s: usize) -> Option<usize> {
+        let mut st = FREE[s].lock().unwrap_or_else(PoisonError::into_inner);
+        st.len = st.len.checked_sub(1)?;
+        Some(st.at[st.len])
+    }
+
+    /// Caches a free block (false: the cache is full, unmap it).
+    fn push(s: usize, entry: usize, span: usize) -> bool {
+        if CACHED.fetch_add(span, Ordering::Relaxed) + span > HUGE_CACHED {
+            CACHED.fetch_sub(span, Ordering::Relaxed);
+            return false;
+        }
+        let mut st = FREE[s].lock().unwrap_or_else(PoisonError::into_inner);
+        if st.len == DEPTH {
+            drop(st);
+            CACHED.fetch_sub(span, Ordering::Relaxed);
+            return false;
+        }
+        let n = st.len;
+        st.at[n] = entry;
+        st.len += 1;
+        true
+    }
+
+    /// A new zero-filled mapping of `len` bytes (a multiple of [`THP`])
+    /// at a [`THP`] boundary, huge pages asked for (null on failure).
+    fn map(len: usize) -> *mut u8 {
+        let Some(over) = len.checked_add(THP) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: a new private anonymous mapping; no existing memory is
+        // touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return std::ptr::null_mut();
+        }
+        let raw = raw.cast::<u8>();
+        let head = (raw as usize).next_multiple_of(THP) - raw as usize;
+        // SAFETY: `head` < THP, so `p` and its `len` bytes lie inside the
+        // `over` bytes just mapped; the head and tail cut off are parts of
+        // that mapping nothing refers to. madvise only changes how the
+        // range is backed (it fails harmlessly without THP support).
+        unsafe {
+            let p = raw.add(head);
+            if head > 0 {
+                libc::munmap(raw.cast(), head);
+            }
+            if THP - head > 0 {
+                libc::munmap(p.add(len).cast(), THP - head);
+            }
+            libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+            p
+        }
+    }
+
+    /// Allocates a huge block of `size` bytes (null on failure).
+    ///
+    /// # Safety
+    /// `size` ≥ [`HUGE`].
+    pub(super) unsafe fn alloc(size: usize, zeroed: bool) -> *mut u8 {
+        let Some(span) = span(size) else {
+            return std::ptr::null_mut();
+        };
+        if let Some(s) = slot(span) {
+            if let Some(e) = pop(s) {
+                CACHED.fetch_sub(span, Ordering::Relaxed);
+                let p = (e & !ZEROED) as *mut u8;
+                if zeroed && e & ZEROED == 0 {
+                    // SAFETY: the cached block holds `span` ≥ `size` bytes.
+                    unsafe { std::ptr::write_bytes(p, 0, size) };
+                }
+                return p;
+            }
+        }
+        if span != HUGE {
+            return map(span);
+        }
+        // A new huge page: its first half now, its second cached (zero).
+        let p = map(THP);
+        if !p.is_null() {
+            // SAFETY: the second half of the THP bytes just mapped.
+            let half = unsafe { p.add(HUGE) };
+            if !push(0, half as usize | ZEROED, HUGE) {
+                // SAFETY: as above; nothing refers to it.
+                unsafe { libc::munmap(half.cast(), HUGE) };
+            }
+        }
+        p
+    }
+
+    /// Frees a huge block of `size` bytes: cached, or unmapped when the
+    /// cache is full (unmapping half a huge page splits it; its other
+    /// half stays mapped).
+    ///
+    /// # Safety
+    /// `p` came from `alloc(size, _)` and is not used again.
+    pub(super) unsafe fn dealloc(p: *mut u8, size: usize) {
+        let Some(span) = span(size) else { return };
+        if slot(span).is_some_and(|s| push(s, p as usize, span)) {
+            return;
+        }
+        // SAFETY: `p` is the start of `span` bytes mapped by `alloc`.
+        unsafe { libc::munmap(p.cast(), span) };
+    }
+
+    /// Bytes of freed huge blocks held for reuse (for tests).
+    #[cfg(test)]
+    pub(super) fn cached() -> usize {
+        CACHED.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: small (or over-aligned) layouts go to `System` unchanged; huge
+// ones through `huge::alloc` / `huge::dealloc`, other large ones through
+// `alloc_large` / `dealloc_large`, always with the same size, since `huge`
+// and `large` are pure functions of the layout Rust hands back to
 // `dealloc` and `realloc`. Large blocks are aligned to PAGE ≥ the layout's
 // alignment and hold `size` bytes.
 unsafe impl GlobalAlloc for PageAlignLarge {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's non-zero size.
         unsafe {
-            if large(layout) {
+            if huge::is(layout) {
+                huge::alloc(layout.size(), false)
+            } else if large(layout) {
                 alloc_large(layout.size(), false)
             } else {
                 System.alloc(layout)
@@ -142,7 +338,9 @@ unsafe impl GlobalAlloc for PageAlignLarge {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
         unsafe {
-            if large(layout) {
+            if huge::is(layout) {
+                huge::alloc(layout.size(), true)
+            } else if large(layout) {
                 alloc_large(layout.size(), true)
             } else {
                 System.alloc_zeroed(layout)
@@ -153,7 +351,9 @@ unsafe impl GlobalAlloc for PageAlignLarge {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from `alloc*` with this `layout`.
         unsafe {
-            if large(layout) {
+            if huge::is(layout) {
+                huge::dealloc(ptr, layout.size())
+            } else if large(layout) {
                 dealloc_large(ptr, layout.size())
             } else {
                 System.dealloc(ptr, layout)
@@ -168,6 +368,11 @@ unsafe impl GlobalAlloc for PageAlignLarge {
         if !large(layout) && !large(new) {
             // SAFETY: `ptr` is System's block of `layout`.
             return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        if huge::is(layout) && huge::is(new) && huge::span(layout.size()) == huge::span(new_size) {
+            // Same mapping size: the block already holds `new_size` bytes,
+            // and `dealloc` with `new` frees it the same way.
+            return ptr;
         }
         // SAFETY: `new` has a non-zero size; both blocks are live and
         // distinct, at least min(old, new) bytes long; the old one is then
@@ -235,5 +440,37 @@ mod tests {
                 a.dealloc(z, l);
             }
         }
+    }
+    #[test]
+    fn huge_blocks_sit_in_huge_pages_and_are_reused() {
+        let a = PageAlignLarge;
+        for (n, align) in [
+            (HUGE, HUGE),
+            (HUGE + 1, THP),
+            (3 * THP, THP),
+            (40 << 20, THP),
+        ] {
+            let l = Layout::from_size_align(n, 1).unwrap();
+            // SAFETY: non-zero sizes; every block is written within its
+            // size and freed with its layout.
+            unsafe {
+                let p = a.alloc_zeroed(l);
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0, "{n}");
+                let s = std::slice::from_raw_parts_mut(p, n);
+                assert!(s.iter().all(|&b| b == 0), "{n}");
+                s.fill(0x77);
+                a.dealloc(p, l);
+                // Reused dirty, cleared again when asked zeroed.
+                let q = a.alloc_zeroed(l);
+                assert!(std::slice::from_raw_parts(q, n).iter().all(|&b| b == 0));
+                // Growing within the same span keeps the block.
+                let big = Layout::from_size_align(huge::span(n).unwrap(), 1).unwrap();
+                let r = a.realloc(q, l, big.size());
+                assert_eq!(r, q, "{n}");
+                a.dealloc(r, big);
+            }
+        }
+        assert!(huge::cached() <= HUGE_CACHED);
     }
 }

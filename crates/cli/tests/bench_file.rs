@@ -39,10 +39,15 @@ fn via_file_measures_fio_and_every_engine_row_on_one_file() {
     assert_eq!(v["via"], "file");
     // Where the figures come from: the file, and how it was opened.
     let storage = v["storage"].as_str().unwrap_or_default();
+    // ", on DISK" when the file lives on a block device (not on tmpfs).
+    let (opened, disk) = match storage.rsplit_once(", on ") {
+        Some((o, d)) => (o, Some(d)),
+        None => (storage, None),
+    };
     assert!(
         storage.starts_with(&format!("{}/", tmp.path().display()))
             && storage.contains(" (made for the run, removed), ")
-            && (storage.ends_with(", O_DIRECT") || storage.ends_with("(no O_DIRECT here)")),
+            && (opened.ends_with(", O_DIRECT") || opened.ends_with("(no O_DIRECT here)")),
         "results.json storage: {storage:?}"
     );
     assert!(
@@ -78,6 +83,8 @@ fn via_file_measures_fio_and_every_engine_row_on_one_file() {
                 assert!(c["iops"].as_f64().unwrap() > 0.0, "{c}");
                 // x fio for every row; the bound for the encrypted ones.
                 assert!(c["pct_raw"].as_f64().unwrap() > 0.0, "{c}");
+                // The disk's request sizes, only when there is a disk.
+                assert_eq!(c.get("disk_kib_per_req").is_some(), disk.is_some(), "{c}");
                 if target.contains("aes") {
                     assert!(c["bound_mib_s"].as_f64().unwrap() > 0.0, "{c}");
                     assert!(c["pct_bound"].as_f64().unwrap() > 0.0, "{c}");
@@ -112,6 +119,7 @@ fn via_file_measures_fio_and_every_engine_row_on_one_file() {
         assert!(squeezed.contains(&r), "{r}: {stdout}");
     }
     assert!(stdout.contains("% fio"), "{stdout}");
+    assert_eq!(stdout.contains("disk rd"), disk.is_some(), "{stdout}");
     // Only the results are left: the runner removed its file.
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()

@@ -14,6 +14,10 @@
 //! after (~15% of a 1M QD8 NBD read, profiled). A pooled buffer is already
 //! mapped and already initialised, so [`take`] returns it without writing a
 //! byte when it was that long before.
+//! Under the `ucrypt` binary's allocator (`backend::PageAlignLarge`) the
+//! buffers of 1 MiB and up are transparent huge pages, physically
+//! contiguous, so an O_DIRECT read of 1 MiB is one request to a virtio
+//! disk, not two (`tests/bufpool_huge.rs`).
 //!
 //! # Stale bytes
 //!

@@ -14,7 +14,7 @@ pub mod verdict;
 use std::path::{Path, PathBuf};
 
 use crate::driver::{Rw, Workload};
-use crate::runner::{Rep, RunTarget};
+use crate::runner::{DiskReqs, Rep, RunTarget};
 use crate::stats::{self, Percentiles, Summary};
 use crate::target::{Cipher, Mode};
 use crate::{CryptoSpeed, Error, Options};
@@ -80,6 +80,25 @@ pub struct CellResult {
     pub pct_bound: Option<f64>,
     /// Median throughput as % of the same cipher's classic mode.
     pub pct_classic: Option<f64>,
+    /// Median KiB per request the block device under the file saw
+    /// (`--via file` on a disk; absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_kib_per_req: Option<DiskReqs>,
+}
+
+/// The median request sizes over repetitions that measured any.
+fn disk_median(reps: &[Rep]) -> Option<DiskReqs> {
+    let d: Vec<DiskReqs> = reps.iter().filter_map(|r| r.disk).collect();
+    if d.is_empty() {
+        return None;
+    }
+    let med = |f: fn(&DiskReqs) -> Option<f64>| {
+        stats::median(&d.iter().filter_map(f).collect::<Vec<f64>>())
+    };
+    Some(DiskReqs {
+        read_kib: med(|d| d.read_kib),
+        write_kib: med(|d| d.write_kib),
+    })
 }
 
 impl CellResult {
@@ -128,6 +147,7 @@ impl CellResult {
             bound_mib_s: None,
             pct_bound: None,
             pct_classic: None,
+            disk_kib_per_req: disk_median(&reps),
         }
     }
 

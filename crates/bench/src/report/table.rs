@@ -270,11 +270,22 @@ fn head_table(s: &mut String, head: &[&CellResult], raw: &str) {
         "read",
         "write"
     );
-    let _ = writeln!(
+    // The disk's request sizes (`--via file` on a block device) after.
+    let disk = head.iter().any(|c| c.disk_kib_per_req.is_some());
+    if disk {
+        s.pop();
+        let _ = writeln!(s, " {:>8} {:>8}", "disk rd", "disk wr");
+    }
+    let _ = write!(
         s,
         "{:<tw$} {:>10} {:>11} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6}",
         "", "", "", raw, raw, "% bound", "% bound", "µs", "µs", "±%", "±%"
     );
+    let _ = if disk {
+        writeln!(s, " {:>8} {:>8}", "KiB/req", "KiB/req")
+    } else {
+        writeln!(s)
+    };
     let mut names: Vec<&str> = Vec::new();
     for c in head {
         if !names.contains(&c.target.as_str()) {
@@ -313,6 +324,16 @@ fn head_table(s: &mut String, head: &[&CellResult], raw: &str) {
             f(r, &|c| c.mib_s.map(|m| m.spread_pct), 0, ""),
             f(w, &|c| c.mib_s.map(|m| m.spread_pct), 0, ""),
         );
+        if disk {
+            // Reads per request of the read cell, writes of the write one.
+            s.pop();
+            let _ = writeln!(
+                s,
+                " {:>8} {:>8}",
+                f(r, &|c| c.disk_kib_per_req.and_then(|d| d.read_kib), 0, ""),
+                f(w, &|c| c.disk_kib_per_req.and_then(|d| d.write_kib), 0, ""),
+            );
+        }
     }
 }
 

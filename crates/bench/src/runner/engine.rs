@@ -144,6 +144,7 @@ pub(super) fn rep_of(mut r: driver::RepResult) -> Rep {
         cpu_s_per_gib: r.cpu_s_per_gib(),
         errors: r.errors,
         error: r.first_error,
+        disk: None,
     }
 }
 

@@ -25,6 +25,7 @@ use std::time::Duration;
 use backend::{Backend, DirectIo, FileBackend, FileOptions, FileStats, IoEngine};
 use datapath::Engine;
 
+use super::disk::{Disk, DiskStat};
 use super::{Rep, RunTarget, Runner};
 use crate::driver::{self, Rw, Workload};
 use crate::plan::Shape;
@@ -185,6 +186,15 @@ impl Drop for BenchFile {
     }
 }
 
+/// fio's IO buffers (one `malloc` of bs × QD) in transparent huge pages,
+/// as the engine's are (`backend::PageAlignLarge`): glibc ≥ 2.35 then
+/// marks its heap and mmap'd chunks `MADV_HUGEPAGE`. Without it whether a
+/// 1 MiB O_DIRECT read reaches a virtio disk (254 segments per request)
+/// as one request or two 512 KiB ones depends on where its 4 KiB pages
+/// happen to be, and fio's 1M QD8 reads, the bound, swung 0.85-1.7 GiB/s
+/// between runs. Older glibc ignores the tunable.
+const FIO_HUGE: (&str, &str) = ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1");
+
 /// How a row moves its bytes.
 enum Row {
     /// fio's io_uring engine with these arguments.
@@ -213,6 +223,8 @@ pub struct FileRunner {
     file: BenchFile,
     /// Whether the engines' backends (and so fio) bypass the page cache.
     direct: bool,
+    /// The disk under the file, whose request sizes each row records.
+    disk: Option<Disk>,
 }
 
 /// The IO engines each target runs with, and their row suffixes.
@@ -241,9 +253,17 @@ impl FileRunner {
             warmup: opts.warmup,
             engine_stats: opts.engine_stats,
             last: Vec::new(),
+            disk: Disk::of(&file.path),
             file,
             direct: false,
         };
+        match &runner.disk {
+            Some(d) => eprintln!(
+                "bench: the file is on {} (each row records its average request size)",
+                d.name
+            ),
+            None => eprintln!("bench: the file is on no block device: no request sizes"),
+        }
         // fio bypasses the page cache when the engine does.
         let direct = runner
             .open(IoEngine::Syscalls)
@@ -338,6 +358,17 @@ impl FileRunner {
         }
     }
 
+    /// The disk's counters now (None: no disk under the file).
+    fn sample(&self) -> Option<DiskStat> {
+        self.disk.as_ref()?.sample()
+    }
+
+    /// The disk's request sizes since `before` (fio's run includes its
+    /// ramp-up, the engine's excludes its warm-up).
+    fn disk_since(&self, before: Option<DiskStat>) -> Option<super::DiskReqs> {
+        Some(self.sample()?.since(&before?))
+    }
+
     /// `target`'s engine over a new backend through `io`.
     fn start(&self, target: Target, io: IoEngine) -> Result<(Engine, Arc<FileBackend>), String> {
         let fb = Arc::new(self.open(io).map_err(|e| crate::error_chain(&e))?);
@@ -364,7 +395,7 @@ impl Runner for FileRunner {
 
     fn storage(&self) -> Option<String> {
         Some(format!(
-            "{}{}, {}",
+            "{}{}, {}{}",
             self.file.path.display(),
             if self.file.remove {
                 " (made for the run, removed)"
@@ -375,6 +406,10 @@ impl Runner for FileRunner {
                 "O_DIRECT"
             } else {
                 "page cache (no O_DIRECT here)"
+            },
+            match &self.disk {
+                Some(d) => format!(", on {}", d.name),
+                None => String::new(),
             }
         ))
     }
@@ -390,10 +425,15 @@ impl Runner for FileRunner {
         };
         let (t, io) = match &self.rows[target] {
             Row::Fio(args) => {
-                return match super::fio::fio(args, w, self.size, self.warmup) {
-                    Ok(r) => r.rep(w.bs, 0.0),
+                let before = self.sample();
+                let r = super::fio::fio_env(args, &[FIO_HUGE], w, self.size, self.warmup);
+                return match r {
+                    Ok(r) => Rep {
+                        disk: self.disk_since(before),
+                        ..r.rep(w.bs, 0.0)
+                    },
                     Err(e) => failed(crate::error_chain(&e)),
-                }
+                };
             }
             Row::Engine(t, io) => (*t, *io),
         };
@@ -409,12 +449,17 @@ impl Runner for FileRunner {
             };
             driver::run_hinted(&e, &warm, self.size);
         }
+        let before = self.sample();
         let r = driver::run_hinted(&e, w, self.size);
+        let disk = self.disk_since(before);
         if let Err(err) = e.shutdown() {
             return failed(crate::error_chain(&err));
         }
         self.last[target] = Some((fb.io_engine(), fb.stats()));
-        super::engine::rep_of(r)
+        Rep {
+            disk,
+            ..super::engine::rep_of(r)
+        }
     }
 
     fn after_cell(&mut self, w: &Workload) {

@@ -69,6 +69,7 @@ impl FioRep {
                 .then(|| (server_cpu_s + self.cpu_s) / (self.bytes as f64 / stats::GIB)),
             errors: 0,
             error: None,
+            disk: None,
         }
     }
 }
@@ -226,6 +227,17 @@ pub fn fio(
     size: u64,
     ramp: Duration,
 ) -> Result<FioRep, Error> {
+    fio_env(engine_args, &[], w, size, ramp)
+}
+
+/// [`fio`] with these environment variables set for fio.
+pub fn fio_env(
+    engine_args: &[String],
+    env: &[(&str, &str)],
+    w: &Workload,
+    size: u64,
+    ramp: Duration,
+) -> Result<FioRep, Error> {
     let per_job = (size / w.jobs as u64) / u64::from(w.bs) * u64::from(w.bs);
     if per_job == 0 {
         return Err(OptionsError::TooSmall {
@@ -251,6 +263,7 @@ pub fn fio(
         "--output-format=json".into(),
     ]);
     cmd.args(engine_args);
+    cmd.envs(env.iter().copied());
     let out = cmd
         .stdin(Stdio::null())
         .output()

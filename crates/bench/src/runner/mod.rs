@@ -21,6 +21,7 @@
 //!                   CellResult ─► Report (derive ratios)
 //! ```
 
+mod disk;
 pub mod engine;
 pub mod file;
 pub mod fio;
@@ -73,6 +74,19 @@ pub struct Rep {
     pub errors: u64,
     /// The first error message.
     pub error: Option<String>,
+    /// What reached the block device under the file (`--via file` on a
+    /// disk), measured around this repetition.
+    pub disk: Option<DiskReqs>,
+}
+
+/// Requests a block device completed during a repetition (from
+/// `/sys/block/DEV/stat`; the whole device, so other IO on it counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct DiskReqs {
+    /// Average KiB per read request (None: no reads).
+    pub read_kib: Option<f64>,
+    /// Average KiB per write request (None: no writes).
+    pub write_kib: Option<f64>,
 }
 
 /// Measures repetitions on its targets.

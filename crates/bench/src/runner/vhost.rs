@@ -395,6 +395,7 @@ fn rep_of(mut out: client::Outcome, bs: u32, cpu_s: f64) -> Rep {
         cpu_s_per_gib: (out.ops > 0).then(|| cpu_s / (bytes / stats::GIB)),
         errors: out.errors,
         error: out.error,
+        disk: None,
     }
 }
 
