@@ -187,4 +187,28 @@ impl Engine {
     pub fn unplug(&self) {
         mode::gather::unplug();
     }
+
+    /// Runs the completions of requests in flight on the backend on the
+    /// calling thread ([`backend::Backend::reap`]), as a submitter that
+    /// found the queue full does: a caller about to wait for one of its
+    /// requests to complete calls it instead of sleeping until the
+    /// backend's completion thread runs that request's callback and wakes
+    /// it (one cross-core hop per request fewer). Runs what this thread
+    /// gathered first. Returns the requests completed; 0 when the backend
+    /// has no such queue, has nothing in flight, or none completed within
+    /// its short wait (then wait as before: the callbacks run elsewhere).
+    /// Never from a completion callback or an engine thread (returns 0).
+    pub fn reap(&self) -> usize {
+        if gate::on_engine_thread()
+            || backend::on_completion_thread()
+            || DISPATCHING.with(|d| d.get())
+        {
+            return 0;
+        }
+        mode::gather::unplug();
+        match self.core.gate.current() {
+            Some(gen) => gen.ctx.backend.reap(),
+            None => 0,
+        }
+    }
 }
