@@ -90,7 +90,6 @@ use crate::{Completion, Ctx, Done, Error, Hint};
 
 mod crypto;
 mod hint;
-mod park;
 mod spin;
 mod split;
 mod submitters;
@@ -220,7 +219,29 @@ impl Adaptive {
         } else {
             ctx.cfg.workers
         };
-        let board = Arc::new(Board::new());
+        let board = Arc::new(Board {
+            jobs: Mutex::new(Vec::new()),
+            open: AtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
+            awake: AtomicUsize::new(0),
+            parked: Mutex::new(0),
+            wake: Condvar::new(),
+            closed: AtomicBool::new(false),
+            handoff: Mutex::new(VecDeque::new()),
+            handoff_len: AtomicUsize::new(0),
+            offloaded: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            submits: AtomicU64::new(0),
+            offload_off_until: AtomicU64::new(0),
+            offload_misses: AtomicU32::new(0),
+            hinted_off_until: AtomicU64::new(0),
+            hinted_late: AtomicU32::new(0),
+            offload_woken_at: AtomicU64::new(0),
+            pipelined_at: AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            submitters: Submitters::new(),
+        });
         let mut me = Self {
             board: board.clone(),
             helpers: 0,
@@ -396,29 +417,12 @@ impl Adaptive {
 }
 
 impl Board {
-    fn new() -> Self {
-        Self {
-            jobs: Mutex::new(Vec::new()),
-            open: AtomicUsize::new(0),
-            spinning: AtomicUsize::new(0),
-            awake: AtomicUsize::new(0),
-            parked: Mutex::new(0),
-            wake: Condvar::new(),
-            closed: AtomicBool::new(false),
-            handoff: Mutex::new(VecDeque::new()),
-            handoff_len: AtomicUsize::new(0),
-            offloaded: AtomicUsize::new(0),
-            busy: AtomicUsize::new(0),
-            submits: AtomicU64::new(0),
-            offload_off_until: AtomicU64::new(0),
-            offload_misses: AtomicU32::new(0),
-            hinted_off_until: AtomicU64::new(0),
-            hinted_late: AtomicU32::new(0),
-            offload_woken_at: AtomicU64::new(0),
-            pipelined_at: AtomicU64::new(0),
-            nudged: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
-            submitters: Submitters::new(),
+    /// Wakes one parked helper, if any.
+    fn nudge(&self) {
+        let g = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if *g > 0 {
+            self.nudged.store(true, SeqCst);
+            self.wake.notify_one();
         }
     }
 
@@ -498,7 +502,13 @@ fn helper(board: &Board, ctx: &Ctx) {
         spin.missed();
         board.spinning.fetch_sub(1, SeqCst);
         board.awake.fetch_sub(1, SeqCst);
-        board.park();
+        let mut g = board.parked.lock().unwrap_or_else(|e| e.into_inner());
+        *g += 1;
+        while board.idle() && !board.closed.load(SeqCst) && !board.nudged.swap(false, SeqCst) {
+            g = board.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        *g -= 1;
+        drop(g);
         board.awake.fetch_add(1, SeqCst);
         board.spinning.fetch_add(1, SeqCst);
         if board.idle() {

@@ -25,18 +25,6 @@
 //! of keeping them when a 1 MiB read could wake a helper; 4 MiB reads were
 //! even). Small requests (4 KiB) never move.
 //!
-//! A read of [`READ_WAKE_MIN`] and up also queues one deep behind a busy
-//! helper. Kept to free helpers only, the one helper that finished a read
-//! while the completion thread was decrypting its own had nothing to do
-//! until that thread was done and reaped the next completion: it waited
-//! (spinning, then parked, then woken) once per read, where classic's
-//! workers take the next read from their queue. With one queued behind
-//! it, the helper goes from one read to the next, and the completion
-//! thread decrypts only when the helper has one running and one waiting
-//! (perf, 4M QD64 reads through one NBD connection: the helper then ran
-//! ~80% of the decryption, the completion thread the rest, neither spun).
-//! A queued read starts late by design and is not scored.
-//!
 //! Writes differ in who pays for keeping a piece: it is the connection
 //! thread, the one thread that receives every payload of its client, so a
 //! write it encrypts is a payload it does not receive meanwhile. Measured
@@ -66,9 +54,6 @@ const READ_WAKE_MIN: u64 = 2 << 20;
 /// Large writes' pieces (running or queued) per helper before the
 /// connection thread encrypts one itself.
 const WRITE_QUEUE: usize = 2;
-/// Large reads' pieces (running or queued) per helper before the
-/// completion thread decrypts one itself.
-const READ_QUEUE: usize = 2;
 
 impl Adaptive {
     /// Whether the crypto of a `len`-byte request on the gather path goes
@@ -96,7 +81,13 @@ impl Adaptive {
             }
         }
         let taken = b.handoff_len.load(Relaxed) + b.busy.load(Relaxed);
-        moves(read, len, taken, b.spinning.load(Relaxed), self.helpers)
+        if taken < self.helpers {
+            // A spinning helper is free at once; otherwise one must be woken.
+            let wake_min = if read { READ_WAKE_MIN } else { WAKE_MIN };
+            return b.spinning.load(Relaxed) > taken || len >= wake_min;
+        }
+        // Every helper taken: a large write still queues behind them.
+        !read && len >= WAKE_MIN && taken < WRITE_QUEUE * self.helpers
     }
 
     /// Queues `f` (a request's crypto and what follows it) for a helper,
@@ -104,10 +95,7 @@ impl Adaptive {
     /// late-start back-off, a write's is not (see the module doc).
     pub(crate) fn hand_crypto(&self, read: bool, f: Box<dyn FnOnce() + Send>) {
         let b = &self.board;
-        // A read queued behind a busy helper starts late by design: not
-        // scored (see the module doc).
-        let free = b.handoff_len.load(Relaxed) + b.busy.load(Relaxed) < self.helpers;
-        let queued = (read && free).then(Instant::now);
+        let queued = read.then(Instant::now);
         b.handoff
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -119,23 +107,6 @@ impl Adaptive {
     }
 }
 
-/// The hand-off rule for a `len`-byte piece given the helpers' state:
-/// `taken` pieces running or queued, `spinning` helpers warm, of `helpers`.
-fn moves(read: bool, len: u64, taken: usize, spinning: usize, helpers: usize) -> bool {
-    if taken < helpers {
-        // A spinning helper is free at once; otherwise one must be woken.
-        let wake_min = if read { READ_WAKE_MIN } else { WAKE_MIN };
-        return spinning > taken || len >= wake_min;
-    }
-    // Every helper taken: a large write still queues behind them, and so
-    // does a large read, one deep (see the module doc).
-    if read {
-        len >= READ_WAKE_MIN && taken < READ_QUEUE * helpers
-    } else {
-        len >= WAKE_MIN && taken < WRITE_QUEUE * helpers
-    }
-}
-
 /// Runs a queued crypto hand-off on a helper and, if it was `queued` for
 /// scoring (a read), scores its start as a hinted hand-off is scored.
 pub(super) fn run(board: &Board, ctx: &Ctx, queued: Option<Instant>, f: Box<dyn FnOnce() + Send>) {
@@ -143,29 +114,5 @@ pub(super) fn run(board: &Board, ctx: &Ctx, queued: Option<Instant>, f: Box<dyn 
     f();
     if let Some(q) = queued {
         hint::score_start(board, ctx, q, start);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::moves;
-
-    const M: u64 = 1 << 20;
-
-    #[test]
-    fn a_large_read_queues_one_deep_behind_a_busy_helper() {
-        // One helper, busy with a 4 MiB read: the next 4 MiB read queues
-        // behind it instead of keeping the completion thread decrypting
-        // while the helper then waits for work; a third does not.
-        assert!(moves(true, 4 * M, 1, 0, 1));
-        assert!(!moves(true, 4 * M, 2, 0, 1));
-        // Below the wake-up size a read never queues, and moves only to a
-        // spinning helper.
-        assert!(!moves(true, M, 1, 0, 1));
-        assert!(moves(true, M, 0, 1, 1));
-        assert!(!moves(true, M, 0, 0, 1));
-        // Writes as before: two deep per helper from 512 KiB.
-        assert!(moves(false, M, 1, 0, 1));
-        assert!(!moves(false, M, 2, 0, 1));
     }
 }
