@@ -79,22 +79,10 @@ impl MemBackend {
         let base = if map_len == 0 {
             NonNull::dangling()
         } else {
-            // SAFETY: a fresh anonymous mapping at an address the kernel picks
-            // aliases no existing memory; the arguments are all valid.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    map_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(alloc_err().with_source(io::Error::last_os_error()).into());
+            match crate::page_alloc::map_anon(map_len) {
+                Some(p) => p,
+                None => return Err(alloc_err().with_source(io::Error::last_os_error()).into()),
             }
-            NonNull::new(p.cast::<u8>()).ok_or_else(alloc_err)?
         };
         let mut this = Self {
             base,

@@ -143,6 +143,29 @@ unsafe fn dealloc_large(p: *mut u8, size: usize) {
     }
 }
 
+/// A fresh private anonymous read-write mapping of `len` (> 0) bytes at an
+/// address the kernel picks, not reserved against swap (`MAP_NORESERVE`);
+/// None on failure (errno says why). The huge blocks here and
+/// `MemBackend`'s ramdisk both map through it.
+pub(crate) fn map_anon(len: usize) -> Option<std::ptr::NonNull<u8>> {
+    // SAFETY: a new mapping at an address the kernel picks aliases no
+    // existing memory; the arguments are all valid.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    std::ptr::NonNull::new(p.cast::<u8>())
+}
+
 /// Huge blocks: 2 MiB-aligned `MADV_HUGEPAGE` mappings, cached by span.
 mod huge {
     use super::{Layout, HUGE, HUGE_CACHED, PAGE, THP};
@@ -224,22 +247,10 @@ mod huge {
         let Some(over) = len.checked_add(THP) else {
             return std::ptr::null_mut();
         };
-        // SAFETY: a new private anonymous mapping; no existing memory is
-        // touched.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                over,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
+        let Some(raw) = super::map_anon(over) else {
             return std::ptr::null_mut();
-        }
-        let raw = raw.cast::<u8>();
+        };
+        let raw = raw.as_ptr();
         let head = (raw as usize).next_multiple_of(THP) - raw as usize;
         // SAFETY: `head` < THP, so `p` and its `len` bytes lie inside the
         // `over` bytes just mapped; the head and tail cut off are parts of
