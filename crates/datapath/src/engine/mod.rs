@@ -76,8 +76,8 @@ impl Core {
     ///
     /// The sighting is written at most once per [`CONTENDED_TICK`]: every
     /// submitter of a saturated engine calls this per request, and a store
-    /// per request to a line all of them read cost each one a cross-core
-    /// miss (in-process 16k reads, 2-4 jobs: adaptive below inline).
+    /// per request to a line all of them read would cost each a cross-core
+    /// miss.
     pub(crate) fn saturated(&self, now: u64, busy: usize) -> bool {
         let all = busy >= self.ncpu;
         if all && now.saturating_sub(self.contended_at.load(Relaxed)) >= CONTENDED_TICK {

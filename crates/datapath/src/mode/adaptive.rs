@@ -299,10 +299,10 @@ impl Adaptive {
         let noted = self.board.submitters.note(ctx.core.nanos(t0));
         if noted >= ctx.core.ncpu && !forced {
             // Every core has a submitter: nothing moves (`offload_ok`,
-            // `hinted_offload_ok` and `plan` all say so), and this takes
-            // the inline path without a write to the board. Two shared
-            // counters bumped per request cost the 2-4 submitters of
-            // in-process 16k reads 5-13% against inline.
+            // `hinted_offload_ok` and `plan` all say so), so take the
+            // inline path without a write to the board, where each of
+            // these submitters would bump `active` twice. (On the 2-vCPU
+            // dev VM the saving was below the noise: 16k reads, 2-4 jobs.)
             ctx.core.saturated(ctx.core.nanos(t0), noted);
             return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
         }
