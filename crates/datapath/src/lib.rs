@@ -87,3 +87,30 @@ pub(crate) use engine::{Ctx, Done, Gen};
 /// Largest read or write accepted in one request (larger ones fail with
 /// [`Error::TooLarge`]); discard and write-zeroes have no limit.
 pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
+
+/// A 64 MiB ramdisk volume for unit tests, encrypted with AES-XTS (512-byte
+/// sectors) when `aes` is set.
+#[cfg(test)]
+pub(crate) fn test_volume(aes: bool) -> Volume {
+    use std::sync::Arc;
+    let size = 64 << 20;
+    let crypt = aes.then(|| {
+        Arc::new(
+            crypto::SectorCrypt::new(&crypto::CryptConfig {
+                cipher: "aes-xts-plain64".into(),
+                key: zeroize::Zeroizing::new((0..64u8).collect()),
+                iv_offset: 0,
+                sector_size: 512,
+                iv_large_sectors: false,
+            })
+            .expect("cipher builds"),
+        )
+    });
+    Volume {
+        backend: Arc::new(backend::MemBackend::new(size).expect("ramdisk")),
+        crypt,
+        data_offset: 0,
+        size,
+        sector_size: 512,
+    }
+}

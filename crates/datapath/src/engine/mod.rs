@@ -27,6 +27,11 @@ use crate::{CryptMode, EngineConfig, Error, Stats, Volume};
 
 pub(crate) use generation::{Ctx, Done, Gen};
 
+/// Resolution of [`Core::contended_at`] in ns: a sighting is recorded
+/// only when the last one is at least this old, so "contended" may end
+/// this much early (against holds of milliseconds).
+const CONTENDED_TICK: u64 = 100_000;
+
 /// The engine. `Send + Sync`; share it with `Arc`.
 pub struct Engine {
     core: Arc<Core>,
@@ -68,9 +73,14 @@ impl Core {
 
     /// True if `busy` threads already take every core; then the engine
     /// counts as contended from `now` (see [`Core::contended`]).
+    ///
+    /// The sighting is written at most once per [`CONTENDED_TICK`]: every
+    /// submitter of a saturated engine calls this per request, and a store
+    /// per request to a line all of them read would cost each a cross-core
+    /// miss.
     pub(crate) fn saturated(&self, now: u64, busy: usize) -> bool {
         let all = busy >= self.ncpu;
-        if all {
+        if all && now.saturating_sub(self.contended_at.load(Relaxed)) >= CONTENDED_TICK {
             self.contended_at.store(now, Relaxed);
         }
         all
@@ -115,10 +125,16 @@ fn catch(f: impl FnOnce()) -> Option<Panic> {
 impl Engine {
     /// Starts an engine over `vol`.
     pub fn new(vol: Volume, cfg: EngineConfig) -> Result<Self, Error> {
+        Self::with_cpus(vol, cfg, cpu::count())
+    }
+
+    /// Starts an engine that plans for `ncpu` CPUs (tests pin the count
+    /// the adaptive mode's decisions depend on).
+    pub(crate) fn with_cpus(vol: Volume, cfg: EngineConfig, ncpu: usize) -> Result<Self, Error> {
         let core = Arc::new(Core {
             gate: Gate::new(),
             stats: StatsCore::new(),
-            ncpu: cpu::count(),
+            ncpu,
             epoch: Instant::now(),
             contended_at: AtomicU64::new(0),
             idle: cpu::Load::new(),
@@ -131,6 +147,12 @@ impl Engine {
         let gen = Gen::build(&core, vol, cfg)?;
         core.gate.install(gen);
         Ok(Self { core })
+    }
+
+    /// The generation serving requests now.
+    #[cfg(test)]
+    pub(crate) fn current_gen(&self) -> Option<Arc<Gen>> {
+        self.core.gate.current()
     }
 
     fn with_gen<T>(&self, f: impl FnOnce(&Ctx) -> T, dflt: T) -> T {
@@ -189,5 +211,29 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saturated_engine_rewrites_its_sighting_once_per_tick() {
+        let e = Engine::new(crate::test_volume(false), EngineConfig::default()).unwrap();
+        let c = &e.core;
+        let t = 10 * CONTENDED_TICK;
+        assert!(c.saturated(t, c.ncpu));
+        assert_eq!(c.contended_at.load(Relaxed), t);
+        // Within the tick: still saturated, the line left alone.
+        assert!(c.saturated(t + CONTENDED_TICK / 2, c.ncpu));
+        assert_eq!(c.contended_at.load(Relaxed), t);
+        assert!(c.contended(t + CONTENDED_TICK / 2, Duration::from_millis(1)));
+        // A tick on: recorded again.
+        assert!(c.saturated(t + CONTENDED_TICK, c.ncpu));
+        assert_eq!(c.contended_at.load(Relaxed), t + CONTENDED_TICK);
+        // Not saturated: nothing recorded.
+        assert!(!c.saturated(t + 5 * CONTENDED_TICK, c.ncpu - 1));
+        assert_eq!(c.contended_at.load(Relaxed), t + CONTENDED_TICK);
     }
 }

@@ -15,20 +15,19 @@ impl Adaptive {
     /// requests behind it, handed to a helper that is not already busy;
     /// else split or inline as an unhinted request would be. Hinted
     /// hand-offs are scored only on their helper's start ([`score_start`]).
-    /// `at` is the request's (submission number,
-    /// length, submitters inside the engine).
+    /// `at` is the request's (length, submitters inside the engine).
     pub(super) fn submit_hinted(
         &self,
         ctx: &Ctx,
         w: Work,
         t0: Instant,
         h: Hint,
-        at: (u64, u64, usize),
+        at: (u64, usize),
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
-        let (seq, len, submitters) = at;
+        let (len, submitters) = at;
         if h.behind > 0 && self.hinted_offload_ok(ctx, len, submitters, t0) {
-            return self.offload(w, t0, seq, Box::new(done), OffloadKind::Hinted);
+            return self.offload(w, t0, Box::new(done), OffloadKind::Hinted);
         }
         if let Some((w, done)) = self.try_split(ctx, w, t0, len, submitters, done) {
             inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
