@@ -228,10 +228,16 @@ mod tests {
         let mut lost = 0;
         for _ in 0..trials {
             let mut draw = |mean: f64| -> Vec<f64> {
-                (0..rounds).map(|_| mean * (1.0 + sigma * normal())).collect()
+                (0..rounds)
+                    .map(|_| mean * (1.0 + sigma * normal()))
+                    .collect()
             };
             let (inline, adaptive, control) = (draw(1.0), draw(1.0 - loss), draw(1.0 - loss));
-            let rs: Vec<(f64, f64)> = adaptive.iter().copied().zip(control.iter().copied()).collect();
+            let rs: Vec<(f64, f64)> = adaptive
+                .iter()
+                .copied()
+                .zip(control.iter().copied())
+                .collect();
             let (mi, ma, mc) = (median(inline), median(adaptive), median(control));
             let b = band(ma, mc, if pairs { &rs } else { &[] });
             if judge(ma, mi, b) == Verdict::Lost {
@@ -247,7 +253,10 @@ mod tests {
         // Adaptive exactly as fast as inline, 3 rounds: the medians alone
         // call it lost about a quarter of the time, the rounds about 4%.
         let medians_only = lost_rate(&mut rng, 3, 0.0, false);
-        assert!((0.2..0.3).contains(&medians_only), "medians only: {medians_only}");
+        assert!(
+            (0.2..0.3).contains(&medians_only),
+            "medians only: {medians_only}"
+        );
         let tie = lost_rate(&mut rng, 3, 0.0, true);
         assert!(tie < 0.08, "a tie lost {tie} of the time");
         // A true 20% loss (4 sigma) is still found.
