@@ -178,11 +178,14 @@ impl FioRunner {
                 Some(t) => opts.sweep_targets.contains(&t),
                 None => starter.name == "raw",
             };
+            // Peers and raw are headline targets; a ucrypt target only when
+            // `--targets` names it (it may be served for the sweep alone).
+            let headline = starter.target.is_none_or(|t| opts.targets.contains(&t));
             runner.targets.push(RunTarget {
                 name: starter.name,
                 cipher: srv.cipher,
                 mode: srv.mode,
-                headline: true,
+                headline,
                 swept: swept && !opts.sweep_targets.is_empty(),
             });
             runner.args.push(args);
