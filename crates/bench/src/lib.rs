@@ -137,7 +137,7 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
         }
         Via::Fio { peers, ucrypt_exe } => {
             let plan = external::FioPlan {
-                ucrypt_targets: served(opts),
+                ucrypt_targets: opts.served_targets(),
                 peers,
                 ucrypt_exe,
             };
@@ -147,19 +147,6 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
         Via::Rbd(plan) => runner::rbd::run(opts, &plan),
         Via::File(plan) => runner::file::run(opts, &plan),
     }
-}
-
-/// The targets an external runner must serve: the headline's, then the
-/// sweep's that are not among them (a sweep-only target is swept, not
-/// measured in the headline).
-fn served(opts: &Options) -> Vec<Target> {
-    let mut v = opts.targets.clone();
-    for t in &opts.sweep_targets {
-        if !v.contains(t) {
-            v.push(*t);
-        }
-    }
-    v
 }
 
 /// `e` and its sources, joined by `: ` (for messages and skip reasons).
@@ -191,25 +178,6 @@ mod tests {
         let o: Error = OptionsError::ZeroReps.into();
         assert!(o.is_usage() && !o.is_missing());
         assert_eq!(error_chain(&o), "Repetitions must be at least 1");
-    }
-
-    #[test]
-    fn an_external_run_serves_the_sweep_targets_too() {
-        let aes = |m| Target::new(Cipher::AesXts, m);
-        let o = Options {
-            targets: vec![Target::RAW, aes(Mode::Inline)],
-            sweep_targets: vec![aes(Mode::Classic), aes(Mode::Inline), aes(Mode::Adaptive)],
-            ..Options::quick()
-        };
-        assert_eq!(
-            served(&o),
-            vec![
-                Target::RAW,
-                aes(Mode::Inline),
-                aes(Mode::Classic),
-                aes(Mode::Adaptive)
-            ]
-        );
     }
 
     #[test]

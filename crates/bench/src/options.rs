@@ -173,6 +173,19 @@ impl Options {
         }
     }
 
+    /// The targets a runner with servers must start: the headline's, then
+    /// the sweep's that are not among them (a sweep-only target is swept,
+    /// not measured in the headline).
+    pub fn served_targets(&self) -> Vec<Target> {
+        let mut v = self.targets.clone();
+        for t in &self.sweep_targets {
+            if !v.contains(t) {
+                v.push(*t);
+            }
+        }
+        v
+    }
+
     /// Rough wall-time estimate in seconds (for the banner).
     pub fn estimate_secs(&self) -> f64 {
         let plan = Plan::new(self);
@@ -421,6 +434,25 @@ pub fn timestamp_compact() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_external_run_serves_the_sweep_targets_too() {
+        let aes = |m| Target::new(Cipher::AesXts, m);
+        let o = Options {
+            targets: vec![Target::RAW, aes(Mode::Inline)],
+            sweep_targets: vec![aes(Mode::Classic), aes(Mode::Inline), aes(Mode::Adaptive)],
+            ..Options::quick()
+        };
+        assert_eq!(
+            o.served_targets(),
+            vec![
+                Target::RAW,
+                aes(Mode::Inline),
+                aes(Mode::Classic),
+                aes(Mode::Adaptive)
+            ]
+        );
+    }
 
     #[test]
     fn overrides_apply_in_order_and_name_bad_values() {

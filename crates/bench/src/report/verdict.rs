@@ -215,15 +215,7 @@ mod tests {
             let (a, b) = (u(rng), u(rng));
             (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
         };
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            let n = v.len();
-            if n % 2 == 1 {
-                v[n / 2]
-            } else {
-                (v[n / 2 - 1] + v[n / 2]) / 2.0
-            }
-        };
+        let median = |v: Vec<f64>| crate::stats::median(&v).expect("rounds");
         let trials = 20_000;
         let mut lost = 0;
         for _ in 0..trials {

@@ -148,14 +148,12 @@ impl RbdRunner {
             template: Arc::default(),
         };
         starters.push(maker.qsd("raw", false));
-        let mut ucrypt: Vec<Target> = opts.targets.clone();
-        ucrypt.extend(
-            opts.sweep_targets
-                .iter()
-                .filter(|t| !opts.targets.contains(t)),
-        );
         let mut skipped = Vec::new();
-        for t in ucrypt.into_iter().filter(|t| t.cipher.is_some()) {
+        for t in opts
+            .served_targets()
+            .into_iter()
+            .filter(|t| t.cipher.is_some())
+        {
             if t.cipher == Some(Cipher::AesXts) {
                 starters.push(maker.ucrypt(t, &plan.ucrypt_exe));
             } else {

@@ -88,24 +88,20 @@ struct Start {
 /// targets (headline and sweep), qsd-luks.
 fn server_list(opts: &Options, peers: bool) -> Vec<Start> {
     let mut v = Vec::new();
-    let all = || opts.targets.iter().chain(&opts.sweep_targets);
-    if peers || all().any(|t| t.cipher.is_none()) {
+    let all = opts.served_targets();
+    if peers || all.iter().any(|t| t.cipher.is_none()) {
         v.push(Start {
             name: "raw".into(),
             target: None,
             luks: false,
         });
     }
-    let mut seen = Vec::new();
-    for &t in all().filter(|t| t.cipher.is_some()) {
-        if !seen.contains(&t) {
-            seen.push(t);
-            v.push(Start {
-                name: format!("ucrypt-{t}"),
-                target: Some(t),
-                luks: false,
-            });
-        }
+    for t in all.into_iter().filter(|t| t.cipher.is_some()) {
+        v.push(Start {
+            name: format!("ucrypt-{t}"),
+            target: Some(t),
+            luks: false,
+        });
     }
     if peers {
         v.push(Start {

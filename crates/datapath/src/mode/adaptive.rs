@@ -284,26 +284,26 @@ impl Adaptive {
             Work::Read(r) | Work::Write(r, ..) => r.len(),
             _ => 0,
         };
+        // Tell a pending hand-off that its submitter is back (see
+        // `run_offload`); with none pending this writes nothing.
+        self.note_submit();
         let forced = ctx.core.force_split.load(Relaxed);
         if len < OFFLOAD_MIN.min(SPLIT_MIN) && !forced {
-            // Too small to move: the inline path, touching no shared cache
-            // line but to tell a pending hand-off that its submitter is
-            // back (see `run_offload`).
-            self.note_submit();
+            // Too small to move: the inline path.
             return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
         }
-        self.note_submit();
         // Threads that keep submitting, inside `submit` right now or not
         // (an NBD connection receiving its next payload still keeps a
         // core busy; see `submitters.rs`), this one included.
-        let noted = self.board.submitters.note(ctx.core.nanos(t0));
+        let now = ctx.core.nanos(t0);
+        let noted = self.board.submitters.note(now);
         if noted >= ctx.core.ncpu && !forced {
             // Every core has a submitter: nothing moves (`offload_ok`,
             // `hinted_offload_ok` and `plan` all say so), so take the
             // inline path without a write to the board, where each of
             // these submitters would bump `active` twice. (On the 2-vCPU
             // dev VM the saving was below the noise: 16k reads, 2-4 jobs.)
-            ctx.core.saturated(ctx.core.nanos(t0), noted);
+            ctx.core.saturated(now, noted);
             return inline::run(ctx, w, t0, Pass::adaptive(ctx), done);
         }
         // Threads running a request of a movable size right now in
@@ -328,7 +328,7 @@ impl Adaptive {
         // the last chunk); otherwise a large request is split.
         let pipelined = {
             let at = self.board.pipelined_at.load(Relaxed);
-            at != 0 && ctx.core.nanos(t0).saturating_sub(at) < PIPELINED_HOLD.as_nanos() as u64
+            at != 0 && now.saturating_sub(at) < PIPELINED_HOLD.as_nanos() as u64
         };
         if pipelined && self.offload_ok(ctx, len, submitters, t0) {
             return self.offload(w, t0, Box::new(done), OffloadKind::Learned);
