@@ -121,3 +121,49 @@ pub(super) fn run(board: &Board, ctx: &Ctx, queued: Option<Instant>, f: Box<dyn 
         hint::score_start(board, ctx, q, start);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::mpsc;
+
+    use super::WRITE_QUEUE;
+    use crate::{CryptMode, Engine, EngineConfig};
+
+    #[test]
+    fn a_large_write_queues_behind_a_busy_helper_until_the_write_queue_is_full() {
+        // Two CPUs: one helper, and this thread the one submitter.
+        let cfg = EngineConfig {
+            mode: CryptMode::Adaptive,
+            workers: 2,
+            ..EngineConfig::default()
+        };
+        let e = Engine::with_cpus(crate::test_volume(true), cfg, 2).unwrap();
+        let g = e.current_gen().expect("a generation");
+        let a = g.adaptive().expect("adaptive");
+        // The helper takes a piece and stays busy with it.
+        let (started_tx, started) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        a.hand_crypto(
+            false,
+            Box::new(move || {
+                started_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            }),
+        );
+        started.recv().unwrap();
+        assert_eq!(a.board.busy.load(SeqCst), 1);
+        // A small write never queues behind it; a 1 MiB one does, until
+        // WRITE_QUEUE pieces per helper are taken; a read never does.
+        assert!(!a.crypto_handoff_ok(&g.ctx, 64 << 10, false));
+        let mut queued = 0;
+        while a.crypto_handoff_ok(&g.ctx, 1 << 20, false) {
+            assert!(!a.crypto_handoff_ok(&g.ctx, 4 << 20, true), "a read queued");
+            a.hand_crypto(false, Box::new(|| {}));
+            queued += 1;
+            assert!(queued < 64, "the queue has no bound");
+        }
+        assert_eq!(queued + 1, WRITE_QUEUE * a.helpers);
+        release.send(()).unwrap();
+    }
+}
