@@ -90,9 +90,11 @@
 //!
 //! ```text
 //!   options.rs   FileOptions, DirectIo, FuaMode, IoEngine, FileStats
-//!   mod.rs       FileBackend: open, routing (direct/buffered), the Backend
+//!   mod.rs       FileBackend: routing (direct/buffered), the Backend
 //!                trait, and `submit`, the one point where an operation
 //!                ([`Op`]) goes to an engine
+//!   open.rs      FileBackend::open: claim or lock, size, O_DIRECT, engine
+//!   zero.rs      discard and write_zeroes: the kernel's, else written zeroes
 //!   batch.rs     read_batch / write_batch: routing each entry, one ring
 //!                submission, FUA per entry
 //!   aio.rs       submit_async: one shared ring per backend and a
@@ -101,32 +103,30 @@
 //!   sync.rs      the syscall engine: pread / pwritev2 / fdatasync
 //!   blockdev.rs  block-device ioctls: size, logical block, discard, zeroout
 //!   dio.rs       O_DIRECT support: statx alignment, aligned bounce buffers
+//!   lock.rs      the advisory OFD lock a regular file is held under
 //! ```
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::{
-    check_range, emulate_write_zeroes, AsyncOp, Backend, Caps, Error, ErrorKind, IoPath, ReadOp,
-    WriteOp,
-};
+use crate::{check_range, AsyncOp, Backend, Caps, Error, ErrorKind, IoPath, ReadOp, WriteOp};
 
 mod aio;
 mod batch;
 mod blockdev;
 mod dio;
 mod lock;
+mod open;
 mod options;
 mod sync;
 mod uring;
+mod zero;
 
-use blockdev::{blockdev_discards, blockdev_logical_block, blockdev_size, BLKDISCARD, BLKZEROOUT};
-use dio::{aligned_mem, statx_dio_align, with_bounce};
+use dio::{aligned_mem, with_bounce};
 pub use options::{DirectIo, FileOptions, FileStats, FuaMode, IoEngine};
 
 /// A regular file or block device accessed with io_uring.
@@ -182,115 +182,6 @@ const MAX_XFER: usize = 1 << 30;
 pub const HOP_MIN: usize = 128 << 10;
 
 impl FileBackend {
-    /// Opens `path` (a regular file or block device).
-    pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<Self, Error> {
-        let path = path.as_ref().to_path_buf();
-        let shown = path.display().to_string();
-        let open_err = |e: io::Error| {
-            Error::new(ErrorKind::Open {
-                path: shown.clone(),
-            })
-            .with_source(e)
-        };
-        let mut oo = OpenOptions::new();
-        oo.read(true).write(!opts.read_only);
-        let mut buffered = oo.open(&path).map_err(open_err)?;
-        let meta = buffered.metadata().map_err(open_err)?;
-        let is_blockdev = meta.file_type().is_block_device();
-        if is_blockdev && opts.exclusive {
-            // The claim lives as long as this descriptor; the O_DIRECT one
-            // below is a plain open, which an exclusive claim allows.
-            buffered = oo
-                .clone()
-                .custom_flags(libc::O_EXCL)
-                .open(&path)
-                .map_err(|e| {
-                    open_err(e).with_context("exclusive open refused: mounted or in use")
-                })?;
-        }
-        if !is_blockdev && !meta.is_file() {
-            return Err(Error::new(ErrorKind::NotABlockDevice { path: shown }));
-        }
-        if !is_blockdev {
-            // Block devices are claimed with O_EXCL above; files get an
-            // advisory OFD lock held by `buffered` for our lifetime.
-            if let Some(h) =
-                lock::try_lock(buffered.as_raw_fd(), !opts.read_only).map_err(open_err)?
-            {
-                return Err(Error::new(ErrorKind::Locked {
-                    path: shown,
-                    holder: match h {
-                        lock::Holder::Pid(p) => format!("process {p}"),
-                        lock::Holder::Unknown => "another process".into(),
-                    },
-                }));
-            }
-        }
-        let size = if is_blockdev {
-            blockdev_size(&buffered).map_err(open_err)?
-        } else {
-            meta.len()
-        };
-        if size < opts.min_size {
-            return Err(Error::new(ErrorKind::TooSmall {
-                path: shown,
-                size,
-                required: opts.min_size,
-            }));
-        }
-        let direct = match opts.direct {
-            DirectIo::Never => None,
-            DirectIo::Auto => oo.clone().custom_flags(libc::O_DIRECT).open(&path).ok(),
-            DirectIo::Required => Some(
-                oo.clone()
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&path)
-                    .map_err(|e| open_err(e).with_context("O_DIRECT required but refused"))?,
-            ),
-        };
-        let dio_align = match &direct {
-            Some(_) if is_blockdev => blockdev_logical_block(&buffered).unwrap_or(4096),
-            Some(_) => statx_dio_align(&path).unwrap_or(4096),
-            None => 0,
-        };
-        let engine = match opts.engine {
-            Some(IoEngine::Syscalls) => IoEngine::Syscalls,
-            Some(IoEngine::Uring) => {
-                uring::probe().map_err(|e| {
-                    if uring::refused(&e) {
-                        Error::new(ErrorKind::IoUringUnavailable {
-                            path: shown.clone(),
-                        })
-                        .with_source(e)
-                    } else {
-                        open_err(e).with_context("io_uring setup failed")
-                    }
-                })?;
-                IoEngine::Uring
-            }
-            None | Some(IoEngine::Auto) if uring::probe().is_ok() => IoEngine::Uring,
-            None | Some(IoEngine::Auto) => IoEngine::Syscalls,
-        };
-        let nowait = nowait_files(&buffered, direct.as_ref(), dio_align);
-        let discard_ok = opts.allow_discard && (!is_blockdev || blockdev_discards(&buffered));
-        Ok(Self {
-            path,
-            buffered,
-            direct,
-            dio_align,
-            nowait,
-            is_blockdev,
-            size: AtomicU64::new(size),
-            opts: opts.clone(),
-            engine,
-            discard_ok: AtomicBool::new(discard_ok),
-            zero_range_ok: AtomicBool::new(true),
-            punch_ok: AtomicBool::new(true),
-            stats: Arc::default(),
-            aio: OnceLock::new(),
-        })
-    }
-
     /// The path it was opened with.
     pub fn path(&self) -> &Path {
         &self.path
@@ -606,79 +497,11 @@ impl Backend for FileBackend {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size(), offset, len)?;
-        self.check_writable()?;
-        if len == 0 {
-            return Ok(());
-        }
-        if self.discard_ok.load(Ordering::Relaxed) {
-            let r = if self.is_blockdev {
-                let inner = self.split_blk(offset, len);
-                if inner.0 == inner.1 {
-                    // Less than one logical block: nothing to discard; the
-                    // trait promises zeroes, so zero it.
-                    return self.write_zeroes(offset, len);
-                }
-                self.blk_ioctl(BLKDISCARD, inner.0, inner.1 - inner.0)
-                    .and_then(|()| self.zero_edges(offset, len, inner))
-            } else {
-                self.fallocate(
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    offset,
-                    len,
-                )
-            };
-            match r {
-                Ok(()) => {
-                    self.stats.discards.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Err(e) if is_unsupported(&e) => self.discard_ok.store(false, Ordering::Relaxed),
-                Err(e) => return Err(e),
-            }
-        }
-        self.write_zeroes(offset, len)
+        self.discard_range(offset, len)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size(), offset, len)?;
-        self.check_writable()?;
-        if len == 0 {
-            return Ok(());
-        }
-        if self.is_blockdev {
-            let inner = self.split_blk(offset, len);
-            if inner.0 != inner.1 && self.zero_range_ok.load(Ordering::Relaxed) {
-                match self.blk_ioctl(BLKZEROOUT, inner.0, inner.1 - inner.0) {
-                    Ok(()) => {
-                        self.stats.zeroes.fetch_add(1, Ordering::Relaxed);
-                        return self.zero_edges(offset, len, inner);
-                    }
-                    Err(e) if is_unsupported(&e) => {
-                        self.zero_range_ok.store(false, Ordering::Relaxed)
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            return emulate_write_zeroes(self, offset, len);
-        }
-        for (flag, ok) in [
-            (libc::FALLOC_FL_ZERO_RANGE, &self.zero_range_ok),
-            (libc::FALLOC_FL_PUNCH_HOLE, &self.punch_ok),
-        ] {
-            if !ok.load(Ordering::Relaxed) {
-                continue;
-            }
-            match self.fallocate(flag | libc::FALLOC_FL_KEEP_SIZE, offset, len) {
-                Ok(()) => {
-                    self.stats.zeroes.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Err(e) if is_unsupported(&e) => ok.store(false, Ordering::Relaxed),
-                Err(e) => return Err(e),
-            }
-        }
-        emulate_write_zeroes(self, offset, len)
+        self.zero_range(offset, len)
     }
 }
 
@@ -689,25 +512,4 @@ impl Drop for FileBackend {
             a.shutdown();
         }
     }
-}
-
-/// True when every descriptor IO goes through takes nowait IO
-/// ([`sync::takes_nowait`]), so io_uring completes what does not block in
-/// `io_uring_enter` instead of handing it to an io-wq worker thread.
-fn nowait_files(buffered: &File, direct: Option<&File>, dio_align: u64) -> bool {
-    let mut b = [0u8; 1];
-    if !sync::takes_nowait(buffered.as_raw_fd(), &mut b) {
-        return false;
-    }
-    let Some(d) = direct else { return true };
-    let a = dio_align.max(512) as usize;
-    dio::AlignedBuf::new(a, a)
-        .is_ok_and(|mut b| sync::takes_nowait(d.as_raw_fd(), b.as_mut_slice()))
-}
-
-fn is_unsupported(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS | libc::EINVAL)
-    )
 }
