@@ -1,5 +1,5 @@
 //! cryptsetup's global options: `-v`/`--verbose`, `--debug` and
-//! `-q`/`--batch-mode` are clap global options ([`Globals`]), so every
+//! `-q`/`--batch-mode` (and `-T`/`--tries`) are clap global options ([`Globals`]), so every
 //! verb takes them before or after its name, alone or combined (`ucrypt
 //! -qv erase DEV`, `ucrypt status -v NAME`), and `--help` lists them.
 //!
@@ -24,6 +24,10 @@ pub struct Globals {
     /// Print the command line first; implies --verbose.
     #[arg(long, global = true)]
     pub debug: bool,
+    /// How often a passphrase typed at the terminal is asked for when it
+    /// opens no keyslot (a key file or piped input gets one try).
+    #[arg(long, short = 'T', global = true, value_name = "N", default_value_t = luks::passphrase::DEFAULT_TRIES)]
+    pub tries: u32,
 }
 
 impl Globals {

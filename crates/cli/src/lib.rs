@@ -144,6 +144,7 @@ pub fn main() -> ExitCode {
         }
     };
     let g = cli.globals;
+    luks::passphrase::set_tries(g.tries);
     if g.debug {
         println!("{}", global::processing_line(&args));
     }

@@ -230,6 +230,22 @@ impl Luks {
         let opened = self.vol.unlock(passphrase, key_slot)?;
         Ok(opened.to_table(&self.device)?)
     }
+
+    /// [`Luks::unlock`] with a passphrase from `range` of `key_file` or a
+    /// prompt for this device, asked again when one typed at the terminal
+    /// opens nothing (cryptsetup's `--tries`, [`luks::passphrase::unlock`]).
+    pub fn unlock_asking(
+        &self,
+        key_file: Option<&Path>,
+        range: luks::passphrase::KeyfileRange,
+        key_slot: Option<u32>,
+    ) -> Result<Table> {
+        let prompt = format!("Enter passphrase for {}: ", self.device.display());
+        let opened = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+            self.vol.unlock(pass, key_slot)
+        })?;
+        Ok(opened.to_table(&self.device)?)
+    }
 }
 
 /// Unlocks the LUKS volume on `device` for `open` and `map --luks`: the
@@ -249,9 +265,7 @@ pub fn unlock_luks(
 ) -> Result<(Table, VolumeType)> {
     let vol = Luks::load_as(device, header, want)?;
     vol.warnings().iter().for_each(|w| warn(w));
-    let prompt = format!("Enter passphrase for {}: ", device.display());
-    let pass = luks::passphrase::read_range(key_file, range, &prompt, false)?;
-    Ok((vol.unlock(&pass, key_slot)?, vol.version()))
+    Ok((vol.unlock_asking(key_file, range, key_slot)?, vol.version()))
 }
 
 /// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].

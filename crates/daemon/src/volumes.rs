@@ -96,9 +96,7 @@ pub fn resume_luks(
             let msg = format!("Device {} is not a valid LUKS device.", device.display());
             return Err(invalid(msg));
         }
-        let prompt = format!("Enter passphrase for {}: ", device.display());
-        let pass = luks::passphrase::read_range(key_file, range, &prompt, false)?;
-        vol.unlock(&pass, key_slot)
+        vol.unlock_asking(key_file, range, key_slot)
     })
 }
 

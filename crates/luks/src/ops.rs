@@ -58,6 +58,12 @@ impl KeySource {
     pub fn read(&self, prompt: &str, verify: bool) -> Result<Secret> {
         passphrase::read_range(self.file.as_deref(), self.range, prompt, verify)
     }
+
+    /// Reads a passphrase and hands it to `open`, asking again for a
+    /// wrong one typed at the terminal ([`passphrase::unlock`]).
+    pub fn unlock<T>(&self, prompt: &str, open: impl FnMut(&Secret) -> Result<T>) -> Result<T> {
+        passphrase::unlock(self.file.as_deref(), self.range, prompt, open)
+    }
 }
 
 /// Key-derivation choices as cryptsetup names them; the kind defaults by
@@ -476,13 +482,14 @@ pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyCha
             (None, Secret::from(vk))
         }
         None => {
-            let pass = req.key.read("Enter any existing passphrase: ", false)?;
             // For change-key, --key-slot picks the slot to change; for
             // add-key it is the target slot (unlock through any slot)
             // unless --new-key-slot names the target.
             let unlock_only = change || req.new_key_slot.is_some();
             let try_slot = req.key_slot.filter(|_| unlock_only);
-            let (s, vk) = vol.unlock_key(&pass, try_slot)?;
+            let (s, vk) = req.key.unlock("Enter any existing passphrase: ", |pass| {
+                vol.unlock_key(pass, try_slot)
+            })?;
             (Some(s), vk)
         }
     };
@@ -528,8 +535,9 @@ pub struct RemoveRequest {
 /// last one); returns its number.
 pub fn remove_key(req: &RemoveRequest, ui: &mut dyn Ui) -> Result<u32> {
     let mut vol = load(&req.device, req.header.as_deref(), ui)?;
-    let pass = req.key.read("Enter passphrase to be deleted: ", false)?;
-    let (slot, _vk) = vol.unlock_key(&pass, req.key_slot)?;
+    let (slot, _vk) = req.key.unlock("Enter passphrase to be deleted: ", |pass| {
+        vol.unlock_key(pass, req.key_slot)
+    })?;
     let last = vol.header().active_slots().len() == 1;
     if last
         && !req.batch
@@ -582,17 +590,17 @@ pub fn kill_slot(req: &KillRequest, ui: &mut dyn Ui) -> Result<()> {
         ));
     }
     if !req.batch || req.key.file.is_some() {
-        let pass = req.key.read("Enter any remaining passphrase: ", false)?;
-        if last {
-            vol.unlock_key(&pass, Some(req.slot))?;
-        } else {
+        req.key.unlock("Enter any remaining passphrase: ", |pass| {
+            if last {
+                return vol.unlock_key(pass, Some(req.slot)).map(drop);
+            }
             // Any keyslot but the one to kill (cryptsetup's verify_keyslot).
             let other = active
                 .iter()
                 .filter(|&&s| s != req.slot)
-                .any(|&s| vol.unlock_key(&pass, Some(s)).is_ok());
+                .any(|&s| vol.unlock_key(pass, Some(s)).is_ok());
             if !other {
-                let (s, _vk) = vol.unlock_key(&pass, None)?;
+                let (s, _vk) = vol.unlock_key(pass, None)?;
                 if s == req.slot {
                     return Err(Error::new(
                         ErrorKind::WrongPassphrase,
@@ -600,7 +608,8 @@ pub fn kill_slot(req: &KillRequest, ui: &mut dyn Ui) -> Result<()> {
                     ));
                 }
             }
-        }
+            Ok(())
+        })?;
     }
     vol.kill_slot(req.slot, true)
 }

@@ -6,6 +6,7 @@
 use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crypto::Secret;
 use zeroize::Zeroizing;
@@ -17,6 +18,63 @@ use crate::ErrorKind;
 pub const MAX_KEYFILE: u64 = 8 << 20;
 /// Largest interactive passphrase cryptsetup accepts.
 pub const MAX_PASSPHRASE: usize = 512;
+
+/// How often a passphrase typed at the terminal is asked for when it
+/// opens nothing, by default (cryptsetup's `--tries`).
+pub const DEFAULT_TRIES: u32 = 3;
+
+/// This process's `--tries` (see [`set_tries`]).
+static TRIES: AtomicU32 = AtomicU32::new(DEFAULT_TRIES);
+
+/// Sets how often [`unlock`] asks again for a passphrase typed at the
+/// terminal that opens nothing (cryptsetup's `-T`/`--tries`; 0 counts as
+/// 1), once for the process, as the command line gives it.
+pub fn set_tries(tries: u32) {
+    TRIES.store(tries, Ordering::Relaxed);
+}
+
+/// Reads a passphrase as [`read_range`] does and hands it to `open`
+/// (a keyslot unlock). When the passphrase was typed at the terminal and
+/// `open` finds it wrong, says so on stderr and asks again, up to the
+/// process's tries ([`set_tries`], default [`DEFAULT_TRIES`]) in all, as
+/// cryptsetup does; a key file or piped stdin gets one try.
+pub fn unlock<T>(
+    key_file: Option<&Path>,
+    range: KeyfileRange,
+    prompt: &str,
+    open: impl FnMut(&Secret) -> Result<T>,
+) -> Result<T> {
+    let typed = key_file.is_none() && std::io::stdin().is_terminal();
+    let tries = if typed { TRIES.load(Ordering::Relaxed) } else { 1 };
+    retry(
+        tries,
+        || read_range(key_file, range, prompt, false),
+        open,
+        |e| eprintln!("{e}."),
+    )
+}
+
+/// [`unlock`]'s loop: `read`, then `open`, again while `open` says the
+/// passphrase is wrong and tries are left (`wrong` hears of each such
+/// failure but the last, which is returned).
+fn retry<T>(
+    tries: u32,
+    mut read: impl FnMut() -> Result<Secret>,
+    mut open: impl FnMut(&Secret) -> Result<T>,
+    mut wrong: impl FnMut(&Error),
+) -> Result<T> {
+    let mut left = tries.max(1);
+    loop {
+        let pass = read()?;
+        match open(&pass) {
+            Err(e) if e.kind() == ErrorKind::WrongPassphrase && left > 1 => {
+                left -= 1;
+                wrong(&e);
+            }
+            r => return r,
+        }
+    }
+}
 
 /// Which part of a key file is the key (cryptsetup's `--keyfile-offset`
 /// and `--keyfile-size`/`-l`).
@@ -194,4 +252,77 @@ fn check_len(buf: Secret) -> Result<Secret> {
     }
     // An empty key file is an empty passphrase, as cryptsetup takes it.
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs [`retry`] over `typed` passphrases, `good` the one that opens;
+    /// returns the result, how many were read and how many were reported.
+    fn run(tries: u32, typed: &[&str], good: &str) -> (Result<usize>, usize, usize) {
+        let read = std::cell::Cell::new(0);
+        let mut told = 0;
+        let r = retry(
+            tries,
+            || {
+                read.set(read.get() + 1);
+                typed
+                    .get(read.get() - 1)
+                    .map(|p| Secret::from(*p))
+                    .ok_or_else(|| invalid("No passphrase given (empty input)"))
+            },
+            |p| {
+                if &p[..] == good.as_bytes() {
+                    Ok(read.get())
+                } else {
+                    Err(Error::new(
+                        ErrorKind::WrongPassphrase,
+                        "No key available with this passphrase",
+                    ))
+                }
+            },
+            |_| told += 1,
+        );
+        (r, read.get(), told)
+    }
+
+    #[test]
+    fn a_wrong_passphrase_is_asked_again_until_the_tries_run_out() {
+        let (r, read, told) = run(3, &["a", "b", "good"], "good");
+        assert_eq!((r.unwrap(), read, told), (3, 3, 2));
+        let (r, read, told) = run(3, &["a", "b", "c", "good"], "good");
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::WrongPassphrase);
+        assert_eq!((read, told), (3, 2), "a fourth try");
+    }
+
+    #[test]
+    fn one_try_and_zero_tries_read_once() {
+        for tries in [0, 1] {
+            let (r, read, told) = run(tries, &["a", "good"], "good");
+            assert_eq!(r.unwrap_err().kind(), ErrorKind::WrongPassphrase);
+            assert_eq!((read, told), (1, 0));
+        }
+    }
+
+    #[test]
+    fn only_a_wrong_passphrase_is_retried() {
+        // The input ends: its error comes back, no further prompt.
+        let (r, read, _) = run(3, &["a"], "good");
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(read, 2);
+        // Any other failure of the unlock stops at once.
+        let mut read = 0;
+        let r: Result<()> = retry(
+            3,
+            || {
+                read += 1;
+                Ok(Secret::from("x"))
+            },
+            |_| Err(invalid("bad slot")),
+            |_| {},
+        );
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(read, 1);
+    }
 }

@@ -222,9 +222,7 @@ impl Mapping<'_> {
         vol.warnings()
             .iter()
             .for_each(|w| say(&format!("WARNING: {w}")));
-        let prompt = format!("Enter passphrase for {}: ", device.display());
-        let range = self.plain.range();
-        let pass = luks::passphrase::read_range(self.key_file, range, &prompt, false)?;
-        Ok((vol.unlock(&pass, self.key_slot)?, vol.version()))
+        let table = vol.unlock_asking(self.key_file, self.plain.range(), self.key_slot)?;
+        Ok((table, vol.version()))
     }
 }

@@ -300,13 +300,11 @@ pub fn convert_key(t: &Target, req: &ConvertKeyRequest, ui: &mut dyn Ui) -> Resu
         Some(s) => format!("Enter passphrase for keyslot {s}: "),
         None => "Enter passphrase for keyslot to be converted: ".to_string(),
     };
-    let pass = req.key.read(&prompt, false)?;
     let kdf = req.kdf.request(2)?;
-    Ok(Done::KeySlotCreated(vol.convert_key(
-        &pass,
-        req.key_slot,
-        &kdf,
-    )?))
+    let slot = req
+        .key
+        .unlock(&prompt, |pass| vol.convert_key(pass, req.key_slot, &kdf))?;
+    Ok(Done::KeySlotCreated(slot))
 }
 
 #[cfg(test)]

@@ -1,0 +1,165 @@
+//! `-T`/`--tries`: a passphrase typed at the terminal that opens no keyslot
+//! is asked for again, up to the tries (3 by default), as cryptsetup does;
+//! a key file gets one try. The terminal is a real pty from util-linux's
+//! `script`, and each passphrase is typed only once its prompt is shown.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use testutil::TempDir;
+
+const PROMPT: &str = "Enter passphrase for";
+const WRONG: &str = "No key available with this passphrase.";
+
+/// A LUKS2 image whose one keyslot opens with "right".
+fn image(dir: &TempDir) -> std::path::PathBuf {
+    let img = dir.path().join("img");
+    std::fs::write(&img, vec![0u8; 20 << 20]).unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "right").unwrap();
+    let o = Command::new(testutil::ucrypt_bin())
+        .args(["luksFormat", "-q", "--type", "luks2"])
+        .args(["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"])
+        .arg("--key-file")
+        .arg(&key)
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    img
+}
+
+/// Runs `ucrypt ARGS` on a pty, typing `typed` one line per prompt (any
+/// "Enter passphrase…"); returns
+/// the exit code and everything the terminal showed.
+fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
+    let mut line = format!("'{}'", testutil::ucrypt_bin().display());
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    line.push_str("; echo \"rc=$?\"");
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn script");
+    let shown = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let shown = shown.clone();
+        let mut out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                shown
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let (mut sent, start) = (0, Instant::now());
+    loop {
+        let text = shown.lock().unwrap().clone();
+        if text.contains("rc=") {
+            break;
+        }
+        if text.matches("Enter passphrase").count() > sent && sent < typed.len() {
+            stdin
+                .write_all(format!("{}\n", typed[sent]).as_bytes())
+                .unwrap();
+            stdin.flush().unwrap();
+            sent += 1;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("no end after 120 s; the terminal showed: {text}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stdin);
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let text = shown.lock().unwrap().clone();
+    let rc = text
+        .split("rc=")
+        .nth(1)
+        .and_then(|r| r.trim().lines().next())
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no exit code in: {text}"));
+    (rc, text)
+}
+
+fn usable() -> bool {
+    testutil::require_tool("tries", "script")
+}
+
+#[test]
+fn a_wrong_typed_passphrase_is_asked_again_up_to_three_times() {
+    if !usable() {
+        return;
+    }
+    let dir = TempDir::new("tries");
+    let img = image(&dir);
+    let img = img.to_str().unwrap();
+    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["a", "b", "right"]);
+    assert_eq!(rc, 0, "{text}");
+    assert_eq!(text.matches(PROMPT).count(), 3, "{text}");
+    assert_eq!(text.matches(WRONG).count(), 2, "{text}");
+
+    // Three wrong: exit 2 (bad passphrase), and no fourth prompt.
+    let (rc, text) = on_tty(
+        &["open", "--test-passphrase", img],
+        &["a", "b", "c", "right"],
+    );
+    assert_eq!(rc, 2, "{text}");
+    assert_eq!(text.matches(PROMPT).count(), 3, "{text}");
+}
+
+#[test]
+fn tries_limits_the_prompts_and_a_key_file_gets_one_try() {
+    if !usable() {
+        return;
+    }
+    let dir = TempDir::new("tries-one");
+    let img = image(&dir);
+    let img = img.to_str().unwrap();
+    let (rc, text) = on_tty(
+        &["-T", "1", "open", "--test-passphrase", img],
+        &["a", "right"],
+    );
+    assert_eq!(rc, 2, "{text}");
+    assert_eq!(text.matches(PROMPT).count(), 1, "{text}");
+    // --tries after the verb, on a verb of the luks group: removing a key
+    // asks again too.
+    let (rc, text) = on_tty(
+        &["luksRemoveKey", "--tries", "2", img],
+        &["a", "b", "right"],
+    );
+    assert_eq!(rc, 2, "{text}");
+    assert_eq!(
+        text.matches("Enter passphrase to be deleted").count(),
+        2,
+        "{text}"
+    );
+    // The slot is still there: the wrong passphrases removed nothing.
+    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["right"]);
+    assert_eq!(rc, 0, "{text}");
+
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "wrong").unwrap();
+    let key_file = wrong.to_str().unwrap();
+    let (rc, text) = on_tty(
+        &["open", "--test-passphrase", "--key-file", key_file, img],
+        &["right"],
+    );
+    assert_eq!(rc, 2, "{text}");
+    assert_eq!(text.matches(PROMPT).count(), 0, "{text}");
+}
