@@ -97,18 +97,23 @@ fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
     (rc, text)
 }
 
-fn usable() -> bool {
-    testutil::require_tool("tries", "script")
+/// A temp dir holding a LUKS2 image whose one keyslot opens with
+/// "right", and the image's path; `None` (a logged skip) without `script`.
+fn setup(tag: &str) -> Option<(TempDir, String)> {
+    if !testutil::require_tool(tag, "script") {
+        return None;
+    }
+    let dir = TempDir::new(tag);
+    let img = image(&dir).to_str().unwrap().to_string();
+    Some((dir, img))
 }
 
 #[test]
 fn a_wrong_typed_passphrase_is_asked_again_up_to_three_times() {
-    if !usable() {
+    let Some((_dir, img)) = setup("tries") else {
         return;
-    }
-    let dir = TempDir::new("tries");
-    let img = image(&dir);
-    let img = img.to_str().unwrap();
+    };
+    let img = img.as_str();
     let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["a", "b", "right"]);
     assert_eq!(rc, 0, "{text}");
     assert_eq!(text.matches(PROMPT).count(), 3, "{text}");
@@ -125,12 +130,10 @@ fn a_wrong_typed_passphrase_is_asked_again_up_to_three_times() {
 
 #[test]
 fn tries_limits_the_prompts_and_a_key_file_gets_one_try() {
-    if !usable() {
+    let Some((dir, img)) = setup("tries-one") else {
         return;
-    }
-    let dir = TempDir::new("tries-one");
-    let img = image(&dir);
-    let img = img.to_str().unwrap();
+    };
+    let img = img.as_str();
     let (rc, text) = on_tty(
         &["-T", "1", "open", "--test-passphrase", img],
         &["a", "right"],

@@ -613,10 +613,22 @@ fn run_offload(board: &Board, ctx: &Ctx, o: Offload) {
     board.offloaded.fetch_sub(1, SeqCst);
 }
 
+/// An AES adaptive engine with two workers (one helper) that believes the
+/// machine has `ncpu` CPUs, for the tests here and in `crypto.rs`.
+#[cfg(test)]
+fn test_engine(ncpu: usize) -> crate::Engine {
+    let cfg = crate::EngineConfig {
+        mode: crate::CryptMode::Adaptive,
+        workers: 2,
+        ..crate::EngineConfig::default()
+    };
+    crate::Engine::with_cpus(crate::test_volume(true), cfg, ncpu).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CryptMode, Engine, EngineConfig};
+    use crate::Engine;
 
     /// The board's overlap clock (`submits`).
     fn submits(e: &Engine) -> u64 {
@@ -629,12 +641,7 @@ mod tests {
     fn a_saturated_engine_runs_movable_requests_without_writing_the_board() {
         // One CPU, and this thread submits: every core has a submitter.
         // One helper all the same, so hand-offs were possible.
-        let cfg = EngineConfig {
-            mode: CryptMode::Adaptive,
-            workers: 2,
-            ..EngineConfig::default()
-        };
-        let e = Engine::with_cpus(crate::test_volume(true), cfg, 1).unwrap();
+        let e = test_engine(1);
         let data: Vec<u8> = (0..64 << 10).map(|i| (i * 31 + 7) as u8).collect();
         for i in 0..64u64 {
             e.write(i * (64 << 10), data.clone(), false).unwrap();
@@ -656,21 +663,23 @@ mod tests {
         b.handoff_len.fetch_add(1, SeqCst);
     }
 
-    /// Waits until `n` helpers are parked on `b`.
-    fn until_parked(b: &Board, n: usize) {
-        while *b.parked.lock().unwrap() != n {
+    /// A helper thread parked on `b` (returned once it is), which answers
+    /// whether it was asked to spin.
+    fn parked_helper(b: &Arc<Board>) -> std::thread::JoinHandle<bool> {
+        let h = {
+            let b = b.clone();
+            std::thread::spawn(move || b.park())
+        };
+        while *b.parked.lock().unwrap() != 1 {
             std::thread::yield_now();
         }
+        h
     }
 
     #[test]
     fn a_helper_woken_for_a_hand_off_is_not_later_taken_as_asked_to_spin() {
         let b = Arc::new(Board::new());
-        let h = {
-            let b = b.clone();
-            std::thread::spawn(move || b.park())
-        };
-        until_parked(&b, 1);
+        let h = parked_helper(&b);
         // A submitter queues a write's crypto and wakes the parked helper.
         queue_noop(&b);
         b.nudge();
@@ -680,11 +689,7 @@ mod tests {
         // returned at once as "asked", a full spin window after every
         // woken hand-off.
         assert!(!b.nudged.load(SeqCst), "the nudge outlived its wake-up");
-        let h = {
-            let b = b.clone();
-            std::thread::spawn(move || b.park())
-        };
-        until_parked(&b, 1);
+        let h = parked_helper(&b);
         b.close();
         assert!(!h.join().unwrap(), "closing is no request to spin");
     }
@@ -692,11 +697,7 @@ mod tests {
     #[test]
     fn a_nudge_with_nothing_queued_asks_a_parked_helper_to_spin() {
         let b = Arc::new(Board::new());
-        let h = {
-            let b = b.clone();
-            std::thread::spawn(move || b.park())
-        };
-        until_parked(&b, 1);
+        let h = parked_helper(&b);
         b.nudge();
         assert!(h.join().unwrap(), "a bare nudge asks for a warm helper");
         assert!(!b.nudged.load(SeqCst));

@@ -127,18 +127,13 @@ mod tests {
     use std::sync::atomic::Ordering::SeqCst;
     use std::sync::mpsc;
 
+    use super::super::test_engine;
     use super::WRITE_QUEUE;
-    use crate::{CryptMode, Engine, EngineConfig};
 
     #[test]
     fn a_large_write_queues_behind_a_busy_helper_until_the_write_queue_is_full() {
         // Two CPUs: one helper, and this thread the one submitter.
-        let cfg = EngineConfig {
-            mode: CryptMode::Adaptive,
-            workers: 2,
-            ..EngineConfig::default()
-        };
-        let e = Engine::with_cpus(crate::test_volume(true), cfg, 2).unwrap();
+        let e = test_engine(2);
         let g = e.current_gen().expect("a generation");
         let a = g.adaptive().expect("adaptive");
         // The helper takes a piece and stays busy with it.
