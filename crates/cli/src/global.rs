@@ -1,5 +1,5 @@
 //! cryptsetup's global options: `-v`/`--verbose`, `--debug` and
-//! `-q`/`--batch-mode` (and `-T`/`--tries`) are clap global options ([`Globals`]), so every
+//! `-q`/`--batch-mode` (and `-T`/`--tries`, `-t`/`--timeout`) are clap global options ([`Globals`]), so every
 //! verb takes them before or after its name, alone or combined (`ucrypt
 //! -qv erase DEV`, `ucrypt status -v NAME`), and `--help` lists them.
 //!
@@ -28,6 +28,16 @@ pub struct Globals {
     /// opens no keyslot (a key file or piped input gets one try).
     #[arg(long, short = 'T', global = true, value_name = "N", default_value_t = luks::passphrase::DEFAULT_TRIES)]
     pub tries: u32,
+    /// How many seconds a passphrase prompt on the terminal waits for its
+    /// line (0: no limit); a key file or piped input is not timed.
+    #[arg(
+        long,
+        short = 't',
+        global = true,
+        value_name = "SECS",
+        default_value_t = 0
+    )]
+    pub timeout: u64,
 }
 
 impl Globals {

@@ -145,6 +145,7 @@ pub fn main() -> ExitCode {
     };
     let g = cli.globals;
     luks::passphrase::set_tries(g.tries);
+    luks::passphrase::set_timeout(g.timeout);
     if g.debug {
         println!("{}", global::processing_line(&args));
     }

@@ -6,13 +6,15 @@
 use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crypto::Secret;
-use zeroize::Zeroizing;
 
 use crate::error::{invalid, Error, Result};
 use crate::ErrorKind;
+
+mod tty;
 
 /// Largest key file cryptsetup reads by default (8 MiB).
 pub const MAX_KEYFILE: u64 = 8 << 20;
@@ -33,6 +35,17 @@ pub fn set_tries(tries: u32) {
     TRIES.store(tries, Ordering::Relaxed);
 }
 
+/// This process's `--timeout` in seconds, 0 for none (see [`set_timeout`]).
+static TIMEOUT: AtomicU64 = AtomicU64::new(0);
+
+/// Sets how long a terminal prompt waits for its line, in seconds (0:
+/// for ever), once for the process, as cryptsetup's `-t`/`--timeout`
+/// gives it. A key file or piped stdin is read without a timeout, as
+/// cryptsetup reads them.
+pub fn set_timeout(secs: u64) {
+    TIMEOUT.store(secs, Ordering::Relaxed);
+}
+
 /// Reads a passphrase as [`read_range`] does and hands it to `open`
 /// (a keyslot unlock). When the passphrase was typed at the terminal and
 /// `open` finds it wrong, says so on stderr and asks again, up to the
@@ -45,7 +58,11 @@ pub fn unlock<T>(
     open: impl FnMut(&Secret) -> Result<T>,
 ) -> Result<T> {
     let typed = key_file.is_none() && std::io::stdin().is_terminal();
-    let tries = if typed { TRIES.load(Ordering::Relaxed) } else { 1 };
+    let tries = if typed {
+        TRIES.load(Ordering::Relaxed)
+    } else {
+        1
+    };
     retry(
         tries,
         || read_range(key_file, range, prompt, false),
@@ -151,25 +168,11 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secre
             check_len(buf)
         }
         None if std::io::stdin().is_terminal() => {
-            let first = Zeroizing::new(
-                rpassword::prompt_password(prompt)
-                    .map_err(|e| Error::io("Cannot read the passphrase", e))?,
-            );
-            if verify {
-                let again = Zeroizing::new(
-                    rpassword::prompt_password("Verify passphrase: ")
-                        .map_err(|e| Error::io("Cannot read the passphrase", e))?,
-                );
-                if *first != *again {
-                    return Err(invalid("Passphrases do not match"));
-                }
+            let first = typed(prompt)?;
+            if verify && *typed("Verify passphrase: ")? != *first {
+                return Err(invalid("Passphrases do not match"));
             }
-            if first.len() > MAX_PASSPHRASE {
-                return Err(invalid(format!(
-                    "Passphrase is longer than {MAX_PASSPHRASE} characters"
-                )));
-            }
-            Ok(Secret::from(first.as_str()))
+            Ok(first)
         }
         None => {
             // Piped passphrase: one line, newline stripped (cryptsetup).
@@ -196,6 +199,24 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secre
             Ok(buf)
         }
     }
+}
+
+/// One line typed at the terminal after `prompt`, within the process's
+/// timeout ([`set_timeout`]).
+fn typed(prompt: &str) -> Result<Secret> {
+    let secs = TIMEOUT.load(Ordering::Relaxed);
+    let timeout = (secs > 0).then(|| Duration::from_secs(secs));
+    tty::prompt(prompt, timeout, MAX_PASSPHRASE).map_err(|f| match f {
+        // cryptsetup's words for both.
+        tty::Failure::TimedOut => invalid(format!(
+            "Error reading passphrase from terminal: nothing typed within {secs} s"
+        )),
+        tty::Failure::Eof => invalid("Error reading passphrase from terminal: end of input"),
+        tty::Failure::TooLong => invalid(format!(
+            "Passphrase is longer than {MAX_PASSPHRASE} characters"
+        )),
+        tty::Failure::Io(e) => Error::io("Cannot read the passphrase", e),
+    })
 }
 
 /// One passphrase line from piped stdin after skipping `range.offset`

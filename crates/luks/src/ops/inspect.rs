@@ -60,7 +60,9 @@ pub fn dump(req: &DumpRequest, ui: &mut dyn Ui) -> Result<Zeroizing<String>> {
                 ));
             }
             let prompt = format!("Enter passphrase for {}: ", req.device.display());
-            let opened = req.key.unlock(&prompt, |pass| vol.unlock(pass, req.key_slot))?;
+            let opened = req
+                .key
+                .unlock(&prompt, |pass| vol.unlock(pass, req.key_slot))?;
             Ok(crate::dump::volume_key_text(vol.header(), &opened, target))
         }
         DumpKind::Header => Ok(crate::dump::header_text(vol.header(), target).into()),

@@ -1,6 +1,7 @@
-//! `-T`/`--tries`: a passphrase typed at the terminal that opens no keyslot
-//! is asked for again, up to the tries (3 by default), as cryptsetup does;
-//! a key file gets one try. The terminal is a real pty from util-linux's
+//! The passphrase prompt on a terminal, as cryptsetup's: `-T`/`--tries`
+//! (a passphrase that opens no keyslot is asked for again, up to the tries,
+//! 3 by default; a key file gets one try), `-t`/`--timeout`, echo off while
+//! typing and back on after. The terminal is a real pty from util-linux's
 //! `script`, and each passphrase is typed only once its prompt is shown.
 
 use std::io::{Read, Write};
@@ -31,15 +32,20 @@ fn image(dir: &TempDir) -> std::path::PathBuf {
     img
 }
 
+/// Shown after the run when the pty's echo is on again.
+const ECHO_ON: &str = "tty-echo=on";
+
 /// Runs `ucrypt ARGS` on a pty, typing `typed` one line per prompt (any
-/// "Enter passphrase…"); returns
-/// the exit code and everything the terminal showed.
+/// "Enter passphrase…"); returns the exit code and everything the
+/// terminal showed, which ends with [`ECHO_ON`] if the run left the
+/// terminal's echo on.
 fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
     let mut line = format!("'{}'", testutil::ucrypt_bin().display());
     for a in args {
         line.push_str(&format!(" '{a}'"));
     }
-    line.push_str("; echo \"rc=$?\"");
+    line.push_str("; rc=$?; stty -a | tr ' ;' '\\n\\n' | grep -qx echo && echo tty-echo=on");
+    line.push_str("; echo \"rc=$rc\"");
     let mut child = Command::new("script")
         .args(["-qec", &line, "/dev/null"])
         .stdin(Stdio::piped())
@@ -165,4 +171,64 @@ fn tries_limits_the_prompts_and_a_key_file_gets_one_try() {
     );
     assert_eq!(rc, 2, "{text}");
     assert_eq!(text.matches(PROMPT).count(), 0, "{text}");
+}
+
+#[test]
+fn a_prompt_times_out_when_nothing_is_typed_and_gives_the_terminal_back() {
+    let Some((_dir, img)) = setup("timeout") else {
+        return;
+    };
+    let img = img.as_str();
+    // Nothing typed: without the timeout this run would wait for ever
+    // (on_tty gives up after 120 s).
+    let start = Instant::now();
+    let (rc, text) = on_tty(&["-t", "1", "open", "--test-passphrase", img], &[]);
+    assert_eq!(rc, 1, "{text}");
+    assert!(
+        text.contains("Error reading passphrase from terminal: nothing typed within 1 s"),
+        "{text}"
+    );
+    assert!(start.elapsed() >= Duration::from_secs(1), "{text}");
+    assert_eq!(
+        text.matches(PROMPT).count(),
+        1,
+        "a timeout is not a wrong passphrase: {text}"
+    );
+    assert!(text.contains(ECHO_ON), "echo left off: {text}");
+
+    // Typed in time (--timeout after the verb): opens, and the typed
+    // passphrase never shows.
+    let (rc, text) = on_tty(
+        &["open", "--timeout", "60", "--test-passphrase", img],
+        &["right"],
+    );
+    assert_eq!(rc, 0, "{text}");
+    assert!(!text.contains("right"), "echoed: {text}");
+    assert!(text.contains(ECHO_ON), "echo left off: {text}");
+}
+
+#[test]
+fn end_of_input_and_an_over_long_line_are_refused_at_the_prompt() {
+    let Some((_dir, img)) = setup("prompt-eof") else {
+        return;
+    };
+    let img = img.as_str();
+    // Ctrl-D at the prompt.
+    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["\u{4}"]);
+    assert_eq!(rc, 1, "{text}");
+    assert!(
+        text.contains("Error reading passphrase from terminal: end of input"),
+        "{text}"
+    );
+    assert_eq!(text.matches(PROMPT).count(), 1, "{text}");
+    assert!(text.contains(ECHO_ON), "echo left off: {text}");
+    // 600 characters: cryptsetup takes at most 512.
+    let long = "x".repeat(600);
+    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &[&long]);
+    assert_eq!(rc, 1, "{text}");
+    assert!(
+        text.contains("Passphrase is longer than 512 characters"),
+        "{text}"
+    );
+    assert!(text.contains(ECHO_ON), "echo left off: {text}");
 }
