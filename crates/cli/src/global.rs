@@ -1,5 +1,5 @@
 //! cryptsetup's global options: `-v`/`--verbose`, `--debug` and
-//! `-q`/`--batch-mode` (and `-T`/`--tries`, `-t`/`--timeout`) are clap global options ([`Globals`]), so every
+//! `-q`/`--batch-mode` (and `-T`/`--tries`, `-t`/`--timeout`, `--disable-locks`) are clap global options ([`Globals`]), so every
 //! verb takes them before or after its name, alone or combined (`ucrypt
 //! -qv erase DEV`, `ucrypt status -v NAME`), and `--help` lists them.
 //!
@@ -38,6 +38,10 @@ pub struct Globals {
         default_value_t = 0
     )]
     pub timeout: u64,
+    /// Do not lock LUKS metadata (a header file is otherwise flock()ed
+    /// while read and written, as cryptsetup does).
+    #[arg(long, global = true)]
+    pub disable_locks: bool,
 }
 
 impl Globals {

@@ -1,7 +1,9 @@
 //! Hostile and damaged volumes: wrong passphrases change nothing, a
 //! corrupted primary LUKS2 header falls back to the secondary (with a
 //! warning), both corrupted or truncated images fail cleanly, and JSON that
-//! lies (with valid checksums) is refused before anything is allocated.
+//! lies (with valid checksums) is refused before anything is allocated;
+//! a header written by another process since it was loaded is not
+//! overwritten, and a header write waits for the metadata lock.
 //! Pure library tests: no external tools.
 
 use std::path::{Path, PathBuf};
@@ -380,4 +382,67 @@ fn keyslot_lifecycle_and_backup() {
         assert_ne!(old, new);
         assert_eq!(Volume::load(&p, None).unwrap().header().uuid(), new);
     }
+}
+
+#[test]
+fn a_header_another_process_wrote_since_loading_is_not_overwritten() {
+    let dir = TempDir::new("stale-header");
+    for version in [1, 2] {
+        let img = image(&dir, version);
+        let mut current = Volume::load(&img, None).unwrap();
+        let mut stale = Volume::load(&img, None).unwrap();
+        let uuid = current.set_uuid(None).unwrap();
+        let before = digest(&img);
+        let e = stale.set_uuid(None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Busy, "LUKS{version}: {e}");
+        assert!(e.to_string().contains("changed since it was read"), "{e}");
+        let e = stale.kill_slot(0, true).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Busy, "LUKS{version}: {e}");
+        assert_eq!(
+            digest(&img),
+            before,
+            "LUKS{version}: the stale header was written"
+        );
+        assert_eq!(Volume::load(&img, None).unwrap().header().uuid(), uuid);
+        // The volume that wrote last is current and writes on.
+        current.set_uuid(None).unwrap();
+        assert_ne!(Volume::load(&img, None).unwrap().header().uuid(), uuid);
+    }
+}
+
+#[test]
+fn a_header_write_waits_for_the_metadata_lock() {
+    use rustix::fs::{flock, FlockOperation};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = TempDir::new("header-lock");
+    let img = image(&dir, 2);
+    // A reader holds the lock, as cryptsetup luksDump does while it reads
+    // (another open file description: flock conflicts within a process).
+    let reader = std::fs::File::open(&img).unwrap();
+    flock(&reader, FlockOperation::LockShared).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let path = img.clone();
+    let writer = std::thread::spawn(move || {
+        // Loading reads under a shared lock: it does not wait.
+        let mut v = Volume::load(&path, None).unwrap();
+        tx.send("loaded").unwrap();
+        tx.send(match v.set_uuid(None) {
+            Ok(_) => "written",
+            Err(_) => "failed",
+        })
+        .unwrap();
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok("loaded"));
+    let before = digest(&img);
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the header was written under a reader's lock"
+    );
+    assert_eq!(digest(&img), before);
+    drop(reader);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok("written"));
+    writer.join().unwrap();
+    assert_ne!(digest(&img), before);
 }

@@ -154,7 +154,7 @@ impl Volume {
         let (s, vk) = self.unlock_key(pass, slot)?;
         self.check_volume_key(&vk)?;
         let (cipher, area_key_size) = self.area_cipher(vk.len());
-        let mut f = open_rw(&self.meta_path)?;
+        let mut f = self.open_update()?;
         let Header::V2(h) = &mut self.header else {
             unreachable!("checked above")
         };

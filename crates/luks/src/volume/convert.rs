@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::io::{open_rw, read_exact_at, sync, write_at, write_luks2, zero_range};
+use super::io::{read_exact_at, sync, write_at, write_luks2, zero_range};
 use super::Volume;
 use crate::error::{invalid, Error, Result};
 use crate::keyslot::material_len;
@@ -38,7 +38,7 @@ impl Volume {
             (2, Header::V2(_)) => Err(invalid("Device is already LUKS2 type.")),
             (2, Header::V1(h)) => {
                 let (new, shift_len) = to_luks2(h, self.detached)?;
-                let mut f = open_rw(&self.meta_path)?;
+                let mut f = self.open_update()?;
                 let mut areas = vec![0u8; shift_len as usize];
                 read_exact_at(&mut f, LUKS1_AREAS, &mut areas)?;
                 write_at(&mut f, 2 * HDR_SIZE, &areas)?;
@@ -51,7 +51,7 @@ impl Volume {
             (1, Header::V2(h)) => {
                 let new = to_luks1(h)?;
                 let len = new.metadata_end() - LUKS1_AREAS;
-                let mut f = open_rw(&self.meta_path)?;
+                let mut f = self.open_update()?;
                 let mut areas = vec![0u8; len as usize];
                 read_exact_at(&mut f, 2 * h.hdr_size(), &mut areas)?;
                 write_at(&mut f, LUKS1_AREAS, &areas)?;

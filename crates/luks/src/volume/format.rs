@@ -7,7 +7,9 @@ use std::path::Path;
 
 use zeroize::Zeroizing;
 
-use super::io::{device_size, open_ro, open_rw, sync, write_at, write_luks2, zero_range, Dev};
+use super::io::{
+    device_size, open_ro, open_rw, open_rw_with, sync, write_at, write_luks2, zero_range, Dev,
+};
 use super::keyslots::checked_uuid;
 use super::{layout, Volume};
 use crate::error::{invalid, Error, ErrorKind, Result};
@@ -329,14 +331,14 @@ fn open_target(device: &Path, header: Option<&Path>, force: bool) -> Result<Targ
     drop(data);
     let meta_path = header.unwrap_or(device);
     let mut file = match header {
-        Some(h) => OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(h)
-            .map(|f| Box::new(f) as Dev)
-            .map_err(|e| Error::io(format!("Cannot open {}", h.display()), e))?,
+        Some(h) => open_rw_with(
+            h,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )?,
         None => open_rw(device)?,
     };
     let meta_size = device_size(&mut file, meta_path)?;

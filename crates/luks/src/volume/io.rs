@@ -5,10 +5,25 @@
 //! named `rbd:POOL/IMAGE[@SNAP]` (read and written through
 //! `backend::RbdBackend`; a read-write open holds the image's exclusive
 //! lock, so a volume in use elsewhere is [`ErrorKind::Busy`]).
+//!
+//! Metadata locking, as cryptsetup's on a header file: a BSD `flock` on
+//! the file itself, shared while headers are read ([`open_ro`]),
+//! exclusive while they are written ([`open_rw`]), waited for. So ucrypt
+//! and cryptsetup (2.x locks a LUKS2 header file the same way) never
+//! write one header at once, nor read one half written. On a block device
+//! the lock is on the device node (what systemd asks of tools that write
+//! superblocks; cryptsetup locks `/run/cryptsetup/L_MAJOR:MINOR` instead,
+//! so the two do not see each other there). `--disable-locks` turns it
+//! off ([`set_metadata_locking`]). The daemon's data path holds its own, separate
+//! lock (backend's OFD `fcntl` lock), which `flock` does not see, so a
+//! key can be added to a volume being served, as with cryptsetup.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{flock, FlockOperation};
 
 use backend::rbd::{RbdBackend, RbdOptions, RbdSpec};
 use backend::Backend;
@@ -112,25 +127,64 @@ pub(crate) fn device_size(f: &mut dyn Device, path: &Path) -> Result<u64> {
         .map_err(|e| Error::io(format!("Cannot size {}", path.display()), e))
 }
 
+/// Whether headers are locked while read and written (see the module
+/// doc; off with `--disable-locks`).
+static LOCKING: AtomicBool = AtomicBool::new(true);
+
+/// Turns metadata locking on or off for the process (cryptsetup's
+/// `--disable-locks` turns it off).
+pub fn set_metadata_locking(on: bool) {
+    LOCKING.store(on, Ordering::Relaxed);
+}
+
+/// Opens `path` to read headers, under a shared lock.
 pub(crate) fn open_ro(path: &Path) -> Result<Dev> {
     if let Some(r) = open_rbd(path, true) {
         return r;
     }
-    File::open(path)
-        .map(|f| Box::new(f) as Dev)
-        .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))
+    let f =
+        File::open(path).map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
+    lock(&f, path, FlockOperation::LockShared)?;
+    Ok(Box::new(f))
 }
 
+/// Opens `path` to write headers, under an exclusive lock.
 pub(super) fn open_rw(path: &Path) -> Result<Dev> {
+    open_rw_with(path, OpenOptions::new().read(true).write(true))
+}
+
+/// [`open_rw`] with `opts` (say, creating a detached header file).
+pub(super) fn open_rw_with(path: &Path, opts: &OpenOptions) -> Result<Dev> {
     if let Some(r) = open_rbd(path, false) {
         return r;
     }
-    OpenOptions::new()
-        .read(true)
-        .write(true)
+    let f = opts
         .open(path)
-        .map(|f| Box::new(f) as Dev)
-        .map_err(|e| Error::io(format!("Cannot open {} for writing", path.display()), e))
+        .map_err(|e| Error::io(format!("Cannot open {} for writing", path.display()), e))?;
+    lock(&f, path, FlockOperation::LockExclusive)?;
+    Ok(Box::new(f))
+}
+
+/// Takes the metadata lock `op` on `f`, waiting for whoever holds a
+/// conflicting one (a cryptsetup or ucrypt writing the header). A file
+/// system without `flock` support goes unlocked, as it must.
+fn lock(f: &File, path: &Path, op: FlockOperation) -> Result<()> {
+    if !LOCKING.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    loop {
+        match flock(f, op) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP) => return Ok(()),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("Cannot lock the metadata of {}", path.display()),
+                    e.into(),
+                ))
+            }
+        }
+    }
 }
 
 pub(super) fn write_at(f: &mut dyn Device, off: u64, buf: &[u8]) -> Result<()> {

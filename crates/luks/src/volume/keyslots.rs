@@ -5,7 +5,7 @@
 //! at it; a removed keyslot leaves the header first and is wiped afterwards.
 
 use super::io::Device;
-use super::io::{open_rw, sync, write_at, write_luks2, zero_range};
+use super::io::{sync, write_at, write_luks2, zero_range};
 use super::Volume;
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::hash::Hash;
@@ -28,7 +28,7 @@ impl Volume {
     ) -> Result<u32> {
         self.check_volume_key(vk)?;
         let area = self.area_cipher(vk.len());
-        let mut f = open_rw(&self.meta_path)?;
+        let mut f = self.open_update()?;
         match &mut self.header {
             Header::V1(h) => add_key_v1(&mut f, h, vk, new_pass, slot, kdf),
             Header::V2(h) => add_key_v2(&mut f, h, vk, new_pass, slot, kdf, area),
@@ -76,7 +76,7 @@ impl Volume {
                 format!("Keyslot {slot} is the last one; the volume would become unusable"),
             ));
         }
-        let mut f = open_rw(&self.meta_path)?;
+        let mut f = self.open_update()?;
         match &mut self.header {
             Header::V1(h) => {
                 let s = &mut h.slots[slot as usize];
@@ -153,8 +153,11 @@ impl Volume {
             ));
         }
         let area = self.area_cipher(vk.len());
-        if let Header::V2(h) = &mut self.header {
-            let mut f = open_rw(&self.meta_path)?;
+        if self.header.version() == 2 {
+            let mut f = self.open_update()?;
+            let Header::V2(h) = &mut self.header else {
+                unreachable!("checked above")
+            };
             return change_key_v2(&mut f, h, slot, vk, new_pass, kdf, area, in_place);
         }
         if in_place {
@@ -182,7 +185,7 @@ impl Volume {
             Some(u) => checked_uuid(u)?,
             None => keyslot::random_uuid()?,
         };
-        let mut f = open_rw(&self.meta_path)?;
+        let mut f = self.open_update()?;
         match &mut self.header {
             Header::V1(h) => {
                 h.uuid = uuid.clone();

@@ -39,6 +39,7 @@ mod unlock;
 
 pub use config::{Priority, Repair, MAX_LABEL_LEN};
 pub use format::{format, FormatOptions};
+pub use io::set_metadata_locking;
 pub(crate) use io::{device_size, open_ro};
 pub use token::{token_text, TokenPlacement, KEYRING_TOKEN};
 
@@ -192,6 +193,35 @@ impl Volume {
         };
         vol.check_data_device(false)?;
         Ok(vol)
+    }
+
+    /// Opens the header device to write this volume's header, under the
+    /// exclusive metadata lock (`io.rs`), and checks that the header on
+    /// it is still the one loaded: a header another process wrote since
+    /// (a cryptsetup or ucrypt adding a key meanwhile) is refused, and
+    /// nothing is written, rather than overwritten with the stale copy.
+    pub(super) fn open_update(&self) -> Result<io::Dev> {
+        let mut f = io::open_rw(&self.meta_path)?;
+        let size = device_size(&mut f, &self.meta_path)?;
+        let same = match (Header::read(&mut f, size), &self.header) {
+            // LUKS2 counts its writes: seqid is what cryptsetup checks too.
+            (Ok(Header::V2(now)), Header::V2(was)) => {
+                (now.bin.seqid, &now.bin.uuid) == (was.bin.seqid, &was.bin.uuid)
+            }
+            (Ok(Header::V1(now)), Header::V1(was)) => now.to_bytes() == was.to_bytes(),
+            _ => false,
+        };
+        if !same {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "The LUKS header of {} changed since it was read (another process wrote it); \
+                     nothing was written, run the command again",
+                    self.meta_path.display()
+                ),
+            ));
+        }
+        Ok(f)
     }
 
     /// Checks the data area against the header and the data device. On

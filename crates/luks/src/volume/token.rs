@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::io::{open_rw, write_luks2};
+use super::io::write_luks2;
 use super::Volume;
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::luks2::{self, json::MAX_KEYSLOTS};
@@ -61,7 +61,7 @@ impl Volume {
         if let Header::V1(_) = self.header {
             return Err(not_luks2(self));
         }
-        let mut f = open_rw(&self.meta_path)?;
+        let mut f = self.open_update()?;
         let Header::V2(h) = &mut self.header else {
             unreachable!("checked above")
         };

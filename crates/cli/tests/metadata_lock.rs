@@ -1,0 +1,146 @@
+//! LUKS metadata locking, as cryptsetup's on a header file: a header verb
+//! waits while another process holds the file's `flock` (a cryptsetup
+//! reading or writing the header), and `--disable-locks` does not wait.
+//! The holder is util-linux's `flock`, the call cryptsetup makes; where
+//! cryptsetup is installed, the test also checks that it waits for such a
+//! holder, the behaviour the interlock with ucrypt rests on.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testutil::TempDir;
+
+const U1: &str = "11111111-2222-3333-4444-555555555555";
+const U2: &str = "66666666-7777-8888-9999-000000000000";
+const U3: &str = "12345678-9abc-def0-1234-56789abcdef0";
+
+/// Holds an exclusive `flock` on `img` (util-linux `flock -o`: the lock
+/// stays with the `flock` process) until dropped.
+struct Holder(Child);
+
+impl Holder {
+    fn take(img: &Path) -> Self {
+        let child = Command::new("flock")
+            .args(["-x", "-o"])
+            .arg(img)
+            .args(["sleep", "120"])
+            .spawn()
+            .expect("spawn flock");
+        // Held once a non-blocking shared lock is refused.
+        let start = Instant::now();
+        while Command::new("flock")
+            .args(["-n", "-s"])
+            .arg(img)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "flock never held"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ucrypt(args: &[&str]) -> Command {
+    let mut c = Command::new(testutil::ucrypt_bin());
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn uuid_of(img: &str) -> String {
+    testutil::run_ok(testutil::ucrypt_bin().to_str().unwrap(), &["luksUUID", img])
+        .trim()
+        .to_string()
+}
+
+/// Runs `cmd`, checks it is still waiting after a second, releases
+/// `holder`, and checks it then succeeds.
+fn waits_for(mut cmd: Command, holder: Holder) {
+    let mut child = cmd.spawn().expect("spawn");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "{cmd:?} did not wait for the lock"
+    );
+    drop(holder);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn header_verbs_wait_for_the_metadata_lock_unless_locks_are_disabled() {
+    if !testutil::require_tool("metadata-lock", "flock") {
+        return;
+    }
+    let dir = TempDir::new("metadata-lock");
+    let img = dir.join("v.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(20 << 20)
+        .unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, "pw").unwrap();
+    let (img_s, key_s) = (img.to_str().unwrap(), key.to_str().unwrap());
+    let o = ucrypt(&[
+        "luksFormat",
+        "-q",
+        "--type",
+        "luks2",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+        key_s,
+        img_s,
+    ])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // --disable-locks: written at once, under the holder's nose.
+    let holder = Holder::take(&img);
+    let o = ucrypt(&["--disable-locks", "luksUUID", "-q", "--uuid", U1, img_s])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(holder);
+    assert_eq!(uuid_of(img_s), U1);
+
+    // Locked: the write waits for the holder, then lands.
+    waits_for(
+        ucrypt(&["luksUUID", "-q", "--uuid", U2, img_s]),
+        Holder::take(&img),
+    );
+    assert_eq!(uuid_of(img_s), U2);
+    // So does a read (luksDump), as cryptsetup's.
+    waits_for(ucrypt(&["luksDump", img_s]), Holder::take(&img));
+
+    // cryptsetup waits for the same lock: ucrypt's exclusive lock while it
+    // writes keeps cryptsetup out, as cryptsetup's keeps ucrypt out.
+    if testutil::require_tool("metadata-lock-cryptsetup", "cryptsetup") {
+        let mut cs = Command::new("cryptsetup");
+        cs.args(["luksUUID", "-q", "--uuid", U3, img_s])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        waits_for(cs, Holder::take(&img));
+        assert_eq!(uuid_of(img_s), U3);
+    }
+}
