@@ -42,6 +42,9 @@ pub struct Globals {
     /// while read and written, as cryptsetup does).
     #[arg(long, global = true)]
     pub disable_locks: bool,
+    /// Check the command line only: run nothing (exit 0 when it parses).
+    #[arg(long, global = true)]
+    pub test_args: bool,
 }
 
 impl Globals {

@@ -71,7 +71,9 @@ fn cryptsetup_spellings_do_what_cryptsetup_does() {
     let k0 = key(&dir, "k0", b"zero");
     let k1 = key(&dir, "k1", b"one");
     let k2 = key(&dir, "k2", b"two");
+    let k3 = key(&dir, "k3", b"three");
     let bad = key(&dir, "bad", b"wrong");
+    let vk = key(&dir, "vk", &[0x5a; 64]);
     for ty in ["luks1", "luks2"] {
         let ours = dir.join("ours.img");
         let theirs = dir.join("theirs.img");
@@ -82,7 +84,22 @@ fn cryptsetup_spellings_do_what_cryptsetup_does() {
         // Each step: the same argument list for both tools (DEVICE given
         // as "@"), then the same exit code.
         let steps: Vec<Vec<&str>> = vec![
-            [&["luksFormat", "-q", "--type", ty, "@", s(&k0)][..], FAST].concat(),
+            // cryptsetup's older names and its RNG choice are taken too.
+            [
+                &[
+                    "luksFormat",
+                    "-q",
+                    "--type",
+                    ty,
+                    "--use-urandom",
+                    "--master-key-file",
+                    s(&vk),
+                    "@",
+                    s(&k0),
+                ][..],
+                FAST,
+            ]
+            .concat(),
             vec!["isLuks", "@"],
             vec!["isLuks", "--type", ty, "@"],
             vec![
@@ -106,6 +123,14 @@ fn cryptsetup_spellings_do_what_cryptsetup_does() {
                 "@",
             ],
             vec!["luksDump", "@"],
+            // --test-args: the arguments parse, nothing is killed.
+            vec!["luksKillSlot", "--test-args", "-q", "@", "1"],
+            [
+                &["luksAddKey", "--master-key-file", s(&vk), "@", s(&k3)][..],
+                FAST,
+            ]
+            .concat(),
+            vec!["luksDump", "--dump-master-key", "-q", "-d", s(&k3), "@"],
         ];
         for step in steps {
             let ours_args: Vec<&str> = step.iter().map(|a| if *a == "@" { o } else { a }).collect();
@@ -120,6 +145,12 @@ fn cryptsetup_spellings_do_what_cryptsetup_does() {
                 String::from_utf8_lossy(&u.stderr)
             );
             assert_eq!(slots(&ours), slots(&theirs), "{ty} {step:?}");
+            if step.contains(&"--dump-master-key") {
+                // The key given at format time, shown as cryptsetup shows it.
+                let shown = |out: &[u8], dev: &str| String::from_utf8_lossy(out).replace(dev, "@");
+                assert_eq!(shown(&u.stdout, o), shown(&c.stdout, t), "{ty}");
+                assert!(shown(&u.stdout, o).contains("MK dump:\t5a 5a"), "{ty}");
+            }
             if step[0] == "luksUUID" {
                 assert_eq!(u.stdout.is_empty(), c.stdout.is_empty(), "{step:?}");
             }

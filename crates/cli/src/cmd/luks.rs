@@ -153,9 +153,18 @@ pub struct FormatArgs {
     luks2_keyslots_size: Option<u64>,
     #[command(flatten)]
     keyslot: ops::KeyslotCipher,
-    /// Use the volume key from this file instead of a random one.
-    #[arg(long)]
+    /// Use the volume key from this file instead of a random one
+    /// (`--master-key-file`, cryptsetup's older name, works too).
+    #[arg(long, alias = "master-key-file")]
     volume_key_file: Option<PathBuf>,
+    /// Accepted as cryptsetup does: keys come from getrandom(2), the
+    /// kernel's one pool that /dev/random and /dev/urandom also read
+    /// (the same since Linux 5.6), so both mean the same here.
+    #[arg(long, conflicts_with = "use_urandom")]
+    use_random: bool,
+    /// See --use-random.
+    #[arg(long)]
+    use_urandom: bool,
     /// Overwrite an existing LUKS header.
     #[arg(long)]
     force: bool,
@@ -170,8 +179,9 @@ pub struct FormatArgs {
 pub struct DumpArgs {
     #[command(flatten)]
     common: Common,
-    /// Print the volume key (needs a passphrase).
-    #[arg(long)]
+    /// Print the volume key (needs a passphrase; `--dump-master-key`,
+    /// cryptsetup's older name, works too).
+    #[arg(long, alias = "dump-master-key")]
     dump_volume_key: bool,
     /// Print the LUKS2 JSON metadata as cryptsetup does.
     #[arg(long, conflicts_with = "dump_volume_key")]
@@ -207,8 +217,9 @@ pub struct AddKeyArgs {
     /// Read only this many bytes of the new key file.
     #[arg(long, value_name = "BYTES")]
     new_keyfile_size: Option<u64>,
-    /// Unlock with this volume key file instead of a passphrase.
-    #[arg(long)]
+    /// Unlock with this volume key file instead of a passphrase
+    /// (`--master-key-file`, cryptsetup's older name, works too).
+    #[arg(long, alias = "master-key-file")]
     volume_key_file: Option<PathBuf>,
     /// add-key: the new key's slot (--key-slot then picks the slot to unlock).
     #[arg(long, value_name = "SLOT")]
