@@ -45,9 +45,24 @@ pub struct Globals {
     /// Check the command line only: run nothing (exit 0 when it parses).
     #[arg(long, global = true)]
     pub test_args: bool,
+    /// Ask for every passphrase typed at the terminal twice (a new one is
+    /// asked twice anyway, unless --batch-mode).
+    #[arg(long, short = 'y', global = true)]
+    pub verify_passphrase: bool,
 }
 
 impl Globals {
+    /// When typed passphrases are asked twice: `-y` always, else `-q`
+    /// never, else as the verb says (cryptsetup's `verify_passphrase`).
+    pub fn verify(&self) -> luks::passphrase::Verify {
+        use luks::passphrase::Verify;
+        match (self.verify_passphrase, self.batch_mode) {
+            (true, _) => Verify::Always,
+            (false, true) => Verify::Never,
+            (false, false) => Verify::AsVerbSays,
+        }
+    }
+
     /// `-v` or `--debug`.
     pub fn verbose(&self) -> bool {
         self.verbose || self.debug

@@ -146,6 +146,7 @@ pub fn main() -> ExitCode {
     let g = cli.globals;
     luks::passphrase::set_tries(g.tries);
     luks::passphrase::set_timeout(g.timeout);
+    luks::passphrase::set_verify(g.verify());
     luks::set_metadata_locking(!g.disable_locks);
     if g.debug {
         println!("{}", global::processing_line(&args));

@@ -36,7 +36,7 @@ fn image(dir: &TempDir) -> std::path::PathBuf {
 const ECHO_ON: &str = "tty-echo=on";
 
 /// Runs `ucrypt ARGS` on a pty, typing `typed` one line per prompt (any
-/// "Enter passphrase…"); returns the exit code and everything the
+/// "Enter passphrase…", "Verify passphrase:" or "Are you sure?"); returns the exit code and everything the
 /// terminal showed, which ends with [`ECHO_ON`] if the run left the
 /// terminal's echo on.
 fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
@@ -77,7 +77,11 @@ fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
         if text.contains("rc=") {
             break;
         }
-        if text.matches("Enter passphrase").count() > sent && sent < typed.len() {
+        let prompts: usize = ["Enter passphrase", "Verify passphrase", "Are you sure?"]
+            .iter()
+            .map(|p| text.matches(p).count())
+            .sum();
+        if prompts > sent && sent < typed.len() {
             stdin
                 .write_all(format!("{}\n", typed[sent]).as_bytes())
                 .unwrap();
@@ -230,5 +234,63 @@ fn end_of_input_and_an_over_long_line_are_refused_at_the_prompt() {
         text.contains("Passphrase is longer than 512 characters"),
         "{text}"
     );
+    assert!(text.contains(ECHO_ON), "echo left off: {text}");
+}
+
+#[test]
+fn format_asks_before_it_overwrites_and_asks_a_new_passphrase_twice() {
+    let Some((dir, _)) = setup("format-confirm") else {
+        return;
+    };
+    let img = dir.path().join("new.img");
+    std::fs::write(&img, vec![0u8; 20 << 20]).unwrap();
+    let img = img.to_str().unwrap();
+    let fast = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+    let format = |extra: &[&str], typed: &[&str]| {
+        let args: Vec<&str> = [&["luksFormat"][..], extra, &fast, &[img]].concat();
+        on_tty(&args, typed)
+    };
+    let is_luks = || {
+        Command::new(testutil::ucrypt_bin())
+            .args(["isLuks", img])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    // As cryptsetup: "Are you sure?" first; anything but YES stops it.
+    let (rc, text) = format(&[], &["yes"]);
+    assert_eq!(rc, 1, "{text}");
+    assert!(text.contains("This will overwrite data on"), "{text}");
+    assert!(!is_luks(), "formatted without a YES: {text}");
+    // The new passphrase twice; a mismatch is a bad passphrase (exit 2).
+    let (rc, text) = format(&[], &["YES", "new", "wen"]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(text.contains("Passphrases do not match"), "{text}");
+    assert!(!is_luks(), "formatted on a mismatch: {text}");
+    let (rc, text) = format(&[], &["YES", "new", "new"]);
+    assert_eq!(rc, 0, "{text}");
+    assert!(is_luks());
+    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["new"]);
+    assert_eq!(rc, 0, "{text}");
+    // Batch mode: no question, and the passphrase asked once.
+    let (rc, text) = format(&["-q", "--force"], &["other"]);
+    assert_eq!(rc, 0, "{text}");
+    assert!(
+        !text.contains("Are you sure?") && !text.contains("Verify"),
+        "{text}"
+    );
+    // -y: an opening passphrase is asked twice too.
+    let (rc, text) = on_tty(
+        &["-y", "open", "--test-passphrase", img],
+        &["other", "othre"],
+    );
+    assert_eq!(rc, 2, "{text}");
+    assert!(text.contains("Passphrases do not match"), "{text}");
+    let (rc, text) = on_tty(
+        &["open", "-y", "--test-passphrase", img],
+        &["other", "other"],
+    );
+    assert_eq!(rc, 0, "{text}");
     assert!(text.contains(ECHO_ON), "echo left off: {text}");
 }

@@ -21,6 +21,7 @@
 //! prints for a missing device, a device without a header and a refused
 //! confirmation are made here, once, for every verb.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use crypto::Secret;
@@ -370,6 +371,15 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
             ));
         }
         force = true;
+    } else if !req.batch && std::io::stdin().is_terminal() {
+        // cryptsetup asks on a terminal before any luksFormat (and, as
+        // its yesDialog, not without one).
+        let dev = req.header.as_deref().unwrap_or(&req.device);
+        confirm_destructive(
+            ui,
+            false,
+            &format!("This will overwrite data on {} irrevocably.", dev.display()),
+        )?;
     }
     let kdf = req.kdf.request(version)?;
     let keyslot_cipher = req.keyslot_cipher.pair()?;

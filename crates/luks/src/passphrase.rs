@@ -6,7 +6,7 @@
 use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crypto::Secret;
@@ -44,6 +44,29 @@ static TIMEOUT: AtomicU64 = AtomicU64::new(0);
 /// cryptsetup reads them.
 pub fn set_timeout(secs: u64) {
     TIMEOUT.store(secs, Ordering::Relaxed);
+}
+
+/// Whether a passphrase typed at the terminal is asked for twice, for
+/// the process (cryptsetup's `verify_passphrase`; see [`set_verify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// As the verb says: a new passphrase (format, a key added or
+    /// changed) twice, one that opens a keyslot once.
+    AsVerbSays = 0,
+    /// Every typed passphrase twice (`-y`/`--verify-passphrase`).
+    Always = 1,
+    /// Each once (`-q`/`--batch-mode` without `-y`).
+    Never = 2,
+}
+
+/// This process's [`Verify`], as a `u8`.
+static VERIFY: AtomicU8 = AtomicU8::new(Verify::AsVerbSays as u8);
+
+/// Sets when typed passphrases are asked twice, once for the process, as
+/// cryptsetup's `-y` and `-q` decide it. Input that is not a terminal is
+/// never asked twice.
+pub fn set_verify(v: Verify) {
+    VERIFY.store(v as u8, Ordering::Relaxed);
 }
 
 /// Reads a passphrase as [`read_range`] does and hands it to `open`
@@ -168,9 +191,19 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secre
             check_len(buf)
         }
         None if std::io::stdin().is_terminal() => {
+            let verify = match VERIFY.load(Ordering::Relaxed) {
+                v if v == Verify::Always as u8 => true,
+                v if v == Verify::Never as u8 => false,
+                _ => verify,
+            };
             let first = typed(prompt)?;
             if verify && *typed("Verify passphrase: ")? != *first {
-                return Err(invalid("Passphrases do not match"));
+                // A bad passphrase, as cryptsetup counts it (exit 2); read
+                // errors are not retried.
+                return Err(Error::new(
+                    ErrorKind::WrongPassphrase,
+                    "Passphrases do not match",
+                ));
             }
             Ok(first)
         }
