@@ -15,17 +15,8 @@ fn contents(path: &Path) -> Vec<u8> {
 /// Formats the file `dev` as LUKS2 with cryptsetup (fast pbkdf2).
 fn cryptsetup_luks2(dev: &Path, key: &Path) {
     let st = Command::new("cryptsetup")
-        .args([
-            "luksFormat",
-            "-q",
-            "--type",
-            "luks2",
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-        ])
+        .args(testutil::FAST_LUKS2_FORMAT)
+        .arg("--key-file")
         .arg(key)
         .arg(dev)
         .status()

@@ -98,21 +98,8 @@ fn header_verbs_wait_for_the_metadata_lock_unless_locks_are_disabled() {
     let key = dir.join("key");
     std::fs::write(&key, "pw").unwrap();
     let (img_s, key_s) = (img.to_str().unwrap(), key.to_str().unwrap());
-    let o = ucrypt(&[
-        "luksFormat",
-        "-q",
-        "--type",
-        "luks2",
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        "--key-file",
-        key_s,
-        img_s,
-    ])
-    .output()
-    .unwrap();
+    let mut format = ucrypt(testutil::FAST_LUKS2_FORMAT);
+    let o = format.args(["--key-file", key_s, img_s]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // --disable-locks: written at once, under the holder's nose.

@@ -21,8 +21,7 @@ fn image(dir: &TempDir) -> std::path::PathBuf {
     let key = dir.path().join("key");
     std::fs::write(&key, "right").unwrap();
     let o = Command::new(testutil::ucrypt_bin())
-        .args(["luksFormat", "-q", "--type", "luks2"])
-        .args(["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"])
+        .args(testutil::FAST_LUKS2_FORMAT)
         .arg("--key-file")
         .arg(&key)
         .arg(&img)
@@ -107,6 +106,14 @@ fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
     (rc, text)
 }
 
+/// [`on_tty`], checking the exit code is `rc`; returns what the terminal
+/// showed.
+fn expect_rc(rc: i32, args: &[&str], typed: &[&str]) -> String {
+    let (got, text) = on_tty(args, typed);
+    assert_eq!(got, rc, "ucrypt {args:?}: {text}");
+    text
+}
+
 /// A temp dir holding a LUKS2 image whose one keyslot opens with
 /// "right", and the image's path; `None` (a logged skip) without `script`.
 fn setup(tag: &str) -> Option<(TempDir, String)> {
@@ -124,17 +131,16 @@ fn a_wrong_typed_passphrase_is_asked_again_up_to_three_times() {
         return;
     };
     let img = img.as_str();
-    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["a", "b", "right"]);
-    assert_eq!(rc, 0, "{text}");
+    let text = expect_rc(0, &["open", "--test-passphrase", img], &["a", "b", "right"]);
     assert_eq!(text.matches(PROMPT).count(), 3, "{text}");
     assert_eq!(text.matches(WRONG).count(), 2, "{text}");
 
     // Three wrong: exit 2 (bad passphrase), and no fourth prompt.
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        2,
         &["open", "--test-passphrase", img],
         &["a", "b", "c", "right"],
     );
-    assert_eq!(rc, 2, "{text}");
     assert_eq!(text.matches(PROMPT).count(), 3, "{text}");
 }
 
@@ -144,36 +150,35 @@ fn tries_limits_the_prompts_and_a_key_file_gets_one_try() {
         return;
     };
     let img = img.as_str();
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        2,
         &["-T", "1", "open", "--test-passphrase", img],
         &["a", "right"],
     );
-    assert_eq!(rc, 2, "{text}");
     assert_eq!(text.matches(PROMPT).count(), 1, "{text}");
     // --tries after the verb, on a verb of the luks group: removing a key
     // asks again too.
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        2,
         &["luksRemoveKey", "--tries", "2", img],
         &["a", "b", "right"],
     );
-    assert_eq!(rc, 2, "{text}");
     assert_eq!(
         text.matches("Enter passphrase to be deleted").count(),
         2,
         "{text}"
     );
     // The slot is still there: the wrong passphrases removed nothing.
-    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["right"]);
-    assert_eq!(rc, 0, "{text}");
+    expect_rc(0, &["open", "--test-passphrase", img], &["right"]);
 
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, "wrong").unwrap();
     let key_file = wrong.to_str().unwrap();
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        2,
         &["open", "--test-passphrase", "--key-file", key_file, img],
         &["right"],
     );
-    assert_eq!(rc, 2, "{text}");
     assert_eq!(text.matches(PROMPT).count(), 0, "{text}");
 }
 
@@ -186,8 +191,7 @@ fn a_prompt_times_out_when_nothing_is_typed_and_gives_the_terminal_back() {
     // Nothing typed: without the timeout this run would wait for ever
     // (on_tty gives up after 120 s).
     let start = Instant::now();
-    let (rc, text) = on_tty(&["-t", "1", "open", "--test-passphrase", img], &[]);
-    assert_eq!(rc, 1, "{text}");
+    let text = expect_rc(1, &["-t", "1", "open", "--test-passphrase", img], &[]);
     assert!(
         text.contains("Error reading passphrase from terminal: nothing typed within 1 s"),
         "{text}"
@@ -202,11 +206,11 @@ fn a_prompt_times_out_when_nothing_is_typed_and_gives_the_terminal_back() {
 
     // Typed in time (--timeout after the verb): opens, and the typed
     // passphrase never shows.
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        0,
         &["open", "--timeout", "60", "--test-passphrase", img],
         &["right"],
     );
-    assert_eq!(rc, 0, "{text}");
     assert!(!text.contains("right"), "echoed: {text}");
     assert!(text.contains(ECHO_ON), "echo left off: {text}");
 }
@@ -218,8 +222,7 @@ fn end_of_input_and_an_over_long_line_are_refused_at_the_prompt() {
     };
     let img = img.as_str();
     // Ctrl-D at the prompt.
-    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["\u{4}"]);
-    assert_eq!(rc, 1, "{text}");
+    let text = expect_rc(1, &["open", "--test-passphrase", img], &["\u{4}"]);
     assert!(
         text.contains("Error reading passphrase from terminal: end of input"),
         "{text}"
@@ -228,8 +231,7 @@ fn end_of_input_and_an_over_long_line_are_refused_at_the_prompt() {
     assert!(text.contains(ECHO_ON), "echo left off: {text}");
     // 600 characters: cryptsetup takes at most 512.
     let long = "x".repeat(600);
-    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &[&long]);
-    assert_eq!(rc, 1, "{text}");
+    let text = expect_rc(1, &["open", "--test-passphrase", img], &[&long]);
     assert!(
         text.contains("Passphrase is longer than 512 characters"),
         "{text}"
@@ -246,9 +248,9 @@ fn format_asks_before_it_overwrites_and_asks_a_new_passphrase_twice() {
     std::fs::write(&img, vec![0u8; 20 << 20]).unwrap();
     let img = img.to_str().unwrap();
     let fast = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
-    let format = |extra: &[&str], typed: &[&str]| {
+    let format = |rc: i32, extra: &[&str], typed: &[&str]| {
         let args: Vec<&str> = [&["luksFormat"][..], extra, &fast, &[img]].concat();
-        on_tty(&args, typed)
+        expect_rc(rc, &args, typed)
     };
     let is_luks = || {
         Command::new(testutil::ucrypt_bin())
@@ -259,38 +261,33 @@ fn format_asks_before_it_overwrites_and_asks_a_new_passphrase_twice() {
             .success()
     };
     // As cryptsetup: "Are you sure?" first; anything but YES stops it.
-    let (rc, text) = format(&[], &["yes"]);
-    assert_eq!(rc, 1, "{text}");
+    let text = format(1, &[], &["yes"]);
     assert!(text.contains("This will overwrite data on"), "{text}");
     assert!(!is_luks(), "formatted without a YES: {text}");
     // The new passphrase twice; a mismatch is a bad passphrase (exit 2).
-    let (rc, text) = format(&[], &["YES", "new", "wen"]);
-    assert_eq!(rc, 2, "{text}");
+    let text = format(2, &[], &["YES", "new", "wen"]);
     assert!(text.contains("Passphrases do not match"), "{text}");
     assert!(!is_luks(), "formatted on a mismatch: {text}");
-    let (rc, text) = format(&[], &["YES", "new", "new"]);
-    assert_eq!(rc, 0, "{text}");
+    format(0, &[], &["YES", "new", "new"]);
     assert!(is_luks());
-    let (rc, text) = on_tty(&["open", "--test-passphrase", img], &["new"]);
-    assert_eq!(rc, 0, "{text}");
+    expect_rc(0, &["open", "--test-passphrase", img], &["new"]);
     // Batch mode: no question, and the passphrase asked once.
-    let (rc, text) = format(&["-q", "--force"], &["other"]);
-    assert_eq!(rc, 0, "{text}");
+    let text = format(0, &["-q", "--force"], &["other"]);
     assert!(
         !text.contains("Are you sure?") && !text.contains("Verify"),
         "{text}"
     );
     // -y: an opening passphrase is asked twice too.
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        2,
         &["-y", "open", "--test-passphrase", img],
         &["other", "othre"],
     );
-    assert_eq!(rc, 2, "{text}");
     assert!(text.contains("Passphrases do not match"), "{text}");
-    let (rc, text) = on_tty(
+    let text = expect_rc(
+        0,
         &["open", "-y", "--test-passphrase", img],
         &["other", "other"],
     );
-    assert_eq!(rc, 0, "{text}");
     assert!(text.contains(ECHO_ON), "echo left off: {text}");
 }

@@ -595,27 +595,25 @@ fn cs_luks2_64k_metadata_small_keyslots_area() {
     write_file(&kf, PASS);
     write_file(&kf2, PASS2);
     sparse(&dev, 4 << 20);
-    cryptsetup(&[
-        "luksFormat",
-        "--batch-mode",
-        "--type",
-        "luks2",
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        "--luks2-metadata-size",
-        "64k",
-        "--luks2-keyslots-size",
-        "1m",
-        "--offset",
-        "4096",
-        "--label",
-        "geo",
-        "--key-file",
-        kf.to_str().unwrap(),
-        dev.to_str().unwrap(),
-    ]);
+    cryptsetup(
+        &[
+            testutil::FAST_LUKS2_FORMAT,
+            &[
+                "--luks2-metadata-size",
+                "64k",
+                "--luks2-keyslots-size",
+                "1m",
+                "--offset",
+                "4096",
+                "--label",
+                "geo",
+                "--key-file",
+                kf.to_str().unwrap(),
+                dev.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
     let mut vol = luks::Volume::load(&dev, None).unwrap();
     assert_eq!(vol.header().label(), "geo");
     let o = vol.unlock(PASS, None).unwrap();

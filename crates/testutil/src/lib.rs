@@ -83,6 +83,20 @@ impl Drop for TempDir {
     }
 }
 
+/// `luksFormat` arguments, the same for ucrypt and cryptsetup, for a
+/// LUKS2 test volume made in milliseconds (pbkdf2 at 1000 iterations);
+/// append `--key-file KEY DEVICE`.
+pub const FAST_LUKS2_FORMAT: &[&str] = &[
+    "luksFormat",
+    "-q",
+    "--type",
+    "luks2",
+    "--pbkdf",
+    "pbkdf2",
+    "--pbkdf-force-iterations",
+    "1000",
+];
+
 /// Path of the built `ucrypt` binary for CLI tests: `CARGO_BIN_EXE_ucrypt`
 /// inside the cli crate, else `target/<profile>/ucrypt` next to the test exe.
 pub fn ucrypt_bin() -> PathBuf {
