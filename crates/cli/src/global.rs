@@ -1,7 +1,9 @@
-//! cryptsetup's global options: `-v`/`--verbose`, `--debug` and
-//! `-q`/`--batch-mode` (and `-T`/`--tries`, `-t`/`--timeout`, `--disable-locks`) are clap global options ([`Globals`]), so every
-//! verb takes them before or after its name, alone or combined (`ucrypt
-//! -qv erase DEV`, `ucrypt status -v NAME`), and `--help` lists them.
+//! cryptsetup's global options: `-v`/`--verbose`, `--debug`,
+//! `-q`/`--batch-mode`, `-T`/`--tries`, `-t`/`--timeout`,
+//! `-y`/`--verify-passphrase`, `--disable-locks` and `--test-args` are clap
+//! global options ([`Globals`]), so every verb takes them before or after
+//! its name, alone or combined (`ucrypt -qv erase DEV`, `ucrypt status -v
+//! NAME`), and `--help` lists them.
 //!
 //! As cryptsetup's `tools_show_status`, `-v` ends the run with `Command
 //! successful.` or `Command failed with code -N (...).` on stdout

@@ -14,9 +14,11 @@
 //! the lock is on the device node (what systemd asks of tools that write
 //! superblocks; cryptsetup locks `/run/cryptsetup/L_MAJOR:MINOR` instead,
 //! so the two do not see each other there). `--disable-locks` turns it
-//! off ([`set_metadata_locking`]). The daemon's data path holds its own, separate
-//! lock (backend's OFD `fcntl` lock), which `flock` does not see, so a
-//! key can be added to a volume being served, as with cryptsetup.
+//! off ([`set_metadata_locking`]). The daemon's data path holds its own,
+//! separate lock (backend's OFD `fcntl` lock), which `flock` does not see
+//! on a local file system, so a key can be added to a volume being
+//! served, as with cryptsetup. (NFS emulates `flock` with `fcntl` locks,
+//! so there the two would conflict.)
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
