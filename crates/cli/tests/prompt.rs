@@ -35,10 +35,24 @@ fn image(dir: &TempDir) -> std::path::PathBuf {
 const ECHO_ON: &str = "tty-echo=on";
 
 /// Runs `ucrypt ARGS` on a pty, typing `typed` one line per prompt (any
-/// "Enter passphrase…", "Verify passphrase:" or "Are you sure?"); returns the exit code and everything the
-/// terminal showed, which ends with [`ECHO_ON`] if the run left the
-/// terminal's echo on.
+/// "Enter passphrase…", "Verify passphrase:" or "Are you sure?"); returns
+/// the exit code and everything the terminal showed, which ends with
+/// [`ECHO_ON`] if the run left the terminal's echo on.
 fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
+    on_tty_with(args, |n, stdin, _| {
+        if let Some(line) = typed.get(n) {
+            stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+            stdin.flush().unwrap();
+        }
+    })
+}
+
+/// [`on_tty`], calling `at_prompt(n, terminal input, script's pid)` once
+/// for each prompt shown (n counts them from 0).
+fn on_tty_with(
+    args: &[&str],
+    mut at_prompt: impl FnMut(usize, &mut std::process::ChildStdin, u32),
+) -> (i32, String) {
     let mut line = format!("'{}'", testutil::ucrypt_bin().display());
     for a in args {
         line.push_str(&format!(" '{a}'"));
@@ -80,11 +94,8 @@ fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
             .iter()
             .map(|p| text.matches(p).count())
             .sum();
-        if prompts > sent && sent < typed.len() {
-            stdin
-                .write_all(format!("{}\n", typed[sent]).as_bytes())
-                .unwrap();
-            stdin.flush().unwrap();
+        if prompts > sent {
+            at_prompt(sent, &mut stdin, child.id());
             sent += 1;
         }
         if start.elapsed() > Duration::from_secs(120) {
@@ -290,4 +301,48 @@ fn format_asks_before_it_overwrites_and_asks_a_new_passphrase_twice() {
         &["other", "other"],
     );
     assert!(text.contains(ECHO_ON), "echo left off: {text}");
+}
+
+/// The pid of the first process named `name` under `root` (breadth
+/// first, through `/proc/PID/task/PID/children`).
+fn descendant_named(root: u32, name: &str) -> Option<u32> {
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if pid != root && comm.trim() == name {
+            return Some(pid);
+        }
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        todo.extend(
+            kids.split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok()),
+        );
+    }
+    None
+}
+
+#[test]
+fn a_signal_at_the_prompt_gives_the_terminal_back() {
+    let Some((_dir, img)) = setup("prompt-signal") else {
+        return;
+    };
+    // Echo is off while the prompt waits; each signal that ends the
+    // process there (sent to ucrypt alone, so the shell goes on to look
+    // at the terminal) must leave it on again, and still end the process
+    // as the signal does: exit 128 + the signal's number.
+    for (sig, rc) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
+        let (got, text) = on_tty_with(&["open", "--test-passphrase", &img], |n, _, script| {
+            assert_eq!(n, 0, "asked again after SIG{sig}");
+            let pid = descendant_named(script, "ucrypt").expect("ucrypt under script");
+            let ok = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "kill -{sig} {pid}");
+        });
+        assert_eq!(got, rc, "SIG{sig}: {text}");
+        assert!(text.contains(ECHO_ON), "SIG{sig} left echo off: {text}");
+    }
 }

@@ -20,7 +20,8 @@
 //! mapping. The code is hand-written from the LUKS1 and LUKS2 on-disk
 //! format specifications; interop tests against cryptsetup, and
 //! cryptsetup's own LUKS2 validation suite, check it.
-#![forbid(unsafe_code)]
+// Unsafe only in `passphrase/tty/signals.rs` (sigaction), which allows it.
+#![deny(unsafe_code)]
 // `u64::is_multiple_of` needs Rust 1.87; the workspace MSRV is 1.85.
 #![allow(clippy::manual_is_multiple_of)]
 

@@ -18,6 +18,8 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions, Termios};
 use zeroize::Zeroize;
 
+mod signals;
+
 /// Why no line was read.
 #[derive(Debug)]
 pub(super) enum Failure {
@@ -47,9 +49,10 @@ pub(super) fn prompt(
 ) -> Result<Secret, Failure> {
     let (input, mut output) = open()?;
     let saved = tcgetattr(&input).map_err(io::Error::from)?;
+    // Echo off before the prompt shows, so nothing typed at it echoes.
+    let echo_off = Restore::new(&input, &saved)?;
     output.write_all(prompt.as_bytes())?;
     output.flush()?;
-    let echo_off = Restore::new(&input, &saved)?;
     let line = read_line(&input, timeout, max);
     drop(echo_off);
     // ECHONL echoed Enter's newline; a timeout or end of input typed
@@ -76,21 +79,29 @@ fn open() -> io::Result<(OwnedFd, Box<dyn Write>)> {
 }
 
 /// Echo off (a typed newline still echoes, so the next line starts
-/// afresh) until dropped, when the terminal's own settings return.
+/// afresh) until dropped, when the terminal's own settings return; a
+/// signal that ends the process meanwhile returns them too (`signals.rs`).
 struct Restore<'a> {
     fd: &'a OwnedFd,
     saved: &'a Termios,
+    /// Dropped after the settings are back.
+    _signals: signals::Guard,
 }
 
 impl<'a> Restore<'a> {
     fn new(fd: &'a OwnedFd, saved: &'a Termios) -> io::Result<Self> {
+        let signals = signals::Guard::new(fd.as_fd())?;
         let mut quiet = saved.clone();
         quiet.local_modes.remove(LocalModes::ECHO);
         quiet.local_modes.insert(LocalModes::ECHONL);
         // As cryptsetup: TCSAFLUSH, so nothing typed before the prompt
         // is taken as the passphrase.
         tcsetattr(fd, OptionalActions::Flush, &quiet)?;
-        Ok(Self { fd, saved })
+        Ok(Self {
+            fd,
+            saved,
+            _signals: signals,
+        })
     }
 }
 
