@@ -9,10 +9,11 @@
 //! and a handler for the whole run would change what SIGTERM does to the
 //! daemon later. While a [`Guard`] lives, a handler restores the saved
 //! settings (TCSAFLUSH: a half-typed passphrase is discarded rather than
-//! left for the shell to read and echo), puts the signal's previous action
-//! back and raises the signal again, so the process ends (or the previous
-//! handler runs) exactly as it would have. A signal the process ignores is
-//! left ignored. Dropping the guard puts every previous action back.
+//! left for the shell to read and echo), puts the signal's default action
+//! back and raises the signal again, so the process ends exactly as it
+//! would have. Only signals at their default action are taken: one the
+//! process ignores or handles itself is left alone. Dropping the guard puts
+//! every previous action back.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -30,7 +31,7 @@ const SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, li
 struct Saved {
     termios: libc::termios,
     /// The previous action of each of [`SIGNALS`], and whether ours
-    /// replaced it (a signal ignored stays ignored, without ours).
+    /// replaced it (only a default action is replaced).
     old: [(libc::sigaction, bool); SIGNALS.len()],
 }
 
@@ -77,7 +78,11 @@ impl Guard {
                 if libc::sigaction(sig, std::ptr::null(), &mut old.0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                if old.0.sa_sigaction == libc::SIG_IGN {
+                // Only a signal that would end the process: one ignored
+                // stays ignored, and one the program handles (say, a
+                // daemon's SIGTERM) must not find the prompt going on with
+                // echo back on.
+                if old.0.sa_sigaction != libc::SIG_DFL {
                     continue;
                 }
                 let mut ours: libc::sigaction = std::mem::zeroed();
@@ -126,7 +131,7 @@ extern "C" fn handler(sig: libc::c_int) {
             libc::sigaction(sig, &saved.old[i].0, std::ptr::null_mut());
         }
         // Blocked until this handler returns, then delivered under the
-        // previous action.
+        // previous (default) action.
         libc::raise(sig);
     }
 }
