@@ -11,10 +11,9 @@
 //! exclusive while they are written ([`open_rw`]), waited for. So ucrypt
 //! and cryptsetup (2.x locks a LUKS2 header file the same way) never
 //! write one header at once, nor read one half written. On a block device
-//! the lock is on the device node (what systemd asks of tools that write
-//! superblocks; cryptsetup locks `/run/cryptsetup/L_MAJOR:MINOR` instead,
-//! so the two do not see each other there). `--disable-locks` turns it
-//! off ([`set_metadata_locking`]). The daemon's data path holds its own,
+//! the lock is cryptsetup's lock file, `/run/cryptsetup/L_MAJOR:MINOR`
+//! (`bdev_lock.rs`), or the device node where that directory cannot be
+//! used. `--disable-locks` turns it off ([`set_metadata_locking`]). The daemon's data path holds its own,
 //! separate lock (backend's OFD `fcntl` lock), which `flock` does not see
 //! on a local file system, so a key can be added to a volume being
 //! served, as with cryptsetup. (NFS emulates `flock` with `fcntl` locks,
@@ -26,6 +25,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{flock, FlockOperation};
+
+mod bdev_lock;
+use bdev_lock::BdevLock;
 
 use backend::rbd::{RbdBackend, RbdOptions, RbdSpec};
 use backend::Backend;
@@ -146,8 +148,7 @@ pub(crate) fn open_ro(path: &Path) -> Result<Dev> {
     }
     let f =
         File::open(path).map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
-    lock(&f, path, FlockOperation::LockShared)?;
-    Ok(Box::new(f))
+    locked(f, path, FlockOperation::LockShared)
 }
 
 /// Opens `path` to write headers, under an exclusive lock.
@@ -163,11 +164,68 @@ pub(super) fn open_rw_with(path: &Path, opts: &OpenOptions) -> Result<Dev> {
     let f = opts
         .open(path)
         .map_err(|e| Error::io(format!("Cannot open {} for writing", path.display()), e))?;
-    lock(&f, path, FlockOperation::LockExclusive)?;
+    locked(f, path, FlockOperation::LockExclusive)
+}
+
+/// `f` (opened from `path`) under the metadata lock `op`: on a block
+/// device cryptsetup's lock file when it can be used, else `f` itself.
+fn locked(f: File, path: &Path, op: FlockOperation) -> Result<Dev> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if !LOCKING.load(Ordering::Relaxed) {
+        return Ok(Box::new(f));
+    }
+    if let Ok(m) = f.metadata() {
+        if m.file_type().is_block_device() {
+            match BdevLock::take(m.rdev(), op) {
+                Ok(Some(lock)) => return Ok(Box::new(BdevLocked { f, _lock: lock })),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Error::io(
+                        format!("Cannot lock the metadata of {}", path.display()),
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+    lock(&f, path, op)?;
     Ok(Box::new(f))
 }
 
-/// Takes the metadata lock `op` on `f`, waiting for whoever holds a
+/// A block device whose metadata lock is a lock file, held until dropped.
+struct BdevLocked {
+    f: File,
+    _lock: BdevLock,
+}
+
+impl Read for BdevLocked {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.f.read(buf)
+    }
+}
+
+impl Write for BdevLocked {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.f.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.f.flush()
+    }
+}
+
+impl Seek for BdevLocked {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.f.seek(to)
+    }
+}
+
+impl Device for BdevLocked {
+    fn sync_dev(&self) -> std::io::Result<()> {
+        self.f.sync_all()
+    }
+}
+
+/// Takes the metadata lock `op` on `f` itself, waiting for whoever holds a
 /// conflicting one (a cryptsetup or ucrypt writing the header). A file
 /// system without `flock` support goes unlocked, as it must.
 fn lock(f: &File, path: &Path, op: FlockOperation) -> Result<()> {
