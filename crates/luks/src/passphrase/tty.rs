@@ -9,7 +9,7 @@
 //! [`Secret`] sized for the longest passphrase.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -119,17 +119,16 @@ fn read_line(fd: &OwnedFd, timeout: Option<Duration>, max: usize) -> Result<Secr
     let mut line = Secret::with_capacity(max + 1);
     let mut too_long = false;
     let mut byte = [0u8; 1];
-    let mut tty = File::from(fd.try_clone()?);
     loop {
         if let Some(d) = deadline {
             if !readable(fd, d)? {
                 return Err(Failure::TimedOut);
             }
         }
-        let n = match tty.read(&mut byte) {
+        let n = match rustix::io::read(fd, &mut byte) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(io::Error::from(e).into()),
         };
         if n == 0 {
             if line.is_empty() && !too_long {
