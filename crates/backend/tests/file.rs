@@ -5,7 +5,6 @@ mod common;
 
 use std::io;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use testutil::{Capability, TempDir};
@@ -314,25 +313,11 @@ fn loop_block_device() {
     }
     let dir = TempDir::new("be-loop");
     let img = make_file(&dir, "loop.img", 4 << 20);
-    let out = Command::new("losetup")
-        .args(["--find", "--show"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr);
-        testutil::skip(T, &format!("losetup cannot attach here: {}", why.trim()));
+    let Some(lo) = testutil::LoopDevice::attach(T, &img, &[]) else {
         return;
-    }
-    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-        }
-    }
-    let _detach = Detach(dev.clone());
-    let b = FileBackend::open(&dev, &FileOptions::default()).unwrap();
+    };
+    let dev = lo.path();
+    let b = FileBackend::open(dev, &FileOptions::default()).unwrap();
     assert!(b.is_block_device());
     assert_eq!(b.size(), 4 << 20);
     common::random_workload(&b, 21, 400, 512, 128 * 1024);
@@ -342,20 +327,20 @@ fn loop_block_device() {
         min_size: 8 << 20,
         ..FileOptions::default()
     };
-    let e = FileBackend::open(&dev, &o).unwrap_err();
+    let e = FileBackend::open(dev, &o).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
     // An exclusive claim keeps a second exclusive opener out, not a plain one.
     let ex = FileOptions {
         exclusive: true,
         ..FileOptions::default()
     };
-    let first = FileBackend::open(&dev, &ex).unwrap();
+    let first = FileBackend::open(dev, &ex).unwrap();
     first.write_at(&[7u8; 4096], 0, true).unwrap();
-    let e = FileBackend::open(&dev, &ex).unwrap_err();
+    let e = FileBackend::open(dev, &ex).unwrap_err();
     assert_eq!(io::Error::from(e).kind(), io::ErrorKind::ResourceBusy);
-    drop(FileBackend::open(&dev, &FileOptions::default()).unwrap());
+    drop(FileBackend::open(dev, &FileOptions::default()).unwrap());
     drop(first);
-    drop(FileBackend::open(&dev, &ex).unwrap());
+    drop(FileBackend::open(dev, &ex).unwrap());
 }
 
 #[test]

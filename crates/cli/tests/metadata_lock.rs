@@ -133,15 +133,6 @@ fn header_verbs_wait_for_the_metadata_lock_unless_locks_are_disabled() {
     }
 }
 
-/// Detaches a loop device when dropped.
-struct Loop(String);
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_block_device_is_locked_where_cryptsetup_locks_it() {
     use std::os::unix::fs::MetadataExt;
@@ -163,29 +154,22 @@ fn a_block_device_is_locked_where_cryptsetup_locks_it() {
         .unwrap()
         .set_len(20 << 20)
         .unwrap();
-    let out = Command::new("losetup")
-        .args(["--find", "--show"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr);
-        testutil::skip(T, &format!("losetup cannot attach here: {}", why.trim()));
+    let Some(lo) = testutil::LoopDevice::attach(T, &img, &[]) else {
         return;
-    }
-    let dev = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    };
+    let dev = lo.path();
     let key = dir.join("key");
     std::fs::write(&key, "pw").unwrap();
     let mut format = ucrypt(testutil::FAST_LUKS2_FORMAT);
     let o = format
-        .args(["--key-file", key.to_str().unwrap(), &dev.0])
+        .args(["--key-file", key.to_str().unwrap(), dev])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // cryptsetup's lock file for the device: /run/cryptsetup/L_MAJOR:MINOR.
     // (glibc's encoding of a dev_t; the directory as cryptsetup makes it.)
-    let rdev = std::fs::metadata(&dev.0).unwrap().rdev();
+    let rdev = std::fs::metadata(dev).unwrap().rdev();
     let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
     let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
     let run = Path::new("/run/cryptsetup");
@@ -195,29 +179,29 @@ fn a_block_device_is_locked_where_cryptsetup_locks_it() {
 
     // A write and a read wait for whoever holds that file's lock.
     waits_for(
-        ucrypt(&["luksUUID", "-q", "--uuid", U1, &dev.0]),
+        ucrypt(&["luksUUID", "-q", "--uuid", U1, dev]),
         Holder::take(&lock),
     );
-    assert_eq!(uuid_of(&dev.0), U1);
-    waits_for(ucrypt(&["luksDump", &dev.0]), Holder::take(&lock));
+    assert_eq!(uuid_of(dev), U1);
+    waits_for(ucrypt(&["luksDump", dev]), Holder::take(&lock));
     // And, as cryptsetup, the last one out removes the file.
     assert!(!lock.exists(), "{} left behind", lock.display());
     // Not the device node's lock: a holder there does not stop a header write.
-    let node = Holder::take(Path::new(&dev.0));
-    let o = ucrypt(&["luksUUID", "-q", "--uuid", U2, &dev.0])
+    let node = Holder::take(Path::new(dev));
+    let o = ucrypt(&["luksUUID", "-q", "--uuid", U2, dev])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     drop(node);
-    assert_eq!(uuid_of(&dev.0), U2);
+    assert_eq!(uuid_of(dev), U2);
 
     // cryptsetup waits for the same file (the interlock rests on it).
     if testutil::require_tool("metadata-lock-bdev-cryptsetup", "cryptsetup") {
         let mut cs = Command::new("cryptsetup");
-        cs.args(["luksUUID", "-q", "--uuid", U3, &dev.0])
+        cs.args(["luksUUID", "-q", "--uuid", U3, dev])
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         waits_for(cs, Holder::take(&lock));
-        assert_eq!(uuid_of(&dev.0), U3);
+        assert_eq!(uuid_of(dev), U3);
     }
 }

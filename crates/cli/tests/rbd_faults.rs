@@ -185,15 +185,6 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Polls `cond` every 100 ms for at most `bound`.
-fn wait_for(bound: Duration, what: &str, cond: impl Fn() -> bool) {
-    let end = Instant::now() + bound;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn osd_restart_under_load_loses_no_acknowledged_write() {
     let test = "osd_restart_under_load_loses_no_acknowledged_write";
@@ -252,7 +243,7 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
             })
             .collect();
         let bound = Duration::from_secs(180);
-        wait_for(bound, "writes before the fault", || {
+        testutil::wait_until(bound, "writes before the fault", || {
             acks.load(Ordering::Relaxed) >= 200
         });
         c.script("osd-stop");
@@ -271,7 +262,7 @@ fn osd_restart_under_load_loses_no_acknowledged_write() {
             .collect();
         c.script("osd-start");
         let resumed_from = acks.load(Ordering::Relaxed);
-        wait_for(bound, "writes after the OSD came back", || {
+        testutil::wait_until(bound, "writes after the OSD came back", || {
             acks.load(Ordering::Relaxed) >= resumed_from + 200
         });
 

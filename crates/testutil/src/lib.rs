@@ -9,7 +9,7 @@
 //!   `UCRYPT_SKIP_LOG`, which `scripts/test.sh` prints at the end.
 //! - [`rng`]: a seeded [`Rng`] from the rand project, so failures reproduce.
 //! - [`ceph::Cluster`]: the RBD tests' throwaway Ceph cluster.
-//! - [`TempDir`], [`which`], [`ucrypt_bin`], and [`run`] for a program
+//! - [`TempDir`], [`LoopDevice`], [`which`], [`ucrypt_bin`], and [`run`] for a program
 //!   (the `ucrypt` under test or a reference tool) with given stdin.
 #![forbid(unsafe_code)]
 
@@ -166,6 +166,64 @@ pub fn run_cmd(cmd: &mut Command) -> Output {
         String::from_utf8_lossy(&o.stderr)
     );
     o
+}
+
+/// Polls `cond` every 20 ms until it holds; panics naming `what` if it
+/// still does not after `bound`. For waits on other processes (a daemon
+/// stopping, a device going away), whose speed a loaded or cold machine
+/// can stretch far past the usual: give `bound` ample room.
+pub fn wait_until(bound: std::time::Duration, what: &str, cond: impl Fn() -> bool) {
+    let end = std::time::Instant::now() + bound;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out after {bound:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A loop device attached to a file, detached when dropped.
+pub struct LoopDevice(String);
+
+impl LoopDevice {
+    /// Attaches `file` (`losetup --find --show`, with `extra` options
+    /// such as `--read-only`); `None`, a logged skip, when losetup cannot
+    /// attach here (check [`Capability::LoopDevices`] and root first).
+    pub fn attach(test: &str, file: &Path, extra: &[&str]) -> Option<Self> {
+        let out = Command::new("losetup")
+            .args(extra)
+            .args(["--find", "--show"])
+            .arg(file)
+            .output()
+            .expect("run losetup");
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr);
+            skip(test, &format!("losetup cannot attach here: {}", why.trim()));
+            return None;
+        }
+        Some(Self(String::from_utf8_lossy(&out.stdout).trim().to_owned()))
+    }
+
+    /// The device's path, `/dev/loopN`.
+    pub fn path(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for LoopDevice {
+    /// Detaches, and waits (up to 60 s) until the kernel has let go of the
+    /// file: while another opener (udev probing after mkfs or umount) still
+    /// has the device open, `losetup -d` only marks it for release.
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+        let name = self.0.trim_start_matches("/dev/");
+        let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+        let start = std::time::Instant::now();
+        while backing.exists() && start.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 }
 
 #[cfg(test)]
