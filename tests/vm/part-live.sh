@@ -44,14 +44,16 @@ same_status suspended
 S="$UCRYPT_RUNTIME_DIR/u-live.nbd.sock"
 nbd-client -u "$S" /dev/nbd1 >/dev/null 2>&1 &
 ncpid=$!
-sleep 1
+# Attached once the device has its size (up to 60 s on a slow guest).
+i=0
+while [ "$(cat /sys/block/nbd1/size 2>/dev/null || echo 0)" = 0 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 dd if=/dev/nbd1 of="$W/read" bs=4096 count=1 iflag=direct 2>/dev/null &
 ddpid=$!
 sleep 1
 check "live: a read waits on the suspended volume" kill -0 "$ddpid"
 check "live: cryptsetup luksResume" cryptsetup luksResume --key-file "$KEY" c-live
 check "live: ucrypt luksResume" ucrypt luksResume --key-file "$KEY" u-live
-check "live: the waiting read completes after resume" sh -c "wait $ddpid 2>/dev/null; i=0; while kill -0 $ddpid 2>/dev/null && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; ! kill -0 $ddpid 2>/dev/null && [ -s '$W/read' ]"
+check "live: the waiting read completes after resume" sh -c "wait $ddpid 2>/dev/null; i=0; while kill -0 $ddpid 2>/dev/null && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i+1)); done; ! kill -0 $ddpid 2>/dev/null && [ -s '$W/read' ]"
 same_status resumed
 run nbd-client -d /dev/nbd1
 wait "$ncpid" 2>/dev/null

@@ -24,7 +24,7 @@ run sh -c "mkdir -p $M/tree && cp -a /lib/modules $M/tree/ && dd if=/dev/urandom
 check "nbd: write a tree" sh -c "mounted() { grep -q ' $M ' /proc/mounts; }; mounted && [ \$(wc -l < /tmp/n1.sums) -gt 30 ]"
 CHECK_TIMEOUT=60 check "nbd: umount" umount "$M"
 check "nbd: disconnect (nbd-client -d)" nbd-client -d "$N"
-check "nbd: device detached" sh -c "sleep 1; [ \$(cat /sys/block/nbd0/size) = 0 ]"
+check "nbd: device detached" sh -c "i=0; while [ \$(cat /sys/block/nbd0/size) != 0 ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done; [ \$(cat /sys/block/nbd0/size) = 0 ]"
 
 # Reconnect with four connections (multi-conn): the same filesystem comes back.
 check "nbd: reconnect with -C 4" nbd-client -u "$S" "$N" -C 4

@@ -67,7 +67,7 @@ CHECK_TIMEOUT=30 expect_fail "ublk: close while mounted is refused" ucrypt close
 check "ublk: device still there after refused close" sh -c "[ -b $D ] && [ -f $M/tree/big ]"
 CHECK_TIMEOUT=60 check "ublk: umount" umount "$M"
 check "ublk: close" ucrypt close u1
-check "ublk: device gone after close" sh -c "sleep 1; [ ! -e $D ]"
+check "ublk: device gone after close" sh -c "i=0; while [ -e $D ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done; [ ! -e $D ]"
 before=$(echo /dev/ublkb*)
 check "ublk: reopen" ucrypt open --export ublk --allow-discards --key-file "$KEY" "$U" u1
 D=$(new_ublk "$before") || D=/dev/ublkb-missing

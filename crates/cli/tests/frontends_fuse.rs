@@ -10,6 +10,7 @@ use std::process::Command;
 
 use frontends_common::{random_bytes, run, Vol};
 use testutil::Capability::{DevFuse, LoopDevices, Root, Tool};
+use testutil::LoopDevice;
 
 const MIB: u64 = 1 << 20;
 
@@ -35,26 +36,6 @@ fn sha_tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &Path, read_only: bool) -> Loop {
-        let mut c = Command::new("losetup");
-        c.args(["--direct-io=on", "--find", "--show"]);
-        if read_only {
-            c.arg("--read-only");
-        }
-        let o = run(c.arg(file));
-        Loop(String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
 struct Mount(std::path::PathBuf);
 
 impl Drop for Mount {
@@ -76,7 +57,8 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
         LoopDevices,
         Root,
     ];
-    if !testutil::require_all("loop_direct_io_ext4_survives_close_and_reopen", &needs) {
+    const T: &str = "loop_direct_io_ext4_survives_close_and_reopen";
+    if !testutil::require_all(T, &needs) {
         return;
     }
     let mut vol = Vol::new("fe-fuse", 128 * MIB, 512);
@@ -90,16 +72,18 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
     let marker = b"UCRYPT-PLAINTEXT-MARKER-".repeat(200);
     let written;
     {
-        let lo = Loop::attach(&file, false);
+        let Some(lo) = LoopDevice::attach(T, &file, &["--direct-io=on"]) else {
+            return;
+        };
         // DIO column of `losetup -l`: direct IO really is on.
-        let o = run(Command::new("losetup").args(["-l", "-n", "-O", "DIO", &lo.0]));
+        let o = run(Command::new("losetup").args(["-l", "-n", "-O", "DIO", lo.path()]));
         assert_eq!(
             String::from_utf8_lossy(&o.stdout).trim(),
             "1",
             "loop device is not using direct IO"
         );
-        run(Command::new("mkfs.ext4").args(["-q", "-F", &lo.0]));
-        run(Command::new("mount").arg(&lo.0).arg(&mnt));
+        run(Command::new("mkfs.ext4").args(["-q", "-F", lo.path()]));
+        run(Command::new("mount").arg(lo.path()).arg(&mnt));
         let m = Mount(mnt.clone());
         // A tree of files: nested dirs, small and large, random and marker.
         for d in 0..4 {
@@ -143,10 +127,12 @@ fn loop_direct_io_ext4_survives_close_and_reopen() {
         String::from_utf8_lossy(&o.stdout)
     );
     {
-        let lo = Loop::attach(&file, true);
+        let Some(lo) = LoopDevice::attach(T, &file, &["--direct-io=on", "--read-only"]) else {
+            return;
+        };
         run(Command::new("mount")
             .args(["-o", "ro"])
-            .arg(&lo.0)
+            .arg(lo.path())
             .arg(&mnt));
         let m = Mount(mnt.clone());
         let read = sha_tree(&mnt);
@@ -210,15 +196,13 @@ fn fuse_file_semantics() {
     // SIGTERM: flush, unmount, remove the mountpoint, socket and pid file.
     let pid = vol.pid().unwrap();
     run(Command::new("kill").args(["-TERM", &pid.to_string()]));
-    for _ in 0..500 {
-        if vol.pid().is_none() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(vol.pid().is_none(), "SIGTERM did not stop the daemon");
+    // The pid file goes before the mountpoint: wait for both.
     let mnt = file.parent().unwrap();
-    assert!(!mnt.exists(), "SIGTERM left the mountpoint behind");
+    testutil::wait_until(
+        std::time::Duration::from_secs(60),
+        "SIGTERM to stop the daemon and remove its mountpoint",
+        || vol.pid().is_none() && !mnt.exists(),
+    );
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(
         !mounts.contains(&mnt.display().to_string()),

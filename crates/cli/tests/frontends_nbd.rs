@@ -339,12 +339,18 @@ fn lifecycle_status_table_refresh_list_and_crash_recovery() {
     // next open cleans them up and serves again.
     let pid = vol.pid().unwrap();
     run(Command::new("kill").args(["-9", &pid.to_string()]));
-    for _ in 0..200 {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Gone, or a zombie (its files closed) until its parent reaps it.
+    testutil::wait_until(Duration::from_secs(60), "the killed daemon to exit", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    });
     assert!(
         vol.socket().exists(),
         "a SIGKILLed daemon cannot remove its socket"
@@ -356,15 +362,10 @@ fn lifecycle_status_table_refresh_list_and_crash_recovery() {
 
     // SIGTERM: drain, flush, remove socket/pid.
     run(Command::new("kill").args(["-TERM", &pid.to_string()]));
-    for _ in 0..500 {
-        if !vol.socket().exists() && vol.pid().is_none() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        !vol.socket().exists() && vol.pid().is_none(),
-        "SIGTERM left files behind"
+    testutil::wait_until(
+        Duration::from_secs(60),
+        "SIGTERM to remove the socket and pid file",
+        || !vol.socket().exists() && vol.pid().is_none(),
     );
     let o = vol.ucrypt(&["close", &name]);
     assert_eq!(

@@ -182,12 +182,15 @@ fn control_socket_of_another_uid_is_not_talked_to() {
         );
         return;
     }
-    // A fake daemon as uid 65534: records whatever a client sends.
+    // A fake daemon as uid 65534: records whatever a client sends. Its
+    // socket gets its name only once it listens (a connection between
+    // bind and listen would be refused).
     let script = format!(
-        "import socket\n\
+        "import os, socket\n\
          s = socket.socket(socket.AF_UNIX)\n\
-         s.bind({sock:?})\n\
+         s.bind({sock:?} + '.new')\n\
          s.listen(1)\n\
+         os.rename({sock:?} + '.new', {sock:?})\n\
          s.settimeout(20)\n\
          c, _ = s.accept()\n\
          c.settimeout(3)\n\

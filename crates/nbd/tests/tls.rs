@@ -550,7 +550,7 @@ fn a_stalled_tls_handshake_is_dropped() {
     let t = "a_stalled_tls_handshake_is_dropped";
     let Some(c) = Creds::new(t) else { return };
     let limits = Limits {
-        handshake_timeout: Duration::from_millis(300),
+        handshake_timeout: Duration::from_secs(2),
         ..Limits::default()
     };
     let f = Fixture::with_limits(x509(TlsMode::Require, &c, false), false, limits);

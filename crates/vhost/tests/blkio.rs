@@ -180,7 +180,7 @@ fn write_read_verify_across_sizes_depths_and_two_queues() {
     // (stop_vring relies on that), so the client can see the last
     // completion a moment before the counter moves: wait for it.
     let mut s = f.server.stats();
-    for _ in 0..500 {
+    for _ in 0..3000 {
         if s.queues.iter().all(|q| q.in_flight == 0) {
             break;
         }
