@@ -13,11 +13,11 @@
 //! write one header at once, nor read one half written. On a block device
 //! the lock is cryptsetup's lock file, `/run/cryptsetup/L_MAJOR:MINOR`
 //! (`bdev_lock.rs`), or the device node where that directory cannot be
-//! used. `--disable-locks` turns it off ([`set_metadata_locking`]). The daemon's data path holds its own,
-//! separate lock (backend's OFD `fcntl` lock), which `flock` does not see
-//! on a local file system, so a key can be added to a volume being
-//! served, as with cryptsetup. (NFS emulates `flock` with `fcntl` locks,
-//! so there the two would conflict.)
+//! used. `--disable-locks` turns it off ([`set_metadata_locking`]). The
+//! daemon's data path holds its own, separate lock (backend's OFD `fcntl`
+//! lock), which `flock` does not see on a local file system, so a key can
+//! be added to a volume being served, as with cryptsetup. (NFS emulates
+//! `flock` with `fcntl` locks, so there the two would conflict.)
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
