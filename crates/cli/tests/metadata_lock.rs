@@ -85,32 +85,64 @@ fn waits_for(mut cmd: Command, holder: Holder) {
     );
 }
 
+/// A 20 MiB image file in `dir`.
+fn image(dir: &TempDir) -> std::path::PathBuf {
+    let img = dir.join("v.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(20 << 20)
+        .unwrap();
+    img
+}
+
+/// LUKS2-formats `target` with the passphrase "pw" (a key file in `dir`).
+fn format(dir: &TempDir, target: &str) {
+    let key = dir.join("key");
+    std::fs::write(&key, "pw").unwrap();
+    let o = ucrypt(testutil::FAST_LUKS2_FORMAT)
+        .args(["--key-file", key.to_str().unwrap(), target])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Sets `target`'s UUID to `uuid` with `extra` options while `holder`
+/// holds a lock, checking it did not wait for that lock.
+fn written_despite(holder: Holder, extra: &[&str], uuid: &str, target: &str) {
+    let o = ucrypt(extra)
+        .args(["luksUUID", "-q", "--uuid", uuid, target])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(holder);
+    assert_eq!(uuid_of(target), uuid);
+}
+
+/// Where cryptsetup is installed: its luksUUID on `target` waits for a
+/// holder of `lock`, then lands (the interlock with ucrypt rests on it).
+fn cryptsetup_waits_for(tag: &str, lock: &Path, target: &str) {
+    if testutil::require_tool(tag, "cryptsetup") {
+        let mut cs = Command::new("cryptsetup");
+        cs.args(["luksUUID", "-q", "--uuid", U3, target])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        waits_for(cs, Holder::take(lock));
+        assert_eq!(uuid_of(target), U3);
+    }
+}
+
 #[test]
 fn header_verbs_wait_for_the_metadata_lock_unless_locks_are_disabled() {
     if !testutil::require_tool("metadata-lock", "flock") {
         return;
     }
     let dir = TempDir::new("metadata-lock");
-    let img = dir.join("v.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(20 << 20)
-        .unwrap();
-    let key = dir.join("key");
-    std::fs::write(&key, "pw").unwrap();
-    let (img_s, key_s) = (img.to_str().unwrap(), key.to_str().unwrap());
-    let mut format = ucrypt(testutil::FAST_LUKS2_FORMAT);
-    let o = format.args(["--key-file", key_s, img_s]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let img = image(&dir);
+    let img_s = img.to_str().unwrap();
+    format(&dir, img_s);
 
     // --disable-locks: written at once, under the holder's nose.
-    let holder = Holder::take(&img);
-    let o = ucrypt(&["--disable-locks", "luksUUID", "-q", "--uuid", U1, img_s])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    drop(holder);
-    assert_eq!(uuid_of(img_s), U1);
+    written_despite(Holder::take(&img), &["--disable-locks"], U1, img_s);
 
     // Locked: the write waits for the holder, then lands.
     waits_for(
@@ -123,14 +155,7 @@ fn header_verbs_wait_for_the_metadata_lock_unless_locks_are_disabled() {
 
     // cryptsetup waits for the same lock: ucrypt's exclusive lock while it
     // writes keeps cryptsetup out, as cryptsetup's keeps ucrypt out.
-    if testutil::require_tool("metadata-lock-cryptsetup", "cryptsetup") {
-        let mut cs = Command::new("cryptsetup");
-        cs.args(["luksUUID", "-q", "--uuid", U3, img_s])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        waits_for(cs, Holder::take(&img));
-        assert_eq!(uuid_of(img_s), U3);
-    }
+    cryptsetup_waits_for("metadata-lock-cryptsetup", &img, img_s);
 }
 
 #[test]
@@ -149,23 +174,11 @@ fn a_block_device_is_locked_where_cryptsetup_locks_it() {
         return;
     }
     let dir = TempDir::new(T);
-    let img = dir.join("v.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(20 << 20)
-        .unwrap();
-    let Some(lo) = testutil::LoopDevice::attach(T, &img, &[]) else {
+    let Some(lo) = testutil::LoopDevice::attach(T, &image(&dir), &[]) else {
         return;
     };
     let dev = lo.path();
-    let key = dir.join("key");
-    std::fs::write(&key, "pw").unwrap();
-    let mut format = ucrypt(testutil::FAST_LUKS2_FORMAT);
-    let o = format
-        .args(["--key-file", key.to_str().unwrap(), dev])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    format(&dir, dev);
 
     // cryptsetup's lock file for the device: /run/cryptsetup/L_MAJOR:MINOR.
     // (glibc's encoding of a dev_t; the directory as cryptsetup makes it.)
@@ -187,21 +200,8 @@ fn a_block_device_is_locked_where_cryptsetup_locks_it() {
     // And, as cryptsetup, the last one out removes the file.
     assert!(!lock.exists(), "{} left behind", lock.display());
     // Not the device node's lock: a holder there does not stop a header write.
-    let node = Holder::take(Path::new(dev));
-    let o = ucrypt(&["luksUUID", "-q", "--uuid", U2, dev])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    drop(node);
-    assert_eq!(uuid_of(dev), U2);
+    written_despite(Holder::take(Path::new(dev)), &[], U2, dev);
 
-    // cryptsetup waits for the same file (the interlock rests on it).
-    if testutil::require_tool("metadata-lock-bdev-cryptsetup", "cryptsetup") {
-        let mut cs = Command::new("cryptsetup");
-        cs.args(["luksUUID", "-q", "--uuid", U3, dev])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        waits_for(cs, Holder::take(&lock));
-        assert_eq!(uuid_of(dev), U3);
-    }
+    // cryptsetup waits for the same file.
+    cryptsetup_waits_for("metadata-lock-bdev-cryptsetup", &lock, dev);
 }

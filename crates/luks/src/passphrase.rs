@@ -62,6 +62,17 @@ pub enum Verify {
 /// This process's [`Verify`], as a `u8`.
 static VERIFY: AtomicU8 = AtomicU8::new(Verify::AsVerbSays as u8);
 
+impl Verify {
+    /// The setting [`set_verify`] made.
+    fn current() -> Self {
+        match VERIFY.load(Ordering::Relaxed) {
+            1 => Self::Always,
+            2 => Self::Never,
+            _ => Self::AsVerbSays,
+        }
+    }
+}
+
 /// Sets when typed passphrases are asked twice, once for the process, as
 /// cryptsetup's `-y` and `-q` decide it. Input that is not a terminal is
 /// never asked twice.
@@ -191,10 +202,10 @@ pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secre
             check_len(buf)
         }
         None if std::io::stdin().is_terminal() => {
-            let verify = match VERIFY.load(Ordering::Relaxed) {
-                v if v == Verify::Always as u8 => true,
-                v if v == Verify::Never as u8 => false,
-                _ => verify,
+            let verify = match Verify::current() {
+                Verify::Always => true,
+                Verify::Never => false,
+                Verify::AsVerbSays => verify,
             };
             let first = typed(prompt)?;
             if verify && *typed("Verify passphrase: ")? != *first {

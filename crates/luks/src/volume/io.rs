@@ -225,24 +225,26 @@ impl Device for BdevLocked {
     }
 }
 
-/// Takes the metadata lock `op` on `f` itself, waiting for whoever holds a
-/// conflicting one (a cryptsetup or ucrypt writing the header). A file
-/// system without `flock` support goes unlocked, as it must.
+/// Takes the metadata lock `op` on `f` itself (locking is on: see
+/// [`locked`]), waiting for whoever holds a conflicting one (a cryptsetup
+/// or ucrypt writing the header). A file system without `flock` support
+/// goes unlocked, as it must.
 fn lock(f: &File, path: &Path, op: FlockOperation) -> Result<()> {
-    if !LOCKING.load(Ordering::Relaxed) {
-        return Ok(());
+    match flock_waiting(f, op) {
+        Ok(()) | Err(rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(e) => Err(Error::io(
+            format!("Cannot lock the metadata of {}", path.display()),
+            e.into(),
+        )),
     }
+}
+
+/// `flock(fd, op)`, taken again when a signal interrupts the wait.
+fn flock_waiting(fd: impl std::os::fd::AsFd, op: FlockOperation) -> rustix::io::Result<()> {
     loop {
-        match flock(f, op) {
-            Ok(()) => return Ok(()),
+        match flock(&fd, op) {
             Err(rustix::io::Errno::INTR) => continue,
-            Err(rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP) => return Ok(()),
-            Err(e) => {
-                return Err(Error::io(
-                    format!("Cannot lock the metadata of {}", path.display()),
-                    e.into(),
-                ))
-            }
+            r => return r,
         }
     }
 }

@@ -55,13 +55,7 @@ impl BdevLock {
                 OFlags::CREATE | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o644),
             )?;
-            loop {
-                match flock(&fd, op) {
-                    Ok(()) => break,
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            super::flock_waiting(&fd, op)?;
             if names(&dir, &name, &fd) {
                 return Ok(Some(Self {
                     dir,
