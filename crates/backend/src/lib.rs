@@ -6,6 +6,7 @@
 //!        ▼
 //!   dyn Backend ──┬── MemBackend    page-aligned anonymous memory (brd analog)
 //!                 ├── FileBackend   regular files and block devices, io_uring
+//!                 │                 (a file on tmpfs also lends its pages: mapped)
 //!                 ├── RbdBackend    Ceph RBD images over librbd's aio (`rbd:POOL/IMAGE[@SNAP]`)
 //!                 └── FaultBackend  wraps any backend: injected errors and delays
 //! ```
@@ -58,13 +59,15 @@
 //! raised by this crate carry an [`Error`] as their inner error.
 
 // Unsafe code only in the FFI modules that allow it (file::{uring, sync,
-// blockdev, dio}, mem and rbd::ffi), each block with a SAFETY note.
+// blockdev, dio, mapped, sigbus}, lend, mem and rbd::ffi), each block with
+// a SAFETY note.
 #![deny(unsafe_code)]
 
 use std::io;
 
 mod fault;
 mod file;
+mod lend;
 mod mem;
 mod page_alloc;
 pub mod rbd;

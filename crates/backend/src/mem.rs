@@ -28,7 +28,8 @@
 //!
 //! [`Direct`] access (the data path's fused crypto) takes a batch's locks
 //! the same way, shared to read and exclusive to write, in ascending order,
-//! and lends the batch's bytes as one slice; one page needs no batch.
+//! and lends the batch's bytes as one slice; one page needs no batch
+//! (`lend.rs`, shared with a mapped file on tmpfs).
 //!
 //! FUA and flush are no-ops: memory is as durable as this device gets.
 // FFI: the ramdisk's anonymous mapping. Every unsafe block has a SAFETY note.
@@ -36,15 +37,9 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::{check_range, Backend, Caps, Direct, Error, ErrorKind, DIRECT_ALIGN};
-
-/// Size of the unit that is locked, copied and released at once.
-const PAGE: usize = 4096;
-
-/// Pages locked at once by discard / write-zeroes (2 MiB).
-const BATCH_PAGES: usize = 512;
+use crate::lend::{PageLocks, BATCH_PAGES, PAGE};
+use crate::{check_range, Backend, Caps, Direct, Error, ErrorKind};
 
 /// The built-in ramdisk: page-aligned anonymous memory with per-page locks.
 pub struct MemBackend {
@@ -55,7 +50,7 @@ pub struct MemBackend {
     /// Length of the mapping in bytes, 0 when nothing is mapped.
     map_len: usize,
     /// One lock per page of the mapping, guarding that page's bytes.
-    pages: Box<[RwLock<()>]>,
+    pages: PageLocks,
 }
 
 // SAFETY: `base` points to a mapping owned exclusively by this value (created
@@ -84,19 +79,19 @@ impl MemBackend {
                 None => return Err(alloc_err().with_source(io::Error::last_os_error()).into()),
             }
         };
-        let mut this = Self {
+        let Some(pages) = PageLocks::new(map_len / PAGE) else {
+            if map_len > 0 {
+                // SAFETY: mapped just above with this length, never shared.
+                unsafe { libc::munmap(base.as_ptr().cast(), map_len) };
+            }
+            return Err(alloc_err().into());
+        };
+        Ok(Self {
             base,
             size,
             map_len,
-            pages: Box::new([]),
-        };
-        let mut pages = Vec::new();
-        pages
-            .try_reserve_exact(map_len / PAGE)
-            .map_err(|_| alloc_err())?;
-        pages.extend((0..map_len / PAGE).map(|_| RwLock::new(())));
-        this.pages = pages.into_boxed_slice();
-        Ok(this)
+            pages,
+        })
     }
 
     /// Calls `f(page_offset_in_device, offset_in_buf, len)` for each piece of
@@ -112,47 +107,6 @@ impl MemBackend {
         }
     }
 
-    fn read_lock(&self, at: usize) -> RwLockReadGuard<'_, ()> {
-        // The locks guard no data of their own, so a poisoned lock (a panic
-        // while holding it, impossible in a memcpy) leaves nothing broken.
-        self.pages[at / PAGE]
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write_lock(&self, at: usize) -> RwLockWriteGuard<'_, ()> {
-        self.pages[at / PAGE]
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Calls `f(at, in_request, n)` for each batch of `offset..offset+len`
-    /// (range already checked) while holding the locks `lock` takes on all
-    /// of the batch's pages, taken in ascending order.
-    fn for_each_batch<G>(
-        offset: u64,
-        len: u64,
-        lock: impl Fn(usize) -> G,
-        mut f: impl FnMut(usize, usize, usize),
-    ) {
-        let start = offset as usize;
-        let end = start + len as usize;
-        let mut at = start;
-        while at < end {
-            let first = at / PAGE;
-            let last = ((end - 1) / PAGE).min(first + BATCH_PAGES - 1);
-            let batch_end = ((last + 1) * PAGE).min(end);
-            if first == last {
-                let _g = lock(at);
-                f(at, at - start, batch_end - at);
-            } else {
-                let _g: Vec<G> = (first..=last).map(|p| lock(p * PAGE)).collect();
-                f(at, at - start, batch_end - at);
-            }
-            at = batch_end;
-        }
-    }
-
     /// Zeroes `offset..offset+len` (range already checked).
     fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut at = offset as usize;
@@ -162,7 +116,7 @@ impl MemBackend {
             let last_page = ((end - 1) / PAGE).min(first_page + BATCH_PAGES - 1);
             let batch_end = ((last_page + 1) * PAGE).min(end);
             let _guards: Vec<_> = (first_page..=last_page)
-                .map(|p| self.write_lock(p * PAGE))
+                .map(|p| self.pages.write(p * PAGE))
                 .collect();
             // Whole pages inside [at, batch_end) go back to the kernel.
             let whole_start = at.next_multiple_of(PAGE);
@@ -245,7 +199,7 @@ impl Backend for MemBackend {
         check_range(self.size, offset, buf.len() as u64)?;
         let dst = buf.as_mut_ptr();
         Self::for_each_page(offset, buf.len(), |at, in_buf, n| {
-            let _g = self.read_lock(at);
+            let _g = self.pages.read(at);
             // SAFETY: `at..at+n` is inside one page of the mapping (checked
             // range) whose shared lock we hold, so no writer touches it; the
             // destination is `buf[in_buf..in_buf+n]`, exclusively borrowed
@@ -261,7 +215,7 @@ impl Backend for MemBackend {
     fn write_at(&self, buf: &[u8], offset: u64, _fua: bool) -> io::Result<()> {
         check_range(self.size, offset, buf.len() as u64)?;
         Self::for_each_page(offset, buf.len(), |at, in_buf, n| {
-            let _g = self.write_lock(at);
+            let _g = self.pages.write(at);
             // SAFETY: `at..at+n` is inside one page of the mapping (checked
             // range) whose exclusive lock we hold, so nobody else reads or
             // writes it; the source is `buf[in_buf..in_buf+n]`, borrowed for
@@ -296,25 +250,13 @@ impl Backend for MemBackend {
     }
 }
 
-// Batches end on page boundaries, which is what `Direct` promises.
-const _: () = assert!(DIRECT_ALIGN as usize == PAGE);
-
 impl Direct for MemBackend {
     fn read_with(&self, offset: u64, len: u64, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         check_range(self.size, offset, len)?;
-        Self::for_each_batch(
-            offset,
-            len,
-            |at| self.read_lock(at),
-            |at, in_req, n| {
-                // SAFETY: `at..at+n` lies inside the mapping (checked range)
-                // and we hold the shared lock of every page it covers, so no
-                // writer touches it while the slice lives (it does not
-                // outlive this call).
-                let piece = unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(at), n) };
-                f(in_req, piece);
-            },
-        );
+        // SAFETY: the range is inside the mapping (checked against size,
+        // which the mapping covers), which lives as long as `self`; every
+        // access to its bytes holds the page's lock (`pages`, one per page).
+        unsafe { self.pages.lend_read(self.base.as_ptr(), offset, len, f) };
         Ok(())
     }
 
@@ -326,20 +268,8 @@ impl Direct for MemBackend {
         f: &mut dyn FnMut(usize, &mut [u8]),
     ) -> io::Result<()> {
         check_range(self.size, offset, len)?;
-        Self::for_each_batch(
-            offset,
-            len,
-            |at| self.write_lock(at),
-            |at, in_req, n| {
-                // SAFETY: `at..at+n` lies inside the mapping (checked range)
-                // and we hold the exclusive lock of every page it covers, so
-                // nobody else reads or writes it while this only reference
-                // lives (it does not outlive this call).
-                let piece =
-                    unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(at), n) };
-                f(in_req, piece);
-            },
-        );
+        // SAFETY: as in `read_with`; the anonymous mapping is writable.
+        unsafe { self.pages.lend_write(self.base.as_ptr(), offset, len, f) };
         Ok(())
     }
 }

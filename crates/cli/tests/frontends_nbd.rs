@@ -89,6 +89,46 @@ fn fio_nbd_write_verify_4k_and_1m_at_qd1_and_qd16() {
     }
 }
 
+/// An image on tmpfs is served from its mapped pages (the adaptive
+/// default encrypts into them and decrypts out of them: `status` counts
+/// the lent requests), and what fio writes and verifies through NBD, with
+/// one connection and with four, is what dm-crypt would have written.
+#[test]
+fn a_tmpfs_image_is_served_from_its_mapped_pages() {
+    let test = "a_tmpfs_image_is_served_from_its_mapped_pages";
+    if !testutil::require_tool(test, "fio")
+        || !testutil::require(test, testutil::Capability::ShmTmpfs)
+    {
+        return;
+    }
+    for ss in [512, 4096] {
+        let mut vol = Vol::new_in(std::path::Path::new("/dev/shm"), "fe-shm", 64 * MIB, ss);
+        vol.open(&[]);
+        fio(&vol, "4k", 16, "8M");
+        fio(&vol, "1M", 8, "32M");
+        fio_jobs(&vol, "64k", 8, "8M", 4);
+        let o = vol.ucrypt(&["status", &vol.name]);
+        let s = String::from_utf8_lossy(&o.stdout).into_owned();
+        let lent = s
+            .lines()
+            .find(|l| l.starts_with("  io:"))
+            .and_then(|l| l.split_once("lent "))
+            .and_then(|(_, n)| n.split(',').next()?.trim().parse::<u64>().ok());
+        assert!(
+            lent.is_some_and(|n| n > 1000),
+            "{ss}: status counts the lent requests:\n{s}"
+        );
+        let plain = read_all(&vol);
+        vol.close();
+        if testutil::require_python_module("fio_nbd_oracle", "cryptography") {
+            assert!(
+                vol.oracle_decrypt() == plain,
+                "{ss}: oracle decryption differs from what NBD clients read"
+            );
+        }
+    }
+}
+
 /// Reads the whole export with nbdcopy (or fio's verify already did the check).
 fn read_all(vol: &Vol) -> Vec<u8> {
     let out = vol.dir.join("readback.raw");

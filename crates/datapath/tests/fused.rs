@@ -3,7 +3,8 @@
 //! two passes write, and reads either one back: for both sector sizes,
 //! requests that the ramdisk lends in several pieces (over its 2 MiB lock
 //! batch), and a data offset that is not a whole number of 4 KiB sectors
-//! (where adaptive must fall back to two passes).
+//! (where adaptive must fall back to two passes). A file on tmpfs lends
+//! its pages the same way (mapped), and the same holds there.
 
 mod common;
 
@@ -24,7 +25,16 @@ fn engine(
     mode: CryptMode,
     workers: usize,
 ) -> Engine {
-    let backend: Arc<dyn Backend> = b.clone();
+    engine_on(b.clone(), c, data_offset, mode, workers)
+}
+
+fn engine_on(
+    backend: Arc<dyn Backend>,
+    c: Cipher,
+    data_offset: u64,
+    mode: CryptMode,
+    workers: usize,
+) -> Engine {
     let vol = Volume {
         backend,
         crypt: Some(sector_crypt(c)),
@@ -105,5 +115,69 @@ fn fused_and_two_pass_write_the_same_ciphertext() {
             inline.shutdown().expect("shutdown");
             adaptive.shutdown().expect("shutdown");
         }
+    }
+}
+
+/// A file on tmpfs, opened with the automatic engine, is lent (mapped):
+/// adaptive fuses there too, writes what inline writes on the ramdisk, and
+/// reads it back, through the same pieces; the backend's `lent` counter
+/// proves the fused path ran.
+#[test]
+fn a_file_on_tmpfs_is_fused_as_the_ramdisk_is() {
+    let test = "a_file_on_tmpfs_is_fused_as_the_ramdisk_is";
+    if !testutil::require(test, testutil::Capability::ShmTmpfs) {
+        return;
+    }
+    let dir = testutil::TempDir::new_in(std::path::Path::new("/dev/shm"), test);
+    let total = SIZE + DATA_OFFSET + 4096;
+    for (c, workers) in [(XTS, 1), (XTS_4K, 0)] {
+        let path = dir.join(&format!("img-{}", c.sector_size));
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(total)
+            .unwrap();
+        let file = Arc::new(backend::FileBackend::open(&path, &Default::default()).unwrap());
+        assert!(file.is_mapped(), "a file on tmpfs is mapped");
+        let mem = Arc::new(MemBackend::new(total).expect("mem"));
+        let inline = engine(&mem, c, DATA_OFFSET, CryptMode::Inline, 0);
+        let adaptive = engine_on(file.clone(), c, DATA_OFFSET, CryptMode::Adaptive, workers);
+        let ss = u64::from(c.sector_size);
+        let mut rng = Rng::new(ss + 7);
+        for &(off, len) in &[
+            (0, ss),
+            (ss * 5, (5 << 20) + ss * 3),
+            (7 << 20, (3 << 20) + ss),
+        ] {
+            let mut d = vec![0u8; len as usize];
+            rng.fill(&mut d);
+            inline.write(off, d.clone(), false).expect("inline write");
+            adaptive
+                .write(off, d.clone(), false)
+                .expect("adaptive write");
+            let mut on_file = vec![0u8; total as usize];
+            file.read_at(&mut on_file, 0).expect("raw read");
+            assert!(
+                raw(&mem) == on_file,
+                "{}: ciphertext differs after {len} bytes at {off}",
+                c.sector_size
+            );
+            assert!(
+                adaptive.read(off, len as u32).expect("read") == d,
+                "adaptive reads its own"
+            );
+        }
+        let lent = file
+            .io_path()
+            .counters
+            .iter()
+            .find(|(n, _)| *n == "lent")
+            .map_or(0, |x| x.1);
+        assert!(
+            lent >= 6,
+            "{}: every request went through the lent pages ({lent})",
+            c.sector_size
+        );
+        inline.shutdown().expect("shutdown");
+        adaptive.shutdown().expect("shutdown");
     }
 }

@@ -60,9 +60,15 @@ pub struct TempDir(PathBuf);
 impl TempDir {
     /// Creates `$TMPDIR/ucrypt-<tag>-<pid>-<n>`.
     pub fn new(tag: &str) -> Self {
+        Self::new_in(&std::env::temp_dir(), tag)
+    }
+
+    /// Creates `<base>/ucrypt-<tag>-<pid>-<n>` (e.g. on /dev/shm, for a
+    /// tmpfs; check [`Capability::ShmTmpfs`] first).
+    pub fn new_in(base: &Path, tag: &str) -> Self {
         static N: AtomicU64 = AtomicU64::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("ucrypt-{tag}-{}-{n}", std::process::id()));
+        let p = base.join(format!("ucrypt-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("create temp dir");
         Self(p)

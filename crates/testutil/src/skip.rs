@@ -73,6 +73,8 @@ pub enum Capability<'a> {
     IoUring,
     /// ublk_drv is loaded: `/dev/ublk-control` exists (kernel kind).
     UblkDriver,
+    /// `/dev/shm` is a tmpfs mount (files there can be lent by mapping).
+    ShmTmpfs,
 }
 
 impl Capability<'_> {
@@ -108,8 +110,21 @@ impl Capability<'_> {
                 "/dev/ublk-control",
                 "not found: this kernel has no ublk_drv loaded",
             ),
+            Capability::ShmTmpfs => {
+                (!shm_is_tmpfs()).then(|| "/dev/shm is not a tmpfs mount".into())
+            }
         }
     }
+}
+
+/// True when `/dev/shm` is mounted as tmpfs (read from /proc/self/mounts).
+fn shm_is_tmpfs() -> bool {
+    std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+        m.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            f.nth(1) == Some("/dev/shm") && f.next() == Some("tmpfs")
+        })
+    })
 }
 
 /// True when the effective uid is 0 (read from /proc, no unsafe).

@@ -104,6 +104,8 @@
 //!   blockdev.rs  block-device ioctls: size, logical block, discard, zeroout
 //!   dio.rs       O_DIRECT support: statx alignment, aligned bounce buffers
 //!   lock.rs      the advisory OFD lock a regular file is held under
+//!   mapped.rs    a file on tmpfs lent through a shared mapping (Direct)
+//!   sigbus.rs    a SIGBUS on that mapping turned into an IO error
 //! ```
 
 use std::fs::File;
@@ -113,15 +115,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::{check_range, AsyncOp, Backend, Caps, Error, ErrorKind, IoPath, ReadOp, WriteOp};
+use crate::{
+    check_range, AsyncOp, Backend, Caps, Direct, Error, ErrorKind, IoPath, ReadOp, WriteOp,
+};
 
 mod aio;
 mod batch;
 mod blockdev;
 mod dio;
 mod lock;
+mod mapped;
 mod open;
 mod options;
+mod sigbus;
 mod sync;
 mod uring;
 mod zero;
@@ -151,6 +157,9 @@ pub struct FileBackend {
     /// [`Backend::submit_async`] (`None`: the kernel refused it; entries
     /// then complete synchronously).
     aio: OnceLock<Option<Arc<aio::Aio>>>,
+    /// The file's pages, lent to fused crypto: a file on tmpfs with the
+    /// automatic engine (`mapped.rs`).
+    mapped: Option<mapped::Mapped>,
 }
 
 #[derive(Default)]
@@ -211,6 +220,21 @@ impl FileBackend {
     /// file that takes no nowait IO ([`FileBackend::takes_nowait`]).
     fn ring_takes(&self, len: usize) -> bool {
         len > 0 && len <= MAX_XFER && (self.nowait || len >= HOP_MIN)
+    }
+
+    /// True when the file's pages are lent to fused crypto
+    /// ([`Backend::direct`]): a file on tmpfs opened with the automatic
+    /// engine, until a fault on the mapping stops the lending.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped.is_some()
+    }
+
+    /// After a discard or write-zeroes (done or not): the mapping no
+    /// longer knows those pages hold data.
+    fn forget_pages(&self, offset: u64, len: u64) {
+        if let Some(m) = &self.mapped {
+            m.forget(offset, len.min(self.size().saturating_sub(offset)));
+        }
     }
 
     /// The interface doing the IO.
@@ -401,14 +425,20 @@ impl Backend for FileBackend {
             }
             .into(),
             direct_align: self.direct_alignment(),
-            counters: vec![
-                ("ring", s.uring_ops),
-                ("syscall", s.syscall_ops),
-                ("reaped", s.reaped_ops),
-                ("direct", s.direct_ops),
-                ("bounced", s.bounced_ops),
-                ("buffered", s.buffered_ops),
-            ],
+            counters: self
+                .mapped
+                .as_ref()
+                .map(|m| ("lent", m.lent.load(Ordering::Relaxed)))
+                .into_iter()
+                .chain([
+                    ("ring", s.uring_ops),
+                    ("syscall", s.syscall_ops),
+                    ("reaped", s.reaped_ops),
+                    ("direct", s.direct_ops),
+                    ("bounced", s.bounced_ops),
+                    ("buffered", s.buffered_ops),
+                ])
+                .collect(),
         }
     }
 
@@ -463,6 +493,10 @@ impl Backend for FileBackend {
         self.fdatasync()
     }
 
+    fn direct(&self) -> Option<&dyn Direct> {
+        self.mapped.as_ref().map(|_| self as &dyn Direct)
+    }
+
     fn batches(&self) -> bool {
         self.engine == IoEngine::Uring
     }
@@ -497,11 +531,15 @@ impl Backend for FileBackend {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.discard_range(offset, len)
+        let r = self.discard_range(offset, len);
+        self.forget_pages(offset, len);
+        r
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.zero_range(offset, len)
+        let r = self.zero_range(offset, len);
+        self.forget_pages(offset, len);
+        r
     }
 }
 
@@ -511,5 +549,43 @@ impl Drop for FileBackend {
         if let Some(Some(a)) = self.aio.get() {
             a.shutdown();
         }
+    }
+}
+
+/// Lends the mapping of a file on tmpfs; a range it cannot lend (past the
+/// size at open, or after a fault stopped the lending) goes through a
+/// buffer and the syscalls instead, as one piece.
+impl Direct for FileBackend {
+    fn read_with(&self, offset: u64, len: u64, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+        check_range(self.size(), offset, len)?;
+        if let Some(m) = &self.mapped {
+            if let mapped::Lent::Done = m.read_with(&self.buffered, &self.path, offset, len, f)? {
+                return Ok(());
+            }
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.read_at(&mut buf, offset)?;
+        f(0, &buf);
+        Ok(())
+    }
+
+    fn write_with(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        f: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> io::Result<()> {
+        check_range(self.size(), offset, len)?;
+        self.check_writable()?;
+        if let Some(m) = &self.mapped {
+            // tmpfs: the store is as durable as a pwrite, FUA or not.
+            if let mapped::Lent::Done = m.write_with(&self.path, offset, len, f)? {
+                return Ok(());
+            }
+        }
+        let mut buf = vec![0u8; len as usize];
+        f(0, &mut buf);
+        self.write_at(&buf, offset, fua)
     }
 }

@@ -106,6 +106,12 @@ impl FileBackend {
             None | Some(IoEngine::Auto) => IoEngine::Syscalls,
         };
         let nowait = nowait_files(&buffered, direct.as_ref(), dio_align);
+        // Lending suits the automatic engine only: an explicit engine
+        // means its syscalls (the file bench compares exactly those).
+        let auto = matches!(opts.engine, None | Some(IoEngine::Auto));
+        let mapped = (auto && !is_blockdev && opts.direct != DirectIo::Required)
+            .then(|| super::mapped::Mapped::new(&buffered, size, !opts.read_only))
+            .flatten();
         let discard_ok = opts.allow_discard && (!is_blockdev || blockdev_discards(&buffered));
         Ok(Self {
             path,
@@ -122,6 +128,7 @@ impl FileBackend {
             punch_ok: AtomicBool::new(true),
             stats: Arc::default(),
             aio: OnceLock::new(),
+            mapped,
         })
     }
 }

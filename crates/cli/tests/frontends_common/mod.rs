@@ -24,7 +24,12 @@ pub struct Vol {
 impl Vol {
     /// A zero-filled sparse image of `size` bytes.
     pub fn new(tag: &str, size: u64, sector_size: u32) -> Self {
-        let dir = TempDir::new(tag);
+        Self::new_in(&std::env::temp_dir(), tag, size, sector_size)
+    }
+
+    /// [`Vol::new`] with the image under `base` (e.g. /dev/shm, a tmpfs).
+    pub fn new_in(base: &std::path::Path, tag: &str, size: u64, sector_size: u32) -> Self {
+        let dir = TempDir::new_in(base, tag);
         std::fs::create_dir_all(dir.join("run")).unwrap();
         let image = dir.join("backing.img");
         let f = std::fs::File::create(&image).unwrap();

@@ -118,7 +118,14 @@ fn run_admitted(
         Ok(w) => w,
         Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
     };
-    let gathers = matches!(gen.pipe, Pipe::Inline | Pipe::Adaptive(_));
+    // Adaptive on a backend that lends its memory (the ramdisk, a file on
+    // tmpfs) runs fused instead: a copy it saves beats a ring it would
+    // feed.
+    let gathers = match gen.pipe {
+        Pipe::Inline => true,
+        Pipe::Adaptive(_) => !mode::inline::lends(ctx),
+        Pipe::Classic(_) => false,
+    };
     if gathers && mode::gather::wants(&gen, &w, hint) {
         let last = hint.is_none_or(|h| h.ready == 0);
         return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);

@@ -77,6 +77,12 @@ fn fused(ctx: &Ctx, pass: Pass) -> Option<(&SectorCrypt, &dyn Direct)> {
     Some((c, ctx.backend.direct()?))
 }
 
+/// True when the adaptive mode's requests run fused on this volume (the
+/// backend lends its memory and fusing is on).
+pub(crate) fn lends(ctx: &Ctx) -> bool {
+    fused(ctx, Pass::adaptive(ctx)).is_some()
+}
+
 /// Runs `w` to completion in this thread and completes it.
 pub(crate) fn run(ctx: &Ctx, w: Work, t0: Instant, pass: Pass, done: impl FnOnce(Completion)) {
     let (dir, bytes, res) = exec(ctx, w, pass);
