@@ -125,7 +125,10 @@ fn holes_are_read_without_filling_them() {
     let test = "holes_are_read_without_filling_them";
     let Some(dir) = shm(test) else { return };
     let path = dir.join("sparse");
-    std::fs::File::create(&path).unwrap().set_len(64 << 20).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
     let b = FileBackend::open(&path, &FileOptions::default()).unwrap();
     assert!(b.is_mapped());
     // A read of the whole sparse file: zeroes, through pread, nothing
@@ -137,12 +140,19 @@ fn holes_are_read_without_filling_them() {
     // Written through the mapping: lent again, to read as well.
     write_lent(&b, 1 << 20, &[4u8; 256 << 10]).unwrap();
     assert_eq!(lent(&b), 1);
-    assert_eq!(read_lent(&b, 1 << 20, 256 << 10).unwrap(), vec![4u8; 256 << 10]);
+    assert_eq!(
+        read_lent(&b, 1 << 20, 256 << 10).unwrap(),
+        vec![4u8; 256 << 10]
+    );
     assert_eq!(lent(&b), 2);
     // Half data, half hole: pread.
     assert!(read_lent(&b, (1 << 20) + (128 << 10), 256 << 10).is_ok());
     assert_eq!(lent(&b), 2);
-    assert_eq!(allocated(&path), 256 << 10, "only the written pages are allocated");
+    assert_eq!(
+        allocated(&path),
+        256 << 10,
+        "only the written pages are allocated"
+    );
 
     // Data that another writer put there is found by a probe.
     b.write_at(&[6u8; 8192], 8 << 20, false).unwrap();
@@ -151,7 +161,10 @@ fn holes_are_read_without_filling_them() {
 
     // A discard punches the pages out: they are read with pread again.
     b.discard(1 << 20, 256 << 10).unwrap();
-    assert!(read_lent(&b, 1 << 20, 256 << 10).unwrap().iter().all(|&x| x == 0));
+    assert!(read_lent(&b, 1 << 20, 256 << 10)
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0));
     assert_eq!(lent(&b), 3);
     assert_eq!(allocated(&path), 8192);
 }

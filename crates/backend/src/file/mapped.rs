@@ -134,7 +134,8 @@ impl Mapped {
     }
 
     /// True when every page of `offset..offset+len` holds data: known, or
-    /// found by a probe of the file (then remembered).
+    /// found by a probe of the file (then remembered, with the rest of
+    /// the data extent the probe found).
     fn holds_data(&self, file: &File, offset: u64, len: u64) -> bool {
         let (first, last) = Self::page_span(offset, len);
         if self.all_known(first, last) {
@@ -147,12 +148,18 @@ impl Mapped {
             // position, which nothing else here uses (all IO is positioned).
             unsafe { libc::lseek(file.as_raw_fd(), start as libc::off_t, whence) }
         };
-        let data = seek(libc::SEEK_DATA) == start as libc::off_t
-            && seek(libc::SEEK_HOLE) >= end as libc::off_t;
-        if data {
-            self.set_known(first, last, true);
+        if seek(libc::SEEK_DATA) != start as libc::off_t {
+            return false;
         }
-        data
+        // The whole data extent from here is remembered, not just this
+        // range: on a filled image the first probe covers it all.
+        let hole = seek(libc::SEEK_HOLE);
+        if hole <= start as libc::off_t {
+            return false;
+        }
+        let extent_end = (hole as u64).min(self.len);
+        self.set_known(first, ((extent_end - 1) / PAGE as u64) as usize, true);
+        extent_end >= end
     }
 
     /// Forgets the whole pages of `offset..offset+len`: a discard or

@@ -24,7 +24,9 @@
 //! Only for backends whose batches reach a submission queue
 //! ([`backend::Backend::batches`]: the file backend on io_uring) or that
 //! complete asynchronously; others
-//! keep the one-at-a-time paths (the ramdisk's fused crypto, for one).
+//! keep the one-at-a-time paths (the ramdisk's fused crypto, for one). The
+//! adaptive mode does not gather on a backend that lends its memory (a
+//! file on tmpfs is mapped): it runs fused there, as on the ramdisk.
 //!
 //! # Completing as the IO completes
 //!
