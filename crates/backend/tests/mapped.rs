@@ -256,13 +256,21 @@ fn a_full_tmpfs_fails_the_write_not_the_process() {
     let dir = TempDir::new(test);
     let mnt = dir.join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount")
+    let o = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
         .arg(&mnt)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "mount a 256 KiB tmpfs");
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        // Root without the right to mount (a container): a limit of the
+        // machine, not of ucrypt.
+        let why = format!(
+            "cannot mount a tmpfs here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+        testutil::skip_kernel(test, &why);
+        return;
+    }
     struct Umount(PathBuf);
     impl Drop for Umount {
         fn drop(&mut self) {
