@@ -356,7 +356,9 @@ pub trait Direct {
     /// Lends `offset..offset+len` for reading.
     fn read_with(&self, offset: u64, len: u64, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<()>;
     /// Lends `offset..offset+len` for writing; `f` must write every byte of
-    /// each piece (it sees the old contents). Durable on return when `fua`.
+    /// each piece (what it finds there before is unspecified: the old
+    /// contents in the ramdisk and a mapped file, zeroes where a mapped
+    /// file lends a buffer instead). Durable on return when `fua`.
     fn write_with(
         &self,
         offset: u64,

@@ -51,6 +51,18 @@ fn engine_on(
     Engine::new(vol, cfg).expect("engine")
 }
 
+/// Writes the same `len` random bytes at `off` through both engines;
+/// returns them.
+fn write_both(inline: &Engine, adaptive: &Engine, rng: &mut Rng, off: u64, len: u64) -> Vec<u8> {
+    let mut d = vec![0u8; len as usize];
+    rng.fill(&mut d);
+    inline.write(off, d.clone(), false).expect("inline write");
+    adaptive
+        .write(off, d.clone(), false)
+        .expect("adaptive write");
+    d
+}
+
 fn raw(b: &MemBackend) -> Vec<u8> {
     let mut v = vec![0u8; b.size() as usize];
     b.read_at(&mut v, 0).expect("raw read");
@@ -86,12 +98,7 @@ fn fused_and_two_pass_write_the_same_ciphertext() {
                 (7 << 20, (3 << 20) + ss),
             ];
             for &(off, len) in &reqs {
-                let mut d = vec![0u8; len as usize];
-                rng.fill(&mut d);
-                inline.write(off, d.clone(), false).expect("inline write");
-                adaptive
-                    .write(off, d.clone(), false)
-                    .expect("adaptive write");
+                let d = write_both(&inline, &adaptive, &mut rng, off, len);
                 assert!(
                     raw(&a) == raw(&b),
                     "{what}: ciphertext differs after {len} bytes at {off}"
@@ -148,12 +155,7 @@ fn a_file_on_tmpfs_is_fused_as_the_ramdisk_is() {
             (ss * 5, (5 << 20) + ss * 3),
             (7 << 20, (3 << 20) + ss),
         ] {
-            let mut d = vec![0u8; len as usize];
-            rng.fill(&mut d);
-            inline.write(off, d.clone(), false).expect("inline write");
-            adaptive
-                .write(off, d.clone(), false)
-                .expect("adaptive write");
+            let d = write_both(&inline, &adaptive, &mut rng, off, len);
             let mut on_file = vec![0u8; total as usize];
             file.read_at(&mut on_file, 0).expect("raw read");
             assert!(
