@@ -81,12 +81,12 @@ impl Mapped {
             o.map_raw_read_only(file)
         }
         .ok()?;
-        let pages = PageLocks::new(n.div_ceil(PAGE))?;
+        let pages = n.div_ceil(PAGE);
+        let words = pages.div_ceil(64);
         let mut known = Vec::new();
-        known
-            .try_reserve_exact(n.div_ceil(PAGE).div_ceil(64))
-            .ok()?;
-        known.extend((0..n.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)));
+        known.try_reserve_exact(words).ok()?;
+        known.extend((0..words).map(|_| AtomicU64::new(0)));
+        let pages = PageLocks::new(pages)?;
         let guard = Guard::register(map.as_ptr() as usize, n.next_multiple_of(PAGE))?;
         Some(Self {
             guard,

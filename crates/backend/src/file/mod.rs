@@ -224,7 +224,8 @@ impl FileBackend {
 
     /// True when the file's pages are lent to fused crypto
     /// ([`Backend::direct`]): a file on tmpfs opened with the automatic
-    /// engine, until a fault on the mapping stops the lending.
+    /// engine. (A fault on the mapping later stops the lending; this still
+    /// answers true.)
     pub fn is_mapped(&self) -> bool {
         self.mapped.is_some()
     }
