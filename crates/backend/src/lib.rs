@@ -73,7 +73,7 @@ mod page_alloc;
 pub mod rbd;
 
 pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
-pub use file::{DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine, HOP_MIN};
+pub use file::{Claim, DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine, HOP_MIN};
 pub use mem::MemBackend;
 pub use page_alloc::PageAlignLarge;
 pub use rbd::RbdBackend;
@@ -531,6 +531,15 @@ pub enum ErrorKind {
         /// Who holds it: `process PID` or `another process`.
         holder: String,
     },
+    /// A block device claimed exclusively elsewhere: mounted, mapped
+    /// (dm, a ucrypt daemon) or being rewritten by a header verb; the
+    /// exclusive open (`O_EXCL`) was refused with `EBUSY`. cryptsetup's
+    /// words.
+    #[error("Cannot use device {path} which is in use (already mapped or mounted).")]
+    InUse {
+        /// The path given.
+        path: String,
+    },
     /// The backing file or device is smaller than required.
     #[error("Backing device {path} is too small: {size} bytes, at least {required} required")]
     TooSmall {
@@ -651,7 +660,7 @@ impl Error {
                 io::ErrorKind::InvalidInput
             }
             ErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
-            ErrorKind::Locked { .. } => io::ErrorKind::ResourceBusy,
+            ErrorKind::Locked { .. } | ErrorKind::InUse { .. } => io::ErrorKind::ResourceBusy,
             ErrorKind::Alloc { .. } => io::ErrorKind::OutOfMemory,
             ErrorKind::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
             ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,

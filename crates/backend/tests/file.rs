@@ -8,7 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use testutil::{Capability, TempDir};
-use ucrypt_backend::{Backend, DirectIo, ErrorKind, FileBackend, FileOptions, FuaMode, IoEngine};
+use ucrypt_backend::{
+    Backend, Claim, DirectIo, ErrorKind, FileBackend, FileOptions, FuaMode, IoEngine,
+};
 
 fn make_file(dir: &TempDir, name: &str, size: u64) -> std::path::PathBuf {
     let p = dir.join(name);
@@ -323,24 +325,105 @@ fn loop_block_device() {
     common::random_workload(&b, 21, 400, 512, 128 * 1024);
     common::out_of_range_rejected(&b);
     common::zeroes_read_back(&b, 512);
+    drop(b);
     let o = FileOptions {
         min_size: 8 << 20,
         ..FileOptions::default()
     };
     let e = FileBackend::open(dev, &o).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TooSmall { .. }), "{e}");
-    // An exclusive claim keeps a second exclusive opener out, not a plain one.
-    let ex = FileOptions {
-        exclusive: true,
+}
+
+#[test]
+fn a_block_device_is_claimed_exclusively_read_only_or_not() {
+    const T: &str = "a_block_device_is_claimed_exclusively_read_only_or_not";
+    if !testutil::require_all(
+        T,
+        &[
+            Capability::Tool("losetup"),
+            Capability::LoopDevices,
+            Capability::Root,
+        ],
+    ) {
+        return;
+    }
+    let dir = TempDir::new("be-claim");
+    let img = make_file(&dir, "loop.img", 4 << 20);
+    let Some(lo) = testutil::LoopDevice::attach(T, &img, &[]) else {
+        return;
+    };
+    let dev = lo.path();
+    let in_use = |e: ucrypt_backend::Error| {
+        assert!(matches!(e.kind(), ErrorKind::InUse { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("Cannot use device {dev} which is in use (already mapped or mounted).")
+        );
+        assert_eq!(io::Error::from(e).kind(), io::ErrorKind::ResourceBusy);
+    };
+    let ro = FileOptions {
+        read_only: true,
         ..FileOptions::default()
     };
-    let first = FileBackend::open(dev, &ex).unwrap();
+    let shared = FileOptions {
+        read_only: true,
+        exclusive: false,
+        ..FileOptions::default()
+    };
+    // A backend claims the device (O_EXCL, as a dm table load): every
+    // other claim is refused, read-only or not; a sharing reader is not.
+    let first = FileBackend::open(dev, &FileOptions::default()).unwrap();
     first.write_at(&[7u8; 4096], 0, true).unwrap();
-    let e = FileBackend::open(dev, &ex).unwrap_err();
-    assert_eq!(io::Error::from(e).kind(), io::ErrorKind::ResourceBusy);
-    drop(FileBackend::open(dev, &FileOptions::default()).unwrap());
+    in_use(FileBackend::open(dev, &FileOptions::default()).unwrap_err());
+    in_use(FileBackend::open(dev, &ro).unwrap_err());
+    in_use(Claim::take(Path::new(dev)).unwrap_err());
+    let reader = FileBackend::open(dev, &shared).unwrap();
+    let mut buf = [0u8; 4096];
+    reader.read_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, [7u8; 4096]);
+    drop(reader);
     drop(first);
-    drop(FileBackend::open(dev, &ex).unwrap());
+    // A read-only backend claims it too.
+    let first = FileBackend::open(dev, &ro).unwrap();
+    in_use(FileBackend::open(dev, &FileOptions::default()).unwrap_err());
+    drop(first);
+    // A header verb's claim keeps backends out while it is held.
+    let claim = Claim::take(Path::new(dev)).unwrap();
+    in_use(FileBackend::open(dev, &FileOptions::default()).unwrap_err());
+    in_use(Claim::take(Path::new(dev)).unwrap_err());
+    drop(claim);
+    drop(FileBackend::open(dev, &FileOptions::default()).unwrap());
+}
+
+#[test]
+fn a_claim_on_a_file_conflicts_with_every_backend_lock() {
+    let dir = TempDir::new("be-claim-file");
+    let p = make_file(&dir, "claim.img", 1 << 20);
+    let locked = |e: ucrypt_backend::Error| {
+        assert!(matches!(e.kind(), ErrorKind::Locked { .. }), "{e}");
+    };
+    let ro = FileOptions {
+        read_only: true,
+        ..FileOptions::default()
+    };
+    // A backend, writer or reader, keeps a claim out.
+    for o in [FileOptions::default(), ro.clone()] {
+        let b = FileBackend::open(&p, &o).unwrap();
+        locked(Claim::take(&p).unwrap_err());
+        drop(b);
+    }
+    // A claim keeps every backend (and a second claim) out until dropped.
+    let claim = Claim::take(&p).unwrap();
+    locked(FileBackend::open(&p, &FileOptions::default()).unwrap_err());
+    locked(FileBackend::open(&p, &ro).unwrap_err());
+    locked(Claim::take(&p).unwrap_err());
+    // It does not stop plain IO on the file (a header write).
+    std::fs::write(&p, vec![1u8; 4096]).unwrap();
+    drop(claim);
+    drop(FileBackend::open(&p, &FileOptions::default()).unwrap());
+    // A path that does not exist: the caller's own open says why.
+    let e = Claim::take(&dir.join("missing")).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Open { .. }), "{e}");
 }
 
 #[test]

@@ -103,7 +103,9 @@
 //!   sync.rs      the syscall engine: pread / pwritev2 / fdatasync
 //!   blockdev.rs  block-device ioctls: size, logical block, discard, zeroout
 //!   dio.rs       O_DIRECT support: statx alignment, aligned bounce buffers
-//!   lock.rs      the advisory OFD lock a regular file is held under
+//!   lock.rs      the advisory OFD lock a regular file is held under, a
+//!                block device's exclusive claim, and the Claim a verb
+//!                rewriting a file or device in place holds
 //!   mapped.rs    a file on tmpfs lent through a shared mapping (Direct)
 //!   sigbus.rs    a SIGBUS on that mapping turned into an IO error
 //! ```
@@ -133,6 +135,7 @@ mod uring;
 mod zero;
 
 use dio::{aligned_mem, with_bounce};
+pub use lock::Claim;
 pub use options::{DirectIo, FileOptions, FileStats, FuaMode, IoEngine};
 
 /// A regular file or block device accessed with io_uring.

@@ -34,13 +34,12 @@ impl FileBackend {
         if is_blockdev && opts.exclusive {
             // The claim lives as long as this descriptor; the O_DIRECT one
             // below is a plain open, which an exclusive claim allows.
-            buffered = oo
-                .clone()
-                .custom_flags(libc::O_EXCL)
-                .open(&path)
-                .map_err(|e| {
-                    open_err(e).with_context("exclusive open refused: mounted or in use")
-                })?;
+            buffered = lock::open_exclusive(&oo, &path).map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) => Error::new(ErrorKind::InUse {
+                    path: shown.clone(),
+                }),
+                _ => open_err(e).with_context("exclusive open refused"),
+            })?;
         }
         if !is_blockdev && !meta.is_file() {
             return Err(Error::new(ErrorKind::NotABlockDevice { path: shown }));
@@ -53,10 +52,7 @@ impl FileBackend {
             {
                 return Err(Error::new(ErrorKind::Locked {
                     path: shown,
-                    holder: match h {
-                        lock::Holder::Pid(p) => format!("process {p}"),
-                        lock::Holder::Unknown => "another process".into(),
-                    },
+                    holder: h.to_string(),
                 }));
             }
         }

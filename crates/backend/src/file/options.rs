@@ -63,9 +63,15 @@ pub struct FileOptions {
     pub min_size: u64,
     /// Force an IO engine; `None` = io_uring when the kernel allows it.
     pub engine: Option<IoEngine>,
-    /// Claim a block device exclusively (`O_EXCL`, as mount does): the open
-    /// fails with `EBUSY` while it is mounted or claimed by another opener.
-    /// Ignored for regular files.
+    /// Claim a block device exclusively (`O_EXCL`, as mount and
+    /// dm-crypt's table load do), read-only or not: the open fails with
+    /// [`ErrorKind::InUse`](crate::ErrorKind::InUse) while the device is
+    /// mounted, mapped, or claimed by another exclusive opener (another
+    /// ucrypt daemon, a header verb rewriting it). The claim keeps them
+    /// out in turn for as long as the backend lives; plain opens are not
+    /// refused either way. On by default; `false` only for a reader that
+    /// shares the device, as `dd` would (`ucrypt map` without `--write`).
+    /// Ignored for regular files, which always take their advisory lock.
     pub exclusive: bool,
 }
 
@@ -78,7 +84,7 @@ impl Default for FileOptions {
             allow_discard: true,
             min_size: 0,
             engine: None,
-            exclusive: false,
+            exclusive: true,
         }
     }
 }
