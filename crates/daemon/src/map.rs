@@ -76,7 +76,11 @@ impl Source<'_> {
     /// come from there (nor the prompt's fallback when stdin is no
     /// terminal, which reads a line of it). `warn` gets the LUKS header's
     /// warnings.
+    ///
+    /// The process is made non-dumpable first: from here on it holds the
+    /// key (as the daemon does).
     pub fn table(&self, dir: Direction, warn: impl FnMut(&str)) -> Result<Table> {
+        crate::serve::non_dumpable("map")?;
         let stdin_free = dir == Direction::Read;
         match *self {
             Source::Table {
@@ -124,6 +128,11 @@ const CHUNK: usize = 1 << 20;
 /// be whole sectors and fit the mapping. `input_len` is the size when the
 /// caller knows it (a regular file); otherwise the input is first spooled
 /// to an unlinked temporary file.
+///
+/// A Write claims a block device exclusively, as `open` does (refused
+/// while it is mounted, mapped or served: exit 5), and a regular file
+/// under its write lock; a Read shares either. The process is
+/// non-dumpable while it holds the table's key (see [`Source::table`]).
 pub fn map(
     table: &Table,
     dir: Direction,
@@ -131,6 +140,7 @@ pub fn map(
     input_len: Option<u64>,
     output: &mut dyn Write,
 ) -> Result<()> {
+    crate::serve::non_dumpable("map")?;
     let crypt = SectorCrypt::new(&table.crypt_config())
         .map_err(|e| invalid("Invalid table").with_source(e))?;
     check_device(table, dir)?;
@@ -196,13 +206,24 @@ fn read_stdin_pos() -> Option<u64> {
 }
 
 /// A backing device that cannot be opened: [`ErrorKind::Busy`] (exit 5)
-/// when another open holds its lock, else [`ErrorKind::NoDevice`].
+/// when another open holds its lock or claim (or it is mounted), else
+/// [`ErrorKind::NoDevice`].
 pub(crate) fn backend_error(e: backend::Error) -> Error {
-    let kind = match e.kind() {
-        backend::ErrorKind::Locked { .. } => ErrorKind::Busy,
-        _ => ErrorKind::NoDevice,
+    let kind = if in_use(e.kind()) {
+        ErrorKind::Busy
+    } else {
+        ErrorKind::NoDevice
     };
     Error::transparent(kind, e)
+}
+
+/// Whether a backend's open was refused because someone else uses the
+/// device: a regular file's lock, a block device's exclusive claim.
+fn in_use(kind: &backend::ErrorKind) -> bool {
+    matches!(
+        kind,
+        backend::ErrorKind::Locked { .. } | backend::ErrorKind::InUse { .. }
+    )
 }
 
 /// An inline engine over the table's device, read-only for reads.
@@ -215,12 +236,18 @@ fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
             direct: backend::DirectIo::Never,
             allow_discard: false,
             engine: Some(backend::IoEngine::Syscalls),
+            // A write claims a block device as `open` does; a read shares
+            // it, as `dd` would.
+            exclusive: dir == Direction::Write,
             ..FileOptions::default()
         },
     )
-    .map_err(|e| match e.kind() {
-        backend::ErrorKind::Locked { .. } => backend_error(e),
-        _ => Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e),
+    .map_err(|e| {
+        if in_use(e.kind()) {
+            backend_error(e)
+        } else {
+            Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e)
+        }
     })?;
     let vol = Volume {
         backend: Arc::from(backend),

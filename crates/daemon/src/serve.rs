@@ -62,12 +62,7 @@ pub struct Spec {
 /// are up and the pid file is written.
 pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     runtime::check_name(&spec.name)?;
-    // The process holds the volume key: no core dumps, and no ptrace or
-    // /proc/PID/mem reads by other processes of the same uid.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| {
-        Error::new(ErrorKind::Io, "Cannot make the daemon non-dumpable")
-            .with_source(std::io::Error::from(e))
-    })?;
+    non_dumpable("the daemon")?;
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
     let Spec {
         name,
@@ -171,6 +166,17 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     result
 }
 
+/// Makes the process non-dumpable before it holds a volume key (the
+/// daemon, `map`): no core dumps, and no ptrace or /proc/PID/mem reads by
+/// other processes of the same uid. For the rest of the process's life,
+/// which ends soon after the key goes. `who` names it in the error.
+pub(crate) fn non_dumpable(who: &str) -> Result<()> {
+    nix::sys::prctl::set_dumpable(false).map_err(|e| {
+        Error::new(ErrorKind::Io, format!("Cannot make {who} non-dumpable"))
+            .with_source(std::io::Error::from(e))
+    })
+}
+
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
     std::thread::Builder::new()
         .name(name.into())
@@ -198,6 +204,10 @@ fn build_engine(
         // nowait IO, e.g. buffered tmpfs: ~14 us vs ~1.6 us per 4 KiB read).
         engine: Some(io_engine),
         direct,
+        // A block device is claimed as dm-crypt's table load claims it,
+        // read-only or not: refused while mounted, mapped or served by
+        // another daemon, and keeping header rewrites out meanwhile.
+        exclusive: true,
         ..FileOptions::default()
     };
     let backend: Arc<dyn backend::Backend> = Arc::from(
