@@ -342,7 +342,8 @@ pub struct FormatRequest {
     pub keyslot_cipher: KeyslotCipher,
 }
 
-/// Formats a volume: checks the type and the device, asks before
+/// Formats a volume: checks the type and the device (refused while in
+/// use: mounted, mapped, or served by a daemon), asks before
 /// overwriting an existing header, reads the passphrase (verified) and
 /// writes the new header. The caller prints the new header's warnings.
 pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
@@ -355,6 +356,10 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
         return Err(no_device(&req.device));
     }
     let meta = req.header.as_deref().unwrap_or(&req.device);
+    // Held until the new header is written: a device in use (mounted,
+    // mapped, served) is refused before any question, as cryptsetup's
+    // DEV_EXCL check refuses it.
+    let _claim = crate::volume::claim(&[meta, req.device.as_path()])?;
     let mut force = req.force;
     if !force && backend::device_exists(meta) && probe(meta).is_ok() {
         let q = format!(

@@ -39,6 +39,12 @@ impl Target {
         self.header.as_deref().unwrap_or(&self.device)
     }
 
+    /// Holds the header and data devices while a verb replaces the
+    /// header (see `volume::claim`): refused while they are in use.
+    fn claim(&self) -> Result<crate::volume::Claim> {
+        crate::volume::claim(&[self.meta(), self.device.as_path()])
+    }
+
     fn load(&self, ui: &mut dyn Ui) -> Result<Volume> {
         load_header(&self.device, self.header.as_deref(), ui)
     }
@@ -234,8 +240,14 @@ pub fn config(t: &Target, req: &ConfigRequest, ui: &mut dyn Ui) -> Result<Done> 
 }
 
 /// luksErase: wipes every keyslot after cryptsetup's confirmation.
+///
+/// Refused while the volume is in use (mounted, mapped, served), where
+/// cryptsetup would go on: the volume would then lose its keys under a
+/// running mapping, and with them everything written to it until close.
+/// `luksKillSlot` still removes keyslots one by one from a volume in use.
 pub fn erase(t: &Target, ui: &mut dyn Ui) -> Result<Done> {
     let mut vol = t.load(ui)?;
+    let _claim = t.claim()?;
     let warning = format!(
         "This operation will erase all keyslots on device {}.\nDevice will become unusable after this operation.",
         t.device.display()
@@ -252,7 +264,8 @@ pub fn repair(t: &Target, ui: &mut dyn Ui) -> Result<Done> {
     })
 }
 
-/// convert: rewrites the header as `luks_type` (`luks1` or `luks2`) in place.
+/// convert: rewrites the header as `luks_type` (`luks1` or `luks2`) in
+/// place; refused while the volume is in use, as cryptsetup refuses it.
 pub fn convert(t: &Target, luks_type: &str, ui: &mut dyn Ui) -> Result<Done> {
     let version = match luks_type {
         "luks1" => 1,
@@ -267,6 +280,17 @@ pub fn convert(t: &Target, luks_type: &str, ui: &mut dyn Ui) -> Result<Done> {
     if vol.header().version() == version {
         return Err(invalid(format!("Device is already LUKS{version} type.")));
     }
+    // cryptsetup refuses to convert an active volume, in these words.
+    let _claim = t.claim().map_err(|e| match e.kind() {
+        ErrorKind::Busy => Error::new(
+            ErrorKind::Busy,
+            format!(
+                "Cannot convert device {} which is still in use.",
+                t.meta().display()
+            ),
+        ),
+        _ => e,
+    })?;
     let warning = format!(
         "This operation will convert {} to LUKS{version} format.",
         t.meta().display()

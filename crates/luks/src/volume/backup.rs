@@ -51,7 +51,10 @@ impl Volume {
 
     /// Restores a backup made by [`Volume::header_backup`] (or cryptsetup)
     /// onto `device` (or the detached `header`). A different UUID on the
-    /// target needs `force`.
+    /// target needs `force`. Refused ([`ErrorKind::Busy`]) while the
+    /// volume is in use (mounted, mapped, served by a daemon): its
+    /// mapping would go on writing under a key the restored header may
+    /// not hold.
     pub fn header_restore(
         device: &Path,
         header: Option<&Path>,
@@ -62,6 +65,7 @@ impl Volume {
             .map_err(|e| Error::io(format!("Cannot read {}", backup.display()), e))?;
         let new = Header::from_bytes(&img)?;
         let target = header.unwrap_or(device);
+        let _claim = super::io::claim(&[target, device])?;
         let mut f = open_rw(target)?;
         let size = device_size(&mut f, target)?;
         if (img.len() as u64) > size && header.is_none() {

@@ -18,10 +18,20 @@
 //! lock), which `flock` does not see on a local file system, so a key can
 //! be added to a volume being served, as with cryptsetup. (NFS emulates
 //! `flock` with `fcntl` locks, so there the two would conflict.)
+//!
+//! The verbs that replace a header rather than update it (format, header
+//! restore, erase, convert) first [`claim`] the header and data devices
+//! as cryptsetup's `DEV_EXCL` check does: a block device exclusively
+//! (`O_EXCL`: refused while mounted, mapped or served by a ucrypt daemon,
+//! whose backend claims it the same way), a regular file under an OFD
+//! write lock (refused while a daemon or `map` has it open, read-only or
+//! not). The claim is held until the verb is done, so a daemon started
+//! meanwhile is refused in turn. Keyslot, token and config verbs take no
+//! claim: they work on a volume in use, as cryptsetup's do.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{flock, FlockOperation};
@@ -124,6 +134,57 @@ fn open_rbd(path: &Path, read_only: bool) -> Option<Result<Dev>> {
                 Error::io_as(kind, msg, e.into())
             }),
     )
+}
+
+/// The devices a header-replacing verb holds while it runs (see the
+/// module doc); released on drop.
+#[derive(Debug)]
+#[must_use = "the devices are held only while the claim lives"]
+pub(crate) struct Claim {
+    _held: Vec<(PathBuf, backend::Claim)>,
+}
+
+/// Claims each of `paths` (the header and the data device) for a verb
+/// that replaces the header: [`ErrorKind::Busy`] with cryptsetup's
+/// message when one is mounted, mapped or served. `rbd:` images are
+/// skipped (their read-write open takes the image's exclusive lock), and
+/// so are paths that cannot be opened (the verb's own open says why).
+pub(crate) fn claim(paths: &[&Path]) -> Result<Claim> {
+    let mut held = Vec::new();
+    for path in paths {
+        if RbdSpec::of_path(path).is_some() || held_already(&held, path) {
+            continue;
+        }
+        match backend::Claim::take(path) {
+            Ok(c) => held.push((path.to_path_buf(), c)),
+            Err(e) => match e.kind() {
+                backend::ErrorKind::InUse { .. } | backend::ErrorKind::Locked { .. } => {
+                    return Err(Error::new(
+                        ErrorKind::Busy,
+                        format!(
+                            "Cannot use device {} which is in use (already mapped or mounted).",
+                            path.display()
+                        ),
+                    ))
+                }
+                _ => {}
+            },
+        }
+    }
+    Ok(Claim { _held: held })
+}
+
+/// Whether `path` names a file already claimed (the same path given as
+/// header and device: a second claim would conflict with the first).
+fn held_already(held: &[(PathBuf, backend::Claim)], path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino(), m.rdev()))
+    };
+    let this = id(path);
+    this.is_some() && held.iter().any(|(p, _)| id(p) == this)
 }
 
 pub(crate) fn device_size(f: &mut dyn Device, path: &Path) -> Result<u64> {

@@ -40,7 +40,7 @@ mod unlock;
 pub use config::{Priority, Repair, MAX_LABEL_LEN};
 pub use format::{format, FormatOptions};
 pub use io::set_metadata_locking;
-pub(crate) use io::{device_size, open_ro};
+pub(crate) use io::{claim, device_size, open_ro, Claim};
 pub use token::{token_text, TokenPlacement, KEYRING_TOKEN};
 
 /// An unlocked volume: everything the data path needs.
