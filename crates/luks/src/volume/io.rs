@@ -351,3 +351,43 @@ pub(super) fn write_luks2(f: &mut dyn Device, h: &mut luks2::Header) -> Result<(
     write_at(f, 0, &p)?;
     sync(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_is_refused_while_a_backend_holds_the_file() {
+        let dir = testutil::TempDir::new("luks-claim");
+        let img = dir.join("vol.img");
+        std::fs::write(&img, vec![0u8; 1 << 20]).unwrap();
+        let missing = dir.join("missing");
+        // Free: claimed, the same file named twice (header = device) is
+        // claimed once, and a missing path is left to the verb's open.
+        let held = claim(&[&img, &img, &missing]).unwrap();
+        // A serving backend is refused meanwhile.
+        let e = backend::FileBackend::open(&img, &backend::FileOptions::default()).unwrap_err();
+        assert!(matches!(e.kind(), backend::ErrorKind::Locked { .. }), "{e}");
+        drop(held);
+        for read_only in [false, true] {
+            let opts = backend::FileOptions {
+                read_only,
+                ..backend::FileOptions::default()
+            };
+            let served = backend::FileBackend::open(&img, &opts).unwrap();
+            let e = claim(&[&img]).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Busy);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "Cannot use device {} which is in use (already mapped or mounted).",
+                    img.display()
+                )
+            );
+            // The metadata lock is another matter: keyslot verbs go on.
+            drop(open_rw(&img).unwrap());
+            drop(served);
+        }
+        drop(claim(&[&img]).unwrap());
+    }
+}
