@@ -1,9 +1,9 @@
 //! A guest that queues many maximum-size requests at once: the server
 //! holds at most `request::MAX_INFLIGHT_BYTES` of their payloads (the
 //! queue thread stops starting chains past it), answers every one of them
-//! correctly, and serves on afterwards. Before the cap, every chain's
-//! payload was allocated as it was popped, and the engine admitted 128 of
-//! them: ~4 GiB for one guest.
+//! correctly, and serves on afterwards. Without the cap, every chain's
+//! payload would be allocated as it was popped, and the engine admits 128
+//! of them: ~4 GiB for one guest.
 
 use std::sync::Arc;
 use std::time::Duration;
