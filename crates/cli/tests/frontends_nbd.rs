@@ -553,6 +553,39 @@ fn open_with_tls_serves_nbds_only() {
     );
     vol.close();
 
+    // Over TCP clients need a certificate by default: without a
+    // ca-cert.pem to check them against, open refuses...
+    let table = vol.table();
+    let image = vol.image.display().to_string();
+    let name = vol.name.clone();
+    let tcp_x509 = ["--listen", "0", "--tls-certificates", certs_s.as_str()];
+    let mut a = vec!["open", "--table", table.as_str()];
+    a.extend(tcp_x509);
+    a.extend([image.as_str(), name.as_str()]);
+    let o = vol.ucrypt(&a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("ca-cert.pem"), "{err}");
+    assert!(vol.pid().is_none(), "a daemon started without ca-cert.pem");
+    // ...and --tls-verify-peer=no serves any TLS client, with a warning
+    // on the user's terminal.
+    let mut a = vec!["open", "--table", table.as_str()];
+    a.extend(tcp_x509);
+    a.extend(["--tls-verify-peer=no", image.as_str(), name.as_str()]);
+    let o = vol.ucrypt(&a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("--tls-verify-peer=no"), "no warning: {err}");
+    let uri = uri_in(&String::from_utf8_lossy(&o.stdout), "nbds://");
+    let o = run(Command::new("nbdinfo")
+        .arg("--size")
+        .arg(format!("{uri}/?tls-certificates={}", client.display())));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        (8 * MIB).to_string()
+    );
+    vol.close();
+
     // Refusals: exit 1, a message naming the problem, no daemon.
     let empty = vol.dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
@@ -573,6 +606,18 @@ fn open_with_tls_serves_nbds_only() {
         (
             vec!["--tls-verify-peer", "--tls-psk", psk_s.as_str()],
             "--tls-certificates",
+        ),
+        (
+            vec!["--listen", "0", "--tls=on", "--tls-psk", psk_s.as_str()],
+            "--tls=require",
+        ),
+        (
+            vec![
+                "--tls-verify-peer=maybe",
+                "--tls-certificates",
+                certs_s.as_str(),
+            ],
+            "--tls-verify-peer",
         ),
         (
             vec!["--export", "fuse", "--tls-psk", psk_s.as_str()],

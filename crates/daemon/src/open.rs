@@ -132,10 +132,11 @@ pub struct Given {
     #[arg(long, value_name = "N")]
     pub num_queues: Option<u16>,
     /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS
-    /// credentials or --tls=off.
+    /// credentials that authenticate clients (--tls-psk, or
+    /// --tls-certificates with client certificates) or --tls=off.
     #[arg(long)]
     pub listen: Option<String>,
-    /// NBD over TLS: off, on (offered) or require (default when credentials are given).
+    /// NBD over TLS: off, on (offered; unix socket only) or require (default when credentials are given).
     #[arg(long)]
     pub tls: Option<String>,
     /// TLS certificate directory: ca-cert.pem, server-cert.pem, server-key.pem (qemu/nbdkit layout).
@@ -144,9 +145,18 @@ pub struct Given {
     /// TLS pre-shared keys: a psktool file of identity:hexkey lines.
     #[arg(long, value_name = "FILE")]
     pub tls_psk: Option<PathBuf>,
-    /// Require clients to present a certificate signed by the directory's ca-cert.pem.
-    #[arg(long)]
-    pub tls_verify_peer: bool,
+    /// Require clients to present a certificate signed by the directory's
+    /// ca-cert.pem: default with --listen, off on a unix socket;
+    /// --tls-verify-peer=no serves any TLS client over TCP (warned).
+    #[arg(
+        long,
+        value_name = "yes|no",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "yes",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    pub tls_verify_peer: Option<bool>,
     /// Performance flags.
     #[command(flatten)]
     pub perf: PerfArgs,

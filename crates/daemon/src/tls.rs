@@ -1,11 +1,26 @@
 //! NBD over TLS for the daemon: `--tls=off|on|require`,
-//! `--tls-certificates DIR`, `--tls-psk FILE`, `--tls-verify-peer` (as
-//! nbdkit spells them), checked against the export before anything starts
-//! and loaded into an [`nbd::TlsConfig`].
+//! `--tls-certificates DIR`, `--tls-psk FILE`, `--tls-verify-peer[=yes|no]`
+//! (as nbdkit spells them, with qemu's `verify-peer` default over TCP),
+//! checked against the export before anything starts and loaded into an
+//! [`nbd::TlsConfig`].
 //!
-//! Rules: credentials alone mean `--tls=require`; `on`/`require` need one
-//! kind of credentials; `--listen` (NBD over TCP) without credentials needs
-//! an explicit `--tls=off`, and the caller then warns on the terminal.
+//! Rules:
+//!
+//! * credentials alone mean `--tls=require`; `on`/`require` need one kind
+//!   of credentials;
+//! * over TCP (`--listen`) every client is authenticated unless the user
+//!   says otherwise in so many words: by its pre-shared key, or by a
+//!   client certificate signed by the directory's `ca-cert.pem` (peer
+//!   verification is on by default there, as in qemu's `tls-creds-x509`);
+//!   no credentials need an explicit `--tls=off`, an unverified X.509
+//!   export an explicit `--tls-verify-peer=no`, and the caller then warns
+//!   on the terminal ([`TlsSpec::tcp_warning`]);
+//! * `--tls=on` over TCP is refused: it would still serve a client that
+//!   skips `STARTTLS`, so a stranger gets in exactly as without TLS, and a
+//!   script that asked for TLS would believe it has it. (`on` stays for
+//!   the unix socket, where the socket's 0600 mode already decides who
+//!   connects.)
+//! * on a unix socket peer verification stays off unless asked for.
 
 use std::path::{Path, PathBuf};
 
@@ -23,19 +38,31 @@ pub struct TlsSpec {
     pub certificates: Option<PathBuf>,
     /// `--tls-psk`: a psktool key file (absolute).
     pub psk: Option<PathBuf>,
-    /// `--tls-verify-peer`: clients must present a certificate signed by
-    /// the directory's `ca-cert.pem`.
+    /// Clients must present a certificate signed by the directory's
+    /// `ca-cert.pem`: `--tls-verify-peer[=yes|no]` as given, else on over
+    /// TCP with `--tls-certificates` and off on a unix socket.
     pub verify_peer: bool,
 }
 
+/// The terminal warning for NBD over TCP without TLS.
+const PLAINTEXT_WARNING: &str = "ucrypt: warning: NBD over TCP without TLS (--tls=off) is \
+     unencrypted on the wire: anyone who can reach the port can read and write the decrypted \
+     device";
+
+/// The terminal warning for X.509 over TCP without client verification.
+const UNVERIFIED_WARNING: &str = "ucrypt: warning: NBD over TCP with --tls-verify-peer=no \
+     serves any client that completes TLS: anyone who can reach the port can read and write \
+     the decrypted device";
+
 impl TlsSpec {
-    /// Parses the options and checks them against `export`. Paths are made
-    /// absolute (a detached daemon runs in `/`).
+    /// Parses the options and checks them against `export`; `verify_peer`
+    /// is `--tls-verify-peer`'s value if given. Paths are made absolute (a
+    /// detached daemon runs in `/`).
     pub fn new(
         mode: Option<&str>,
         certificates: Option<&Path>,
         psk: Option<&Path>,
-        verify_peer: bool,
+        verify_peer: Option<bool>,
         export: &ExportSpec,
     ) -> Result<Self> {
         let mode = mode
@@ -48,20 +75,22 @@ impl TlsSpec {
             std::path::absolute(p)
                 .map_err(|e| invalid(format!("Invalid path {}", p.display())).with_source(e))
         };
+        let tcp = matches!(export, ExportSpec::NbdTcp(_));
         let spec = Self {
             mode,
             certificates: certificates.map(abs).transpose()?,
             psk: psk.map(abs).transpose()?,
-            verify_peer,
+            verify_peer: verify_peer.unwrap_or(tcp && certificates.is_some()),
         };
-        spec.check(export)?;
+        spec.check(export, verify_peer)?;
         Ok(spec)
     }
 
-    fn check(&self, export: &ExportSpec) -> Result<()> {
+    fn check(&self, export: &ExportSpec, verify_given: Option<bool>) -> Result<()> {
         let creds = self.certificates.is_some() || self.psk.is_some();
         let nbd = matches!(export, ExportSpec::NbdUnix(_) | ExportSpec::NbdTcp(_));
-        if !nbd && (creds || self.mode.is_some() || self.verify_peer) {
+        let tcp = matches!(export, ExportSpec::NbdTcp(_));
+        if !nbd && (creds || self.mode.is_some() || verify_given.is_some()) {
             return Err(invalid("The --tls options apply only to --export nbd"));
         }
         if self.certificates.is_some() && self.psk.is_some() {
@@ -69,7 +98,7 @@ impl TlsSpec {
                 "Give either --tls-certificates or --tls-psk, not both",
             ));
         }
-        if self.verify_peer && self.certificates.is_none() {
+        if verify_given.is_some() && self.certificates.is_none() {
             return Err(invalid(
                 "--tls-verify-peer needs --tls-certificates DIR (with ca-cert.pem)",
             ));
@@ -81,10 +110,15 @@ impl TlsSpec {
             Some(m @ (TlsMode::On | TlsMode::Require)) if !creds => Err(invalid(format!(
                 "--tls={m} needs --tls-certificates DIR or --tls-psk FILE"
             ))),
-            None if !creds && matches!(export, ExportSpec::NbdTcp(_)) => Err(invalid(
+            Some(TlsMode::On) if tcp => Err(invalid(
+                "--tls=on over TCP (--listen) would still serve clients that skip TLS: use \
+                 --tls=require (the default with credentials)",
+            )),
+            None if !creds && tcp => Err(invalid(
                 "--listen serves NBD over TCP, where anyone who can reach the port reads and \
-                 writes the decrypted device: give --tls-certificates DIR or --tls-psk FILE \
-                 (TLS required), or --tls=off to serve it unencrypted",
+                 writes the decrypted device: give --tls-certificates DIR (clients need a \
+                 certificate signed by its ca-cert.pem) or --tls-psk FILE (TLS required), or \
+                 --tls=off to serve it unencrypted",
             )),
             _ => Ok(()),
         }
@@ -100,19 +134,32 @@ impl TlsSpec {
         }
     }
 
-    /// True when NBD goes over TCP without TLS (the user said `--tls=off`):
-    /// the caller warns on the user's terminal.
+    /// True when NBD goes over TCP without TLS (the user said `--tls=off`).
     pub fn plaintext_tcp(&self, export: &ExportSpec) -> bool {
         matches!(export, ExportSpec::NbdTcp(_)) && self.effective_mode() == TlsMode::Off
     }
 
-    /// The warning for the user's terminal when [`TlsSpec::plaintext_tcp`]
-    /// (a detached daemon's own warning only reaches its log).
-    pub fn plaintext_warning(&self, export: &ExportSpec) -> Option<&'static str> {
-        self.plaintext_tcp(export).then_some(
-            "ucrypt: warning: NBD over TCP without TLS (--tls=off) is unencrypted on the wire: anyone who \
-             can reach the port can read and write the decrypted device",
-        )
+    /// True when NBD goes over TCP with X.509 but serves clients without
+    /// a certificate (the user said `--tls-verify-peer=no`).
+    pub fn unverified_tcp(&self, export: &ExportSpec) -> bool {
+        matches!(export, ExportSpec::NbdTcp(_))
+            && self.certificates.is_some()
+            && !self.verify_peer
+            && self.effective_mode() != TlsMode::Off
+    }
+
+    /// The warning for the user's terminal when a TCP export serves
+    /// clients nobody authenticated: [`TlsSpec::plaintext_tcp`] or
+    /// [`TlsSpec::unverified_tcp`] (a detached daemon's own warning only
+    /// reaches its log).
+    pub fn tcp_warning(&self, export: &ExportSpec) -> Option<&'static str> {
+        if self.plaintext_tcp(export) {
+            Some(PLAINTEXT_WARNING)
+        } else if self.unverified_tcp(export) {
+            Some(UNVERIFIED_WARNING)
+        } else {
+            None
+        }
     }
 
     /// Loads the credentials; errors name the file and the reason.
@@ -126,7 +173,9 @@ impl TlsSpec {
         loaded.map_err(|e| invalid(e.to_string()))
     }
 
-    /// The `open` arguments that parse back to `self`.
+    /// The `open` arguments that parse back to `self` (peer verification
+    /// spelled out whenever there are certificates, so the detached
+    /// daemon never falls back on a default).
     pub fn to_args(&self) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(m) = self.mode {
@@ -134,12 +183,14 @@ impl TlsSpec {
         }
         if let Some(d) = &self.certificates {
             v.push(format!("--tls-certificates={}", d.display()));
+            v.push(if self.verify_peer {
+                "--tls-verify-peer".into()
+            } else {
+                "--tls-verify-peer=no".into()
+            });
         }
         if let Some(f) = &self.psk {
             v.push(format!("--tls-psk={}", f.display()));
-        }
-        if self.verify_peer {
-            v.push("--tls-verify-peer".into());
         }
         v
     }
@@ -153,56 +204,134 @@ mod tests {
         ExportSpec::parse("nbd", Some("0")).unwrap()
     }
 
+    fn unix() -> ExportSpec {
+        ExportSpec::parse("nbd", None).unwrap()
+    }
+
     #[test]
     fn listen_needs_tls_or_an_explicit_off() {
-        let e = TlsSpec::new(None, None, None, false, &tcp()).unwrap_err();
+        let e = TlsSpec::new(None, None, None, None, &tcp()).unwrap_err();
         assert!(e.to_string().contains("--tls=off"), "{e}");
-        let off = TlsSpec::new(Some("off"), None, None, false, &tcp()).unwrap();
+        let off = TlsSpec::new(Some("off"), None, None, None, &tcp()).unwrap();
         assert!(off.plaintext_tcp(&tcp()));
-        let psk = TlsSpec::new(None, None, Some(Path::new("k.psk")), false, &tcp()).unwrap();
+        assert!(off.tcp_warning(&tcp()).unwrap().contains("unencrypted"));
+        let psk = TlsSpec::new(None, None, Some(Path::new("k.psk")), None, &tcp()).unwrap();
         assert_eq!(psk.effective_mode(), TlsMode::Require);
         assert!(!psk.plaintext_tcp(&tcp()));
+        assert_eq!(psk.tcp_warning(&tcp()), None);
         assert!(psk.psk.as_ref().unwrap().is_absolute());
     }
 
     #[test]
+    fn tcp_verifies_client_certificates_unless_told_not_to() {
+        let d = Some(Path::new("/certs"));
+        let by_default = TlsSpec::new(None, d, None, None, &tcp()).unwrap();
+        assert!(by_default.verify_peer);
+        assert_eq!(by_default.tcp_warning(&tcp()), None);
+        let asked = TlsSpec::new(None, d, None, Some(true), &tcp()).unwrap();
+        assert_eq!(asked, by_default);
+        let opted_out = TlsSpec::new(None, d, None, Some(false), &tcp()).unwrap();
+        assert!(!opted_out.verify_peer && opted_out.unverified_tcp(&tcp()));
+        let w = opted_out.tcp_warning(&tcp()).unwrap();
+        assert!(w.contains("--tls-verify-peer=no"), "{w}");
+        // The unix socket keeps its default: no client certificate asked.
+        let local = TlsSpec::new(None, d, None, None, &unix()).unwrap();
+        assert!(!local.verify_peer);
+        assert_eq!(local.tcp_warning(&unix()), None);
+        assert!(
+            TlsSpec::new(None, d, None, Some(true), &unix())
+                .unwrap()
+                .verify_peer
+        );
+    }
+
+    #[test]
+    fn tls_on_over_tcp_is_refused() {
+        let k = Some(Path::new("/k.psk"));
+        let e = TlsSpec::new(Some("on"), None, k, None, &tcp()).unwrap_err();
+        assert!(e.to_string().contains("--tls=require"), "{e}");
+        let d = Some(Path::new("/certs"));
+        assert!(TlsSpec::new(Some("on"), d, None, None, &tcp()).is_err());
+        // On the unix socket `on` is still offered.
+        let on = TlsSpec::new(Some("on"), None, k, None, &unix()).unwrap();
+        assert_eq!(on.effective_mode(), TlsMode::On);
+        // `require` over TCP is what `on` should have been.
+        let req = TlsSpec::new(Some("require"), None, k, None, &tcp()).unwrap();
+        assert_eq!(req.effective_mode(), TlsMode::Require);
+    }
+
+    #[test]
     fn contradictions_are_refused() {
-        let unix = ExportSpec::parse("nbd", None).unwrap();
         let d = Some(Path::new("/certs"));
         let k = Some(Path::new("/k.psk"));
+        let fuse = ExportSpec::parse("fuse", None).unwrap();
         for (mode, c, p, v, export) in [
-            (Some("maybe"), None, None, false, &unix),
-            (Some("require"), None, None, false, &unix),
-            (Some("on"), None, None, false, &unix),
-            (Some("off"), d, None, false, &unix),
-            (None, d, k, false, &unix),
-            (None, None, k, true, &unix),
-            (
-                None,
-                d,
-                None,
-                false,
-                &ExportSpec::parse("fuse", None).unwrap(),
-            ),
+            (Some("maybe"), None, None, None, &unix()),
+            (Some("require"), None, None, None, &unix()),
+            (Some("on"), None, None, None, &unix()),
+            (Some("off"), d, None, None, &unix()),
+            (None, d, k, None, &unix()),
+            (None, None, k, Some(true), &unix()),
+            (None, None, k, Some(false), &tcp()),
+            (Some("off"), None, None, Some(false), &tcp()),
+            (None, d, None, None, &fuse),
+            (None, None, None, Some(false), &fuse),
         ] {
             assert!(
                 TlsSpec::new(mode, c, p, v, export).is_err(),
-                "{mode:?} {c:?} {p:?} {v} {export:?}"
+                "{mode:?} {c:?} {p:?} {v:?} {export:?}"
             );
         }
         // The plain unix socket needs nothing.
-        let none = TlsSpec::new(None, None, None, false, &unix).unwrap();
+        let none = TlsSpec::new(None, None, None, None, &unix()).unwrap();
         assert_eq!(none.effective_mode(), TlsMode::Off);
         assert!(none.to_args().is_empty());
     }
 
     #[test]
     fn args_round_trip() {
-        let s = TlsSpec::new(Some("on"), Some(Path::new("/c")), None, true, &tcp()).unwrap();
-        let args = s.to_args();
-        assert_eq!(
-            args,
-            ["--tls=on", "--tls-certificates=/c", "--tls-verify-peer"]
-        );
+        let parse = |args: &[String], export: &ExportSpec| {
+            let val = |flag: &str| {
+                args.iter()
+                    .find_map(|a| a.strip_prefix(flag).map(str::to_owned))
+            };
+            let verify = val("--tls-verify-peer").map(|v| v != "=no");
+            let (mode, certs, psk) = (val("--tls="), val("--tls-certificates="), val("--tls-psk="));
+            TlsSpec::new(
+                mode.as_deref(),
+                certs.as_deref().map(Path::new),
+                psk.as_deref().map(Path::new),
+                verify,
+                export,
+            )
+            .unwrap()
+        };
+        let d = Some(Path::new("/c"));
+        for (s, export, want) in [
+            (
+                TlsSpec::new(Some("on"), d, None, Some(true), &unix()).unwrap(),
+                unix(),
+                "--tls=on --tls-certificates=/c --tls-verify-peer",
+            ),
+            (
+                TlsSpec::new(None, d, None, None, &tcp()).unwrap(),
+                tcp(),
+                "--tls-certificates=/c --tls-verify-peer",
+            ),
+            (
+                TlsSpec::new(None, d, None, Some(false), &tcp()).unwrap(),
+                tcp(),
+                "--tls-certificates=/c --tls-verify-peer=no",
+            ),
+            (
+                TlsSpec::new(None, None, Some(Path::new("/k")), None, &tcp()).unwrap(),
+                tcp(),
+                "--tls-psk=/k",
+            ),
+        ] {
+            let args = s.to_args();
+            assert_eq!(args.join(" "), want);
+            assert_eq!(parse(&args, &export), s, "{want}");
+        }
     }
 }

@@ -35,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};
-use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -99,6 +99,12 @@ pub struct ServerOptions {
 /// Bounds on what clients can make the server hold. Memory for request
 /// payloads is at most about `max_connections × (max_inflight_bytes +`
 /// [`proto::MAX_PAYLOAD`](crate::proto::MAX_PAYLOAD)`)`.
+///
+/// The defaults: 16 connections; the option phase (TLS handshake
+/// included) within 10 s; at most 4 of those 16 in the option phase from
+/// one TCP peer address; 32 MiB of payload in flight per connection. So a
+/// peer that never authenticates holds at most 4 connection slots for
+/// 10 s at a time, and the other 12 stay open to everyone else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Connections served at once (in negotiation or transmission); one
@@ -107,6 +113,16 @@ pub struct Limits {
     /// Longest the option phase may take, TLS handshake included; a client
     /// that has not reached transmission by then is disconnected.
     pub handshake_timeout: std::time::Duration,
+    /// Connections one TCP peer address (an IPv4-mapped IPv6 address
+    /// counts as its IPv4 one) may have in the option phase at once,
+    /// TLS handshake included; one more from that address is closed right
+    /// after `accept`, like one past [`Limits::max_connections`]. Before
+    /// the option phase ends nobody knows who the peer is, so this is
+    /// what bounds the slots an unauthenticated peer can hold: a peer
+    /// that stalls its handshakes holds at most this many slots, each
+    /// for at most [`Limits::handshake_timeout`]. Unix socket clients
+    /// (already vetted by the socket's mode) are not counted.
+    pub max_handshakes_per_peer: usize,
     /// Payload bytes (read lengths and write payloads) one connection may
     /// have inside the engine or waiting to be sent; beyond it (or beyond
     /// 1024 requests) the server stops reading that client's requests
@@ -120,6 +136,10 @@ impl Limits {
     /// Default [`Limits::max_connections`]: enough for multi-conn clients
     /// (nbdcopy opens 4, qemu 1 per drive).
     pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+    /// Default [`Limits::max_handshakes_per_peer`]: nbdcopy's 4
+    /// connections, which it opens together, negotiate at once; a quarter
+    /// of the default connection slots.
+    pub const DEFAULT_MAX_HANDSHAKES_PER_PEER: usize = 4;
 }
 
 impl Default for Limits {
@@ -128,6 +148,7 @@ impl Default for Limits {
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             // qemu-nbd's default handshake limit.
             handshake_timeout: std::time::Duration::from_secs(10),
+            max_handshakes_per_peer: Self::DEFAULT_MAX_HANDSHAKES_PER_PEER,
             // One maximum-size request, or 128 pipelined 256 KiB ones.
             max_inflight_bytes: u64::from(crate::proto::MAX_PAYLOAD),
         }
@@ -144,7 +165,8 @@ pub struct ServerStats {
     /// Clients disconnected for protocol violations.
     pub protocol_errors: u64,
     /// Connections closed at once because [`Limits::max_connections`]
-    /// were open.
+    /// were open, or their peer already had
+    /// [`Limits::max_handshakes_per_peer`] in the option phase.
     pub refused: u64,
     /// Payload bytes in flight now, all connections together.
     pub inflight_bytes: u64,
@@ -430,7 +452,8 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
     }
 }
 
-/// An open connection, as [`Server::shutdown`] needs it.
+/// An open connection, as [`Server::shutdown`] and the accept loop's
+/// limits need it.
 struct ConnEntry {
     /// The socket the session reads and replies on (after STARTTLS, the
     /// session's end of the TLS pump's socketpair).
@@ -439,6 +462,11 @@ struct ConnEntry {
     raw: Option<Stream>,
     /// The connection's thread, until shutdown takes it to join.
     thread: Option<JoinHandle<()>>,
+    /// The TCP peer's address (`None` on a unix socket).
+    peer: Option<IpAddr>,
+    /// Still in the option phase (greeting, options, TLS handshake):
+    /// counted against [`Limits::max_handshakes_per_peer`].
+    negotiating: bool,
 }
 
 impl ConnEntry {
@@ -475,16 +503,16 @@ fn accept_loop(listener: Listener, woken: UnixStream, shared: Arc<Shared>) {
             return;
         }
         let stream = match &listener {
-            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
-            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+            Listener::Unix(l) => l.accept().map(|(s, _)| (Stream::Unix(s), None)),
+            Listener::Tcp(l) => l.accept().map(|(s, a)| {
                 let _ = s.set_nodelay(true);
-                Stream::Tcp(s)
+                (Stream::Tcp(s), Some(a.ip().to_canonical()))
             }),
         };
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let stream = match stream {
+        let (stream, peer) = match stream {
             Ok(s) => s,
             // Interrupted, or the client left before we took it.
             Err(e)
@@ -507,7 +535,15 @@ fn accept_loop(listener: Listener, woken: UnixStream, shared: Arc<Shared>) {
         // Hold the table lock across spawn so the thread's own removal of
         // its entry cannot run before the entry exists.
         let mut conns = lock(&shared.conns);
-        if conns.len() >= shared.limits.max_connections {
+        // At most a few handshakes per peer address (at most
+        // `max_connections` entries: counting them is cheap).
+        let peer_busy = peer.is_some_and(|ip| {
+            let negotiating = conns
+                .values()
+                .filter(|e| e.negotiating && e.peer == Some(ip));
+            negotiating.count() >= shared.limits.max_handshakes_per_peer
+        });
+        if conns.len() >= shared.limits.max_connections || peer_busy {
             // Closed before the greeting: the client sees EOF at once and
             // costs no thread. Counted, not logged (a flood would fill it).
             shared.refused.fetch_add(1, Ordering::Relaxed);
@@ -536,6 +572,8 @@ fn accept_loop(listener: Listener, woken: UnixStream, shared: Arc<Shared>) {
                 session: ctl,
                 raw: None,
                 thread: Some(h),
+                peer,
+                negotiating: true,
             };
             conns.insert(id, entry);
         }
@@ -600,6 +638,11 @@ fn serve_session(
             }
         }
     };
+    // The peer is through the option phase (authenticated, if TLS is
+    // required): it no longer counts against its address's handshakes.
+    if let Some(e) = lock(&shared.conns).get_mut(&id) {
+        e.negotiating = false;
+    }
     // Transmission: idle clients may wait as long as they like. Replies
     // leave through the connection's own path (`Conn::reply` and its
     // writer thread), never blocking the engine thread that completed them.

@@ -57,7 +57,8 @@ pub enum TlsMode {
     /// No TLS: `NBD_OPT_STARTTLS` is refused.
     #[default]
     Off,
-    /// TLS offered; plaintext clients are still served.
+    /// TLS offered; plaintext clients are still served (so it keeps no
+    /// stranger out: the daemon refuses it over TCP).
     On,
     /// TLS required before any option but `STARTTLS` and `ABORT`.
     Require,
@@ -113,7 +114,9 @@ impl TlsConfig {
     /// X.509 credentials from `dir` in the qemu/nbdkit layout:
     /// `server-cert.pem` (the chain), `server-key.pem`, and with
     /// `verify_peer` `ca-cert.pem`, against which clients must present a
-    /// certificate.
+    /// certificate. Without `verify_peer` any client that completes the
+    /// handshake is served: the certificate only proves the server to the
+    /// client (the daemon turns `verify_peer` on for TCP by default).
     pub fn x509(mode: TlsMode, dir: &Path, verify_peer: bool) -> Result<Self, Error> {
         let setup = |what: &str, e: openssl::error::ErrorStack| {
             Error::TlsSetup(format!("{what} in {}: {e}", dir.display()))

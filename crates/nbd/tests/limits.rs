@@ -7,7 +7,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::{closed, eventually, read_request, Fixture};
+use common::{closed, eventually, greeted_from, negotiate, read_request, Fixture};
 use nbd::proto;
 use nbd::Limits;
 use ucrypt_nbd as nbd;
@@ -18,6 +18,50 @@ fn default_limits_are_bounded() {
     assert!(l.max_connections <= 64, "{l:?}");
     assert!(l.handshake_timeout <= Duration::from_secs(60), "{l:?}");
     assert!(l.max_inflight_bytes <= 64 << 20, "{l:?}");
+    assert!(
+        l.max_handshakes_per_peer < l.max_connections / 2,
+        "one peer may hold half the slots: {l:?}"
+    );
+}
+
+#[test]
+fn one_peer_address_holds_at_most_its_share_of_handshakes() {
+    let f = Fixture::tcp(Limits {
+        max_handshakes_per_peer: 2,
+        ..Limits::default()
+    });
+    let to = f.tcp_addr();
+    // 127.0.0.2 stalls in the option phase: two connections are greeted,
+    // the third is closed at once.
+    let a = greeted_from([127, 0, 0, 2], to).expect("first stalled handshake");
+    let _b = greeted_from([127, 0, 0, 2], to).expect("second stalled handshake");
+    assert!(
+        greeted_from([127, 0, 0, 2], to).is_none(),
+        "a third handshake from 127.0.0.2 was served"
+    );
+    assert_eq!(f.stats().refused, 1);
+    // Another address is served meanwhile, and a client in transmission
+    // no longer counts against its address: 127.0.0.1 still gets two
+    // handshakes besides it.
+    let mut c = greeted_from([127, 0, 0, 1], to).expect("127.0.0.1 served");
+    negotiate(&mut c);
+    let _d = greeted_from([127, 0, 0, 1], to).expect("127.0.0.1's first handshake");
+    // (The server marks `c` past its option phase just after sending the
+    // reply `negotiate` waited for: retry until it has.)
+    let mut e = None;
+    assert!(
+        eventually(|| {
+            e = greeted_from([127, 0, 0, 1], to);
+            e.is_some()
+        }),
+        "127.0.0.1's second handshake was refused: its client in transmission still counts"
+    );
+    // A stalled handshake that ends frees its address's slot.
+    drop(a);
+    assert!(
+        eventually(|| greeted_from([127, 0, 0, 2], to).is_some()),
+        "127.0.0.2 got no slot back after one of its connections left"
+    );
 }
 
 #[test]

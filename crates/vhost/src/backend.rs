@@ -15,6 +15,13 @@
 //! so do requests of [`COALESCE_BELOW`] or more: they take long enough
 //! (1M: ~100 µs) that an interrupt each costs little and lets the guest
 //! refill its queue while the batch goes on.
+//!
+//! A chain's payload counts against the server's in-flight cap
+//! ([`request::MAX_INFLIGHT_BYTES`], the [`crate::stats::Budget`]) before
+//! anything is allocated for it: past the cap the queue thread signals
+//! what its batch completed so far and waits, starting no more chains,
+//! until completions on engine threads give room back. No chain is
+//! dropped or failed for it; the guest just sees its queue drain slower.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,10 +164,19 @@ impl Conn {
                 }
             };
             let mut left = chains.len();
+            let budget = &self.dev.shared.inflight;
             for chain in chains {
                 left -= 1;
-                let p = request::parse(chain, &mem, &ctx);
-                self.start(qi, vring, &mem, p, left);
+                let mut p = request::parse(chain, &mem, &ctx);
+                let held = p.payload();
+                if !budget.try_take(held) {
+                    // Room comes from completions on engine threads; the
+                    // guest hears of this batch's finished requests first.
+                    batch.flush();
+                    budget.take(held);
+                }
+                p.load(&mem);
+                self.start(qi, vring, &mem, p, left, held);
             }
             batch.flush();
             if !event_idx {
@@ -173,56 +189,70 @@ impl Conn {
         }
     }
 
-    /// Starts one parsed chain; `left`: chains of this batch still to
-    /// start after it.
-    fn start(&self, qi: usize, vring: &Vring, mem: &Arc<Mem>, mut p: Parsed, left: usize) {
+    /// Starts one parsed (and loaded) chain; `left`: chains of this batch
+    /// still to start after it; `held`: its payload bytes taken from the
+    /// in-flight budget, given back once it is answered.
+    fn start(
+        &self,
+        qi: usize,
+        vring: &Vring,
+        mem: &Arc<Mem>,
+        mut p: Parsed,
+        left: usize,
+        held: u64,
+    ) {
         let counters = self.dev.shared.queue(qi);
         let key = (self.id, qi);
         counters.started(p.kind);
         let action = std::mem::replace(&mut p.action, Action::Reply(0, Vec::new()));
-        match action {
-            Action::Reply(status, data) => {
+        let req = match action {
+            Action::Engine(req) => req,
+            answer => {
+                // `load` turned every write into a request or a reply.
+                let (status, data) = match answer {
+                    Action::Reply(status, data) => (status, data),
+                    _ => (request::S_IOERR, Vec::new()),
+                };
                 let used = request::answer(mem, &p, status, &data);
                 counters.finished(p.kind, status, 0);
+                self.dev.shared.inflight.give(held);
                 complete(vring, p.head, used, key, 0);
                 counters.done();
+                return;
             }
-            Action::Engine(req) => {
-                let bytes = match &req.op {
-                    datapath::Op::Write { data } => data.len() as u64,
-                    datapath::Op::Read { len } => u64::from(*len),
-                    _ => 0,
-                };
-                // Tell the engine what it cannot see: the guest's queue
-                // (requests of this queue in flight besides this one, and
-                // the rest of this batch), so adaptive hands a large request
-                // to a helper and this thread goes on with the next chain.
-                let behind = counters.in_flight().saturating_sub(1) + left as u64;
-                let hint = Hint {
-                    behind: behind.min(u64::from(u32::MAX)) as u32,
-                    // Nothing held for a batch: this thread never calls
-                    // `Engine::unplug` before it waits for the next kick.
-                    ready: 0,
-                };
-                let vring = vring.clone();
-                let mem = Arc::clone(mem);
-                let shared = Arc::clone(&self.dev.shared);
-                self.dev.engine.submit_hinted(req, hint, move |c| {
-                    let status = request::status_of(&c);
-                    let data = match c {
-                        Ok(Some(d)) => d,
-                        _ => Vec::new(),
-                    };
-                    let used = request::answer(&mem, &p, status, &data);
-                    // The read buffer serves the next request.
-                    datapath::bufpool::give(data);
-                    let counters = shared.queue(qi);
-                    counters.finished(p.kind, status, bytes);
-                    complete(&vring, p.head, used, key, bytes);
-                    counters.done();
-                });
-            }
-        }
+        };
+        let bytes = held;
+        // Tell the engine what it cannot see: the guest's queue (requests
+        // of this queue in flight besides this one, and the rest of this
+        // batch), so adaptive hands a large request to a helper and this
+        // thread goes on with the next chain.
+        let behind = counters.in_flight().saturating_sub(1) + left as u64;
+        let hint = Hint {
+            behind: behind.min(u64::from(u32::MAX)) as u32,
+            // Nothing held for a batch: this thread never calls
+            // `Engine::unplug` before it waits for the next kick.
+            ready: 0,
+        };
+        let vring = vring.clone();
+        let mem = Arc::clone(mem);
+        let shared = Arc::clone(&self.dev.shared);
+        self.dev.engine.submit_hinted(req, hint, move |c| {
+            let status = request::status_of(&c);
+            let data = match c {
+                Ok(Some(d)) => d,
+                _ => Vec::new(),
+            };
+            let used = request::answer(&mem, &p, status, &data);
+            // The read buffer serves the next request.
+            datapath::bufpool::give(data);
+            let counters = shared.queue(qi);
+            counters.finished(p.kind, status, bytes);
+            // The request's buffers are gone (or pooled): room for the
+            // next chain.
+            shared.inflight.give(bytes);
+            complete(&vring, p.head, used, key, bytes);
+            counters.done();
+        });
     }
 }
 

@@ -34,6 +34,12 @@
 //! the serial given in [`Options::serial`] (the daemon passes the LUKS
 //! UUID; virtio-blk IDs are 20 bytes, so it is cut there).
 //!
+//! A guest cannot make the daemon hold more than
+//! [`request::MAX_INFLIGHT_BYTES`] of request payloads (plus the buffer
+//! pool's): a chain's buffer is allocated only once it fits under that
+//! cap, and past it the queue threads wait for completions ([`Stats`]
+//! shows the bytes in flight and their peak).
+//!
 //! Failed requests are answered through the engine's one typed error
 //! ([`datapath::Error::errno`]): "not supported" becomes
 //! `VIRTIO_BLK_S_UNSUPP`, anything else `VIRTIO_BLK_S_IOERR`.

@@ -7,6 +7,13 @@
 //! through vm-memory's bounds-checked calls: a hostile chain gets
 //! `VIRTIO_BLK_S_IOERR` (or no status at all when it has no writable byte
 //! to put one in), never an access outside guest memory.
+//!
+//! Parsing allocates nothing for a request's payload: a write is copied
+//! out of guest memory only by [`Parsed::load`], which the queue thread
+//! calls once the request's [`Parsed::payload`] fits in the server's
+//! in-flight cap ([`MAX_INFLIGHT_BYTES`]). A guest that queues many
+//! maximum-size chains makes the daemon hold at most that much (plus the
+//! buffer pool's), not one payload per chain.
 
 use datapath::{Completion, Op, Request, MAX_REQUEST_BYTES};
 use virtio_bindings::virtio_blk::{
@@ -22,6 +29,15 @@ pub type Mem = GuestMemoryMmap<()>;
 
 /// `struct virtio_blk_outhdr`: type, reserved, sector.
 pub const HEADER_LEN: usize = 16;
+
+/// Payload bytes (read buffers and write payloads) the requests of a
+/// server's connection may hold at once. Beyond it the queue threads stop
+/// starting chains until completions give room back, as NBD stops reading
+/// a connection past `nbd::Limits::max_inflight_bytes` (32 MiB there, per
+/// connection of up to 16; one hypervisor connection here, with several
+/// queues). 64 MiB: two maximum-size requests, or 1 MiB requests at a
+/// queue depth of 64; a request larger than the cap runs alone.
+pub const MAX_INFLIGHT_BYTES: u64 = 64 << 20;
 /// `struct virtio_blk_discard_write_zeroes`: sector, num_sectors, flags.
 const RANGE_LEN: usize = 16;
 
@@ -69,6 +85,17 @@ pub enum Kind {
 pub enum Action {
     /// Submit this request to the engine.
     Engine(Request),
+    /// A write whose `len` payload bytes are still in guest memory (after
+    /// the header, in [`Parsed::input`]): [`Parsed::load`] copies them
+    /// and makes this an [`Action::Engine`].
+    Write {
+        /// Byte offset on the device.
+        offset: u64,
+        /// Payload length.
+        len: u64,
+        /// Write-through cache: the write is FUA.
+        fua: bool,
+    },
     /// Answer at once with this status and data (GET_ID, refusals).
     Reply(u8, Vec<u8>),
 }
@@ -85,8 +112,54 @@ pub struct Parsed {
     pub status: Option<GuestAddress>,
     /// Device-writable data buffers (reads and GET_ID land here).
     pub out: Vec<Seg>,
+    /// Device-readable buffers, header included (a write's payload comes
+    /// from here); empty unless the action is [`Action::Write`].
+    pub input: Vec<Seg>,
     /// What to do.
     pub action: Action,
+}
+
+impl Parsed {
+    /// Payload bytes the request makes the device hold until it completes:
+    /// a read's buffer or a write's data; 0 for the rest.
+    pub fn payload(&self) -> u64 {
+        match &self.action {
+            Action::Write { len, .. } => *len,
+            Action::Engine(Request {
+                op: Op::Read { len },
+                ..
+            }) => u64::from(*len),
+            Action::Engine(Request {
+                op: Op::Write { data },
+                ..
+            }) => data.len() as u64,
+            _ => 0,
+        }
+    }
+
+    /// Copies an [`Action::Write`]'s payload out of guest memory (into a
+    /// pooled buffer) and makes it an [`Action::Engine`]; a copy guest
+    /// memory refuses becomes an IOERR reply. Call it once the request's
+    /// [`Parsed::payload`] has been admitted; other actions are left as
+    /// they are.
+    pub fn load(&mut self, mem: &Mem) {
+        let Action::Write { offset, len, fua } = self.action else {
+            return;
+        };
+        let input = std::mem::take(&mut self.input);
+        // A pooled buffer: `gather` overwrites all of it or fails (then
+        // it is dropped, never submitted).
+        let mut data = datapath::bufpool::take(len as usize);
+        self.action = if gather(mem, &input, HEADER_LEN, &mut data) {
+            Action::Engine(Request {
+                op: Op::Write { data },
+                offset,
+                fua,
+            })
+        } else {
+            Action::Reply(S_IOERR, Vec::new())
+        };
+    }
 }
 
 /// Per-device facts a request needs.
@@ -205,6 +278,7 @@ where
         kind: Kind::Malformed,
         status,
         out,
+        input: Vec::new(),
         action: Action::Reply(S_IOERR, Vec::new()),
     };
     let Segments {
@@ -246,6 +320,7 @@ where
         kind,
         status: Some(status_addr),
         out: writable.clone(),
+        input: Vec::new(),
         action,
     };
     let ioerr = |kind| parsed(kind, Action::Reply(S_IOERR, Vec::new()));
@@ -272,18 +347,17 @@ where
             if in_len > MAX_REQUEST_BYTES {
                 return ioerr(Kind::Write);
             }
-            // A pooled buffer: `gather` overwrites all of it or fails (then
-            // it is dropped, never submitted).
-            let mut data = datapath::bufpool::take(in_len as usize);
-            if !gather(mem, &readable, HEADER_LEN, &mut data) {
-                return ioerr(Kind::Write);
-            }
-            let req = Request {
-                op: Op::Write { data },
+            // The payload stays in guest memory until admitted
+            // (`Parsed::load`).
+            let action = Action::Write {
                 offset,
+                len: in_len,
                 fua: ctx.write_through,
             };
-            parsed(Kind::Write, Action::Engine(req))
+            Parsed {
+                input: readable,
+                ..parsed(Kind::Write, action)
+            }
         }
         VIRTIO_BLK_T_FLUSH => {
             let req = Request {

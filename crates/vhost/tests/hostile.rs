@@ -79,6 +79,8 @@ fn run(mem: &Mem, engine: &Engine, descs: &[RawDescriptor]) -> (Kind, u32, u8) {
     let q = MockSplitQueue::new(mem, 16);
     let chain = q.build_desc_chain(descs).unwrap();
     let mut p = request::parse(chain, mem, &ctx());
+    // The server admits the payload first; here nothing else is in flight.
+    p.load(mem);
     let (status, data) = match std::mem::replace(&mut p.action, Action::Reply(0, Vec::new())) {
         Action::Reply(s, d) => (s, d),
         Action::Engine(req) => {
@@ -87,6 +89,7 @@ fn run(mem: &Mem, engine: &Engine, descs: &[RawDescriptor]) -> (Kind, u32, u8) {
             let c = rx.recv().unwrap();
             (request::status_of(&c), c.ok().flatten().unwrap_or_default())
         }
+        Action::Write { .. } => unreachable!("load makes a write a request or a reply"),
     };
     let used = request::answer(mem, &p, status, &data);
     (

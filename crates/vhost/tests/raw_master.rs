@@ -10,30 +10,22 @@
 //! The same master checks interrupt coalescing: a batch of requests that
 //! complete on their queue's thread raises one interrupt, not one each.
 
-use std::fs::File;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backend::MemBackend;
 use datapath::{CryptMode, Engine, EngineConfig, Volume};
 use ucrypt_vhost::{Options, Server};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vhost::VhostBackend;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
-use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
-use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
-use virtio_queue::desc::{split::Descriptor, RawDescriptor};
-use virtio_queue::mock::MockSplitQueue;
-use vm_memory::{Address, Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
-type Mem = GuestMemoryMmap<()>;
+mod common;
+use common::master::{self, Mem, RINGS};
 
 const MEM_SIZE: usize = 4 << 20;
 const QSIZE: u16 = 16;
-/// Rings of queue `q` start at `q * RINGS`.
-const RINGS: u64 = 0x1_0000;
 const HDR: u64 = 0x10_0000;
 const DATA: u64 = 0x10_1000;
 const STATUS: u64 = 0x12_0000;
@@ -56,110 +48,33 @@ fn serve(dir: &testutil::TempDir, mode: CryptMode) -> (Server, Arc<Engine>) {
     (Server::start(Arc::clone(&engine), &opts).unwrap(), engine)
 }
 
-/// Shared guest memory: a file both sides map.
 fn guest_memory(dir: &testutil::TempDir) -> Mem {
-    let f = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dir.join("guest.mem"))
-        .unwrap();
-    f.set_len(MEM_SIZE as u64).unwrap();
-    GuestMemoryMmap::from_ranges_with_files(&[(
-        GuestAddress(0),
-        MEM_SIZE,
-        Some(FileOffset::new(f, 0)),
-    )])
-    .unwrap()
+    master::guest_memory(&dir.join("guest.mem"), MEM_SIZE)
 }
 
-/// A connected master with REPLY_ACK on and the memory table sent.
-fn connect(sock: &std::path::Path, mem: &Mem) -> Frontend {
-    // Tell the master there are 8 queues, so that it does not refuse the
-    // bad index itself before the server sees it.
-    let mut m = Frontend::connect(sock, 8).unwrap();
-    m.set_owner().unwrap();
-    let offered = m.get_features().unwrap();
-    let want = (1u64 << VIRTIO_F_VERSION_1) | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
-    assert_eq!(offered & want, want);
-    m.set_features(want).unwrap();
-    let pf = m.get_protocol_features().unwrap();
-    assert!(pf.contains(VhostUserProtocolFeatures::REPLY_ACK));
-    m.set_protocol_features(
-        VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::MQ
-            | VhostUserProtocolFeatures::CONFIG,
-    )
-    .unwrap();
-    m.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
-    let regions: Vec<_> = mem
-        .iter()
-        .map(|r| VhostUserMemoryRegionInfo::from_guest_region(r).unwrap())
-        .collect();
-    m.set_mem_table(&regions).unwrap();
-    m
+/// A connected master. It is told there are 8 queues, so that it does not
+/// refuse the bad index itself before the server sees it.
+fn connect(sock: &std::path::Path, mem: &Mem) -> vhost::vhost_user::Frontend {
+    master::connect(sock, mem, 8)
 }
 
-/// The master's virtual address of guest address `gpa`.
-fn va(mem: &Mem, gpa: u64) -> u64 {
-    mem.get_host_address(GuestAddress(gpa)).unwrap() as u64
-}
-
-/// Sets up queue `q` with fresh eventfds; returns (kick, call).
-fn start_queue(m: &mut Frontend, mem: &Mem, q: usize) -> (EventFd, EventFd) {
-    let mq = MockSplitQueue::create(mem, GuestAddress(q as u64 * RINGS), QSIZE);
-    let cfg = VringConfigData {
-        queue_max_size: QSIZE,
-        queue_size: QSIZE,
-        flags: 0,
-        desc_table_addr: va(mem, mq.desc_table_addr().0),
-        used_ring_addr: va(mem, mq.used_addr().0),
-        avail_ring_addr: va(mem, mq.avail_addr().0),
-        log_addr: None,
-    };
-    let kick = EventFd::new(0).unwrap();
-    let call = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-    m.set_vring_num(q, QSIZE).unwrap();
-    m.set_vring_addr(q, &cfg).unwrap();
-    m.set_vring_base(q, 0).unwrap();
-    m.set_vring_call(q, &call).unwrap();
-    m.set_vring_kick(q, &kick).unwrap();
-    m.set_vring_enable(q, true).unwrap();
+fn start_queue(m: &mut vhost::vhost_user::Frontend, mem: &Mem, q: usize) -> (EventFd, EventFd) {
+    let (_ring, kick, call) = master::start_queue(m, mem, q, QSIZE);
     (kick, call)
 }
 
 /// Puts one request (header, data, status) on queue `q`, kicks, and
 /// waits (generously) for the used ring to move; returns the status.
 fn request(mem: &Mem, q: usize, kick: &EventFd, typ: u32, sector: u64, len: u32) -> u8 {
-    let mq = MockSplitQueue::create(mem, GuestAddress(q as u64 * RINGS), QSIZE);
-    let mut h = [0u8; 16];
-    h[..4].copy_from_slice(&typ.to_le_bytes());
-    h[8..].copy_from_slice(&sector.to_le_bytes());
-    mem.write_slice(&h, GuestAddress(HDR)).unwrap();
+    let ring = master::ring(q, QSIZE);
+    master::header(mem, HDR, typ, sector);
     mem.write_obj(0xEEu8, GuestAddress(STATUS)).unwrap();
-    let data_flags = if typ == VIRTIO_BLK_T_IN {
-        VRING_DESC_F_WRITE
-    } else {
-        0
-    };
-    let next = VRING_DESC_F_NEXT as u16;
-    let descs = [
-        RawDescriptor::from(Descriptor::new(HDR, 16, next, 1)),
-        RawDescriptor::from(Descriptor::new(DATA, len, data_flags as u16 | next, 2)),
-        RawDescriptor::from(Descriptor::new(STATUS, 1, VRING_DESC_F_WRITE as u16, 0)),
-    ];
-    let used_before: u16 = mem.read_obj(mq.used_addr().unchecked_add(2)).unwrap();
-    // The avail ring's index is the mock's: it starts from what is in
-    // guest memory, so successive requests append.
-    mq.add_desc_chains(&descs, 0).unwrap();
+    let descs = master::chain(0, HDR, DATA, len, typ == VIRTIO_BLK_T_IN, STATUS);
+    let used_before = ring.used_index(mem);
+    ring.add_chains(mem, &descs, 0);
     kick.write(1).unwrap();
     let t0 = Instant::now();
-    loop {
-        let used: u16 = mem.read_obj(mq.used_addr().unchecked_add(2)).unwrap();
-        if used != used_before {
-            break;
-        }
+    while ring.used_index(mem) == used_before {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "queue {q}: no completion"
@@ -229,35 +144,27 @@ fn batch_interrupts(len: u32, expected: u64) -> u64 {
     let mem = guest_memory(&dir);
     let mut m = connect(server.socket(), &mem);
     let (kick, call) = start_queue(&mut m, &mem, 0);
-    let mq = MockSplitQueue::create(&mem, GuestAddress(0), QSIZE);
-    let next = VRING_DESC_F_NEXT as u16;
-    let write = VRING_DESC_F_WRITE as u16;
+    let ring = master::ring(0, QSIZE);
     let mut descs = Vec::new();
     for i in 0..N {
         let (hdr, status) = (HDR + u64::from(i) * 16, STATUS + u64::from(i));
-        let mut h = [0u8; 16];
-        h[..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
-        h[8..].copy_from_slice(&(u64::from(i) * u64::from(len) / 512).to_le_bytes());
-        mem.write_slice(&h, GuestAddress(hdr)).unwrap();
+        master::header(
+            &mem,
+            hdr,
+            VIRTIO_BLK_T_IN,
+            u64::from(i) * u64::from(len) / 512,
+        );
         mem.write_obj(0xEEu8, GuestAddress(status)).unwrap();
-        let (d, data) = (3 * i, BATCH_DATA + u64::from(i) * u64::from(len));
-        descs.extend([
-            RawDescriptor::from(Descriptor::new(hdr, 16, next, d + 1)),
-            RawDescriptor::from(Descriptor::new(data, len, write | next, d + 2)),
-            RawDescriptor::from(Descriptor::new(status, 1, write, 0)),
-        ]);
+        let data = BATCH_DATA + u64::from(i) * u64::from(len);
+        descs.extend(master::chain(3 * i, hdr, data, len, true, status));
     }
-    mq.add_desc_chains(&descs, 0).unwrap();
+    ring.add_chains(&mem, &descs, 0);
     kick.write(1).unwrap();
     let t0 = Instant::now();
-    while mem
-        .read_obj::<u16>(mq.used_addr().unchecked_add(2))
-        .unwrap()
-        != N
-    {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no completion");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert!(
+        ring.wait_used(&mem, N, Duration::from_secs(30)),
+        "no completion"
+    );
     for i in 0..N {
         let s: u8 = mem.read_obj(GuestAddress(STATUS + u64::from(i))).unwrap();
         assert_eq!(s, 0, "request {i} failed");

@@ -256,7 +256,7 @@ fn open(a: OpenArgs) -> CmdResult {
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
-    if let Some(warning) = opts.tls.plaintext_warning(&opts.export) {
+    if let Some(warning) = opts.tls.tcp_warning(&opts.export) {
         eprintln!("{warning}");
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);

@@ -82,14 +82,22 @@ fn start_nbd(
     name: &str,
     cfg: &EngineConfig,
     ep: nbd::Endpoint,
-    tls: &TlsSpec,
+    spec: &TlsSpec,
 ) -> Result<(Frontend, ExportKind, String)> {
-    let tls = tls.load()?;
+    let tls = spec.load()?;
     if let (nbd::Endpoint::Tcp(a), nbd::TlsMode::Off) = (&ep, tls.mode()) {
         eprintln!(
             "ucrypt: warning: NBD over TCP is unencrypted on the wire: anyone who can reach {a} can read and \
              write the decrypted device (prefer the default unix socket, or tunnel it)"
         );
+    }
+    if let (nbd::Endpoint::Tcp(a), false) = (&ep, spec.verify_peer) {
+        if spec.certificates.is_some() && tls.mode() != nbd::TlsMode::Off {
+            eprintln!(
+                "ucrypt: warning: NBD over TCP with --tls-verify-peer=no serves any client that \
+                 completes TLS: anyone who can reach {a} can read and write the decrypted device"
+            );
+        }
     }
     let export = nbd::ExportConfig {
         name: name.to_owned(),

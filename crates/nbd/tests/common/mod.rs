@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use ucrypt_nbd as nbd;
 /// Size of the test volume.
 pub const SIZE: u64 = 64 << 20;
 
-/// A server on a fresh unix socket, shut down on drop.
+/// A server on a fresh unix socket (or on 127.0.0.1), shut down on drop.
 pub struct Fixture {
     pub dir: testutil::TempDir,
     pub path: PathBuf,
@@ -34,6 +35,24 @@ impl Fixture {
 
     /// An engine in `mode` over an encrypted ramdisk, served with `limits`.
     pub fn with(mode: CryptMode, limits: Limits) -> Self {
+        Self::serve(mode, limits, false)
+    }
+
+    /// Classic mode with `limits`, served on TCP at 127.0.0.1 (a port the
+    /// kernel picks: [`Fixture::tcp_addr`]).
+    pub fn tcp(limits: Limits) -> Self {
+        Self::serve(CryptMode::Classic, limits, true)
+    }
+
+    /// The TCP address of a [`Fixture::tcp`] server.
+    pub fn tcp_addr(&self) -> SocketAddr {
+        match self.server.as_ref().unwrap().endpoint() {
+            Endpoint::Tcp(a) => *a,
+            e => panic!("not a TCP fixture: {e:?}"),
+        }
+    }
+
+    fn serve(mode: CryptMode, limits: Limits, tcp: bool) -> Self {
         let dir = testutil::TempDir::new("nbd-test");
         let path = dir.join("nbd.sock");
         let mem = Arc::new(MemBackend::new(SIZE).unwrap());
@@ -72,8 +91,12 @@ impl Fixture {
             limits,
             ..ServerOptions::default()
         };
-        let server =
-            Server::start_with(engine, export, Endpoint::Unix(path.clone()), opts).unwrap();
+        let endpoint = if tcp {
+            Endpoint::Tcp("127.0.0.1:0".parse().unwrap())
+        } else {
+            Endpoint::Unix(path.clone())
+        };
+        let server = Server::start_with(engine, export, endpoint, opts).unwrap();
         Self {
             dir,
             path,
@@ -104,6 +127,41 @@ impl Fixture {
     /// A client through NBD_OPT_GO, in transmission.
     pub fn client(&self) -> UnixStream {
         let mut s = self.greeted().expect("greeting");
+        negotiate(&mut s);
+        s
+    }
+}
+
+/// A TCP connection to `to` from source address `from` (bound before
+/// connecting; any 127.0.0.0/8 address is loopback), greeted; `None` if
+/// the server closed it first.
+pub fn greeted_from(from: [u8; 4], to: SocketAddr) -> Option<TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let [a, b, c, d] = from;
+    bind(fd.as_raw_fd(), &SockaddrIn::new(a, b, c, d, 0)).unwrap();
+    let SocketAddr::V4(v4) = to else {
+        panic!("IPv4 only: {to}")
+    };
+    connect(fd.as_raw_fd(), &SockaddrIn::from(v4)).unwrap();
+    let mut s = TcpStream::from(fd);
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut hello = [0u8; 18];
+    s.read_exact(&mut hello).ok()?;
+    assert_eq!(&hello[..8], b"NBDMAGIC");
+    Some(s)
+}
+
+/// Takes a greeted client through NBD_OPT_GO into transmission.
+pub fn negotiate<S: Read + Write>(s: &mut S) {
+    {
         s.write_all(&(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES).to_be_bytes())
             .unwrap();
         let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
@@ -119,7 +177,7 @@ impl Fixture {
             let mut d = vec![0u8; len as usize];
             s.read_exact(&mut d).unwrap();
             if rep == proto::REP_ACK {
-                return s;
+                return;
             }
             assert_eq!(rep, proto::REP_INFO);
         }
