@@ -582,12 +582,12 @@ pub struct Argon2Found {
 const BENCH_MIN_MS: f64 = 250.0;
 /// Below this (ms) a run says little: grow 16-fold (`BENCH_MIN_MS_FAST`).
 const BENCH_MIN_MS_FAST: f64 = 10.0;
-/// Samples of a run in phase 1 (`BENCH_SAMPLES_FAST`).
+/// Samples of a run in phase 1 (`BENCH_SAMPLES_FAST`), and at most of an
+/// out-of-line run in phase 2.
 const SAMPLES: u32 = 3;
-/// Samples of a phase-2 run that is not too fast (one sample would do
-/// for cryptsetup): a candidate is kept or lowered only when two runs
-/// agree.
-const SAMPLES_CONFIRM: u32 = 2;
+/// A phase-2 run is out of line when it takes this much longer than the
+/// previous run predicts (costs scale linearly): it is measured again.
+const OUT_OF_LINE: f64 = 1.15;
 /// Runs a search measures at most (each bounded by the target time or
 /// 250 ms), so a clock that never settles still ends.
 const MAX_RUNS: u32 = 24;
@@ -597,10 +597,12 @@ const MAX_RUNS: u32 = 24;
 /// from the minimum until a run takes 250 ms; phase 2 estimates the
 /// target (`next_argon2_params`: up by memory first, down by time first)
 /// and measures each candidate until one lands within 95–110 % of
-/// `target_ms` or a limit is reached. A candidate run that is not too
-/// fast (it would be kept, or lower the cost) is measured twice and its
-/// shortest time kept: load on the machine only adds time, so one slow
-/// run can neither lower the cost nor pass a candidate that is too weak.
+/// `target_ms` or a limit is reached. A candidate run that is out of line
+/// (over 15 % slower than the previous run predicts) and not too fast (it
+/// would be kept, or lower the cost) is measured again, up to [`SAMPLES`]
+/// times, and its shortest time kept: load on the machine only adds time,
+/// so one slow run can neither lower the cost nor pass a candidate that
+/// is too weak.
 pub fn argon2_search(
     mut measure: impl FnMut(u32, u32) -> Result<f64>,
     target_ms: u32,
@@ -665,8 +667,13 @@ pub fn argon2_search(
         if done || (t, m) == last || runs >= MAX_RUNS {
             break;
         }
-        // Only a run below the band needs no second opinion.
-        ms = sample(t, m, SAMPLES_CONFIRM, atleast, &mut runs)?;
+        let scale = (f64::from(t) * f64::from(m)) / (f64::from(mt) * f64::from(mm));
+        let limit = ms * scale * OUT_OF_LINE;
+        ms = sample(t, m, 1, 0.0, &mut runs)?;
+        if ms > limit && ms >= atleast && runs < MAX_RUNS {
+            // Out of line: measured again, stopping at a run in line.
+            ms = ms.min(sample(t, m, SAMPLES - 1, limit, &mut runs)?);
+        }
         (mt, mm) = (t, m);
         if (atleast..=atmost).contains(&ms) {
             break;
