@@ -80,7 +80,7 @@ pub(crate) fn write_json_fragment<W: ?Sized + std::io::Write>(
 ) -> std::io::Result<()> {
     let mut rest = fragment;
     while let Some(i) = rest.find(|c: char| c.is_control()) {
-        w.write_all(rest[..i].as_bytes())?;
+        w.write_all(&rest.as_bytes()[..i])?;
         let c = rest[i..].chars().next().unwrap_or_default();
         write!(w, "\\u{:04x}", u32::from(c))?;
         rest = &rest[i + c.len_utf8()..];
@@ -408,5 +408,17 @@ mod tests {
         );
         assert_eq!(hex_lines(&[], "\t"), "");
         assert_eq!(b64_hex("!!", ""), "(invalid)");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert!(matches!(escape("aes-xts-plain64"), Cow::Borrowed(_)));
+        assert_eq!(escape("\x1b[2J\x07"), "\\x1b[2J\\x07");
+        assert_eq!(escape("a\u{7f}b\u{9b}c\td\n"), "a\\x7fb\\x9bc\\x09d\\x0a");
+        assert_eq!(escape("back\\slash"), "back\\\\slash");
+        assert_eq!(escape("ünïcode"), "ünïcode");
+        let mut out = Vec::new();
+        write_json_fragment(&mut out, "x\u{7f}y\u{85}z").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "x\\u007fy\\u0085z");
     }
 }

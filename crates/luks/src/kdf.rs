@@ -982,7 +982,8 @@ mod tests {
     #[test]
     fn noisy_measurements_do_not_weaken_the_choice() {
         let k = 2000.0 / (4.0 * 1048576.0);
-        let cases: [(&str, Box<dyn Fn(u32) -> f64>); 6] = [
+        type Noise = Box<dyn Fn(u32) -> f64>;
+        let cases: [(&str, Noise); 6] = [
             (
                 "first run 20x slow",
                 Box::new(|i| if i == 1 { 20.0 } else { 1.0 }),
