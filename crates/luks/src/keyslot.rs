@@ -73,7 +73,9 @@ pub fn digest(hash: Hash, volume_key: &[u8], salt: &[u8], iterations: u32, len: 
     out
 }
 
-/// Constant-time digest check.
+/// Constant-time digest check. A digest shorter than
+/// [`MIN_DIGEST_LEN`](crate::luks2::json::MIN_DIGEST_LEN) never matches
+/// (headers with one are refused at load; this keeps it so for any caller).
 pub fn digest_matches(
     hash: Hash,
     volume_key: &[u8],
@@ -81,6 +83,9 @@ pub fn digest_matches(
     iterations: u32,
     expected: &[u8],
 ) -> bool {
+    if expected.len() < crate::luks2::json::MIN_DIGEST_LEN {
+        return false;
+    }
     let got = digest(hash, volume_key, salt, iterations, expected.len());
     bool::from(got.ct_eq(expected))
 }

@@ -13,11 +13,13 @@
 //! On-disk structures are parsed from bytes through a bounds-checked cursor
 //! and validated (offsets, sizes, JSON shape) before anything is allocated
 //! from them; [`internal::fuzzing`] feeds arbitrary bytes through the same
-//! path. A LUKS2 header loads exactly when cryptsetup 2.6's would: what
-//! cryptsetup leaves to activation (a keyslot's KDF kind and costs, the
-//! data area against the device, segments ucrypt cannot map) is checked at
-//! unlock, before any key derivation, and fails only that keyslot or the
-//! mapping. The code is hand-written from the LUKS1 and LUKS2 on-disk
+//! path. A LUKS2 header loads when cryptsetup 2.6's would, except where
+//! ucrypt is stricter on purpose (a digest under 20 bytes, KDF costs
+//! beyond cryptsetup's own limits; `luks2/json/check.rs` lists every check
+//! and its reason): what cryptsetup leaves to activation (a keyslot's KDF
+//! kind, the data area against the device, segments ucrypt cannot map) is
+//! checked at unlock, before any key derivation, and fails only that
+//! keyslot or the mapping. The code is hand-written from the LUKS1 and LUKS2 on-disk
 //! format specifications; interop tests against cryptsetup, and
 //! cryptsetup's own LUKS2 validation suite, check it.
 // Unsafe only in `passphrase/tty/signals.rs` (sigaction), which allows it.

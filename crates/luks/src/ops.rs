@@ -118,10 +118,19 @@ pub struct KdfChoice {
 
 impl KdfChoice {
     /// The request for a LUKS`version` keyslot.
+    /// `--pbkdf-memory` or `--pbkdf-parallel` with pbkdf2 is refused, as
+    /// cryptsetup's `verify_pbkdf_params` does; the other limits are
+    /// [`KdfRequest::calibrate`]'s.
     pub fn request(&self, version: u32) -> Result<KdfRequest> {
         let default_kind = if version == 1 { "pbkdf2" } else { "argon2id" };
+        let kind = self.pbkdf.clone().unwrap_or_else(|| default_kind.into());
+        if kind == "pbkdf2" && (self.memory_kib.is_some() || self.parallel.is_some()) {
+            return Err(invalid(
+                "PBKDF max memory or parallel threads must not be set with pbkdf2.",
+            ));
+        }
         Ok(KdfRequest {
-            kind: self.pbkdf.clone().unwrap_or_else(|| default_kind.into()),
+            kind,
             hash: Hash::parse(&self.hash)?,
             iter_time_ms: self.iter_time_ms,
             force_iterations: self.force_iterations,

@@ -166,8 +166,19 @@ impl Summary {
     /// Pretty JSON text with a trailing newline.
     pub fn to_json(&self) -> String {
         // Invariant: plain strings, numbers and lists always serialize.
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
-        s.push('\n');
-        s
+        let s = serde_json::to_string_pretty(self).unwrap_or_default();
+        // serde_json escapes C0 controls; DEL and C1 (which only strings
+        // can hold) are escaped here, so no header string reaches a
+        // terminal raw.
+        let mut out = String::with_capacity(s.len() + 1);
+        for c in s.chars() {
+            if c.is_control() && !c.is_ascii_whitespace() {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            } else {
+                out.push(c);
+            }
+        }
+        out.push('\n');
+        out
     }
 }

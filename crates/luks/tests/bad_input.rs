@@ -213,6 +213,26 @@ fn lying_json_is_refused() {
             ErrorKind::Corrupt,
         ),
         (
+            "digest cut to one byte",
+            Box::new(|v| v["digests"]["0"]["digest"] = "AA==".into()),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "argon2 time cost below cryptsetup's minimum",
+            Box::new(|v| {
+                v["keyslots"]["0"]["kdf"] = serde_json::json!({
+                    "type": "argon2id", "time": 1, "memory": 1024, "cpus": 1,
+                    "salt": v["keyslots"]["0"]["kdf"]["salt"].clone()
+                })
+            }),
+            ErrorKind::Corrupt,
+        ),
+        (
+            "pbkdf2 below 1000 iterations",
+            Box::new(|v| v["keyslots"]["0"]["kdf"]["iterations"] = 999.into()),
+            ErrorKind::Corrupt,
+        ),
+        (
             "digest names ghost slot",
             Box::new(|v| v["digests"]["0"]["keyslots"] = serde_json::json!(["7"])),
             ErrorKind::Corrupt,
@@ -445,4 +465,51 @@ fn a_header_write_waits_for_the_metadata_lock() {
     assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok("written"));
     writer.join().unwrap();
     assert_ne!(digest(&img), before);
+}
+
+#[test]
+fn header_strings_reach_the_dump_escaped() {
+    let dir = TempDir::new("luks-dump-escapes");
+    let p = dir.join("v.img");
+    std::fs::File::create(&p)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    let evil = "\x1b]0;x\x07\x1b[2J\u{9b}1m\u{7f}";
+    let opts = FormatOptions {
+        label: Some(evil.into()),
+        ..fast(2)
+    };
+    luks::format(&p, None, &opts, PASS).unwrap();
+    rewrite_json(&p, |v| {
+        v["tokens"]["0"] = serde_json::json!({"type": evil, "keyslots": ["0"]});
+    });
+    // The label loads as cryptsetup stores it; every form of the dump
+    // escapes it.
+    let vol = Volume::load(&p, None).unwrap();
+    let text = luks::dump::header_text(vol.header(), &p);
+    let json = luks::dump::json_text(vol.header()).unwrap();
+    let summary = luks::summary::Summary::of(vol.header()).to_json();
+    for t in [&text, &json, &summary] {
+        assert!(
+            !t.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{t:?}"
+        );
+    }
+    assert!(
+        text.contains("Label:         \t\\x1b]0;x\\x07\\x1b[2J\\x9b1m\\x7f"),
+        "{text}"
+    );
+    assert!(text.contains("  0: \\x1b]0;x"), "{text}");
+    assert!(json.contains("\\u001b[2J\\u009b1m\\u007f"), "{json}");
+    // The volume key's text lives in locked (or at least private) pages.
+    let opened = vol.unlock(PASS, None).unwrap();
+    let vk = luks::dump::volume_key_text(vol.header(), &opened, &p);
+    let s = vk.as_str().unwrap();
+    assert!(s.contains("MK dump:\t"), "{s}");
+    let hex: String = opened.volume_key[..4]
+        .iter()
+        .map(|b| format!("{b:02x} "))
+        .collect();
+    assert!(s.contains(&hex), "{s}");
 }

@@ -445,6 +445,16 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         key_slot: c.key_slot,
         batch: g.batch_mode,
     };
-    print!("{}", ops::dump(&req, &mut Terminal)?.as_str());
-    Ok(())
+    let text = ops::dump(&req, &mut Terminal)?;
+    write_unbuffered(&text)
+        .map_err(|e| crate::Failure::new(1, format!("Cannot write to standard output: {e}")))
+}
+
+/// Writes `bytes` to standard output through a duplicate of fd 1, past
+/// `Stdout`'s heap buffer (the volume key's text must not be copied there).
+fn write_unbuffered(bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    let _ = std::io::stdout().flush();
+    let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+    std::fs::File::from(fd).write_all(bytes)
 }

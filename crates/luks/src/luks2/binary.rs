@@ -70,11 +70,11 @@ impl BinHeader {
             )));
         }
         let seqid = r.u64()?;
-        let label = r.cstr(48, "label")?;
+        let label = text(r.take(48)?, "label")?;
         let checksum_alg = r.cstr(32, "checksum_alg")?;
         let salt = r.array()?;
         let uuid = r.cstr(40, "uuid")?;
-        let subsystem = r.cstr(48, "subsystem")?;
+        let subsystem = text(r.take(48)?, "subsystem")?;
         let hdr_offset = r.u64()?;
         r.take(184)?;
         r.take(64)?; // csum, checked by verify_checksum
@@ -140,6 +140,15 @@ pub fn checksum(area: &[u8]) -> [u8; 32] {
     h.update([0u8; 64]);
     h.update(&area[512..]);
     h.finalize().into()
+}
+
+/// The label or subsystem in a NUL-padded field: any text up to the first
+/// NUL, as cryptsetup stores what `--label` was given (control characters
+/// included: the luksDump text escapes them). Not UTF-8 is refused.
+fn text(raw: &[u8], field: &str) -> Result<String> {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8(raw[..len].to_vec())
+        .map_err(|_| corrupt(format!("LUKS2 header field {field} is not UTF-8 text")))
 }
 
 /// Writes the checksum into an assembled area.

@@ -25,6 +25,10 @@ pub const MAX_KEYSLOTS: u32 = 32;
 pub const MAX_KEY_SIZE: u32 = 128;
 /// Largest accepted salt or digest (bytes, decoded).
 pub const MAX_SALT: usize = 64;
+/// Shortest accepted volume key digest (bytes): LUKS1's fixed digest
+/// size, and what every cryptsetup writes at least (a 1-byte digest
+/// would let one wrong passphrase in 256 through).
+pub const MIN_DIGEST_LEN: usize = 20;
 
 /// The whole JSON object.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -396,16 +400,42 @@ mod tests {
             "\"type\":\"argon2id\",\"time\":4,\"memory\":4294967295,\"cpus\":4,\"salt\":\"bHr9",
             1,
         );
-        // KDF costs are the keyslot's business (as in cryptsetup): the
-        // header loads, the keyslot's KDF is refused before any use.
+        // KDF costs beyond cryptsetup's limits: no cryptsetup wrote them,
+        // the header is refused before any work.
         let zero = CRYPTSETUP_JSON.replacen(
             "\"iterations\":1000,\"salt\":\"bHr9",
             "\"iterations\":0,\"salt\":\"bHr9",
             1,
         );
         for j in [argon, zero] {
-            let m = Metadata::parse(&area(&j), 16384).unwrap();
-            assert!(m.keyslots["0"].kdf.kdf().is_err(), "{j}");
+            let e = Metadata::parse(&area(&j), 16384).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "{j}");
+            assert!(e.message().starts_with("LUKS2 keyslot 0: "), "{e}");
+        }
+        // An unknown KDF kind fails only its keyslot, at unlock.
+        let unknown = CRYPTSETUP_JSON.replacen(
+            "\"type\":\"pbkdf2\",\"hash\"",
+            "\"type\":\"scrypt\",\"hash\"",
+            1,
+        );
+        let m = Metadata::parse(&area(&unknown), 16384).unwrap();
+        assert_eq!(
+            m.keyslots["0"].kdf.kdf().unwrap_err().kind(),
+            ErrorKind::Unsupported
+        );
+        // Digests: at least 20 bytes (cryptsetup 2.6 loads one of 1 byte).
+        for (digest, ok) in [
+            ("AA==", false),
+            ("AAAAAAAAAAAAAAAAAAAAAAAAAA==", false),
+            ("AAAAAAAAAAAAAAAAAAAAAAAAAAA=", true),
+        ] {
+            let j =
+                CRYPTSETUP_JSON.replacen("E0GWC+jQe6weO8BTwusiu7F/ypdrjVz48CUndF9/wfk=", digest, 1);
+            let r = Metadata::parse(&area(&j), 16384);
+            assert_eq!(r.is_ok(), ok, "{digest}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.message().contains("at least 20 are needed"), "{e}");
+            }
         }
         let req = CRYPTSETUP_JSON.replacen(
             "\"keyslots_size\":\"16744448\"",

@@ -105,6 +105,12 @@ impl Header {
                     Err(pe)
                 } else if pe.kind() == ErrorKind::NotLuks && se.kind() == ErrorKind::NotLuks {
                     Err(pe)
+                } else if pe.kind() == se.kind() && pe.message() == se.message() {
+                    // One lie, written to both copies: say it once.
+                    Err(Error::new(
+                        pe.kind(),
+                        format!("Both LUKS2 header copies are unusable: {pe}"),
+                    ))
                 } else if pe.kind() == ErrorKind::NotLuks {
                     Err(Error::new(
                         se.kind(),

@@ -2,9 +2,9 @@
 //! JSON before anything reads it: which objects and fields must exist with
 //! which JSON types (non-empty strings, integers, arrays of strings),
 //! numbers-in-strings that are decimal, and segment ids without gaps with
-//! backup segments last. They decide whether the *header* loads; what a
-//! keyslot's KDF says (an unknown kind, a cost out of range) is left to
-//! unlock, which fails only that keyslot.
+//! backup segments last. They decide whether the *header* loads, with the
+//! value checks of `json/check.rs` (which lists them all); an unknown KDF
+//! kind is left to unlock, which fails only that keyslot.
 
 use serde_json::{Map, Value};
 

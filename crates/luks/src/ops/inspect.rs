@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use zeroize::Zeroizing;
+use crypto::Secret;
 
 use super::{load, probe, KeySource, Ui};
 use crate::error::invalid;
@@ -42,15 +42,16 @@ pub struct DumpRequest {
     pub batch: bool,
 }
 
-/// luksDump: the text to print on standard output (wiped on drop: it may
-/// hold the volume key).
-pub fn dump(req: &DumpRequest, ui: &mut dyn Ui) -> Result<Zeroizing<String>> {
+/// luksDump: the text to print on standard output, in locked pages wiped
+/// on drop (it may hold the volume key). Strings from the header are
+/// escaped ([`crate::dump::escape`]).
+pub fn dump(req: &DumpRequest, ui: &mut dyn Ui) -> Result<Secret> {
     let vol = load(&req.device, req.header.as_deref(), ui)?;
     let target = req.header.as_deref().unwrap_or(&req.device);
     match req.kind {
-        DumpKind::Summary => Ok(crate::summary::Summary::of(vol.header()).to_json().into()),
+        DumpKind::Summary => Ok(text(crate::summary::Summary::of(vol.header()).to_json())),
         DumpKind::JsonMetadata => crate::dump::json_text(vol.header())
-            .map(Zeroizing::new)
+            .map(text)
             .ok_or_else(|| invalid("Dump operation is not supported for this device type")),
         DumpKind::VolumeKey => {
             let q = "Header dump with volume key is sensitive information. Proceed?";
@@ -65,8 +66,13 @@ pub fn dump(req: &DumpRequest, ui: &mut dyn Ui) -> Result<Zeroizing<String>> {
                 .unlock(&prompt, |pass| vol.unlock(pass, req.key_slot))?;
             Ok(crate::dump::volume_key_text(vol.header(), &opened, target))
         }
-        DumpKind::Header => Ok(crate::dump::header_text(vol.header(), target).into()),
+        DumpKind::Header => Ok(text(crate::dump::header_text(vol.header(), target))),
     }
+}
+
+/// Text without key material, in the type the volume key's text has.
+fn text(s: String) -> Secret {
+    Secret::from_slice(s.as_bytes())
 }
 
 /// isLuks: succeeds if `device` starts with a LUKS header of `luks_type`

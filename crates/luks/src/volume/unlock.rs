@@ -12,6 +12,24 @@ use crate::keyslot::{self, material_len};
 use crate::luks2::json;
 use crate::Header;
 
+/// Prints, before an unlock of `slot`, that it will take long: its KDF
+/// (deriving `key_len` bytes) and the volume key digest (`digest_hash` at
+/// `digest_iterations`) together estimated above [`crate::kdf::NOTICE_SECS`].
+/// Ctrl-C ends the process during the derivation (SIGINT keeps its
+/// default action; nothing has been written).
+fn cost_notice(slot: u32, kdf: &Kdf, key_len: usize, digest_hash: Hash, digest_iterations: u32) {
+    let mut cost = kdf.estimate(key_len);
+    cost.secs += Kdf::Pbkdf2 {
+        hash: digest_hash,
+        iterations: digest_iterations,
+    }
+    .estimate(digest_hash.digest_len())
+    .secs;
+    if let Some(n) = cost.notice(slot) {
+        eprintln!("{n}");
+    }
+}
+
 impl Volume {
     /// Tries the passphrase on one slot: `Ok(None)` when it does not fit.
     fn try_slot(&self, f: &mut dyn Device, slot: u32, pass: &[u8]) -> Result<Option<Secret>> {
@@ -34,6 +52,13 @@ impl Volume {
                     iterations: s.iterations,
                 };
                 let cipher = h.cipher();
+                cost_notice(
+                    slot,
+                    &kdf,
+                    h.key_bytes as usize,
+                    h.hash,
+                    h.mk_digest_iterations,
+                );
                 let params = keyslot::SlotParams {
                     kdf,
                     salt: &s.salt,
@@ -69,8 +94,19 @@ impl Volume {
                 let mut mat = Secret::zeroed(material_len(ks.key_size as usize, ks.af.stripes));
                 read_exact_at(f, ks.area.offset, &mut mat)?;
                 let salt = json::b64_decode(&ks.kdf.salt, "keyslot salt")?;
+                // cryptsetup's luks2_keyslot_get_key: LUKS_SALTSIZE.
+                if salt.len() != crate::luks1::SALT_LEN {
+                    return Err(corrupt(format!(
+                        "Keyslot {slot} salt is {} bytes long (must be {})",
+                        salt.len(),
+                        crate::luks1::SALT_LEN
+                    )));
+                }
+                let kdf = ks.kdf.kdf()?;
+                let dhash = Hash::parse(&dg.hash)?;
+                cost_notice(slot, &kdf, ks.area.key_size as usize, dhash, dg.iterations);
                 let params = keyslot::SlotParams {
-                    kdf: ks.kdf.kdf()?,
+                    kdf,
                     salt: &salt,
                     cipher: &ks.area.encryption,
                     area_key_size: ks.area.key_size as usize,
@@ -79,7 +115,6 @@ impl Volume {
                     af_hash: Hash::parse(&ks.af.hash)?,
                 };
                 let vk = keyslot::open_material(pass, &params, &mut mat)?;
-                let dhash = Hash::parse(&dg.hash)?;
                 let dsalt = json::b64_decode(&dg.salt, "digest salt")?;
                 let ddig = json::b64_decode(&dg.digest, "digest")?;
                 let ok = keyslot::digest_matches(dhash, &vk, &dsalt, dg.iterations, &ddig);

@@ -1,7 +1,34 @@
 //! Parsing the LUKS2 JSON area into a [`Metadata`] and the checks that make
-//! it safe to act on (ids in range, areas inside the keyslots area and not
-//! overlapping, KDF costs within limits, digests pointing at existing
-//! objects), plus writing it back.
+//! it safe to act on, plus writing it back.
+//!
+//! What a LUKS2 header must satisfy to load, and the cryptsetup source
+//! each check mirrors (`lib/luks2/luks2_json_metadata.c` unless named;
+//! "further" marks where ucrypt is stricter, and why):
+//!
+//! | check | cryptsetup |
+//! |---|---|
+//! | binary header: magic, version 2, `hdr_size` one of the allowed sizes, checksum over the whole area, its offset matches where it was found | `luks2_disk_metadata.c` `hdr_checksum_check`, `hdr_read_disk` (in `binary.rs`, `mod.rs`) |
+//! | JSON: an object from the first byte, NUL-terminated, only NULs after it | `hdr_read_disk` / `LUKS2_hdr_validate` |
+//! | objects and field types (strings, decimal numbers in strings, string arrays), segment ids without gaps | `hdr_validate_json_size`, `hdr_validate_keyslots`, `hdr_validate_segments`, `hdr_validate_digests`, `hdr_validate_tokens` (in `shape.rs`) |
+//! | mandatory requirements unknown to ucrypt refuse the header | `LUKS2_config_get_requirements` / `LUKS2_unmet_requirements` |
+//! | `config.json_size` = header size − 4096; `keyslots_size` 4 KiB-aligned, at most 128 MiB | `hdr_validate_config`, `validate_keyslots_size` |
+//! | ids: keyslots and tokens 0..32, digests and segments numeric | `numbered`, `LUKS2_KEYSLOTS_MAX`, `LUKS2_TOKENS_MAX` |
+//! | keyslot type `luks2`, area type `raw` (others: unsupported) | `LUKS2_keyslot_validate` → `luks2_keyslot_validate` (`luks2_keyslot_luks2.c`) |
+//! | keyslot `key_size` and area `key_size` 1..=128 bytes, area cipher named | `luks2_keyslot_validate`; further: a bound so nothing large is allocated from it |
+//! | AF `luks1` with 4000 stripes and a known hash | `luks2_keyslot_validate`, `AF_split` (cryptsetup accepts other stripe counts at load and fails at unlock; further: refused at load) |
+//! | area 512-aligned, inside the keyslots area, no two overlapping, large enough for key × stripes | `hdr_validate_areas`, `LUKS2_keyslot_area` |
+//! | each keyslot bound to exactly one digest | `hdr_validate_digests` / `LUKS2_digest_by_keyslot` |
+//! | KDF costs within cryptsetup's hard limits (PBKDF2 ≥ 1000 iterations; Argon2 time ≥ 4, memory 32 KiB..4 GiB, 1..4 lanes, ≥ 8 KiB a lane) | `crypt_pbkdf_get_limits` (`pbkdf_check.c`), which cryptsetup applies when it writes a keyslot; further: refused at load, before any work, since no cryptsetup writes beyond them (an unknown KDF kind still fails only its keyslot, at unlock) |
+//! | at least one segment; offsets 512-aligned and past the keyslots area; sizes non-zero multiples of the sector size; a `crypt` segment has a digest, a sector size of 512..4096 (a power of two) and a cipher | `hdr_validate_segments`, `hdr_validate_crypt_segment` |
+//! | digest type `pbkdf2` with a known hash, non-zero iterations, base64 salt and digest no longer than the hash | `hdr_validate_digests`, `PBKDF2_digest_verify` (`luks2_digest_pbkdf2.c`) |
+//! | digest at least 20 bytes | further: cryptsetup 2.6 loads a 1-byte digest (and a 1-byte digest lets one wrong passphrase in 256 unlock a garbage key); every cryptsetup writes the whole hash, and LUKS1's digest is a fixed 20 bytes |
+//! | digests and tokens name only existing keyslots and segments | `hdr_validate_digests`, `LUKS2_token_validate` |
+//!
+//! Left to unlock, as in cryptsetup: the data area against the device
+//! size, segments ucrypt cannot map, a keyslot salt of other than 32 bytes
+//! (`luks2_keyslot_get_key`), and an Argon2 memory cost above this
+//! machine's memory. The estimate of an expensive but legal KDF (a notice
+//! before unlocking) is in [`crate::kdf`].
 
 use super::*;
 
@@ -174,9 +201,16 @@ impl Metadata {
                 }
             }
             areas.push((a.offset, end, n));
-            // The KDF's kind and costs are the keyslot's business: an
-            // unknown KDF or a cost out of range fails that keyslot at
-            // unlock, not the header (as in cryptsetup).
+            // Costs beyond cryptsetup's hard limits: no cryptsetup wrote
+            // them, refused before any work. An unknown KDF kind fails
+            // only that keyslot, at unlock (as in cryptsetup).
+            match ks.kdf.kdf() {
+                Err(e) if e.kind() == ErrorKind::Unsupported => {}
+                Err(e) => {
+                    return Err(corrupt(format!("LUKS2 keyslot {n}: {}", e.message())));
+                }
+                Ok(_) => {}
+            }
             let digests = self
                 .digests
                 .values()
@@ -252,6 +286,13 @@ impl Metadata {
             let dig = b64_decode(&d.digest, "digest")?;
             if dig.len() > hash.digest_len() {
                 return Err(corrupt("LUKS2 digest is longer than its hash"));
+            }
+            if dig.len() < MIN_DIGEST_LEN {
+                return Err(corrupt(format!(
+                    "LUKS2 digest {id} is {} bytes long; at least {MIN_DIGEST_LEN} are needed \
+                     to tell a wrong passphrase from the right one",
+                    dig.len()
+                )));
             }
             for k in &d.keyslots {
                 if !self.keyslots.contains_key(k) {
