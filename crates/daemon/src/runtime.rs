@@ -138,7 +138,10 @@ pub fn check_parents(d: &Path) -> Result<()> {
             ))
         };
         if m.uid() != 0 && m.uid() != me {
-            return refuse(format!("is owned by uid {}, not by root or uid {me}", m.uid()));
+            return refuse(format!(
+                "is owned by uid {}, not by root or uid {me}",
+                m.uid()
+            ));
         }
         if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
             return refuse(format!(
@@ -494,7 +497,10 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Busy);
         assert_eq!(
             e.to_string(),
-            format!("Device v already exists (served by pid {}).", std::process::id())
+            format!(
+                "Device v already exists (served by pid {}).",
+                std::process::id()
+            )
         );
         // Held: a stale-file cleaner leaves everything alone.
         assert!(!clean_stale(&paths));

@@ -270,7 +270,10 @@ mod tests {
         let file = dir.join("disk.img");
         std::fs::write(&file, b"data").unwrap();
         let e = check_mountpoint(&file).unwrap_err();
-        assert!(e.to_string().ends_with("exists and is not a directory"), "{e}");
+        assert!(
+            e.to_string().ends_with("exists and is not a directory"),
+            "{e}"
+        );
         let e = check_mountpoint(&dir).unwrap_err();
         assert!(e.to_string().ends_with("is not empty"), "{e}");
         let empty = dir.join("mnt");

@@ -69,7 +69,9 @@ fn foreground(c: &mut Case, verb: &str, img: &Path, name: &str) -> u32 {
     drop(stdin);
     let mut line = String::new();
     let out = child.stdout.take().expect("piped stdout");
-    BufReader::new(out).read_line(&mut line).expect("ready line");
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("ready line");
     assert!(
         line.contains(name),
         "{verb} --foreground did not become ready: {line:?}"
@@ -93,15 +95,22 @@ impl Drop for Reaped {
 /// the first daemon was neither replaced nor orphaned.
 fn still_served_and_closable(c: &Case, name: &str, pid: u32) {
     let st = c.ucrypt(&["status", name]);
-    assert!(st.status.success(), "status after the misuse: {}", text(&st));
+    assert!(
+        st.status.success(),
+        "status after the misuse: {}",
+        text(&st)
+    );
     let pidfile = std::fs::read_to_string(c.runtime().join(format!("{name}.pid")))
         .expect("pid file of the first daemon");
-    assert_eq!(pidfile.trim(), pid.to_string(), "the pid file was taken over");
+    assert_eq!(
+        pidfile.trim(),
+        pid.to_string(),
+        "the pid file was taken over"
+    );
     let cl = c.ucrypt(&["close", name]);
     assert!(cl.status.success(), "close after the misuse: {}", text(&cl));
     testutil::wait_until(Duration::from_secs(30), "the first daemon to exit", || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |st| st.contains(") Z"))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| st.contains(") Z"))
     });
 }
 
@@ -196,7 +205,10 @@ pub fn rows() -> Vec<Row> {
                 c.served("v");
                 let out = run(c, &a, &img).into();
                 // Not hidden under a mount either.
-                assert_eq!(std::fs::read(&doc).ok().as_deref(), Some(&b"\\chapter{One}"[..]));
+                assert_eq!(
+                    std::fs::read(&doc).ok().as_deref(),
+                    Some(&b"\\chapter{One}"[..])
+                );
                 out
             },
         },

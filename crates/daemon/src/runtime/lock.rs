@@ -189,7 +189,9 @@ fn exists(name: &str, path: &Path) -> Error {
         .to_str()
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|s| s.trim().parse::<u32>().ok());
-    let by = pid.map(|p| format!(" (served by pid {p})")).unwrap_or_default();
+    let by = pid
+        .map(|p| format!(" (served by pid {p})"))
+        .unwrap_or_default();
     Error::new(
         ErrorKind::Busy,
         format!("Device {name} already exists{by}."),
@@ -203,4 +205,3 @@ fn cannot(path: &Path, e: std::io::Error) -> Error {
     )
     .with_source(e)
 }
-

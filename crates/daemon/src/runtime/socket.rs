@@ -129,7 +129,13 @@ fn place(inner: &Path, path: &Path, stale: Option<(u64, u64)>) -> Result<()> {
         })
     };
     match stale {
-        None => match renameat2(AT_FDCWD, inner, AT_FDCWD, path, RenameFlags::RENAME_NOREPLACE) {
+        None => match renameat2(
+            AT_FDCWD,
+            inner,
+            AT_FDCWD,
+            path,
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
             Ok(()) => Ok(()),
             Err(Errno::EEXIST) => Err(raced()),
             // No RENAME_NOREPLACE here: link(2) never replaces either.
@@ -141,7 +147,13 @@ fn place(inner: &Path, path: &Path, stale: Option<(u64, u64)>) -> Result<()> {
             Err(e) => Err(io_error(path, e.into())),
         },
         Some(old) => {
-            match renameat2(AT_FDCWD, inner, AT_FDCWD, path, RenameFlags::RENAME_EXCHANGE) {
+            match renameat2(
+                AT_FDCWD,
+                inner,
+                AT_FDCWD,
+                path,
+                RenameFlags::RENAME_EXCHANGE,
+            ) {
                 Ok(()) => {
                     // `inner` now holds what was at `path`: only the stale
                     // socket we checked may go; anything else goes back.
@@ -149,8 +161,13 @@ fn place(inner: &Path, path: &Path, stale: Option<(u64, u64)>) -> Result<()> {
                         let _ = std::fs::remove_file(inner);
                         return Ok(());
                     }
-                    let _ =
-                        renameat2(AT_FDCWD, inner, AT_FDCWD, path, RenameFlags::RENAME_EXCHANGE);
+                    let _ = renameat2(
+                        AT_FDCWD,
+                        inner,
+                        AT_FDCWD,
+                        path,
+                        RenameFlags::RENAME_EXCHANGE,
+                    );
                     Err(raced())
                 }
                 Err(Errno::EINVAL) => {
@@ -196,11 +213,7 @@ fn io_error(path: &Path, e: std::io::Error) -> Error {
         Some(libc::ENOENT | libc::ENOTDIR) => ErrorKind::NoDevice,
         _ => ErrorKind::Io,
     };
-    Error::new(
-        kind,
-        format!("Cannot create socket {}", path.display()),
-    )
-    .with_source(e)
+    Error::new(kind, format!("Cannot create socket {}", path.display())).with_source(e)
 }
 
 #[cfg(test)]

@@ -102,7 +102,12 @@ pub(super) fn start_frontend(
             let s = vhost_blk::Server::start_on(Arc::clone(engine), listener, &opts)
                 .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
             let sock = s.socket().display().to_string();
-            Ok((Frontend::Vhost(s), ExportKind::VhostUserBlk, sock, Some(file)))
+            Ok((
+                Frontend::Vhost(s),
+                ExportKind::VhostUserBlk,
+                sock,
+                Some(file),
+            ))
         }
     }
 }
