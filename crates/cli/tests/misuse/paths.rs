@@ -43,6 +43,31 @@ fn run(c: &Case, a: &[String], img: &Path) -> std::process::Output {
     c.ucrypt_in(&args(a), Some(&table(s(img))))
 }
 
+/// [`run`] for a command that serves in the foreground if it is not
+/// refused: given 60 s to exit, else killed and reported as served.
+fn bounded(c: &Case, a: &[String], img: &Path) -> Outcome {
+    let mut child = c
+        .command(&args(a))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin.write_all(&table(s(img))).expect("table on stdin");
+    drop(stdin);
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("killed child");
+            return Outcome::note(None, format!("not refused: it served\n{}", text(&o)));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output").into()
+}
+
 fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -147,7 +172,10 @@ pub fn rows() -> Vec<Row> {
                 let out: Outcome = run(c, &a, &img).into();
                 // The other server still owns its socket and gets clients.
                 let client = UnixStream::connect(&sock).expect("the other server still listens");
-                other.accept().expect("and its listener is the one reached");
+                other.set_nonblocking(true).expect("nonblocking");
+                other
+                    .accept()
+                    .expect("the socket at the path is still the other server's");
                 drop(client);
                 c.keep(other);
                 out
@@ -238,7 +266,7 @@ pub fn rows() -> Vec<Row> {
                 c.watch(&other);
                 let pid = foreground(c, "luksOpen", &img, "v");
                 let a = plain_verb("luksOpen", s(&other), "v", &["--foreground"]);
-                let out: Outcome = run(c, &a, &other).into();
+                let out = bounded(c, &a, &other);
                 still_served_and_closable(c, "v", pid);
                 out
             },
@@ -266,7 +294,7 @@ pub fn rows() -> Vec<Row> {
                     lock.exists()
                 });
                 let a = plain_verb("open", s(&other), "v", &["--foreground"]);
-                let out: Outcome = run(c, &a, &other).into();
+                let out = bounded(c, &a, &other);
                 // Now the passphrase: the first open goes on and serves v.
                 let mut stdin = first.stdin.take().expect("piped stdin");
                 stdin.write_all(b"first pass").expect("passphrase");
