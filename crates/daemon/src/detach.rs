@@ -9,6 +9,11 @@
 //!     └─ polls ping on NAME.ctl.sock until it answers (or the child exits)
 //! ```
 //!
+//! The volume's name stays held across the hand-over: the caller's
+//! [`NameLock`] descriptor is inherited by the child (named in
+//! [`runtime::NAME_LOCK_FD_ENV`]), which adopts it, so no second `open` of
+//! the name can slip in between.
+//!
 //! The child's command line comes from the caller
 //! ([`OpenOptions::child_args`](crate::OpenOptions::child_args)); this
 //! module only knows that the child serves `name` and reads its table
@@ -25,7 +30,7 @@ use crypto::Secret;
 
 use crate::control::{self, Ping};
 use crate::error::{invalid, Error, ErrorKind, Result};
-use crate::runtime::{self, Paths};
+use crate::runtime::{self, NameLock, Paths};
 
 /// How long a detached daemon may take to answer its first ping (LUKS
 /// volumes are unlocked before, so this is engine and frontend start-up).
@@ -37,24 +42,33 @@ const MAX_TABLE_LINE: u64 = 60 << 10;
 /// Starts `exe args…` detached (own process group, working directory `/`,
 /// output to `NAME.log`, the runtime dir passed on), writes `table` with
 /// its key to the child's stdin and waits until the daemon answers a ping
-/// for `name`.
+/// for `name`. `lock` (the caller's claim on `name`) is inherited by the
+/// child.
 ///
 /// If the child exits first, the error is [`ErrorKind::DaemonExited`] with
 /// the child's exit code and the last `ucrypt: ` line of its log.
-pub fn spawn(exe: &Path, args: &[String], name: &str, table: &Table) -> Result<Ping> {
+pub fn spawn(
+    exe: &Path,
+    args: &[String],
+    name: &str,
+    table: &Table,
+    lock: &NameLock,
+) -> Result<Ping> {
     let paths = Paths::new(&runtime::ensure_dir()?, name);
     // Never through a symlink or into an existing file someone planted.
     let log = runtime::create_file(&paths.log, 0o600).map_err(|e| {
-        Error::new(
-            ErrorKind::PermissionDenied,
-            format!("Cannot create {}", paths.log.display()),
-        )
-        .with_source(e)
+        let kind = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            ErrorKind::Busy
+        } else {
+            ErrorKind::PermissionDenied
+        };
+        Error::new(kind, format!("Cannot create {}", paths.log.display())).with_source(e)
     })?;
     let log2 = log
         .try_clone()
         .map_err(|e| Error::new(ErrorKind::PermissionDenied, "Cannot create log").with_source(e))?;
-    let mut child = Command::new(exe)
+    let fd = lock.share()?;
+    let spawned = Command::new(exe)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(log)
@@ -63,8 +77,11 @@ pub fn spawn(exe: &Path, args: &[String], name: &str, table: &Table) -> Result<P
         // Do not pin the caller's working directory (every path is absolute).
         .current_dir("/")
         .env("UCRYPT_RUNTIME_DIR", runtime::dir())
-        .spawn()
-        .map_err(|e| Error::new(ErrorKind::Io, "Cannot start the daemon").with_source(e))?;
+        .env(runtime::NAME_LOCK_FD_ENV, fd.to_string())
+        .spawn();
+    lock.seal();
+    let mut child =
+        spawned.map_err(|e| Error::new(ErrorKind::Io, "Cannot start the daemon").with_source(e))?;
     {
         let line = table.line(true);
         let mut stdin = child

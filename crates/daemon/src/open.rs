@@ -13,6 +13,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crypto::table::Table;
 use datapath::{CryptMode, PerfFlags};
@@ -20,7 +21,7 @@ use datapath::{CryptMode, PerfFlags};
 use crate::control::{mode_name, parse_mode, Ping};
 use crate::error::Result;
 use crate::resolve::{self, VolumeType};
-use crate::runtime;
+use crate::runtime::{self, NameLock};
 use crate::serve::{self, ExportSpec, Spec};
 use crate::tls::TlsSpec;
 
@@ -50,6 +51,9 @@ pub struct OpenOptions {
     pub io_engine: backend::IoEngine,
     /// O_DIRECT policy for the backing file.
     pub direct: backend::DirectIo,
+    /// The volume name, held since [`OpenOptions::check`] claimed it (and
+    /// handed on to the daemon); `None` claims it when serving starts.
+    pub lock: Option<Arc<NameLock>>,
 }
 
 /// `--type` as `open` and `resume` take it. Its variants' order and docs
@@ -223,7 +227,7 @@ impl OpenOptions {
         let (certs, psk) = (g.tls_certificates.as_deref(), g.tls_psk.as_deref());
         let tls = TlsSpec::new(g.tls.as_deref(), certs, psk, g.tls_verify_peer, &export)?;
         tls.load()?;
-        let claim = runtime::claim(v.name, v.detached.then(std::process::id))?;
+        let claim = runtime::claim(v.name, v.detached)?;
         if claim.detached_stale_mount {
             stale_mount(&claim.paths.fuse);
         }
@@ -247,6 +251,7 @@ impl OpenOptions {
                 "required" => backend::DirectIo::Required,
                 _ => backend::DirectIo::Auto,
             },
+            lock: Some(Arc::new(claim.lock)),
         })
     }
 
@@ -271,6 +276,7 @@ impl OpenOptions {
             engine,
             io_engine: self.io_engine,
             direct: self.direct,
+            lock: self.lock,
         }
     }
 
@@ -289,8 +295,12 @@ impl OpenOptions {
     /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
     pub fn detach(self, exe: &Path, table: Table, volume_type: VolumeType) -> Result<Ping> {
         let args = self.child_args(volume_type == VolumeType::Plain);
+        let lock = match &self.lock {
+            Some(l) => Arc::clone(l),
+            None => Arc::new(runtime::claim(&self.name, false)?.lock),
+        };
         let spec = self.spec(table, volume_type);
-        crate::detach::spawn(exe, &args, &spec.name, &spec.table)
+        crate::detach::spawn(exe, &args, &spec.name, &spec.table, &lock)
     }
 
     /// The detached daemon's command line: `open --foreground
@@ -365,6 +375,7 @@ mod tests {
             read_only: false,
             io_engine: backend::IoEngine::Syscalls,
             direct: backend::DirectIo::Auto,
+            lock: None,
         }
     }
 

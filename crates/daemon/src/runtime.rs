@@ -3,20 +3,32 @@
 //!
 //! Per volume `NAME` the runtime directory ([`dir`], used only once
 //! [`check_dir`] accepted it: ours, a real directory, not writable by
-//! others) holds:
+//! others, and so are its parents) holds:
 //!
 //! ```text
+//!   NAME.lock       the name's claim: locked by whoever serves NAME (lock.rs)
 //!   NAME.pid        pid of the serving daemon (written once it is ready)
 //!   NAME.ctl.sock   control socket (0600): one request line, one reply line
 //!   NAME.nbd.sock   default NBD socket (0600)
 //!   NAME.fuse/      default FUSE mountpoint (holding the file NAME)
 //!   NAME.log        a detached daemon's stdout/stderr
 //! ```
+//!
+//! A volume is alive while its `NAME.lock` is held ([`NameLock`]); the pid
+//! file only says which process serves it. Sockets are made by
+//! [`SocketFile::bind`], which never replaces anything but a stale socket
+//! of ours.
 
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
+
+mod lock;
+mod socket;
+
+pub use lock::{NameLock, FD_ENV as NAME_LOCK_FD_ENV};
+pub use socket::SocketFile;
 
 /// The runtime directory: `$UCRYPT_RUNTIME_DIR`, else
 /// `$XDG_RUNTIME_DIR/ucrypt`, else `/run/ucrypt` as root, else
@@ -47,7 +59,9 @@ pub fn euid() -> u32 {
 
 /// Checks that `d` is safe to keep runtime files in: a real directory (a
 /// symlink is refused, not followed), owned by our effective uid, not
-/// writable by group or others. `Ok(false)` if it does not exist.
+/// writable by group or others, under parents that nobody but root and
+/// us can rename it in ([`check_parents`]). `Ok(false)` if it does not
+/// exist.
 ///
 /// Fails with [`ErrorKind::PermissionDenied`] naming what is wrong.
 pub fn check_dir(d: &Path) -> Result<bool> {
@@ -84,7 +98,59 @@ pub fn check_dir(d: &Path) -> Result<bool> {
             m.mode() & 0o7777
         ));
     }
+    check_parents(d)?;
     Ok(true)
+}
+
+/// Checks every parent of `d` up to `/`, as OpenSSH's `secure_path` and
+/// systemd do: each owned by root or by us, and not writable by group or
+/// others unless sticky (as `/tmp` is), so nobody else can rename `d` or
+/// swap it for their own. Parents are resolved first (a symlinked
+/// `/var/run` is checked where it leads).
+pub fn check_parents(d: &Path) -> Result<()> {
+    let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let parent = std::fs::canonicalize(parent).map_err(|e| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            format!("Cannot check runtime directory {}", d.display()),
+        )
+        .with_source(e)
+    })?;
+    let me = euid();
+    for a in parent.ancestors() {
+        let m = std::fs::metadata(a).map_err(|e| {
+            Error::new(
+                ErrorKind::PermissionDenied,
+                format!("Cannot check {}", a.display()),
+            )
+            .with_source(e)
+        })?;
+        let refuse = |why: String| {
+            Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "Refusing insecure runtime directory {}: its parent {} {why}",
+                    d.display(),
+                    a.display()
+                ),
+            ))
+        };
+        if m.uid() != 0 && m.uid() != me {
+            return refuse(format!(
+                "is owned by uid {}, not by root or uid {me}",
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return refuse(format!(
+                "has mode {:04o}: others can write to it and it is not sticky",
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The runtime directory if it exists and passes [`check_dir`]; `None` if
@@ -122,14 +188,22 @@ pub fn ensure_dir() -> Result<PathBuf> {
     Ok(d)
 }
 
-/// Creates `path` afresh for writing with `mode`: whatever was there
-/// (a stale file, or a symlink planted to redirect us) is unlinked, and the
-/// new file is opened with `O_EXCL | O_NOFOLLOW`, so no existing file is
-/// ever opened through this name. Call it only inside a directory
-/// [`check_dir`] accepted.
+/// Creates `path` afresh for writing with `mode`: a stale file (or a
+/// symlink planted to redirect us) is unlinked, and the new file is
+/// opened with `O_EXCL | O_NOFOLLOW`, so no existing file is ever opened
+/// through this name. Anything else there (a directory, a socket) is
+/// refused (`AlreadyExists`, "exists and is not a regular file"). Call it
+/// only inside a directory [`check_dir`] accepted, holding the volume's
+/// [`NameLock`].
 pub fn create_file(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() || m.file_type().is_symlink() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "it exists and is not a regular file",
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
@@ -144,6 +218,8 @@ pub fn create_file(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
 /// Paths of one volume's runtime files.
 #[derive(Debug, Clone)]
 pub struct Paths {
+    /// `NAME.lock`
+    pub lock: PathBuf,
     /// `NAME.pid`
     pub pid: PathBuf,
     /// `NAME.ctl.sock`
@@ -160,6 +236,7 @@ impl Paths {
     /// The files of volume `name` in `dir`.
     pub fn new(dir: &Path, name: &str) -> Self {
         Self {
+            lock: dir.join(format!("{name}.lock")),
             pid: dir.join(format!("{name}.pid")),
             ctl: dir.join(format!("{name}.ctl.sock")),
             nbd: dir.join(format!("{name}.nbd.sock")),
@@ -174,34 +251,42 @@ impl Paths {
     }
 }
 
-/// What [`claim`] found.
+/// What [`claim`] found, and the name it holds.
 #[derive(Debug)]
 pub struct Claim {
     /// The volume's runtime files.
     pub paths: Paths,
+    /// The volume's name, held until this is dropped or released.
+    pub lock: NameLock,
     /// A dead daemon's FUSE mount had to be detached.
     pub detached_stale_mount: bool,
 }
 
 /// Claims volume `name` for a new daemon: checks the name, creates the
-/// runtime directory, refuses ([`ErrorKind::Busy`]) when a live daemon
-/// already serves `name` — unless that is process `me` — and removes what
-/// a dead one left behind.
-pub fn claim(name: &str, me: Option<u32>) -> Result<Claim> {
+/// runtime directory, takes the name's [`NameLock`] (refused with
+/// [`ErrorKind::Busy`], "Device NAME already exists", while anyone holds
+/// it) and removes what a dead daemon left behind. With `inherited` (the
+/// detached daemon) the lock its parent passed on is adopted instead,
+/// so the name is never free in between.
+pub fn claim(name: &str, inherited: bool) -> Result<Claim> {
     check_name(name)?;
     let paths = Paths::new(&ensure_dir()?, name);
-    if let Some(pid) = live_pid(&paths, name) {
-        if Some(pid) != me {
-            return Err(Error::new(
-                ErrorKind::Busy,
-                format!("Device {name} already exists (served by pid {pid})."),
-            ));
-        }
-    }
-    // Whatever a crashed daemon left behind must not block us.
-    let detached_stale_mount = clean_stale(&paths);
+    let adopted = if inherited {
+        NameLock::adopt(&paths.lock, name)?
+    } else {
+        None
+    };
+    let lock = match adopted {
+        Some(l) => l,
+        None => NameLock::acquire(&paths.lock, name)?,
+    };
+    // Ours now: whatever a crashed daemon left behind must not block us.
+    // (An adopted claim was cleaned by the parent, and nothing is written
+    // before the daemon runs.)
+    let detached_stale_mount = clean_files(&paths);
     Ok(Claim {
         paths,
+        lock,
         detached_stale_mount,
     })
 }
@@ -223,30 +308,28 @@ pub fn check_name(name: &str) -> Result<()> {
     }
 }
 
-/// The pid recorded for `name` if that process is alive and is a ucrypt
-/// daemon serving `name` (guards against pid reuse after a crash).
-pub fn live_pid(paths: &Paths, name: &str) -> Option<u32> {
-    // Trust no pid file in a directory others could have written.
-    let dir = paths.pid.parent()?;
-    if !check_dir(dir).unwrap_or(false) {
+/// The pid serving the volume, from its pid file, if the name is held
+/// ([`is_live`]); `None` for a dead volume, or a live one still starting
+/// (no pid file yet).
+pub fn live_pid(paths: &Paths) -> Option<u32> {
+    if !is_live(paths) {
         return None;
     }
-    let pid: u32 = std::fs::read_to_string(&paths.pid)
+    std::fs::read_to_string(&paths.pid)
         .ok()?
         .trim()
         .parse()
-        .ok()?;
-    pid_serves(pid, name).then_some(pid)
+        .ok()
 }
 
-/// True if process `pid` exists and its command line is `… open … name`.
-pub fn pid_serves(pid: u32, name: &str) -> bool {
-    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+/// Whether someone holds the volume's name (its [`NameLock`]): a daemon
+/// serving it, or an `open` of it still starting. Never in a directory
+/// [`check_dir`] refuses (others could have planted the files).
+pub fn is_live(paths: &Paths) -> bool {
+    let Some(dir) = paths.lock.parent() else {
         return false;
     };
-    let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-    // A zombie has an empty cmdline: treat it as dead.
-    args.contains(&&b"open"[..]) && args.contains(&name.as_bytes())
+    check_dir(dir).unwrap_or(false) && NameLock::held(&paths.lock)
 }
 
 /// Process `pid`'s identity for [`has_exited`]: its start time (field 22
@@ -305,15 +388,36 @@ pub fn volumes() -> Result<Vec<String>> {
 }
 
 /// Removes what a dead daemon left behind (pid file, sockets, dead FUSE
-/// mount). Returns true if a stale FUSE mount had to be detached.
+/// mount), if nobody holds the name: taken for the time of the cleaning,
+/// so a daemon starting meanwhile is never cleaned away. Returns true if a
+/// stale FUSE mount had to be detached.
 pub fn clean_stale(paths: &Paths) -> bool {
-    let _ = std::fs::remove_file(&paths.pid);
-    let _ = std::fs::remove_file(&paths.ctl);
-    if let Ok(m) = std::fs::symlink_metadata(&paths.nbd) {
-        if m.file_type().is_socket() {
-            let _ = std::fs::remove_file(&paths.nbd);
+    let Some(name) = paths
+        .lock
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".lock"))
+    else {
+        return false;
+    };
+    let Ok(lock) = NameLock::acquire(&paths.lock, name) else {
+        return false;
+    };
+    let detached = clean_files(paths);
+    lock.release();
+    detached
+}
+
+/// [`clean_stale`]'s work, for a caller holding the name.
+fn clean_files(paths: &Paths) -> bool {
+    let remove_if = |p: &Path, what: fn(&std::fs::Metadata) -> bool| {
+        if std::fs::symlink_metadata(p).is_ok_and(|m| what(&m)) {
+            let _ = std::fs::remove_file(p);
         }
-    }
+    };
+    remove_if(&paths.pid, |m| m.is_file());
+    remove_if(&paths.ctl, |m| m.file_type().is_socket());
+    remove_if(&paths.nbd, |m| m.file_type().is_socket());
     let detached = fuse::clean_stale_mount(&paths.fuse).unwrap_or(false);
     let _ = std::fs::remove_dir(&paths.fuse);
     detached
@@ -381,6 +485,91 @@ mod tests {
     }
 
     #[test]
+    fn a_name_is_held_once_and_its_files_cleaned_only_when_free() {
+        let dir = testutil::TempDir::new("runtime-lock");
+        let paths = Paths::new(dir.path(), "v");
+        assert!(!NameLock::held(&paths.lock), "no file, nobody holds it");
+        let first = NameLock::acquire(&paths.lock, "v").unwrap();
+        std::fs::write(&paths.pid, format!("{}\n", std::process::id())).unwrap();
+        assert!(NameLock::held(&paths.lock));
+        assert_eq!(live_pid(&paths), Some(std::process::id()));
+        let e = NameLock::acquire(&paths.lock, "v").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Busy);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "Device v already exists (served by pid {}).",
+                std::process::id()
+            )
+        );
+        // Held: a stale-file cleaner leaves everything alone.
+        assert!(!clean_stale(&paths));
+        assert!(paths.pid.exists());
+        first.release();
+        assert!(!paths.lock.exists(), "the holder removes its lock file");
+        assert_eq!(live_pid(&paths), None, "a pid file alone is not alive");
+        assert!(!clean_stale(&paths));
+        assert!(!paths.pid.exists(), "free: the dead daemon's pid file goes");
+        assert!(!paths.lock.exists());
+        // Dropped without release: free again, and the file is reused.
+        drop(NameLock::acquire(&paths.lock, "v").unwrap());
+        assert!(!NameLock::held(&paths.lock));
+        drop(NameLock::acquire(&paths.lock, "v").unwrap());
+    }
+
+    #[test]
+    fn a_lock_passed_to_a_child_keeps_the_name_held() {
+        // The child inherits the descriptor: the name stays taken while
+        // the child lives, after this process let go of its own.
+        let dir = testutil::TempDir::new("runtime-lock-child");
+        let paths = Paths::new(dir.path(), "c");
+        let lock = NameLock::acquire(&paths.lock, "c").unwrap();
+        let fd = lock.share().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        lock.seal();
+        assert!(std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())).is_ok());
+        drop(lock);
+        assert!(NameLock::held(&paths.lock), "held through the child");
+        assert!(NameLock::acquire(&paths.lock, "c").is_err());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!NameLock::held(&paths.lock));
+    }
+
+    #[test]
+    fn files_in_the_way_of_pid_and_log_files_are_refused() {
+        let dir = testutil::TempDir::new("runtime-create");
+        let p = dir.join("v.pid");
+        std::fs::create_dir(&p).unwrap();
+        let e = create_file(&p, 0o644).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert!(p.is_dir());
+        let f = dir.join("v.log");
+        std::fs::write(&f, b"old").unwrap();
+        create_file(&f, 0o600).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"");
+    }
+
+    #[test]
+    fn parents_writable_by_others_are_refused_unless_sticky() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = testutil::TempDir::new("runtime-parents");
+        let open = dir.join("open");
+        let run = open.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_dir(&run).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("is not sticky"), "{e}");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(check_dir(&run).unwrap(), "sticky, as /tmp");
+    }
+
+    #[test]
     fn names_are_checked() {
         for ok in ["a", "vol-1_x.y", &"n".repeat(64)] {
             assert!(check_name(ok).is_ok(), "{ok}");
@@ -394,6 +583,7 @@ mod tests {
     #[test]
     fn paths_are_named_after_the_volume() {
         let p = Paths::new(Path::new("/r"), "v");
+        assert_eq!(p.lock, Path::new("/r/v.lock"));
         assert_eq!(p.pid, Path::new("/r/v.pid"));
         assert_eq!(p.ctl, Path::new("/r/v.ctl.sock"));
         assert_eq!(p.nbd, Path::new("/r/v.nbd.sock"));

@@ -13,8 +13,6 @@
 //! Messages for the daemon's own log (the detached daemon's stderr is
 //! `NAME.log`) go to stderr prefixed `ucrypt: `.
 
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,7 +25,7 @@ use datapath::{Engine, EngineConfig};
 use crate::control::{self, Flags, Handled, Ping, Reply, Request, Status};
 use crate::error::{flat, Error, ErrorKind, Result};
 use crate::resolve::VolumeType;
-use crate::runtime::{self, Paths};
+use crate::runtime::{self, NameLock, Paths, SocketFile};
 use crate::tls::TlsSpec;
 
 mod export;
@@ -55,13 +53,31 @@ pub struct Spec {
     pub io_engine: backend::IoEngine,
     /// O_DIRECT policy for the backing file.
     pub direct: backend::DirectIo,
+    /// The volume's name, already claimed ([`runtime::claim`]); `None`:
+    /// [`run`] claims it (refused while anyone holds it).
+    pub lock: Option<Arc<NameLock>>,
 }
 
 /// Serves `spec` until `close` or SIGTERM/SIGINT. `ready` gets the ping
 /// answer (where clients connect) once the frontend and the control socket
-/// are up and the pid file is written.
+/// are up and the pid file is written. The volume's name is held
+/// throughout, and let go (its lock file removed) only after every other
+/// runtime file is gone.
 pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     runtime::check_name(&spec.name)?;
+    let lock = match &spec.lock {
+        Some(l) => Arc::clone(l),
+        None => Arc::new(runtime::claim(&spec.name, false)?.lock),
+    };
+    let result = serve(spec, ready);
+    // Released only by its last holder (a caller may keep a clone).
+    if let Ok(lock) = Arc::try_unwrap(lock) {
+        lock.release();
+    }
+    result
+}
+
+fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     non_dumpable("the daemon")?;
     let paths = Paths::new(&runtime::ensure_dir()?, &spec.name);
     let Spec {
@@ -73,11 +89,14 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         engine: cfg,
         io_engine,
         direct,
+        lock,
     } = spec;
+    drop(lock);
 
     let (engine, backend) = build_engine(&table, &cfg, io_engine, direct)?;
     let engine = Arc::new(engine);
-    let (frontend, export_kind, endpoint) =
+    // Dropped last: the export's socket file goes once the frontend stopped.
+    let (frontend, export_kind, endpoint, _export_socket) =
         start_frontend(&engine, &name, &cfg, export, &tls, &paths, &table)?;
 
     let (tx, rx) = mpsc::channel();
@@ -97,22 +116,8 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         events: tx.clone(),
     });
 
-    // Control socket: bind in the 0700 runtime dir, then restrict to 0600.
-    let _ = std::fs::remove_file(&paths.ctl);
-    let ctl = UnixListener::bind(&paths.ctl).map_err(|e| {
-        Error::new(
-            ErrorKind::Busy,
-            format!("Cannot create control socket {}", paths.ctl.display()),
-        )
-        .with_source(e)
-    })?;
-    std::fs::set_permissions(&paths.ctl, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
-        Error::new(
-            ErrorKind::PermissionDenied,
-            format!("Cannot restrict {}", paths.ctl.display()),
-        )
-        .with_source(e)
-    })?;
+    // Control socket: 0600 from the start, in the 0700 runtime dir.
+    let (ctl, ctl_file) = SocketFile::bind(&paths.ctl)?;
     // The control thread holds the daemon weakly: it never ends (it blocks
     // in accept), so a strong reference would keep the engine and its
     // backend alive past `close` until the process exits, and a backend's
@@ -146,11 +151,12 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
             f.write_all(format!("{}\n", std::process::id()).as_bytes())
         })
         .map_err(|e| {
-            Error::new(
-                ErrorKind::PermissionDenied,
-                format!("Cannot write {}", paths.pid.display()),
-            )
-            .with_source(e)
+            let kind = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                ErrorKind::Busy
+            } else {
+                ErrorKind::PermissionDenied
+            };
+            Error::new(kind, format!("Cannot write {}", paths.pid.display())).with_source(e)
         })?;
     ready(&daemon.ping);
 
@@ -159,7 +165,7 @@ pub fn run(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
     // engine and the backend drop here, so files, locks and an rbd image
     // are released before the process exits.
     drop(daemon);
-    let _ = std::fs::remove_file(&paths.ctl);
+    drop(ctl_file);
     let _ = std::fs::remove_file(&paths.pid);
     // Our default mountpoint goes; a mountpoint the user named stays.
     let _ = std::fs::remove_dir(&paths.fuse);

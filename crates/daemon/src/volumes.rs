@@ -40,7 +40,7 @@ pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
     runtime::check_name(name)?;
     let paths = Paths::of(name);
     // Who serves it, and since when (a pid alone may be reused).
-    let pid = runtime::live_pid(&paths, name).and_then(|p| Some((p, runtime::start_time(p)?)));
+    let pid = runtime::live_pid(&paths).and_then(|p| Some((p, runtime::start_time(p)?)));
     if let Err(e) = control::close(name, CLOSE_TIMEOUT) {
         if matches!(e.kind(), ErrorKind::NotActive | ErrorKind::Protocol)
             && runtime::clean_stale(&paths)
@@ -180,7 +180,7 @@ pub fn list() -> Result<Vec<Listed>> {
     let mut v = Vec::new();
     for name in runtime::volumes()? {
         let paths = Paths::new(&dir, &name);
-        let Some(pid) = runtime::live_pid(&paths, &name) else {
+        let Some(pid) = runtime::live_pid(&paths) else {
             continue;
         };
         let ping = control::ping(&name, PING_TIMEOUT).ok();

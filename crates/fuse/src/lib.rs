@@ -49,6 +49,18 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The mountpoint is not an empty directory (a file, or a directory
+    /// with something in it): mounting would hide or misuse it.
+    #[error("FUSE mountpoint {} {what}", .path.display())]
+    Occupied {
+        /// The mountpoint.
+        path: PathBuf,
+        /// What is wrong ("exists and is not a directory", "is not empty").
+        what: &'static str,
+    },
+    /// The mountpoint does not exist.
+    #[error("FUSE mountpoint {} does not exist (create an empty directory there)", .0.display())]
+    NoMountpoint(PathBuf),
     /// The exported file is still in use (e.g. a loop device is attached).
     #[error("FUSE export at {0} is busy (is a loop device still attached? try `losetup -j FILE`)")]
     Busy(PathBuf),
@@ -83,15 +95,17 @@ pub struct Export {
 }
 
 impl Export {
-    /// Mounts the export at `mountpoint` (created if missing). A stale mount
-    /// left there by a crashed daemon is detached first.
+    /// Mounts the export at `mountpoint`, which must be an existing empty
+    /// directory ([`Error::NoMountpoint`], [`Error::Occupied`] otherwise:
+    /// nothing is created, and nothing is hidden under the mount). A stale
+    /// mount left there by a crashed daemon is detached first.
     pub fn mount(engine: Arc<Engine>, mountpoint: &Path, cfg: ExportConfig) -> Result<Self, Error> {
         let merr = |source| Error::Mount {
             path: mountpoint.to_owned(),
             source,
         };
         clean_stale_mount(mountpoint).map_err(merr)?;
-        std::fs::create_dir_all(mountpoint).map_err(merr)?;
+        check_mountpoint(mountpoint)?;
         if cfg.file_name.is_empty()
             || cfg.file_name.contains('/')
             || cfg.file_name == "."
@@ -165,6 +179,32 @@ impl Drop for Export {
     }
 }
 
+/// Checks that `path` is an empty directory to mount on.
+pub fn check_mountpoint(path: &Path) -> Result<(), Error> {
+    let occupied = |what| Error::Occupied {
+        path: path.to_owned(),
+        what,
+    };
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NoMountpoint(path.to_owned())),
+        Err(e) => Err(Error::Mount {
+            path: path.to_owned(),
+            source: e,
+        }),
+        Ok(m) if !m.is_dir() => Err(occupied("exists and is not a directory")),
+        Ok(_) => {
+            let mut entries = std::fs::read_dir(path).map_err(|e| Error::Mount {
+                path: path.to_owned(),
+                source: e,
+            })?;
+            if entries.next().is_some() {
+                return Err(occupied("is not empty"));
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Detaches a dead FUSE mount at `path` (its daemon crashed: `stat` fails
 /// with `ENOTCONN`). Returns whether one was found.
 pub fn clean_stale_mount(path: &Path) -> io::Result<bool> {
@@ -217,6 +257,30 @@ pub fn fuse_errno(err: &datapath::Error) -> Errno {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_empty_directory_is_a_mountpoint() {
+        let dir = std::env::temp_dir().join(format!("ucrypt-fuse-mnt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(matches!(
+            check_mountpoint(&dir.join("absent")),
+            Err(Error::NoMountpoint(_))
+        ));
+        let file = dir.join("disk.img");
+        std::fs::write(&file, b"data").unwrap();
+        let e = check_mountpoint(&file).unwrap_err();
+        assert!(
+            e.to_string().ends_with("exists and is not a directory"),
+            "{e}"
+        );
+        let e = check_mountpoint(&dir).unwrap_err();
+        assert!(e.to_string().ends_with("is not empty"), "{e}");
+        let empty = dir.join("mnt");
+        std::fs::create_dir(&empty).unwrap();
+        check_mountpoint(&empty).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn errno_mapping() {

@@ -219,6 +219,7 @@ impl Frontends {
                 allow_discards,
                 threads: 1,
             };
+            std::fs::create_dir(dir.join("mnt")).expect("mountpoint");
             Export::mount(engine.clone(), &dir.join("mnt"), cfg).expect("mount FUSE export")
         });
         Self {

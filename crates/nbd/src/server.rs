@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::io::{self, BufReader};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -263,8 +263,10 @@ impl Server {
     /// Binds `endpoint` and starts accepting clients for `engine`, in
     /// plaintext with the default [`Limits`].
     ///
-    /// A unix socket path left behind by a dead server is replaced; one that
-    /// still accepts connections is an error (`AddrInUse`).
+    /// A unix socket path must not exist (`AddrInUse` otherwise: nothing is
+    /// ever removed to make room); the socket is removed at shutdown if the
+    /// path still names it. The daemon binds its sockets itself, with their
+    /// final mode and its stale-socket rules, and uses [`Server::start_on`].
     pub fn start(
         engine: Arc<Engine>,
         export: ExportConfig,
@@ -283,7 +285,6 @@ impl Server {
         let mut socket_file = None;
         let (listener, endpoint) = match endpoint {
             Endpoint::Unix(path) => {
-                remove_stale_socket(&path)?;
                 let l = UnixListener::bind(&path)
                     .map_err(|e| Error::bind(&path.display().to_string(), e))?;
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
@@ -297,6 +298,37 @@ impl Server {
                 (Listener::Tcp(l), Endpoint::Tcp(local))
             }
         };
+        Self::launch(engine, export, listener, endpoint, socket_file, opts)
+    }
+
+    /// [`Server::start_with`] on a unix socket the caller bound (and owns:
+    /// the server never removes its file); `endpoint` is where clients
+    /// find it, for [`Server::uri`].
+    pub fn start_on(
+        engine: Arc<Engine>,
+        export: ExportConfig,
+        listener: UnixListener,
+        endpoint: Endpoint,
+        opts: ServerOptions,
+    ) -> Result<Self, Error> {
+        Self::launch(
+            engine,
+            export,
+            Listener::Unix(listener),
+            endpoint,
+            None,
+            opts,
+        )
+    }
+
+    fn launch(
+        engine: Arc<Engine>,
+        export: ExportConfig,
+        listener: Listener,
+        endpoint: Endpoint,
+        socket_file: Option<(u64, u64)>,
+        opts: ServerOptions,
+    ) -> Result<Self, Error> {
         // Woken by readiness only: accept() itself must never block, or a
         // client that left between poll and accept would hold the loop.
         match &listener {
@@ -347,7 +379,8 @@ impl Server {
 
     /// Stops accepting, lets every connection finish the requests it has in
     /// flight (new requests are no longer read) and send their replies for
-    /// up to [`STOP_GRACE`], closes them, and removes the unix socket. Does
+    /// up to [`STOP_GRACE`], closes them, and removes the unix socket it
+    /// bound (not one given to [`Server::start_on`]). Does
     /// not flush the engine: the caller owns it. Needs nothing from the
     /// socket file, which may have been removed or replaced.
     pub fn shutdown(mut self) {
@@ -424,32 +457,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding one of our locks leaves plain data behind
     // (connection table, socket writer): still safe to use.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn remove_stale_socket(path: &Path) -> Result<(), Error> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(Error::bind(
-                    &path.display().to_string(),
-                    io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        "another server is listening there",
-                    ),
-                ));
-            }
-            std::fs::remove_file(path).map_err(|e| Error::bind(&path.display().to_string(), e))
-        }
-        Ok(_) => Err(Error::bind(
-            &path.display().to_string(),
-            io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                "path exists and is not a socket",
-            ),
-        )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::bind(&path.display().to_string(), e)),
-    }
 }
 
 /// An open connection, as [`Server::shutdown`] and the accept loop's

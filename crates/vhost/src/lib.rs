@@ -40,13 +40,21 @@
 //! cap, and past it the queue threads wait for completions ([`Stats`]
 //! shows the bytes in flight and their peak).
 //!
+//! The socket file is the caller's: [`Server::start_on`] serves on a
+//! listener bound elsewhere (the daemon binds it with its path rules) and
+//! never touches the path; [`Server::start`] binds a path that must not
+//! exist and removes only that socket, checked by inode, at shutdown.
+//! rust-vmm's `Listener` is built from the bound listener, so it has no
+//! path to unlink.
+//!
 //! Failed requests are answered through the engine's one typed error
 //! ([`datapath::Error::errno`]): "not supported" becomes
 //! `VIRTIO_BLK_S_UNSUPP`, anything else `VIRTIO_BLK_S_IOERR`.
 #![deny(unsafe_code)]
 
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -76,7 +84,8 @@ pub const MAX_QUEUES: u16 = 64;
 /// How to serve the device.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The vhost-user socket to listen on (replaced if it exists; 0600).
+    /// The vhost-user socket: bound by [`Server::start`] (it must not
+    /// exist; 0600), or where [`Server::start_on`]'s listener is.
     pub socket: PathBuf,
     /// Request queues (one thread each); the guest may use fewer.
     pub num_queues: u16,
@@ -125,8 +134,13 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     conn: Arc<Mutex<Option<ShutdownHandle>>>,
     shared: Arc<Shared>,
-    /// The listening socket, to wake a blocked accept on shutdown.
-    listen_fd: RawFd,
+    /// A second descriptor of the listening socket, owned here, to wake a
+    /// blocked accept on shutdown whatever the accept thread did with its
+    /// own.
+    wake: UnixListener,
+    /// The socket file [`Server::start`] bound (device, inode), removed at
+    /// shutdown if the path still names it; `None` for [`Server::start_on`].
+    socket_file: Option<(u64, u64)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -139,10 +153,33 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Listens on `opts.socket` and serves `engine` to one hypervisor at a
-    /// time, accepting the next when one disconnects, until
-    /// [`Server::shutdown`].
+    /// Binds `opts.socket` (which must not exist: nothing is removed to
+    /// make room) with mode 0600 and serves `engine` on it
+    /// ([`Server::start_on`]); the socket is removed at shutdown if the
+    /// path still names it.
     pub fn start(engine: Arc<Engine>, opts: &Options) -> Result<Self, Error> {
+        let listen_err = |source| Error::Listen {
+            path: opts.socket.clone(),
+            source,
+        };
+        let listener = UnixListener::bind(&opts.socket).map_err(listen_err)?;
+        std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(listen_err)?;
+        let mut s = Self::start_on(engine, listener, opts)?;
+        s.socket_file = std::fs::symlink_metadata(&opts.socket)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        Ok(s)
+    }
+
+    /// Serves `engine` on `listener` (bound by the caller, who owns its
+    /// file; `opts.socket` only names it) to one hypervisor at a time,
+    /// accepting the next when one disconnects, until [`Server::shutdown`].
+    pub fn start_on(
+        engine: Arc<Engine>,
+        listener: UnixListener,
+        opts: &Options,
+    ) -> Result<Self, Error> {
         let cfg = engine.config();
         let config = DeviceConfig {
             size: engine.size(),
@@ -168,11 +205,9 @@ impl Server {
             path: opts.socket.clone(),
             source,
         };
-        let listener = Listener::new(&opts.socket, true)
-            .map_err(|e| listen_err(std::io::Error::other(e.to_string())))?;
-        std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
-            .map_err(listen_err)?;
-        let listen_fd = listener.as_raw_fd();
+        let wake = listener.try_clone().map_err(listen_err)?;
+        // From a bound listener: no path, so rust-vmm never unlinks one.
+        let listener = Listener::from(listener);
         let stop = Arc::new(AtomicBool::new(false));
         let conn = Arc::new(Mutex::new(None));
         let (s2, c2) = (Arc::clone(&stop), Arc::clone(&conn));
@@ -185,7 +220,8 @@ impl Server {
             stop,
             conn,
             shared,
-            listen_fd,
+            wake,
+            socket_file: None,
             thread: Some(thread),
         })
     }
@@ -201,7 +237,8 @@ impl Server {
     }
 
     /// Disconnects the hypervisor (if any), stops listening and removes
-    /// the socket. Requests still inside the engine complete into the
+    /// the socket [`Server::start`] bound (if it is still there; a
+    /// [`Server::start_on`] socket stays with its owner). Requests still inside the engine complete into the
     /// void; the caller flushes and shuts the engine down afterwards.
     pub fn shutdown(mut self) {
         self.stop_now();
@@ -220,9 +257,14 @@ impl Server {
         }
         // Wake an accept in progress (even if the socket file is gone);
         // the accept thread sees `stop` and ends.
-        shutdown_listener(self.listen_fd);
+        shutdown_listener(&self.wake);
         let _ = thread.join();
-        let _ = std::fs::remove_file(&self.socket);
+        if let Some(id) = self.socket_file {
+            let now = std::fs::symlink_metadata(&self.socket).map(|m| (m.dev(), m.ino()));
+            if now.ok() == Some(id) {
+                let _ = std::fs::remove_file(&self.socket);
+            }
+        }
     }
 }
 
@@ -232,14 +274,15 @@ impl Drop for Server {
     }
 }
 
-/// `shutdown(2)` on the listening socket: a blocked `accept` returns.
+/// `shutdown(2)` on the listening socket (through `wake`, a descriptor
+/// of it the [`Server`] owns): a blocked `accept` returns.
 #[allow(unsafe_code)]
-fn shutdown_listener(fd: RawFd) {
-    // SAFETY: `fd` is the listener owned by the accept thread, which has
-    // not been joined yet, so the descriptor is still open and ours;
-    // shutdown takes no pointers.
+fn shutdown_listener(wake: &UnixListener) {
+    // SAFETY: the descriptor is `wake`'s, borrowed for the call: it stays
+    // open (owned by the Server) whether or not the accept thread has
+    // closed its own; shutdown takes no pointers.
     unsafe {
-        libc::shutdown(fd, libc::SHUT_RDWR);
+        libc::shutdown(wake.as_raw_fd(), libc::SHUT_RDWR);
     }
 }
 

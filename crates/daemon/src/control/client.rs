@@ -34,7 +34,7 @@ pub fn call(name: &str, req: &Request, timeout: Duration) -> Result<Reply> {
     };
     let paths = Paths::new(&dir, name);
     let mut s = UnixStream::connect(&paths.ctl).map_err(|_| {
-        if runtime::live_pid(&paths, name).is_some() {
+        if runtime::is_live(&paths) {
             Error::new(
                 ErrorKind::Busy,
                 format!(

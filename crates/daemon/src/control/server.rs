@@ -1,5 +1,5 @@
 //! The daemon's side of the control socket: one request line in, one
-//! reply line out, per connection.
+//! reply line out, per connection, for our own uid and root only.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use crypto::Secret;
 
+use super::client::peer_uid;
 use super::{decode_request, encode_reply_into, read_line, Reply, Request};
+use crate::error::{Error, ErrorKind};
+use crate::runtime;
 
 /// Longest request line the daemon reads.
 const MAX_REQUEST: u64 = 64 << 10;
@@ -33,10 +36,26 @@ impl From<Reply> for Handled {
 }
 
 /// The daemon's side: answers connections on `listener` one at a time
-/// until the listener fails or a handled request is `last`. A malformed
-/// line or a version mismatch is answered with [`Reply::Failed`] without
-/// reaching `handle`.
+/// until the listener fails or a handled request is `last`. A peer of
+/// another uid than ours or root (`SO_PEERCRED`), a malformed line or a
+/// version mismatch is answered with [`Reply::Failed`] without reaching
+/// `handle`.
 pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled) {
+    let me = runtime::euid();
+    serve_for(listener, &|uid| allowed(uid, me), &mut handle)
+}
+
+/// Whether a peer of uid `peer` may talk to a daemon running as `me`.
+fn allowed(peer: u32, me: u32) -> bool {
+    peer == me || peer == 0
+}
+
+/// [`serve`], serving the peers whose uid `may` allows.
+fn serve_for(
+    listener: UnixListener,
+    may: &dyn Fn(u32) -> bool,
+    handle: &mut impl FnMut(Request) -> Handled,
+) {
     let mut closing = false;
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -46,6 +65,21 @@ pub fn serve(listener: UnixListener, mut handle: impl FnMut(Request) -> Handled)
         // One short request per connection; a stuck client cannot block
         // others for long.
         let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        match peer_uid(&conn) {
+            Ok(uid) if may(uid) => {}
+            // Not a byte of the request is read, nothing reaches `handle`.
+            who => {
+                let who = who.map_or("an unknown uid".to_owned(), |u| format!("uid {u}"));
+                let e = Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!("Permission denied: this daemon does not serve {who}"),
+                );
+                let mut text = Secret::with_capacity(256);
+                encode_reply_into(&Reply::from(e), &mut text);
+                let _ = (&conn).write_all(&text);
+                continue;
+            }
+        }
         let Ok(reader) = conn.try_clone() else {
             continue;
         };
@@ -80,6 +114,33 @@ mod tests {
     use super::super::{decode_reply, encode_request};
     use super::*;
     use crate::error::{Error, ErrorKind};
+
+    #[test]
+    fn only_our_uid_and_root_are_served() {
+        assert!(allowed(1000, 1000) && allowed(0, 1000) && allowed(0, 0));
+        assert!(!allowed(1001, 1000) && !allowed(1000, 0));
+        // A loop serving only another uid refuses us before reading.
+        let dir = testutil::TempDir::new("daemon-ctl-peer");
+        let sock = dir.join("p.ctl.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let me = runtime::euid();
+        std::thread::spawn(move || {
+            serve_for(listener, &|uid| uid != me, &mut |_| -> Handled {
+                panic!("a refused peer's request reached the handler")
+            })
+        });
+        // Refused before the request is read: the answer comes without one.
+        let s = UnixStream::connect(&sock).unwrap();
+        let mut reply = String::new();
+        BufReader::new(s).read_line(&mut reply).unwrap();
+        match decode_reply(&reply).unwrap() {
+            Reply::Failed { kind, message } => {
+                assert_eq!(kind, ErrorKind::PermissionDenied);
+                assert!(message.contains(&format!("uid {me}")), "{message}");
+            }
+            r => panic!("{r:?}"),
+        }
+    }
 
     #[test]
     fn server_loop_answers_typed_and_refuses_garbage() {

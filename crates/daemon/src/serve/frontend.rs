@@ -1,6 +1,13 @@
 //! Starting the one frontend a daemon serves (NBD on a unix socket or TCP,
 //! FUSE, ublk or vhost-user-blk) over its engine.
+//!
+//! Paths are the daemon's business, not the frontends': the NBD and
+//! vhost-user sockets are bound here ([`SocketFile::bind`]: nothing but a
+//! stale socket of ours is replaced) and handed over as listeners; a FUSE
+//! mountpoint the user names must be an empty directory, and only the
+//! default one (`NAME.fuse` in the runtime directory) is created here.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -10,7 +17,7 @@ use datapath::{Engine, EngineConfig};
 use super::ExportSpec;
 use crate::control::ExportKind;
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::Paths;
+use crate::runtime::{Paths, SocketFile};
 use crate::tls::TlsSpec;
 
 pub(super) enum Frontend {
@@ -23,6 +30,10 @@ pub(super) enum Frontend {
     Vhost(vhost_blk::Server),
 }
 
+/// A started frontend, what it exports, where, and the socket file bound
+/// for it (removed when dropped, after the frontend stopped).
+type Started = (Frontend, ExportKind, String, Option<SocketFile>);
+
 pub(super) fn start_frontend(
     engine: &Arc<Engine>,
     name: &str,
@@ -31,40 +42,72 @@ pub(super) fn start_frontend(
     tls: &TlsSpec,
     paths: &Paths,
     table: &Table,
-) -> Result<(Frontend, ExportKind, String)> {
+) -> Result<Started> {
+    let no_socket = |(f, k, e): (Frontend, ExportKind, String)| (f, k, e, None);
     match export {
-        ExportSpec::NbdUnix(p) => start_nbd(
-            engine,
-            name,
-            cfg,
-            nbd::Endpoint::Unix(p.unwrap_or(paths.nbd.clone())),
-            tls,
-        ),
-        ExportSpec::NbdTcp(a) => start_nbd(engine, name, cfg, nbd::Endpoint::Tcp(a), tls),
+        ExportSpec::NbdUnix(p) => {
+            let path = p.unwrap_or(paths.nbd.clone());
+            let (listener, file) = SocketFile::bind(&path)?;
+            let ep = nbd::Endpoint::Unix(path);
+            let (f, k, e) = start_nbd(engine, name, cfg, Bound::Unix(listener, ep), tls)?;
+            Ok((f, k, e, Some(file)))
+        }
+        ExportSpec::NbdTcp(a) => {
+            start_nbd(engine, name, cfg, Bound::Tcp(nbd::Endpoint::Tcp(a)), tls).map(no_socket)
+        }
         ExportSpec::Fuse(p) => {
-            let mnt = p.unwrap_or(paths.fuse.clone());
+            let mnt = match p {
+                Some(p) => p,
+                None => {
+                    // Ours, in the runtime directory: made here (a dead
+                    // daemon's was removed when the name was claimed).
+                    match std::fs::DirBuilder::new().mode(0o700).create(&paths.fuse) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => {
+                            return Err(Error::new(
+                                ErrorKind::PermissionDenied,
+                                format!("Cannot create {}", paths.fuse.display()),
+                            )
+                            .with_source(e))
+                        }
+                    }
+                    paths.fuse.clone()
+                }
+            };
             let fcfg = fuse::ExportConfig {
                 file_name: name.to_owned(),
                 read_only: cfg.read_only,
                 allow_discards: cfg.allow_discards,
                 threads: 4,
             };
-            let e = fuse::Export::mount(Arc::clone(engine), &mnt, fcfg)
-                .map_err(|e| Error::transparent(ErrorKind::NoDevice, e))?;
+            let e = fuse::Export::mount(Arc::clone(engine), &mnt, fcfg).map_err(|e| {
+                let kind = match e {
+                    fuse::Error::Occupied { .. } => ErrorKind::Busy,
+                    _ => ErrorKind::NoDevice,
+                };
+                Error::transparent(kind, e)
+            })?;
             let file = e.file().display().to_string();
-            Ok((Frontend::Fuse(e), ExportKind::Fuse, file))
+            Ok((Frontend::Fuse(e), ExportKind::Fuse, file, None))
         }
-        ExportSpec::Ublk => start_ublk(engine),
+        ExportSpec::Ublk => start_ublk(engine).map(no_socket),
         ExportSpec::VhostUserBlk { socket, num_queues } => {
+            let (listener, file) = SocketFile::bind(&socket)?;
             let opts = vhost_blk::Options {
                 num_queues,
                 serial: volume_uuid(table),
                 ..vhost_blk::Options::new(socket)
             };
-            let s = vhost_blk::Server::start(Arc::clone(engine), &opts)
+            let s = vhost_blk::Server::start_on(Arc::clone(engine), listener, &opts)
                 .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
             let sock = s.socket().display().to_string();
-            Ok((Frontend::Vhost(s), ExportKind::VhostUserBlk, sock))
+            Ok((
+                Frontend::Vhost(s),
+                ExportKind::VhostUserBlk,
+                sock,
+                Some(file),
+            ))
         }
     }
 }
@@ -77,21 +120,28 @@ fn volume_uuid(table: &Table) -> String {
         .unwrap_or_default()
 }
 
+/// Where NBD is served: a unix socket bound here, or a TCP address the
+/// server binds.
+enum Bound {
+    Unix(std::os::unix::net::UnixListener, nbd::Endpoint),
+    Tcp(nbd::Endpoint),
+}
+
 fn start_nbd(
     engine: &Arc<Engine>,
     name: &str,
     cfg: &EngineConfig,
-    ep: nbd::Endpoint,
+    at: Bound,
     spec: &TlsSpec,
 ) -> Result<(Frontend, ExportKind, String)> {
     let tls = spec.load()?;
-    if let (nbd::Endpoint::Tcp(a), nbd::TlsMode::Off) = (&ep, tls.mode()) {
+    if let (Bound::Tcp(nbd::Endpoint::Tcp(a)), nbd::TlsMode::Off) = (&at, tls.mode()) {
         eprintln!(
             "ucrypt: warning: NBD over TCP is unencrypted on the wire: anyone who can reach {a} can read and \
              write the decrypted device (prefer the default unix socket, or tunnel it)"
         );
     }
-    if let (nbd::Endpoint::Tcp(a), false) = (&ep, spec.verify_peer) {
+    if let (Bound::Tcp(nbd::Endpoint::Tcp(a)), false) = (&at, spec.verify_peer) {
         if spec.certificates.is_some() && tls.mode() != nbd::TlsMode::Off {
             eprintln!(
                 "ucrypt: warning: NBD over TCP with --tls-verify-peer=no serves any client that \
@@ -109,8 +159,11 @@ fn start_nbd(
         tls,
         ..nbd::ServerOptions::default()
     };
-    let s = nbd::Server::start_with(Arc::clone(engine), export, ep, opts)
-        .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
+    let s = match at {
+        Bound::Unix(l, ep) => nbd::Server::start_on(Arc::clone(engine), export, l, ep, opts),
+        Bound::Tcp(ep) => nbd::Server::start_with(Arc::clone(engine), export, ep, opts),
+    }
+    .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
     let uri = s.uri();
     Ok((Frontend::Nbd(s), ExportKind::Nbd, uri))
 }
