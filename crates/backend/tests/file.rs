@@ -395,6 +395,23 @@ fn a_block_device_is_claimed_exclusively_read_only_or_not() {
     drop(FileBackend::open(dev, &FileOptions::default()).unwrap());
 }
 
+/// `take()` (an open or a claim), retried for up to 60 s while an
+/// earlier backend of this process still holds the file's lock; any other
+/// error fails the test.
+fn once_released<T>(take: impl Fn() -> Result<T, ucrypt_backend::Error>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        match take() {
+            Ok(t) => return t,
+            Err(e) if matches!(e.kind(), ErrorKind::Locked { .. }) => {
+                assert!(start.elapsed() < std::time::Duration::from_secs(60), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 #[test]
 fn a_claim_on_a_file_conflicts_with_every_backend_lock() {
     let dir = TempDir::new("be-claim-file");
@@ -406,21 +423,26 @@ fn a_claim_on_a_file_conflicts_with_every_backend_lock() {
         read_only: true,
         ..FileOptions::default()
     };
-    // A backend, writer or reader, keeps a claim out.
+    // A backend, writer or reader, keeps a claim out. A dropped backend's
+    // io_uring workers may hold its file description (and so its lock) for
+    // a moment after the drop in this process (its own `close` is
+    // synchronous; the workers' last reference goes later): wait that out.
     for o in [FileOptions::default(), ro.clone()] {
-        let b = FileBackend::open(&p, &o).unwrap();
+        let b = once_released(|| FileBackend::open(&p, &o));
         locked(Claim::take(&p).unwrap_err());
         drop(b);
     }
     // A claim keeps every backend (and a second claim) out until dropped.
-    let claim = Claim::take(&p).unwrap();
+    let claim = once_released(|| Claim::take(&p));
     locked(FileBackend::open(&p, &FileOptions::default()).unwrap_err());
     locked(FileBackend::open(&p, &ro).unwrap_err());
     locked(Claim::take(&p).unwrap_err());
     // It does not stop plain IO on the file (a header write).
     std::fs::write(&p, vec![1u8; 4096]).unwrap();
     drop(claim);
-    drop(FileBackend::open(&p, &FileOptions::default()).unwrap());
+    drop(once_released(|| {
+        FileBackend::open(&p, &FileOptions::default())
+    }));
     // A path that does not exist: the caller's own open says why.
     let e = Claim::take(&dir.join("missing")).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Open { .. }), "{e}");

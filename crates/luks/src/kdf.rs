@@ -15,16 +15,20 @@
 //!        ▼                    run lands in 95–110 % of --iter-time
 //!   Calibration { kdf, what was measured }   (-v prints it: set_verbose)
 //!
-//!   Kdf from a header ─► check_limits (at load: cryptsetup's hard limits)
+//!   Kdf from a header ─► check_limits (at load: cryptsetup's maxima)
 //!                     ─► estimate (at unlock: a notice above NOTICE_SECS)
 //!                     ─► derive
 //! ```
 //!
-//! **Limits.** [`Kdf::check_limits`] holds a header's costs to
-//! cryptsetup's own hard limits (`crypt_pbkdf_get_limits`: PBKDF2 at
-//! least 1000 iterations; Argon2 time cost at least 4, memory 32 KiB to
-//! 4 GiB, 1 to 4 lanes): nothing cryptsetup can write is refused, nothing
-//! beyond it is worked on. Within them, a cost can still take hours (PBKDF2
+//! **Limits.** [`Kdf::check_limits`] refuses a header's costs beyond
+//! cryptsetup's own maxima (`crypt_pbkdf_get_limits`: Argon2 memory up to
+//! 4 GiB, 1 to 4 lanes) and costs the KDF cannot run (zero iterations or
+//! time, under 8 KiB a lane): nothing beyond what cryptsetup can write is
+//! worked on. Its minimums (PBKDF2 1000 iterations; Argon2 time 4, memory
+//! 32 KiB) bind only what ucrypt writes ([`KdfRequest`]): cryptsetup loads
+//! and unlocks cheaper keyslots (the valid header of its own LUKS2
+//! validation suite has a 16 KiB Argon2 keyslot), and so does ucrypt.
+//! Within the limits, a cost can still take hours (PBKDF2
 //! at 2^32-1 iterations): [`Kdf::estimate`] measures this machine's speed
 //! and unlocking prints a notice naming the time and memory before it
 //! starts. The process keeps SIGINT's default action while it derives, so
@@ -141,10 +145,8 @@ impl Kdf {
     pub fn check_limits(&self) -> Result<()> {
         match *self {
             Kdf::Pbkdf2 { iterations, .. } => {
-                if iterations < MIN_PBKDF2_ITERATIONS {
-                    return Err(corrupt(format!(
-                        "PBKDF2 iteration count {iterations} is below cryptsetup's minimum ({MIN_PBKDF2_ITERATIONS})"
-                    )));
+                if iterations == 0 {
+                    return Err(corrupt("PBKDF2 iteration count is zero"));
                 }
             }
             Kdf::Argon2 {
@@ -153,19 +155,17 @@ impl Kdf {
                 parallel,
                 ..
             } => {
-                if time < MIN_ARGON2_TIME {
-                    return Err(corrupt(format!(
-                        "Argon2 time cost {time} is below cryptsetup's minimum ({MIN_ARGON2_TIME})"
-                    )));
+                if time == 0 {
+                    return Err(corrupt("Argon2 time cost is zero"));
                 }
                 if !(1..=MAX_ARGON2_PARALLEL).contains(&parallel) {
                     return Err(corrupt(format!(
                         "Argon2 parallel cost {parallel} is outside cryptsetup's limits (1..{MAX_ARGON2_PARALLEL})"
                     )));
                 }
-                if !(MIN_ARGON2_MEMORY_KIB..=MAX_ARGON2_MEMORY_KIB).contains(&memory_kib) {
+                if memory_kib > MAX_ARGON2_MEMORY_KIB {
                     return Err(corrupt(format!(
-                        "Argon2 memory cost {memory_kib} KiB is outside cryptsetup's limits ({MIN_ARGON2_MEMORY_KIB}..{MAX_ARGON2_MEMORY_KIB} KiB)"
+                        "Argon2 memory cost {memory_kib} KiB is beyond cryptsetup's limit ({MAX_ARGON2_MEMORY_KIB} KiB)"
                     )));
                 }
                 if u64::from(memory_kib) < 8 * u64::from(parallel) {
@@ -1126,9 +1126,13 @@ mod tests {
         };
         assert!(a(4, 32, 1).check_limits().is_ok());
         assert!(a(u32::MAX, MAX_ARGON2_MEMORY_KIB, 4).check_limits().is_ok());
+        // Below what ucrypt writes, but cryptsetup loads them (its own
+        // validation suite's valid header: m=16 KiB).
+        assert!(a(1, 16, 1).check_limits().is_ok());
+        assert!(a(3, 1024, 1).check_limits().is_ok());
         for bad in [
-            a(3, 1024, 1),
-            a(4, 16, 1),
+            a(0, 1024, 1),
+            a(4, 16, 4),
             a(4, 64 << 20, 4),
             a(4, 1024, 5),
             a(4, 1024, 0),
@@ -1143,7 +1147,8 @@ mod tests {
             hash: Hash::Sha256,
             iterations,
         };
-        assert!(p(999).check_limits().is_err());
+        assert!(p(0).check_limits().is_err());
+        assert!(p(999).check_limits().is_ok());
         assert!(p(u32::MAX).check_limits().is_ok());
     }
 

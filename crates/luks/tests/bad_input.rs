@@ -218,18 +218,18 @@ fn lying_json_is_refused() {
             ErrorKind::Corrupt,
         ),
         (
-            "argon2 time cost below cryptsetup's minimum",
+            "argon2 time cost zero",
             Box::new(|v| {
                 v["keyslots"]["0"]["kdf"] = serde_json::json!({
-                    "type": "argon2id", "time": 1, "memory": 1024, "cpus": 1,
+                    "type": "argon2id", "time": 0, "memory": 1024, "cpus": 1,
                     "salt": v["keyslots"]["0"]["kdf"]["salt"].clone()
                 })
             }),
             ErrorKind::Corrupt,
         ),
         (
-            "pbkdf2 below 1000 iterations",
-            Box::new(|v| v["keyslots"]["0"]["kdf"]["iterations"] = 999.into()),
+            "pbkdf2 zero iterations",
+            Box::new(|v| v["keyslots"]["0"]["kdf"]["iterations"] = 0.into()),
             ErrorKind::Corrupt,
         ),
         (

@@ -343,7 +343,10 @@ fn run_row(i: usize, row: &Row) -> (Verdict, Option<Outcome>) {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                 .unwrap_or_else(|| "panicked".into());
-            return (Verdict::Failed(vec![format!("the row panicked: {msg}")]), None);
+            return (
+                Verdict::Failed(vec![format!("the row panicked: {msg}")]),
+                None,
+            );
         }
     };
     if let Some(why) = &outcome.skipped {
@@ -370,9 +373,17 @@ fn run_row(i: usize, row: &Row) -> (Verdict, Option<Outcome>) {
         }
         Expect::Survives => {}
     }
-    why.extend(case.changed().into_iter().map(|c| format!("after the misuse: {c}")));
+    why.extend(
+        case.changed()
+            .into_iter()
+            .map(|c| format!("after the misuse: {c}")),
+    );
     case.close_all();
-    why.extend(case.changed().into_iter().map(|c| format!("after close: {c}")));
+    why.extend(
+        case.changed()
+            .into_iter()
+            .map(|c| format!("after close: {c}")),
+    );
     drop(case);
     if why.is_empty() {
         (Verdict::Ok, Some(outcome))

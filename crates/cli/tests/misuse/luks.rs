@@ -141,7 +141,7 @@ pub fn rows() -> Vec<Row> {
         Row {
             what: "LUKS2 keyslot asks for 64 GiB of Argon2 memory",
             needs: &[],
-            expect: Expect::Exit(1, "outside cryptsetup's limits"),
+            expect: Expect::Exit(1, "beyond cryptsetup's limit"),
             case: |c: &mut Case| {
                 let (img, _) = crafted(c, |v| {
                     set_kdf(
