@@ -33,6 +33,13 @@ report_skips() {
     fi
   fi
   rm -f "$UCRYPT_SKIP_LOG" "$fuzz_out"
+  # What each misuse row did (crates/cli/tests/misuse.rs writes it).
+  local misuse=target/tmp/misuse-report.txt
+  if [ -f "$misuse" ]; then
+    echo
+    echo "== misuse matrix: $(grep -c "^\(ok\|FAIL\|skip\)" "$misuse") rows =="
+    cat "$misuse"
+  fi
   stop_ceph
   exit "$rc"
 }
@@ -51,6 +58,7 @@ stop_ceph() {
   unset UCRYPT_CEPH_CONF
 }
 trap report_skips EXIT
+rm -f target/tmp/misuse-report.txt # this run's report only
 
 bash scripts/install-test-deps.sh
 export UCRYPT_REQUIRE_TOOLS=1
