@@ -49,8 +49,11 @@
 
 #[cfg(target_arch = "x86_64")]
 mod aesni;
+mod camellia;
 mod evp;
 mod rust;
+mod serpent;
+mod twofish;
 #[cfg(target_arch = "x86_64")]
 mod vaes;
 
@@ -143,12 +146,26 @@ pub const AESNI_XTS_NAME: &str =
 /// Name of the AES-NI XTS implementation running its VAES kernels.
 pub const VAES_XTS_NAME: &str =
     "vaes-xts (many sectors per call: tweaks batched, two blocks per VAES instruction)";
+/// Name of the Serpent XTS on its AVX2 kernel.
+pub const SERPENT_AVX2_XTS_NAME: &str =
+    "serpent-avx2-xts (bitsliced, 16 blocks per AVX2 pass, many sectors per call)";
+/// Name of the Serpent XTS on its baseline kernel.
+pub const SERPENT_XTS_NAME: &str =
+    "serpent-xts (bitsliced, 8 blocks per pass, baseline vector code, many sectors per call)";
+/// Name of the Twofish XTS.
+pub const TWOFISH_XTS_NAME: &str =
+    "twofish-xts (key-dependent tables, 4 blocks interleaved, many sectors per call)";
+/// Name of the Camellia XTS.
+pub const CAMELLIA_XTS_NAME: &str =
+    "camellia-xts (64-bit S-box/P tables, 4 blocks interleaved, many sectors per call)";
 /// Name of the OpenSSL XTS implementation.
 pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3 EVP, per-sector IV re-init)";
 
 /// Builds a chain mode over `cipher` (not cipher_null) for `key`: AES
-/// through [`new_mode`], the other ciphers in pure Rust (`choice` does not
-/// apply to them).
+/// through [`new_mode`], the other ciphers through this crate's own
+/// Serpent, Twofish and Camellia (`choice` only matters for Serpent:
+/// [`Provider::Rust`], or `UCRYPT_CRYPTO=rust` with `Auto`, keeps it on its
+/// baseline kernel where the CPU has AVX2).
 pub(crate) fn new_mode_for(
     cipher: crate::spec::BlockCipher,
     chain: crate::spec::ChainMode,
@@ -160,10 +177,15 @@ pub(crate) fn new_mode_for(
     if cipher == BlockCipher::Aes {
         return new_mode(chain, key, choice, unit);
     }
+    let portable = match choice {
+        Provider::Rust => true,
+        Provider::Auto => std::env::var("UCRYPT_CRYPTO").as_deref() == Ok("rust"),
+        _ => false,
+    };
     Some(match chain {
-        ChainMode::Xts => Box::new(XtsRust::with(cipher, key)?),
-        ChainMode::Cbc => Box::new(Cbc(Prim::new(cipher, key)?)),
-        ChainMode::Ecb => Box::new(Ecb(Prim::new(cipher, key)?)),
+        ChainMode::Xts => Box::new(XtsRust::with(cipher, key, portable)?),
+        ChainMode::Cbc => Box::new(Cbc(Prim::with(cipher, key, portable)?)),
+        ChainMode::Ecb => Box::new(Ecb(Prim::with(cipher, key, portable)?)),
     })
 }
 
