@@ -183,18 +183,26 @@ impl Camellia {
 }
 
 fn run(s: &Schedule, blocks: &mut [[u8; 16]]) {
-    let mut chunks = blocks.chunks_exact_mut(WAYS);
-    for c in &mut chunks {
-        crypt_n::<WAYS>(s, c);
-    }
-    for b in chunks.into_remainder().chunks_exact_mut(1) {
-        crypt_n::<1>(s, b);
+    // The number of round groups as a constant, so the rounds unroll.
+    match s.groups {
+        3 => run_groups::<3>(s, blocks),
+        _ => run_groups::<4>(s, blocks),
     }
 }
 
-/// The Feistel network over `N` blocks.
+fn run_groups<const GROUPS: usize>(s: &Schedule, blocks: &mut [[u8; 16]]) {
+    let mut chunks = blocks.chunks_exact_mut(WAYS);
+    for c in &mut chunks {
+        crypt_n::<WAYS, GROUPS>(s, c);
+    }
+    for b in chunks.into_remainder().chunks_exact_mut(1) {
+        crypt_n::<1, GROUPS>(s, b);
+    }
+}
+
+/// The Feistel network over `N` blocks, `GROUPS` groups of six rounds.
 #[inline(always)]
-fn crypt_n<const N: usize>(s: &Schedule, blocks: &mut [[u8; 16]]) {
+fn crypt_n<const N: usize, const GROUPS: usize>(s: &Schedule, blocks: &mut [[u8; 16]]) {
     let mut d = [[0u64; 2]; N];
     for (d, b) in d.iter_mut().zip(blocks.iter()) {
         let (l, r) = b.split_at(8);
@@ -204,7 +212,7 @@ fn crypt_n<const N: usize>(s: &Schedule, blocks: &mut [[u8; 16]]) {
         a.copy_from_slice(r);
         d[1] = u64::from_be_bytes(a) ^ s.kw[1];
     }
-    for g in 0..s.groups {
+    for g in 0..GROUPS {
         if g > 0 {
             let (k1, k2) = (s.ke[2 * g - 2], s.ke[2 * g - 1]);
             for d in d.iter_mut() {
