@@ -1,7 +1,8 @@
 //! Chain modes over whole sectors: hand-written XTS, CBC and ECB over the
-//! RustCrypto `aes` block primitive (batched `encrypt_blocks`), the OpenSSL
-//! path, and an AES-NI XTS that converts many sectors per call. Everything
-//! behind the small [`SectorCipher`] trait.
+//! RustCrypto `aes` block primitive and this crate's own Serpent, Twofish
+//! and Camellia (batched `encrypt_blocks`), the OpenSSL path, and an AES-NI
+//! XTS that converts many sectors per call. Everything behind the small
+//! [`SectorCipher`] trait.
 //!
 //! ```text
 //!   SectorCrypt ──(one per key part)──▶ dyn SectorCipher
@@ -16,8 +17,12 @@
 //!                                         │      or AES-NI picked by OpenSSL at runtime)
 //!                                         │     └─ falls back to the Rust mode below for keys
 //!                                         │        OpenSSL refuses (XTS halves equal, AES-192-XTS)
-//!                                         ├─ XtsRust     (aes::encrypt_blocks in 64-block batches)
-//!                                         ├─ Cbc, Ecb    (aes)
+//!                                         ├─ XtsRust     (256 blocks per primitive call)
+//!                                         ├─ Cbc, Ecb
+//!                                         │     over Prim: aes, or serpent.rs (bitsliced:
+//!                                         │     16 blocks per AVX2 pass, 8 per SSE2 pass),
+//!                                         │     twofish.rs, camellia.rs (tables, 4 blocks
+//!                                         │     interleaved)
 //!                                         └─ NullCipher
 //! ```
 //!
@@ -42,8 +47,11 @@
 //!   vaes.rs   its 256-bit VAES kernels (x86-64 only; unsafe likewise)
 //!   rust.rs   the pure-Rust provider: Prim (AES, Serpent, Twofish,
 //!             Camellia), XtsRust, Cbc, Ecb; the only one for the non-AES
-//!             ciphers (vendored OpenSSL has no Serpent/Twofish, and no
-//!             Camellia-XTS)
+//!             ciphers (vendored OpenSSL has no Serpent, Twofish or Camellia)
+//!   serpent.rs  Serpent bitsliced across 16 (AVX2) or 8 (SSE2) blocks
+//!             (x86-64; plain u32 words elsewhere; unsafe: intrinsics)
+//!   twofish.rs  Twofish with key-dependent tables, 4 blocks interleaved
+//!   camellia.rs Camellia with S-box/P tables, 4 blocks interleaved
 //!   evp.rs    the OpenSSL EVP provider (and one unsafe function)
 //! ```
 

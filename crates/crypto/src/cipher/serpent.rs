@@ -23,8 +23,9 @@
 //! Unsafe code (fenced with `#[allow(unsafe_code)]` under the crate's
 //! `deny`): the call of the AVX2-compiled kernel in `Serpent::run`, made
 //! only where the CPU has AVX2; the AVX2 intrinsics behind `Avx2`'s
-//! operators, whose values exist only inside that kernel; the unaligned
-//! vector loads and stores of whole 8-block groups.
+//! operators, whose values exist only inside that kernel; the SSE2
+//! intrinsics behind `Sse2`'s (SSE2 is part of every x86-64); the
+//! unaligned vector loads and stores of whole blocks.
 #![allow(unsafe_code)]
 
 use std::ops::{BitAndAssign, BitOrAssign, BitXor, BitXorAssign, Not};
@@ -183,39 +184,28 @@ mod x86 {
 
     /// Element-wise binary operators of a two-register word.
     macro_rules! binary {
-        ($t:ident, $tr:ident, $f:ident, |$a:ident, $b:ident| $e:expr) => {
+        ($t:ident, $tr:ident, $f:ident, $op:ident) => {
             impl $tr for $t {
                 #[inline(always)]
                 fn $f(&mut self, o: Self) {
                     for (a, b) in self.0.iter_mut().zip(o.0) {
-                        let ($a, $b) = (*a, b);
-                        *a = $e;
+                        // SAFETY: the CPU has the instructions of `$t`: AVX2
+                        // for `Avx2`, whose values exist only inside the
+                        // AVX2 kernel (see its doc comment); SSE2 for `Sse2`,
+                        // part of every x86-64.
+                        *a = unsafe { $op(*a, b) };
                     }
                 }
             }
         };
     }
 
-    // SAFETY (each of the three): see `Avx2`'s doc comment.
-    binary!(Avx2, BitXorAssign, bitxor_assign, |a, b| unsafe {
-        _mm256_xor_si256(a, b)
-    });
-    binary!(Avx2, BitAndAssign, bitand_assign, |a, b| unsafe {
-        _mm256_and_si256(a, b)
-    });
-    binary!(Avx2, BitOrAssign, bitor_assign, |a, b| unsafe {
-        _mm256_or_si256(a, b)
-    });
-    // SAFETY (each of the three): SSE2 is part of every x86-64 CPU.
-    binary!(Sse2, BitXorAssign, bitxor_assign, |a, b| unsafe {
-        _mm_xor_si128(a, b)
-    });
-    binary!(Sse2, BitAndAssign, bitand_assign, |a, b| unsafe {
-        _mm_and_si128(a, b)
-    });
-    binary!(Sse2, BitOrAssign, bitor_assign, |a, b| unsafe {
-        _mm_or_si128(a, b)
-    });
+    binary!(Avx2, BitXorAssign, bitxor_assign, _mm256_xor_si256);
+    binary!(Avx2, BitAndAssign, bitand_assign, _mm256_and_si256);
+    binary!(Avx2, BitOrAssign, bitor_assign, _mm256_or_si256);
+    binary!(Sse2, BitXorAssign, bitxor_assign, _mm_xor_si128);
+    binary!(Sse2, BitAndAssign, bitand_assign, _mm_and_si128);
+    binary!(Sse2, BitOrAssign, bitor_assign, _mm_or_si128);
 
     impl BitXor for Avx2 {
         type Output = Self;
