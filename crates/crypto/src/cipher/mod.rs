@@ -157,9 +157,10 @@ pub const VAES_XTS_NAME: &str =
 /// Name of the Serpent XTS on its AVX2 kernel.
 pub const SERPENT_AVX2_XTS_NAME: &str =
     "serpent-avx2-xts (bitsliced, 16 blocks per AVX2 pass, many sectors per call)";
-/// Name of the Serpent XTS on its baseline kernel.
+/// Name of the Serpent XTS without AVX2 (SSE2 on x86-64, else one block
+/// at a time).
 pub const SERPENT_XTS_NAME: &str =
-    "serpent-xts (bitsliced, 8 blocks per pass, baseline vector code, many sectors per call)";
+    "serpent-xts (bitsliced, 8 blocks per SSE2 pass on x86-64, many sectors per call)";
 /// Name of the Twofish XTS.
 pub const TWOFISH_XTS_NAME: &str =
     "twofish-xts (key-dependent tables, 4 blocks interleaved, many sectors per call)";
