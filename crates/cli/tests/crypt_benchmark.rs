@@ -90,9 +90,17 @@ fn benchmark_default_table_layout() {
         rows,
         [
             ("aes-cbc", "128b"),
+            ("serpent-cbc", "128b"),
+            ("twofish-cbc", "128b"),
             ("aes-cbc", "256b"),
+            ("serpent-cbc", "256b"),
+            ("twofish-cbc", "256b"),
             ("aes-xts", "256b"),
+            ("serpent-xts", "256b"),
+            ("twofish-xts", "256b"),
             ("aes-xts", "512b"),
+            ("serpent-xts", "512b"),
+            ("twofish-xts", "512b"),
             ("cipher_null-ecb", "0b")
         ]
     );

@@ -35,7 +35,10 @@ pub mod speed;
 pub mod table;
 
 use cipher::{Dir, NullCipher, Prim, SectorCipher};
-pub use cipher::{Provider, AESNI_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME, VAES_XTS_NAME};
+pub use cipher::{
+    Provider, AESNI_XTS_NAME, CAMELLIA_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME,
+    SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
+};
 pub use error::Error;
 pub use secret::Secret;
 pub use spec::CipherSpec;
@@ -441,6 +444,25 @@ pub mod internal {
     ) -> Option<&'static str> {
         let c = cipher::new_mode(ChainMode::Xts, key, imp, buf.len())?;
         c.crypt(Dir::Encrypt, buf, &tweak);
+        Some(c.name())
+    }
+
+    /// Converts `buf` (a multiple of 16 bytes) in place as one data unit
+    /// of `spec`'s cipher and chain mode with the raw 16-byte `iv` (the
+    /// spec's IV generator is not used; ECB ignores `iv`). Returns the
+    /// implementation name used, or `None` for a bad spec or key.
+    pub fn crypt_unit(
+        spec: &str,
+        key: &[u8],
+        imp: Provider,
+        iv: [u8; 16],
+        buf: &mut [u8],
+        encrypt: bool,
+    ) -> Option<&'static str> {
+        let spec = crate::spec::CipherSpec::parse(spec).ok()?;
+        let c = cipher::new_mode_for(spec.cipher, spec.chain, key, imp, buf.len())?;
+        let dir = if encrypt { Dir::Encrypt } else { Dir::Decrypt };
+        c.crypt(dir, buf, &iv);
         Some(c.name())
     }
 

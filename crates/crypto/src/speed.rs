@@ -149,13 +149,24 @@ fn parse_openssl_speed(text: &str) -> Option<f64> {
     (k.is_finite() && k > 0.0).then_some(k * 1000.0)
 }
 
-/// `cryptsetup benchmark`'s cipher rows when no cipher is named:
-/// (dm-crypt spec, key bits).
-pub const DEFAULT_CIPHERS: [(&str, usize); 5] = [
+/// `cryptsetup benchmark`'s cipher rows when no cipher is named, in its
+/// order (cryptsetup 2.6's `bciphers`: AES, Serpent and Twofish in CBC with
+/// 128- and 256-bit keys, then in XTS with 256- and 512-bit keys), and
+/// `cipher_null` (ucrypt's own last row: the cost of the data path without
+/// a cipher): (dm-crypt spec, key bits).
+pub const DEFAULT_CIPHERS: [(&str, usize); 13] = [
     ("aes-cbc-plain64", 128),
+    ("serpent-cbc-plain64", 128),
+    ("twofish-cbc-plain64", 128),
     ("aes-cbc-plain64", 256),
+    ("serpent-cbc-plain64", 256),
+    ("twofish-cbc-plain64", 256),
     ("aes-xts-plain64", 256),
+    ("serpent-xts-plain64", 256),
+    ("twofish-xts-plain64", 256),
     ("aes-xts-plain64", 512),
+    ("serpent-xts-plain64", 512),
+    ("twofish-xts-plain64", 512),
     ("cipher_null-ecb", 0),
 ];
 

@@ -1,7 +1,8 @@
 //! Chain modes over whole sectors: hand-written XTS, CBC and ECB over the
-//! RustCrypto `aes` block primitive (batched `encrypt_blocks`), the OpenSSL
-//! path, and an AES-NI XTS that converts many sectors per call. Everything
-//! behind the small [`SectorCipher`] trait.
+//! RustCrypto `aes` block primitive and this crate's own Serpent, Twofish
+//! and Camellia (batched `encrypt_blocks`), the OpenSSL path, and an AES-NI
+//! XTS that converts many sectors per call. Everything behind the small
+//! [`SectorCipher`] trait.
 //!
 //! ```text
 //!   SectorCrypt ──(one per key part)──▶ dyn SectorCipher
@@ -16,8 +17,12 @@
 //!                                         │      or AES-NI picked by OpenSSL at runtime)
 //!                                         │     └─ falls back to the Rust mode below for keys
 //!                                         │        OpenSSL refuses (XTS halves equal, AES-192-XTS)
-//!                                         ├─ XtsRust     (aes::encrypt_blocks in 64-block batches)
-//!                                         ├─ Cbc, Ecb    (aes)
+//!                                         ├─ XtsRust     (256 blocks per primitive call)
+//!                                         ├─ Cbc, Ecb
+//!                                         │     over Prim: aes, or serpent.rs (bitsliced:
+//!                                         │     16 blocks per AVX2 pass, 8 per SSE2 pass),
+//!                                         │     twofish.rs, camellia.rs (tables, 4 blocks
+//!                                         │     interleaved)
 //!                                         └─ NullCipher
 //! ```
 //!
@@ -42,15 +47,21 @@
 //!   vaes.rs   its 256-bit VAES kernels (x86-64 only; unsafe likewise)
 //!   rust.rs   the pure-Rust provider: Prim (AES, Serpent, Twofish,
 //!             Camellia), XtsRust, Cbc, Ecb; the only one for the non-AES
-//!             ciphers (vendored OpenSSL has no Serpent/Twofish, and no
-//!             Camellia-XTS)
+//!             ciphers (vendored OpenSSL has no Serpent, Twofish or Camellia)
+//!   serpent.rs  Serpent bitsliced across 16 (AVX2) or 8 (SSE2) blocks
+//!             (x86-64; plain u32 words elsewhere; unsafe: intrinsics)
+//!   twofish.rs  Twofish with key-dependent tables, 4 blocks interleaved
+//!   camellia.rs Camellia with S-box/P tables, 4 blocks interleaved
 //!   evp.rs    the OpenSSL EVP provider (and one unsafe function)
 //! ```
 
 #[cfg(target_arch = "x86_64")]
 mod aesni;
+mod camellia;
 mod evp;
 mod rust;
+mod serpent;
+mod twofish;
 #[cfg(target_arch = "x86_64")]
 mod vaes;
 
@@ -143,12 +154,27 @@ pub const AESNI_XTS_NAME: &str =
 /// Name of the AES-NI XTS implementation running its VAES kernels.
 pub const VAES_XTS_NAME: &str =
     "vaes-xts (many sectors per call: tweaks batched, two blocks per VAES instruction)";
+/// Name of the Serpent XTS on its AVX2 kernel.
+pub const SERPENT_AVX2_XTS_NAME: &str =
+    "serpent-avx2-xts (bitsliced, 16 blocks per AVX2 pass, many sectors per call)";
+/// Name of the Serpent XTS without AVX2 (SSE2 on x86-64, else one block
+/// at a time).
+pub const SERPENT_XTS_NAME: &str =
+    "serpent-xts (bitsliced, 8 blocks per SSE2 pass on x86-64, many sectors per call)";
+/// Name of the Twofish XTS.
+pub const TWOFISH_XTS_NAME: &str =
+    "twofish-xts (key-dependent tables, 4 blocks interleaved, many sectors per call)";
+/// Name of the Camellia XTS.
+pub const CAMELLIA_XTS_NAME: &str =
+    "camellia-xts (64-bit S-box/P tables, 4 blocks interleaved, many sectors per call)";
 /// Name of the OpenSSL XTS implementation.
 pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3 EVP, per-sector IV re-init)";
 
 /// Builds a chain mode over `cipher` (not cipher_null) for `key`: AES
-/// through [`new_mode`], the other ciphers in pure Rust (`choice` does not
-/// apply to them).
+/// through [`new_mode`], the other ciphers through this crate's own
+/// Serpent, Twofish and Camellia (`choice` only matters for Serpent:
+/// [`Provider::Rust`], or `UCRYPT_CRYPTO=rust` with `Auto`, keeps it on its
+/// baseline kernel where the CPU has AVX2).
 pub(crate) fn new_mode_for(
     cipher: crate::spec::BlockCipher,
     chain: crate::spec::ChainMode,
@@ -160,10 +186,15 @@ pub(crate) fn new_mode_for(
     if cipher == BlockCipher::Aes {
         return new_mode(chain, key, choice, unit);
     }
+    let portable = match choice {
+        Provider::Rust => true,
+        Provider::Auto => std::env::var("UCRYPT_CRYPTO").as_deref() == Ok("rust"),
+        _ => false,
+    };
     Some(match chain {
-        ChainMode::Xts => Box::new(XtsRust::with(cipher, key)?),
-        ChainMode::Cbc => Box::new(Cbc(Prim::new(cipher, key)?)),
-        ChainMode::Ecb => Box::new(Ecb(Prim::new(cipher, key)?)),
+        ChainMode::Xts => Box::new(XtsRust::with(cipher, key, portable)?),
+        ChainMode::Cbc => Box::new(Cbc(Prim::with(cipher, key, portable)?)),
+        ChainMode::Ecb => Box::new(Ecb(Prim::with(cipher, key, portable)?)),
     })
 }
 

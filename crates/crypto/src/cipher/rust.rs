@@ -1,42 +1,42 @@
-//! The pure-Rust provider: hand-written XTS, CBC and ECB over RustCrypto
-//! block primitives (`aes`, and `serpent`, `twofish`, `camellia` for the
-//! other ciphers dm-crypt offers), fed in batches (`encrypt_blocks`), and
-//! the fallback of the OpenSSL provider for keys OpenSSL refuses.
+//! The pure-Rust provider: hand-written XTS, CBC and ECB over block
+//! primitives fed in batches (`encrypt_blocks`): RustCrypto's `aes`, and
+//! this crate's own many-blocks-per-call Serpent (`serpent.rs`), Twofish
+//! (`twofish.rs`) and Camellia (`camellia.rs`) for the other ciphers
+//! dm-crypt offers; also the fallback of the OpenSSL provider for keys
+//! OpenSSL refuses.
 
 use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::{Aes128, Aes192, Aes256, Block};
-use camellia::{Camellia128, Camellia192, Camellia256};
-use serpent::Serpent;
-use twofish::Twofish;
 
-use super::{Dir, SectorCipher, RUST_XTS_NAME};
+use super::camellia::Camellia;
+use super::serpent::Serpent;
+use super::twofish::Twofish;
+use super::{
+    Dir, SectorCipher, CAMELLIA_XTS_NAME, RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME,
+    TWOFISH_XTS_NAME,
+};
 use crate::spec::BlockCipher;
 
-/// A 16-byte block cipher with its key, chosen at runtime (all share the
-/// `cipher` 0.5 block type).
+/// A 16-byte block cipher with its key, chosen at runtime.
 pub(crate) enum Prim {
     A128(Aes128),
     A192(Aes192),
     A256(Aes256),
     Serpent(Box<Serpent>),
     Twofish(Box<Twofish>),
-    C128(Box<Camellia128>),
-    C192(Box<Camellia192>),
-    C256(Box<Camellia256>),
+    Camellia(Box<Camellia>),
 }
 
-/// One call on whichever cipher `$p` holds.
+/// One call on whichever AES `$p` holds, else `$other` with the others.
 macro_rules! each {
-    ($p:expr, $c:ident => $e:expr) => {
+    ($p:expr, $c:ident => $e:expr, $o:ident => $other:expr) => {
         match $p {
             Prim::A128($c) => $e,
             Prim::A192($c) => $e,
             Prim::A256($c) => $e,
-            Prim::Serpent($c) => $e,
-            Prim::Twofish($c) => $e,
-            Prim::C128($c) => $e,
-            Prim::C192($c) => $e,
-            Prim::C256($c) => $e,
+            Prim::Serpent($o) => $other,
+            Prim::Twofish($o) => $other,
+            Prim::Camellia($o) => $other,
         }
     };
 }
@@ -50,6 +50,12 @@ impl Prim {
     /// `cipher` keyed with `key`; `None` for cipher_null or unless the key
     /// is 16, 24 or 32 bytes.
     pub(crate) fn new(cipher: BlockCipher, key: &[u8]) -> Option<Self> {
+        Self::with(cipher, key, false)
+    }
+
+    /// Like [`Prim::new`]; `portable` keeps Serpent on its baseline kernel
+    /// even where the CPU has AVX2.
+    pub(crate) fn with(cipher: BlockCipher, key: &[u8], portable: bool) -> Option<Self> {
         if !matches!(key.len(), 16 | 24 | 32) {
             return None;
         }
@@ -57,21 +63,9 @@ impl Prim {
             (BlockCipher::Aes, 16) => Self::A128(Aes128::new_from_slice(key).ok()?),
             (BlockCipher::Aes, 24) => Self::A192(Aes192::new_from_slice(key).ok()?),
             (BlockCipher::Aes, _) => Self::A256(Aes256::new_from_slice(key).ok()?),
-            (BlockCipher::Serpent, _) => {
-                Self::Serpent(Box::new(Serpent::new_from_slice(key).ok()?))
-            }
-            (BlockCipher::Twofish, _) => {
-                Self::Twofish(Box::new(Twofish::new_from_slice(key).ok()?))
-            }
-            (BlockCipher::Camellia, 16) => {
-                Self::C128(Box::new(Camellia128::new_from_slice(key).ok()?))
-            }
-            (BlockCipher::Camellia, 24) => {
-                Self::C192(Box::new(Camellia192::new_from_slice(key).ok()?))
-            }
-            (BlockCipher::Camellia, _) => {
-                Self::C256(Box::new(Camellia256::new_from_slice(key).ok()?))
-            }
+            (BlockCipher::Serpent, _) => Self::Serpent(Box::new(Serpent::new(key, portable)?)),
+            (BlockCipher::Twofish, _) => Self::Twofish(Box::new(Twofish::new(key)?)),
+            (BlockCipher::Camellia, _) => Self::Camellia(Box::new(Camellia::new(key)?)),
             (BlockCipher::Null, _) => return None,
         })
     }
@@ -82,16 +76,23 @@ impl Prim {
             Self::A128(_) | Self::A192(_) | Self::A256(_) => BlockCipher::Aes,
             Self::Serpent(_) => BlockCipher::Serpent,
             Self::Twofish(_) => BlockCipher::Twofish,
-            Self::C128(_) | Self::C192(_) | Self::C256(_) => BlockCipher::Camellia,
+            Self::Camellia(_) => BlockCipher::Camellia,
         }
     }
 
+    /// Whether Serpent runs its AVX2 kernel.
+    fn wide(&self) -> bool {
+        matches!(self, Self::Serpent(s) if s.wide())
+    }
+
     fn encrypt_blocks(&self, b: &mut [Block]) {
-        each!(self, c => c.encrypt_blocks(b))
+        each!(self, c => c.encrypt_blocks(b),
+            o => o.encrypt_blocks(Block::cast_slice_to_core_mut(b)))
     }
 
     fn decrypt_blocks(&self, b: &mut [Block]) {
-        each!(self, c => c.decrypt_blocks(b))
+        each!(self, c => c.decrypt_blocks(b),
+            o => o.decrypt_blocks(Block::cast_slice_to_core_mut(b)))
     }
 
     /// Encrypts 16-byte blocks in one batch (a single-block call into the
@@ -148,18 +149,19 @@ pub(crate) struct XtsRust {
 impl XtsRust {
     /// AES-XTS; `key` = data key || tweak key (32, 48 or 64 bytes).
     pub(crate) fn new(key: &[u8]) -> Option<Self> {
-        Self::with(BlockCipher::Aes, key)
+        Self::with(BlockCipher::Aes, key, false)
     }
 
-    /// XTS over `cipher`; `key` = data key || tweak key (32, 48 or 64 bytes).
-    pub(crate) fn with(cipher: BlockCipher, key: &[u8]) -> Option<Self> {
+    /// XTS over `cipher`; `key` = data key || tweak key (32, 48 or 64
+    /// bytes); `portable` as for [`Prim::with`].
+    pub(crate) fn with(cipher: BlockCipher, key: &[u8], portable: bool) -> Option<Self> {
         if key.len() % 2 != 0 {
             return None;
         }
         let (k1, k2) = key.split_at(key.len() / 2);
         Some(Self {
-            data: Prim::new(cipher, k1)?,
-            tweak: Prim::new(cipher, k2)?,
+            data: Prim::with(cipher, k1, portable)?,
+            tweak: Prim::with(cipher, k2, portable)?,
         })
     }
 }
@@ -251,9 +253,10 @@ impl SectorCipher for XtsRust {
 
     fn name(&self) -> &'static str {
         match self.data.kind() {
-            BlockCipher::Serpent => "rust-serpent-xts (hand-made XTS over serpent 0.6)",
-            BlockCipher::Twofish => "rust-twofish-xts (hand-made XTS over twofish 0.8)",
-            BlockCipher::Camellia => "rust-camellia-xts (hand-made XTS over camellia 0.2)",
+            BlockCipher::Serpent if self.data.wide() => SERPENT_AVX2_XTS_NAME,
+            BlockCipher::Serpent => SERPENT_XTS_NAME,
+            BlockCipher::Twofish => TWOFISH_XTS_NAME,
+            BlockCipher::Camellia => CAMELLIA_XTS_NAME,
             _ => RUST_XTS_NAME,
         }
     }
@@ -335,9 +338,10 @@ impl SectorCipher for Cbc {
 
     fn name(&self) -> &'static str {
         match self.0.kind() {
-            BlockCipher::Serpent => "rust-serpent-cbc",
-            BlockCipher::Twofish => "rust-twofish-cbc",
-            BlockCipher::Camellia => "rust-camellia-cbc",
+            BlockCipher::Serpent if self.0.wide() => "serpent-avx2-cbc",
+            BlockCipher::Serpent => "serpent-cbc",
+            BlockCipher::Twofish => "twofish-cbc",
+            BlockCipher::Camellia => "camellia-cbc",
             _ => "rust-aes-cbc",
         }
     }
@@ -356,9 +360,10 @@ impl SectorCipher for Ecb {
 
     fn name(&self) -> &'static str {
         match self.0.kind() {
-            BlockCipher::Serpent => "rust-serpent-ecb",
-            BlockCipher::Twofish => "rust-twofish-ecb",
-            BlockCipher::Camellia => "rust-camellia-ecb",
+            BlockCipher::Serpent if self.0.wide() => "serpent-avx2-ecb",
+            BlockCipher::Serpent => "serpent-ecb",
+            BlockCipher::Twofish => "twofish-ecb",
+            BlockCipher::Camellia => "camellia-ecb",
             _ => "rust-aes-ecb",
         }
     }
