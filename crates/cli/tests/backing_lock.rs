@@ -1,4 +1,4 @@
-//! Advisory locks on backing files (issue 17): one file must not be open
+//! Advisory locks on backing files: one file must not be open
 //! read-write twice (another `open` under another name, or `map --write`);
 //! the second is refused with exit 5 naming the holder and nothing is
 //! written, read-only opens share, and the lock goes with the daemon.

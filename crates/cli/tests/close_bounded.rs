@@ -1,5 +1,5 @@
 //! `close` and SIGTERM finish within a bounded time whatever happened to
-//! the NBD socket file (issue 17): removed or replaced by another
+//! the NBD socket file: removed or replaced by another
 //! listener, they used to hang forever (the NBD server woke its accept
 //! loop by connecting to that path). The 30 s bound is a generous limit on
 //! an event, not a performance threshold; promptness is checked by

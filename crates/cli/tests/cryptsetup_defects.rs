@@ -1,4 +1,4 @@
-//! Regression tests for the defects issue 15 found by running ucrypt and
+//! Regression tests for the defects found by running ucrypt and
 //! cryptsetup 2.6 side by side: each case does the same thing with both
 //! tools (or with ucrypt, then checks the result with cryptsetup) and
 //! compares what a cryptsetup user would see: exit codes, `luksDump`,

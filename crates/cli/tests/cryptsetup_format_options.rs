@@ -1,4 +1,4 @@
-//! Issue 15, side by side with cryptsetup 2.6: format's layout options
+//! Side by side with cryptsetup 2.6: format's layout options
 //! (`--align-payload`, `--luks2-metadata-size`, `--luks2-keyslots-size`,
 //! `--offset`), keyslot encryption (`--keyslot-cipher`,
 //! `--keyslot-key-size` on format, add-key and change-key), and key-file

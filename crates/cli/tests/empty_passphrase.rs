@@ -1,4 +1,4 @@
-//! Empty passphrases (issue 17): cryptsetup formats and opens volumes with
+//! Empty passphrases: cryptsetup formats and opens volumes with
 //! an empty key file, so ucrypt must accept them too — opening a volume
 //! cryptsetup made, and formatting / adding keys cryptsetup then opens.
 

@@ -1,4 +1,4 @@
-//! Keys out of reach (issue 17): a daemon keeps its key in locked pages
+//! Keys out of reach: a daemon keeps its key in locked pages
 //! that core dumps leave out, `table --showkeys` leaves no copy behind, and
 //! a plain table's key need not be on any command line (`--key-file`,
 //! `--table -`); a key given on argv draws a warning.

@@ -1,4 +1,4 @@
-//! `ucrypt open --type plain` with cryptsetup's options (issue 15): the
+//! `ucrypt open --type plain` with cryptsetup's options: the
 //! table each combination builds, with keys computed here by `openssl dgst`
 //! from cryptsetup 2.6.1's rules (passphrases hashed in rounds of
 //! "A"*round ‖ passphrase; key files other than `-` read raw and never

@@ -1,4 +1,4 @@
-//! `rbd:POOL/IMAGE[@SNAP]` devices (issue 13) against a throwaway
+//! `rbd:POOL/IMAGE[@SNAP]` devices against a throwaway
 //! single-node Ceph cluster (testutil::ceph: the suite's shared one, or
 //! one started once for this binary and stopped at its end): format, dump,
 //! add-key, open with an NBD export and IO through nbdcopy, the exclusive

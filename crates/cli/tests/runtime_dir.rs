@@ -1,4 +1,4 @@
-//! The runtime directory on a shared host (issue 17): a directory another
+//! The runtime directory on a shared host: a directory another
 //! user could write to, a symlink in its place or one planted under the
 //! log file's name, and a control socket served by another uid are all
 //! refused before anything is written or sent.

@@ -1,4 +1,4 @@
-//! Serpent, Twofish and Camellia (issue 15): published known answers through
+//! Serpent, Twofish and Camellia: published known answers through
 //! `SectorCrypt` (ECB), and XTS/CBC sectors against a block-at-a-time
 //! reference written here from IEEE 1619 / the CBC definition over the
 //! RustCrypto primitives, and against OpenSSL for Camellia-CBC. The kernel's

@@ -1,4 +1,4 @@
-//! Fairness between NBD clients (issue 17): a client that stops reading its
+//! Fairness between NBD clients: a client that stops reading its
 //! replies stalls only itself, in every engine mode. One client queues
 //! 1 MiB reads and never reads a reply, until the server holds its whole
 //! in-flight cap; meanwhile a healthy client's 4 KiB reads must all be
@@ -9,7 +9,7 @@
 //! or the client leaves, so after every healthy reply the test checks that
 //! the server still holds the stalled client's connection, and after the
 //! last one that it still holds its whole cap. A healthy read queued
-//! behind the stalled client's replies (issue 17's bug: engine workers
+//! behind the stalled client's replies (the bug this pins: engine workers
 //! blocked in the stalled client's reply writes) is answered only after
 //! that release, and fails the check. The healthy client's read timeout is
 //! a hang guard only, longer than the server's reply timeout so a

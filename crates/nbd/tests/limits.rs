@@ -1,4 +1,4 @@
-//! The server's limits (issue 17): a cap on connections, a handshake
+//! The server's limits: a cap on connections, a handshake
 //! timeout, and a per-connection cap on payload bytes in flight. Each test
 //! plays a client that used to hold the server's resources without bound.
 

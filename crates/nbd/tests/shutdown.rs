@@ -1,5 +1,5 @@
 //! `Server::shutdown` is prompt whatever happened to the socket file and
-//! whatever the clients do (issue 17). It used to wake its accept loop by
+//! whatever the clients do. It used to wake its accept loop by
 //! connecting to its own socket path, so with that file removed it never
 //! returned, and with the file replaced it connected to a stranger. Each
 //! test counts events (connections the replacement saw, files left,

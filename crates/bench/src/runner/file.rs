@@ -1,5 +1,5 @@
 //! `--via file`: the engine over `backend::FileBackend` on one file, beside
-//! fio's own io_uring engine on the same file (issue 14's file-backend
+//! fio's own io_uring engine on the same file (the file-backend
 //! cells; formerly `datapath/examples/filebench.rs`).
 //!
 //! ```text
