@@ -132,7 +132,9 @@ pub struct Given {
     /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET.
     #[arg(long, default_value = "nbd")]
     pub export: String,
-    /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
+    /// Most request queues a vhost-user-blk export offers (default 64, so a
+    /// hypervisor's default of one queue per vCPU fits); the guest uses as
+    /// many as it asks for, served by up to one thread per host CPU.
     #[arg(long, value_name = "N")]
     pub num_queues: Option<u16>,
     /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS

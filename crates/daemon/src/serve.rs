@@ -512,7 +512,7 @@ mod tests {
                 None,
                 ExportSpec::VhostUserBlk {
                     socket: "/run/v.sock".into(),
-                    num_queues: 1,
+                    num_queues: vhost_blk::MAX_QUEUES,
                 },
             ),
             (
