@@ -412,7 +412,11 @@ mod tests {
                     assert_eq!(a & m, 0, "{queues} queues, {threads} threads: overlap");
                     a | m
                 });
-                let want = if queues == 64 { u64::MAX } else { (1u64 << queues) - 1 };
+                let want = if queues == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << queues) - 1
+                };
                 assert_eq!(all, want, "{queues} queues, {threads} threads");
             }
         }

@@ -80,7 +80,8 @@ fn offers_max_queues_by_default_and_serves_the_ones_enabled() {
     // Only queue 3 of 64: on a 2-CPU host it is the second queue of
     // thread 1 (local index 1), on a 4-CPU host thread 3's first.
     let (_r, kick3, _c3) = master::start_queue(&mut m, &mem, 3, QSIZE);
-    mem.write_slice(&[0x5Au8; 4096], GuestAddress(DATA)).unwrap();
+    mem.write_slice(&[0x5Au8; 4096], GuestAddress(DATA))
+        .unwrap();
     assert_eq!(request(&mem, 3, &kick3, VIRTIO_BLK_T_OUT, 16, 4096), 0);
     assert_eq!(engine.read(16 * 512, 4096).unwrap(), vec![0x5A; 4096]);
 
@@ -192,7 +193,14 @@ fn libblkio_with_four_queues_of_a_default_device() {
 /// queue count qemu settled on (`None` if it exited) and its stderr.
 fn qemu_attaches(sock: &std::path::Path, cpus: u32) -> (Option<u64>, String) {
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-machine", "q35,accel=tcg", "-S", "-nodefaults", "-display", "none"])
+        .args([
+            "-machine",
+            "q35,accel=tcg",
+            "-S",
+            "-nodefaults",
+            "-display",
+            "none",
+        ])
         .args(["-smp", &cpus.to_string(), "-m", "128"])
         .args(["-object", "memory-backend-memfd,id=mem,size=128M,share=on"])
         .args(["-numa", "node,memdev=mem"])
