@@ -137,6 +137,8 @@ impl Status {
             flags: self.flags.into(),
             allow_discards: self.allow_discards,
             read_only: self.read_only,
+            max_read_size: self.flags.max_read_size,
+            max_write_size: self.flags.max_write_size,
             ..EngineConfig::default()
         }
     }
