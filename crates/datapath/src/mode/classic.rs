@@ -291,8 +291,10 @@ fn pieces(
         st: Mutex::new(SplitState {
             left: n,
             len,
+            // Every byte is a piece's plaintext before it is handed on (a
+            // failed piece fails the request and the buffer is dropped).
             buf: if read {
-                vec![0u8; len as usize]
+                crate::bufpool::take(len as usize)
             } else {
                 Vec::new()
             },
@@ -403,7 +405,9 @@ fn kcryptd_io(sh: &Shared) {
     let mut ios = Vec::with_capacity(IO_BATCH);
     while sh.io_q.pop_many(IO_BATCH, &mut ios) {
         for io in ios.iter_mut() {
-            io.buf = vec![0u8; io.range.len() as usize];
+            // The backend read fills it all or fails the request, which
+            // then drops it: pooled contents never reach a reply.
+            io.buf = crate::bufpool::take(io.range.len() as usize);
         }
         let mut ops: Vec<backend::ReadOp<'_>> = ios
             .iter_mut()
