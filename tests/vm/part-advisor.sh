@@ -28,23 +28,35 @@ check "advisor: --workload db on the mapping's flags answers one line" sh -c "
   [ \$(grep -c '^recommendation: ' /tmp/advisor.out) = 1 ]"
 sed 's/^/    : /' /tmp/advisor.out 2>/dev/null | tail -n 14
 check "advisor: preflight saw the kernel's dm-crypt and its workqueue flags" \
-  grep -q 'dm-crypt v1\.[0-9.]* (no_read_workqueue, no_write_workqueue: yes)' /tmp/advisor.out
+  grep -q 'dm-crypt v1\.[0-9.]* (no_read_workqueue, no_write_workqueue: yes;' /tmp/advisor.out
+# Linux 6.10+ (dm-crypt 1.26): high_priority; 6.11+: the module parameters.
+check "advisor: preflight saw high_priority and max_read_size/max_write_size" \
+  grep -q 'high_priority: yes; module parameters max_read_size [0-9]*, max_write_size [0-9]*' /tmp/advisor.out
 check "advisor: the control row and every candidate were measured" sh -c "
-  for r in 'no_write_workqueue (current)' 'no_write_workqueue (control' 'none ' 'no_read_workqueue ' 'both '; do
+  for r in 'no_write_workqueue (current)' 'no_write_workqueue (control' 'none ' 'no_read_workqueue ' 'both ' \
+           'none+high_priority ' 'no_write_workqueue+high_priority ' 'both+high_priority ' \
+           'no_write_workqueue, max_read_size=1048576 max_write_size=1048576'; do
     grep -q \"^\$r\" /tmp/advisor.out || { echo \"no row \$r\"; exit 1; }
   done"
 
 # The line to apply: the recommendation, or (when the gain is inside the
 # noise band) the fastest candidate the advisor printed beside "keep".
-line=$(sed -n 's/^recommendation: \(cryptsetup refresh .*\)$/\1/p' /tmp/advisor.out)
-[ -n "$line" ] || line=$(sed -n 's/^fastest candidate: \(cryptsetup refresh .*\)$/\1/p' /tmp/advisor.out)
+# A module-parameter answer says so and ends with the refresh line to apply.
+line=$(sed -n 's/^recommendation: .*\(cryptsetup refresh .*\)$/\1/p' /tmp/advisor.out)
+[ -n "$line" ] || line=$(sed -n 's/^fastest candidate: .*\(cryptsetup refresh .*\)$/\1/p' /tmp/advisor.out)
+if grep -q '^\(recommendation\|fastest candidate\): a module parameter' /tmp/advisor.out; then
+  check "advisor: a module-parameter answer names the parameters, not a refresh flag" sh -c "
+    grep -q 'not a refresh (applies to every dm-crypt mapping on this host): echo [0-9]* > /sys/module/dm_crypt/parameters/max_read_size' /tmp/advisor.out"
+fi
+check "advisor: the module parameters are as they were" sh -c "
+  grep -q \"max_read_size \$(cat /sys/module/dm_crypt/parameters/max_read_size), max_write_size \$(cat /sys/module/dm_crypt/parameters/max_write_size)\" /tmp/advisor.out"
 info "advisor answers: $(grep '^recommendation: ' /tmp/advisor.out 2>/dev/null); applying: ${line:-nothing}"
 if [ -n "$line" ]; then
   check "advisor: the line names the mapping" sh -c "echo '$line' | grep -q ' adv\$'"
   check "advisor: $line applies" sh -c "$line --key-file '$KEY'"
   check "advisor: dmsetup table has exactly the line's workqueue flags" sh -c "
     t=\$(dmsetup table adv); echo \"\$t\" | sed 's/:64:logon:[^ ]*/<key>/'
-    for f in no_read_workqueue no_write_workqueue; do
+    for f in no_read_workqueue no_write_workqueue high_priority; do
       want=0; echo '$line' | grep -q -- \"--perf-\$f\" && want=1
       have=0; echo \"\$t\" | grep -qw \"\$f\" && have=1
       [ \$want = \$have ] || { echo \"\$f: line \$want, table \$have\"; exit 1; }

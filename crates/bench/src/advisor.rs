@@ -32,17 +32,31 @@ pub use workload::{job_file_for, AdvisorWorkload, CellSpec, Preset, DEFAULT_PRES
 /// combinations.
 pub const WORKQUEUE_FLAGS: [&str; 2] = ["no_read_workqueue", "no_write_workqueue"];
 
-/// A mapping's activation flags, split into the two the advisor decides
-/// and the rest, which every candidate keeps.
+/// A mapping's activation flags, split into the ones the advisor decides
+/// and the rest, which every candidate keeps; and, for a candidate that
+/// changes them, dm-crypt's `max_read_size`/`max_write_size` module
+/// parameters (Linux 6.11: one value per host, not a table flag).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Flags {
     /// `no_read_workqueue`.
     pub no_read_wq: bool,
     /// `no_write_workqueue`.
     pub no_write_wq: bool,
+    /// `high_priority` (dm-crypt 1.26, Linux 6.10).
+    pub high_priority: bool,
     /// Other table options (allow_discards, sector_size:4096, …), in order.
     pub kept: Vec<String>,
+    /// `max_read_size`, `max_write_size` in bytes, when this candidate sets
+    /// the module parameters (None: as they are).
+    pub module: Option<(u32, u32)>,
 }
+
+/// The dm-crypt version with `high_priority` (Linux 6.10).
+pub const HIGH_PRIORITY_SINCE: (u32, u32, u32) = (1, 26, 0);
+
+/// Where dm-crypt's module parameters live (Linux 6.11 has
+/// `max_read_size` and `max_write_size` there).
+pub const MODULE_PARAMETERS: &str = "/sys/module/dm_crypt/parameters";
 
 impl Flags {
     /// Parses the optional parameters of a dm-crypt table line.
@@ -52,37 +66,68 @@ impl Flags {
             match *w {
                 "no_read_workqueue" => f.no_read_wq = true,
                 "no_write_workqueue" => f.no_write_wq = true,
+                "high_priority" => f.high_priority = true,
                 other => f.kept.push(other.to_string()),
             }
         }
         f
     }
 
-    /// The name of the workqueue part: none, no_read_workqueue,
-    /// no_write_workqueue or both.
-    pub fn name(&self) -> &'static str {
-        match (self.no_read_wq, self.no_write_wq) {
+    /// The name of the decided part: none, no_read_workqueue,
+    /// no_write_workqueue or both, `+high_priority`, and the module
+    /// parameters a candidate sets.
+    pub fn name(&self) -> String {
+        let mut s = match (self.no_read_wq, self.no_write_wq) {
             (false, false) => "none",
             (true, false) => "no_read_workqueue",
             (false, true) => "no_write_workqueue",
             (true, true) => "both",
         }
+        .to_string();
+        if self.high_priority {
+            s.push_str("+high_priority");
+        }
+        if let Some((r, w)) = self.module {
+            let _ = write!(s, ", max_read_size={r} max_write_size={w}");
+        }
+        s
     }
 
-    /// The four workqueue combinations with `self`'s other flags; the
+    /// Every combination of the workqueue flags (and `high_priority` when
+    /// `high` says the kernel has it) with `self`'s other flags; the
     /// current one first.
-    pub fn combinations(&self) -> Vec<Flags> {
+    pub fn combinations(&self, high: bool) -> Vec<Flags> {
         let mut v = vec![self.clone()];
-        for (r, w) in [(false, false), (true, false), (false, true), (true, true)] {
-            if (r, w) != (self.no_read_wq, self.no_write_wq) {
-                v.push(Flags {
-                    no_read_wq: r,
-                    no_write_wq: w,
-                    kept: self.kept.clone(),
-                });
+        let highs: &[bool] = if high { &[false, true] } else { &[false] };
+        for &h in highs {
+            for (r, w) in [(false, false), (true, false), (false, true), (true, true)] {
+                if (r, w, h) != (self.no_read_wq, self.no_write_wq, self.high_priority) {
+                    v.push(Flags {
+                        no_read_wq: r,
+                        no_write_wq: w,
+                        high_priority: h,
+                        kept: self.kept.clone(),
+                        module: None,
+                    });
+                }
             }
         }
         v
+    }
+
+    /// The module-parameter candidates for a kernel whose parameters are
+    /// `now` (`max_read_size`, `max_write_size`): `self` with 1 MiB pieces
+    /// (a 1M request is not cut) and with the kernel's default 128 KiB,
+    /// each unless that is what is set now.
+    pub fn module_candidates(&self, now: (u32, u32)) -> Vec<Flags> {
+        [(1 << 20, 1 << 20), (128 << 10, 128 << 10)]
+            .into_iter()
+            .filter(|&m| m != now && !(now == (0, 0) && m == (128 << 10, 128 << 10)))
+            .map(|m| Flags {
+                module: Some(m),
+                ..self.clone()
+            })
+            .collect()
     }
 
     /// The table's optional parameters (`2 allow_discards no_read_workqueue`),
@@ -95,6 +140,9 @@ impl Flags {
         if self.no_write_wq {
             w.push("no_write_workqueue");
         }
+        if self.high_priority {
+            w.push("high_priority");
+        }
         if w.is_empty() {
             String::new()
         } else {
@@ -105,8 +153,21 @@ impl Flags {
     /// The `cryptsetup refresh` line that activates exactly these flags on
     /// `name`. refresh replaces the activation flags, so the ones kept
     /// (discards, same_cpu_crypt, submit_from_crypt_cpus) are repeated.
+    /// A candidate that sets the module parameters says so first: they are
+    /// written to /sys/module/dm_crypt/parameters (or set with `options
+    /// dm_crypt …` in /etc/modprobe.d to last), for every dm-crypt mapping
+    /// of the host; no refresh sets them.
     pub fn refresh_line(&self, name: &str) -> String {
-        let mut s = String::from("cryptsetup refresh");
+        let mut s = String::new();
+        if let Some((r, w)) = self.module {
+            let _ = write!(
+                s,
+                "a module parameter, not a refresh (applies to every dm-crypt mapping on this host): \
+                 echo {r} > {MODULE_PARAMETERS}/max_read_size; echo {w} > {MODULE_PARAMETERS}/max_write_size \
+                 (to keep it: `options dm_crypt max_read_size={r} max_write_size={w}` in /etc/modprobe.d); then "
+            );
+        }
+        s.push_str("cryptsetup refresh");
         for k in &self.kept {
             match k.as_str() {
                 "allow_discards" => s.push_str(" --allow-discards"),
@@ -120,6 +181,9 @@ impl Flags {
         }
         if self.no_write_wq {
             s.push_str(" --perf-no_write_workqueue");
+        }
+        if self.high_priority {
+            s.push_str(" --perf-high_priority");
         }
         let _ = write!(s, " {name}");
         s
@@ -323,7 +387,7 @@ pub fn render(
     let row_name = |m: usize| match m {
         0 => format!("{} (current)", flags[0].name()),
         1 => format!("{} (control: current again)", flags[0].name()),
-        m => flags.get(m - 1).map_or("?", Flags::name).to_string(),
+        m => flags.get(m - 1).map_or("?".to_string(), Flags::name),
     };
     for (m, row) in med.iter().enumerate() {
         let _ = write!(s, "{:<32}", row_name(m));
@@ -413,7 +477,7 @@ mod tests {
         assert_eq!(d.best, Some(2), "{d:?}");
         assert!((d.gains[2] - 0.2).abs() < 1e-9, "{d:?}");
         assert!(d.change);
-        let flags = Flags::default().combinations();
+        let flags = Flags::default().combinations(false);
         let text = render("h", &["a".into(), "b".into()], &flags, &r, "vol");
         assert!(
             text.contains(
@@ -426,6 +490,65 @@ mod tests {
     }
 
     #[test]
+    fn high_priority_doubles_the_candidates_where_the_kernel_has_it() {
+        let cur = Flags::parse(&["allow_discards", "high_priority"]);
+        assert!(cur.high_priority);
+        assert_eq!(cur.name(), "none+high_priority");
+        assert_eq!(cur.table_words(), "2 allow_discards high_priority");
+        assert_eq!(
+            cur.refresh_line("v"),
+            "cryptsetup refresh --allow-discards --perf-high_priority v"
+        );
+        let all = cur.combinations(true);
+        assert_eq!(all.len(), 8);
+        assert_eq!(all[0], cur);
+        for (i, a) in all.iter().enumerate() {
+            assert_eq!(a.kept, vec!["allow_discards".to_string()]);
+            assert!(all[i + 1..].iter().all(|b| b != a), "{a:?} twice");
+        }
+        assert_eq!(Flags::default().combinations(false).len(), 4);
+        assert!(Flags::default()
+            .combinations(false)
+            .iter()
+            .all(|f| !f.high_priority));
+    }
+
+    #[test]
+    fn module_parameters_are_candidates_and_say_they_are_not_a_refresh() {
+        let cur = Flags::default();
+        let names = |now| -> Vec<Option<(u32, u32)>> {
+            cur.module_candidates(now)
+                .iter()
+                .map(|f| f.module)
+                .collect()
+        };
+        assert_eq!(names((0, 0)), vec![Some((1 << 20, 1 << 20))]);
+        assert_eq!(names((131072, 131072)), vec![Some((1 << 20, 1 << 20))]);
+        assert_eq!(names((1 << 20, 1 << 20)), vec![Some((131072, 131072))]);
+        assert_eq!(names((65536, 65536)).len(), 2);
+        // Mapping 4 (the module candidate after two flag candidates) wins.
+        let r = rounds([1.0, 1.0, 1.01, 1.02, 1.3], &[1.01, 0.99], 1);
+        let mut flags = vec![cur.clone(), cur.combinations(false)[1].clone()];
+        flags.push(cur.combinations(false)[2].clone());
+        flags.extend(cur.module_candidates((0, 0)));
+        let text = render("h", &["a".into()], &flags, &r, "vol");
+        assert!(
+            text.contains("none, max_read_size=1048576 max_write_size=1048576"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "recommendation: a module parameter, not a refresh (applies to every dm-crypt mapping on this host): \
+                 echo 1048576 > /sys/module/dm_crypt/parameters/max_read_size; \
+                 echo 1048576 > /sys/module/dm_crypt/parameters/max_write_size"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("options dm_crypt max_read_size=1048576 max_write_size=1048576"));
+        assert!(text.ends_with("then cryptsetup refresh vol\n"), "{text}");
+    }
+
+    #[test]
     fn a_gain_inside_the_band_keeps_the_current_flags() {
         // The best candidate gains 4 %, the control once strays 6 %.
         let r = rounds([1.0, 1.0, 1.04, 1.01, 0.9], &[1.0, 1.06, 0.99], 3);
@@ -435,7 +558,7 @@ mod tests {
         assert!((d.band - 0.06).abs() < 1e-9);
         assert!(!d.change);
         let current = Flags::parse(&["no_write_workqueue"]);
-        let flags = current.combinations();
+        let flags = current.combinations(false);
         let text = render("h", &["a".into()], &flags, &r, "vol");
         assert!(
             text.contains(
@@ -489,7 +612,7 @@ mod tests {
     fn flags_keep_what_refresh_would_drop() {
         let f = Flags::parse(&["allow_discards", "sector_size:4096", "no_read_workqueue"]);
         assert_eq!(f.name(), "no_read_workqueue");
-        let all = f.combinations();
+        let all = f.combinations(false);
         assert_eq!(
             all.iter().map(Flags::name).collect::<Vec<_>>(),
             ["no_read_workqueue", "none", "no_write_workqueue", "both"]

@@ -41,6 +41,14 @@ pub struct BenchArgs {
     /// file's size, else 1G); a shorter file is extended.
     #[arg(long, value_name = "SIZE")]
     pub file_size: Option<String>,
+    /// With --via fio or vhost: every server's image in DIR (a directory
+    /// on the filesystem or device to measure) instead of /dev/shm, each
+    /// server as it runs in production (ucrypt's defaults, O_DIRECT where
+    /// the filesystem takes it; qemu-storage-daemon cache.direct=on
+    /// aio=io_uring; nbdkit's file plugin cache=none), plus `disk`: fio's
+    /// io_uring engine on a plain file there (O_DIRECT), the io of the bound.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw,
     /// luks); with --via vhost: qemu-storage-daemon (luks).
     #[arg(long)]
@@ -101,6 +109,11 @@ impl BenchArgs {
         if !file_run && (self.file.is_some() || self.file_size.is_some()) {
             return Err(OptionsError::FileWithoutViaFile.into());
         }
+        let servers = matches!(self.via.as_deref(), Some("fio" | "vhost"))
+            || (self.via.is_none() && self.peers);
+        if self.dir.is_some() && (self.ceph || !servers) {
+            return Err(OptionsError::DirWithoutServers.into());
+        }
         if self.ceph {
             // On Ceph: ucrypt adaptive against the peers, no sweep, unless told.
             o.targets.get_or_insert_with(|| "aes-adaptive".into());
@@ -159,6 +172,7 @@ impl BenchArgs {
             Ok(Via::Vhost(crate::runner::vhost::VhostPlan {
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,
+                dir: self.dir.clone(),
             }))
         } else if self.via.as_deref() == Some("file") {
             Ok(Via::File(crate::runner::file::FilePlan {
@@ -169,6 +183,7 @@ impl BenchArgs {
             Ok(Via::Fio {
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,
+                dir: self.dir.clone(),
             })
         } else {
             Ok(Via::InProcess)
@@ -203,4 +218,42 @@ pub(crate) fn parse_for_test(args: &[&str]) -> BenchArgs {
     Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
         .unwrap()
         .bench
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_goes_with_the_server_runners_only() {
+        let exe = || Ok(PathBuf::from("/bin/ucrypt"));
+        for via in ["fio", "vhost"] {
+            let a = parse_for_test(&["--via", via, "--dir", "/var/tmp"]);
+            assert!(a.options().is_ok(), "--via {via}");
+            let dir = match a.via(exe()).unwrap() {
+                Via::Fio { dir, .. } => dir,
+                Via::Vhost(p) => p.dir,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(dir, Some(PathBuf::from("/var/tmp")));
+        }
+        let peers = parse_for_test(&["--peers", "--dir", "/var/tmp"]);
+        assert!(peers.options().is_ok(), "--peers alone runs fio");
+        for args in [
+            &["--dir", "/var/tmp"][..],
+            &["--via", "file", "--dir", "/var/tmp"],
+            &["--via", "in-process", "--dir", "/var/tmp"],
+        ] {
+            let e = parse_for_test(args).options().unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "--dir goes with --via fio or --via vhost",
+                "{args:?}"
+            );
+        }
+        match parse_for_test(&["--via", "fio"]).via(exe()).unwrap() {
+            Via::Fio { dir, .. } => assert_eq!(dir, None),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -35,6 +35,9 @@ pub struct Features {
     pub kernel: String,
     /// The dm-crypt target's version, when it is loaded (`dmsetup targets`).
     pub crypt: Option<(u32, u32, u32)>,
+    /// dm-crypt's `max_read_size` and `max_write_size` module parameters
+    /// (Linux 6.11; 0 is the default, 128 KiB), when the kernel has them.
+    pub max_io: Option<(u32, u32)>,
 }
 
 impl Features {
@@ -43,18 +46,78 @@ impl Features {
         self.crypt.is_some_and(|v| v >= WORKQUEUE_FLAGS_SINCE)
     }
 
+    /// True when the loaded dm-crypt knows `high_priority` (1.26).
+    pub fn high_priority(&self) -> bool {
+        self.crypt
+            .is_some_and(|v| v >= advisor::HIGH_PRIORITY_SINCE)
+    }
+
     /// One line for the report.
     pub fn describe(&self) -> String {
+        let yn = |b: bool| if b { "yes" } else { "no" };
+        let sizes = match self.max_io {
+            Some((r, w)) => format!(
+                "; module parameters max_read_size {r}, max_write_size {w} (0: 131072; per host)"
+            ),
+            None => "; no max_read_size/max_write_size (before Linux 6.11)".into(),
+        };
         match self.crypt {
             Some((a, b, c)) => format!(
-                "kernel {}, dm-crypt v{a}.{b}.{c} (no_read_workqueue, no_write_workqueue: {})",
+                "kernel {}, dm-crypt v{a}.{b}.{c} (no_read_workqueue, no_write_workqueue: {}; high_priority: {}{sizes})",
                 self.kernel,
-                if self.workqueue_flags() { "yes" } else { "no" }
+                yn(self.workqueue_flags()),
+                yn(self.high_priority()),
             ),
             None => format!("kernel {}, dm-crypt not loaded", self.kernel),
         }
     }
 }
+
+/// `max_read_size` and `max_write_size` from `dir` (dm-crypt's module
+/// parameters directory); None unless both are there and numbers.
+pub fn module_max_io(dir: &Path) -> Option<(u32, u32)> {
+    let read = |n: &str| -> Option<u32> {
+        std::fs::read_to_string(dir.join(n))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((read("max_read_size")?, read("max_write_size")?))
+}
+
+/// The module parameters set for a measurement, put back as they were
+/// when dropped.
+struct ModuleParams {
+    old: (u32, u32),
+}
+
+impl ModuleParams {
+    fn write(v: (u32, u32)) -> Result<(), Error> {
+        let dir = Path::new(advisor::MODULE_PARAMETERS);
+        for (n, x) in [("max_read_size", v.0), ("max_write_size", v.1)] {
+            let path = dir.join(n);
+            std::fs::write(&path, x.to_string())
+                .map_err(|source| Error::Output { path, source })?;
+        }
+        Ok(())
+    }
+
+    /// Sets `v`, remembering `old`.
+    fn set(old: (u32, u32), v: (u32, u32)) -> Result<Self, Error> {
+        let guard = Self { old };
+        Self::write(v)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for ModuleParams {
+    fn drop(&mut self) {
+        let _ = Self::write(self.old);
+    }
+}
+
+impl Features {}
 
 /// The crypt target's version in `dmsetup targets` output
 /// (`crypt            v1.27.0`).
@@ -151,7 +214,12 @@ pub fn preflight() -> Result<Features, Error> {
             ));
         }
     }
-    let features = Features { kernel, crypt };
+    let max_io = module_max_io(Path::new(advisor::MODULE_PARAMETERS));
+    let features = Features {
+        kernel,
+        crypt,
+        max_io,
+    };
     if crypt.is_some() && !features.workqueue_flags() {
         missing.push(format!(
             "dm-crypt ≥ 1.22 (Linux 5.9) for no_read_workqueue/no_write_workqueue; {}",
@@ -339,10 +407,16 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
     } else {
         key.iter().map(|b| format!("{b:02x}")).collect()
     });
-    // Mapping 0 current, 1 the control (current again), 2.. candidates.
-    let flag_sets = current.flags.combinations();
+    // Mapping 0 current, 1 the control (current again), 2.. candidates;
+    // then the module-parameter candidates, measured on mapping 0 with
+    // the parameters set for their runs only.
+    let mut flag_sets = current.flags.combinations(features.high_priority());
     let mut sets: Vec<&Flags> = vec![&flag_sets[0]];
     sets.extend(flag_sets.iter());
+    let module_sets: Vec<Flags> = features
+        .max_io
+        .map(|now| current.flags.module_candidates(now))
+        .unwrap_or_default();
     let mut maps = Vec::new();
     for (i, f) in sets.iter().enumerate() {
         let table = zeroize::Zeroizing::new(format!(
@@ -431,12 +505,13 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
         Ok(got)
     };
     let n = maps.len();
+    let now = features.max_io.unwrap_or((0, 0));
     let mut rounds: advisor::Rounds = Vec::new();
     for r in 0..opts.reps {
         if opts.progress {
             eprintln!("advisor: round {}/{}", r + 1, opts.reps);
         }
-        let mut round = vec![vec![0.0; labels.len()]; n];
+        let mut round = vec![vec![0.0; labels.len()]; n + module_sets.len()];
         // Interleaved: every mapping once per cell, the order rotated per
         // round so no flag set always runs first or last.
         let order: Vec<usize> = (0..n).map(|k| (k + r) % n).collect();
@@ -444,6 +519,11 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
             let got = measure(&order, cell)?;
             for (row, bw) in round.iter_mut().zip(got) {
                 row[cell] = bw;
+            }
+            for (k, f) in module_sets.iter().enumerate() {
+                let Some(v) = f.module else { continue };
+                let _set = ModuleParams::set(now, v)?;
+                round[n + k][cell] = measure(&[0], cell)?.first().copied().unwrap_or(0.0);
             }
         }
         rounds.push(round);
@@ -469,6 +549,7 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
                 }
             )),
     );
+    flag_sets.extend(module_sets);
     Ok(advisor::render(&header, &labels, &flag_sets, &rounds, name))
 }
 
@@ -499,6 +580,7 @@ mod tests {
         let old = Features {
             kernel: "5.4".into(),
             crypt: crypt_version("crypt v1.19.0"),
+            max_io: None,
         };
         assert!(!old.workqueue_flags());
         assert!(
@@ -516,6 +598,33 @@ mod tests {
         );
         assert!(!lists_module(dep, "dm"));
         assert!(lists_module("kernel/drivers/md/dm-mod.ko\n", "dm_mod"));
+    }
+
+    #[test]
+    fn newer_kernels_offer_high_priority_and_the_module_parameters() {
+        let dir = testutil::TempDir::new("advisor-params");
+        assert_eq!(module_max_io(&dir.join("")), None, "before 6.11");
+        std::fs::write(dir.join("max_read_size"), "0\n").unwrap();
+        assert_eq!(module_max_io(&dir.join("")), None, "both or none");
+        std::fs::write(dir.join("max_write_size"), "262144\n").unwrap();
+        assert_eq!(module_max_io(&dir.join("")), Some((0, 262144)));
+        let f = Features {
+            kernel: "6.12".into(),
+            crypt: crypt_version("crypt v1.27.0"),
+            max_io: module_max_io(&dir.join("")),
+        };
+        assert!(f.workqueue_flags() && f.high_priority());
+        let d = f.describe();
+        assert!(d.contains("high_priority: yes"), "{d}");
+        assert!(d.contains("max_read_size 0, max_write_size 262144"), "{d}");
+        let f610 = Features {
+            crypt: crypt_version("crypt v1.25.0"),
+            max_io: None,
+            ..f
+        };
+        assert!(!f610.high_priority());
+        assert!(f610.describe().contains("high_priority: no"));
+        assert!(f610.describe().contains("before Linux 6.11"));
     }
 
     #[test]

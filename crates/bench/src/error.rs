@@ -209,6 +209,9 @@ pub enum OptionsError {
     /// `--file` or `--file-size` without `--via file`.
     #[error("--file and --file-size go with --via file")]
     FileWithoutViaFile,
+    /// `--dir` without `--via fio` or `--via vhost`.
+    #[error("--dir goes with --via fio or --via vhost")]
+    DirWithoutServers,
     /// A target name that does not exist.
     #[error("Unknown target `{word}` (known: all, null, aes, {known})")]
     UnknownTarget {

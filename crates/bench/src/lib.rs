@@ -106,6 +106,8 @@ pub enum Via {
         peers: bool,
         /// The ucrypt binary that serves the targets.
         ucrypt_exe: std::path::PathBuf,
+        /// The images' directory (`--dir`; None: /dev/shm).
+        dir: Option<std::path::PathBuf>,
     },
     /// libblkio over vhost-user-blk against `ucrypt open`, raw baseline
     /// qemu-storage-daemon ([`runner::vhost::run`]).
@@ -135,11 +137,16 @@ pub fn run_via(opts: &Options, via: Via) -> Result<Report, Error> {
             );
             run(opts)
         }
-        Via::Fio { peers, ucrypt_exe } => {
+        Via::Fio {
+            peers,
+            ucrypt_exe,
+            dir,
+        } => {
             let plan = external::FioPlan {
                 ucrypt_targets: opts.served_targets(),
                 peers,
                 ucrypt_exe,
+                dir,
             };
             external::run(opts, &plan)
         }

@@ -46,6 +46,16 @@ pub fn bound(io: f64, crypto: f64) -> f64 {
     io * crypto / (io + crypto)
 }
 
+/// The physical ceiling of encrypted IO when the crypto of different
+/// requests runs on `cores` CPUs at once and overlaps the IO:
+/// `min(io, cores·c)` (0 for an io or c that is not a positive number).
+pub fn ceiling(io: f64, crypto: f64, cores: usize) -> f64 {
+    if io.is_nan() || crypto.is_nan() || io <= 0.0 || crypto <= 0.0 {
+        return 0.0;
+    }
+    io.min(crypto * cores.max(1) as f64)
+}
+
 /// `part` as a percentage of `whole` (None when `whole` is not positive).
 pub fn percent(part: f64, whole: f64) -> Option<f64> {
     (whole > 0.0 && part.is_finite()).then(|| part / whole * 100.0)
@@ -197,6 +207,11 @@ mod tests {
         assert_eq!(bound(500.0, f64::INFINITY), 500.0);
         assert_eq!(bound(0.0, 10.0), 0.0);
         assert_eq!(bound(10.0, f64::NAN), 0.0);
+        assert_eq!(ceiling(1000.0, 300.0, 2), 600.0);
+        assert_eq!(ceiling(500.0, 300.0, 2), 500.0);
+        assert_eq!(ceiling(500.0, f64::INFINITY, 1), 500.0);
+        assert_eq!(ceiling(500.0, 300.0, 0), 300.0);
+        assert_eq!(ceiling(f64::NAN, 300.0, 2), 0.0);
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct OpenOptions {
     pub mode: CryptMode,
     /// Performance flags given on the command line.
     pub perf: PerfFlags,
+    /// `--max-read-size`, `--max-write-size` (0: dm-crypt's default).
+    pub max_io: (u32, u32),
     /// `--allow-discards`.
     pub allow_discards: bool,
     /// `--readonly`.
@@ -109,6 +111,20 @@ pub struct PerfArgs {
     /// Submit writes from the crypt threads.
     #[arg(long = "perf-submit_from_crypt_cpus")]
     pub submit_from_crypt_cpus: bool,
+    /// Run the classic pipeline's threads at high priority (nice -20; the
+    /// kernel's WQ_HIGHPRI workqueues, dm-crypt 1.26, Linux 6.10).
+    #[arg(long = "perf-high_priority")]
+    pub high_priority: bool,
+    /// Classic mode: cut queued reads into pieces of at most BYTES that
+    /// the crypt threads take on their own, as Linux 6.11's dm-crypt does
+    /// at its max_read_size module parameter. In the kernel the parameter
+    /// is one per host (/sys/module/dm_crypt/parameters/max_read_size);
+    /// here it is per volume. 0 or absent: the kernel's default, 131072.
+    #[arg(long, value_name = "BYTES")]
+    pub max_read_size: Option<u32>,
+    /// The same for writes (dm-crypt's max_write_size; at most 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_write_size: Option<u32>,
 }
 
 impl PerfArgs {
@@ -119,7 +135,16 @@ impl PerfArgs {
             submit_from_crypt_cpus: self.submit_from_crypt_cpus,
             no_read_workqueue: self.no_read_workqueue,
             no_write_workqueue: self.no_write_workqueue,
+            high_priority: self.high_priority,
         }
+    }
+
+    /// `--max-read-size` and `--max-write-size` (0 when not given).
+    pub fn max_io(&self) -> (u32, u32) {
+        (
+            self.max_read_size.unwrap_or(0),
+            self.max_write_size.unwrap_or(0),
+        )
     }
 }
 
@@ -132,7 +157,9 @@ pub struct Given {
     /// Frontend: nbd[=SOCKET] (default), fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET.
     #[arg(long, default_value = "nbd")]
     pub export: String,
-    /// Request queues of a vhost-user-blk export (one serving thread each; default 1).
+    /// Most request queues a vhost-user-blk export offers (default 64, so a
+    /// hypervisor's default of one queue per vCPU fits); the guest uses as
+    /// many as it asks for, served by up to one thread per host CPU.
     #[arg(long, value_name = "N")]
     pub num_queues: Option<u16>,
     /// Serve NBD on TCP at [ADDR:]PORT (loopback if no address); needs TLS
@@ -215,7 +242,7 @@ impl OpenOptions {
     pub fn check(g: &Given, v: Target<'_>, stale_mount: impl FnOnce(&Path)) -> Result<Self> {
         runtime::check_name(v.name)?;
         let perf = g.perf.flags();
-        let classic = perf != PerfFlags::default();
+        let classic = perf != PerfFlags::default() || g.perf.max_io() != (0, 0);
         let mode = g
             .mode
             .as_deref()
@@ -239,6 +266,7 @@ impl OpenOptions {
             tls,
             mode,
             perf,
+            max_io: g.perf.max_io(),
             allow_discards: g.allow_discards,
             read_only: g.readonly,
             io_engine: match g.io_engine.as_str() {
@@ -260,13 +288,14 @@ impl OpenOptions {
     /// ([`resolve::engine_config`]).
     pub fn spec(self, mut table: Table, volume_type: VolumeType) -> Spec {
         table.device = self.device.display().to_string();
-        let engine = resolve::engine_config(
+        let mut engine = resolve::engine_config(
             &mut table,
             self.mode,
             self.perf,
             self.allow_discards,
             self.read_only,
         );
+        (engine.max_read_size, engine.max_write_size) = self.max_io;
         Spec {
             name: self.name,
             volume_type,
@@ -329,12 +358,20 @@ impl OpenOptions {
             (p.no_write_workqueue, "--perf-no_write_workqueue"),
             (p.same_cpu_crypt, "--perf-same_cpu_crypt"),
             (p.submit_from_crypt_cpus, "--perf-submit_from_crypt_cpus"),
+            (p.high_priority, "--perf-high_priority"),
             (self.allow_discards, "--allow-discards"),
             (self.read_only, "--readonly"),
         ] {
             if on {
                 v.push(f.into());
             }
+        }
+        let (r, w) = self.max_io;
+        if r != 0 {
+            v.push(format!("--max-read-size={r}"));
+        }
+        if w != 0 {
+            v.push(format!("--max-write-size={w}"));
         }
         v.push(format!("--mode={}", mode_name(self.mode)));
         let io = match self.io_engine {
@@ -371,6 +408,7 @@ mod tests {
             tls: TlsSpec::default(),
             mode: CryptMode::Classic,
             perf: PerfFlags::default(),
+            max_io: (0, 0),
             allow_discards: false,
             read_only: false,
             io_engine: backend::IoEngine::Syscalls,
@@ -397,8 +435,10 @@ mod tests {
             perf: PerfFlags {
                 no_read_workqueue: true,
                 submit_from_crypt_cpus: true,
+                high_priority: true,
                 ..PerfFlags::default()
             },
+            max_io: (65536, 0),
             allow_discards: true,
             read_only: true,
             io_engine: backend::IoEngine::Uring,
@@ -408,8 +448,8 @@ mod tests {
         assert_eq!(
             o.child_args(false).join(" "),
             "open --foreground --table-stdin --type=luks --header=/h --export=fuse=/mnt \
-             --perf-no_read_workqueue --perf-submit_from_crypt_cpus --allow-discards --readonly \
-             --mode=adaptive --io-engine=uring --direct-io=required -- /img v"
+             --perf-no_read_workqueue --perf-submit_from_crypt_cpus --perf-high_priority \
+             --allow-discards --readonly --max-read-size=65536 --mode=adaptive --io-engine=uring --direct-io=required -- /img v"
         );
     }
 

@@ -294,6 +294,7 @@ pub fn engine_config(
     o.submit_from_crypt_cpus |= given.submit_from_crypt_cpus;
     o.no_read_workqueue |= given.no_read_workqueue;
     o.no_write_workqueue |= given.no_write_workqueue;
+    o.high_priority |= given.high_priority;
     o.allow_discards |= allow_discards;
     EngineConfig {
         mode,
@@ -302,6 +303,7 @@ pub fn engine_config(
             submit_from_crypt_cpus: o.submit_from_crypt_cpus,
             no_read_workqueue: o.no_read_workqueue,
             no_write_workqueue: o.no_write_workqueue,
+            high_priority: o.high_priority,
         },
         allow_discards: o.allow_discards,
         read_only,

@@ -416,7 +416,11 @@ impl Daemon {
             read_only: cfg.read_only,
             suspended: self.engine.is_suspended(),
             allow_discards: cfg.allow_discards,
-            flags: cfg.flags.into(),
+            flags: Flags {
+                max_read_size: cfg.max_read_size,
+                max_write_size: cfg.max_write_size,
+                ..cfg.flags.into()
+            },
             mode: cfg.mode,
             uptime_s: self.started.elapsed().as_secs(),
             stats: (&self.engine.stats()).into(),
@@ -431,8 +435,10 @@ impl Daemon {
         if let Some(m) = mode {
             cfg.mode = m;
         }
-        // As `cryptsetup refresh`: the perf flags given replace the old set.
+        // As `cryptsetup refresh`: the perf flags given replace the old set
+        // (and the piece sizes with them).
         cfg.flags = flags.into();
+        (cfg.max_read_size, cfg.max_write_size) = (flags.max_read_size, flags.max_write_size);
         self.engine
             .reconfigure(cfg.clone())
             .map_err(|e| Error::transparent(ErrorKind::Io, e))?;
@@ -441,9 +447,14 @@ impl Daemon {
         t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
         t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
         t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
+        t.options.high_priority = cfg.flags.high_priority;
         Ok(Reply::Refreshed {
             mode: cfg.mode,
-            flags: cfg.flags.into(),
+            flags: Flags {
+                max_read_size: cfg.max_read_size,
+                max_write_size: cfg.max_write_size,
+                ..cfg.flags.into()
+            },
             allow_discards: cfg.allow_discards,
         })
     }
@@ -512,7 +523,7 @@ mod tests {
                 None,
                 ExportSpec::VhostUserBlk {
                     socket: "/run/v.sock".into(),
-                    num_queues: 1,
+                    num_queues: vhost_blk::MAX_QUEUES,
                 },
             ),
             (
@@ -553,7 +564,8 @@ mod tests {
         assert_eq!(v4.num_queues(), Some(4));
         assert_eq!(
             v.clone().with_num_queues(None).unwrap().num_queues(),
-            Some(1)
+            Some(vhost_blk::MAX_QUEUES),
+            "the default offers every queue a guest may ask for"
         );
         for bad in [0, vhost_blk::MAX_QUEUES + 1] {
             let e = v.clone().with_num_queues(Some(bad)).unwrap_err();

@@ -1,6 +1,6 @@
 //! How an engine is set up: the [`Volume`] it serves and the
 //! [`EngineConfig`] it runs it with (mode, dm-crypt flags, queue depth,
-//! read-only, discards), which [`Engine::reconfigure`](crate::Engine::reconfigure)
+//! read-only, discards, classic mode's request split sizes), which [`Engine::reconfigure`](crate::Engine::reconfigure)
 //! can swap live.
 
 use std::sync::Arc;
@@ -45,7 +45,15 @@ pub struct PerfFlags {
     pub no_read_workqueue: bool,
     /// `no_write_workqueue`
     pub no_write_workqueue: bool,
+    /// `high_priority` (dm-crypt 1.26, Linux 6.10): the classic pipeline's
+    /// threads run at nice -20, as the kernel's `WQ_HIGHPRI` workqueues
+    /// and its `dmcrypt_write` thread do (see `mode::classic`).
+    pub high_priority: bool,
 }
+
+/// dm-crypt's default `max_read_size` and `max_write_size` module
+/// parameters (Linux 6.11): 128 KiB.
+pub const DEFAULT_MAX_IO_SIZE: u32 = 128 << 10;
 
 /// Engine configuration; can be swapped live with [`Engine::reconfigure`].
 #[derive(Debug, Clone)]
@@ -62,6 +70,36 @@ pub struct EngineConfig {
     pub allow_discards: bool,
     /// Refuse writes.
     pub read_only: bool,
+    /// Classic mode: queued reads larger than this are split into pieces
+    /// of this size that go through the queues on their own, as Linux
+    /// 6.11's dm-crypt splits bios at its `max_read_size` module parameter
+    /// (here per volume). 0: the kernel's default,
+    /// [`DEFAULT_MAX_IO_SIZE`]; rounded down to the sector size.
+    pub max_read_size: u32,
+    /// The same for writes (`max_write_size`), at most 1 MiB as in the
+    /// kernel (a write's bounce buffer is one bio's worth of pages).
+    pub max_write_size: u32,
+}
+
+impl EngineConfig {
+    /// The piece size classic mode splits queued reads (`write` false) or
+    /// writes into for `sector_size`-byte sectors, as dm-crypt's
+    /// `get_max_request_size` computes it: the module parameter (0: the
+    /// default), writes at most 1 MiB, rounded down to the sector size,
+    /// at least one sector.
+    pub fn max_io_size(&self, write: bool, sector_size: u32) -> u64 {
+        let v = if write {
+            self.max_write_size
+        } else {
+            self.max_read_size
+        };
+        let mut v = u64::from(if v == 0 { DEFAULT_MAX_IO_SIZE } else { v });
+        if write {
+            v = v.min(1 << 20);
+        }
+        let align = u64::from(sector_size.max(512));
+        (v / align * align).max(align)
+    }
 }
 
 impl Default for EngineConfig {
@@ -73,6 +111,8 @@ impl Default for EngineConfig {
             workers: 0,
             allow_discards: false,
             read_only: false,
+            max_read_size: 0,
+            max_write_size: 0,
         }
     }
 }

@@ -75,7 +75,7 @@ mod queue;
 mod request;
 mod stats;
 
-pub use config::{CryptMode, EngineConfig, PerfFlags, Volume};
+pub use config::{CryptMode, EngineConfig, PerfFlags, Volume, DEFAULT_MAX_IO_SIZE};
 pub use engine::Engine;
 pub use error::Error;
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};

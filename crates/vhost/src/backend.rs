@@ -54,6 +54,32 @@ pub struct Device {
     pub(crate) serial: [u8; 20],
     pub(crate) queue_size: u16,
     pub(crate) shared: Arc<Shared>,
+    /// Queue threads per connection ([`threads_for`]).
+    pub(crate) threads: usize,
+}
+
+/// How many queue threads serve `queues` offered queues: one per queue,
+/// but no more than the host has CPUs. vhost-user-backend starts every
+/// thread when the connection is set up, before the guest says which
+/// queues it enables, so threads beyond the CPUs would only ever sit idle
+/// or take turns on a CPU another queue thread needs. Queue `q` is served
+/// by thread `q % threads`.
+pub(crate) fn threads_for(queues: u16) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    usize::from(queues).clamp(1, cpus.max(1))
+}
+
+/// The queue masks of [`VhostUserBackend::queues_per_thread`]: thread `t`
+/// serves queues `t`, `t + threads`, `t + 2 * threads`, … below `queues`.
+pub(crate) fn queue_masks(queues: u16, threads: usize) -> Vec<u64> {
+    let threads = threads.max(1);
+    (0..threads)
+        .map(|t| {
+            (t..usize::from(queues).min(64))
+                .step_by(threads)
+                .fold(0u64, |m, q| m | 1u64 << q)
+        })
+        .collect()
 }
 
 /// One hypervisor connection's backend (a new one per connection, so a
@@ -332,9 +358,9 @@ impl VhostUserBackend for Conn {
         Ok(())
     }
 
-    /// One thread per queue: queue `i` is served by thread `i`.
+    /// Queue `q` is served by thread `q % threads` ([`queue_masks`]).
     fn queues_per_thread(&self) -> Vec<u64> {
-        (0..self.num_queues()).map(|i| 1u64 << i).collect()
+        queue_masks(self.dev.config.num_queues, self.dev.threads)
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
@@ -361,11 +387,58 @@ impl VhostUserBackend for Conn {
         if evset != EventSet::IN {
             return Ok(());
         }
-        // Thread `i` owns only queue `i`, so its vring is at local index 0;
-        // anything else is not a queue event of ours.
-        if let Some(vring) = vrings.get(usize::from(device_event)) {
-            self.process_queue(thread_id, vring);
+        // Thread `t` owns queues `t`, `t + threads`, …, in that order:
+        // local index `i` is queue `t + i * threads`; anything else is not
+        // a queue event of ours.
+        let i = usize::from(device_event);
+        if let Some(vring) = vrings.get(i) {
+            self.process_queue(thread_id + i * self.dev.threads.max(1), vring);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_queue_has_exactly_one_thread() {
+        for queues in [1u16, 2, 3, 4, 7, 64] {
+            for threads in [1usize, 2, 3, 4, 64] {
+                let masks = queue_masks(queues, threads);
+                assert_eq!(masks.len(), threads);
+                let all = masks.iter().fold(0u64, |a, m| {
+                    assert_eq!(a & m, 0, "{queues} queues, {threads} threads: overlap");
+                    a | m
+                });
+                let want = if queues == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << queues) - 1
+                };
+                assert_eq!(all, want, "{queues} queues, {threads} threads");
+            }
+        }
+    }
+
+    #[test]
+    fn local_index_maps_back_to_the_queue() {
+        // handle_event's rule: thread t, local index i -> queue t + i * threads.
+        let (queues, threads) = (10u16, 3usize);
+        for (t, m) in queue_masks(queues, threads).iter().enumerate() {
+            let owned: Vec<usize> = (0..64).filter(|q| m >> q & 1 == 1).collect();
+            for (i, q) in owned.iter().enumerate() {
+                assert_eq!(t + i * threads, *q);
+            }
+        }
+    }
+
+    #[test]
+    fn threads_never_exceed_queues_or_cpus() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(threads_for(1), 1);
+        assert_eq!(threads_for(64), cpus.min(64));
+        assert!(threads_for(2) <= 2);
     }
 }

@@ -25,8 +25,12 @@
 //!
 //! The device offers FLUSH, BLK_SIZE and TOPOLOGY (the volume's sector
 //! size), SIZE_MAX/SEG_MAX (a request never exceeds the engine's limit),
-//! MQ (each queue on its own thread, submitting to the engine, whose mode
-//! decides where the crypto runs), CONFIG_WCE (write-through turns every
+//! MQ (up to [`MAX_QUEUES`], by default all of them, so a hypervisor's
+//! default of one queue per vCPU fits; queue `q` runs on thread
+//! `q % T`, T = min(queues, host CPUs), submitting to the engine, whose
+//! mode decides where the crypto runs; vhost-user-backend starts the
+//! threads with the connection, before the guest enables any queue, so
+//! a guest using fewer queues than T leaves threads idle in epoll), CONFIG_WCE (write-through turns every
 //! write into FUA), DISCARD when discards are allowed, WRITE_ZEROES unless
 //! read-only, RO for a read-only engine, EVENT_IDX and INDIRECT_DESC; the
 //! vhost-user protocol features CONFIG, REPLY_ACK, MQ and
@@ -77,8 +81,12 @@ pub use stats::{QueueStats, Stats};
 use backend::{Conn, Device};
 use stats::Shared;
 
-/// Most queues a device may have (the backend maps queues to threads with
-/// a 64-bit mask).
+/// Most queues a device may have (vhost-user-backend maps queues to
+/// threads with a 64-bit mask). It is also the default: qemu's
+/// `vhost-user-blk-pci` asks for one queue per vCPU unless given
+/// `num-queues`, and refuses a backend whose `GET_QUEUE_NUM` answers
+/// fewer, so offering the most lets any guest of up to 64 vCPUs attach
+/// as qemu defaults it.
 pub const MAX_QUEUES: u16 = 64;
 
 /// How to serve the device.
@@ -87,7 +95,9 @@ pub struct Options {
     /// The vhost-user socket: bound by [`Server::start`] (it must not
     /// exist; 0600), or where [`Server::start_on`]'s listener is.
     pub socket: PathBuf,
-    /// Request queues (one thread each); the guest may use fewer.
+    /// Request queues offered (`GET_QUEUE_NUM` and the config space's
+    /// `num_queues`): the most the guest may use; it may use fewer.
+    /// Served by one thread per queue up to the host's CPU count.
     pub num_queues: u16,
     /// Largest virtqueue the hypervisor may set up.
     pub queue_size: u16,
@@ -96,11 +106,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// One queue of up to 1024 entries on `socket`, no serial.
+    /// [`MAX_QUEUES`] queues of up to 1024 entries on `socket`, no serial.
     pub fn new(socket: impl Into<PathBuf>) -> Self {
         Self {
             socket: socket.into(),
-            num_queues: 1,
+            num_queues: MAX_QUEUES,
             queue_size: 1024,
             serial: String::new(),
         }
@@ -200,6 +210,7 @@ impl Server {
             serial,
             queue_size: opts.queue_size,
             shared: Arc::clone(&shared),
+            threads: backend::threads_for(opts.num_queues),
         });
         let listen_err = |source| Error::Listen {
             path: opts.socket.clone(),

@@ -74,8 +74,14 @@ pub struct CellResult {
     pub error: Option<String>,
     /// Median throughput as % of the raw target in the same cell.
     pub pct_raw: Option<f64>,
-    /// The bound io·c/(io+c) in MiB/s (io = raw, c = crypto at this bs).
+    /// The serial bound io·c/(io+c) in MiB/s (io = the storage's own rate,
+    /// [`io_target`]'s cell; c = crypto at this bs on one thread).
     pub bound_mib_s: Option<f64>,
+    /// The physical ceiling min(io, cores·c) in MiB/s: crypto spread over
+    /// every CPU and overlapped with the IO (only beside a `disk` cell:
+    /// the storage's own rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling_mib_s: Option<f64>,
     /// Median throughput as % of the bound.
     pub pct_bound: Option<f64>,
     /// Median throughput as % of the same cipher's classic mode.
@@ -145,6 +151,7 @@ impl CellResult {
             error,
             pct_raw: None,
             bound_mib_s: None,
+            ceiling_mib_s: None,
             pct_bound: None,
             pct_classic: None,
             disk_kib_per_req: disk_median(&reps),
@@ -271,10 +278,25 @@ pub(crate) fn sweep_cells(report: &Report) -> Vec<&CellResult> {
         .collect()
 }
 
-/// Fills `pct_raw`, `bound_mib_s`, `pct_bound` and `pct_classic` from the
-/// other cells of the same workload.
-pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {
+/// The target whose MiB/s is the bound's `io`: `disk` (fio's io_uring
+/// engine on a plain file of the storage under `--dir`) when the run has
+/// it, else `raw` (the unencrypted server).
+pub fn io_target(cells: &[CellResult]) -> &'static str {
+    if cells.iter().any(|c| c.target == DISK_TARGET) {
+        DISK_TARGET
+    } else {
+        "raw"
+    }
+}
+
+/// The name of the storage's own rate under `--dir` ([`io_target`]).
+pub const DISK_TARGET: &str = "disk";
+
+/// Fills `pct_raw`, `bound_mib_s`, `ceiling_mib_s` (with `cores` CPUs),
+/// `pct_bound` and `pct_classic` from the other cells of the same workload.
+pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed], cores: usize) {
     let snapshot: Vec<CellResult> = cells.to_vec();
+    let io_name = io_target(&snapshot);
     for (i, c) in snapshot.iter().enumerate() {
         let Some(mine) = c.mib() else { continue };
         let peer = |pred: &dyn Fn(&CellResult) -> bool| {
@@ -288,7 +310,8 @@ pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {
         if let Some(raw) = raw {
             out.pct_raw = stats::percent(mine, raw);
         }
-        if let (Some(cipher), Some(raw)) = (c.cipher, raw) {
+        let io = peer(&|o| o.target == io_name);
+        if let (Some(cipher), Some(io)) = (c.cipher, io) {
             let speed = crypto
                 .iter()
                 .find(|s| s.cipher == cipher.spec() && s.bs == c.bs);
@@ -298,10 +321,13 @@ pub fn derive(cells: &mut [CellResult], crypto: &[CryptoSpeed]) {
                 } else {
                     s.decrypt_mib_s
                 };
-                let b = stats::bound(raw, cs);
+                let b = stats::bound(io, cs);
                 if b > 0.0 {
                     out.bound_mib_s = Some(b);
                     out.pct_bound = stats::percent(mine, b);
+                    if io_name == DISK_TARGET {
+                        out.ceiling_mib_s = Some(stats::ceiling(io, cs, cores));
+                    }
                 }
             }
         }
@@ -432,7 +458,7 @@ pub(crate) mod tests {
             encrypt_mib_s: 1.0,
             decrypt_mib_s: 300.0,
         }];
-        derive(&mut cells, &crypto);
+        derive(&mut cells, &crypto, 2);
         assert_eq!(cells[2].mode, Some(Mode::Inline));
         assert_eq!(cells[0].pct_raw, Some(100.0));
         assert_eq!(cells[1].pct_raw, Some(40.0));
@@ -444,6 +470,93 @@ pub(crate) mod tests {
             cells[1].pct_bound, None,
             "no crypto speed measured for null"
         );
+    }
+
+    #[test]
+    fn a_disk_cell_is_the_bounds_io_and_gives_the_ceiling() {
+        // raw (a server) 300 MiB/s, disk (fio on the storage) 200 MiB/s,
+        // aes 100 MiB/s, c = 300 (decrypt): bound 200·300/500 = 120,
+        // ceiling min(200, 2·300) = 200; with c = 60 (encrypt, writes):
+        // bound 200·60/260 = 46.15, ceiling min(200, 2·60) = 120.
+        let mut cells = vec![
+            cell("raw", None, Mode::Classic, Rw::Read, &[30]),
+            cell("disk", None, Mode::Classic, Rw::Read, &[20]),
+            cell(
+                "aes-classic",
+                Some(Cipher::AesXts),
+                Mode::Classic,
+                Rw::Read,
+                &[10],
+            ),
+            cell("disk", None, Mode::Classic, Rw::Write, &[20]),
+            cell(
+                "aes-classic",
+                Some(Cipher::AesXts),
+                Mode::Classic,
+                Rw::Write,
+                &[10],
+            ),
+        ];
+        let crypto = vec![CryptoSpeed {
+            cipher: "aes-xts-plain64".into(),
+            bs: 4096,
+            encrypt_mib_s: 60.0,
+            decrypt_mib_s: 300.0,
+        }];
+        assert_eq!(io_target(&cells), DISK_TARGET);
+        derive(&mut cells, &crypto, 2);
+        assert_eq!(cells[2].bound_mib_s, Some(120.0));
+        assert_eq!(cells[2].ceiling_mib_s, Some(200.0));
+        assert!(
+            (cells[2].pct_raw.unwrap() - 33.333).abs() < 0.01,
+            "% raw stays raw's"
+        );
+        assert!((cells[4].bound_mib_s.unwrap() - 46.154).abs() < 0.01);
+        assert_eq!(cells[4].ceiling_mib_s, Some(120.0));
+
+        let mut r = empty_report("quick");
+        r.via = "fio".into();
+        r.storage = Some("images in /var/tmp on ext4 /dev/vda1 (mounted at /), O_DIRECT".into());
+        r.crypto = crypto;
+        r.cells = cells;
+        let t = r.table();
+        assert!(t.contains("MiB images (see storage)"), "{t}");
+        assert!(
+            t.contains("storage: images in /var/tmp on ext4 /dev/vda1"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "reads: io 200.0 MiB/s (disk), aes-xts-plain64: bound 120.0, ceiling 200.0 MiB/s"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "writes: io 200.0 MiB/s (disk), aes-xts-plain64: bound 46.2, ceiling 120.0 MiB/s"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("min(io, {} cores·c)", r.machine.cpus)),
+            "{t}"
+        );
+        assert!(t.contains("io = disk's MiB/s"), "{t}");
+
+        // Without a disk cell: raw is the io, and no ceiling.
+        let mut cells = vec![
+            cell("raw", None, Mode::Classic, Rw::Read, &[20]),
+            cell(
+                "aes-classic",
+                Some(Cipher::AesXts),
+                Mode::Classic,
+                Rw::Read,
+                &[10],
+            ),
+        ];
+        derive(&mut cells, &r.crypto, 2);
+        assert_eq!(cells[1].bound_mib_s, Some(120.0));
+        assert_eq!(cells[1].ceiling_mib_s, None);
     }
 
     /// A report with no cells, for the renderers' tests.

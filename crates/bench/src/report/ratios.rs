@@ -85,8 +85,10 @@ pub fn table(report: &Report) -> String {
                 rows.push((p.target.clone(), r));
             }
         }
-        // The bound of each round: that round's raw with this run's c.
-        let raw = same.iter().find(|o| o.target == "raw");
+        // The bound of each round: that round's io (disk under --dir,
+        // else raw) with this run's c.
+        let io_name = super::io_target(&report.cells);
+        let raw = same.iter().find(|o| o.target == io_name);
         let c = u.cipher.and_then(|cipher| {
             report
                 .crypto

@@ -48,6 +48,8 @@ impl Report {
                 "RBD images"
             } else if self.via == "file" {
                 "file"
+            } else if self.storage.is_some() {
+                "images (see storage)"
             } else {
                 "ramdisk"
             }
@@ -88,6 +90,7 @@ impl Report {
             // --via file: raw is fio's io_uring engine on the file.
             let raw = if self.via == "file" { "% fio" } else { "% raw" };
             head_table(&mut s, &head, raw);
+            bounds_lines(&mut s, &head);
         }
         let crypto4k: Vec<&CryptoSpeed> = self.crypto.iter().filter(|c| c.bs == 4096).collect();
         if !crypto4k.is_empty() {
@@ -101,10 +104,20 @@ impl Report {
                     opt(Some(c.decrypt_mib_s), 0, "")
                 );
             }
-            let _ = writeln!(
-                s,
-                "bound = io·c/(io+c), io = raw's MiB/s in the same cell (seed 002)"
-            );
+            let _ = if super::io_target(&self.cells) == super::DISK_TARGET {
+                writeln!(
+                    s,
+                    "bound = io·c/(io+c) (serial: each byte read, then decrypted), ceiling = \
+                     min(io, {} cores·c); io = disk's MiB/s (fio's io_uring engine on a plain \
+                     file of the same storage) in the same cell",
+                    self.machine.cpus
+                )
+            } else {
+                writeln!(
+                    s,
+                    "bound = io·c/(io+c), io = raw's MiB/s in the same cell (seed 002)"
+                )
+            };
         }
         let ratios = super::ratios::table(self);
         if !ratios.is_empty() {
@@ -247,6 +260,35 @@ impl Report {
 }
 
 /// The headline rows of one shape; `raw` labels the % raw columns.
+/// Under a headline table with a `disk` row: per direction, the io the
+/// bound used, and each cipher's bound and ceiling.
+fn bounds_lines(s: &mut String, head: &[&CellResult]) {
+    for write in [false, true] {
+        let io = head
+            .iter()
+            .find(|c| c.target == super::DISK_TARGET && c.rw.is_write() == write)
+            .and_then(|c| c.mib());
+        let Some(io) = io else { continue };
+        let mut seen: Vec<String> = Vec::new();
+        for c in head.iter().filter(|c| c.rw.is_write() == write) {
+            let (Some(cipher), Some(b), Some(top)) = (c.cipher, c.bound_mib_s, c.ceiling_mib_s)
+            else {
+                continue;
+            };
+            if seen.contains(&cipher.spec().to_string()) {
+                continue;
+            }
+            seen.push(cipher.spec().to_string());
+            let _ = writeln!(
+                s,
+                "  {}: io {io:.1} MiB/s (disk), {}: bound {b:.1}, ceiling {top:.1} MiB/s",
+                if write { "writes" } else { "reads" },
+                cipher.spec()
+            );
+        }
+    }
+}
+
 fn head_table(s: &mut String, head: &[&CellResult], raw: &str) {
     // Wide enough for the longest name (24 for the usual targets).
     let tw = head

@@ -1,5 +1,7 @@
 //! `--via fio` and `--peers`: the same plan driven by fio (a real client)
-//! over NBD against block-device servers on tmpfs-backed images.
+//! over NBD against block-device servers on tmpfs-backed images, or with
+//! `--dir` on images in that directory, beside fio's own io_uring engine
+//! on a plain file there (`disk`, the storage's rate: the bound's io).
 //!
 //! ```text
 //!   fio --ioengine=nbd --uri=nbd+unix:///<export>?socket=S
@@ -9,6 +11,7 @@
 //!        ├─► nbdkit --filter=luks file                 (nbdkit-luks)
 //!        ├─► qemu-storage-daemon raw                   (qsd-raw)
 //!        └─► qemu-storage-daemon luks                  (qsd-luks)
+//!   fio --ioengine=io_uring --filename=DIR/… --direct=1  (disk, --dir only)
 //! ```
 //!
 //! Every server is started (and filled) first and kept running, so the
@@ -20,11 +23,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::servers::{self, Server};
+use super::storage::StorageDir;
 use super::{Rep, RunTarget, Runner};
 use crate::driver::{Rw, Workload};
 use crate::error::OptionsError;
 use crate::plan::Shape;
-use crate::report::{Report, Skipped};
+use crate::report::{Report, Skipped, DISK_TARGET};
 use crate::stats::{self, Percentiles};
 use crate::target::Target;
 use crate::{Error, Options};
@@ -39,6 +43,8 @@ pub struct FioPlan {
     pub peers: bool,
     /// The ucrypt binary (`std::env::current_exe()` from the CLI).
     pub ucrypt_exe: PathBuf,
+    /// `--dir`: the images' directory (None: /dev/shm).
+    pub dir: Option<PathBuf>,
 }
 
 /// One fio measurement.
@@ -85,16 +91,32 @@ pub fn fio_options(opts: &Options) -> Options {
     }
 }
 
+/// [`fio_options`], but images on a disk (`--dir`) keep the size asked
+/// for: they are not in RAM.
+pub fn fio_options_on(opts: &Options, dir: Option<&std::path::Path>) -> Options {
+    match dir {
+        Some(_) => Options {
+            size: opts.size,
+            ..fio_options(opts)
+        },
+        None => fio_options(opts),
+    }
+}
+
 /// Starts the servers, runs the plan through fio and returns the report.
 pub fn run(opts: &Options, plan: &FioPlan) -> Result<Report, Error> {
-    let opts = fio_options(opts);
+    let opts = fio_options_on(opts, plan.dir.as_deref());
     let mut runner = FioRunner::new(&opts, plan)?;
     super::run(&mut runner, &opts)
 }
 
-/// fio against running NBD servers.
+/// fio against running NBD servers (and, under `--dir`, on a plain file:
+/// the `disk` target, no server).
 pub struct FioRunner {
-    servers: Vec<Server>,
+    servers: Vec<Option<Server>>,
+    storage: Option<StorageDir>,
+    /// Files to remove at the end (the `disk` target's).
+    files: Vec<PathBuf>,
     args: Vec<Vec<String>>,
     targets: Vec<RunTarget>,
     skipped: Vec<Skipped>,
@@ -125,11 +147,50 @@ impl FioRunner {
                 missing,
             });
         }
+        let storage = plan.dir.as_deref().map(StorageDir::probe).transpose()?;
         super::watch_interrupts();
         servers::remove_stale();
+        if let Some(s) = &storage {
+            servers::remove_stale_in(&s.dir);
+        }
         let tag = format!("{}-{}", std::process::id(), crate::timestamp_compact());
         let via = if plan.peers { "fio+peers" } else { "fio" };
-        Self::start(opts, servers::starters(plan, opts.size, &tag), via)
+        let plan = FioPlan {
+            dir: storage.as_ref().map(|s| s.dir.clone()),
+            ..plan.clone()
+        };
+        let mut runner = Self::start(opts, servers::starters(&plan, opts.size, &tag), via)?;
+        if let Some(s) = storage {
+            runner.add_disk(opts, &s, &tag);
+            runner.storage = Some(s);
+        }
+        Ok(runner)
+    }
+
+    /// Adds the `disk` target: fio's io_uring engine on a plain file of
+    /// `storage` (O_DIRECT where it takes it), filled first, the storage's
+    /// own rate (the bound's io). Skipped with its error if it fails.
+    pub(super) fn add_disk(&mut self, opts: &Options, storage: &StorageDir, tag: &str) {
+        let path = storage.dir.join(format!("{}{tag}-disk.img", servers::STEM));
+        let args = disk_args(&path, storage);
+        let made = servers::make_raw_image(&path, opts.size).and_then(|()| fill(&args, opts.size));
+        self.files.push(path);
+        if let Err(e) = made {
+            self.skipped.push(Skipped {
+                target: DISK_TARGET.into(),
+                reason: crate::error_chain(&e),
+            });
+            return;
+        }
+        self.targets.push(RunTarget {
+            name: DISK_TARGET.into(),
+            cipher: None,
+            mode: None,
+            headline: true,
+            swept: !opts.sweep_targets.is_empty(),
+        });
+        self.args.push(args);
+        self.servers.push(None);
     }
 
     /// Starts and fills the servers of `starters` in order (reported as
@@ -142,6 +203,8 @@ impl FioRunner {
     ) -> Result<Self, Error> {
         let mut runner = Self {
             servers: Vec::new(),
+            storage: None,
+            files: Vec::new(),
             args: Vec::new(),
             targets: Vec::new(),
             skipped: Vec::new(),
@@ -189,7 +252,7 @@ impl FioRunner {
                 swept: swept && !opts.sweep_targets.is_empty(),
             });
             runner.args.push(args);
-            runner.servers.push(srv);
+            runner.servers.push(Some(srv));
         }
         Ok(runner)
     }
@@ -208,11 +271,18 @@ impl Runner for FioRunner {
         self.skipped.clone()
     }
 
+    fn storage(&self) -> Option<String> {
+        self.storage.as_ref().map(StorageDir::describe)
+    }
+
     fn run(&mut self, target: usize, w: &Workload) -> Rep {
-        let srv = &self.servers[target];
-        let c0 = srv.cpu();
+        let cpu = |s: &Option<Server>| s.as_ref().map_or(Duration::ZERO, Server::cpu);
+        let c0 = cpu(&self.servers[target]);
         match fio(&self.args[target], w, self.size, self.ramp) {
-            Ok(r) => r.rep(w.bs, srv.cpu().saturating_sub(c0).as_secs_f64()),
+            Ok(r) => {
+                let server_cpu = cpu(&self.servers[target]).saturating_sub(c0);
+                r.rep(w.bs, server_cpu.as_secs_f64())
+            }
             Err(e) => Rep {
                 errors: 1,
                 error: Some(crate::error_chain(&e)),
@@ -220,6 +290,28 @@ impl Runner for FioRunner {
             },
         }
     }
+}
+
+impl Drop for FioRunner {
+    fn drop(&mut self) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// fio's arguments for the `disk` target on `path`: its io_uring engine,
+/// O_DIRECT where `storage` takes it (as ucrypt and qemu-storage-daemon
+/// open their images there).
+pub(super) fn disk_args(path: &std::path::Path, storage: &StorageDir) -> Vec<String> {
+    let mut v = vec![
+        "--ioengine=io_uring".to_string(),
+        format!("--filename={}", path.display()),
+    ];
+    if storage.direct && !storage.tmpfs() {
+        v.push("--direct=1".into());
+    }
+    v
 }
 
 /// Runs one fio job; `engine_args` says where (e.g. `--ioengine=nbd`,

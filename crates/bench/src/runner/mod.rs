@@ -27,6 +27,7 @@ pub mod file;
 pub mod fio;
 pub mod rbd;
 mod servers;
+pub mod storage;
 pub mod vhost;
 
 use std::io::IsTerminal;
@@ -220,13 +221,14 @@ pub fn run(runner: &mut dyn Runner, opts: &Options) -> Result<Report, Error> {
             crypto.push(crate::measure_crypto(c, bs, opts.sector_size, budget)?);
         }
     }
-    report::derive(&mut cells, &crypto);
+    let machine = report::Machine::detect();
+    report::derive(&mut cells, &crypto, machine.cpus);
     Ok(Report {
         schema_version: report::SCHEMA_VERSION,
         tool: format!("ucrypt bench {}", env!("CARGO_PKG_VERSION")),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
-        machine: report::Machine::detect(),
+        machine,
         via: runner.via(),
         storage: runner.storage(),
         options: report::OptionsRecord::from(opts),

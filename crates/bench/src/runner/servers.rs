@@ -1,7 +1,8 @@
 //! The NBD servers fio measures: ucrypt itself (`ucrypt open --export
 //! nbd`), nbdkit (memory plugin as the raw baseline, luks filter) and
 //! qemu-storage-daemon (raw, luks), each our child process on a unix
-//! socket with its image in /dev/shm (RAM, like the seeds' brd), stopped
+//! socket with its image in /dev/shm (RAM, like the seeds' brd) or under
+//! `--dir` (then nbdkit's file plugin is the raw baseline), stopped
 //! by pid and its files removed when dropped. The vhost runner
 //! (`super::vhost`) starts its servers with the same pieces
 //! ([`spawn_ucrypt`], [`spawn`], the images and the /dev/shm naming).
@@ -186,7 +187,12 @@ fn spawn_with_input(
 /// `ucrypt-bench-<pid>-…` whose process is gone (its servers, our
 /// children, went with it or serve nobody now).
 pub(super) fn remove_stale() {
-    let Ok(entries) = std::fs::read_dir(shm_dir()) else {
+    remove_stale_in(&shm_dir());
+}
+
+/// [`remove_stale`] in `dir` (a `--dir` the images went to).
+pub(super) fn remove_stale_in(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
@@ -336,22 +342,38 @@ pub(super) struct Starter {
 }
 
 /// The servers of `plan`, in table order: raw, ucrypt's targets, peers.
+/// Sockets go to [`shm_dir`], images to `plan.dir` if given (each server
+/// then in its production configuration: nbdkit's file plugin with
+/// `cache=none` as raw and under the luks filter, qemu-storage-daemon
+/// with `cache.direct=on,aio=io_uring`, ucrypt with its defaults), else
+/// to [`shm_dir`] too (raw: nbdkit's memory plugin).
 pub(super) fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<Starter> {
     let dir = shm_dir();
+    let on_disk = plan.dir.is_some();
     let tag = tag.to_string();
     let sock = move |n: &str| dir.join(format!("{STEM}{tag}-{n}.sock"));
     let img = {
-        let d = shm_dir();
+        let d = plan.dir.clone().unwrap_or_else(shm_dir);
         move |n: &str| d.join(format!("{STEM}{}-{n}.img", std::process::id()))
     };
     let mut v: Vec<Starter> = Vec::new();
-    let s = sock.clone();
+    let (s, i) = (sock.clone(), img.clone());
     v.push(Starter {
         name: "raw".into(),
         target: None,
         start: Box::new(move || {
-            let so = s("nbdkit-memory");
             let mut c = Command::new("nbdkit");
+            if on_disk {
+                let (so, im) = (s("nbdkit-file"), i("nbdkit-file"));
+                make_raw_image(&im, size)?;
+                c.args(["--foreground", "--unix"])
+                    .arg(&so)
+                    .arg("file")
+                    .arg(format!("file={}", im.display()))
+                    .arg("cache=none");
+                return spawn("nbdkit-file", c, &so, "", vec![so.clone(), im.clone()]);
+            }
+            let so = s("nbdkit-memory");
             c.args(["--foreground", "--unix"])
                 .arg(&so)
                 .args(["memory", &format!("size={size}")]);
@@ -385,6 +407,9 @@ pub(super) fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<Starter> {
                     .arg(&so)
                     .args(["--filter=luks", "file"])
                     .arg(format!("file={}", im.display()));
+                if on_disk {
+                    c.arg("cache=none");
+                }
                 c.arg(format!("passphrase={pass}"));
                 let mut srv = spawn("nbdkit-luks", c, &so, "", vec![so.clone(), im.clone()])?;
                 srv.cipher = Some(Cipher::AesXts);
@@ -407,8 +432,13 @@ pub(super) fn starters(plan: &FioPlan, size: u64, tag: &str) -> Vec<Starter> {
                         make_raw_image(&im, size)?;
                     }
                     c.arg("--blockdev").arg(format!(
-                        "driver=file,node-name=file0,filename={}",
-                        im.display()
+                        "driver=file,node-name=file0,filename={}{}",
+                        im.display(),
+                        if on_disk {
+                            ",cache.direct=on,aio=io_uring"
+                        } else {
+                            ""
+                        }
                     ));
                     c.arg("--blockdev").arg(if luks {
                         "driver=luks,node-name=disk0,file=file0,key-secret=sec0".to_string()

@@ -1,5 +1,8 @@
 //! `--via vhost`: the same plan driven by libblkio in this process
-//! ([`client`]) over vhost-user-blk against servers on tmpfs-backed images.
+//! ([`client`]) over vhost-user-blk against servers on tmpfs-backed images,
+//! or with `--dir` on images there (qemu-storage-daemon then with
+//! `cache.direct=on,aio=io_uring`), beside fio's io_uring engine on a
+//! plain file there (`disk`, the storage's rate: the bound's io).
 //!
 //! ```text
 //!   client (libblkio virtio-blk-vhost-user, jobs = virtqueues)
@@ -24,9 +27,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::servers::{self, Server};
+use super::storage::StorageDir;
 use super::{Rep, RunTarget, Runner};
 use crate::driver::{cpu_time, Rw, Workload};
-use crate::report::{Report, Skipped};
+use crate::report::{Report, Skipped, DISK_TARGET};
 use crate::stats::{self, Percentiles};
 use crate::target::{Cipher, Target};
 use crate::{Error, Options};
@@ -38,6 +42,8 @@ pub struct VhostPlan {
     pub peers: bool,
     /// The ucrypt binary (`std::env::current_exe()` from the CLI).
     pub ucrypt_exe: PathBuf,
+    /// `--dir`: the images' directory (None: /dev/shm).
+    pub dir: Option<PathBuf>,
 }
 
 /// The sweep `--via vhost` runs when `--bs`, `--qd`, `--jobs` or `--rw`
@@ -61,15 +67,20 @@ pub fn vhost_options(opts: &Options) -> Options {
 /// Starts the servers, runs the plan through libblkio and returns the
 /// report.
 pub fn run(opts: &Options, plan: &VhostPlan) -> Result<Report, Error> {
-    let opts = vhost_options(opts);
+    let opts = super::fio::fio_options_on(opts, plan.dir.as_deref());
     let mut runner = VhostRunner::new(&opts, plan)?;
     super::run(&mut runner, &opts)
 }
 
 /// libblkio against running vhost-user-blk servers.
 pub struct VhostRunner {
-    servers: Vec<Server>,
+    /// Per target: its server (None for `disk`, which is fio's).
+    servers: Vec<Option<Server>>,
     sockets: Vec<PathBuf>,
+    storage: Option<StorageDir>,
+    /// Under `--dir`: the `disk` target's index, fio arguments and file.
+    disk: Option<(usize, Vec<String>, PathBuf)>,
+    size: u64,
     targets: Vec<RunTarget>,
     skipped: Vec<Skipped>,
     warmup: Duration,
@@ -144,9 +155,20 @@ impl VhostRunner {
             });
         }
         let queues = opts.jobs.iter().copied().max().unwrap_or(1).max(1);
+        let storage = plan.dir.as_deref().map(StorageDir::probe).transpose()?;
+        if storage.is_some() && !servers::tool("fio") {
+            return Err(Error::Missing {
+                needs:
+                    "--dir needs fio (its io_uring engine on a file there is the storage's rate)",
+                missing: vec!["fio".into()],
+            });
+        }
         let mut runner = Self {
             servers: Vec::new(),
             sockets: Vec::new(),
+            storage: None,
+            disk: None,
+            size: opts.size,
             targets: Vec::new(),
             skipped: Vec::new(),
             warmup: opts.warmup,
@@ -156,6 +178,14 @@ impl VhostRunner {
         servers::remove_stale();
         let tag = format!("{}-{}", std::process::id(), crate::timestamp_compact());
         let dir = servers::shm_dir();
+        let img_dir = match &storage {
+            Some(s) => {
+                servers::remove_stale_in(&s.dir);
+                s.dir.clone()
+            }
+            None => dir.clone(),
+        };
+        let on_disk = storage.is_some();
         for s in list {
             if super::interrupted() {
                 return Err(Error::Interrupted);
@@ -164,7 +194,7 @@ impl VhostRunner {
             let stem = format!("{}{tag}-vhost-{}", servers::STEM, s.name);
             let (sock, img) = (
                 dir.join(format!("{stem}.sock")),
-                dir.join(format!("{stem}.img")),
+                img_dir.join(format!("{stem}.img")),
             );
             let started = match s.target {
                 Some(t) => {
@@ -177,7 +207,7 @@ impl VhostRunner {
                     let exe = &plan.ucrypt_exe;
                     servers::spawn_ucrypt(exe, t, &s.name, &sock, &img, opts.size, &export)
                 }
-                None => start_qsd(&s.name, s.luks, &sock, &img, opts.size, queues),
+                None => start_qsd(&s.name, s.luks, &sock, &img, opts.size, queues, on_disk),
             };
             let srv = match started {
                 Ok(srv) => srv,
@@ -208,9 +238,39 @@ impl VhostRunner {
                 swept,
             });
             runner.sockets.push(sock);
-            runner.servers.push(srv);
+            runner.servers.push(Some(srv));
         }
+        if let Some(s) = &storage {
+            runner.add_disk(opts, s, &tag);
+        }
+        runner.storage = storage;
         Ok(runner)
+    }
+
+    /// Adds the `disk` target (fio's io_uring engine on a plain file of
+    /// `storage`, filled first; see [`super::fio::disk_args`]).
+    fn add_disk(&mut self, opts: &Options, storage: &StorageDir, tag: &str) {
+        let path = storage
+            .dir
+            .join(format!("{}{tag}-vhost-disk.img", servers::STEM));
+        let args = super::fio::disk_args(&path, storage);
+        let made = servers::make_raw_image(&path, opts.size)
+            .and_then(|()| super::fio::fill(&args, opts.size));
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&path);
+            self.skip(DISK_TARGET.into(), crate::error_chain(&e));
+            return;
+        }
+        self.disk = Some((self.targets.len(), args, path));
+        self.targets.push(RunTarget {
+            name: DISK_TARGET.into(),
+            cipher: None,
+            mode: None,
+            headline: true,
+            swept: !opts.sweep_targets.is_empty(),
+        });
+        self.sockets.push(PathBuf::new());
+        self.servers.push(None);
     }
 
     fn skip(&mut self, target: String, reason: String) {
@@ -220,7 +280,9 @@ impl VhostRunner {
 
 /// Starts qemu-storage-daemon over a new image: raw (a sparse file the
 /// fill then writes) or LUKS1 ([`make_luks1_image`]), exported writable
-/// over vhost-user-blk with `queues` virtqueues.
+/// over vhost-user-blk with `queues` virtqueues; `on_disk` (`--dir`):
+/// as in production, `cache.direct=on,aio=io_uring`, else through the
+/// page cache (tmpfs takes no O_DIRECT before Linux 6.6).
 fn start_qsd(
     name: &str,
     luks: bool,
@@ -228,6 +290,7 @@ fn start_qsd(
     img: &Path,
     size: u64,
     queues: usize,
+    on_disk: bool,
 ) -> Result<Server, Error> {
     let pass = "ucrypt-bench";
     let mut c = Command::new("qemu-storage-daemon");
@@ -238,8 +301,13 @@ fn start_qsd(
         servers::make_raw_image(img, size)?;
     }
     c.arg("--blockdev").arg(format!(
-        "driver=file,node-name=file0,filename={},cache.direct=off",
-        img.display()
+        "driver=file,node-name=file0,filename={},{}",
+        img.display(),
+        if on_disk {
+            "cache.direct=on,aio=io_uring"
+        } else {
+            "cache.direct=off"
+        }
     ));
     c.arg("--blockdev").arg(if luks {
         "driver=luks,node-name=disk0,file=file0,key-secret=sec0".to_string()
@@ -326,6 +394,14 @@ fn fill(sock: &Path, size: u64) -> Result<(), String> {
     }
 }
 
+impl Drop for VhostRunner {
+    fn drop(&mut self) {
+        if let Some((_, _, f)) = &self.disk {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 impl Runner for VhostRunner {
     fn via(&self) -> String {
         if self.peers {
@@ -343,14 +419,31 @@ impl Runner for VhostRunner {
         self.skipped.clone()
     }
 
+    fn storage(&self) -> Option<String> {
+        self.storage.as_ref().map(StorageDir::describe)
+    }
+
     fn warm_up(&mut self, target: usize, w: &Workload) {
-        if !self.warmup.is_zero() {
+        // fio ramps up within each `disk` run.
+        if !self.warmup.is_zero() && self.servers[target].is_some() {
             let _ = client::run(&self.sockets[target], &job(w, self.warmup));
         }
     }
 
     fn run(&mut self, target: usize, w: &Workload) -> Rep {
-        let srv = &self.servers[target];
+        if let Some((_, args, _)) = self.disk.as_ref().filter(|d| d.0 == target) {
+            return match super::fio::fio(args, w, self.size, self.warmup) {
+                Ok(r) => r.rep(w.bs, 0.0),
+                Err(e) => Rep {
+                    errors: 1,
+                    error: Some(crate::error_chain(&e)),
+                    ..Rep::default()
+                },
+            };
+        }
+        let Some(srv) = &self.servers[target] else {
+            return Rep::default();
+        };
         let (s0, c0) = (srv.cpu(), cpu_time());
         let out = match client::run(&self.sockets[target], &job(w, w.runtime)) {
             Ok(o) => o,

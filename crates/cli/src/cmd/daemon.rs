@@ -186,7 +186,12 @@ impl Commands {
             Commands::Refresh(a) => {
                 runtime::check_name(&a.name)?;
                 let mode = a.mode.as_deref().map(control::parse_mode).transpose()?;
-                let flags = Flags::from(a.perf.flags());
+                let (max_read_size, max_write_size) = a.perf.max_io();
+                let flags = Flags {
+                    max_read_size,
+                    max_write_size,
+                    ..Flags::from(a.perf.flags())
+                };
                 let r = control::refresh(&a.name, mode, flags, control::REFRESH_TIMEOUT)?;
                 println!("{}", r.line(&a.name));
                 Ok(())

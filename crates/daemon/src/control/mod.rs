@@ -227,6 +227,16 @@ pub struct Flags {
     pub no_read_workqueue: bool,
     /// `no_write_workqueue`
     pub no_write_workqueue: bool,
+    /// `high_priority`
+    #[serde(default)]
+    pub high_priority: bool,
+    /// Classic mode's read piece size (`--max-read-size`; 0: dm-crypt's
+    /// default). Not a flag, but `refresh` replaces it with the flags.
+    #[serde(default)]
+    pub max_read_size: u32,
+    /// The same for writes.
+    #[serde(default)]
+    pub max_write_size: u32,
 }
 
 impl From<PerfFlags> for Flags {
@@ -236,6 +246,9 @@ impl From<PerfFlags> for Flags {
             submit_from_crypt_cpus: f.submit_from_crypt_cpus,
             no_read_workqueue: f.no_read_workqueue,
             no_write_workqueue: f.no_write_workqueue,
+            high_priority: f.high_priority,
+            max_read_size: 0,
+            max_write_size: 0,
         }
     }
 }
@@ -247,6 +260,7 @@ impl From<Flags> for PerfFlags {
             submit_from_crypt_cpus: f.submit_from_crypt_cpus,
             no_read_workqueue: f.no_read_workqueue,
             no_write_workqueue: f.no_write_workqueue,
+            high_priority: f.high_priority,
         }
     }
 }
@@ -260,6 +274,7 @@ pub fn flag_words(allow_discards: bool, f: &Flags) -> Vec<&'static str> {
         (f.submit_from_crypt_cpus, "submit_from_crypt_cpus"),
         (f.no_read_workqueue, "no_read_workqueue"),
         (f.no_write_workqueue, "no_write_workqueue"),
+        (f.high_priority, "high_priority"),
     ]
     .into_iter()
     .filter_map(|(on, w)| on.then_some(w))

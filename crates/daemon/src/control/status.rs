@@ -137,6 +137,8 @@ impl Status {
             flags: self.flags.into(),
             allow_discards: self.allow_discards,
             read_only: self.read_only,
+            max_read_size: self.flags.max_read_size,
+            max_write_size: self.flags.max_write_size,
             ..EngineConfig::default()
         }
     }
@@ -197,7 +199,12 @@ impl fmt::Display for Status {
                 "write-through"
             };
             writeln!(f, "  vhost:   {} connections, cache {cache}", v.connections)?;
-            for (i, q) in v.queues.iter().enumerate() {
+            // A device offers up to 64 queues; list the ones the guest used.
+            let used = |q: &&VhostQueueStats| {
+                q.reads + q.writes + q.flushes + q.discards + q.write_zeroes + q.in_flight > 0
+                    || q.io_errors + q.unsupported + q.malformed > 0
+            };
+            for (i, q) in v.queues.iter().enumerate().filter(|(_, q)| used(q)) {
                 writeln!(
                     f,
                     "  queue {i}: {} reads ({} bytes), {} writes ({} bytes), {} flushes, {} discards, {} write-zeroes, {} io errors, {} unsupported, {} malformed, {} in flight",

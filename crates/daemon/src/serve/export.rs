@@ -18,18 +18,18 @@ pub enum ExportSpec {
     Fuse(Option<PathBuf>),
     /// A ublk block device.
     Ublk,
-    /// A vhost-user-blk socket for virtual machines, with this many queues.
+    /// A vhost-user-blk socket for virtual machines, offering this many queues.
     VhostUserBlk {
         /// The socket the hypervisor connects to.
         socket: PathBuf,
-        /// Request queues (one serving thread each).
+        /// Request queues offered: the most the guest may use.
         num_queues: u16,
     },
 }
 
 impl ExportSpec {
     /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]`, `ublk` or
-    /// `vhost-user-blk=SOCKET` (one queue; see
+    /// `vhost-user-blk=SOCKET` ([`vhost_blk::MAX_QUEUES`] queues; see
     /// [`ExportSpec::with_num_queues`]); with `listen`
     /// (`PORT` on loopback, or `ADDR:PORT`) NBD is served on TCP instead.
     /// Paths are made absolute (a detached daemon runs in `/`).
@@ -56,7 +56,7 @@ impl ExportSpec {
             ("ublk", None, _) => Self::Ublk,
             ("vhost-user-blk", Some(p), _) if !p.is_empty() => Self::VhostUserBlk {
                 socket: path(p)?,
-                num_queues: 1,
+                num_queues: vhost_blk::MAX_QUEUES,
             },
             _ => {
                 return Err(invalid(format!(

@@ -37,6 +37,30 @@
 //! `[dmcrypt_write]` is one thread that takes every pending encrypted write
 //! at once and submits them in sector order (the rbtree + `blk_start_plug`).
 //!
+//! Large requests (Linux 6.11): `crypt_map` accepts at most
+//! `max_read_size`/`max_write_size` bytes of a bio and DM core resubmits
+//! the rest, so a 1 MiB read enters the queues as 128 KiB pieces (the
+//! default) whose decryption runs on several `kcryptd` workers at once.
+//! Here [`Classic::submit`] cuts a queued read or write into pieces of
+//! [`EngineConfig::max_io_size`](crate::EngineConfig::max_io_size) that
+//! travel through the queues on their own; the request completes (and
+//! counts once in the stats) when its last piece does, read pieces'
+//! plaintext copied into one buffer. The kernel's sizes are module
+//! parameters, one per host; here they are per volume. Requests that run
+//! inline (`no_read_workqueue`, `no_write_workqueue`) are not cut: the
+//! kernel runs those pieces one after another on the submitter, the same
+//! work as the whole request.
+//!
+//! `high_priority` (Linux 6.10) creates the `kcryptd_io` and `kcryptd`
+//! workqueues with `WQ_HIGHPRI`, whose worker pools run at nice -20, and
+//! gives `dmcrypt_write` nice -20 too; here those threads set their nice
+//! value to -20 (`setpriority`, which needs CAP_SYS_NICE: without it they
+//! stay at the process's nice value, as the kernel's flag has no way to
+//! fail). What has no userspace equivalent: highpri workqueues have their
+//! own per-CPU worker pools, apart from every other kernel workqueue user;
+//! threads here compete with the rest of the machine's threads by nice
+//! value alone.
+//!
 //! FLUSH/FUA: a write completes only once the backend write returned (with
 //! `fua` passed down), and a flush goes straight to the backend, so a flush
 //! covers every write completed before it, as in the kernel where flush bios
@@ -64,6 +88,28 @@ struct Io {
     buf: Vec<u8>,
     done: Done,
     t0: Instant,
+    /// A piece of a larger request: the whole and this piece's byte
+    /// offset in it.
+    part: Option<(Arc<Split>, u64)>,
+}
+
+/// A request cut into pieces ([`Classic::submit`]): completes once, when
+/// its last piece does.
+struct Split {
+    st: Mutex<SplitState>,
+}
+
+struct SplitState {
+    /// Pieces not yet completed.
+    left: usize,
+    /// The whole request's bytes.
+    len: u64,
+    /// Reads: the plaintext, each piece copied to its offset.
+    buf: Vec<u8>,
+    /// The first piece's error.
+    err: Option<Error>,
+    /// The request's callback (taken by the last piece).
+    done: Option<Done>,
 }
 
 /// Work for the `kcryptd` pool.
@@ -108,6 +154,7 @@ impl Classic {
         let flags = ctx.cfg.flags;
         let qd = ctx.cfg.queue_depth.max(1);
         let nq = if flags.same_cpu_crypt { workers } else { 1 };
+        let high = flags.high_priority;
         let sh = Arc::new(Shared {
             io_q: WorkQueue::new(qd),
             crypt_qs: (0..nq).map(|_| WorkQueue::new(qd)).collect(),
@@ -124,6 +171,9 @@ impl Classic {
             |name: String, f: Box<dyn FnOnce() + Send>, handles: &mut Vec<JoinHandle<()>>| {
                 let f = move || {
                     crate::gate::mark_engine_thread();
+                    if high {
+                        raise_priority();
+                    }
                     f()
                 };
                 std::thread::Builder::new()
@@ -171,7 +221,9 @@ impl Classic {
         Ok(started)
     }
 
-    /// `crypt_map`: routes a checked request.
+    /// `crypt_map`: routes a checked request, queued ones cut at the
+    /// volume's `max_read_size`/`max_write_size` (DM core's resubmission
+    /// of the rest after `dm_accept_partial_bio`).
     pub(crate) fn submit(
         &self,
         ctx: &Ctx,
@@ -182,25 +234,17 @@ impl Classic {
         let flags = ctx.cfg.flags;
         match w {
             Work::Read(r) if !flags.no_read_workqueue => {
-                // kcryptd_queue_read
-                let io = Io {
-                    range: r,
-                    fua: false,
-                    buf: Vec::new(),
-                    done: Box::new(done),
-                    t0,
-                };
-                self.sh.io_q.push(io);
+                let max = ctx.cfg.max_io_size(false, ctx.sector_size);
+                // kcryptd_queue_read, per piece
+                for io in pieces(r, max, Vec::new(), false, t0, Box::new(done), true) {
+                    self.sh.io_q.push(io);
+                }
             }
             Work::Write(r, data, fua) if !flags.no_write_workqueue => {
-                let io = Io {
-                    range: r,
-                    fua,
-                    buf: data,
-                    done: Box::new(done),
-                    t0,
-                };
-                kcryptd_queue_crypt(&self.sh, CryptWork::WriteConvert(io));
+                let max = ctx.cfg.max_io_size(true, ctx.sector_size);
+                for io in pieces(r, max, data, fua, t0, Box::new(done), false) {
+                    kcryptd_queue_crypt(&self.sh, CryptWork::WriteConvert(io));
+                }
             }
             w => inline::run(ctx, w, t0, Pass::Two, done),
         }
@@ -217,6 +261,109 @@ impl Classic {
     }
 }
 
+/// `range` as the [`Io`]s that go through the queues: itself if it is at
+/// most `max` bytes, else pieces of `max` (the last shorter) sharing one
+/// [`Split`]; a write's `data` is cut with it, a read's buffer is made
+/// by the read stage (`read` true: the whole request's plaintext buffer
+/// is allocated here for the pieces to fill).
+fn pieces(
+    range: SectorRange,
+    max: u64,
+    mut data: Vec<u8>,
+    fua: bool,
+    t0: Instant,
+    done: Done,
+    read: bool,
+) -> Vec<Io> {
+    let len = range.len();
+    if len <= max {
+        return vec![Io {
+            range,
+            fua,
+            buf: data,
+            done,
+            t0,
+            part: None,
+        }];
+    }
+    let n = len.div_ceil(max) as usize;
+    let split = Arc::new(Split {
+        st: Mutex::new(SplitState {
+            left: n,
+            len,
+            // Every byte is a piece's plaintext before it is handed on (a
+            // failed piece fails the request and the buffer is dropped).
+            buf: if read {
+                crate::bufpool::take(len as usize)
+            } else {
+                Vec::new()
+            },
+            err: None,
+            done: Some(done),
+        }),
+    });
+    let mut v = Vec::with_capacity(n);
+    let mut off = 0;
+    while off < len {
+        let l = max.min(len - off);
+        let buf = if read {
+            Vec::new()
+        } else {
+            // Each piece owns its plaintext, as each bio clone has its own
+            // pages; the write stage copies it into a bounce buffer anyway.
+            let rest = data.split_off(l as usize);
+            std::mem::replace(&mut data, rest)
+        };
+        v.push(Io {
+            range: range.sub(off, l),
+            fua,
+            buf,
+            done: Box::new(|_| {}),
+            t0,
+            part: Some((Arc::clone(&split), off)),
+        });
+        off += l;
+    }
+    v
+}
+
+/// Completes `io`: a whole request at once; a piece into its [`Split`],
+/// the request completing with its last piece (over the whole range, from
+/// its submission time, with the first error if a piece failed).
+fn complete_io(sh: &Shared, dir: Dir, io: &mut Io, res: Completion) {
+    let done = std::mem::replace(&mut io.done, Box::new(|_| {}));
+    let Some((split, off)) = io.part.take() else {
+        return complete(sh, dir, io.range, io.t0, res, done);
+    };
+    let mut g = split.st.lock().unwrap_or_else(|e| e.into_inner());
+    match res {
+        Ok(Some(data)) => {
+            let at = off as usize;
+            if let Some(dst) = g.buf.get_mut(at..at + data.len()) {
+                dst.copy_from_slice(&data);
+            }
+            crate::bufpool::give(data);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            g.err.get_or_insert(e);
+        }
+    }
+    g.left -= 1;
+    if g.left > 0 {
+        return;
+    }
+    let len = g.len;
+    let res = match g.err.take() {
+        Some(e) => Err(e),
+        None if dir == Dir::Read => Ok(Some(std::mem::take(&mut g.buf))),
+        None => Ok(None),
+    };
+    let Some(done) = g.done.take() else { return };
+    drop(g);
+    sh.ctx.complete(dir, Path::Queued, len, io.t0, res, done);
+}
+
 fn complete(
     sh: &Shared,
     dir: Dir,
@@ -227,6 +374,14 @@ fn complete(
 ) {
     sh.ctx
         .complete(dir, Path::Queued, io_range.len(), t0, res, done);
+}
+
+/// nice -20 for this thread (`high_priority`); refused without
+/// CAP_SYS_NICE, which leaves it at the process's nice value. On Linux
+/// `setpriority(PRIO_PROCESS, tid)` sets one thread's nice value.
+fn raise_priority() {
+    let tid = rustix::thread::gettid();
+    let _ = rustix::process::setpriority_process(Some(tid), -20);
 }
 
 /// `kcryptd_queue_crypt`: hands work to the crypt pool (this CPU's queue
@@ -250,7 +405,9 @@ fn kcryptd_io(sh: &Shared) {
     let mut ios = Vec::with_capacity(IO_BATCH);
     while sh.io_q.pop_many(IO_BATCH, &mut ios) {
         for io in ios.iter_mut() {
-            io.buf = vec![0u8; io.range.len() as usize];
+            // The backend read fills it all or fails the request, which
+            // then drops it: pooled contents never reach a reply.
+            io.buf = crate::bufpool::take(io.range.len() as usize);
         }
         let mut ops: Vec<backend::ReadOp<'_>> = ios
             .iter_mut()
@@ -265,7 +422,10 @@ fn kcryptd_io(sh: &Shared) {
             match r {
                 // crypt_endio: hand the ciphertext to kcryptd for decryption.
                 Ok(()) => kcryptd_queue_crypt(sh, CryptWork::ReadConvert(io)),
-                Err(e) => complete(sh, Dir::Read, io.range, io.t0, Err(Error::Io(e)), io.done),
+                Err(e) => {
+                    let mut io = io;
+                    complete_io(sh, Dir::Read, &mut io, Err(Error::Io(e)));
+                }
             }
         }
     }
@@ -287,7 +447,7 @@ fn kcryptd_crypt_read_convert(sh: &Shared, mut io: Io) {
     }
     // kcryptd_crypt_read_done
     let buf = std::mem::take(&mut io.buf);
-    complete(sh, Dir::Read, io.range, io.t0, Ok(Some(buf)), io.done);
+    complete_io(sh, Dir::Read, &mut io, Ok(Some(buf)));
 }
 
 fn kcryptd_crypt_write_convert(sh: &Shared, mut io: Io) {
@@ -327,8 +487,7 @@ fn endio_write(sh: &Shared, io: &mut Io, res: std::io::Result<()>) {
     let len = io.range.len() as usize;
     sh.pool.free(std::mem::take(&mut io.buf), len);
     let res = res.map(|_| None).map_err(Error::Io);
-    let done = std::mem::replace(&mut io.done, Box::new(|_| {}));
-    complete(sh, Dir::Write, io.range, io.t0, res, done);
+    complete_io(sh, Dir::Write, io, res);
 }
 
 /// The `dmcrypt_write` thread.
