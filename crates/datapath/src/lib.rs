@@ -73,9 +73,10 @@ mod gate;
 mod mode;
 mod queue;
 mod request;
+mod segments;
 mod stats;
 
-pub use config::{CryptMode, EngineConfig, PerfFlags, Volume};
+pub use config::{CryptMode, EngineConfig, Mapping, PerfFlags, Target, Volume};
 pub use engine::Engine;
 pub use error::Error;
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};

@@ -265,6 +265,14 @@ impl Targets {
         &self.targets
     }
 
+    /// The crypt tables, in sector order.
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.targets.iter().filter_map(|t| match t {
+            Target::Crypt(c) => Some(c),
+            Target::Linear(_) => None,
+        })
+    }
+
     /// Mutable access to the crypt tables (e.g. to wipe their keys).
     pub fn tables_mut(&mut self) -> impl Iterator<Item = &mut Table> {
         self.targets.iter_mut().filter_map(|t| match t {
@@ -273,10 +281,36 @@ impl Targets {
         })
     }
 
+    /// Names `device` as every target's backing device (the caller has
+    /// resolved the path the table named).
+    pub fn set_device(&mut self, device: &str) {
+        for t in &mut self.targets {
+            match t {
+                Target::Crypt(c) => c.device = device.to_owned(),
+                Target::Linear(l) => l.device = device.to_owned(),
+            }
+        }
+    }
+
+    /// Wipes every crypt target's key (see [`Table::wipe_key`]).
+    pub fn wipe_keys(&mut self) {
+        for t in self.tables_mut() {
+            t.wipe_key();
+        }
+    }
+
     /// The one crypt table when the mapping has exactly one target and it
     /// is a crypt target.
     pub fn as_single(&self) -> Option<&Table> {
         match self.targets.as_slice() {
+            [Target::Crypt(t)] => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The one crypt table, mutable (see [`Targets::as_single`]).
+    pub fn as_single_mut(&mut self) -> Option<&mut Table> {
+        match self.targets.as_mut_slice() {
             [Target::Crypt(t)] => Some(t),
             _ => None,
         }
