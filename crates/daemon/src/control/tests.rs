@@ -56,6 +56,7 @@ pub(super) fn sample_status() -> Status {
             }
             .into(),
         ),
+        targets: Vec::new(),
     }
 }
 
@@ -214,11 +215,11 @@ fn garbage_lines_are_errors_not_panics() {
         "[1,2,3]\n",
         r#"{"cmd":"status"}"#,
         r#"{"version":"1","request":{"cmd":"status"}}"#,
-        r#"{"version":1}"#,
-        r#"{"version":1,"request":{"cmd":"format_disk"}}"#,
-        r#"{"version":1,"request":{"cmd":"table"}}"#,
-        r#"{"version":1,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
-        "{\"version\":1,\"request\":\u{0}",
+        r#"{"version":2}"#,
+        r#"{"version":2,"request":{"cmd":"format_disk"}}"#,
+        r#"{"version":2,"request":{"cmd":"table"}}"#,
+        r#"{"version":2,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
+        "{\"version\":2,\"request\":\u{0}",
     ];
     for l in lines {
         let e = decode_request(l).unwrap_err();
