@@ -45,6 +45,11 @@
 //! A volume without a cipher (`crypt: None`, the raw baseline) is a plain
 //! linear mapping: every mode passes it straight to the backend inline.
 //!
+//! A [`Mapping`] of several targets (crypt and linear, as a multi-line dm
+//! table) runs through the same modes: each cipher call is cut at target
+//! boundaries and each piece runs under its target's cipher (see
+//! `segments.rs`).
+//!
 //! # Live reconfiguration
 //!
 //! [`Engine::reconfigure`] and [`Engine::reload`] follow dm's suspend /

@@ -82,9 +82,10 @@ impl Segs {
         let mut segs = Vec::with_capacity(targets.len());
         let mut at = 0u64;
         for (i, t) in targets.iter().enumerate() {
-            if t.len == 0 || t.len % ss as u64 != 0 || t.offset % 512 != 0 {
+            let own = t.crypt.as_ref().map_or(512, |c| c.sector_size()) as u64;
+            if t.len == 0 || t.len % ss as u64 != 0 || t.offset % own != 0 {
                 return Err(Error::Invalid(format!(
-                    "Target {} ({} bytes at device offset {}) is not a non-empty multiple of the mapping's {ss}-byte blocks",
+                    "Target {} ({} bytes at device offset {}) is not a non-empty multiple of the mapping's {ss}-byte blocks at an offset aligned to its own sectors",
                     i + 1,
                     t.len,
                     t.offset

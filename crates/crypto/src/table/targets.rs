@@ -172,19 +172,23 @@ impl Targets {
     /// Parses a table of one or more lines (as `dmsetup create` reads a
     /// table file: one target a line; blank lines and lines starting with
     /// `#` are skipped).
+    /// A one-line table's errors are the line's own (as [`Table::parse`]
+    /// gives them); in a longer one they name the line.
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let mut targets = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let trimmed = line.trim_matches(|c: char| c.is_ascii_whitespace());
-            if trimmed.is_empty() || trimmed.starts_with('#') {
-                continue;
-            }
-            let kind = trimmed.split_ascii_whitespace().nth(2).unwrap_or("");
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .map(|(n, l)| (n + 1, l.trim_matches(|c: char| c.is_ascii_whitespace())))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let mut targets = Vec::with_capacity(lines.len());
+        for &(n, line) in &lines {
+            let kind = line.split_ascii_whitespace().nth(2).unwrap_or("");
             let t = match kind {
-                "linear" => Linear::parse(trimmed).map(Target::Linear),
-                _ => Table::parse(trimmed).map(Target::Crypt),
+                "linear" => Linear::parse(line).map(Target::Linear),
+                _ => Table::parse(line).map(Target::Crypt),
             };
-            targets.push(t.map_err(|e| at_line(e, n + 1))?);
+            targets.push(t.map_err(|e| if lines.len() > 1 { at_line(e, n) } else { e })?);
         }
         Self::new(targets)
     }
@@ -513,6 +517,11 @@ mod tests {
         assert!(e("").contains("empty"));
         assert!(e("# only a comment\n").contains("empty"));
         assert!(e("0 8 striped 2 /d 0").contains("<target>"));
+        // One line: the line parser's own message, no line number.
+        assert_eq!(
+            e("0 8 crypt"),
+            Table::parse("0 8 crypt").unwrap_err().to_string()
+        );
     }
 
     #[test]
