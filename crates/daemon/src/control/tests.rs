@@ -143,6 +143,10 @@ fn requests_round_trip() {
         Request::Resume {
             line: "0 8 crypt aes-xts-plain64 0011 0 /x 0".into(),
         },
+        // A multi-line table stays one request line (its newlines escaped).
+        Request::Reload {
+            table: "0 8 crypt aes-xts-plain64 0011 0 /x 0\n8 8 linear /x 8\n".into(),
+        },
     ];
     for req in all {
         let line = encode_request(&req);
@@ -175,6 +179,10 @@ fn replies_round_trip() {
         },
         Reply::Suspended,
         Reply::Resumed,
+        Reply::Reloaded {
+            targets: 2,
+            size_sectors: 16,
+        },
         Reply::Failed {
             kind: ErrorKind::Busy,
             message: "Device v is still in use".into(),
