@@ -606,7 +606,7 @@ fn map_luks_matches_oracle() {
         }
         let mut out = Vec::new();
         map_device_io(
-            &table,
+            &table.clone().into(),
             MapDirection::Read,
             &mut std::io::empty(),
             None,
@@ -622,7 +622,7 @@ fn map_luks_matches_oracle() {
         // Write direction.
         let plain: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         map_device_io(
-            &table,
+            &table.clone().into(),
             MapDirection::Write,
             &mut &plain[..],
             Some(len),

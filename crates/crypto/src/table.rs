@@ -15,6 +15,9 @@
 //! like `dmsetup table` without `--showkeys`, masks the key as zeros of the
 //! same length unless asked to show it.
 //!
+//! A mapping of several targets (crypt and linear lines) is a
+//! [`Targets`] list (`table/targets.rs`).
+//!
 //! The key lives in a [`Secret`] (locked, non-dumpable pages): parsing
 //! decodes the hex straight into one, and [`Table::line`] formats a line
 //! with the key into another, so no `String` ever holds the key.
@@ -25,6 +28,9 @@ use zeroize::Zeroizing;
 
 use crate::error;
 use crate::{CipherSpec, CryptConfig, Error, Secret, SectorCrypt};
+
+mod targets;
+pub use targets::{Linear, Target, Targets};
 
 /// Optional parameters of a crypt table line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crypto::table::Table;
+use crypto::table::Targets;
 use crypto::Secret;
 
 use crate::control::{self, Ping};
@@ -36,7 +36,7 @@ use crate::runtime::{self, NameLock, Paths};
 /// volumes are unlocked before, so this is engine and frontend start-up).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Largest table line read from stdin.
+/// Largest table read from stdin (every line of a multi-target table).
 const MAX_TABLE_LINE: u64 = 60 << 10;
 
 /// Starts `exe args…` detached (own process group, working directory `/`,
@@ -51,7 +51,7 @@ pub fn spawn(
     exe: &Path,
     args: &[String],
     name: &str,
-    table: &Table,
+    table: &Targets,
     lock: &NameLock,
 ) -> Result<Ping> {
     let paths = Paths::new(&runtime::ensure_dir()?, name);
@@ -128,21 +128,21 @@ pub fn spawn(
 
 /// The child's side: reads the table line [`spawn`] wrote, straight into
 /// locked memory (a [`Secret`] wipes the old pages when it grows).
-pub fn read_table(input: impl Read) -> Result<Table> {
+pub fn read_table(input: impl Read) -> Result<Targets> {
     let line = Secret::read_from(input.take(MAX_TABLE_LINE), MAX_TABLE_LINE as usize);
     table_from(line)
 }
 
 /// [`read_table`] from standard input, past `Stdin`'s heap buffer (which
 /// would keep a copy of the key): what the detached daemon calls.
-pub fn read_table_stdin() -> Result<Table> {
+pub fn read_table_stdin() -> Result<Targets> {
     table_from(Secret::read_stdin(MAX_TABLE_LINE as usize))
 }
 
-fn table_from(line: std::io::Result<Secret>) -> Result<Table> {
+fn table_from(line: std::io::Result<Secret>) -> Result<Targets> {
     let line = line.map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?;
     let line = line
         .as_str()
         .ok_or_else(|| invalid("Invalid table: the line from stdin is not UTF-8"))?;
-    crate::resolve::plain_table(line)
+    crate::resolve::plain_targets(line)
 }

@@ -35,6 +35,7 @@ pub mod plain;
 pub mod resolve;
 pub mod runtime;
 pub mod serve;
+mod targets;
 pub mod tls;
 pub mod volumes;
 

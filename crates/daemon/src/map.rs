@@ -10,7 +10,8 @@
 //!
 //! The engine runs [`CryptMode::Inline`] over a synchronous
 //! [`FileBackend`]: one request at a time on the calling thread, like the
-//! sequential copy this is.
+//! sequential copy this is. A table of several lines (crypt and linear
+//! targets, e.g. a volume in mid-reencryption) is mapped as one device.
 
 use std::fs::OpenOptions;
 use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
@@ -18,9 +19,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use backend::FileOptions;
-use crypto::table::Table;
-use crypto::SectorCrypt;
-use datapath::{CryptMode, Engine, EngineConfig, Volume};
+use crypto::table::Targets;
+use datapath::{CryptMode, Engine, EngineConfig};
 use zeroize::Zeroizing;
 
 use crate::error::{invalid, Error, ErrorKind, Result};
@@ -79,7 +79,7 @@ impl Source<'_> {
     ///
     /// The process is made non-dumpable first: from here on it holds the
     /// key (as the daemon does).
-    pub fn table(&self, dir: Direction, warn: impl FnMut(&str)) -> Result<Table> {
+    pub fn table(&self, dir: Direction, warn: impl FnMut(&str)) -> Result<Targets> {
         crate::serve::non_dumpable("map")?;
         let stdin_free = dir == Direction::Read;
         match *self {
@@ -111,7 +111,7 @@ impl Source<'_> {
                 let (table, _) = crate::resolve::unlock_luks(
                     device, header, key_file, range, key_slot, None, warn,
                 )?;
-                Ok(table)
+                Ok(table.into())
             }
         }
     }
@@ -134,15 +134,13 @@ const CHUNK: usize = 1 << 20;
 /// under its write lock; a Read shares either. The process is
 /// non-dumpable while it holds the table's key (see [`Source::table`]).
 pub fn map(
-    table: &Table,
+    table: &Targets,
     dir: Direction,
     input: &mut dyn Read,
     input_len: Option<u64>,
     output: &mut dyn Write,
 ) -> Result<()> {
     crate::serve::non_dumpable("map")?;
-    let crypt = SectorCrypt::new(&table.crypt_config())
-        .map_err(|e| invalid("Invalid table").with_source(e))?;
     check_device(table, dir)?;
     // Writes: the whole input is sized (and checked) before the device is
     // touched.
@@ -150,12 +148,12 @@ pub fn map(
         Direction::Read => None,
         Direction::Write => Some(checked_input(
             table,
-            crypt.sector_size() as u64,
+            u64::from(table.sector_size()),
             input,
             input_len,
         )?),
     };
-    let engine = engine(table, crypt, dir)?;
+    let engine = engine(table, dir)?;
     let result = match &mut source {
         None => read_all(&engine, table, output),
         Some((src, len)) => write_all(&engine, table, src, *len),
@@ -163,14 +161,14 @@ pub fn map(
     let down = engine.shutdown();
     result?;
     down.map_err(|e| {
-        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device)).with_source(e)
+        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device())).with_source(e)
     })
 }
 
 /// [`map`] on the process's standard streams, as `ucrypt map` runs it:
 /// Read decrypts to stdout; Write encrypts stdin, whose size is known up
 /// front when it is a regular file (`< plain.img`).
-pub fn map_stdio(table: &Table, dir: Direction) -> Result<()> {
+pub fn map_stdio(table: &Targets, dir: Direction) -> Result<()> {
     match dir {
         Direction::Read => {
             let mut out = io::stdout().lock();
@@ -227,8 +225,8 @@ fn in_use(kind: &backend::ErrorKind) -> bool {
 }
 
 /// An inline engine over the table's device, read-only for reads.
-fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
-    let path = &table.device;
+fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
+    let path = table.device();
     let backend = backend::open_device(
         std::path::Path::new(path),
         &FileOptions {
@@ -249,13 +247,6 @@ fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
             Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e)
         }
     })?;
-    let vol = Volume {
-        backend: Arc::from(backend),
-        crypt: Some(Arc::new(crypt)),
-        data_offset: table.offset_bytes(),
-        size: table.len_bytes(),
-        sector_size: table.options.sector_size,
-    };
     let cfg = EngineConfig {
         mode: CryptMode::Inline,
         read_only: dir == Direction::Read,
@@ -263,15 +254,18 @@ fn engine(table: &Table, crypt: SectorCrypt, dir: Direction) -> Result<Engine> {
         workers: 1,
         ..EngineConfig::default()
     };
-    Engine::new(vol, cfg).map_err(|e| {
-        Error::new(ErrorKind::NoDevice, format!("Cannot map device {path}")).with_source(e)
+    crate::targets::engine(table, Arc::from(backend), cfg).map_err(|e| match e {
+        crate::targets::EngineError::Table(e) => invalid("Invalid table").with_source(e),
+        crate::targets::EngineError::Engine(e) => {
+            Error::new(ErrorKind::NoDevice, format!("Cannot map device {path}")).with_source(e)
+        }
     })
 }
 
 /// The input as a reader of known length: whole sectors, at most the
 /// mapping.
 fn checked_input<'a>(
-    table: &Table,
+    table: &Targets,
     ss: u64,
     input: &'a mut dyn Read,
     input_len: Option<u64>,
@@ -282,7 +276,7 @@ fn checked_input<'a>(
         return Err(invalid(format!(
             "Input length {} bytes exceeds the mapping ({total} bytes, {} sectors); nothing written",
             if input_len.is_some() { len.to_string() } else { format!("over {total}") },
-            table.len
+            table.len()
         )));
     }
     if len % ss != 0 {
@@ -295,8 +289,8 @@ fn checked_input<'a>(
 
 /// The device must exist and hold the whole mapping (checked before the
 /// engine opens it, with the messages `map` always gave).
-fn check_device(table: &Table, dir: Direction) -> Result<()> {
-    let path = &table.device;
+fn check_device(table: &Targets, dir: Direction) -> Result<()> {
+    let path = table.device();
     if backend::rbd::is_rbd(std::path::Path::new(path)) {
         // Only the cluster knows: the engine's open checks it and its size.
         return Ok(());
@@ -315,20 +309,23 @@ fn check_device(table: &Table, dir: Direction) -> Result<()> {
         )
         .with_source(e)
     })?;
-    let need = table.offset_bytes().saturating_add(table.len_bytes());
+    let need = table.device_end_bytes();
     if dev_size < need {
+        let how = match table.as_single() {
+            Some(t) => format!("offset {} + length {} sectors", t.offset, t.len),
+            None => format!("its {} targets end at sector {}", table.count(), need / 512),
+        };
         return Err(Error::new(
             ErrorKind::NoDevice,
             format!(
-                "Device {path} is too small: the table needs {need} bytes (offset {} + length {} sectors) but it has {dev_size}",
-                table.offset, table.len
+                "Device {path} is too small: the table needs {need} bytes ({how}) but it has {dev_size}"
             ),
         ));
     }
     Ok(())
 }
 
-fn read_all(engine: &Engine, table: &Table, output: &mut dyn Write) -> Result<()> {
+fn read_all(engine: &Engine, table: &Targets, output: &mut dyn Write) -> Result<()> {
     let total = table.len_bytes();
     let mut pos = 0u64;
     while pos < total {
@@ -338,8 +335,8 @@ fn read_all(engine: &Engine, table: &Table, output: &mut dyn Write) -> Result<()
                 ErrorKind::Io,
                 format!(
                     "Read error on {} at byte {}",
-                    table.device,
-                    table.offset_bytes() + pos
+                    table.device(),
+                    device_byte(table, pos)
                 ),
             )
             .with_source(e)
@@ -354,7 +351,7 @@ fn output_error(e: io::Error) -> Error {
     invalid("Cannot write the output").with_source(e)
 }
 
-fn write_all(engine: &Engine, table: &Table, src: &mut dyn Read, len: u64) -> Result<()> {
+fn write_all(engine: &Engine, table: &Targets, src: &mut dyn Read, len: u64) -> Result<()> {
     let mut pos = 0u64;
     while pos < len {
         let n = (len - pos).min(CHUNK as u64) as usize;
@@ -370,8 +367,8 @@ fn write_all(engine: &Engine, table: &Table, src: &mut dyn Read, len: u64) -> Re
                 ErrorKind::Io,
                 format!(
                     "Write error on {} at byte {}",
-                    table.device,
-                    table.offset_bytes() + pos
+                    table.device(),
+                    device_byte(table, pos)
                 ),
             )
             .with_source(e)
@@ -379,8 +376,18 @@ fn write_all(engine: &Engine, table: &Table, src: &mut dyn Read, len: u64) -> Re
         pos += n as u64;
     }
     engine.flush().map_err(|e| {
-        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device)).with_source(e)
+        Error::new(ErrorKind::Io, format!("Cannot flush {}", table.device())).with_source(e)
     })
+}
+
+/// The device byte that mapping byte `pos` lives at.
+fn device_byte(table: &Targets, pos: u64) -> u64 {
+    let sector = pos / 512;
+    table
+        .targets()
+        .iter()
+        .find(|t| sector < t.start() + t.len())
+        .map_or(pos, |t| (t.offset() + sector - t.start()) * 512 + pos % 512)
 }
 
 /// Returns a reader over the whole input and its length, knowing the length
@@ -426,15 +433,15 @@ mod tests {
     const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
                        f0e1d2c3b4a5968778695a4b3c2d1e0fffeeddccbbaa99887766554433221100";
 
-    fn table(dev: &std::path::Path, len: u64, offset: u64) -> Table {
+    fn table(dev: &std::path::Path, len: u64, offset: u64) -> Targets {
         plain(&format!(
             "0 {len} crypt aes-xts-plain64 {KEY} 0 {} {offset}",
             dev.display()
         ))
     }
 
-    fn plain(line: &str) -> Table {
-        crate::resolve::plain_table(line).unwrap()
+    fn plain(line: &str) -> Targets {
+        crate::resolve::plain_targets(line).unwrap()
     }
 
     #[test]
@@ -466,7 +473,7 @@ mod tests {
             .set_len(8 << 10)
             .unwrap();
         let before = std::fs::read(&dev).unwrap();
-        let cases: [(Table, usize, ErrorKind, &str); 3] = [
+        let cases: [(Targets, usize, ErrorKind, &str); 3] = [
             (table(&dev, 64, 0), 512, ErrorKind::NoDevice, "too small"),
             (table(&dev, 8, 0), 8192, ErrorKind::InvalidInput, "exceeds"),
             (

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crypto::table::Table;
+use crypto::table::Targets;
 use datapath::{CryptMode, PerfFlags};
 
 use crate::control::{mode_name, parse_mode, Ping};
@@ -286,8 +286,8 @@ impl OpenOptions {
     /// The daemon's [`Spec`] for `table`: its device becomes
     /// [`OpenOptions::device`] and the given flags are merged into it
     /// ([`resolve::engine_config`]).
-    pub fn spec(self, mut table: Table, volume_type: VolumeType) -> Spec {
-        table.device = self.device.display().to_string();
+    pub fn spec(self, mut table: Targets, volume_type: VolumeType) -> Spec {
+        table.set_device(&self.device.display().to_string());
         let mut engine = resolve::engine_config(
             &mut table,
             self.mode,
@@ -313,7 +313,7 @@ impl OpenOptions {
     /// gets the ping answer once clients can connect ([`serve::run`]).
     pub fn serve(
         self,
-        table: Table,
+        table: Targets,
         volume_type: VolumeType,
         ready: impl FnOnce(&Ping),
     ) -> Result<()> {
@@ -322,7 +322,7 @@ impl OpenOptions {
 
     /// Starts the daemon detached (`exe` is this binary), hands it `table`
     /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
-    pub fn detach(self, exe: &Path, table: Table, volume_type: VolumeType) -> Result<Ping> {
+    pub fn detach(self, exe: &Path, table: Targets, volume_type: VolumeType) -> Result<Ping> {
         let args = self.child_args(volume_type == VolumeType::Plain);
         let lock = match &self.lock {
             Some(l) => Arc::clone(l),
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn spec_merges_the_given_flags_into_the_table() {
-        let t = resolve::plain_table(
+        let t = resolve::plain_targets(
             "0 8 crypt aes-xts-plain64 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 /x 0",
         )
         .unwrap();
@@ -464,8 +464,9 @@ mod tests {
             ..options()
         };
         let s = o.spec(t, VolumeType::Plain);
-        assert_eq!(s.table.device, "/img");
-        assert!(s.engine.allow_discards && s.table.options.allow_discards);
+        assert_eq!(s.table.device(), "/img");
+        let t = s.table.as_single().unwrap();
+        assert!(s.engine.allow_discards && t.options.allow_discards);
         assert_eq!(s.name, "v");
     }
 }

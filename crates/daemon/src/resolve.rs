@@ -25,7 +25,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crypto::table::Table;
+use crypto::table::{Options, Table, Targets};
 use crypto::Secret;
 use datapath::{CryptMode, EngineConfig, PerfFlags};
 use serde::{Deserialize, Serialize};
@@ -99,48 +99,78 @@ pub fn plain_table(line: &str) -> Result<Table> {
     Table::parse(line.trim()).map_err(|e| invalid("Invalid table").with_source(e))
 }
 
+/// Parses a dm table of one or more lines (`Invalid table: …` on error).
+pub fn plain_targets(text: &str) -> Result<Targets> {
+    Targets::parse(text).map_err(|e| invalid("Invalid table").with_source(e))
+}
+
 /// Largest key file read for a plain table (far above any dm-crypt key).
 pub const MAX_KEY_FILE: usize = 64 << 10;
 
-/// Largest table line read from stdin.
+/// Largest table read from stdin (every line of a multi-target table).
 const MAX_TABLE_LINE: usize = 60 << 10;
 
+/// Reads a table's text from `arg`: `-` is standard input, anything else
+/// a file (as `dmsetup create NAME FILE`), into locked memory (a table
+/// holds keys). At most 60 KiB.
+pub fn read_table_text(arg: &str) -> Result<Secret> {
+    let too_big = |what: String| {
+        move |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                invalid(format!(
+                    "The table in {what} is larger than {} KiB",
+                    MAX_TABLE_LINE >> 10
+                ))
+            } else {
+                invalid(format!("Cannot read the table from {what}")).with_source(e)
+            }
+        }
+    };
+    if arg == "-" {
+        return Secret::read_stdin(MAX_TABLE_LINE).map_err(too_big("stdin".into()));
+    }
+    let f = std::fs::File::open(arg)
+        .map_err(|e| invalid(format!("Cannot open table file {arg}")).with_source(e))?;
+    Secret::read_from(f, MAX_TABLE_LINE).map_err(too_big(arg.to_owned()))
+}
+
 /// The table of `--table ARG [--key-file FILE]` (see the module doc):
-/// `ARG` `-` reads the line from stdin; with `key_file` the line's key
+/// `ARG` `-` reads the table from stdin, an `ARG` without blanks names a
+/// file holding it (one or more lines, as `dmsetup create` reads), any
+/// other `ARG` is the line itself; with `key_file` the one line's key
 /// field must be `-` and the key is the file's raw bytes (`-` = stdin).
 /// A literal key in `ARG` draws a warning on stderr. `stdin_free` is false
 /// when stdin carries something else (`map --write`'s plaintext): then
 /// neither may come from it.
-pub fn plain_table_arg(arg: &str, key_file: Option<&Path>, stdin_free: bool) -> Result<Table> {
+pub fn plain_table_arg(arg: &str, key_file: Option<&Path>, stdin_free: bool) -> Result<Targets> {
     let stdin = Path::new("-");
     let table_on_stdin = arg.trim() == "-";
+    let table_in_file = !table_on_stdin && !arg.trim().contains(|c: char| c.is_ascii_whitespace());
     if table_on_stdin && key_file == Some(stdin) {
         return Err(invalid(
             "--table - and --key-file - both read stdin: give the key file by name",
         ));
     }
     if !stdin_free && (table_on_stdin || key_file == Some(stdin)) {
+        // (a table file is fine: only `-` reads stdin)
         return Err(invalid(
             "--write reads plaintext from stdin: give the table and key file by name, not as -",
         ));
     }
-    let line = if table_on_stdin {
-        Some(
-            Secret::read_stdin(MAX_TABLE_LINE)
-                .map_err(|e| invalid("Cannot read the table from stdin").with_source(e))?,
-        )
+    let line = if table_on_stdin || table_in_file {
+        Some(read_table_text(arg.trim())?)
     } else {
         None
     };
     let text = match &line {
         Some(l) => l
             .as_str()
-            .ok_or_else(|| invalid("Invalid table: the line from stdin is not UTF-8"))?,
+            .ok_or_else(|| invalid("Invalid table: the table read is not UTF-8"))?,
         None => arg,
     };
     let Some(kf) = key_file else {
-        let t = plain_table(text)?;
-        if !table_on_stdin && !t.key().is_empty() {
+        let t = plain_targets(text)?;
+        if line.is_none() && t.tables().any(|t| !t.key().is_empty()) {
             eprintln!(
                 "ucrypt: warning: the key in --table is visible to every user (ps, /proc/PID/cmdline); \
                  give it with --key-file FILE (key field -) or the whole line on stdin (--table -)"
@@ -149,7 +179,7 @@ pub fn plain_table_arg(arg: &str, key_file: Option<&Path>, stdin_free: bool) -> 
         return Ok(t);
     };
     let key = read_key_file(kf)?;
-    Table::parse_with_key(text.trim(), key).map_err(|e| invalid("Invalid table").with_source(e))
+    Targets::parse_with_key(text, key).map_err(|e| invalid("Invalid table").with_source(e))
 }
 
 /// The raw bytes of a plain table's key file (`-` = stdin), read into
@@ -281,21 +311,40 @@ pub fn luks_table(
 /// The engine configuration for serving `table` with the options given on
 /// the command line. As with dm-crypt, a performance flag or
 /// `allow_discards` set in the table line or given is on; `table` is
-/// updated to show what is in effect (so `table` prints it back).
+/// updated to show what is in effect (so `table` prints it back). In a
+/// table of several targets the engine runs with what any crypt line
+/// asks for, and every crypt line is updated to show it.
 pub fn engine_config(
-    table: &mut Table,
+    table: &mut Targets,
     mode: CryptMode,
     given: PerfFlags,
     allow_discards: bool,
     read_only: bool,
 ) -> EngineConfig {
-    let o = &mut table.options;
+    let mut o = table
+        .tables_mut()
+        .map(|t| t.options)
+        .fold(Options::default(), |a, b| Options {
+            same_cpu_crypt: a.same_cpu_crypt | b.same_cpu_crypt,
+            submit_from_crypt_cpus: a.submit_from_crypt_cpus | b.submit_from_crypt_cpus,
+            no_read_workqueue: a.no_read_workqueue | b.no_read_workqueue,
+            no_write_workqueue: a.no_write_workqueue | b.no_write_workqueue,
+            allow_discards: a.allow_discards | b.allow_discards,
+            ..a
+        });
     o.same_cpu_crypt |= given.same_cpu_crypt;
     o.submit_from_crypt_cpus |= given.submit_from_crypt_cpus;
     o.no_read_workqueue |= given.no_read_workqueue;
     o.no_write_workqueue |= given.no_write_workqueue;
     o.high_priority |= given.high_priority;
     o.allow_discards |= allow_discards;
+    for t in table.tables_mut() {
+        t.options.same_cpu_crypt = o.same_cpu_crypt;
+        t.options.submit_from_crypt_cpus = o.submit_from_crypt_cpus;
+        t.options.no_read_workqueue = o.no_read_workqueue;
+        t.options.no_write_workqueue = o.no_write_workqueue;
+        t.options.allow_discards = o.allow_discards;
+    }
     EngineConfig {
         mode,
         flags: PerfFlags {
@@ -368,7 +417,7 @@ mod tests {
         let kf = dir.join("key");
         std::fs::write(&kf, hex_bytes(KEY)).unwrap();
         let t = plain_table_arg("0 8 crypt aes-xts-plain64 - 0 /x 0", Some(&kf), true).unwrap();
-        assert_eq!(t.key(), &hex_bytes(KEY)[..]);
+        assert_eq!(t.as_single().unwrap().key(), &hex_bytes(KEY)[..]);
         assert_eq!(
             t,
             plain_table_arg(
@@ -421,7 +470,7 @@ mod tests {
 
     #[test]
     fn given_options_are_merged_into_the_table() {
-        let mut t = plain_table(
+        let mut t = plain_targets(
             "0 8 crypt aes-xts-plain64 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 /x 0 1 no_read_workqueue",
         )
         .unwrap();
@@ -437,5 +486,31 @@ mod tests {
         assert!(t
             .format(false)
             .ends_with(" 3 allow_discards same_cpu_crypt no_read_workqueue"));
+    }
+
+    #[test]
+    fn every_crypt_line_of_a_table_shows_the_flags_in_effect() {
+        const K: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+        let mut t = plain_targets(&format!(
+            "0 8 crypt aes-xts-plain64 {K} 0 /x 0 1 no_read_workqueue\n8 8 linear /x 8\n16 8 crypt aes-xts-plain64 {K} 16 /x 16"
+        ))
+        .unwrap();
+        let cfg = engine_config(
+            &mut t,
+            CryptMode::Inline,
+            PerfFlags::default(),
+            false,
+            false,
+        );
+        assert!(cfg.flags.no_read_workqueue);
+        let text = t.format(false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[0].ends_with(" 1 no_read_workqueue")
+                && lines[2].ends_with(" 1 no_read_workqueue"),
+            "{text}"
+        );
+        assert_eq!(lines[1], "8 8 linear /x 8");
     }
 }

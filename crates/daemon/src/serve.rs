@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backend::FileOptions;
-use crypto::table::Table;
-use crypto::SectorCrypt;
+use crypto::table::Targets;
 use datapath::{Engine, EngineConfig};
 
 use crate::control::{self, Flags, Handled, Ping, Reply, Request, Status};
@@ -41,8 +40,8 @@ pub struct Spec {
     pub name: String,
     /// The volume type, for `status`.
     pub volume_type: VolumeType,
-    /// The mapping, with the key.
-    pub table: Table,
+    /// The mapping (one or more targets), with the keys.
+    pub table: Targets,
     /// The frontend.
     pub export: ExportSpec,
     /// NBD over TLS (off unless asked for).
@@ -195,7 +194,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
 
 /// The engine over the table's device, and that device (for `resize`).
 fn build_engine(
-    table: &Table,
+    table: &Targets,
     cfg: &EngineConfig,
     io_engine: backend::IoEngine,
     direct: backend::DirectIo,
@@ -203,7 +202,7 @@ fn build_engine(
     let opts = FileOptions {
         read_only: cfg.read_only,
         allow_discard: cfg.allow_discards,
-        min_size: table.offset_bytes().saturating_add(table.len_bytes()),
+        min_size: table.device_end_bytes(),
         // Each engine thread runs one request at a time to completion, so a
         // blocking pread/pwrite is the cheapest path; io_uring adds a ring
         // round trip (and an io-wq hop where the filesystem cannot do
@@ -217,20 +216,14 @@ fn build_engine(
         ..FileOptions::default()
     };
     let backend: Arc<dyn backend::Backend> = Arc::from(
-        backend::open_device(std::path::Path::new(&table.device), &opts)
+        backend::open_device(std::path::Path::new(table.device()), &opts)
             .map_err(crate::map::backend_error)?,
     );
-    let crypt = SectorCrypt::new(&table.crypt_config())
-        .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
-    let vol = datapath::Volume {
-        backend: backend.clone(),
-        crypt: Some(Arc::new(crypt)),
-        data_offset: table.offset_bytes(),
-        size: table.len_bytes(),
-        sector_size: table.options.sector_size,
-    };
     let engine =
-        Engine::new(vol, cfg.clone()).map_err(|e| Error::transparent(ErrorKind::NoDevice, e))?;
+        crate::targets::engine(table, backend.clone(), cfg.clone()).map_err(|e| match e {
+            crate::targets::EngineError::Table(e) => e,
+            crate::targets::EngineError::Engine(e) => Error::transparent(ErrorKind::NoDevice, e),
+        })?;
     Ok((engine, backend))
 }
 
@@ -248,7 +241,7 @@ const NBD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 struct Daemon {
     ping: Ping,
     volume_type: VolumeType,
-    table: Mutex<Table>,
+    table: Mutex<Targets>,
     engine: Arc<Engine>,
     /// The backing device, whose size `resize` re-reads.
     backend: Arc<dyn backend::Backend>,
@@ -403,16 +396,19 @@ impl Daemon {
             _ => None,
         };
         drop(frontend);
+        // One target: the fields describe it; several: the first crypt
+        // target, the whole mapping's size, and every target listed.
+        let first = t.tables().next();
         Status {
             ping: self.ping.clone(),
             volume_type: self.volume_type,
-            cipher: t.cipher.as_str().to_owned(),
-            keysize_bits: t.key().len() * 8,
-            device: t.device.clone(),
-            sector_size: t.options.sector_size,
-            offset_sectors: t.offset,
-            iv_offset: t.iv_offset,
-            size_sectors: t.len,
+            cipher: first.map_or("", |c| c.cipher.as_str()).to_owned(),
+            keysize_bits: first.map_or(0, |c| c.key().len() * 8),
+            device: t.device().to_owned(),
+            sector_size: t.sector_size(),
+            offset_sectors: t.targets()[0].offset(),
+            iv_offset: first.map_or(0, |c| c.iv_offset),
+            size_sectors: t.len(),
             read_only: cfg.read_only,
             suspended: self.engine.is_suspended(),
             allow_discards: cfg.allow_discards,
@@ -427,6 +423,7 @@ impl Daemon {
             nbd,
             vhost,
             io: Some(self.backend.io_path().into()),
+            targets: control::TargetStatus::list(&t),
         }
     }
 
@@ -442,12 +439,15 @@ impl Daemon {
         self.engine
             .reconfigure(cfg.clone())
             .map_err(|e| Error::transparent(ErrorKind::Io, e))?;
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
-        t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
-        t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
-        t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
-        t.options.high_priority = cfg.flags.high_priority;
+        // Every crypt target shows the flags now in effect.
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        for t in table.tables_mut() {
+            t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
+            t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
+            t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
+            t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
+            t.options.high_priority = cfg.flags.high_priority;
+        }
         Ok(Reply::Refreshed {
             mode: cfg.mode,
             flags: Flags {
@@ -475,6 +475,7 @@ impl Daemon {
             Request::Resize { size_sectors } => self.resize(size_sectors),
             Request::Suspend => self.suspend(),
             Request::Resume { line } => self.resume(line),
+            Request::Reload { table } => self.reload(table),
             Request::Close => return self.close(),
         };
         r.unwrap_or_else(Reply::from).into()

@@ -10,6 +10,7 @@
 //!  list() ── runtime::volumes ── live_pid ── control::ping ──► [Listed]
 //!  resume(name) / resume_luks ── control::status (LUKS? suspended?) ── unlock (prompt)
 //!       └─ control::resume(table line, key shown) ──► daemon checks, resumes
+//!  reload(name, FILE|-) ── table read into locked memory ── control::reload
 //! ```
 
 use std::fmt;
@@ -113,6 +114,28 @@ pub fn resize(name: &str, sectors: Option<u64>, bytes: Option<u64>) -> Result<co
         None => sectors,
     };
     control::resize(name, size, DRAIN_TIMEOUT)
+}
+
+/// `reload NAME --table FILE|-`: replaces a live volume's table (every
+/// line, keys included) with the one in `source`, a file or `-` for
+/// standard input; never a table on the command line, where its keys
+/// would show in `ps`. Returns the number of targets and the size in
+/// 512-byte sectors now served ([`control::reload`]).
+pub fn reload(name: &str, source: &str) -> Result<(usize, u64)> {
+    runtime::check_name(name)?;
+    if source.trim().contains(|c: char| c.is_ascii_whitespace()) {
+        return Err(invalid(
+            "reload reads the table from a file or stdin (--table FILE|-), not from the command line",
+        ));
+    }
+    let text = crate::resolve::read_table_text(source.trim())?;
+    // Parsed here too, so a bad table is refused before the daemon is
+    // asked (with the same message it would give).
+    let s = text
+        .as_str()
+        .ok_or_else(|| invalid("Invalid table: the table read is not UTF-8"))?;
+    crate::resolve::plain_targets(s)?;
+    control::reload(name, text, DRAIN_TIMEOUT)
 }
 
 /// `list --json`: the volumes as one JSON object, `schema` first

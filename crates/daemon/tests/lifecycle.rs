@@ -27,7 +27,7 @@ fn serve_status_refresh_table_close() {
         "0 2048 crypt aes-xts-plain64 {KEY} 0 {} 0 1 no_read_workqueue",
         img.display()
     );
-    let mut table = resolve::plain_table(&line).unwrap();
+    let mut table = resolve::plain_targets(&line).unwrap();
     let engine = resolve::engine_config(
         &mut table,
         CryptMode::Inline,

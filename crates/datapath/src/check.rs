@@ -33,6 +33,16 @@ impl SectorRange {
     pub(crate) fn len(&self) -> u64 {
         self.len
     }
+    /// The sub-range `off..off + len` at device byte `at` (a piece of a
+    /// multi-target request in another device run, see `segments`).
+    pub(crate) fn remap(&self, off: u64, len: u64, at: u64) -> SectorRange {
+        debug_assert!(off % 512 == 0 && off + len <= self.len);
+        SectorRange {
+            sector: self.sector + off / 512,
+            at,
+            len,
+        }
+    }
     /// The sub-range `off..off + len` (both sector-aligned, inside `self`).
     pub(crate) fn sub(&self, off: u64, len: u64) -> SectorRange {
         debug_assert!(off % 512 == 0 && off + len <= self.len);
@@ -114,7 +124,12 @@ pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
     }
     let range = SectorRange {
         sector: offset / 512,
-        at: ctx.data_offset + offset,
+        at: match &ctx.segs {
+            // A multi-target mapping whose targets sit at different
+            // distances on the device (see `segments`).
+            Some(s) if !s.uniform => s.at(offset),
+            _ => ctx.data_offset + offset,
+        },
         len,
     };
     Ok(match op {

@@ -130,3 +130,30 @@ pub struct Volume {
     /// Logical sector size (512 when `crypt` is `None`).
     pub sector_size: u32,
 }
+
+/// One target of a multi-target [`Mapping`] (a dm table line).
+#[derive(Clone)]
+pub struct Target {
+    /// Length in bytes (a multiple of the mapping's logical block size).
+    pub len: u64,
+    /// Byte offset of the target's first sector on the backend (the
+    /// line's `<offset>` * 512).
+    pub offset: u64,
+    /// The target's cipher (its `iv_offset`, sector size and
+    /// `iv_large_sectors` inside, sectors counted from the target's
+    /// start); `None` for a `linear` target.
+    pub crypt: Option<Arc<SectorCrypt>>,
+}
+
+/// A mapping made of several targets on one backend, contiguous from
+/// byte 0 in the order given (a multi-line dm table). Its logical sector
+/// size is the largest of its targets' sector sizes. See
+/// [`Engine::with_mapping`](crate::Engine::with_mapping) and
+/// [`Engine::reload_mapping`](crate::Engine::reload_mapping).
+#[derive(Clone)]
+pub struct Mapping {
+    /// Storage holding ciphertext.
+    pub backend: Arc<dyn Backend>,
+    /// The targets, in order.
+    pub targets: Vec<Target>,
+}

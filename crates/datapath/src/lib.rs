@@ -45,6 +45,11 @@
 //! A volume without a cipher (`crypt: None`, the raw baseline) is a plain
 //! linear mapping: every mode passes it straight to the backend inline.
 //!
+//! A [`Mapping`] of several targets (crypt and linear, as a multi-line dm
+//! table) runs through the same modes: each cipher call is cut at target
+//! boundaries and each piece runs under its target's cipher (see
+//! `segments.rs`).
+//!
 //! # Live reconfiguration
 //!
 //! [`Engine::reconfigure`] and [`Engine::reload`] follow dm's suspend /
@@ -73,9 +78,12 @@ mod gate;
 mod mode;
 mod queue;
 mod request;
+mod segments;
 mod stats;
 
-pub use config::{CryptMode, EngineConfig, PerfFlags, Volume, DEFAULT_MAX_IO_SIZE};
+pub use config::{
+    CryptMode, EngineConfig, Mapping, PerfFlags, Target, Volume, DEFAULT_MAX_IO_SIZE,
+};
 pub use engine::Engine;
 pub use error::Error;
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};

@@ -38,8 +38,11 @@ pub enum Commands {
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
-    /// `-` reads the line from stdin (--read only); a <key> of `-` takes the raw
-    /// key from --key-file. A hex key here is visible in `ps` (warned).
+    /// `-` reads the table from stdin (--read only), a path without blanks reads
+    /// it from that file; a table of several lines (crypt and `<start> <len>
+    /// linear <device> <offset>` targets, contiguous, one device) is mapped as
+    /// one device. A <key> of `-` takes the raw key from --key-file (one-line
+    /// tables). A hex key on the command line is visible in `ps` (warned).
     #[arg(long)]
     pub table: Option<String>,
     /// Map the LUKS volume on this device instead of a table line (the table

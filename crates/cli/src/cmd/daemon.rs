@@ -1,5 +1,5 @@
-//! `open`, `close`, `status`, `table`, `refresh`, `resize`, `suspend`,
-//! `resume`, `list`: arguments and
+//! `open`, `close`, `status`, `table`, `refresh`, `resize`, `reload`,
+//! `suspend`, `resume`, `list`: arguments and
 //! output of the commands that start and talk to a volume's daemon. The
 //! daemon itself (resolve, serve, control protocol, runtime files,
 //! detaching) is the `ucrypt-daemon` library.
@@ -43,7 +43,7 @@ pub enum Commands {
         /// Volume name.
         name: String,
     },
-    /// Print a volume's dm-crypt table line (key masked unless --showkeys).
+    /// Print a volume's dm table, one line per target (keys masked unless --showkeys).
     Table {
         /// Volume name.
         name: String,
@@ -66,6 +66,14 @@ pub enum Commands {
         /// New size in bytes (a multiple of 512).
         #[arg(long, value_name = "BYTES")]
         device_size: Option<u64>,
+        /// Volume name.
+        name: String,
+    },
+    /// Replace an open volume's table live (dmsetup reload + resume): same device and length.
+    Reload {
+        /// The new table (one or more lines, keys included): a file, or `-` for stdin.
+        #[arg(long, value_name = "FILE|-")]
+        table: String,
         /// Volume name.
         name: String,
     },
@@ -114,8 +122,9 @@ pub struct OpenArgs {
     /// Volume format (default: plain when --table is given, else luks).
     #[arg(long = "type", value_enum)]
     pub kind: Option<VolumeType>,
-    /// dm-crypt table line (`-`: from stdin; a hex key here shows in `ps`);
-    /// its <device> is replaced by DEVICE, a <key> of `-` read from --key-file.
+    /// dm table: a line, a file holding one or more lines (crypt and linear
+    /// targets), or `-` for stdin (a hex key on the command line shows in
+    /// `ps`); <device> is replaced by DEVICE, a <key> of `-` read from --key-file.
     #[arg(long)]
     pub table: Option<String>,
     /// Read the table line from standard input (used by the detached daemon).
@@ -216,6 +225,11 @@ impl Commands {
                 for n in &r.notes {
                     eprintln!("ucrypt: {name}: {n}");
                 }
+                Ok(())
+            }
+            Commands::Reload { table, name } => {
+                // Silent on success, as `dmsetup reload`.
+                daemon::volumes::reload(&name, &table)?;
                 Ok(())
             }
             Commands::Suspend { header: _, name } => {

@@ -124,6 +124,7 @@ fn unexpected(name: &str, r: &Reply) -> Error {
         Reply::Resized { .. } => "resized",
         Reply::Suspended => "suspended",
         Reply::Resumed => "resumed",
+        Reply::Reloaded { .. } => "reloaded",
         Reply::Failed { .. } => "failed",
     };
     Error::new(
@@ -261,6 +262,19 @@ pub fn suspend(name: &str, timeout: Duration) -> Result<()> {
 pub fn resume(name: &str, line: Secret, timeout: Duration) -> Result<()> {
     match call(name, &Request::Resume { line }, timeout)? {
         Reply::Resumed => Ok(()),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Reload`] with the new `table` (keys shown, in locked
+/// memory): returns the number of targets and the size in 512-byte
+/// sectors now served.
+pub fn reload(name: &str, table: Secret, timeout: Duration) -> Result<(usize, u64)> {
+    match call(name, &Request::Reload { table }, timeout)? {
+        Reply::Reloaded {
+            targets,
+            size_sectors,
+        } => Ok((targets, size_sectors)),
         r => Err(unexpected(name, &r)),
     }
 }

@@ -8,8 +8,8 @@
 //!
 //! ```text
 //!  client                                   daemon (NAME.ctl.sock, 0600)
-//!  {"version":1,"request":{"cmd":"status"}} ──►  serve(): parse, check version
-//!                                           ◄──  {"version":1,"reply":{"reply":"status",...}}
+//!  {"version":2,"request":{"cmd":"status"}} ──►  serve(): parse, check version
+//!                                           ◄──  {"version":2,"reply":{"reply":"status",...}}
 //! ```
 //!
 //! Both directions are serde-typed ([`Request`], [`Reply`]) and carry
@@ -38,12 +38,13 @@ mod server;
 mod status;
 
 pub use client::{
-    call, close, ping, print_table, refresh, resize, resume, status, suspend, table, Refreshed,
-    Resized,
+    call, close, ping, print_table, refresh, reload, resize, resume, status, suspend, table,
+    Refreshed, Resized,
 };
 pub use server::{serve, Handled};
 pub use status::{
-    DirStats, IoStatus, NbdStats, Stats, Status, VhostQueueStats, VhostStats, JSON_SCHEMA,
+    DirStats, IoStatus, NbdStats, Stats, Status, TargetStatus, VhostQueueStats, VhostStats,
+    JSON_SCHEMA,
 };
 
 /// How long a client waits for a reply: a ping (`list`, start-up).
@@ -60,7 +61,7 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The protocol version this build speaks. Bump it on any change to
 /// [`Request`] or [`Reply`] that an older peer would misread.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A request to a volume's daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +72,7 @@ pub enum Request {
     Ping,
     /// The mapping and live statistics ([`Reply::Status`]).
     Status,
-    /// The dm-crypt table line ([`Reply::Table`]).
+    /// The dm table, one line per target ([`Reply::Table`]).
     Table {
         /// Print the key in clear instead of masked.
         showkeys: bool,
@@ -102,6 +103,14 @@ pub enum Request {
         /// memory (the client encodes it there: [`encode_request_into`]).
         #[serde(with = "secret_text")]
         line: Secret,
+    },
+    /// Replace the mapping's table live (`dmsetup reload` + `resume`):
+    /// drain, swap, admit again ([`Reply::Reloaded`]).
+    Reload {
+        /// The new table (one or more lines, keys shown), in locked
+        /// memory.
+        #[serde(with = "secret_text")]
+        table: Secret,
     },
 }
 
@@ -144,6 +153,13 @@ pub enum Reply {
     Suspended,
     /// Answer to [`Request::Resume`]: the key is back, IO flows.
     Resumed,
+    /// Answer to [`Request::Reload`]: the new table is live.
+    Reloaded {
+        /// Targets in the table now.
+        targets: usize,
+        /// The mapping's size, in 512-byte sectors.
+        size_sectors: u64,
+    },
     /// The request failed.
     Failed {
         /// What kind of failure.

@@ -57,6 +57,78 @@ pub struct Status {
     /// daemon's status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<IoStatus>,
+    /// Every target of a mapping of several (empty for one target, which
+    /// the fields above describe): what `dmsetup status` lists per line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetStatus>,
+}
+
+/// One target of a multi-target mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetStatus {
+    /// First sector in the mapping (512-byte units).
+    pub start: u64,
+    /// Length in 512-byte sectors.
+    pub len: u64,
+    /// `crypt` or `linear`.
+    pub target: String,
+    /// Cipher spec (crypt only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cipher: Option<String>,
+    /// Key size in bits (0 for linear).
+    pub keysize_bits: usize,
+    /// Where the target starts on the device, in 512-byte sectors.
+    pub offset_sectors: u64,
+    /// IV offset in 512-byte sectors (0 for linear).
+    pub iv_offset: u64,
+    /// Encryption sector size in bytes (512 for linear).
+    pub sector_size: u32,
+}
+
+impl TargetStatus {
+    /// The status of every target of `t` (empty when it has only one).
+    pub fn list(t: &crypto::table::Targets) -> Vec<TargetStatus> {
+        use crypto::table::Target;
+        if t.count() < 2 {
+            return Vec::new();
+        }
+        t.targets()
+            .iter()
+            .map(|x| TargetStatus {
+                start: x.start(),
+                len: x.len(),
+                target: x.kind().to_owned(),
+                cipher: match x {
+                    Target::Crypt(c) => Some(c.cipher.as_str().to_owned()),
+                    Target::Linear(_) => None,
+                },
+                keysize_bits: match x {
+                    Target::Crypt(c) => c.key().len() * 8,
+                    Target::Linear(_) => 0,
+                },
+                offset_sectors: x.offset(),
+                iv_offset: match x {
+                    Target::Crypt(c) => c.iv_offset,
+                    Target::Linear(_) => 0,
+                },
+                sector_size: x.sector_size(),
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for TargetStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.start, self.len, self.target)?;
+        if let Some(c) = &self.cipher {
+            write!(
+                f,
+                " {c}, {} bits, iv_offset {}, sector size {}",
+                self.keysize_bits, self.iv_offset, self.sector_size
+            )?;
+        }
+        write!(f, ", device offset {}", self.offset_sectors)
+    }
 }
 
 /// The backing device's IO path: the interface, O_DIRECT, and counters.
@@ -178,6 +250,12 @@ impl fmt::Display for Status {
         let flags = flag_words(self.allow_discards, &self.flags);
         if !flags.is_empty() {
             writeln!(f, "  flags:   {}", flags.join(" "))?;
+        }
+        if !self.targets.is_empty() {
+            writeln!(f, "  targets: {}", self.targets.len())?;
+            for t in &self.targets {
+                writeln!(f, "    {t}")?;
+            }
         }
         writeln!(f, "  data path: {}", mode_name(self.mode))?;
         if let Some(io) = self.io.as_ref().filter(|io| !io.engine.is_empty()) {

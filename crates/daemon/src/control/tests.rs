@@ -56,6 +56,7 @@ pub(super) fn sample_status() -> Status {
             }
             .into(),
         ),
+        targets: Vec::new(),
     }
 }
 
@@ -142,6 +143,10 @@ fn requests_round_trip() {
         Request::Resume {
             line: "0 8 crypt aes-xts-plain64 0011 0 /x 0".into(),
         },
+        // A multi-line table stays one request line (its newlines escaped).
+        Request::Reload {
+            table: "0 8 crypt aes-xts-plain64 0011 0 /x 0\n8 8 linear /x 8\n".into(),
+        },
     ];
     for req in all {
         let line = encode_request(&req);
@@ -174,6 +179,10 @@ fn replies_round_trip() {
         },
         Reply::Suspended,
         Reply::Resumed,
+        Reply::Reloaded {
+            targets: 2,
+            size_sectors: 16,
+        },
         Reply::Failed {
             kind: ErrorKind::Busy,
             message: "Device v is still in use".into(),
@@ -214,11 +223,11 @@ fn garbage_lines_are_errors_not_panics() {
         "[1,2,3]\n",
         r#"{"cmd":"status"}"#,
         r#"{"version":"1","request":{"cmd":"status"}}"#,
-        r#"{"version":1}"#,
-        r#"{"version":1,"request":{"cmd":"format_disk"}}"#,
-        r#"{"version":1,"request":{"cmd":"table"}}"#,
-        r#"{"version":1,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
-        "{\"version\":1,\"request\":\u{0}",
+        r#"{"version":2}"#,
+        r#"{"version":2,"request":{"cmd":"format_disk"}}"#,
+        r#"{"version":2,"request":{"cmd":"table"}}"#,
+        r#"{"version":2,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
+        "{\"version\":2,\"request\":\u{0}",
     ];
     for l in lines {
         let e = decode_request(l).unwrap_err();

@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use crypto::table::Table;
+use crypto::table::Targets;
 use luks::passphrase::KeyfileRange;
 
 use super::{device, plain_table_arg, Luks, VolumeType};
@@ -128,7 +128,7 @@ impl Mapping<'_> {
     /// Resolves the mapping in the calling process; `device` is absolute
     /// ([`device`]). A LUKS volume is unlocked here, prompting. `say` gets
     /// each warning line (plain options ignored, LUKS header warnings).
-    pub fn resolve(&self, device: &Path, say: impl FnMut(&str)) -> Result<(Table, VolumeType)> {
+    pub fn resolve(&self, device: &Path, say: impl FnMut(&str)) -> Result<(Targets, VolumeType)> {
         if self.table_stdin {
             return self.parent_table(device);
         }
@@ -153,7 +153,7 @@ impl Mapping<'_> {
 
     /// The detached daemon's mapping: the table its parent resolved, from
     /// standard input; the volume type from the header for LUKS.
-    fn parent_table(&self, device: &Path) -> Result<(Table, VolumeType)> {
+    fn parent_table(&self, device: &Path) -> Result<(Targets, VolumeType)> {
         let table = crate::detach::read_table_stdin()?;
         let kind = match self.kind {
             None | Some(VolumeType::Plain) => VolumeType::Plain,
@@ -204,7 +204,7 @@ impl Mapping<'_> {
         kind: VolumeType,
         device: &Path,
         mut say: impl FnMut(&str),
-    ) -> Result<(Table, VolumeType)> {
+    ) -> Result<(Targets, VolumeType)> {
         if kind == VolumeType::Plain {
             if let Some(line) = self.table {
                 let table = plain_table_arg(line, self.key_file, true)?;
@@ -212,7 +212,7 @@ impl Mapping<'_> {
             }
             let o = self.plain.options(self.key_file);
             o.warnings().into_iter().for_each(&mut say);
-            return Ok((o.open(device)?, VolumeType::Plain));
+            return Ok((o.open(device)?.into(), VolumeType::Plain));
         }
         if self.table.is_some() {
             return Err(invalid("--table is only for --type plain"));
@@ -223,6 +223,6 @@ impl Mapping<'_> {
             .iter()
             .for_each(|w| say(&format!("WARNING: {w}")));
         let table = vol.unlock_asking(self.key_file, self.plain.range(), self.key_slot)?;
-        Ok((table, vol.version()))
+        Ok((table.into(), vol.version()))
     }
 }

@@ -11,7 +11,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use crypto::table::Table;
+use crypto::table::Targets;
 use datapath::{Engine, EngineConfig};
 
 use super::ExportSpec;
@@ -41,7 +41,7 @@ pub(super) fn start_frontend(
     export: ExportSpec,
     tls: &TlsSpec,
     paths: &Paths,
-    table: &Table,
+    table: &Targets,
 ) -> Result<Started> {
     let no_socket = |(f, k, e): (Frontend, ExportKind, String)| (f, k, e, None);
     match export {
@@ -114,8 +114,8 @@ pub(super) fn start_frontend(
 
 /// The LUKS UUID of the table's device, for virtio-blk GET_ID (empty for
 /// plain mappings and detached headers, which the daemon does not see).
-fn volume_uuid(table: &Table) -> String {
-    luks::Volume::load(std::path::Path::new(&table.device), None)
+fn volume_uuid(table: &Targets) -> String {
+    luks::Volume::load(std::path::Path::new(table.device()), None)
         .map(|v| v.header().uuid().to_owned())
         .unwrap_or_default()
 }

@@ -1,7 +1,8 @@
 //! The control requests that change a served volume in place, as
 //! cryptsetup does to a live dm-crypt mapping: `resize` (a table reload
 //! with a new length), `luksSuspend` (IO blocked, key wiped) and
-//! `luksResume` (key reinstated from an unlocked header, IO let through).
+//! `luksResume` (key reinstated from an unlocked header, IO let through),
+//! and `reload` (a new table swapped in, as `dmsetup reload` + `resume`).
 //!
 //! ```text
 //!  resize  ─► backend.refresh_size ─► engine.resize (drain, swap) ─► table.len
@@ -9,7 +10,13 @@
 //!                 FUSE after its attribute timeout, ublk by UPDATE_SIZE
 //!  suspend ─► engine.suspend (hold, drain, drop the cipher) ─► table key zeroed
 //!  resume  ─► table line checked against ours ─► engine.resume (cipher, replay)
+//!  reload  ─► table parsed, same device and length ─► engine.reload_mapping
+//!             (drain, swap, admit) ─► table replaced
 //! ```
+//!
+//! `resize` and `resume` take one-target mappings only: a mapping of
+//! several targets changes through `reload`, whose table says what each
+//! target becomes.
 
 use std::sync::Arc;
 
@@ -31,7 +38,12 @@ impl Daemon {
         if self.engine.is_suspended() {
             return Err(invalid(format!("Volume {name} is suspended.")));
         }
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(t) = table.as_single_mut() else {
+            return Err(invalid(format!(
+                "Volume {name} maps several targets; resize is for one: reload a table with the new length instead."
+            )));
+        };
         let device_bytes = self.backend.refresh_size().map_err(|e| {
             Error::new(
                 ErrorKind::Io,
@@ -58,7 +70,7 @@ impl Daemon {
             .resize(len * 512)
             .map_err(|e| Error::transparent(ErrorKind::Io, e))?;
         t.len = len;
-        drop(t);
+        drop(table);
         let mut notes = Vec::new();
         let frontend = self.frontend.lock().unwrap_or_else(|e| e.into_inner());
         match &*frontend {
@@ -111,7 +123,7 @@ impl Daemon {
             .with_source(e)
         })?;
         // The engine dropped its cipher; this is the other copy of the key.
-        t.wipe_key();
+        t.wipe_keys();
         Ok(Reply::Suspended)
     }
 
@@ -130,7 +142,12 @@ impl Daemon {
         let mut new =
             Table::parse(text).map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
         drop(line);
-        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(t) = table.as_single_mut() else {
+            return Err(invalid(format!(
+                "Volume {name} maps several targets; resume it with a reload of its table."
+            )));
+        };
         new.len = t.len;
         if new.line(false) != t.line(false) {
             return Err(invalid(format!(
@@ -146,6 +163,56 @@ impl Daemon {
         Ok(Reply::Resumed)
     }
 
+    /// `reload`: replaces the table live. The new one must map the same
+    /// device (it is the one the daemon holds open) and the same length
+    /// (a size change is `resize`'s); the engine keeps its mode and flags,
+    /// which every crypt line of the new table is updated to show.
+    /// Refused while suspended: `luksResume` (or `close`) comes first.
+    pub(super) fn reload(&self, text: Secret) -> Result<Reply> {
+        let name = &self.ping.name;
+        if self.engine.is_suspended() {
+            return Err(invalid(format!("Volume {name} is suspended.")));
+        }
+        let text = text
+            .as_str()
+            .ok_or_else(|| invalid("Invalid table: the table is not UTF-8"))?;
+        let mut new = crate::resolve::plain_targets(text)?;
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if !same_file(new.device(), table.device()) {
+            return Err(invalid(format!(
+                "The new table maps {}, volume {name} maps {}: a reload keeps the device.",
+                new.device(),
+                table.device()
+            )));
+        }
+        if new.len() != table.len() {
+            return Err(invalid(format!(
+                "The new table maps {} sectors, volume {name} maps {}: a reload keeps the length (use resize).",
+                new.len(),
+                table.len()
+            )));
+        }
+        new.set_device(table.device());
+        let cfg = self.engine.config();
+        for t in new.tables_mut() {
+            t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
+            t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
+            t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
+            t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
+            t.options.allow_discards = cfg.allow_discards;
+        }
+        let m = crate::targets::mapping(&new, self.backend.clone())?;
+        self.engine
+            .reload_mapping(m)
+            .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))?;
+        let reply = Reply::Reloaded {
+            targets: new.count(),
+            size_sectors: new.len(),
+        };
+        *table = new;
+        Ok(reply)
+    }
+
     /// Before a close or a signal: a suspended engine cannot drain, so
     /// its waiting requests fail (the engine shuts down here) and the
     /// frontend is stopped by force. True if it was suspended.
@@ -159,5 +226,14 @@ impl Daemon {
         );
         let _ = self.engine.shutdown();
         true
+    }
+}
+
+/// True when `a` and `b` name the same file (or, when either cannot be
+/// resolved, are the same text).
+fn same_file(a: &str, b: &str) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
     }
 }

@@ -7,22 +7,24 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use backend::Backend;
-use crypto::SectorCrypt;
 
 use super::submit::replay;
 use super::{catch, Core};
 use crate::gate;
 use crate::mode::adaptive::Adaptive;
 use crate::mode::classic::Classic;
+use crate::segments::{Cipher, Segs};
 use crate::stats::{Dir, Path};
-use crate::{Completion, CryptMode, EngineConfig, Error, Volume};
+use crate::{Completion, CryptMode, EngineConfig, Error, Mapping, Volume};
 
 /// One volume + configuration, with the mode's threads: what a table swap
 /// replaces.
 pub(crate) struct Ctx {
     pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) crypt: Option<Arc<SectorCrypt>>,
+    pub(crate) crypt: Option<Cipher>,
     pub(crate) data_offset: u64,
+    /// The targets of a multi-target mapping (`None`: one target).
+    pub(crate) segs: Option<Arc<Segs>>,
     pub(crate) size: u64,
     pub(crate) sector_size: u32,
     pub(crate) cfg: EngineConfig,
@@ -92,19 +94,19 @@ impl Gen {
 
     pub(super) fn build(
         core: &Arc<Core>,
-        vol: Volume,
+        lay: Layout,
         cfg: EngineConfig,
     ) -> Result<Arc<Gen>, Error> {
-        check_volume(&vol)?;
         if cfg.queue_depth == 0 {
             return Err(Error::Invalid("queue_depth must be at least 1".into()));
         }
         let ctx = Arc::new(Ctx {
-            backend: vol.backend,
-            crypt: vol.crypt,
-            data_offset: vol.data_offset,
-            size: vol.size,
-            sector_size: vol.sector_size,
+            backend: lay.backend,
+            crypt: lay.crypt,
+            data_offset: lay.data_offset,
+            segs: lay.segs,
+            size: lay.size,
+            sector_size: lay.sector_size,
             cfg,
             core: core.clone(),
         });
@@ -146,6 +148,67 @@ impl Gen {
         let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
         self.ctx.core.retire(handles);
     }
+}
+
+/// What a generation serves: a [`Volume`] or a [`Mapping`], checked.
+#[derive(Clone)]
+pub(crate) struct Layout {
+    pub(crate) backend: Arc<dyn backend::Backend>,
+    pub(crate) crypt: Option<Cipher>,
+    pub(crate) data_offset: u64,
+    pub(crate) segs: Option<Arc<Segs>>,
+    pub(crate) size: u64,
+    pub(crate) sector_size: u32,
+}
+
+impl Layout {
+    /// A one-target volume, checked.
+    pub(crate) fn volume(vol: Volume) -> Result<Layout, Error> {
+        check_volume(&vol)?;
+        Ok(Layout {
+            backend: vol.backend,
+            crypt: vol.crypt.map(Cipher::One),
+            data_offset: vol.data_offset,
+            segs: None,
+            size: vol.size,
+            sector_size: vol.sector_size,
+        })
+    }
+
+    /// A mapping, checked: one target is exactly a [`Volume`].
+    pub(crate) fn mapping(m: Mapping) -> Result<Layout, Error> {
+        match m.targets.as_slice() {
+            [] => Err(Error::Invalid("A mapping needs at least one target".into())),
+            [t] => Self::volume(Volume {
+                backend: m.backend,
+                crypt: t.crypt.clone(),
+                data_offset: t.offset,
+                size: t.len,
+                sector_size: t.crypt.as_ref().map_or(512, |c| c.sector_size() as u32),
+            }),
+            targets => {
+                let (segs, size) = Segs::build(targets, m.backend.size())?;
+                let sector_size = segs_sector_size(targets);
+                let segs = Arc::new(segs);
+                Ok(Layout {
+                    data_offset: targets[0].offset,
+                    crypt: (!segs.is_plain()).then(|| Cipher::Many(segs.clone())),
+                    segs: Some(segs),
+                    backend: m.backend,
+                    size,
+                    sector_size,
+                })
+            }
+        }
+    }
+}
+
+fn segs_sector_size(targets: &[crate::Target]) -> u32 {
+    targets
+        .iter()
+        .map(|t| t.crypt.as_ref().map_or(512, |c| c.sector_size() as u32))
+        .max()
+        .unwrap_or(512)
 }
 
 fn check_volume(vol: &Volume) -> Result<(), Error> {

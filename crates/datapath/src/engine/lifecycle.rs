@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use crypto::SectorCrypt;
 
-use super::generation::Gen;
+use super::generation::{Gen, Layout};
 use super::submit::replay;
 use super::{catch, Engine};
 use crate::mode;
-use crate::{EngineConfig, Error, Volume};
+use crate::segments::Cipher;
+use crate::{EngineConfig, Error, Mapping, Volume};
 
 impl Engine {
     /// Switches mode/flags live: suspend (drain), swap, resume. The volume
@@ -20,50 +21,53 @@ impl Engine {
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
         mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
-        let (vol, _) = self.current()?;
-        self.swap(vol, cfg)
+        let lay = self.current()?;
+        self.swap(lay, cfg)
     }
 
     /// Changes the decrypted device's size live (`cryptsetup resize`: a
     /// table reload with a new length): drain, swap, resume. From then on
-    /// the choke point refuses requests past `size`.
+    /// the choke point refuses requests past `size`. A multi-target
+    /// mapping is refused: which target would change is the table's to
+    /// say ([`Engine::reload_mapping`]).
     pub fn resize(&self, size: u64) -> Result<(), Error> {
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
-        let (vol, cfg) = self.current()?;
-        self.swap(Volume { size, ..vol }, cfg)
+        let vol = self.current_volume("resized")?;
+        self.swap(Layout::volume(Volume { size, ..vol })?, self.config())
     }
 
     /// `luksSuspend`: stops admitting (callers block in `submit`, requests
     /// from engine threads wait on the deferred list), drains what is in
     /// flight, then swaps in a generation without the cipher, so the key
     /// goes with the last reference to the old one. Nothing is admitted
-    /// again until [`Engine::resume`]; [`Engine::shutdown`] fails what
-    /// waits.
+    /// again until [`Engine::resume`] (or [`Engine::reload_mapping`]);
+    /// [`Engine::shutdown`] fails what waits.
     pub fn suspend(&self) -> Result<(), Error> {
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
-        let (vol, cfg) = self.current()?;
+        let lay = self.current()?;
+        let cfg = self.config();
         self.core.gate.hold(true);
         // The cipherless generation never runs a request: admission stays
         // held until `resume` installs a cipher again.
-        self.swap(Volume { crypt: None, ..vol }, cfg)
+        self.swap(Layout { crypt: None, ..lay }, cfg)
             .inspect_err(|_| self.core.gate.hold(false))
     }
 
     /// `luksResume`: installs `crypt` and admits again; the requests that
-    /// waited run now. An error if not suspended.
+    /// waited run now. An error if not suspended, or if the mapping has
+    /// several targets (those resume with [`Engine::reload_mapping`],
+    /// which brings every target's key).
     pub fn resume(&self, crypt: Arc<SectorCrypt>) -> Result<(), Error> {
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         if !self.core.gate.held() {
             return Err(Error::Invalid("The engine is not suspended".into()));
         }
-        let (vol, cfg) = self.current()?;
-        self.swap(
-            Volume {
-                crypt: Some(crypt),
-                ..vol
-            },
-            cfg,
-        )?;
+        let vol = self.current_volume("resumed with one key")?;
+        let lay = Layout::volume(Volume {
+            crypt: Some(crypt),
+            ..vol
+        })?;
+        self.swap(lay, self.config())?;
         self.core.gate.hold(false);
         replay(&self.core, self.core.gate.take_deferred(), false);
         Ok(())
@@ -74,28 +78,68 @@ impl Engine {
         self.core.gate.held()
     }
 
-    /// The current generation's volume and configuration.
-    fn current(&self) -> Result<(Volume, EngineConfig), Error> {
+    /// The current generation's layout.
+    fn current(&self) -> Result<Layout, Error> {
         let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
-        let vol = Volume {
-            backend: cur.ctx.backend.clone(),
-            crypt: cur.ctx.crypt.clone(),
-            data_offset: cur.ctx.data_offset,
-            size: cur.ctx.size,
-            sector_size: cur.ctx.sector_size,
+        let c = &cur.ctx;
+        Ok(Layout {
+            backend: c.backend.clone(),
+            crypt: c.crypt.clone(),
+            data_offset: c.data_offset,
+            segs: c.segs.clone(),
+            size: c.size,
+            sector_size: c.sector_size,
+        })
+    }
+
+    /// The current generation as a one-target volume; an error naming
+    /// what cannot be done (`what`) to a multi-target mapping.
+    fn current_volume(&self, what: &str) -> Result<Volume, Error> {
+        let lay = self.current()?;
+        if lay.segs.is_some() {
+            return Err(Error::Invalid(format!(
+                "A mapping of several targets cannot be {what}; reload its table instead"
+            )));
+        }
+        let crypt = match lay.crypt {
+            Some(Cipher::One(c)) => Some(c),
+            _ => None,
         };
-        Ok((vol, cur.ctx.cfg.clone()))
+        Ok(Volume {
+            backend: lay.backend,
+            crypt,
+            data_offset: lay.data_offset,
+            size: lay.size,
+            sector_size: lay.sector_size,
+        })
     }
 
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
         mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
-        let cfg = self.config();
-        self.swap(vol, cfg)
+        self.swap(Layout::volume(vol)?, self.config())
     }
 
-    fn swap(&self, vol: Volume, cfg: EngineConfig) -> Result<(), Error> {
+    /// Replaces the mapping with another target list live (`dmsetup
+    /// reload` + `resume`): stop admitting, drain what is in flight, swap,
+    /// admit again. Requests in flight finish under the old targets; every
+    /// request admitted after sees only the new ones (a request is never
+    /// split across two lists). On a suspended engine the new mapping is
+    /// installed and the engine resumes, as `dmsetup resume` activates a
+    /// loaded table.
+    pub fn reload_mapping(&self, m: Mapping) -> Result<(), Error> {
+        mode::gather::unplug();
+        let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
+        self.swap(Layout::mapping(m)?, self.config())?;
+        if self.core.gate.held() {
+            self.core.gate.hold(false);
+            replay(&self.core, self.core.gate.take_deferred(), false);
+        }
+        Ok(())
+    }
+
+    fn swap(&self, vol: Layout, cfg: EngineConfig) -> Result<(), Error> {
         // Build (and start the threads of) the new generation before
         // suspending, so the pause is only the drain.
         let new = Gen::build(&self.core, vol, cfg)?;

@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 use crate::gate::Gate;
 use crate::stats::StatsCore;
 use crate::{cpu, mode};
-use crate::{CryptMode, EngineConfig, Error, Stats, Volume};
+use crate::{CryptMode, EngineConfig, Error, Mapping, Stats, Volume};
 
+pub(crate) use generation::Layout;
 pub(crate) use generation::{Ctx, Done, Gen};
 
 /// Resolution of [`Core::contended_at`] in ns: a sighting is recorded
@@ -125,12 +126,24 @@ fn catch(f: impl FnOnce()) -> Option<Panic> {
 impl Engine {
     /// Starts an engine over `vol`.
     pub fn new(vol: Volume, cfg: EngineConfig) -> Result<Self, Error> {
-        Self::with_cpus(vol, cfg, cpu::count())
+        Self::with_cpus(Layout::volume(vol)?, cfg, cpu::count())
+    }
+
+    /// Starts an engine over a multi-target mapping (a dm table of several
+    /// lines); a one-target mapping is exactly [`Engine::new`]'s volume.
+    pub fn with_mapping(m: Mapping, cfg: EngineConfig) -> Result<Self, Error> {
+        Self::with_cpus(Layout::mapping(m)?, cfg, cpu::count())
+    }
+
+    /// The number of targets the current generation serves (1 for a
+    /// volume).
+    pub fn targets(&self) -> usize {
+        self.with_gen(|c| c.segs.as_ref().map_or(1, |s| s.count()), 1)
     }
 
     /// Starts an engine that plans for `ncpu` CPUs (tests pin the count
     /// the adaptive mode's decisions depend on).
-    pub(crate) fn with_cpus(vol: Volume, cfg: EngineConfig, ncpu: usize) -> Result<Self, Error> {
+    pub(crate) fn with_cpus(vol: Layout, cfg: EngineConfig, ncpu: usize) -> Result<Self, Error> {
         let core = Arc::new(Core {
             gate: Gate::new(),
             stats: StatsCore::new(),

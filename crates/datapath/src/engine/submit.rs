@@ -10,7 +10,7 @@ use super::{catch, Core, Engine};
 use crate::gate;
 use crate::mode::inline::Pass;
 use crate::stats::Path;
-use crate::{check, mode};
+use crate::{check, mode, segments};
 use crate::{Completion, Gen, Hint, Request};
 
 thread_local! {
@@ -118,6 +118,22 @@ fn run_admitted(
         Ok(w) => w,
         Err((dir, e)) => return ctx.complete(dir, Path::Inline, 0, t0, Err(e), done),
     };
+    // A multi-target request that crosses from one device run to another
+    // (targets at different distances on the device): its pieces run
+    // here, in order, unfused (see `segments`).
+    if let Some(segs) = ctx.segs.as_ref().filter(|s| !s.uniform) {
+        if segments::crosses(segs, &w) {
+            mode::gather::settle();
+            let dir = w.dir();
+            let mut bytes = 0;
+            let res = segments::run_split(segs, w, |piece| {
+                let (_, n, r) = mode::inline::exec(ctx, piece, Pass::Two);
+                bytes += n;
+                r
+            });
+            return ctx.complete(dir, Path::Inline, bytes, t0, res, done);
+        }
+    }
     // Adaptive on a backend that lends its memory (the ramdisk, a file on
     // tmpfs) runs fused instead: a copy it saves beats a ring it would
     // feed.

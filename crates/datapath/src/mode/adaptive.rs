@@ -622,7 +622,12 @@ fn test_engine(ncpu: usize) -> crate::Engine {
         workers: 2,
         ..crate::EngineConfig::default()
     };
-    crate::Engine::with_cpus(crate::test_volume(true), cfg, ncpu).unwrap()
+    crate::Engine::with_cpus(
+        crate::engine::Layout::volume(crate::test_volume(true)).unwrap(),
+        cfg,
+        ncpu,
+    )
+    .unwrap()
 }
 
 #[cfg(test)]

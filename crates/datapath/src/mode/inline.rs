@@ -31,9 +31,9 @@
 use std::time::Instant;
 
 use backend::Direct;
-use crypto::SectorCrypt;
 
 use crate::check::{SectorRange, Work};
+use crate::segments::Cipher;
 use crate::stats::{Dir, Path};
 use crate::{Completion, Ctx, Error};
 
@@ -66,11 +66,11 @@ impl Pass {
 /// device boundaries; those fall between sectors only when the volume's
 /// data offset is a whole number of sectors (LUKS and every usual table
 /// have that), so otherwise the request takes two passes.
-fn fused(ctx: &Ctx, pass: Pass) -> Option<(&SectorCrypt, &dyn Direct)> {
+fn fused(ctx: &Ctx, pass: Pass) -> Option<(&Cipher, &dyn Direct)> {
     if pass != Pass::Fused {
         return None;
     }
-    let c = ctx.crypt.as_deref()?;
+    let c = ctx.crypt.as_ref()?;
     if ctx.data_offset % c.sector_size() as u64 != 0 {
         return None;
     }
