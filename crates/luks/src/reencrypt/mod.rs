@@ -337,12 +337,14 @@ pub fn run(
     let keys = unlock_both(&h, device, pass, key_slot, &st)?;
     st.verify(&h, &keys.0, &keys.1)?;
     let mut m = Mover::new(device, dev_size, &st, &keys.0, &keys.1, opts.hotzone)?;
-    let mut done = st.progress();
+    let mut done = if st.all_new { m.size } else { st.progress() };
     if let Some((off, len)) = st.hotzone() {
         m.recover(&h, &st, off, len)?;
         done = off + len;
-        post_segments(&mut h, &st, done, m.size)?;
-        h.write(&mut *open_rw(device)?)?;
+        post_segments_mem(&mut h, &st, done, m.size)?;
+        if done < m.size {
+            h.write(&mut *open_rw(device)?)?;
+        }
     }
     progress(done, m.size);
     let mut dirty = false;
@@ -713,10 +715,6 @@ fn post_segments_mem(h: &mut RawHeader, st: &State, done: u64, total: u64) -> Re
     Ok(())
 }
 
-fn post_segments(h: &mut RawHeader, st: &State, done: u64, total: u64) -> Result<()> {
-    post_segments_mem(h, st, done, total)
-}
-
 /// Ends a finished reencryption as cryptsetup does: the keyslots of the
 /// old key and its digest, the backup segments, the requirement, the
 /// reencrypt keyslot and its digest go; segment 0 covers the data with
@@ -947,7 +945,15 @@ impl Mover {
         if protect {
             self.sync()?;
             make_segments(h, st, off + len, None, self.size)?;
-            h.write(&mut *open_rw(&self.meta_path)?)?;
+            // After the last hotzone the next header is the final one
+            // (`finalize`): a header with every byte new but still in
+            // reencryption is never written, as cryptsetup 2.6.1 would
+            // resume such a header from the start.
+            if off + len < self.size {
+                h.write(&mut *open_rw(&self.meta_path)?)?;
+            } else {
+                h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
+            }
         }
         Ok(())
     }

@@ -80,6 +80,9 @@ pub struct State {
     pub verify_digest: String,
     /// Data segments in id order (no backups).
     pub data: Vec<(String, Segment)>,
+    /// Every byte is under the new key (the run stopped before its
+    /// final header write).
+    pub all_new: bool,
 }
 
 /// Which segment a flag marks.
@@ -314,7 +317,13 @@ impl State {
         }
         let data: Vec<(String, Segment)> =
             segs.into_iter().filter(|(_, s)| !is_backup(s)).collect();
+        let all_new = data.len() == 1
+            && h.meta
+                .digests
+                .get(&new_digest)
+                .is_some_and(|d| d.segments.contains(&data[0].0));
         let st = State {
+            all_new,
             version,
             keyslot: kid.clone(),
             resilience,
