@@ -389,3 +389,95 @@ fn sha256(b: &[u8]) -> [u8; 32] {
     }
     s
 }
+
+/// `prog ARGS` under gdb: stopped at its `hits`-th fdatasync (the end of
+/// a hotzone), then SIGINT (`kill` false: it stops after that hotzone as
+/// on Ctrl-C) or killed there (`kill` true: a crash mid-hotzone, the
+/// hotzone's header written, the data synced, the next header not).
+fn under_gdb(hits: usize, kill: bool, prog: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let mut c = Command::new("gdb");
+    c.args([
+        "-q",
+        "-batch",
+        "-ex",
+        "set breakpoint pending on",
+        "-ex",
+        "break fdatasync",
+        "-ex",
+        "run",
+    ]);
+    for _ in 1..hits {
+        c.args(["-ex", "continue"]);
+    }
+    if !kill {
+        c.args(["-ex", "delete", "-ex", "signal SIGINT"]);
+    }
+    c.arg("--args").arg(prog).args(args);
+    let out = c.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn interrupted_or_killed_mid_way_the_other_tool_finishes() {
+    if !require_tool("reencrypt_interrupt", "cryptsetup")
+        || !require_tool("reencrypt_interrupt", "gdb")
+    {
+        return;
+    }
+    let cs = testutil::which("cryptsetup").unwrap();
+    for kill in [false, true] {
+        // cryptsetup stopped → ucrypt resumes.
+        let v = volume("reenc-int", 8);
+        let copy = v.dir.join("copy.img");
+        std::fs::copy(&v.img, &copy).unwrap();
+        let args: Vec<&std::ffi::OsStr> = [
+            "reencrypt",
+            "-q",
+            "--force-offline-reencrypt",
+            "--hotzone-size",
+            "1M",
+            "--key-file",
+        ]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .chain([v.key.as_os_str(), v.img.as_os_str()])
+        .collect();
+        let text = under_gdb(3, kill, &cs, &args);
+        assert!(kill || text.contains("Reencryption interrupted"), "{text}");
+        assert!(in_reencryption(&v.img));
+        ok(ucrypt(&v.img, &v.key, &["--resume-only"]), "ucrypt resume");
+        assert_eq!(
+            read_plain(&v.img, &v.key),
+            v.plain,
+            "cryptsetup stopped (kill {kill}) → ucrypt"
+        );
+
+        // ucrypt stopped → cryptsetup resumes (after its repair when killed).
+        let args: Vec<&std::ffi::OsStr> = ["reencrypt", "-q", "--hotzone-size", "1M", "--key-file"]
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .chain([v.key.as_os_str(), copy.as_os_str()])
+            .collect();
+        let text = under_gdb(3, kill, &ucrypt_bin(), &args);
+        assert!(kill || text.contains("Reencryption interrupted."), "{text}");
+        assert!(in_reencryption(&copy));
+        if kill {
+            ok(
+                run(Command::new("cryptsetup")
+                    .args(["repair", "-q", "--key-file"])
+                    .arg(&v.key)
+                    .arg(&copy)),
+                "cryptsetup repair",
+            );
+        }
+        ok(
+            cryptsetup_reencrypt(&copy, &v.key, &["--resume-only"]),
+            "cryptsetup resume",
+        );
+        assert_eq!(
+            read_plain(&copy, &v.key),
+            v.plain,
+            "ucrypt stopped (kill {kill}) → cryptsetup"
+        );
+    }
+}
