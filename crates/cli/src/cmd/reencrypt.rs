@@ -166,7 +166,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Failure::usage(format!("Cannot handle signals: {e}")))?;
     }
-    let mut pr = Progress::new(&g, a.progress_json, a.progress_frequency, dev);
+    let mut pr = Progress::new(a.progress_json, a.progress_frequency, dev);
     let opts = reencrypt::RunOptions {
         hotzone: a.hotzone_size.unwrap_or(0),
     };
@@ -189,13 +189,12 @@ struct Progress {
     json: bool,
     every: Option<u64>,
     tty: bool,
-    quiet: bool,
     device: String,
     wrote: bool,
 }
 
 impl Progress {
-    fn new(g: &Globals, json: bool, every: Option<u64>, dev: &std::path::Path) -> Self {
+    fn new(json: bool, every: Option<u64>, dev: &std::path::Path) -> Self {
         Progress {
             start: Instant::now(),
             last: None,
@@ -203,7 +202,6 @@ impl Progress {
             json,
             every,
             tty: std::io::stdout().is_terminal(),
-            quiet: g.debug && false,
             device: dev.display().to_string(),
             wrote: false,
         }
@@ -211,7 +209,7 @@ impl Progress {
 
     fn update(&mut self, done: u64, total: u64) {
         let first = *self.first.get_or_insert(done);
-        if self.quiet || (!self.tty && !self.json && self.every.is_none()) {
+        if !self.tty && !self.json && self.every.is_none() {
             return;
         }
         let now = Instant::now();

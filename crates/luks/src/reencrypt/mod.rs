@@ -179,11 +179,9 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
         "checksum" => "checksum",
         "journal" => "journal",
         "none" => "none",
-        r if r.starts_with("datashift") => {
-            return Err(invalid(format!(
-                "Requested --resilience option cannot be applied to current reencryption operation."
-            )))
-        }
+        r if r.starts_with("datashift") => return Err(invalid(
+            "Requested --resilience option cannot be applied to current reencryption operation.",
+        )),
         r => return Err(invalid(format!("Unsupported resilience mode {r}"))),
     };
     let rhash = Hash::parse(req.resilience_hash.as_deref().unwrap_or("sha256"))?;

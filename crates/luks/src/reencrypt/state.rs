@@ -226,7 +226,7 @@ impl State {
         };
         let (lo, hi) = h.keyslots_area();
         if resilience != Resilience::None || size != 0 {
-            let end = offset.checked_add(size).unwrap_or(u64::MAX);
+            let end = offset.saturating_add(size);
             if offset % 512 != 0 || offset < lo || end > hi || size == 0 {
                 return Err(corrupt(format!(
                     "LUKS2 reencrypt keyslot area {offset}+{size} lies outside the keyslots area"
