@@ -141,7 +141,16 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
              --key-slot or with exactly one key slot active.",
         ));
     }
-    let (slot, old_vk) = unlock_any(&h, device, pass, &candidates, &[old_did.as_str()])?;
+    let (slot, old_vk) =
+        unlock_any(&h, device, pass, &candidates, &[old_did.as_str()]).map_err(|e| {
+            match (e.kind(), key_slot) {
+                (ErrorKind::WrongPassphrase, None) => Error::new(
+                    ErrorKind::WrongPassphrase,
+                    "No key available with this passphrase.",
+                ),
+                _ => e,
+            }
+        })?;
     let old_vk = old_vk.1;
 
     // The new layout.
