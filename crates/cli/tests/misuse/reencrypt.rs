@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::harness::{text, Case, Expect, Outcome, Row};
+use crate::harness::{text, Case, Expect, Row};
 
 const PASS: &str = "correct horse";
 
