@@ -481,3 +481,43 @@ fn interrupted_or_killed_mid_way_the_other_tool_finishes() {
         );
     }
 }
+
+#[test]
+fn a_new_cipher_key_size_or_sector_size_is_cryptsetups_too() {
+    if !require_tool("reencrypt_new_layout", "cryptsetup") {
+        return;
+    }
+    let cases: [&[&str]; 2] = [
+        &["--sector-size", "512"],
+        &["--cipher", "aes-cbc-essiv:sha256", "--key-size", "256"],
+    ];
+    for opts in cases {
+        let v = volume("reenc-layout", 9);
+        let other = v.dir.join("other.img");
+        std::fs::copy(&v.img, &other).unwrap();
+        let mut args = opts.to_vec();
+        args.extend(["--hotzone-size", "1M"]);
+        ok(ucrypt(&v.img, &v.key, &args), "ucrypt");
+        assert_eq!(read_plain(&v.img, &v.key), v.plain, "{opts:?}");
+        let seg = &json(&v.img)["segments"]["0"];
+        if opts[0] == "--sector-size" {
+            assert_eq!(seg["sector_size"], 512);
+        } else {
+            assert_eq!(seg["encryption"], "aes-cbc-essiv:sha256");
+            assert_eq!(json(&v.img)["keyslots"]["1"]["key_size"], 32);
+        }
+        let mut args = opts.to_vec();
+        args.push("--init-only");
+        ok(ucrypt(&other, &v.key, &args), "ucrypt init");
+        ok(
+            cryptsetup_reencrypt(&other, &v.key, &["--resume-only"]),
+            "cryptsetup",
+        );
+        assert_eq!(
+            read_plain(&other, &v.key),
+            v.plain,
+            "{opts:?} ucrypt → cryptsetup"
+        );
+        assert_eq!(json(&other)["segments"]["0"], *seg);
+    }
+}
