@@ -521,3 +521,70 @@ fn a_new_cipher_key_size_or_sector_size_is_cryptsetups_too() {
         assert_eq!(json(&other)["segments"]["0"], *seg);
     }
 }
+
+/// `kill -9` at seeded random moments of real runs (64 MiB, 1 MiB
+/// hotzones): whatever state is left, ucrypt and (on a copy, after its
+/// repair) cryptsetup finish it with the plaintext intact.
+#[test]
+fn kill_9_at_random_moments_loses_nothing() {
+    if !require_tool("reencrypt_kill9", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("reenc-kill9");
+    let img = dir.path().join("img");
+    let key = dir.path().join("key");
+    std::fs::write(&key, b"kill passphrase").unwrap();
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len((16 << 20) + (64 << 20))
+        .unwrap();
+    ok(
+        run(Command::new("cryptsetup")
+            .args(testutil::FAST_LUKS2_FORMAT)
+            .arg("--key-file")
+            .arg(&key)
+            .arg(&img)),
+        "luksFormat",
+    );
+    let mut plain = vec![0u8; 64 << 20];
+    let mut rng = Rng::new(99);
+    rng.fill(&mut plain);
+    write_plain(&img, &key, &plain);
+    let pristine = dir.path().join("pristine");
+    std::fs::copy(&img, &pristine).unwrap();
+    for round in 0..4 {
+        std::fs::copy(&pristine, &img).unwrap();
+        let mut child = Command::new(ucrypt_bin())
+            .args(["reencrypt", "-q", "--hotzone-size", "1M", "--resilience"])
+            .arg(if round % 2 == 0 {
+                "checksum"
+            } else {
+                "journal"
+            })
+            .arg("--key-file")
+            .arg(&key)
+            .arg(&img)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(rng.below(400)));
+        let _ = child.kill();
+        let _ = child.wait();
+        let cs = dir.path().join("cs");
+        std::fs::copy(&img, &cs).unwrap();
+        if in_reencryption(&img) {
+            ok(ucrypt(&img, &key, &["--resume-only"]), "ucrypt resume");
+            let _ = run(Command::new("cryptsetup")
+                .args(["repair", "-q", "--key-file"])
+                .arg(&key)
+                .arg(&cs));
+            if in_reencryption(&cs) {
+                ok(
+                    cryptsetup_reencrypt(&cs, &key, &["--resume-only"]),
+                    "cryptsetup resume",
+                );
+            }
+        }
+        assert!(read_plain(&img, &key) == plain, "round {round}: ucrypt");
+        assert!(read_plain(&cs, &key) == plain, "round {round}: cryptsetup");
+    }
+}
