@@ -129,6 +129,8 @@ enum Command {
     Daemon(cmd::daemon::Commands),
     #[command(flatten)]
     Bench(cmd::bench::Commands),
+    #[command(flatten)]
+    Reencrypt(cmd::reencrypt::Commands),
 }
 
 /// Entry point used by `main.rs`.
@@ -168,6 +170,7 @@ pub fn main() -> ExitCode {
         Command::Docs(c) => c.run(),
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
+        Command::Reencrypt(c) => c.run(g),
     };
     let code = match result {
         Ok(()) => 0,

@@ -26,6 +26,8 @@ mod luks;
 mod network;
 #[path = "misuse/paths.rs"]
 mod paths;
+#[path = "misuse/reencrypt.rs"]
+mod reencrypt;
 
 use harness::Row;
 
@@ -36,6 +38,7 @@ fn rows() -> Vec<Row> {
     rows.extend(devices::rows());
     rows.extend(network::rows());
     rows.extend(luks::rows());
+    rows.extend(reencrypt::rows());
     rows
 }
 

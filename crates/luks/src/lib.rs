@@ -38,6 +38,7 @@ pub mod luks1;
 pub mod luks2;
 pub mod ops;
 pub mod passphrase;
+pub mod reencrypt;
 pub mod summary;
 mod volume;
 

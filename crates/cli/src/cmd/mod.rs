@@ -6,3 +6,4 @@ pub mod docs;
 pub mod header;
 pub mod luks;
 pub mod plain;
+pub mod reencrypt;

@@ -89,7 +89,10 @@ impl Header {
                 Ok(p)
             }
             (Err(e), Ok(mut s)) => {
-                if e.kind() == ErrorKind::Unsupported {
+                // A primary ucrypt cannot act on (a reencryption in
+                // progress) stands unless the secondary is newer (a run
+                // that finished between the two copies' writes).
+                if e.kind() == ErrorKind::Unsupported && primary_seqid(dev) >= Some(s.bin.seqid) {
                     return Err(e);
                 }
                 s.warnings.push(format!(
@@ -233,6 +236,13 @@ fn read_copy<R: Read + Seek>(
     let mut area = vec![0u8; parsed.hdr_size as usize];
     read_at(dev, offset, &mut area)?;
     Header::parse_copy(&area, primary, offset)
+}
+
+/// The primary binary header's seqid, when it parses.
+fn primary_seqid<R: Read + Seek>(dev: &mut R) -> Option<u64> {
+    let mut bin = vec![0u8; BIN_LEN];
+    read_at(dev, 0, &mut bin).ok()?;
+    BinHeader::parse(&bin).ok().map(|b| b.seqid)
 }
 
 fn read_at<R: Read + Seek>(dev: &mut R, offset: u64, buf: &mut [u8]) -> Result<()> {

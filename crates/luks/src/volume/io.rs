@@ -213,7 +213,7 @@ pub(crate) fn open_ro(path: &Path) -> Result<Dev> {
 }
 
 /// Opens `path` to write headers, under an exclusive lock.
-pub(super) fn open_rw(path: &Path) -> Result<Dev> {
+pub(crate) fn open_rw(path: &Path) -> Result<Dev> {
     open_rw_with(path, OpenOptions::new().read(true).write(true))
 }
 
@@ -310,27 +310,27 @@ fn flock_waiting(fd: impl std::os::fd::AsFd, op: FlockOperation) -> rustix::io::
     }
 }
 
-pub(super) fn write_at(f: &mut dyn Device, off: u64, buf: &[u8]) -> Result<()> {
+pub(crate) fn write_at(f: &mut dyn Device, off: u64, buf: &[u8]) -> Result<()> {
     f.seek(SeekFrom::Start(off))
         .map_err(|e| Error::io("Cannot seek the header device", e))?;
     f.write_all(buf)
         .map_err(|e| Error::io("Cannot write the header device", e))
 }
 
-pub(super) fn read_exact_at(f: &mut dyn Device, off: u64, buf: &mut [u8]) -> Result<()> {
+pub(crate) fn read_exact_at(f: &mut dyn Device, off: u64, buf: &mut [u8]) -> Result<()> {
     f.seek(SeekFrom::Start(off))
         .map_err(|e| Error::io("Cannot seek the header device", e))?;
     f.read_exact(buf)
         .map_err(|e| Error::io("Cannot read keyslot material", e))
 }
 
-pub(super) fn sync(f: &dyn Device) -> Result<()> {
+pub(crate) fn sync(f: &dyn Device) -> Result<()> {
     f.sync_dev()
         .map_err(|e| Error::io("Cannot flush the header device", e))
 }
 
 /// Overwrites `[off, off+len)` with zeros in 1 MiB chunks.
-pub(super) fn zero_range(f: &mut dyn Device, off: u64, len: u64) -> Result<()> {
+pub(crate) fn zero_range(f: &mut dyn Device, off: u64, len: u64) -> Result<()> {
     let chunk = vec![0u8; 1 << 20];
     let mut done = 0u64;
     while done < len {

@@ -368,24 +368,24 @@ fn change_key_v2(
 
 /// Bytes of a LUKS2 keyslot area for a volume key of `key_len` bytes
 /// (4 KiB aligned, as cryptsetup allocates).
-pub(super) fn area_size_v2(key_len: usize) -> u64 {
+pub(crate) fn area_size_v2(key_len: usize) -> u64 {
     (material_len(key_len, af::STRIPES) as u64).div_ceil(4096) * 4096
 }
 
 /// One LUKS2 keyslot to seal: where its material goes and how.
-pub(super) struct SealV2<'a> {
-    pub(super) vk: &'a [u8],
-    pub(super) af_hash: String,
-    pub(super) cipher: String,
-    pub(super) area_key_size: usize,
-    pub(super) offset: u64,
-    pub(super) area_size: u64,
+pub(crate) struct SealV2<'a> {
+    pub(crate) vk: &'a [u8],
+    pub(crate) af_hash: String,
+    pub(crate) cipher: String,
+    pub(crate) area_key_size: usize,
+    pub(crate) offset: u64,
+    pub(crate) area_size: u64,
 }
 
 impl SealV2<'_> {
     /// Derives, encrypts and writes (and syncs) the material; returns the
     /// keyslot object to put in the header.
-    pub(super) fn write(
+    pub(crate) fn write(
         &self,
         f: &mut dyn Device,
         new_pass: &[u8],
@@ -485,7 +485,7 @@ pub(super) fn checked_uuid(u: &str) -> Result<String> {
 }
 
 /// First-fit 4 KiB aligned gap of `size` bytes in the keyslots area.
-fn allocate_area(meta: &json::Metadata, hdr_size: u64, size: u64) -> Result<u64> {
+pub(crate) fn allocate_area(meta: &json::Metadata, hdr_size: u64, size: u64) -> Result<u64> {
     let lo = json::Metadata::keyslots_start(hdr_size);
     let hi = lo + meta.config.keyslots_size;
     let mut used: Vec<(u64, u64)> = meta

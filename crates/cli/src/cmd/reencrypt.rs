@@ -1,0 +1,266 @@
+//! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (a new
+//! volume key; optionally a new cipher, key size or sector size) over
+//! `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+use luks::{ops, reencrypt};
+
+use super::luks::KeyFileArgs;
+use crate::global::Globals;
+use crate::{CmdResult, Failure};
+
+/// Commands of this group.
+#[derive(Subcommand)]
+pub enum Commands {
+    /// Reencrypt a LUKS2 volume offline with a new volume key
+    /// (cryptsetup reencrypt).
+    #[command(disable_help_flag = true)]
+    Reencrypt(ReencryptArgs),
+}
+
+/// `ucrypt reencrypt`.
+#[derive(Args)]
+pub struct ReencryptArgs {
+    /// Device or image file with the LUKS2 volume.
+    device: PathBuf,
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
+    #[command(flatten)]
+    key: KeyFileArgs,
+    /// Unlock (and renew) only this keyslot.
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    /// The new data cipher (default: the current one).
+    #[arg(long, short = 'c')]
+    cipher: Option<String>,
+    /// The new volume key size in bits (default: the current one).
+    #[arg(long, short = 's')]
+    key_size: Option<u32>,
+    /// The new encryption sector size.
+    #[arg(long)]
+    sector_size: Option<u32>,
+    /// Hotzone protection: checksum (default), journal or none.
+    #[arg(long)]
+    resilience: Option<String>,
+    /// Hash of the checksum resilience (default sha256).
+    #[arg(long)]
+    resilience_hash: Option<String>,
+    /// Largest hotzone (cryptsetup's size syntax).
+    #[arg(long, value_parser = size_arg)]
+    hotzone_size: Option<u64>,
+    /// Write the reencryption metadata only.
+    #[arg(long, conflicts_with = "resume_only")]
+    init_only: bool,
+    /// Resume a reencryption already initialized.
+    #[arg(long)]
+    resume_only: bool,
+    /// Reencrypt without checking for an active mapping (what ucrypt
+    /// does anyway: it works offline).
+    #[arg(long)]
+    force_offline_reencrypt: bool,
+    /// Online reencryption of an active mapping (not done by ucrypt).
+    #[arg(long)]
+    active_name: Option<String>,
+    /// Seconds between progress lines.
+    #[arg(long, value_name = "SECS")]
+    progress_frequency: Option<u64>,
+    /// Progress as JSON lines.
+    #[arg(long)]
+    progress_json: bool,
+    /// Reencryption modes ucrypt does not do yet.
+    #[arg(long, hide = true)]
+    encrypt: bool,
+    /// See `--encrypt`.
+    #[arg(long, hide = true)]
+    decrypt: bool,
+    /// See `--encrypt`.
+    #[arg(long, hide = true, value_parser = size_arg)]
+    reduce_device_size: Option<u64>,
+    #[command(flatten)]
+    kdf: ops::KdfChoice,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    ops::parse_size(s).ok_or_else(|| format!("invalid size {s:?}"))
+}
+
+impl Commands {
+    /// Runs the command.
+    pub fn run(self, g: Globals) -> CmdResult {
+        let Commands::Reencrypt(a) = self;
+        reencrypt_cmd(a, g)
+    }
+}
+
+fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+    if a.encrypt || a.decrypt || a.reduce_device_size.is_some() {
+        return Err(Failure::usage(
+            "LUKS2 encryption and decryption (--encrypt, --decrypt, --reduce-device-size) \
+             are not supported by ucrypt reencrypt yet.",
+        ));
+    }
+    if let Some(name) = &a.active_name {
+        return Err(Failure::new(
+            5,
+            format!(
+                "Device {name} is still in use (online reencryption is not supported by ucrypt)."
+            ),
+        ));
+    }
+    let dev = &a.device;
+    let state = reencrypt::status(dev)?;
+    if state.is_some() && a.init_only {
+        return Err(Failure::usage(
+            "LUKS2 reencryption already initialized. Aborting operation.",
+        ));
+    }
+    if state.is_none() && a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    if state.is_some() && !a.resume_only && !g.batch_mode {
+        let q = format!(
+            "Device {} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?",
+            dev.display()
+        );
+        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
+            return Err(Failure::usage("Operation aborted."));
+        }
+    }
+    let src = a.key.source();
+    let prompt = match a.key_slot {
+        Some(s) => format!("Enter passphrase for key slot {s}: "),
+        None => format!("Enter passphrase for {}: ", dev.display()),
+    };
+    let pass = src.read(&prompt, false)?;
+    if state.is_none() {
+        let kdf = if a.kdf.pbkdf.is_some() || a.kdf.force_iterations.is_some() {
+            Some(a.kdf.request(2)?)
+        } else {
+            None
+        };
+        let req = reencrypt::InitRequest {
+            cipher: a.cipher.clone(),
+            key_bits: a.key_size,
+            sector_size: a.sector_size,
+            resilience: a.resilience.clone(),
+            resilience_hash: a.resilience_hash.clone(),
+            kdf,
+        };
+        reencrypt::init(dev, &pass, a.key_slot, &req)?;
+        if a.init_only {
+            return Ok(());
+        }
+    }
+    if a.force_offline_reencrypt && state.is_some() {
+        println!("Resuming LUKS reencryption in forced offline mode.");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Failure::usage(format!("Cannot handle signals: {e}")))?;
+    }
+    let mut pr = Progress::new(a.progress_json, a.progress_frequency, dev);
+    let opts = reencrypt::RunOptions {
+        hotzone: a.hotzone_size.unwrap_or(0),
+    };
+    let out = reencrypt::run(dev, &pass, a.key_slot, &opts, &stop, &mut |d, t| {
+        pr.update(d, t)
+    })?;
+    pr.finish();
+    match out {
+        reencrypt::Outcome::Interrupted => Err(Failure::usage("Reencryption interrupted.")),
+        _ => Ok(()),
+    }
+}
+
+/// cryptsetup's progress: a line rewritten on a terminal, one line per
+/// `--progress-frequency` seconds elsewhere, JSON with `--progress-json`.
+struct Progress {
+    start: Instant,
+    last: Option<Instant>,
+    first: Option<u64>,
+    json: bool,
+    every: Option<u64>,
+    tty: bool,
+    device: String,
+    wrote: bool,
+}
+
+impl Progress {
+    fn new(json: bool, every: Option<u64>, dev: &std::path::Path) -> Self {
+        Progress {
+            start: Instant::now(),
+            last: None,
+            first: None,
+            json,
+            every,
+            tty: std::io::stdout().is_terminal(),
+            device: dev.display().to_string(),
+            wrote: false,
+        }
+    }
+
+    fn update(&mut self, done: u64, total: u64) {
+        let first = *self.first.get_or_insert(done);
+        if !self.tty && !self.json && self.every.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        let freq = std::time::Duration::from_secs(self.every.unwrap_or(1).max(1));
+        if done < total && self.last.is_some_and(|l| now - l < freq) {
+            return;
+        }
+        self.last = Some(now);
+        let secs = (now - self.start).as_secs_f64().max(1e-3);
+        let speed = (done - first) as f64 / secs;
+        let eta = if speed > 0.0 {
+            (total - done) as f64 / speed
+        } else {
+            0.0
+        };
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            let _ = writeln!(
+                out,
+                "{{\"device\":\"{}\",\"device_bytes\":\"{done}\",\"device_size\":\"{total}\",\"speed\":\"{}\",\"eta_ms\":\"{}\",\"time_ms\":\"{}\"}}",
+                self.device.replace('\\', "\\\\").replace('"', "\\\""),
+                speed as u64,
+                (eta * 1000.0) as u64,
+                (secs * 1000.0) as u64
+            );
+            return;
+        }
+        let pct = if total > 0 {
+            done as f64 * 100.0 / total as f64
+        } else {
+            100.0
+        };
+        let line = format!(
+            "Progress: {pct:5.1}%, ETA {:02}:{:02}, {} MiB written, speed {:5.1} MiB/s",
+            (eta as u64) / 60,
+            (eta as u64) % 60,
+            (done - first) >> 20,
+            speed / f64::from(1 << 20)
+        );
+        if self.tty {
+            let _ = write!(out, "\r\x1b[2K{line}");
+        } else {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+        self.wrote = true;
+    }
+
+    fn finish(&mut self) {
+        if self.wrote && self.tty {
+            println!();
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Misuse rows: `ucrypt reencrypt` refusals (a wrong passphrase, metadata
+//! changed without the keys, resuming what was never started, starting
+//! twice, a reencryption mode ucrypt does not do, a volume a daemon
+//! serves), each with cryptsetup's exit code and nothing written.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::harness::{text, Case, Expect, Row};
+
+const PASS: &str = "correct horse";
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// A fast LUKS2 volume (`init`: with its reencryption initialized),
+/// watched with its key file.
+fn volume(c: &mut Case, init: bool) -> (PathBuf, PathBuf) {
+    let (img, key) = c.luks2("v.img", 32 << 20, PASS);
+    if init {
+        let o = c.ucrypt(&[
+            "reencrypt",
+            "-q",
+            "--init-only",
+            "--key-file",
+            s(&key),
+            s(&img),
+        ]);
+        assert!(o.status.success(), "init: {}", text(&o));
+    }
+    (img, key)
+}
+
+/// Edits the JSON of both header copies and re-seals their checksums.
+fn rewrite_json(img: &Path, edit: impl Fn(&mut Value)) {
+    let mut bytes = std::fs::read(img).expect("read image");
+    let hdr = u64::from_be_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    for off in [0, hdr] {
+        let area = &mut bytes[off..off + hdr];
+        let end = area[4096..].iter().position(|&b| b == 0).unwrap();
+        let mut v: Value = serde_json::from_slice(&area[4096..4096 + end]).unwrap();
+        edit(&mut v);
+        let t = serde_json::to_vec(&v).unwrap();
+        area[4096..].fill(0);
+        area[4096..4096 + t.len()].copy_from_slice(&t);
+        luks::luks2::binary::seal(area);
+    }
+    std::fs::write(img, bytes).expect("write image");
+}
+
+/// The reencrypt keyslot of `v`.
+fn reencrypt_keyslot(v: &mut Value) -> &mut Value {
+    v["keyslots"]
+        .as_object_mut()
+        .unwrap()
+        .values_mut()
+        .find(|k| k["type"] == "reencrypt")
+        .unwrap()
+}
+
+/// This area's rows.
+pub fn rows() -> Vec<Row> {
+    vec![
+        Row {
+            what: "reencrypt with a wrong passphrase",
+            needs: &[],
+            expect: Expect::Exit(2, "No key available with this passphrase"),
+            case: |c: &mut Case| {
+                let (img, _) = volume(c, false);
+                let wrong = c.path("wrong.key");
+                std::fs::write(&wrong, "wrong").unwrap();
+                c.watch(&img);
+                c.ucrypt(&["reencrypt", "-q", "--key-file", s(&wrong), s(&img)])
+                    .into()
+            },
+        },
+        Row {
+            what: "reencrypt --resume-only with a wrong passphrase",
+            needs: &[],
+            expect: Expect::Exit(2, "No key available with this passphrase"),
+            case: |c: &mut Case| {
+                let (img, _) = volume(c, true);
+                let wrong = c.path("wrong.key");
+                std::fs::write(&wrong, "wrong").unwrap();
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--resume-only",
+                    "--key-file",
+                    s(&wrong),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt --resume-only of a volume not in reencryption",
+            needs: &[],
+            expect: Expect::Exit(1, "Device reencryption not in progress."),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, false);
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--resume-only",
+                    "--key-file",
+                    s(&key),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt --init-only of a volume already in reencryption",
+            needs: &[],
+            expect: Expect::Exit(
+                1,
+                "LUKS2 reencryption already initialized. Aborting operation.",
+            ),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, true);
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--init-only",
+                    "--key-file",
+                    s(&key),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt of a volume whose reencryption metadata was changed without the keys",
+            needs: &[],
+            expect: Expect::Exit(1, "verification digest does not match"),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, true);
+                rewrite_json(&img, |v| {
+                    reencrypt_keyslot(v)["area"]["hash"] = Value::String("sha1".into());
+                });
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--resume-only",
+                    "--key-file",
+                    s(&key),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt of a volume in LUKS2 encryption (mode ucrypt does not do)",
+            needs: &[],
+            expect: Expect::Exit(1, "mode encrypt is not supported"),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, true);
+                rewrite_json(&img, |v| {
+                    reencrypt_keyslot(v)["mode"] = Value::String("encrypt".into());
+                });
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--resume-only",
+                    "--key-file",
+                    s(&key),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "open of a volume in reencryption",
+            needs: &[],
+            expect: Expect::Exit(1, "reencryption is in progress"),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, true);
+                c.watch(&img);
+                c.ucrypt(&["open", "--test-passphrase", "--key-file", s(&key), s(&img)])
+                    .into()
+            },
+        },
+        Row {
+            what: "reencrypt of a file a daemon serves",
+            needs: &[],
+            expect: Expect::Exit(5, "which is in use (already mapped or mounted)."),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, false);
+                c.open_ok(&["open", "--key-file", s(&key), s(&img), "v"], "v");
+                c.watch(&img);
+                c.ucrypt(&["reencrypt", "-q", "--key-file", s(&key), s(&img)])
+                    .into()
+            },
+        },
+    ]
+}

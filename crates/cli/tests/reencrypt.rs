@@ -1,0 +1,590 @@
+//! `ucrypt reencrypt` against cryptsetup 2.6.1 (`--force-offline-reencrypt`
+//! on image files): each tool resumes what the other started, crashes
+//! injected at every write of a run are repaired by both, the header
+//! ucrypt writes is cryptsetup's field by field, and the plaintext read
+//! back through `ucrypt map --luks` equals the original.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
+
+const DATA: usize = 8 << 20;
+
+struct Vol {
+    _dir: TempDir,
+    dir: PathBuf,
+    img: PathBuf,
+    key: PathBuf,
+    plain: Vec<u8>,
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A cryptsetup LUKS2 volume (16 MiB header, 8 MiB data) filled with
+/// seeded random plaintext through ucrypt's map.
+fn volume(tag: &str, seed: u64) -> Vol {
+    let dir = TempDir::new(tag);
+    let img = dir.path().join("img");
+    let key = dir.path().join("key");
+    std::fs::write(&key, b"reencrypt passphrase").unwrap();
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len((16 << 20) + DATA as u64).unwrap();
+    ok(
+        run(Command::new("cryptsetup")
+            .args(testutil::FAST_LUKS2_FORMAT)
+            .arg("--key-file")
+            .arg(&key)
+            .arg(&img)),
+        "luksFormat",
+    );
+    let mut plain = vec![0u8; DATA];
+    Rng::new(seed).fill(&mut plain);
+    write_plain(&img, &key, &plain);
+    let d = dir.path().to_path_buf();
+    Vol {
+        _dir: dir,
+        dir: d,
+        img,
+        key,
+        plain,
+    }
+}
+
+fn write_plain(img: &Path, key: &Path, plain: &[u8]) {
+    use std::io::Write;
+    let mut c = Command::new(ucrypt_bin())
+        .args(["map", "--write", "--luks"])
+        .arg(img)
+        .arg("--key-file")
+        .arg(key)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(plain).unwrap();
+    assert!(c.wait().unwrap().success());
+}
+
+fn read_plain(img: &Path, key: &Path) -> Vec<u8> {
+    ok(
+        run(Command::new(ucrypt_bin())
+            .args(["map", "--read", "--luks"])
+            .arg(img)
+            .arg("--key-file")
+            .arg(key)),
+        "map --read",
+    )
+    .stdout
+}
+
+fn ucrypt(img: &Path, key: &Path, args: &[&str]) -> Output {
+    run(Command::new(ucrypt_bin())
+        .args(["reencrypt", "-q", "--key-file"])
+        .arg(key)
+        .args(args)
+        .arg(img))
+}
+
+fn cryptsetup_reencrypt(img: &Path, key: &Path, args: &[&str]) -> Output {
+    run(Command::new("cryptsetup")
+        .args(["reencrypt", "-q", "--force-offline-reencrypt", "--key-file"])
+        .arg(key)
+        .args(args)
+        .arg(img))
+}
+
+fn json(img: &Path) -> Value {
+    let out = ok(
+        run(Command::new("cryptsetup")
+            .args(["luksDump", "--dump-json-metadata"])
+            .arg(img)),
+        "luksDump --dump-json-metadata",
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn volume_key(img: &Path, key: &Path) -> String {
+    let out = ok(
+        run(Command::new("cryptsetup")
+            .args(["luksDump", "-q", "--dump-volume-key", "--key-file"])
+            .arg(key)
+            .arg(img)),
+        "luksDump --dump-volume-key",
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn in_reencryption(img: &Path) -> bool {
+    json(img)["config"]["requirements"]["mandatory"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|r| r == "online-reencrypt-v2"))
+}
+
+/// Salts, digests and the keyslot material's place aside, the metadata.
+fn shape(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("salt");
+                m.remove("digest");
+                for x in m.values_mut() {
+                    strip(x);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+#[test]
+fn a_full_ucrypt_run_is_cryptsetups_and_keeps_the_plaintext() {
+    if !require_tool("reencrypt_full", "cryptsetup") {
+        return;
+    }
+    for (i, r) in ["checksum", "journal", "none"].into_iter().enumerate() {
+        let v = volume("reenc-full", 10 + i as u64);
+        let before = volume_key(&v.img, &v.key);
+        ok(
+            ucrypt(&v.img, &v.key, &["--resilience", r, "--hotzone-size", "1M"]),
+            r,
+        );
+        assert!(!in_reencryption(&v.img));
+        ok(
+            run(Command::new("cryptsetup")
+                .args(["open", "--test-passphrase", "--key-file"])
+                .arg(&v.key)
+                .arg(&v.img)),
+            "open --test-passphrase",
+        );
+        assert_ne!(
+            volume_key(&v.img, &v.key),
+            before,
+            "{r}: the volume key changed"
+        );
+        assert_eq!(read_plain(&v.img, &v.key), v.plain, "{r}: plaintext");
+        let j = json(&v.img);
+        let ks: Vec<&String> = j["keyslots"].as_object().unwrap().keys().collect();
+        assert_eq!(ks, ["1"], "{r}: only the new keyslot is left");
+        assert_eq!(j["segments"]["0"]["size"], "dynamic");
+        assert!(j["config"].get("requirements").is_none(), "{r}: {j}");
+    }
+}
+
+#[test]
+fn init_only_writes_what_cryptsetup_writes() {
+    if !require_tool("reencrypt_init_json", "cryptsetup") {
+        return;
+    }
+    for r in ["checksum", "journal", "none"] {
+        let v = volume("reenc-init", 3);
+        let cs = v.dir.join("cs.img");
+        std::fs::copy(&v.img, &cs).unwrap();
+        ok(
+            ucrypt(&v.img, &v.key, &["--init-only", "--resilience", r]),
+            "ucrypt init",
+        );
+        ok(
+            cryptsetup_reencrypt(&cs, &v.key, &["--init-only", "--resilience", r]),
+            "cryptsetup init",
+        );
+        assert_eq!(shape(json(&v.img)), shape(json(&cs)), "{r}");
+    }
+}
+
+#[test]
+fn each_tool_resumes_what_the_other_initialized() {
+    if !require_tool("reencrypt_resume", "cryptsetup") {
+        return;
+    }
+    for r in ["checksum", "journal", "none"] {
+        let v = volume("reenc-resume", 4);
+        let other = v.dir.join("other.img");
+        std::fs::copy(&v.img, &other).unwrap();
+        ok(
+            cryptsetup_reencrypt(&v.img, &v.key, &["--init-only", "--resilience", r]),
+            r,
+        );
+        ok(
+            ucrypt(&v.img, &v.key, &["--resume-only", "--hotzone-size", "1M"]),
+            r,
+        );
+        assert!(!in_reencryption(&v.img));
+        assert_eq!(
+            read_plain(&v.img, &v.key),
+            v.plain,
+            "{r}: cryptsetup → ucrypt"
+        );
+
+        ok(
+            ucrypt(&other, &v.key, &["--init-only", "--resilience", r]),
+            r,
+        );
+        ok(cryptsetup_reencrypt(&other, &v.key, &["--resume-only"]), r);
+        assert!(!in_reencryption(&other));
+        assert_eq!(
+            read_plain(&other, &v.key),
+            v.plain,
+            "{r}: ucrypt → cryptsetup"
+        );
+    }
+}
+
+/// Every write of a run (hotzone data pieces, the resilience area, each
+/// header copy) is a crash point: after an abort there, ucrypt and (on a
+/// copy, after its `repair`) cryptsetup both finish with the plaintext
+/// intact.
+#[test]
+fn a_crash_at_any_write_is_repaired_by_both_tools() {
+    if !require_tool("reencrypt_crash", "cryptsetup") {
+        return;
+    }
+    for r in ["checksum", "journal"] {
+        let v = volume("reenc-crash", 5);
+        let pristine = v.dir.join("pristine.img");
+        std::fs::copy(&v.img, &pristine).unwrap();
+        let mut n = 1;
+        loop {
+            std::fs::copy(&pristine, &v.img).unwrap();
+            let out = run(Command::new(ucrypt_bin())
+                .env("UCRYPT_REENCRYPT_CRASH_AFTER", n.to_string())
+                .args([
+                    "reencrypt",
+                    "-q",
+                    "--hotzone-size",
+                    "2M",
+                    "--resilience",
+                    r,
+                    "--key-file",
+                ])
+                .arg(&v.key)
+                .arg(&v.img));
+            if out.status.success() {
+                assert!(n > 10, "{r}: a run has more than 10 writes");
+                break;
+            }
+            let cs = v.dir.join("cs.img");
+            std::fs::copy(&v.img, &cs).unwrap();
+            if in_reencryption(&v.img) {
+                ok(ucrypt(&v.img, &v.key, &["--resume-only"]), "ucrypt resume");
+                ok(
+                    run(Command::new("cryptsetup")
+                        .args(["repair", "-q", "--key-file"])
+                        .arg(&v.key)
+                        .arg(&cs)),
+                    "cryptsetup repair",
+                );
+                // Its repair finishes a run whose last hotzone it repairs.
+                if in_reencryption(&cs) {
+                    ok(
+                        cryptsetup_reencrypt(&cs, &v.key, &["--resume-only"]),
+                        "cryptsetup resume",
+                    );
+                }
+            }
+            assert_eq!(
+                read_plain(&v.img, &v.key),
+                v.plain,
+                "{r}: ucrypt after crash {n}"
+            );
+            assert_eq!(
+                read_plain(&cs, &v.key),
+                v.plain,
+                "{r}: cryptsetup after crash {n}"
+            );
+            n += 1;
+        }
+    }
+}
+
+#[test]
+fn tampered_metadata_and_misuse_are_refused_and_nothing_is_written() {
+    if !require_tool("reencrypt_refusals", "cryptsetup") {
+        return;
+    }
+    let v = volume("reenc-refuse", 6);
+    let before = std::fs::read(&v.img).unwrap();
+    let out = ucrypt(&v.img, &v.key, &["--resume-only"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Device reencryption not in progress."));
+    let wrong = v.dir.join("wrong");
+    std::fs::write(&wrong, b"not it").unwrap();
+    let out = ucrypt(&v.img, &wrong, &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(std::fs::read(&v.img).unwrap() == before, "nothing written");
+
+    // A changed reencrypt keyslot (another checksum hash) with valid
+    // header checksums: the verification digest refuses it.
+    ok(ucrypt(&v.img, &v.key, &["--init-only"]), "init");
+    let out = ucrypt(&v.img, &v.key, &["--init-only"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already initialized"));
+    // Both copies' JSON patched in place, their checksums recomputed.
+    let mut img = std::fs::read(&v.img).unwrap();
+    for base in [0usize, 16384] {
+        let area = &mut img[base + 4096..base + 16384];
+        let end = area.iter().position(|&b| b == 0).unwrap();
+        let text = String::from_utf8(area[..end].to_vec()).unwrap();
+        let changed = text.replacen(
+            "\"hash\":\"sha256\",\"offset\":\"548864\"",
+            "\"hash\":\"sha1\",\"offset\":\"548864\"",
+            1,
+        );
+        assert_ne!(changed, text);
+        area[..changed.len()].copy_from_slice(changed.as_bytes());
+        for b in &mut area[changed.len()..] {
+            *b = 0;
+        }
+        // Header checksum: sha256 over the area with the field zeroed.
+        let hdr = &mut img[base..base + 16384];
+        hdr[0x1c0..0x1c0 + 64].fill(0);
+        let sum = sha256(hdr);
+        hdr[0x1c0..0x1c0 + 32].copy_from_slice(&sum);
+    }
+    std::fs::write(&v.img, &img).unwrap();
+    let tampered = std::fs::read(&v.img).unwrap();
+    let out = ucrypt(&v.img, &v.key, &["--resume-only"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("verification digest does not match"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read(&v.img).unwrap() == tampered,
+        "nothing written"
+    );
+}
+
+fn sha256(b: &[u8]) -> [u8; 32] {
+    let out = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let hex = String::from_utf8(out.stdout).unwrap();
+    let mut s = [0u8; 32];
+    for (i, x) in s.iter_mut().enumerate() {
+        *x = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    s
+}
+
+/// `prog ARGS` under gdb: stopped at its `hits`-th fdatasync (the end of
+/// a hotzone), then SIGINT (`kill` false: it stops after that hotzone as
+/// on Ctrl-C) or killed there (`kill` true: a crash mid-hotzone, the
+/// hotzone's header written, the data synced, the next header not).
+fn under_gdb(hits: usize, kill: bool, prog: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let mut c = Command::new("gdb");
+    c.args([
+        "-q",
+        "-batch",
+        "-ex",
+        "set breakpoint pending on",
+        "-ex",
+        "break fdatasync",
+        "-ex",
+        "run",
+    ]);
+    for _ in 1..hits {
+        c.args(["-ex", "continue"]);
+    }
+    if !kill {
+        c.args(["-ex", "delete", "-ex", "signal SIGINT"]);
+    }
+    c.arg("--args").arg(prog).args(args);
+    let out = c.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn interrupted_or_killed_mid_way_the_other_tool_finishes() {
+    if !require_tool("reencrypt_interrupt", "cryptsetup")
+        || !require_tool("reencrypt_interrupt", "gdb")
+    {
+        return;
+    }
+    let cs = testutil::which("cryptsetup").unwrap();
+    for kill in [false, true] {
+        // cryptsetup stopped → ucrypt resumes.
+        let v = volume("reenc-int", 8);
+        let copy = v.dir.join("copy.img");
+        std::fs::copy(&v.img, &copy).unwrap();
+        let args: Vec<&std::ffi::OsStr> = [
+            "reencrypt",
+            "-q",
+            "--force-offline-reencrypt",
+            "--hotzone-size",
+            "1M",
+            "--key-file",
+        ]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .chain([v.key.as_os_str(), v.img.as_os_str()])
+        .collect();
+        let text = under_gdb(3, kill, &cs, &args);
+        assert!(kill || text.contains("Reencryption interrupted"), "{text}");
+        assert!(in_reencryption(&v.img));
+        ok(ucrypt(&v.img, &v.key, &["--resume-only"]), "ucrypt resume");
+        assert_eq!(
+            read_plain(&v.img, &v.key),
+            v.plain,
+            "cryptsetup stopped (kill {kill}) → ucrypt"
+        );
+
+        // ucrypt stopped → cryptsetup resumes (after its repair when killed).
+        let args: Vec<&std::ffi::OsStr> = ["reencrypt", "-q", "--hotzone-size", "1M", "--key-file"]
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .chain([v.key.as_os_str(), copy.as_os_str()])
+            .collect();
+        let text = under_gdb(3, kill, &ucrypt_bin(), &args);
+        assert!(kill || text.contains("Reencryption interrupted."), "{text}");
+        assert!(in_reencryption(&copy));
+        if kill {
+            ok(
+                run(Command::new("cryptsetup")
+                    .args(["repair", "-q", "--key-file"])
+                    .arg(&v.key)
+                    .arg(&copy)),
+                "cryptsetup repair",
+            );
+        }
+        ok(
+            cryptsetup_reencrypt(&copy, &v.key, &["--resume-only"]),
+            "cryptsetup resume",
+        );
+        assert_eq!(
+            read_plain(&copy, &v.key),
+            v.plain,
+            "ucrypt stopped (kill {kill}) → cryptsetup"
+        );
+    }
+}
+
+#[test]
+fn a_new_cipher_key_size_or_sector_size_is_cryptsetups_too() {
+    if !require_tool("reencrypt_new_layout", "cryptsetup") {
+        return;
+    }
+    let cases: [&[&str]; 2] = [
+        &["--sector-size", "512"],
+        &["--cipher", "aes-cbc-essiv:sha256", "--key-size", "256"],
+    ];
+    for opts in cases {
+        let v = volume("reenc-layout", 9);
+        let other = v.dir.join("other.img");
+        std::fs::copy(&v.img, &other).unwrap();
+        let mut args = opts.to_vec();
+        args.extend(["--hotzone-size", "1M"]);
+        ok(ucrypt(&v.img, &v.key, &args), "ucrypt");
+        assert_eq!(read_plain(&v.img, &v.key), v.plain, "{opts:?}");
+        let seg = &json(&v.img)["segments"]["0"];
+        if opts[0] == "--sector-size" {
+            assert_eq!(seg["sector_size"], 512);
+        } else {
+            assert_eq!(seg["encryption"], "aes-cbc-essiv:sha256");
+            assert_eq!(json(&v.img)["keyslots"]["1"]["key_size"], 32);
+        }
+        let mut args = opts.to_vec();
+        args.push("--init-only");
+        ok(ucrypt(&other, &v.key, &args), "ucrypt init");
+        ok(
+            cryptsetup_reencrypt(&other, &v.key, &["--resume-only"]),
+            "cryptsetup",
+        );
+        assert_eq!(
+            read_plain(&other, &v.key),
+            v.plain,
+            "{opts:?} ucrypt → cryptsetup"
+        );
+        assert_eq!(json(&other)["segments"]["0"], *seg);
+    }
+}
+
+/// `kill -9` at seeded random moments of real runs (64 MiB, 1 MiB
+/// hotzones): whatever state is left, ucrypt and (on a copy, after its
+/// repair) cryptsetup finish it with the plaintext intact.
+#[test]
+fn kill_9_at_random_moments_loses_nothing() {
+    if !require_tool("reencrypt_kill9", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("reenc-kill9");
+    let img = dir.path().join("img");
+    let key = dir.path().join("key");
+    std::fs::write(&key, b"kill passphrase").unwrap();
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len((16 << 20) + (64 << 20))
+        .unwrap();
+    ok(
+        run(Command::new("cryptsetup")
+            .args(testutil::FAST_LUKS2_FORMAT)
+            .arg("--key-file")
+            .arg(&key)
+            .arg(&img)),
+        "luksFormat",
+    );
+    let mut plain = vec![0u8; 64 << 20];
+    let mut rng = Rng::new(99);
+    rng.fill(&mut plain);
+    write_plain(&img, &key, &plain);
+    let pristine = dir.path().join("pristine");
+    std::fs::copy(&img, &pristine).unwrap();
+    for round in 0..4 {
+        std::fs::copy(&pristine, &img).unwrap();
+        let mut child = Command::new(ucrypt_bin())
+            .args(["reencrypt", "-q", "--hotzone-size", "1M", "--resilience"])
+            .arg(if round % 2 == 0 {
+                "checksum"
+            } else {
+                "journal"
+            })
+            .arg("--key-file")
+            .arg(&key)
+            .arg(&img)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(rng.below(400)));
+        let _ = child.kill();
+        let _ = child.wait();
+        let cs = dir.path().join("cs");
+        std::fs::copy(&img, &cs).unwrap();
+        if in_reencryption(&img) {
+            ok(ucrypt(&img, &key, &["--resume-only"]), "ucrypt resume");
+            let _ = run(Command::new("cryptsetup")
+                .args(["repair", "-q", "--key-file"])
+                .arg(&key)
+                .arg(&cs));
+            if in_reencryption(&cs) {
+                ok(
+                    cryptsetup_reencrypt(&cs, &key, &["--resume-only"]),
+                    "cryptsetup resume",
+                );
+            }
+        }
+        assert!(read_plain(&img, &key) == plain, "round {round}: ucrypt");
+        assert!(read_plain(&cs, &key) == plain, "round {round}: cryptsetup");
+    }
+}

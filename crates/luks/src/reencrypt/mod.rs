@@ -1,0 +1,1011 @@
+//! LUKS2 reencryption (a new volume key, optionally a new cipher, key
+//! size or sector size) offline, in cryptsetup's own metadata format, so
+//! either tool resumes what the other started.
+//!
+//! ```text
+//!   status()  header → Option<State>          (state.rs: strict load,
+//!   run()     init → [recover] → steps → finalize  verification digest)
+//!   tables()  a header mid-reencryption → one dm-crypt table per segment
+//! ```
+//!
+//! One step reencrypts a hotzone of the data area, from the start
+//! (direction forward): read the old ciphertext; protect it (checksum:
+//! a hash per block in the reencrypt keyslot's area; journal: the
+//! ciphertext itself there; none: nothing), write the header naming the
+//! hotzone (`in-reencryption`), decrypt with the old key and encrypt with
+//! the new one, write and sync the data, then write the header that moves
+//! the boundary past it. Every header write is both copies, each synced
+//! (`header.rs`). A crash between the two header writes leaves the
+//! hotzone segment in the header; the next run repairs it first
+//! ([`recover`]) exactly as cryptsetup's `reencrypt_recover_segment`
+//! decides which blocks are still old. With `none` the header is written
+//! only when the run stops (cryptsetup's behaviour: fast, unsafe).
+//!
+//! The data mover uses positioned reads and writes on the data device in
+//! hotzone-sized batches, the crypto through [`crypto::SectorCrypt`] over
+//! the whole batch. Hand-written from cryptsetup's on-disk format
+//! (`docs/on-disk-format-luks2.pdf`, `lib/luks2/luks2_reencrypt*.c` read
+//! as documentation); no crate implements it.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crypto::Secret;
+use serde_json::{json, Value};
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::error::{corrupt, invalid, unsupported, Error, ErrorKind, Result};
+use crate::hash::Hash;
+use crate::kdf::{Kdf, KdfRequest};
+use crate::keyslot::{self, material_len};
+use crate::luks2::json::{self, Segment};
+use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync, write_at};
+use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
+
+pub(crate) mod crash;
+mod header;
+mod state;
+
+use header::RawHeader;
+pub use state::{Resilience, State};
+
+/// cryptsetup's largest hotzone (1 GiB).
+pub const MAX_HOTZONE: u64 = 1 << 30;
+/// cryptsetup's hotzone with resilience `none` (20 MiB) when no
+/// `--hotzone-size` is given.
+pub const DEFAULT_NONE_HOTZONE: u64 = 20 << 20;
+/// The block the checksum resilience hashes and every hotzone aligns to,
+/// at least: the file system / device block cryptsetup finds on an image
+/// file (4096), or a larger encryption sector.
+const MIN_ALIGNMENT: u64 = 4096;
+
+/// What a new reencryption changes (`--cipher`, `--key-size`,
+/// `--sector-size`, `--resilience`, `--resilience-hash`, the new
+/// keyslots' KDF).
+#[derive(Debug, Clone, Default)]
+pub struct InitRequest {
+    /// New data cipher (default: the current one).
+    pub cipher: Option<String>,
+    /// New volume key size in bits (default: the current one).
+    pub key_bits: Option<u32>,
+    /// New encryption sector size (default: the current one).
+    pub sector_size: Option<u32>,
+    /// `checksum` (default), `journal` or `none`.
+    pub resilience: Option<String>,
+    /// Checksum hash (default sha256).
+    pub resilience_hash: Option<String>,
+    /// The new keyslots' KDF; `None` copies each old keyslot's KDF, as
+    /// cryptsetup does without `--pbkdf*` options.
+    pub kdf: Option<KdfRequest>,
+}
+
+/// How to run the data steps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// `--hotzone-size` in bytes (0: the resilience's maximum).
+    pub hotzone: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Initialized only.
+    Initialized,
+    /// Every byte reencrypted, the old key and its keyslots removed.
+    Finished,
+    /// Stopped between two hotzones (`stop` set); resumable.
+    Interrupted,
+}
+
+/// The reencryption state of `device`'s header, `None` when not in
+/// reencryption. Refuses metadata ucrypt cannot act on, with the reason.
+pub fn status(device: &Path) -> Result<Option<State>> {
+    let (h, _) = read_header(device)?;
+    State::load(&h)
+}
+
+/// Starts a reencryption of `device` with the passphrase `pass` (the
+/// keyslots it opens — `key_slot` only, when given — get a twin for the
+/// new key with the same passphrase), writing cryptsetup's metadata.
+/// Nothing is reencrypted yet; [`run`] does that.
+pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest) -> Result<State> {
+    let _claim = io::claim(&[device])?;
+    let (mut h, _) = read_header(device)?;
+    if State::load(&h)?.is_some() {
+        return Err(invalid(
+            "LUKS2 reencryption already initialized. Aborting operation.",
+        ));
+    }
+    let seg = h.meta.segment().1.clone();
+    if h.meta.segments.len() != 1 || seg.kind != "crypt" {
+        return Err(unsupported(
+            "LUKS2 reencryption needs a volume with one crypt segment",
+        ));
+    }
+    let sid = h.meta.segment().0.clone();
+    let (old_did, _) = h
+        .meta
+        .segment_digest()
+        .map(|(i, d)| (i.clone(), d.clone()))
+        .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
+    let bound = h.meta.segment_keyslots();
+    let candidates: Vec<u32> = match key_slot {
+        Some(s) => vec![s],
+        None => bound.clone(),
+    };
+    if key_slot.is_none() && bound.len() > 1 {
+        return Err(invalid(
+            "Key file or keyring key description can be used only with \
+             --key-slot or with exactly one key slot active.",
+        ));
+    }
+    let (slot, old_vk) =
+        unlock_any(&h, device, pass, &candidates, &[old_did.as_str()]).map_err(|e| {
+            match (e.kind(), key_slot) {
+                (ErrorKind::WrongPassphrase, None) => Error::new(
+                    ErrorKind::WrongPassphrase,
+                    "No key available with this passphrase.",
+                ),
+                _ => e,
+            }
+        })?;
+    let old_vk = old_vk.1;
+
+    // The new layout.
+    let cipher = req.cipher.clone().unwrap_or_else(|| seg.encryption.clone());
+    let key_len = match req.key_bits {
+        Some(b) if b % 8 != 0 || b == 0 || b > json::MAX_KEY_SIZE * 8 => {
+            return Err(invalid(format!("Invalid key size {b}.")))
+        }
+        Some(b) => (b / 8) as usize,
+        None => old_vk.len(),
+    };
+    let sector_size = req.sector_size.unwrap_or(seg.sector_size);
+    if ![512, 1024, 2048, 4096].contains(&sector_size) || seg.offset % u64::from(sector_size) != 0 {
+        return Err(invalid(format!(
+            "Unsupported encryption sector size {sector_size}."
+        )));
+    }
+    let new_vk = Secret::from_slice(&keyslot::random(key_len)?);
+    // The new cipher must be one the data path can run.
+    crypto::SectorCrypt::new(&crypto::CryptConfig {
+        cipher: cipher.clone(),
+        key: Zeroizing::new(new_vk.to_vec()),
+        iv_offset: 0,
+        sector_size,
+        iv_large_sectors: false,
+    })
+    .map_err(|e| {
+        Error::crypto(
+            ErrorKind::InvalidArgument,
+            format!("Cipher {cipher} is not supported"),
+            e,
+        )
+    })?;
+    let resilience = match req.resilience.as_deref().unwrap_or("checksum") {
+        "checksum" => "checksum",
+        "journal" => "journal",
+        "none" => "none",
+        r if r.starts_with("datashift") => return Err(invalid(
+            "Requested --resilience option cannot be applied to current reencryption operation.",
+        )),
+        r => return Err(invalid(format!("Unsupported resilience mode {r}"))),
+    };
+    let rhash = Hash::parse(req.resilience_hash.as_deref().unwrap_or("sha256"))?;
+
+    // New keyslot (same passphrase) bound to a new digest.
+    let mut f = open_rw(device)?;
+    let old_ks = h
+        .meta
+        .keyslots
+        .get(&slot.to_string())
+        .cloned()
+        .ok_or_else(|| corrupt(format!("Keyslot {slot} vanished")))?;
+    let kdf = match &req.kdf {
+        Some(k) => k.clone(),
+        None => copy_kdf(&old_ks.kdf.kdf()?, Hash::parse(&old_ks.af.hash)?),
+    };
+    let free_slot = |h: &RawHeader, skip: &[u32]| {
+        (0..json::MAX_KEYSLOTS)
+            .find(|s| !skip.contains(s) && !h.obj("keyslots").contains_key(&s.to_string()))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::SlotBusy,
+                    "Not enough free keyslots for reencryption.",
+                )
+            })
+    };
+    let new_slot = free_slot(&h, &[])?;
+    let area_size = area_size_v2(key_len);
+    let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
+    let sealed = SealV2 {
+        vk: &new_vk,
+        af_hash: kdf.hash.name().to_string(),
+        cipher: keyslot_cipher(&cipher, key_len).0,
+        area_key_size: keyslot_cipher(&cipher, key_len).1,
+        offset,
+        area_size,
+    };
+    let ks = sealed.write(&mut *f, pass, &kdf, old_ks.extra.clone())?;
+    let ks_value = serde_json::to_value(&ks)
+        .map_err(|e| crate::error::json_error(ErrorKind::Corrupt, "Cannot serialize keyslot", e))?;
+    h.obj_mut("keyslots").insert(new_slot.to_string(), ks_value);
+    h.meta.keyslots.insert(new_slot.to_string(), ks);
+    for t in h.obj_mut("tokens").values_mut() {
+        if let Some(k) = t.get_mut("keyslots").and_then(Value::as_array_mut) {
+            if k.iter().any(|x| x.as_str() == Some(&slot.to_string())) {
+                k.push(Value::String(new_slot.to_string()));
+            }
+        }
+    }
+    let free_digest = |h: &RawHeader| {
+        (0..1000u32)
+            .find(|d| !h.obj("digests").contains_key(&d.to_string()))
+            .unwrap_or(999)
+            .to_string()
+    };
+    let new_did = free_digest(&h);
+    h.obj_mut("digests").insert(
+        new_did.clone(),
+        new_digest(&new_vk, &[new_slot.to_string()], &[])?,
+    );
+
+    // The reencrypt keyslot: the largest free gap of the keyslots area.
+    let rslot = free_slot(&h, &[])?;
+    let (alo, asz) = largest_gap(&h);
+    if asz == 0 && resilience != "none" {
+        return Err(Error::new(
+            ErrorKind::SlotBusy,
+            "No space left in the LUKS2 keyslots area",
+        ));
+    }
+    let align = MIN_ALIGNMENT
+        .max(u64::from(seg.sector_size))
+        .max(u64::from(sector_size));
+    let mut area = json!({"offset": alo.to_string(), "size": asz.to_string(), "type": resilience});
+    if resilience == "checksum" {
+        area["hash"] = json!(rhash.name());
+        area["sector_size"] = json!(align);
+    }
+    h.obj_mut("keyslots").insert(
+        rslot.to_string(),
+        json!({"area": area, "type": "reencrypt", "key_size": 1, "mode": "reencrypt",
+               "direction": "forward", "priority": 0}),
+    );
+
+    // Segments: 0 the data (old), 1 backup-previous, 2 backup-final.
+    let old_v = h
+        .obj("segments")
+        .get(&sid)
+        .cloned()
+        .ok_or_else(|| corrupt("segment"))?;
+    let mut prev = old_v.clone();
+    prev["flags"] = json!(["backup-previous"]);
+    let mut fin = old_v.clone();
+    fin["encryption"] = json!(cipher);
+    fin["sector_size"] = json!(sector_size);
+    fin["flags"] = json!(["backup-final"]);
+    let segs = h.obj_mut("segments");
+    segs.clear();
+    segs.insert("0".into(), old_v);
+    segs.insert("1".into(), prev);
+    segs.insert("2".into(), fin);
+    set_digest_segments(&mut h, &old_did, &["0", "1"]);
+    set_digest_segments(&mut h, &new_did, &["2"]);
+    let cfg = h.obj_mut("config");
+    let req_obj = cfg.entry("requirements").or_insert_with(|| json!({}));
+    if !req_obj.is_object() {
+        *req_obj = json!({});
+    }
+    let mand = req_obj
+        .as_object_mut()
+        .map(|o| o.entry("mandatory").or_insert_with(|| json!([])));
+    if let Some(m) = mand {
+        if !m.is_array() {
+            *m = json!([]);
+        }
+        if let Some(a) = m.as_array_mut() {
+            a.push(json!("online-reencrypt-v2"));
+        }
+    }
+    // The verification digest over keys and metadata.
+    let vdata = Zeroizing::new(State::verification_data(
+        &h,
+        &rslot.to_string(),
+        2,
+        &old_vk,
+        &new_vk,
+    )?);
+    let vid = free_digest(&h);
+    h.obj_mut("digests")
+        .insert(vid, new_digest(&vdata, &[rslot.to_string()], &[])?);
+    h.write(&mut *f)?;
+    State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))
+}
+
+/// Resumes (or runs from its start) the reencryption of `device`,
+/// unlocking the old and the new key with `pass`: repairs a hotzone a
+/// crash left, reencrypts hotzone after hotzone until done or until
+/// `stop` is set (checked between hotzones), then finalizes as cryptsetup
+/// does. `progress(done, total)` is called after each hotzone.
+pub fn run(
+    device: &Path,
+    pass: &[u8],
+    key_slot: Option<u32>,
+    opts: &RunOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Outcome> {
+    let _claim = io::claim(&[device])?;
+    let (mut h, dev_size) = read_header(device)?;
+    let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+    let keys = unlock_both(&h, device, pass, key_slot, &st)?;
+    st.verify(&h, &keys.0, &keys.1)?;
+    let mut m = Mover::new(device, dev_size, &st, &keys.0, &keys.1, opts.hotzone)?;
+    let mut done = if st.all_new { m.size } else { st.progress() };
+    if let Some((off, len)) = st.hotzone() {
+        m.recover(&h, &st, off, len)?;
+        done = off + len;
+        post_segments_mem(&mut h, &st, done, m.size)?;
+        if done < m.size {
+            h.write(&mut *open_rw(device)?)?;
+        }
+    }
+    progress(done, m.size);
+    let mut dirty = false;
+    while done < m.size {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let len = m.hotzone.min(m.size - done);
+        m.step(&mut h, &st, done, len)?;
+        done += len;
+        if st.resilience == Resilience::None {
+            dirty = true;
+            post_segments_mem(&mut h, &st, done, m.size)?;
+        }
+        progress(done, m.size);
+    }
+    if done < m.size {
+        if dirty {
+            h.write(&mut *open_rw(device)?)?;
+        }
+        return Ok(Outcome::Interrupted);
+    }
+    if dirty {
+        post_segments_mem(&mut h, &st, done, m.size)?;
+    }
+    finalize(device, &mut h, &st)?;
+    Ok(Outcome::Finished)
+}
+
+/// The mapping a volume mid-reencryption needs: one dm-crypt table per
+/// data segment (start and length in 512-byte sectors of the mapped
+/// device, IV offset, device offset), as cryptsetup loads them into one
+/// multi-target table, the old or new key in each. `pass` must unlock
+/// both keys; the verification digest is checked first.
+pub fn tables(
+    device: &Path,
+    pass: &[u8],
+    key_slot: Option<u32>,
+) -> Result<Vec<crypto::table::Table>> {
+    let (h, dev_size) = read_header(device)?;
+    let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+    let (old_vk, new_vk) = unlock_both(&h, device, pass, key_slot, &st)?;
+    st.verify(&h, &old_vk, &new_vk)?;
+    let base = st.old.offset;
+    let total = data_size(dev_size, &st)?;
+    let mut out = Vec::new();
+    for (id, s) in &st.data {
+        let is_old = h
+            .meta
+            .digests
+            .get(&st.old_digest)
+            .is_some_and(|d| d.segments.contains(id))
+            && !state::in_reencryption(s);
+        let start = s.offset - base;
+        let len = match s.fixed_size()? {
+            Some(l) => l,
+            None => total.saturating_sub(start),
+        };
+        if len == 0 {
+            continue;
+        }
+        let key = if is_old { &old_vk } else { &new_vk };
+        let mut line = Secret::with_capacity(512);
+        use std::fmt::Write as _;
+        let _ = write!(
+            line,
+            "{} {} crypt {} ",
+            start / 512,
+            len / 512,
+            s.encryption
+        );
+        line.push_hex(key);
+        let _ = write!(
+            line,
+            " {} {} {}",
+            s.iv_tweak,
+            device.display(),
+            s.offset / 512
+        );
+        if s.sector_size != 512 {
+            let _ = write!(line, " 1 sector_size:{}", s.sector_size);
+        }
+        let t = crypto::table::Table::parse(line.as_str().unwrap_or_default()).map_err(|e| {
+            Error::crypto(
+                ErrorKind::InvalidArgument,
+                "Cannot build the dm-crypt table",
+                e,
+            )
+        })?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+fn read_header(device: &Path) -> Result<(RawHeader, u64)> {
+    let mut f = open_ro(device)?;
+    let size = io::device_size(&mut *f, device)?;
+    let h = RawHeader::read(&mut *f, size)?;
+    Ok((h, size))
+}
+
+/// Bytes of the data area being reencrypted.
+fn data_size(dev_size: u64, st: &State) -> Result<u64> {
+    let align = u64::from(st.old.sector_size.max(st.new.sector_size));
+    let size = match st.old.fixed_size()? {
+        Some(s) => s,
+        None => dev_size.checked_sub(st.old.offset).ok_or_else(|| {
+            Error::new(
+                ErrorKind::DeviceSize,
+                "Device is smaller than its data offset",
+            )
+        })?,
+    };
+    Ok(size / align * align)
+}
+
+/// The KDF of an existing keyslot as a request that reproduces it.
+fn copy_kdf(k: &Kdf, af_hash: Hash) -> KdfRequest {
+    match *k {
+        Kdf::Pbkdf2 { hash, iterations } => KdfRequest {
+            kind: "pbkdf2".into(),
+            hash,
+            force_iterations: Some(iterations),
+            ..Default::default()
+        },
+        Kdf::Argon2 {
+            variant,
+            time,
+            memory_kib,
+            parallel,
+        } => KdfRequest {
+            kind: variant.name().into(),
+            hash: af_hash,
+            force_iterations: Some(time),
+            memory_kib: Some(memory_kib),
+            parallel: Some(parallel),
+            ..Default::default()
+        },
+    }
+}
+
+/// A new pbkdf2 digest of `key` as cryptsetup writes one for a
+/// reencryption (sha256, 1000 iterations, 32-byte salt).
+fn new_digest(key: &[u8], keyslots: &[String], segments: &[&str]) -> Result<Value> {
+    let salt = keyslot::random(32)?;
+    let d = keyslot::digest(Hash::Sha256, key, &salt, 1000, 32);
+    Ok(
+        json!({"type": "pbkdf2", "keyslots": keyslots, "segments": segments, "hash": "sha256",
+              "iterations": 1000, "salt": json::b64_encode(&salt), "digest": json::b64_encode(&d)}),
+    )
+}
+
+fn set_digest_segments(h: &mut RawHeader, did: &str, segs: &[&str]) {
+    if let Some(d) = h.obj_mut("digests").get_mut(did) {
+        d["segments"] = json!(segs);
+    }
+}
+
+/// LUKS2_find_area_max_gap: the largest unused part of the keyslots area.
+fn largest_gap(h: &RawHeader) -> (u64, u64) {
+    let (lo, hi) = h.keyslots_area();
+    let mut used: Vec<(u64, u64)> = h
+        .meta
+        .keyslots
+        .values()
+        .map(|k| (k.area.offset, k.area.offset + k.area.size))
+        .collect();
+    used.sort_unstable();
+    let (mut best, mut pos) = ((lo, 0), lo);
+    for (s, e) in used.into_iter().chain([(hi, hi)]) {
+        if s > pos && s - pos > best.1 {
+            best = (pos, s - pos);
+        }
+        pos = pos.max(e);
+    }
+    best
+}
+
+/// Tries `pass` on `candidates`; returns the slot and `(digest id, key)`
+/// of the first one opening a key of one of `digests`.
+fn unlock_any(
+    h: &RawHeader,
+    device: &Path,
+    pass: &[u8],
+    candidates: &[u32],
+    digests: &[&str],
+) -> Result<(u32, (String, Secret))> {
+    let mut f = open_ro(device)?;
+    for &s in candidates {
+        let Some(ks) = h.meta.keyslots.get(&s.to_string()) else {
+            continue;
+        };
+        let Some((did, dg)) = h
+            .meta
+            .digests
+            .iter()
+            .find(|(_, d)| d.keyslots.iter().any(|k| k == &s.to_string()))
+        else {
+            continue;
+        };
+        if !digests.contains(&did.as_str()) {
+            continue;
+        }
+        let mut mat = Secret::zeroed(material_len(ks.key_size as usize, ks.af.stripes));
+        read_exact_at(&mut *f, ks.area.offset, &mut mat)?;
+        let salt = json::b64_decode(&ks.kdf.salt, "keyslot salt")?;
+        let params = keyslot::SlotParams {
+            kdf: ks.kdf.kdf()?,
+            salt: &salt,
+            cipher: &ks.area.encryption,
+            area_key_size: ks.area.key_size as usize,
+            key_size: ks.key_size as usize,
+            stripes: ks.af.stripes,
+            af_hash: Hash::parse(&ks.af.hash)?,
+        };
+        let vk = keyslot::open_material(pass, &params, &mut mat)?;
+        let dhash = Hash::parse(&dg.hash)?;
+        let dsalt = json::b64_decode(&dg.salt, "digest salt")?;
+        let ddig = json::b64_decode(&dg.digest, "digest")?;
+        if keyslot::digest_matches(dhash, &vk, &dsalt, dg.iterations, &ddig) {
+            return Ok((s, (did.clone(), vk)));
+        }
+    }
+    Err(Error::new(
+        ErrorKind::WrongPassphrase,
+        match candidates {
+            [s] => format!("No key available with this passphrase in keyslot {s}"),
+            _ => "No key available with this passphrase.".to_string(),
+        },
+    ))
+}
+
+/// Unlocks the old and the new key with one passphrase.
+fn unlock_both(
+    h: &RawHeader,
+    device: &Path,
+    pass: &[u8],
+    key_slot: Option<u32>,
+    st: &State,
+) -> Result<(Secret, Secret)> {
+    let mut slots: Vec<u32> = h
+        .meta
+        .keyslots
+        .keys()
+        .filter_map(|k| k.parse().ok())
+        .collect();
+    slots.sort_unstable();
+    let mut old = None;
+    let mut new = None;
+    // With --key-slot, that slot opens one key and the slots bound to the
+    // other digest are tried with the same passphrase.
+    if let Some(s) = key_slot {
+        let (_, (d, k)) = unlock_any(h, device, pass, &[s], &[&st.old_digest, &st.new_digest])?;
+        if d == st.old_digest {
+            old = Some(k);
+        } else {
+            new = Some(k);
+        }
+    }
+    if old.is_none() {
+        old = Some(unlock_any(h, device, pass, &slots, &[&st.old_digest])?.1 .1);
+    }
+    if new.is_none() {
+        new = Some(unlock_any(h, device, pass, &slots, &[&st.new_digest])?.1 .1);
+    }
+    match (old, new) {
+        (Some(o), Some(n)) => Ok((o, n)),
+        _ => Err(Error::new(
+            ErrorKind::WrongPassphrase,
+            "No key available with this passphrase.",
+        )),
+    }
+}
+
+/// Segments of a step in progress (`hot`: the hotzone's length) or
+/// after it, with their digests; backups kept.
+fn make_segments(
+    h: &mut RawHeader,
+    st: &State,
+    done: u64,
+    hot: Option<u64>,
+    total: u64,
+) -> Result<()> {
+    let base = st.old.offset;
+    let seg = |like: &Segment, start: u64, size: Option<u64>, flags: Option<&str>| -> Value {
+        let mut v = json!({
+            "type": "crypt",
+            "offset": (base + start).to_string(),
+            "size": size.map(|s| s.to_string()).unwrap_or_else(|| "dynamic".into()),
+            "iv_tweak": (like.iv_tweak + start / 512).to_string(),
+            "encryption": like.encryption,
+            "sector_size": like.sector_size,
+        });
+        if let Some(f) = flags {
+            v["flags"] = json!([f]);
+        }
+        v
+    };
+    let fixed = st.old.fixed_size()?.is_some();
+    let mut out: Vec<(Value, bool, bool)> = Vec::new(); // (segment, old key, new key)
+    let end = done + hot.unwrap_or(0);
+    if done > 0 || (hot.is_none() && end >= total) {
+        let size = if end >= total && hot.is_none() && !fixed {
+            None
+        } else {
+            Some(done)
+        };
+        out.push((seg(&st.new, 0, size, None), false, true));
+    }
+    if let Some(len) = hot {
+        out.push((
+            seg(&st.new, done, Some(len), Some("in-reencryption")),
+            true,
+            true,
+        ));
+    }
+    if end < total {
+        let size = if fixed { Some(total - end) } else { None };
+        out.push((seg(&st.old, end, size, None), true, false));
+    }
+    let prev = h
+        .obj("segments")
+        .values()
+        .find(|s| has_flag(s, "backup-previous"))
+        .cloned()
+        .ok_or_else(|| corrupt("backup-previous segment vanished"))?;
+    let fin = h
+        .obj("segments")
+        .values()
+        .find(|s| has_flag(s, "backup-final"))
+        .cloned()
+        .ok_or_else(|| corrupt("backup-final segment vanished"))?;
+    let n = out.len();
+    let mut old_ids = Vec::new();
+    let mut new_ids = Vec::new();
+    let segs = h.obj_mut("segments");
+    segs.clear();
+    for (i, (v, o, nw)) in out.into_iter().enumerate() {
+        segs.insert(i.to_string(), v);
+        if o {
+            old_ids.push(i.to_string());
+        }
+        if nw {
+            new_ids.push(i.to_string());
+        }
+    }
+    segs.insert(n.to_string(), prev);
+    segs.insert((n + 1).to_string(), fin);
+    old_ids.push(n.to_string());
+    new_ids.push((n + 1).to_string());
+    let o: Vec<&str> = old_ids.iter().map(String::as_str).collect();
+    let nn: Vec<&str> = new_ids.iter().map(String::as_str).collect();
+    set_digest_segments(h, &st.old_digest, &o);
+    set_digest_segments(h, &st.new_digest, &nn);
+    Ok(())
+}
+
+fn has_flag(s: &Value, flag: &str) -> bool {
+    s.get("flags")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(flag)))
+}
+
+/// The segments after `done` bytes, in memory only.
+fn post_segments_mem(h: &mut RawHeader, st: &State, done: u64, total: u64) -> Result<()> {
+    make_segments(h, st, done, None, total)?;
+    h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
+    Ok(())
+}
+
+/// Ends a finished reencryption as cryptsetup does: the keyslots of the
+/// old key and its digest, the backup segments, the requirement, the
+/// reencrypt keyslot and its digest go; segment 0 covers the data with
+/// the new key. The freed keyslot areas are wiped after the header no
+/// longer names them.
+fn finalize(device: &Path, h: &mut RawHeader, st: &State) -> Result<()> {
+    let old_slots: Vec<String> = h
+        .meta
+        .digests
+        .get(&st.old_digest)
+        .map(|d| d.keyslots.clone())
+        .unwrap_or_default();
+    let mut wipe: Vec<(u64, u64)> = old_slots
+        .iter()
+        .filter_map(|s| h.meta.keyslots.get(s))
+        .map(|k| (k.area.offset, k.area.size))
+        .collect();
+    wipe.push(st.area);
+    let final_seg = h
+        .obj("segments")
+        .get("0")
+        .cloned()
+        .ok_or_else(|| corrupt("segment 0 vanished"))?;
+    let ks = h.obj_mut("keyslots");
+    for s in &old_slots {
+        ks.remove(s);
+    }
+    ks.remove(&st.keyslot);
+    let ds = h.obj_mut("digests");
+    ds.remove(&st.old_digest);
+    ds.remove(&st.verify_digest);
+    let segs = h.obj_mut("segments");
+    segs.clear();
+    segs.insert("0".into(), final_seg);
+    set_digest_segments(h, &st.new_digest, &["0"]);
+    for t in h.obj_mut("tokens").values_mut() {
+        if let Some(k) = t.get_mut("keyslots").and_then(Value::as_array_mut) {
+            k.retain(|x| !old_slots.iter().any(|s| x.as_str() == Some(s)));
+        }
+    }
+    let cfg = h.obj_mut("config");
+    let mut empty = false;
+    if let Some(m) = cfg
+        .get_mut("requirements")
+        .and_then(|r| r.get_mut("mandatory"))
+        .and_then(Value::as_array_mut)
+    {
+        m.retain(|r| {
+            !r.as_str()
+                .is_some_and(|r| r.starts_with("online-reencrypt"))
+        });
+        empty = m.is_empty();
+    }
+    if empty {
+        if let Some(r) = cfg.get_mut("requirements").and_then(Value::as_object_mut) {
+            r.remove("mandatory");
+            if r.is_empty() {
+                cfg.remove("requirements");
+            }
+        }
+    }
+    let mut f = open_rw(device)?;
+    h.write(&mut *f)?;
+    for (off, len) in wipe {
+        io::zero_range(&mut *f, off, len)?;
+    }
+    sync(&*f)
+}
+
+/// Moves the data: the old and the new sector ciphers, the device, the
+/// hotzone size.
+struct Mover {
+    data: File,
+    meta_path: PathBuf,
+    old: crypto::SectorCrypt,
+    new: crypto::SectorCrypt,
+    base: u64,
+    size: u64,
+    hotzone: u64,
+    buf: Vec<u8>,
+}
+
+impl Drop for Mover {
+    fn drop(&mut self) {
+        // The buffer held plaintext between the two ciphers.
+        self.buf.zeroize();
+    }
+}
+
+impl Mover {
+    fn new(
+        device: &Path,
+        dev_size: u64,
+        st: &State,
+        old_vk: &[u8],
+        new_vk: &[u8],
+        want: u64,
+    ) -> Result<Self> {
+        let mk = |s: &Segment, k: &[u8]| {
+            crypto::SectorCrypt::new(&crypto::CryptConfig {
+                cipher: s.encryption.clone(),
+                key: Zeroizing::new(k.to_vec()),
+                iv_offset: s.iv_tweak,
+                sector_size: s.sector_size,
+                iv_large_sectors: false,
+            })
+            .map_err(|e| {
+                Error::crypto(
+                    ErrorKind::Unsupported,
+                    format!("Cipher {} is not supported", s.encryption),
+                    e,
+                )
+            })
+        };
+        let align = match st.resilience {
+            Resilience::Checksum { block, .. } => u64::from(block),
+            _ => MIN_ALIGNMENT,
+        }
+        .max(u64::from(st.old.sector_size.max(st.new.sector_size)));
+        let max = match st.resilience {
+            Resilience::Checksum { hash, block } => {
+                st.area.1 / hash.digest_len() as u64 * u64::from(block)
+            }
+            Resilience::Journal => st.area.1,
+            Resilience::None => {
+                if want > 0 {
+                    want
+                } else {
+                    DEFAULT_NONE_HOTZONE
+                }
+            }
+        }
+        .min(MAX_HOTZONE);
+        if want % align != 0 {
+            return Err(invalid(format!(
+                "Hotzone size must be multiple of calculated zone alignment ({align} bytes)."
+            )));
+        }
+        let mut hotzone = if want > 0 { want.min(max) } else { max };
+        hotzone -= hotzone % align;
+        if hotzone == 0 {
+            return Err(invalid("Invalid reencryption length."));
+        }
+        let data = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(device)
+            .map_err(|e| Error::io(format!("Cannot open {} for writing", device.display()), e))?;
+        let size = data_size(dev_size, st)?;
+        Ok(Mover {
+            data,
+            meta_path: device.to_path_buf(),
+            old: mk(&st.old, old_vk)?,
+            new: mk(&st.new, new_vk)?,
+            base: st.old.offset,
+            size,
+            hotzone,
+            buf: Vec::new(),
+        })
+    }
+
+    fn read(&mut self, off: u64, len: u64) -> Result<()> {
+        self.buf.resize(len as usize, 0);
+        self.data
+            .read_exact_at(&mut self.buf, self.base + off)
+            .map_err(|e| Error::io(format!("Failed to read hotzone area starting at {off}."), e))
+    }
+
+    /// Writes `buf[from..to]` back at its place, in pieces (each a crash
+    /// point for the tests).
+    fn write(&mut self, off: u64, from: usize, to: usize) -> Result<()> {
+        const PIECE: usize = 1 << 20;
+        let mut at = from;
+        while at < to {
+            let end = (at + PIECE).min(to);
+            self.data
+                .write_all_at(&self.buf[at..end], self.base + off + at as u64)
+                .map_err(|e| {
+                    Error::io(
+                        format!("Failed to write hotzone area starting at {off}."),
+                        e,
+                    )
+                })?;
+            crash::point();
+            at = end;
+        }
+        Ok(())
+    }
+
+    fn reencrypt_buf(&mut self, off: u64, from: usize, to: usize) {
+        let sector = (off + from as u64) / 512;
+        self.old.decrypt(sector, &mut self.buf[from..to]);
+        self.new.encrypt(sector, &mut self.buf[from..to]);
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.data
+            .sync_data()
+            .map_err(|e| Error::io("Failed to sync data.", e))
+    }
+
+    /// One hotzone `[off, off+len)`.
+    fn step(&mut self, h: &mut RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
+        self.read(off, len)?;
+        let protect = st.resilience != Resilience::None;
+        if protect {
+            let mut f = open_rw(&self.meta_path)?;
+            match st.resilience {
+                Resilience::Checksum { hash, block } => {
+                    let dl = hash.digest_len();
+                    let mut sums = vec![0u8; (len / u64::from(block)) as usize * dl];
+                    for (i, chunk) in self.buf.chunks(block as usize).enumerate() {
+                        hash.digest_into(&[chunk], &mut sums[i * dl..(i + 1) * dl]);
+                    }
+                    write_at(&mut *f, st.area.0, &sums)?;
+                }
+                Resilience::Journal => write_at(&mut *f, st.area.0, &self.buf)?,
+                Resilience::None => {}
+            }
+            sync(&*f)?;
+            crash::point();
+            make_segments(h, st, off, Some(len), self.size)?;
+            h.write(&mut *f)?;
+        }
+        let n = self.buf.len();
+        self.reencrypt_buf(off, 0, n);
+        self.write(off, 0, n)?;
+        if protect {
+            self.sync()?;
+            make_segments(h, st, off + len, None, self.size)?;
+            // After the last hotzone the next header is the final one
+            // (`finalize`): a header with every byte new but still in
+            // reencryption is never written, as cryptsetup 2.6.1 would
+            // resume such a header from the start.
+            if off + len < self.size {
+                h.write(&mut *open_rw(&self.meta_path)?)?;
+            } else {
+                h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Repairs the hotzone `[off, off+len)` a crash interrupted.
+    fn recover(&mut self, _h: &RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
+        if len == 0 || off + len > self.size {
+            return Err(corrupt("LUKS2 hotzone segment lies outside the data area"));
+        }
+        match st.resilience {
+            Resilience::Checksum { hash, block } => {
+                let dl = hash.digest_len();
+                let count = (len / u64::from(block)) as usize;
+                if (count * dl) as u64 > st.area.1 {
+                    return Err(corrupt("LUKS2 hotzone is larger than its checksum area"));
+                }
+                let mut sums = vec![0u8; count * dl];
+                read_exact_at(&mut *open_ro(&self.meta_path)?, st.area.0, &mut sums)?;
+                self.read(off, len)?;
+                let mut got = vec![0u8; dl];
+                for i in 0..count {
+                    let (a, b) = (i * block as usize, (i + 1) * block as usize);
+                    hash.digest_into(&[&self.buf[a..b]], &mut got);
+                    if got == sums[i * dl..(i + 1) * dl] {
+                        self.reencrypt_buf(off, a, b);
+                        self.write(off, a, b)?;
+                    }
+                }
+            }
+            Resilience::Journal => {
+                if len > st.area.1 {
+                    return Err(corrupt("LUKS2 hotzone is larger than its journal"));
+                }
+                self.buf.resize(len as usize, 0);
+                read_exact_at(&mut *open_ro(&self.meta_path)?, st.area.0, &mut self.buf)?;
+                let n = self.buf.len();
+                self.reencrypt_buf(off, 0, n);
+                self.write(off, 0, n)?;
+            }
+            Resilience::None => {
+                return Err(corrupt(
+                    "LUKS2 hotzone with resilience none cannot be recovered",
+                ))
+            }
+        }
+        self.sync()
+    }
+}

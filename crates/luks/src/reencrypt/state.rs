@@ -1,0 +1,536 @@
+//! The reencryption state as cryptsetup stores it in a LUKS2 header,
+//! loaded strictly, and its verification digest.
+//!
+//! ```text
+//! keyslots: {.., "N": {type: reencrypt, key_size: 1, mode, direction,
+//!                      area: {type: checksum|journal|none, offset, size, [hash, sector_size]}}}
+//! segments: data segments (new | [in-reencryption] | old), then
+//!           backup-previous (old layout) and backup-final (new layout)
+//! digests:  old key → old segments + backup-previous; new key → new
+//!           segments + backup-final; a hotzone segment → both;
+//!           verification digest → the reencrypt keyslot only
+//! config.requirements.mandatory: ["online-reencrypt-v2"]
+//! ```
+//!
+//! The verification digest is a PBKDF2 digest (as of a volume key) over
+//! `0x76, 0x30 + version, old key, new key, mode, direction, area type,
+//! area offset and size (big-endian u64), [hash, sector_size (u32)]`,
+//! then the backup-previous and backup-final segments (type, offset,
+//! size or `dynamic`, iv_tweak, encryption, sector_size) — the layout of
+//! cryptsetup's `luks2_reencrypt_digest.c`, written here from that
+//! description. A header whose digest does not match the unlocked keys
+//! was changed by someone without them and is refused.
+
+use serde_json::Value;
+
+use crate::error::{corrupt, unsupported, Error, ErrorKind, Result};
+use crate::hash::Hash;
+use crate::keyslot;
+use crate::luks2::json::{self, Segment};
+
+use super::header::RawHeader;
+
+/// How a hotzone is protected against a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resilience {
+    /// Per-block hashes of the hotzone's old ciphertext in the area.
+    Checksum {
+        /// Hash of each block.
+        hash: Hash,
+        /// Block size in bytes.
+        block: u32,
+    },
+    /// The hotzone's old ciphertext copied to the area.
+    Journal,
+    /// Nothing: a crash mid-hotzone loses that hotzone's data.
+    None,
+}
+
+impl Resilience {
+    /// cryptsetup's name (`--resilience`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resilience::Checksum { .. } => "checksum",
+            Resilience::Journal => "journal",
+            Resilience::None => "none",
+        }
+    }
+}
+
+/// The loaded reencryption state.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// Requirement version (2 for `online-reencrypt-v2`).
+    pub version: u8,
+    /// Id of the reencrypt keyslot.
+    pub keyslot: String,
+    /// Hotzone protection.
+    pub resilience: Resilience,
+    /// Reencrypt keyslot area: offset and size in bytes.
+    pub area: (u64, u64),
+    /// The layout before (backup-previous segment).
+    pub old: Segment,
+    /// The layout after (backup-final segment).
+    pub new: Segment,
+    /// Digest ids of the old and the new volume key.
+    pub old_digest: String,
+    /// See `old_digest`.
+    pub new_digest: String,
+    /// The verification digest's id.
+    pub verify_digest: String,
+    /// Data segments in id order (no backups).
+    pub data: Vec<(String, Segment)>,
+    /// Every byte is under the new key (the run stopped before its
+    /// final header write).
+    pub all_new: bool,
+}
+
+/// Which segment a flag marks.
+fn flagged<'a>(segs: &'a [(String, Segment)], flag: &str) -> Vec<&'a (String, Segment)> {
+    segs.iter()
+        .filter(|(_, s)| {
+            s.extra
+                .get("flags")
+                .and_then(Value::as_array)
+                .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(flag)))
+        })
+        .collect()
+}
+
+fn is_backup(s: &Segment) -> bool {
+    s.extra
+        .get("flags")
+        .and_then(Value::as_array)
+        .is_some_and(|f| {
+            f.iter()
+                .any(|x| x.as_str().is_some_and(|x| x.starts_with("backup-")))
+        })
+}
+
+/// Whether the segment is the hotzone of a step a crash interrupted.
+pub fn in_reencryption(s: &Segment) -> bool {
+    s.extra
+        .get("flags")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some("in-reencryption")))
+}
+
+/// The requirement version the header carries, `None` when it is not in
+/// reencryption.
+pub(crate) fn requirement(h: &RawHeader) -> Result<Option<u8>> {
+    let Some(m) = h
+        .obj("config")
+        .get("requirements")
+        .and_then(|r| r.get("mandatory"))
+        .and_then(Value::as_array)
+    else {
+        return Ok(None);
+    };
+    for r in m.iter().filter_map(Value::as_str) {
+        match r {
+            "online-reencrypt-v2" => return Ok(Some(2)),
+            "online-reencrypt-v3" => return Ok(Some(3)),
+            "online-reencrypt" => {
+                return Err(unsupported(
+                    "Legacy LUKS2 reencryption is no longer supported.",
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+impl State {
+    /// Loads the state from a header in reencryption; `Ok(None)` when it
+    /// is not. Metadata ucrypt cannot act on is refused with the reason.
+    pub(crate) fn load(h: &RawHeader) -> Result<Option<State>> {
+        let Some(version) = requirement(h)? else {
+            if h.obj("keyslots")
+                .values()
+                .any(|k| k.get("type").and_then(Value::as_str) == Some("reencrypt"))
+            {
+                return Err(corrupt(
+                    "LUKS2 reencrypt keyslot without the reencryption requirement",
+                ));
+            }
+            return Ok(None);
+        };
+        let reenc: Vec<(&String, &Value)> = h
+            .obj("keyslots")
+            .iter()
+            .filter(|(_, k)| k.get("type").and_then(Value::as_str) == Some("reencrypt"))
+            .collect();
+        let [(kid, ks)] = reenc[..] else {
+            return Err(corrupt(format!(
+                "LUKS2 reencryption needs exactly one reencrypt keyslot ({} found)",
+                reenc.len()
+            )));
+        };
+        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        if ks.get("key_size").and_then(Value::as_u64) != Some(1) {
+            return Err(corrupt("LUKS2 reencrypt keyslot key_size must be 1"));
+        }
+        let mode = s(ks, "mode").ok_or_else(|| corrupt("LUKS2 reencrypt keyslot has no mode"))?;
+        let direction = s(ks, "direction")
+            .ok_or_else(|| corrupt("LUKS2 reencrypt keyslot has no direction"))?;
+        match mode.as_str() {
+            "reencrypt" => {}
+            "encrypt" | "decrypt" => {
+                return Err(unsupported(format!(
+                    "LUKS2 reencryption mode {mode} is not supported by ucrypt (only reencrypt)"
+                )))
+            }
+            _ => return Err(corrupt(format!("Illegal reencrypt mode {mode}"))),
+        }
+        match direction.as_str() {
+            "forward" => {}
+            "backward" => {
+                return Err(unsupported(
+                    "LUKS2 reencryption direction backward is not supported by ucrypt",
+                ))
+            }
+            _ => return Err(corrupt(format!("Illegal reencrypt direction {direction}"))),
+        }
+        let area = ks
+            .get("area")
+            .filter(|a| a.is_object())
+            .ok_or_else(|| corrupt("LUKS2 reencrypt keyslot has no area"))?;
+        let num = |k: &str| -> Result<u64> {
+            s(area, k)
+                .filter(|x| !x.is_empty() && x.len() <= 20 && x.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| corrupt(format!("LUKS2 reencrypt keyslot area {k} is invalid")))
+        };
+        let (offset, size) = (num("offset")?, num("size")?);
+        let kind = s(area, "type").unwrap_or_default();
+        let resilience = match kind.as_str() {
+            "checksum" => {
+                let hash = Hash::parse(&s(area, "hash").unwrap_or_default())?;
+                let block = area
+                    .get("sector_size")
+                    .and_then(Value::as_u64)
+                    .filter(|b| *b >= 512 && b.is_power_of_two() && *b <= 1 << 20)
+                    .ok_or_else(|| corrupt("Invalid sector_size for checksum resilience mode"))?
+                    as u32;
+                Resilience::Checksum { hash, block }
+            }
+            "journal" => Resilience::Journal,
+            "none" => Resilience::None,
+            t if t.starts_with("datashift") => {
+                return Err(unsupported(format!(
+                    "LUKS2 reencryption resilience {t} is not supported by ucrypt"
+                )))
+            }
+            t => return Err(corrupt(format!("Unsupported resilience mode {t}"))),
+        };
+        let (lo, hi) = h.keyslots_area();
+        if resilience != Resilience::None || size != 0 {
+            let end = offset.saturating_add(size);
+            if offset % 512 != 0 || offset < lo || end > hi || size == 0 {
+                return Err(corrupt(format!(
+                    "LUKS2 reencrypt keyslot area {offset}+{size} lies outside the keyslots area"
+                )));
+            }
+            for (id, k) in &h.meta.keyslots {
+                let (o, l) = (k.area.offset, k.area.size);
+                if o < end && offset < o + l {
+                    return Err(corrupt(format!(
+                        "LUKS2 reencrypt keyslot area overlaps keyslot {id}"
+                    )));
+                }
+            }
+        }
+        let mut segs: Vec<(String, Segment)> = h
+            .meta
+            .segments
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        segs.sort_by_key(|(k, _)| k.parse::<u32>().unwrap_or(u32::MAX));
+        let one = |flag: &str| -> Result<(String, Segment)> {
+            match flagged(&segs, flag)[..] {
+                [x] if x.1.kind == "crypt" => Ok(x.clone()),
+                [_] => Err(unsupported(format!(
+                    "LUKS2 {flag} segment is not a crypt segment (not supported by ucrypt)"
+                ))),
+                _ => Err(corrupt(format!(
+                    "LUKS2 reencryption needs one {flag} segment"
+                ))),
+            }
+        };
+        let (old_id, old) = one("backup-previous")?;
+        let (new_id, new) = one("backup-final")?;
+        if !flagged(&segs, "backup-moved-segment").is_empty() {
+            return Err(unsupported(
+                "LUKS2 reencryption with a moved segment is not supported by ucrypt",
+            ));
+        }
+        let digest_of = |sid: &str| -> Result<String> {
+            let d: Vec<&String> = h
+                .meta
+                .digests
+                .iter()
+                .filter(|(_, d)| d.segments.iter().any(|s| s == sid))
+                .map(|(id, _)| id)
+                .collect();
+            match d[..] {
+                [x] => Ok(x.clone()),
+                _ => Err(corrupt(format!("LUKS2 segment {sid} needs one digest"))),
+            }
+        };
+        let old_digest = digest_of(&old_id)?;
+        let new_digest = digest_of(&new_id)?;
+        if old_digest == new_digest {
+            return Err(unsupported(
+                "LUKS2 reencryption without a volume key change is not supported by ucrypt",
+            ));
+        }
+        let verify: Vec<(&String, &Value)> = h
+            .obj("digests")
+            .iter()
+            .filter(|(_, d)| {
+                d.get("keyslots")
+                    .and_then(Value::as_array)
+                    .is_some_and(|k| k.iter().any(|k| k.as_str() == Some(kid)))
+            })
+            .collect();
+        let verify_digest = match verify[..] {
+            [(id, d)]
+                if d.get("segments")
+                    .and_then(Value::as_array)
+                    .is_some_and(Vec::is_empty)
+                    && d.get("type").and_then(Value::as_str) == Some("pbkdf2") =>
+            {
+                id.clone()
+            }
+            _ => {
+                return Err(corrupt(
+                    "LUKS2 reencryption metadata has no valid verification digest",
+                ))
+            }
+        };
+        if old.offset != new.offset {
+            return Err(unsupported(
+                "LUKS2 reencryption with a data shift is not supported by ucrypt",
+            ));
+        }
+        let data: Vec<(String, Segment)> =
+            segs.into_iter().filter(|(_, s)| !is_backup(s)).collect();
+        let all_new = data.len() == 1
+            && h.meta
+                .digests
+                .get(&new_digest)
+                .is_some_and(|d| d.segments.contains(&data[0].0));
+        let st = State {
+            all_new,
+            version,
+            keyslot: kid.clone(),
+            resilience,
+            area: (offset, size),
+            old,
+            new,
+            old_digest,
+            new_digest,
+            verify_digest,
+            data,
+        };
+        st.check_layout(h)?;
+        Ok(Some(st))
+    }
+
+    /// The data segments tile the data area: new ones, at most one
+    /// hotzone, then old ones, each with its layout's cipher and IVs.
+    fn check_layout(&self, h: &RawHeader) -> Result<()> {
+        let base = self.old.offset;
+        let mut at = base;
+        let mut phase = 0; // 0 new, 1 after hotzone, 2 old
+        let n = self.data.len();
+        if n == 0 || n > 3 {
+            return Err(corrupt(format!(
+                "LUKS2 reencryption with {n} data segments"
+            )));
+        }
+        for (i, (id, s)) in self.data.iter().enumerate() {
+            let hot = in_reencryption(s);
+            let digests: Vec<&String> = h
+                .meta
+                .digests
+                .iter()
+                .filter(|(_, d)| d.segments.iter().any(|x| x == id))
+                .map(|(k, _)| k)
+                .collect();
+            let is_new = if hot {
+                if phase != 0 {
+                    return Err(corrupt("LUKS2 reencryption has two hotzones"));
+                }
+                phase = 1;
+                let mut want = vec![&self.old_digest, &self.new_digest];
+                want.sort();
+                let mut got = digests.clone();
+                got.sort();
+                if got != want {
+                    return Err(corrupt(format!(
+                        "LUKS2 hotzone segment {id} must be bound to both digests"
+                    )));
+                }
+                true
+            } else if digests == [&self.new_digest] && phase == 0 && i + 1 < n {
+                true
+            } else if digests == [&self.old_digest] {
+                phase = 2;
+                false
+            } else if digests == [&self.new_digest] && n == 1 {
+                true
+            } else {
+                return Err(corrupt(format!(
+                    "LUKS2 segment {id} is bound to the wrong digest for its place"
+                )));
+            };
+            let like = if is_new { &self.new } else { &self.old };
+            if s.kind != "crypt"
+                || s.offset != at
+                || s.encryption != like.encryption
+                || s.sector_size != like.sector_size
+                || s.iv_tweak != like.iv_tweak + (at - base) / 512
+            {
+                return Err(corrupt(format!(
+                    "LUKS2 segment {id} does not continue the reencryption layout"
+                )));
+            }
+            match s.fixed_size()? {
+                Some(sz) => at += sz,
+                None if i + 1 == n => {}
+                None => {
+                    return Err(corrupt(format!(
+                        "LUKS2 segment {id} is dynamic but not last"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The hotzone segment a crash left: `(offset from the data start,
+    /// length)` in bytes.
+    pub fn hotzone(&self) -> Option<(u64, u64)> {
+        self.data
+            .iter()
+            .find(|(_, s)| in_reencryption(s))
+            .map(|(_, s)| {
+                (
+                    s.offset - self.old.offset,
+                    s.fixed_size().ok().flatten().unwrap_or(0),
+                )
+            })
+    }
+
+    /// Bytes already reencrypted (from the data start), when clean.
+    pub fn progress(&self) -> u64 {
+        match &self.data[..] {
+            [_] => 0,
+            [(_, first), ..] => first.fixed_size().ok().flatten().unwrap_or(0),
+            [] => 0,
+        }
+    }
+
+    /// cryptsetup's verification data for `old`/`new` keys over `h`.
+    pub(crate) fn verification_data(
+        h: &RawHeader,
+        kid: &str,
+        version: u8,
+        old_vk: &[u8],
+        new_vk: &[u8],
+    ) -> Result<Vec<u8>> {
+        let bad = || corrupt("LUKS2 reencryption metadata cannot be serialized for its digest");
+        let mut out = vec![0x76, 0x30 + version];
+        out.extend_from_slice(old_vk);
+        out.extend_from_slice(new_vk);
+        let ks = h.obj("keyslots").get(kid).ok_or_else(bad)?;
+        let area = ks.get("area").ok_or_else(bad)?;
+        let sstr = |out: &mut Vec<u8>, v: &Value, k: &str| -> Result<()> {
+            let t = v.get(k).and_then(Value::as_str).ok_or_else(bad)?;
+            if t.is_empty() || t.len() > 64 {
+                return Err(bad());
+            }
+            out.extend_from_slice(t.as_bytes());
+            Ok(())
+        };
+        let su64 = |out: &mut Vec<u8>, v: &Value, k: &str, dynamic: bool| -> Result<()> {
+            let t = v.get(k).and_then(Value::as_str).ok_or_else(bad)?;
+            if dynamic && t == "dynamic" {
+                out.extend_from_slice(b"dynamic");
+                return Ok(());
+            }
+            let n: u64 = t.parse().map_err(|_| bad())?;
+            out.extend_from_slice(&n.to_be_bytes());
+            Ok(())
+        };
+        let su32 = |out: &mut Vec<u8>, v: &Value, k: &str| -> Result<()> {
+            let n = v
+                .get(k)
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(bad)?;
+            out.extend_from_slice(&n.to_be_bytes());
+            Ok(())
+        };
+        sstr(&mut out, ks, "mode")?;
+        sstr(&mut out, ks, "direction")?;
+        sstr(&mut out, area, "type")?;
+        su64(&mut out, area, "offset", false)?;
+        su64(&mut out, area, "size", false)?;
+        if area.get("type").and_then(Value::as_str) == Some("checksum") {
+            sstr(&mut out, area, "hash")?;
+            su32(&mut out, area, "sector_size")?;
+        }
+        for flag in ["backup-previous", "backup-final"] {
+            let seg = h
+                .obj("segments")
+                .values()
+                .find(|s| {
+                    s.get("flags")
+                        .and_then(Value::as_array)
+                        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(flag)))
+                })
+                .ok_or_else(bad)?;
+            sstr(&mut out, seg, "type")?;
+            su64(&mut out, seg, "offset", false)?;
+            su64(&mut out, seg, "size", true)?;
+            su64(&mut out, seg, "iv_tweak", false)?;
+            sstr(&mut out, seg, "encryption")?;
+            su32(&mut out, seg, "sector_size")?;
+        }
+        Ok(out)
+    }
+
+    /// Checks the verification digest against the unlocked keys: a
+    /// mismatch is a header changed without the keys, refused.
+    pub(crate) fn verify(&self, h: &RawHeader, old_vk: &[u8], new_vk: &[u8]) -> Result<()> {
+        let data = Self::verification_data(h, &self.keyslot, self.version, old_vk, new_vk)?;
+        let d = h
+            .meta_digest(&self.verify_digest)
+            .ok_or_else(|| corrupt("LUKS2 reencryption verification digest is missing"))?;
+        let hash = Hash::parse(&d.hash)?;
+        let salt = json::b64_decode(&d.salt, "digest salt")?;
+        let dig = json::b64_decode(&d.digest, "digest")?;
+        if dig.len() < json::MIN_DIGEST_LEN
+            || !keyslot::digest_matches(hash, &data, &salt, d.iterations, &dig)
+        {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                "Reencryption metadata is invalid (the verification digest does not match); \
+                 refusing to touch the device",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RawHeader {
+    /// A digest of the raw JSON, typed (the verification digest is not
+    /// in the ordinary view).
+    pub(crate) fn meta_digest(&self, id: &str) -> Option<json::DigestJson> {
+        serde_json::from_value(self.obj("digests").get(id)?.clone()).ok()
+    }
+}
