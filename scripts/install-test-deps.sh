@@ -15,6 +15,8 @@ PKGS=(
   ceph-mon ceph-osd ceph-mgr ceph-common # scripts/ceph-test-cluster.sh (RBD tests, ceph-bench)
   rbd-nbd librbd-dev librados-dev        # librbd client + its encryption; the RBD backend builds on it
   qemu-block-extra                       # qemu-storage-daemon's rbd driver (librbd LUKS peer)
+  qemu-system-x86                        # a real qemu attaching vhost-user-blk with its default queues
+  gdb                                    # stops cryptsetup reencrypt between two hotzones (interop tests)
 )
 missing=()
 for p in "${PKGS[@]}"; do
