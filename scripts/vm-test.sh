@@ -13,7 +13,7 @@
 #                      cache default target/vm-cache-SUITE
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live (default: all)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live reencrypt (default: all)
 #   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
 #   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
 #   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
@@ -26,7 +26,7 @@ REPO=$(pwd)
 # cache, so the default kernel's stays.
 CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache${UCRYPT_VM_KERNEL_SUITE:+-$UCRYPT_VM_KERNEL_SUITE}}"
 TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
-PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live reencrypt}"
 CPUS="${UCRYPT_VM_CPUS:-2}"
 MEM="${UCRYPT_VM_MEM:-2048}"
 T0=$(date +%s)

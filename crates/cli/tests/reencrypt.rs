@@ -588,3 +588,99 @@ fn kill_9_at_random_moments_loses_nothing() {
         assert!(read_plain(&cs, &key) == plain, "round {round}: cryptsetup");
     }
 }
+
+/// A volume cryptsetup left between two hotzones is served as cryptsetup
+/// would map it (new key below the reencryption point, old above):
+/// `map --luks` and `open` (read through NBD with nbdcopy) give the
+/// plaintext, writes across the boundary land under the right keys (the
+/// volume then finishes with `ucrypt reencrypt --resume-only` and reads
+/// back what was written), and a hotzone a crash tore is refused until
+/// it is repaired, with nothing written.
+#[test]
+fn a_volume_mid_reencryption_opens_and_maps() {
+    if !require_tool("reencrypt_open", "cryptsetup")
+        || !require_tool("reencrypt_open", "gdb")
+        || !require_tool("reencrypt_open", "nbdcopy")
+    {
+        return;
+    }
+    let cs = testutil::which("cryptsetup").unwrap();
+    let stop_cryptsetup = |v: &Vol, kill: bool| {
+        let args: Vec<&std::ffi::OsStr> = [
+            "reencrypt",
+            "-q",
+            "--force-offline-reencrypt",
+            "--hotzone-size",
+            "1M",
+            "--key-file",
+        ]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .chain([v.key.as_os_str(), v.img.as_os_str()])
+        .collect();
+        let text = under_gdb(3, kill, &cs, &args);
+        assert!(in_reencryption(&v.img), "{text}");
+    };
+
+    // Stopped cleanly: served and mapped like any volume.
+    let mut v = volume("reenc-open", 21);
+    stop_cryptsetup(&v, false);
+    assert_eq!(read_plain(&v.img, &v.key), v.plain, "map --luks mid-way");
+
+    let rt = v.dir.join("rt");
+    let out = ok(
+        run(Command::new(ucrypt_bin())
+            .env("UCRYPT_RUNTIME_DIR", &rt)
+            .args(["open", "--key-file"])
+            .arg(&v.key)
+            .arg(&v.img)
+            .arg("mid")),
+        "open mid-way",
+    );
+    let served = v.dir.join("served.img");
+    let uri = format!("nbd+unix:///?socket={}", rt.join("mid.nbd.sock").display());
+    let copied = run(Command::new("nbdcopy").arg(&uri).arg(&served));
+    let status = run(Command::new(ucrypt_bin())
+        .env("UCRYPT_RUNTIME_DIR", &rt)
+        .args(["status", "mid"]));
+    ok(
+        run(Command::new(ucrypt_bin())
+            .env("UCRYPT_RUNTIME_DIR", &rt)
+            .args(["close", "mid"])),
+        "close",
+    );
+    ok(
+        copied,
+        &format!("nbdcopy ({})", String::from_utf8_lossy(&out.stdout)),
+    );
+    assert_eq!(
+        std::fs::read(&served).unwrap(),
+        v.plain,
+        "read through open mid-way; status:\n{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+
+    // Writes on both sides of the boundary, then the rest is reencrypted.
+    Rng::new(22).fill(&mut v.plain);
+    write_plain(&v.img, &v.key, &v.plain);
+    assert_eq!(read_plain(&v.img, &v.key), v.plain, "written mid-way");
+    ok(ucrypt(&v.img, &v.key, &["--resume-only"]), "ucrypt resume");
+    assert!(!in_reencryption(&v.img));
+    assert_eq!(read_plain(&v.img, &v.key), v.plain, "after the resume");
+
+    // Killed inside a hotzone: refused, nothing written.
+    let v = volume("reenc-torn", 23);
+    stop_cryptsetup(&v, true);
+    let before = sha256(&std::fs::read(&v.img).unwrap());
+    let out = run(Command::new(ucrypt_bin())
+        .args(["map", "--read", "--luks"])
+        .arg(&v.img)
+        .arg("--key-file")
+        .arg(&v.key));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("requires reencryption recovery"),
+        "{err}"
+    );
+    assert_eq!(sha256(&std::fs::read(&v.img).unwrap()), before);
+}

@@ -111,7 +111,7 @@ impl Source<'_> {
                 let (table, _) = crate::resolve::unlock_luks(
                     device, header, key_file, range, key_slot, None, warn,
                 )?;
-                Ok(table.into())
+                Ok(table)
             }
         }
     }

@@ -292,10 +292,47 @@ pub fn unlock_luks(
     key_slot: Option<u32>,
     want: Option<VolumeType>,
     mut warn: impl FnMut(&str),
-) -> Result<(Table, VolumeType)> {
+) -> Result<(Targets, VolumeType)> {
+    if let Some(t) = unlock_reencrypting(device, header, key_file, range, key_slot, want)? {
+        return Ok((t, VolumeType::Luks2));
+    }
     let vol = Luks::load_as(device, header, want)?;
     vol.warnings().iter().for_each(|w| warn(w));
-    Ok((vol.unlock_asking(key_file, range, key_slot)?, vol.version()))
+    Ok((
+        vol.unlock_asking(key_file, range, key_slot)?.into(),
+        vol.version(),
+    ))
+}
+
+/// A LUKS2 volume stopped in the middle of a reencryption (by ucrypt or
+/// cryptsetup, between two hotzones): the multi-target table cryptsetup
+/// would load for it, the new key below the reencryption point and the
+/// old one above ([`luks::reencrypt::tables`]; the passphrase must open
+/// both). `None` when `device` holds no such volume, so the ordinary LUKS
+/// path answers (and names what is wrong). A hotzone a crash tore is
+/// refused until `ucrypt reencrypt --resume-only` repairs it. Detached
+/// headers are not handled here.
+pub fn unlock_reencrypting(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    range: luks::passphrase::KeyfileRange,
+    key_slot: Option<u32>,
+    want: Option<VolumeType>,
+) -> Result<Option<Targets>> {
+    if header.is_some() || want.is_some_and(|w| w != VolumeType::Luks2) {
+        return Ok(None);
+    }
+    if !matches!(luks::reencrypt::status(device), Ok(Some(_))) {
+        return Ok(None);
+    }
+    let prompt = format!("Enter passphrase for {}: ", device.display());
+    let tables = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+        luks::reencrypt::tables(device, pass, key_slot)
+    })?;
+    Targets::from_tables(tables)
+        .map(Some)
+        .map_err(|e| invalid("Invalid reencryption table").with_source(e))
 }
 
 /// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].

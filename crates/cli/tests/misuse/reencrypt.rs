@@ -178,13 +178,15 @@ pub fn rows() -> Vec<Row> {
             },
         },
         Row {
-            what: "open of a volume in reencryption",
+            what: "open of a volume in reencryption with a wrong passphrase",
             needs: &[],
-            expect: Expect::Exit(1, "reencryption is in progress"),
+            expect: Expect::Exit(2, "No key available with this passphrase"),
             case: |c: &mut Case| {
-                let (img, key) = volume(c, true);
+                let (img, _) = volume(c, true);
+                let wrong = c.path("wrong.key");
+                std::fs::write(&wrong, "wrong").unwrap();
                 c.watch(&img);
-                c.ucrypt(&["open", "--test-passphrase", "--key-file", s(&key), s(&img)])
+                c.ucrypt(&["open", "--key-file", s(&wrong), s(&img), "v"])
                     .into()
             },
         },

@@ -16,7 +16,7 @@ use std::path::Path;
 use crypto::table::Targets;
 use luks::passphrase::KeyfileRange;
 
-use super::{device, plain_table_arg, Luks, VolumeType};
+use super::{device, plain_table_arg, unlock_reencrypting, Luks, VolumeType};
 use crate::error::{invalid, Result};
 use crate::plain::PlainOptions;
 
@@ -218,6 +218,17 @@ impl Mapping<'_> {
             return Err(invalid("--table is only for --type plain"));
         }
         let want = Some(kind).filter(|k| *k != VolumeType::Luks);
+        let range = self.plain.range();
+        if let Some(t) = unlock_reencrypting(
+            device,
+            self.header,
+            self.key_file,
+            range,
+            self.key_slot,
+            want,
+        )? {
+            return Ok((t, VolumeType::Luks2));
+        }
         let vol = Luks::load_as(device, self.header, want)?;
         vol.warnings()
             .iter()

@@ -393,6 +393,16 @@ pub fn tables(
 ) -> Result<Vec<crypto::table::Table>> {
     let (h, dev_size) = read_header(device)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+    if st.hotzone().is_some() {
+        // A crash tore a hotzone: some of its blocks are old, some new,
+        // and only the resilience data says which. cryptsetup refuses to
+        // activate such a volume as well.
+        return Err(invalid(format!(
+            "Device {} requires reencryption recovery: run ucrypt reencrypt --resume-only \
+             (or cryptsetup repair) first.",
+            device.display()
+        )));
+    }
     let (old_vk, new_vk) = unlock_both(&h, device, pass, key_slot, &st)?;
     st.verify(&h, &old_vk, &new_vk)?;
     let base = st.old.offset;

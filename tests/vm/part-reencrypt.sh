@@ -1,0 +1,85 @@
+#!/bin/sh
+# Part 8: LUKS2 reencryption between cryptsetup on the kernel's dm-crypt
+# (online: the volume active while it moves) and ucrypt, both ways, on one
+# plaintext checked after every step:
+#  a) cryptsetup reencrypts online and is interrupted mid-way (SIGINT);
+#     ucrypt opens the half-done volume and reads the plaintext, then
+#     `ucrypt reencrypt --resume-only` finishes it, and dm-crypt reads it;
+#  b) ucrypt starts a reencryption and is interrupted mid-way; cryptsetup
+#     finishes it online (`reencrypt --resume-only` on the active device);
+#  c) ucrypt reencrypts a whole volume; dm-crypt reads the new ciphertext.
+# Sourced by suite.sh with lib.sh loaded.
+
+W=/tmp/reenc
+mkdir -p "$W"
+SIZE_MIB=96
+pattern "$W/pat" "$SIZE_MIB"
+# The plaintext of the volume, as dm-crypt sees it, equals the pattern.
+dm_reads_pattern() { # NAME IMG
+  cryptsetup open --key-file "$KEY" "$2" "$1" &&
+    dd if="/dev/mapper/$1" bs=1M count="$SIZE_MIB" iflag=direct 2>/dev/null | cmp - "$W/pat"
+  rc=$?; cryptsetup close "$1" 2>/dev/null; return $rc
+}
+in_reencryption() { cryptsetup luksDump "$1" 2>/dev/null | grep -q 'online-reencrypt'; }
+fresh_volume() { # IMG: LUKS2 (4096-byte sectors) holding the pattern, written by dm-crypt
+  rm -f "$1"; truncate -s $((SIZE_MIB + 16))M "$1"
+  cryptsetup luksFormat -q --type luks2 $FAST_KDF --sector-size 4096 --key-file "$KEY" "$1" &&
+    cryptsetup open --key-file "$KEY" "$1" fresh &&
+    dd if="$W/pat" of=/dev/mapper/fresh bs=1M oflag=direct conv=fsync 2>/dev/null &&
+    cryptsetup close fresh
+}
+# interrupt IMG CMD...: runs CMD and sends it SIGINT as soon as IMG's header
+# shows a data segment of fixed length (the reencryption point has moved),
+# so the interruption lands mid-way however fast the guest runs.
+interrupt() {
+  i_img=$1; shift
+  "$@" >"$LOGDIR/interrupt.log" 2>&1 &
+  i_p=$!; i_n=0
+  while kill -0 "$i_p" 2>/dev/null && [ "$i_n" -lt 3000 ]; do
+    if cryptsetup luksDump "$i_img" 2>/dev/null | grep -q 'length: [0-9]'; then
+      kill -INT "$i_p" 2>/dev/null; break
+    fi
+    i_n=$((i_n + 1)); sleep 0.05
+  done
+  wait "$i_p"
+  return 0
+}
+
+# a) cryptsetup online, interrupted; ucrypt opens it and finishes it.
+img="$W/a.img"
+check "reencrypt: a: volume with the pattern" fresh_volume "$img"
+run cryptsetup open --key-file "$KEY" "$img" ra
+interrupt "$img" cryptsetup reencrypt -q $FAST_KDF --hotzone-size 1M --key-file "$KEY" "$img"
+run cryptsetup close ra
+check "reencrypt: a: cryptsetup left the volume mid-way" in_reencryption "$img"
+check "reencrypt: a: ucrypt map reads the half-reencrypted volume" sh -c "
+  ucrypt map --read --luks '$img' -d '$KEY' | head -c $((SIZE_MIB * 1048576)) | cmp - '$W/pat'"
+check "reencrypt: a: ucrypt reencrypt --resume-only finishes it" \
+  ucrypt reencrypt -q --resume-only --key-file "$KEY" "$img"
+expect_fail "reencrypt: a: no reencryption left" in_reencryption "$img"
+check "reencrypt: a: dm-crypt reads the pattern after ucrypt finished" dm_reads_pattern ra "$img"
+
+# b) ucrypt starts, interrupted; cryptsetup finishes online.
+img="$W/b.img"
+check "reencrypt: b: volume with the pattern" fresh_volume "$img"
+interrupt "$img" ucrypt reencrypt -q $FAST_KDF --hotzone-size 1M --key-file "$KEY" "$img"
+check "reencrypt: b: ucrypt left the volume mid-way" in_reencryption "$img"
+check "reencrypt: b: cryptsetup open of ucrypt's half-reencrypted volume" \
+  cryptsetup open --key-file "$KEY" "$img" rb
+check "reencrypt: b: dm-crypt reads the pattern mid-way" sh -c "
+  dd if=/dev/mapper/rb bs=1M count=$SIZE_MIB iflag=direct 2>/dev/null | cmp - '$W/pat'"
+check "reencrypt: b: cryptsetup reencrypt --resume-only (online) finishes it" \
+  cryptsetup reencrypt -q --resume-only --key-file "$KEY" "$img"
+run cryptsetup close rb
+expect_fail "reencrypt: b: no reencryption left" in_reencryption "$img"
+check "reencrypt: b: dm-crypt reads the pattern after cryptsetup finished" dm_reads_pattern rb "$img"
+
+# c) ucrypt whole; the volume key changed and dm-crypt reads the plaintext.
+img="$W/c.img"
+check "reencrypt: c: volume with the pattern" fresh_volume "$img"
+old=$(dd if="$img" bs=1M skip=16 count=1 2>/dev/null | sha256sum)
+check "reencrypt: c: ucrypt reencrypt" ucrypt reencrypt -q $FAST_KDF --key-file "$KEY" "$img"
+check "reencrypt: c: the ciphertext changed" sh -c "
+  [ \"\$(dd if='$img' bs=1M skip=16 count=1 2>/dev/null | sha256sum)\" != '$old' ]"
+check "reencrypt: c: dm-crypt reads the pattern" dm_reads_pattern rc "$img"
+rm -rf "$W"
