@@ -1,6 +1,7 @@
 #!/bin/sh
 # Part 8: LUKS2 reencryption between cryptsetup on the kernel's dm-crypt
-# (online: the volume active while it moves) and ucrypt, both ways, on one
+# (online: the volume active while it moves, named with --active-name as
+# cryptsetup wants for a file-backed mapping) and ucrypt, both ways, on one
 # plaintext checked after every step:
 #  a) cryptsetup reencrypts online and is interrupted mid-way (SIGINT);
 #     ucrypt opens the half-done volume and reads the plaintext, then
@@ -12,7 +13,7 @@
 
 W=/tmp/reenc
 mkdir -p "$W"
-SIZE_MIB=96
+SIZE_MIB=48
 pattern "$W/pat" "$SIZE_MIB"
 # The plaintext of the volume, as dm-crypt sees it, equals the pattern.
 dm_reads_pattern() { # NAME IMG
@@ -28,6 +29,21 @@ fresh_volume() { # IMG: LUKS2 (4096-byte sectors) holding the pattern, written b
     dd if="$W/pat" of=/dev/mapper/fresh bs=1M oflag=direct conv=fsync 2>/dev/null &&
     cryptsetup close fresh
 }
+# fcheck NAME FUNC ARGS...: check for this part's shell functions (check
+# runs its command under timeout(1), which cannot see them).
+fcheck() {
+  f_name=$1; shift
+  if "$@" >"$LOGDIR/fcheck.log" 2>&1; then pass "$f_name"; return 0; fi
+  tail -n 15 "$LOGDIR/fcheck.log" | sed 's/^/    | /'
+  fail "$f_name" "failed: $*"; return 1
+}
+# fexpect_fail NAME FUNC ARGS...: passes when the function fails.
+fexpect_fail() {
+  f_name=$1; shift
+  if "$@" >"$LOGDIR/fcheck.log" 2>&1; then fail "$f_name" "succeeded but should have failed: $*"; return 1; fi
+  pass "$f_name"
+}
+
 # interrupt IMG CMD...: runs CMD and sends it SIGINT as soon as IMG's header
 # shows a data segment of fixed length (the reencryption point has moved),
 # so the interruption lands mid-way however fast the guest runs.
@@ -47,39 +63,39 @@ interrupt() {
 
 # a) cryptsetup online, interrupted; ucrypt opens it and finishes it.
 img="$W/a.img"
-check "reencrypt: a: volume with the pattern" fresh_volume "$img"
+fcheck "reencrypt: a: volume with the pattern" fresh_volume "$img"
 run cryptsetup open --key-file "$KEY" "$img" ra
-interrupt "$img" cryptsetup reencrypt -q $FAST_KDF --hotzone-size 1M --key-file "$KEY" "$img"
+interrupt "$img" cryptsetup reencrypt -q $FAST_KDF --hotzone-size 1M --key-file "$KEY" --active-name ra
 run cryptsetup close ra
-check "reencrypt: a: cryptsetup left the volume mid-way" in_reencryption "$img"
+fcheck "reencrypt: a: cryptsetup left the volume mid-way" in_reencryption "$img"
 check "reencrypt: a: ucrypt map reads the half-reencrypted volume" sh -c "
   ucrypt map --read --luks '$img' -d '$KEY' | head -c $((SIZE_MIB * 1048576)) | cmp - '$W/pat'"
 check "reencrypt: a: ucrypt reencrypt --resume-only finishes it" \
   ucrypt reencrypt -q --resume-only --key-file "$KEY" "$img"
-expect_fail "reencrypt: a: no reencryption left" in_reencryption "$img"
-check "reencrypt: a: dm-crypt reads the pattern after ucrypt finished" dm_reads_pattern ra "$img"
+fexpect_fail "reencrypt: a: no reencryption left" in_reencryption "$img"
+fcheck "reencrypt: a: dm-crypt reads the pattern after ucrypt finished" dm_reads_pattern ra "$img"
 
 # b) ucrypt starts, interrupted; cryptsetup finishes online.
 img="$W/b.img"
-check "reencrypt: b: volume with the pattern" fresh_volume "$img"
+fcheck "reencrypt: b: volume with the pattern" fresh_volume "$img"
 interrupt "$img" ucrypt reencrypt -q $FAST_KDF --hotzone-size 1M --key-file "$KEY" "$img"
-check "reencrypt: b: ucrypt left the volume mid-way" in_reencryption "$img"
+fcheck "reencrypt: b: ucrypt left the volume mid-way" in_reencryption "$img"
 check "reencrypt: b: cryptsetup open of ucrypt's half-reencrypted volume" \
   cryptsetup open --key-file "$KEY" "$img" rb
 check "reencrypt: b: dm-crypt reads the pattern mid-way" sh -c "
   dd if=/dev/mapper/rb bs=1M count=$SIZE_MIB iflag=direct 2>/dev/null | cmp - '$W/pat'"
 check "reencrypt: b: cryptsetup reencrypt --resume-only (online) finishes it" \
-  cryptsetup reencrypt -q --resume-only --key-file "$KEY" "$img"
+  cryptsetup reencrypt -q --resume-only --key-file "$KEY" --active-name rb
 run cryptsetup close rb
-expect_fail "reencrypt: b: no reencryption left" in_reencryption "$img"
-check "reencrypt: b: dm-crypt reads the pattern after cryptsetup finished" dm_reads_pattern rb "$img"
+fexpect_fail "reencrypt: b: no reencryption left" in_reencryption "$img"
+fcheck "reencrypt: b: dm-crypt reads the pattern after cryptsetup finished" dm_reads_pattern rb "$img"
 
 # c) ucrypt whole; the volume key changed and dm-crypt reads the plaintext.
 img="$W/c.img"
-check "reencrypt: c: volume with the pattern" fresh_volume "$img"
+fcheck "reencrypt: c: volume with the pattern" fresh_volume "$img"
 old=$(dd if="$img" bs=1M skip=16 count=1 2>/dev/null | sha256sum)
 check "reencrypt: c: ucrypt reencrypt" ucrypt reencrypt -q $FAST_KDF --key-file "$KEY" "$img"
 check "reencrypt: c: the ciphertext changed" sh -c "
   [ \"\$(dd if='$img' bs=1M skip=16 count=1 2>/dev/null | sha256sum)\" != '$old' ]"
-check "reencrypt: c: dm-crypt reads the pattern" dm_reads_pattern rc "$img"
+fcheck "reencrypt: c: dm-crypt reads the pattern" dm_reads_pattern rc "$img"
 rm -rf "$W"
