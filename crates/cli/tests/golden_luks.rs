@@ -892,7 +892,8 @@ fn check_table(text: &str, kdf: bool, openssl: bool) -> Vec<(String, String, Str
     out
 }
 
-/// The default table: KDF lines, five cipher rows, implementation notes.
+/// The default table: KDF lines, cryptsetup's twelve cipher rows and
+/// cipher_null, implementation notes.
 #[test]
 fn benchmark_table_layout() {
     let text = benchmark(&["--no-openssl"]);
@@ -905,9 +906,17 @@ fn benchmark_table_layout() {
         names,
         [
             ("aes-cbc", "128b"),
+            ("serpent-cbc", "128b"),
+            ("twofish-cbc", "128b"),
             ("aes-cbc", "256b"),
+            ("serpent-cbc", "256b"),
+            ("twofish-cbc", "256b"),
             ("aes-xts", "256b"),
+            ("serpent-xts", "256b"),
+            ("twofish-xts", "256b"),
             ("aes-xts", "512b"),
+            ("serpent-xts", "512b"),
+            ("twofish-xts", "512b"),
             ("cipher_null-ecb", "0b")
         ]
     );
@@ -1011,9 +1020,17 @@ fn benchmark_json_keys() {
         ciphers,
         [
             ("aes-cbc", 128),
+            ("serpent-cbc", 128),
+            ("twofish-cbc", 128),
             ("aes-cbc", 256),
+            ("serpent-cbc", 256),
+            ("twofish-cbc", 256),
             ("aes-xts", 256),
+            ("serpent-xts", 256),
+            ("twofish-xts", 256),
             ("aes-xts", 512),
+            ("serpent-xts", 512),
+            ("twofish-xts", 512),
             ("cipher_null-ecb", 0)
         ]
     );

@@ -43,7 +43,7 @@ pub struct OpenOptions {
     pub mode: CryptMode,
     /// Performance flags given on the command line.
     pub perf: PerfFlags,
-    /// `--max-read-size`, `--max-write-size` (0: dm-crypt's default).
+    /// `--max-read-size`, `--max-write-size` (0: no cut).
     pub max_io: (u32, u32),
     /// `--allow-discards`.
     pub allow_discards: bool,
@@ -119,7 +119,9 @@ pub struct PerfArgs {
     /// the crypt threads take on their own, as Linux 6.11's dm-crypt does
     /// at its max_read_size module parameter. In the kernel the parameter
     /// is one per host (/sys/module/dm_crypt/parameters/max_read_size);
-    /// here it is per volume. 0 or absent: the kernel's default, 131072.
+    /// here it is per volume. 0 or absent: no cut (dm-crypt before 6.11;
+    /// ucrypt's pieces are copied where the kernel's share the request's
+    /// pages). 131072 is the kernel's default since 6.11.
     #[arg(long, value_name = "BYTES")]
     pub max_read_size: Option<u32>,
     /// The same for writes (dm-crypt's max_write_size; at most 1 MiB).

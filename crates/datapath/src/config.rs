@@ -73,8 +73,11 @@ pub struct EngineConfig {
     /// Classic mode: queued reads larger than this are split into pieces
     /// of this size that go through the queues on their own, as Linux
     /// 6.11's dm-crypt splits bios at its `max_read_size` module parameter
-    /// (here per volume). 0: the kernel's default,
-    /// [`DEFAULT_MAX_IO_SIZE`]; rounded down to the sector size.
+    /// (here per volume); rounded down to the sector size. 0: no cut, the
+    /// pipeline before 6.11 and ucrypt's default: its pieces are copied
+    /// into the whole request where the kernel's share the bio's pages,
+    /// and on a file every FUA piece is a sync of its own, which measured
+    /// slower here. [`DEFAULT_MAX_IO_SIZE`] is the kernel's default.
     pub max_read_size: u32,
     /// The same for writes (`max_write_size`), at most 1 MiB as in the
     /// kernel (a write's bounce buffer is one bio's worth of pages).
@@ -84,16 +87,19 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// The piece size classic mode splits queued reads (`write` false) or
     /// writes into for `sector_size`-byte sectors, as dm-crypt's
-    /// `get_max_request_size` computes it: the module parameter (0: the
-    /// default), writes at most 1 MiB, rounded down to the sector size,
-    /// at least one sector.
+    /// `get_max_request_size` computes it: the module parameter, writes at
+    /// most 1 MiB, rounded down to the sector size, at least one sector;
+    /// `u64::MAX` (no cut) when the size is 0.
     pub fn max_io_size(&self, write: bool, sector_size: u32) -> u64 {
         let v = if write {
             self.max_write_size
         } else {
             self.max_read_size
         };
-        let mut v = u64::from(if v == 0 { DEFAULT_MAX_IO_SIZE } else { v });
+        if v == 0 {
+            return u64::MAX;
+        }
+        let mut v = u64::from(v);
         if write {
             v = v.min(1 << 20);
         }

@@ -76,7 +76,11 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn large_requests_reach_the_backend_in_pieces_with_the_whole_requests_ciphertext() {
     let rec = Recording::new();
-    let e = Engine::new(volume(rec.clone(), XTS, SIZE), classic(0, 0)).expect("engine");
+    let e = Engine::new(
+        volume(rec.clone(), XTS, SIZE),
+        classic(DEFAULT_MAX_IO_SIZE, DEFAULT_MAX_IO_SIZE),
+    )
+    .expect("engine");
     let data = pattern(1 << 20, 7);
     e.write(4096, data.clone(), false).unwrap();
     let piece = DEFAULT_MAX_IO_SIZE as usize;
@@ -144,7 +148,7 @@ fn sizes_round_down_to_the_sector_and_writes_stop_at_one_mib() {
 }
 
 #[test]
-fn inline_directions_and_small_requests_are_not_cut() {
+fn inline_directions_and_default_sizes_are_not_cut() {
     let rec = Recording::new();
     let cfg = EngineConfig {
         flags: PerfFlags {
@@ -154,8 +158,12 @@ fn inline_directions_and_small_requests_are_not_cut() {
         ..classic(0, 0)
     };
     let e = Engine::new(volume(rec.clone(), XTS, SIZE), cfg).unwrap();
-    e.write(0, pattern(128 << 10, 1), false).unwrap();
-    assert_eq!(rec.take(true), vec![128 << 10], "128 KiB: one piece");
+    e.write(0, pattern(1 << 20, 1), false).unwrap();
+    assert_eq!(
+        rec.take(true),
+        vec![1 << 20],
+        "sizes 0 (the default): no cut, as before Linux 6.11"
+    );
     e.read(0, 1 << 20).unwrap();
     assert_eq!(
         rec.take(false),
@@ -169,7 +177,13 @@ fn a_failed_piece_fails_the_request_once() {
     let fb = Arc::new(FaultBackend::new(
         MemBackend::new(SIZE + DATA_OFFSET).expect("mem"),
     ));
-    let e = Arc::new(Engine::new(volume(fb.clone(), XTS, SIZE), classic(0, 0)).unwrap());
+    let e = Arc::new(
+        Engine::new(
+            volume(fb.clone(), XTS, SIZE),
+            classic(DEFAULT_MAX_IO_SIZE, DEFAULT_MAX_IO_SIZE),
+        )
+        .unwrap(),
+    );
     e.write(0, pattern(1 << 20, 5), false).unwrap();
     // Fail reads of the third 128 KiB piece only.
     let at = DATA_OFFSET + (256 << 10);
