@@ -59,24 +59,9 @@ fn cs_volume_key(dev: &Path, header: Option<&Path>, keyfile: &Path) -> Vec<u8> {
         target.to_str().unwrap(),
     ]);
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut hex = String::new();
-    let mut on = false;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("MK dump:") {
-            on = true;
-            hex.push_str(rest);
-        } else if on && line.starts_with('\t') && !line.contains(':') {
-            hex.push_str(line);
-        } else if on {
-            break;
-        }
-    }
-    let hex: String = hex.split_whitespace().collect();
-    assert!(!hex.is_empty(), "no MK dump in: {text}");
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-        .collect()
+    let key = testutil::volume_key_from_dump(&text);
+    assert!(!key.is_empty(), "no MK dump in: {text}");
+    key
 }
 
 /// The oracle's transform of `data`.

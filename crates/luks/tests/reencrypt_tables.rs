@@ -22,24 +22,7 @@ fn volume_key(img: &Path, key: &Path) -> Vec<u8> {
         .arg(img)
         .output()
         .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut hex = String::new();
-    let mut on = false;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("MK dump:") {
-            on = true;
-            hex.push_str(rest);
-        } else if on && line.starts_with('\t') && !line.contains(':') {
-            hex.push_str(line);
-        } else if on {
-            break;
-        }
-    }
-    let hex: String = hex.split_whitespace().collect();
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-        .collect()
+    testutil::volume_key_from_dump(&String::from_utf8(out.stdout).unwrap())
 }
 
 #[test]

@@ -232,6 +232,27 @@ impl Drop for LoopDevice {
     }
 }
 
+/// The volume key in the text of `cryptsetup luksDump --dump-volume-key`
+/// (its `MK dump:` lines, hex); empty when there is none.
+pub fn volume_key_from_dump(text: &str) -> Vec<u8> {
+    let mut hex = String::new();
+    let mut on = false;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("MK dump:") {
+            on = true;
+            hex.push_str(rest);
+        } else if on && line.starts_with('\t') && !line.contains(':') {
+            hex.push_str(line);
+        } else if on {
+            break;
+        }
+    }
+    let hex: String = hex.split_whitespace().collect();
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex in MK dump"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

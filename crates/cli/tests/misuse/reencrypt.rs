@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::harness::{text, Case, Expect, Row};
+use crate::luks::rewrite_json;
 
 const PASS: &str = "correct horse";
 
@@ -31,23 +32,6 @@ fn volume(c: &mut Case, init: bool) -> (PathBuf, PathBuf) {
         assert!(o.status.success(), "init: {}", text(&o));
     }
     (img, key)
-}
-
-/// Edits the JSON of both header copies and re-seals their checksums.
-fn rewrite_json(img: &Path, edit: impl Fn(&mut Value)) {
-    let mut bytes = std::fs::read(img).expect("read image");
-    let hdr = u64::from_be_bytes(bytes[8..16].try_into().unwrap()) as usize;
-    for off in [0, hdr] {
-        let area = &mut bytes[off..off + hdr];
-        let end = area[4096..].iter().position(|&b| b == 0).unwrap();
-        let mut v: Value = serde_json::from_slice(&area[4096..4096 + end]).unwrap();
-        edit(&mut v);
-        let t = serde_json::to_vec(&v).unwrap();
-        area[4096..].fill(0);
-        area[4096..4096 + t.len()].copy_from_slice(&t);
-        luks::luks2::binary::seal(area);
-    }
-    std::fs::write(img, bytes).expect("write image");
 }
 
 /// The reencrypt keyslot of `v`.
