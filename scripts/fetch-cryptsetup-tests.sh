@@ -1,7 +1,7 @@
 #!/bin/bash
-# Fetches cryptsetup's LUKS2 metadata validation suite (tests/luks2-validation-test,
-# tests/generators/, tests/luks2_valid_hdr.img.xz; cryptsetup 2.6.1, GPL-2.0-or-later)
-# into DEST, from Debian bookworm's cryptsetup source package through apt with a
+# Fetches cryptsetup's test directory (cryptsetup 2.6.1, GPL-2.0-or-later: the LUKS2
+# metadata validation suite, the reencryption scripts, the tcrypt/bitlk/fvault2
+# compatibility images and scripts) into DEST, from Debian bookworm's cryptsetup source package through apt with a
 # private deb-src list (no root, no change to the system's apt configuration).
 # The suite is GPL: it is fetched at test time and never kept in this repository.
 #
@@ -10,7 +10,7 @@ set -euo pipefail
 
 dest=${1:?usage: $0 DEST}
 want=2.6.1
-if [ -x "$dest/tests/luks2-validation-test" ] && [ -d "$dest/tests/generators" ]; then
+if [ -f "$dest/tests/.ucrypt-fetched-$want" ]; then
     echo "$dest/tests"
     exit 0
 fi
@@ -36,8 +36,8 @@ case "$orig" in
     exit 1
     ;;
 esac
-tar -xf "$orig" -C "$work" "cryptsetup-$want/tests/luks2-validation-test" \
-    "cryptsetup-$want/tests/generators" "cryptsetup-$want/tests/luks2_valid_hdr.img.xz"
+tar -xf "$orig" -C "$work" "cryptsetup-$want/tests"
+touch "$work/cryptsetup-$want/tests/.ucrypt-fetched-$want"
 rm -rf "$dest/tests"
 mv "$work/cryptsetup-$want/tests" "$dest/tests"
 echo "$dest/tests"
