@@ -19,11 +19,17 @@
 //! one more worker), and the same late-start back-off (a helper that began
 //! a piece later than the piece took to run pauses these hand-offs). A
 //! helper already spinning takes pieces from [`OFFLOAD_MIN`]; waking a
-//! parked one (futex wake, then ~50–80 µs until it runs) is done only for
-//! a read of [`READ_WAKE_MIN`]: a read's wake-up delays the reply the
-//! completion thread would send at once (NBD 1M QD8 reads measured ~0.88
-//! of keeping them when a 1 MiB read could wake a helper; 4 MiB reads were
-//! even). Small requests (4 KiB) never move.
+//! parked one (futex wake, then ~50–80 µs until it runs) is done for a
+//! read of [`WAKE_MIN`] and up, as for a write. The completion thread is
+//! the one thread that sees every read finish: a 1 MiB read it decrypts
+//! and answers itself (the NBD reply is a 1 MiB socket write) is a
+//! completion it does not reap meanwhile. On a real disk (ext4 on virtio,
+//! O_DIRECT through io_uring) NBD 1M QD8 reads ran at ~0.76 of classic
+//! while only reads of 2 MiB and up could wake a helper, every 1 MiB read
+//! decrypted and answered on the completion thread. (That threshold came
+//! from tmpfs images served through io_uring, where a wake-up's delay
+//! showed against completions that took no time; a tmpfs image is now
+//! mapped and never takes this path.) Small requests (4 KiB) never move.
 //!
 //! Writes differ in who pays for keeping a piece: it is the connection
 //! thread, the one thread that receives every payload of its client, so a
@@ -49,8 +55,6 @@ use std::time::Instant;
 use super::{hint, Adaptive, Board, Task, OFFLOAD_MIN, WAKE_MIN};
 use crate::Ctx;
 
-/// Smallest read for whose decryption a parked helper is woken.
-const READ_WAKE_MIN: u64 = 2 << 20;
 /// Large writes' pieces (running or queued) per helper before the
 /// connection thread encrypts one itself. At 2, NBD 1M QD8 writes on one
 /// connection still had the connection thread encrypt about a third of
@@ -88,8 +92,7 @@ impl Adaptive {
         let taken = b.handoff_len.load(Relaxed) + b.busy.load(Relaxed);
         if taken < self.helpers {
             // A spinning helper is free at once; otherwise one must be woken.
-            let wake_min = if read { READ_WAKE_MIN } else { WAKE_MIN };
-            return b.spinning.load(Relaxed) > taken || len >= wake_min;
+            return b.spinning.load(Relaxed) > taken || len >= WAKE_MIN;
         }
         // Every helper taken: a large write still queues behind them.
         !read && len >= WAKE_MIN && taken < WRITE_QUEUE * self.helpers
