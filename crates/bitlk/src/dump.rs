@@ -90,17 +90,28 @@ impl Metadata {
     }
 
     /// `bitlkDump --dump-volume-key`'s text for the device `path` and the
-    /// volume key `key` (cryptsetup's layout: 16 bytes a line).
-    pub fn dump_volume_key(&self, path: &str, key: &[u8]) -> crypto::Secret {
+    /// volume key `key` (cryptsetup's layout: 16 bytes a line), or, when
+    /// the key went to `--volume-key-file` `stored_in`, the line saying so.
+    pub fn dump_volume_key(
+        &self,
+        path: &str,
+        key: &[u8],
+        stored_in: Option<&str>,
+    ) -> crypto::Secret {
         let mut o = crypto::Secret::with_capacity(256 + key.len() * 4);
         let head = format!(
-            "BITLK header information for {path}\nCipher name:   \t{}\nCipher mode:   \t{}\nUUID:          \t{}\nMK bits:       \t{}\nMK dump:\t",
+            "BITLK header information for {path}\nCipher name:   \t{}\nCipher mode:   \t{}\nUUID:          \t{}\nMK bits:       \t{}\n",
             self.cipher,
             self.cipher_mode,
             self.guid,
             key.len() * 8
         );
         o.extend_from_slice(head.as_bytes());
+        if let Some(file) = stored_in {
+            o.extend_from_slice(format!("Key stored to file {file}.\n").as_bytes());
+            return o;
+        }
+        o.extend_from_slice(b"MK dump:\t");
         for (i, b) in key.iter().enumerate() {
             if i > 0 && i % 16 == 0 {
                 o.extend_from_slice(b"\n\t\t");

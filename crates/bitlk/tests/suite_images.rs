@@ -174,7 +174,7 @@ fn cryptsetup_bitlk_images() {
                 &keys[0][..],
                 "{name}: volume key"
             );
-            let ours = m.dump_volume_key(&path, &keys[0]);
+            let ours = m.dump_volume_key(&path, &keys[0], None);
             assert_eq!(
                 ours.as_str(),
                 Some(&*theirs),

@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
 
+mod bitlk;
 mod mapping;
+pub use bitlk::{bitlk_as_luks, load_bitlk_metadata, unlock_bitlk};
 pub use mapping::{Mapping, PlainGiven};
 
 /// What kind of volume is served (shown by `status` as `type`; on the
@@ -49,16 +51,19 @@ pub enum VolumeType {
     Luks2,
     /// A LUKS volume whose version could not be read back.
     Luks,
+    /// A BitLocker volume (`--type bitlk`).
+    Bitlk,
 }
 
 impl VolumeType {
-    /// `PLAIN`, `LUKS1`, `LUKS2` or `LUKS`, as `cryptsetup status` prints.
+    /// `PLAIN`, `LUKS1`, `LUKS2`, `LUKS` or `BITLK`, as `cryptsetup status` prints.
     pub fn name(self) -> &'static str {
         match self {
             Self::Plain => "PLAIN",
             Self::Luks1 => "LUKS1",
             Self::Luks2 => "LUKS2",
             Self::Luks => "LUKS",
+            Self::Bitlk => "BITLK",
         }
     }
 

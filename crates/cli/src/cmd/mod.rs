@@ -1,5 +1,6 @@
 //! Subcommand groups, one module per owner crate.
 pub mod bench;
+pub mod bitlk;
 pub mod crypt;
 pub mod daemon;
 pub mod docs;

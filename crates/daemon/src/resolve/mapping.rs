@@ -7,7 +7,8 @@
 //! ```text
 //!  Mapping ─ resolve ─┬─ --table-stdin: the parent's table (detached daemon)
 //!                     ├─ plain: --table line, or PlainOptions::open
-//!                     └─ LUKS: load header ─ passphrase ─ unlock
+//!                     ├─ LUKS: load header ─ passphrase ─ unlock
+//!                     └─ BITLK: read metadata ─ passphrase/.BEK ─ unlock
 //!          ─ test_passphrase: the LUKS branch, then stop
 //! ```
 
@@ -16,7 +17,7 @@ use std::path::Path;
 use crypto::table::Targets;
 use luks::passphrase::KeyfileRange;
 
-use super::{device, plain_table_arg, unlock_reencrypting, Luks, VolumeType};
+use super::{device, plain_table_arg, unlock_bitlk, unlock_reencrypting, Luks, VolumeType};
 use crate::error::{invalid, Result};
 use crate::plain::PlainOptions;
 
@@ -157,6 +158,7 @@ impl Mapping<'_> {
         let table = crate::detach::read_table_stdin()?;
         let kind = match self.kind {
             None | Some(VolumeType::Plain) => VolumeType::Plain,
+            Some(VolumeType::Bitlk) => VolumeType::Bitlk,
             _ => VolumeType::of_header(self.header.unwrap_or(device)),
         };
         Ok((table, kind))
@@ -216,6 +218,15 @@ impl Mapping<'_> {
         }
         if self.table.is_some() {
             return Err(invalid("--table is only for --type plain"));
+        }
+        if kind == VolumeType::Bitlk {
+            if self.header.is_some() || self.key_slot.is_some() {
+                return Err(invalid(
+                    "--header and --key-slot are not supported for BITLK devices",
+                ));
+            }
+            let t = unlock_bitlk(device, self.key_file, self.plain.range(), &mut say)?;
+            return Ok((t, VolumeType::Bitlk));
         }
         let want = Some(kind).filter(|k| *k != VolumeType::Luks);
         let range = self.plain.range();
