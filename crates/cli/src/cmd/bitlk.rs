@@ -35,6 +35,9 @@ pub struct DumpArgs {
     /// With --dump-volume-key: write the key to this file instead.
     #[arg(long, requires = "dump_volume_key")]
     volume_key_file: Option<PathBuf>,
+    /// Read-only (accepted as cryptsetup accepts it: a dump never writes).
+    #[arg(long, short = 'r')]
+    readonly: bool,
 }
 
 impl Commands {
@@ -47,6 +50,7 @@ impl Commands {
 }
 
 fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+    let _ = a.readonly;
     let path = a.device.display().to_string();
     if !a.dump_volume_key {
         let f = std::fs::File::open(&a.device).map_err(|_| {
