@@ -133,6 +133,8 @@ enum Command {
     Reencrypt(cmd::reencrypt::Commands),
     #[command(flatten)]
     Bitlk(cmd::bitlk::Commands),
+    #[command(flatten)]
+    Fvault2(cmd::fvault2::Commands),
 }
 
 /// Entry point used by `main.rs`.
@@ -174,6 +176,7 @@ pub fn main() -> ExitCode {
         Command::Bench(c) => c.run(),
         Command::Reencrypt(c) => c.run(g),
         Command::Bitlk(c) => c.run(g),
+        Command::Fvault2(c) => c.run(g),
     };
     let code = match result {
         Ok(()) => 0,

@@ -79,6 +79,15 @@ pub enum Source<'a> {
         /// The part of it that is read.
         range: luks::passphrase::KeyfileRange,
     },
+    /// `--fvault2 DEVICE`: the FileVault 2 volume's table (read only).
+    Fvault2 {
+        /// The FileVault 2 device.
+        device: &'a Path,
+        /// The passphrase's file.
+        key_file: Option<&'a Path>,
+        /// The part of it that is read.
+        range: luks::passphrase::KeyfileRange,
+    },
 }
 
 impl Source<'_> {
@@ -137,6 +146,17 @@ impl Source<'_> {
                 }
                 let device = crate::resolve::device(device)?;
                 crate::resolve::unlock_bitlk(&device, key_file, range, warn)
+            }
+            Source::Fvault2 {
+                device,
+                key_file,
+                range,
+            } => {
+                if !stdin_free {
+                    return Err(invalid("FVAULT2 devices are mapped read-only: use --read"));
+                }
+                let device = crate::resolve::device(device)?;
+                crate::resolve::unlock_fvault2(&device, key_file, range)
             }
         }
     }

@@ -75,6 +75,8 @@ pub enum TypeArg {
     /// BitLocker (passphrase, recovery password, or a .BEK startup key
     /// as --key-file).
     Bitlk,
+    /// FileVault 2 (passphrase; read-only, as cryptsetup).
+    Fvault2,
 }
 
 impl TypeArg {
@@ -86,6 +88,7 @@ impl TypeArg {
             Self::Luks2 => VolumeType::Luks2,
             Self::Plain => VolumeType::Plain,
             Self::Bitlk => VolumeType::Bitlk,
+            Self::Fvault2 => VolumeType::Fvault2,
         }
     }
 
@@ -94,7 +97,7 @@ impl TypeArg {
     pub fn luks_version(self) -> Option<VolumeType> {
         match self {
             Self::Luks1 | Self::Luks2 => Some(self.kind()),
-            Self::Luks | Self::Plain | Self::Bitlk => None,
+            Self::Luks | Self::Plain | Self::Bitlk | Self::Fvault2 => None,
         }
     }
 }
@@ -330,9 +333,14 @@ impl OpenOptions {
     /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
     pub fn detach(self, exe: &Path, table: Targets, volume_type: VolumeType) -> Result<Ping> {
         let mut args = self.child_args(volume_type == VolumeType::Plain);
-        if volume_type == VolumeType::Bitlk {
+        let foreign = match volume_type {
+            VolumeType::Bitlk => Some("--type=bitlk"),
+            VolumeType::Fvault2 => Some("--type=fvault2"),
+            _ => None,
+        };
+        if let Some(t) = foreign {
             for a in args.iter_mut().filter(|a| *a == "--type=luks") {
-                *a = "--type=bitlk".into();
+                *a = t.into();
             }
         }
         let lock = match &self.lock {

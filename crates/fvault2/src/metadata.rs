@@ -360,6 +360,19 @@ impl Metadata {
         )
     }
 
+    /// `fvault2Dump --dump-volume-key`'s text: the dump, then the key.
+    pub fn dump_volume_key(&self, path: &str, key: &[u8]) -> Secret {
+        let mut o = Secret::with_capacity(1024);
+        o.extend_from_slice(self.dump(path).as_bytes());
+        o.extend_from_slice(b"Volume key:       \t");
+        for b in key {
+            o.push_hex(&[*b]);
+            o.push(b' ');
+        }
+        o.push(b'\n');
+        o
+    }
+
     /// The table over `device` (`device_size` bytes) with volume key `key`:
     /// one `aes-xts-plain64` target over the logical volume.
     pub fn targets(&self, device: &str, device_size: u64, key: &Secret) -> Result<Targets> {

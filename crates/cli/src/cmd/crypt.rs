@@ -34,7 +34,7 @@ pub enum Commands {
 /// Arguments of `ucrypt map`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["read", "write"])))]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "bitlk"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "bitlk", "fvault2"])))]
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
@@ -54,6 +54,10 @@ pub struct MapArgs {
     /// --key-file).
     #[arg(long, value_name = "DEVICE")]
     pub bitlk: Option<PathBuf>,
+    /// Map the FileVault 2 volume on this device (read-only: --read only;
+    /// unlocked by passphrase or --key-file).
+    #[arg(long, value_name = "DEVICE", conflicts_with = "write")]
+    pub fvault2: Option<PathBuf>,
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
@@ -106,18 +110,23 @@ impl Commands {
                 // The line may hold the key in hex: wipe it once parsed.
                 let line = a.table.map(Zeroizing::new);
                 let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
-                let source = match (&line, &a.luks, &a.bitlk) {
-                    (_, _, Some(device)) => Source::Bitlk {
+                let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
+                    (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
                         key_file,
                         range,
                     },
-                    (Some(line), _, _) => Source::Table {
+                    (_, _, Some(device), None) => Source::Bitlk {
+                        device,
+                        key_file,
+                        range,
+                    },
+                    (Some(line), _, _, _) => Source::Table {
                         line,
                         key_file,
                         range,
                     },
-                    (None, Some(device), None) => Source::Luks {
+                    (None, Some(device), None, None) => Source::Luks {
                         device,
                         header: a.header.as_deref(),
                         key_file,
@@ -125,8 +134,8 @@ impl Commands {
                         key_slot: a.key_slot,
                     },
                     // clap's "source" group requires one of them.
-                    (None, None, None) => {
-                        return Err(Failure::usage("Give --table, --luks or --bitlk"))
+                    (None, None, None, None) => {
+                        return Err(Failure::usage("Give --table, --luks, --bitlk or --fvault2"))
                     }
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;

@@ -4,6 +4,7 @@ pub mod bitlk;
 pub mod crypt;
 pub mod daemon;
 pub mod docs;
+pub mod fvault2;
 pub mod header;
 pub mod luks;
 pub mod plain;
