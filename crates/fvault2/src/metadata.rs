@@ -296,10 +296,10 @@ impl Metadata {
             family_uuid,
             log_vol_off,
             log_vol_size,
-            pbkdf2_iters: keys.0,
-            pbkdf2_salt: keys.1,
-            wrapped_kek: keys.2,
-            wrapped_vk: keys.3,
+            pbkdf2_iters: keys.iters,
+            pbkdf2_salt: keys.salt,
+            wrapped_kek: keys.kek,
+            wrapped_vk: keys.vk,
         })
     }
 
@@ -399,8 +399,16 @@ impl Metadata {
     }
 }
 
-/// Block 0x0019: (iterations, salt, wrapped KEK, wrapped volume key).
-fn parse_0019(b: &[u8]) -> Option<(u32, [u8; 16], [u8; 24], [u8; 24])> {
+/// Block 0x0019's passphrase data.
+struct Keys {
+    iters: u32,
+    salt: [u8; SALT_SIZE],
+    kek: [u8; WRAPPED_KEY_SIZE],
+    vk: [u8; WRAPPED_KEY_SIZE],
+}
+
+/// Block 0x0019: the PBKDF2 parameters and the two wrapped keys.
+fn parse_0019(b: &[u8]) -> Option<Keys> {
     use base64::Engine as _;
     let off = u32le(b, 112)? as usize;
     let size = u32le(b, 116)? as usize;
@@ -417,7 +425,12 @@ fn parse_0019(b: &[u8]) -> Option<(u32, [u8; 16], [u8; 24], [u8; 24])> {
     let salt = pwk.get(8..24)?.try_into().ok()?;
     let kek = pwk.get(32..56)?.try_into().ok()?;
     let vk = kwvk.get(8..32)?.try_into().ok()?;
-    Some((iters, salt, kek, vk))
+    Some(Keys {
+        iters,
+        salt,
+        kek,
+        vk,
+    })
 }
 
 /// Block 0x001a: (logical volume size, family UUID).
