@@ -131,6 +131,10 @@ enum Command {
     Bench(cmd::bench::Commands),
     #[command(flatten)]
     Reencrypt(cmd::reencrypt::Commands),
+    #[command(flatten)]
+    Bitlk(cmd::bitlk::Commands),
+    #[command(flatten)]
+    Fvault2(cmd::fvault2::Commands),
 }
 
 /// Entry point used by `main.rs`.
@@ -171,6 +175,8 @@ pub fn main() -> ExitCode {
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
         Command::Reencrypt(c) => c.run(g),
+        Command::Bitlk(c) => c.run(g),
+        Command::Fvault2(c) => c.run(g),
     };
     let code = match result {
         Ok(()) => 0,

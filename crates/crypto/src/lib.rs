@@ -28,6 +28,7 @@ use std::fmt;
 use zeroize::Zeroizing;
 
 mod cipher;
+mod elephant;
 mod error;
 pub mod secret;
 pub mod spec;
@@ -86,6 +87,8 @@ pub struct SectorCrypt {
     iv_offset: u64,
     iv_large_sectors: bool,
     tfms: Vec<Tfm>,
+    /// The Elephant key's AES (IV mode `elephant` only).
+    elephant: Option<Prim>,
 }
 
 impl fmt::Debug for SectorCrypt {
@@ -124,11 +127,25 @@ impl SectorCrypt {
             )));
         }
         spec.check_key_len(cfg.key.len())?;
+        // elephant: the chain mode's key, then the Elephant key
+        // (dm-crypt's `key_extra_size`, half the key).
+        let (key, elephant) = if spec.iv == IvMode::Elephant {
+            let (k, e) = cfg.key.split_at(cfg.key.len() / 2);
+            let bad = || {
+                error::key(format!(
+                    "Error decoding and setting key for {}",
+                    spec.as_str()
+                ))
+            };
+            (k, Some(Prim::aes(e).ok_or_else(bad)?))
+        } else {
+            (&cfg.key[..], None)
+        };
         let n = spec.key_count as usize;
-        let sub = cfg.key.len() / n;
+        let sub = key.len() / n;
         let mut tfms = Vec::with_capacity(n);
         for i in 0..n {
-            let k = &cfg.key[i * sub..(i + 1) * sub];
+            let k = &key[i * sub..(i + 1) * sub];
             tfms.push(build_tfm(&spec, k, provider, ss as usize)?);
         }
         Ok(Self {
@@ -138,6 +155,7 @@ impl SectorCrypt {
             iv_offset: cfg.iv_offset,
             iv_large_sectors: cfg.iv_large_sectors,
             tfms,
+            elephant,
         })
     }
 
@@ -195,7 +213,57 @@ impl SectorCrypt {
     }
 
     /// Converts `out`'s bytes.
-    fn convert(&self, dir: Dir, sector: u64, mut out: Out<'_>) {
+    fn convert(&self, dir: Dir, sector: u64, out: Out<'_>) {
+        match &self.elephant {
+            None => self.convert_chain(dir, sector, out),
+            Some(key) => self.convert_elephant(key, dir, sector, out),
+        }
+    }
+
+    /// IV mode `elephant`: the diffuser runs on each sector before the
+    /// chain mode encrypts it and after it decrypts it, in place (the
+    /// output is first made a copy of the input).
+    fn convert_elephant(&self, key: &Prim, dir: Dir, sector: u64, out: Out<'_>) {
+        let buf: &mut [u8] = match out {
+            Out::InPlace(b) => b,
+            Out::To(src, dst) => {
+                assert_eq!(
+                    src.len(),
+                    dst.len(),
+                    "source and destination differ in length"
+                );
+                dst.copy_from_slice(src);
+                dst
+            }
+            Out::Append(src, v) => {
+                let at = v.len();
+                v.extend_from_slice(src);
+                &mut v[at..]
+            }
+        };
+        let ss = self.sector_size;
+        let step = (ss / 512) as u64;
+        let shift = if self.iv_large_sectors { self.shift } else { 0 };
+        let base = sector.wrapping_add(self.iv_offset);
+        // The byte offset eboiv and the sector key use: iv_sector * sector_size.
+        let offset = |i: usize| {
+            (base.wrapping_add((i as u64).wrapping_mul(step)) >> shift).wrapping_mul(ss as u64)
+        };
+        if dir == Dir::Encrypt {
+            for (i, s) in buf.chunks_exact_mut(ss).enumerate() {
+                elephant::before_encrypt(key, offset(i), s);
+            }
+        }
+        self.convert_chain(dir, sector, Out::InPlace(buf));
+        if dir == Dir::Decrypt {
+            for (i, s) in buf.chunks_exact_mut(ss).enumerate() {
+                elephant::after_decrypt(key, offset(i), s);
+            }
+        }
+    }
+
+    /// Converts `out`'s bytes with the chain mode and the IV generator.
+    fn convert_chain(&self, dir: Dir, sector: u64, mut out: Out<'_>) {
         let step = (self.sector_size / 512) as u64;
         let len = out.len();
         assert!(
@@ -291,7 +359,7 @@ impl SectorCrypt {
                 u128::from((s << 5).wrapping_add(1)).to_be_bytes()
             }),
             // Byte offset (iv_sector * sector_size), encrypted below.
-            IvMode::Eboiv => fill_with(ivs, at, |s, ss| {
+            IvMode::Eboiv | IvMode::Elephant => fill_with(ivs, at, |s, ss| {
                 u128::from(s.wrapping_mul(ss)).to_le_bytes()
             }),
         }
@@ -301,7 +369,7 @@ impl SectorCrypt {
                     e.encrypt_ivs(ivs);
                 }
             }
-            IvMode::Eboiv => {
+            IvMode::Eboiv | IvMode::Elephant => {
                 // The first key's chain mode encrypts a zero block with the
                 // byte offset as its IV (dm-crypt uses tfms[0] always).
                 let mut zero = [0u8; 16 * IV_BATCH];

@@ -148,6 +148,9 @@ pub enum IvMode {
     Null,
     /// Encrypted byte offset (BitLocker).
     Eboiv,
+    /// `eboiv` plus BitLocker's Elephant diffuser: the second half of the
+    /// key keys the sector key, the first half the chain mode.
+    Elephant,
 }
 
 /// A parsed cipher spec. `Display` gives back the text it was parsed from.
@@ -278,7 +281,16 @@ impl CipherSpec {
                 Some("benbi") => IvMode::Benbi,
                 Some("null") => IvMode::Null,
                 Some("eboiv") => IvMode::Eboiv,
-                Some(m @ ("lmk" | "tcw" | "random" | "elephant")) => {
+                Some("elephant") => {
+                    // The kernel keys its sector-key cipher as ecb(aes).
+                    if cipher != BlockCipher::Aes || key_count != 1 {
+                        return Err(error::unsupported(format!(
+                            "IV mode \"elephant\" (in {text:?}) needs aes with one key"
+                        )));
+                    }
+                    IvMode::Elephant
+                }
+                Some(m @ ("lmk" | "tcw" | "random")) => {
                     return Err(error::unsupported(format!(
                         "IV mode {m:?} (in {text:?}) is not supported yet"
                     )));
@@ -317,6 +329,10 @@ impl CipherSpec {
 
     /// Valid lengths of one key part (one `keycount` share) in bytes.
     pub fn subkey_sizes(&self) -> &'static [usize] {
+        if self.iv == IvMode::Elephant {
+            // Chain-mode key and Elephant key of the same size.
+            return &[32, 48, 64];
+        }
         match (self.cipher, self.chain) {
             (BlockCipher::Null, _) => &[0],
             (_, ChainMode::Xts) => &[32, 48, 64],
@@ -557,7 +573,13 @@ mod tests {
         assert!(e("aes-cbc-bogus").contains("Invalid IV mode"));
         assert!(e("xts(aes)-plain64").contains("Bad cipher specification"));
         assert!(e("aes-cbc-essiv:sha512").contains("Error allocating crypto tfm"));
-        for m in ["lmk", "tcw", "random", "elephant"] {
+        assert!(e("serpent-cbc-elephant").contains("needs aes with one key"));
+        assert!(e("aes:2-cbc-elephant").contains("needs aes with one key"));
+        let el = CipherSpec::parse("aes-cbc-elephant").unwrap();
+        assert_eq!(el.iv, IvMode::Elephant);
+        assert!(el.check_key_len(32).is_ok() && el.check_key_len(64).is_ok());
+        assert!(el.check_key_len(16).is_err());
+        for m in ["lmk", "tcw", "random"] {
             assert!(
                 e(&format!("aes-cbc-{m}")).contains("not supported yet"),
                 "{m}"

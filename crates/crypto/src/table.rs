@@ -30,7 +30,7 @@ use crate::error;
 use crate::{CipherSpec, CryptConfig, Error, Secret, SectorCrypt};
 
 mod targets;
-pub use targets::{Linear, Target, Targets};
+pub use targets::{Linear, Target, Targets, Zero};
 
 /// Optional parameters of a crypt table line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

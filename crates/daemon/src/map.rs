@@ -68,6 +68,26 @@ pub enum Source<'a> {
         /// Only this keyslot.
         key_slot: Option<u32>,
     },
+    /// `--bitlk DEVICE`: the BitLocker volume's table, unlocked with a
+    /// passphrase, recovery password or `.BEK` file from `key_file` or a
+    /// prompt.
+    Bitlk {
+        /// The BitLocker device.
+        device: &'a Path,
+        /// The passphrase's (or startup key's) file.
+        key_file: Option<&'a Path>,
+        /// The part of it that is read.
+        range: luks::passphrase::KeyfileRange,
+    },
+    /// `--fvault2 DEVICE`: the FileVault 2 volume's table (read only).
+    Fvault2 {
+        /// The FileVault 2 device.
+        device: &'a Path,
+        /// The passphrase's file.
+        key_file: Option<&'a Path>,
+        /// The part of it that is read.
+        range: luks::passphrase::KeyfileRange,
+    },
 }
 
 impl Source<'_> {
@@ -112,6 +132,31 @@ impl Source<'_> {
                     device, header, key_file, range, key_slot, None, warn,
                 )?;
                 Ok(table)
+            }
+            Source::Bitlk {
+                device,
+                key_file,
+                range,
+            } => {
+                let prompt_reads_stdin = key_file.is_none() && !io::stdin().is_terminal();
+                if !stdin_free && (key_file == Some(Path::new("-")) || prompt_reads_stdin) {
+                    return Err(invalid(
+                        "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
+                    ));
+                }
+                let device = crate::resolve::device(device)?;
+                crate::resolve::unlock_bitlk(&device, key_file, range, warn)
+            }
+            Source::Fvault2 {
+                device,
+                key_file,
+                range,
+            } => {
+                if !stdin_free {
+                    return Err(invalid("FVAULT2 devices are mapped read-only: use --read"));
+                }
+                let device = crate::resolve::device(device)?;
+                crate::resolve::unlock_fvault2(&device, key_file, range)
             }
         }
     }

@@ -72,6 +72,11 @@ pub enum TypeArg {
     /// Plain dm-crypt: built from --cipher, --key-size, --hash, ... as
     /// cryptsetup does, or given as a --table line.
     Plain,
+    /// BitLocker (passphrase, recovery password, or a .BEK startup key
+    /// as --key-file).
+    Bitlk,
+    /// FileVault 2 (passphrase; read-only, as cryptsetup).
+    Fvault2,
 }
 
 impl TypeArg {
@@ -82,6 +87,8 @@ impl TypeArg {
             Self::Luks1 => VolumeType::Luks1,
             Self::Luks2 => VolumeType::Luks2,
             Self::Plain => VolumeType::Plain,
+            Self::Bitlk => VolumeType::Bitlk,
+            Self::Fvault2 => VolumeType::Fvault2,
         }
     }
 
@@ -90,7 +97,7 @@ impl TypeArg {
     pub fn luks_version(self) -> Option<VolumeType> {
         match self {
             Self::Luks1 | Self::Luks2 => Some(self.kind()),
-            Self::Luks | Self::Plain => None,
+            Self::Luks | Self::Plain | Self::Bitlk | Self::Fvault2 => None,
         }
     }
 }
@@ -325,7 +332,17 @@ impl OpenOptions {
     /// Starts the daemon detached (`exe` is this binary), hands it `table`
     /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
     pub fn detach(self, exe: &Path, table: Targets, volume_type: VolumeType) -> Result<Ping> {
-        let args = self.child_args(volume_type == VolumeType::Plain);
+        let mut args = self.child_args(volume_type == VolumeType::Plain);
+        let foreign = match volume_type {
+            VolumeType::Bitlk => Some("--type=bitlk"),
+            VolumeType::Fvault2 => Some("--type=fvault2"),
+            _ => None,
+        };
+        if let Some(t) = foreign {
+            for a in args.iter_mut().filter(|a| *a == "--type=luks") {
+                *a = t.into();
+            }
+        }
         let lock = match &self.lock {
             Some(l) => Arc::clone(l),
             None => Arc::new(runtime::claim(&self.name, false)?.lock),

@@ -32,7 +32,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, Error, ErrorKind, Result};
 
+mod bitlk;
+mod fvault2;
 mod mapping;
+pub use bitlk::{bitlk_as_luks, load_bitlk_metadata, unlock_bitlk};
+pub use fvault2::{fvault2_as_luks, load_fvault2_metadata, unlock_fvault2};
 pub use mapping::{Mapping, PlainGiven};
 
 /// What kind of volume is served (shown by `status` as `type`; on the
@@ -49,16 +53,22 @@ pub enum VolumeType {
     Luks2,
     /// A LUKS volume whose version could not be read back.
     Luks,
+    /// A BitLocker volume (`--type bitlk`).
+    Bitlk,
+    /// A FileVault 2 volume (`--type fvault2`, read-only).
+    Fvault2,
 }
 
 impl VolumeType {
-    /// `PLAIN`, `LUKS1`, `LUKS2` or `LUKS`, as `cryptsetup status` prints.
+    /// `PLAIN`, `LUKS1`, `LUKS2`, `LUKS`, `BITLK` or `FVAULT2`, as `cryptsetup status` prints.
     pub fn name(self) -> &'static str {
         match self {
             Self::Plain => "PLAIN",
             Self::Luks1 => "LUKS1",
             Self::Luks2 => "LUKS2",
             Self::Luks => "LUKS",
+            Self::Bitlk => "BITLK",
+            Self::Fvault2 => "FVAULT2",
         }
     }
 

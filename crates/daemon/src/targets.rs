@@ -1,6 +1,7 @@
 //! A table's targets as the engine serves them: one crypt line is the
 //! [`datapath::Volume`] it always was; several lines (or a linear one)
-//! become a [`datapath::Mapping`], one cipher per crypt target.
+//! become a [`datapath::Mapping`], one cipher per crypt target (a zero
+//! target reads zeros and drops writes).
 
 use std::sync::Arc;
 
@@ -16,12 +17,13 @@ pub(crate) fn mapping(table: &Targets, backend: Arc<dyn backend::Backend>) -> Re
     for t in table.targets() {
         let crypt = match t {
             Target::Crypt(c) => Some(Arc::new(cipher(c)?)),
-            Target::Linear(_) => None,
+            Target::Linear(_) | Target::Zero(_) => None,
         };
         targets.push(datapath::Target {
             len: t.len().saturating_mul(512),
             offset: t.offset().saturating_mul(512),
             crypt,
+            zero: matches!(t, Target::Zero(_)),
         });
     }
     Ok(Mapping { backend, targets })

@@ -69,7 +69,10 @@ pub fn close(name: &str, stale_mount: impl FnOnce(&Path)) -> Result<()> {
 pub fn resume(name: &str, unlock: impl FnOnce(&Path, VolumeType) -> Result<Table>) -> Result<()> {
     runtime::check_name(name)?;
     let st = control::status(name, QUERY_TIMEOUT)?;
-    if st.volume_type == VolumeType::Plain {
+    if matches!(
+        st.volume_type,
+        VolumeType::Plain | VolumeType::Bitlk | VolumeType::Fvault2
+    ) {
         return Err(invalid("This operation is supported only for LUKS device."));
     }
     if !st.suspended {

@@ -147,8 +147,11 @@ pub struct Target {
     pub offset: u64,
     /// The target's cipher (its `iv_offset`, sector size and
     /// `iv_large_sectors` inside, sectors counted from the target's
-    /// start); `None` for a `linear` target.
+    /// start); `None` for a `linear` or `zero` target.
     pub crypt: Option<Arc<SectorCrypt>>,
+    /// A `zero` target (dm-zero): reads give zeros, writes are dropped,
+    /// the backend is not touched (`offset` and `crypt` unused).
+    pub zero: bool,
 }
 
 /// A mapping made of several targets on one backend, contiguous from

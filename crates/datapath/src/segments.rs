@@ -1,5 +1,6 @@
-//! Multi-target mappings: one device made of several dm targets (crypt or
-//! linear), as cryptsetup maps a LUKS2 volume in mid-reencryption.
+//! Multi-target mappings: one device made of several dm targets (crypt,
+//! linear or zero), as cryptsetup maps a LUKS2 volume in mid-reencryption
+//! or a BitLocker volume (its metadata areas as dm-zero targets).
 //!
 //! ```text
 //!  mapping sectors  0 ─────────── A ─────────────── B ───────── end
@@ -28,6 +29,10 @@
 //!   into pieces that run one after the other in the submitter, unfused,
 //!   two passes each ([`run_split`]); requests inside one run take the
 //!   mode's usual path.
+//! - **Zero targets** are runs of their own that never reach a mode or
+//!   the backend: any request touching one takes [`run_split`], which
+//!   answers a zero piece's read with zeros and drops its writes, as
+//!   dm-zero does. A mapping with one is never uniform.
 //!
 //! Every target boundary is a multiple of the mapping's logical block
 //! size (the largest target sector size, as dm stacks limits), so every
@@ -59,6 +64,8 @@ pub(crate) struct Seg {
     /// Device byte offset of the target's first sector.
     dev: u64,
     crypt: Option<Arc<SectorCrypt>>,
+    /// A dm-zero target.
+    zero: bool,
 }
 
 /// A multi-target mapping's targets, sorted and contiguous from 0.
@@ -91,10 +98,10 @@ impl Segs {
                     t.offset
                 )));
             }
-            let fits = t
-                .offset
-                .checked_add(t.len)
-                .is_some_and(|e| e <= backend_size);
+            let fits = t.zero
+                || t.offset
+                    .checked_add(t.len)
+                    .is_some_and(|e| e <= backend_size);
             if !fits {
                 return Err(Error::Invalid(format!(
                     "Target {} ({} bytes at offset {}) does not fit the {backend_size}-byte backend",
@@ -109,13 +116,15 @@ impl Segs {
             segs.push(Seg {
                 start: at / 512,
                 end: end / 512,
-                dev: t.offset,
-                crypt: t.crypt.clone(),
+                dev: if t.zero { 0 } else { t.offset },
+                crypt: if t.zero { None } else { t.crypt.clone() },
+                zero: t.zero,
             });
             at = end;
         }
         let delta = |s: &Seg| i128::from(s.dev) - i128::from(s.start) * 512;
-        let uniform = segs.windows(2).all(|w| delta(&w[0]) == delta(&w[1]));
+        let uniform =
+            !segs.iter().any(|s| s.zero) && segs.windows(2).all(|w| delta(&w[0]) == delta(&w[1]));
         let null = segs
             .iter()
             .all(|s| s.crypt.as_ref().is_none_or(|c| c.is_null()));
@@ -153,11 +162,17 @@ impl Segs {
         s.dev + (offset - s.start * 512)
     }
 
+    /// Whether mapping byte `offset` lies in a zero target.
+    fn zero_at(&self, offset: u64) -> bool {
+        self.segs[self.find(offset / 512)].zero
+    }
+
     /// Where the run of targets holding `offset` ends on the mapping (in
-    /// bytes): the next target whose device distance differs starts there.
+    /// bytes): the next target whose device distance differs, or that is
+    /// a zero target where this one is not (or the reverse), starts there.
     fn run_end(&self, offset: u64) -> u64 {
         let mut i = self.find(offset / 512);
-        let d = |s: &Seg| i128::from(s.dev) - i128::from(s.start) * 512;
+        let d = |s: &Seg| (s.zero, i128::from(s.dev) - i128::from(s.start) * 512);
         while i + 1 < self.segs.len() && d(&self.segs[i + 1]) == d(&self.segs[i]) {
             i += 1;
         }
@@ -255,13 +270,14 @@ impl Cipher {
     }
 }
 
-/// True when `w` crosses from one device run of `segs` to another (only
-/// possible when the targets are not [`Segs::uniform`]).
+/// True when `w` crosses from one device run of `segs` to another, or
+/// touches a zero target (only possible when the targets are not
+/// [`Segs::uniform`]).
 pub(crate) fn crosses(segs: &Segs, w: &Work) -> bool {
     match range_of(w) {
         Some(r) => {
             let off = r.sector() * 512;
-            off + r.len() > segs.run_end(off)
+            off + r.len() > segs.run_end(off) || segs.zero_at(off)
         }
         None => false,
     }
@@ -301,6 +317,14 @@ pub(crate) fn run_split(
     while off < r.len() {
         let abs = r.sector() * 512 + off;
         let n = (segs.run_end(abs) - abs).min(r.len() - off);
+        if segs.zero_at(abs) {
+            // dm-zero: zeros read, writes dropped, the backend untouched.
+            if let Some(o) = out.as_mut() {
+                o.resize(o.len() + n as usize, 0);
+            }
+            off += n;
+            continue;
+        }
         let piece = r.remap(off, n, segs.at(abs));
         let pw = match kind {
             0 => Work::Read(piece),

@@ -5,6 +5,8 @@
 //! (data shift); checked against a reference computed per target with
 //! separate `SectorCrypt`s over the raw backend. Then a live reload that
 //! moves a boundary under concurrent IO, as a reencryption step does.
+//! Zero targets (dm-zero, as BitLocker's table has them) read zeros and
+//! drop writes without touching the backend.
 
 mod common;
 
@@ -24,6 +26,9 @@ struct T {
     /// `None`: linear. Else (key seed, sector size, iv_offset, large IVs).
     crypt: Option<(u8, u32, u64, bool)>,
 }
+
+/// `T::offset` of a zero target (its offset is unused).
+const ZERO: u64 = u64::MAX / 1024;
 
 fn cipher(seed: u8, ss: u32, iv_offset: u64, large: bool) -> Arc<SectorCrypt> {
     Arc::new(
@@ -47,6 +52,7 @@ fn mapping(b: &Arc<dyn Backend>, ts: &[T]) -> Mapping {
                 len: t.len * 512,
                 offset: t.offset * 512,
                 crypt: t.crypt.map(|(k, ss, iv, l)| cipher(k, ss, iv, l)),
+                zero: t.offset == ZERO,
             })
             .collect(),
     }
@@ -251,6 +257,77 @@ fn every_mode_serves_a_target_list() {
                 ));
                 e.shutdown().unwrap();
             }
+        }
+    }
+}
+
+#[test]
+fn zero_targets_read_zeros_and_drop_writes() {
+    // As a BitLocker table: the header's sectors from further on the
+    // device at sector 0, a zero target over the metadata, crypt around.
+    let ts = [
+        T {
+            len: 64,
+            offset: 1000,
+            crypt: Some((3, 512, 1000, false)),
+        },
+        T {
+            len: 16,
+            offset: ZERO,
+            crypt: None,
+        },
+        T {
+            len: 120,
+            offset: 80,
+            crypt: Some((3, 512, 80, false)),
+        },
+        T {
+            len: 8,
+            offset: ZERO,
+            crypt: None,
+        },
+    ];
+    let size = total(&ts);
+    for store in [Store::Mem, Store::File] {
+        for (cname, cfg, forced) in configs() {
+            let what = format!("{store:?} / {cname}");
+            let bk = backing(store, 2048 * 512);
+            bk.backend
+                .write_at(&vec![0xab; 2048 * 512], 0, false)
+                .expect(&what);
+            let e = Engine::with_mapping(mapping(&bk.backend, &ts), cfg).expect(&what);
+            e.force_split(forced);
+            assert_eq!(e.size(), size, "{what}");
+            let mut rng = Rng::new(size);
+            let d = rng.bytes(size as usize);
+            e.write(0, d.clone(), false).expect(&what);
+            let got = e.read(0, size as u32).expect(&what);
+            let mut want = d.clone();
+            want[64 * 512..80 * 512].fill(0);
+            want[200 * 512..].fill(0);
+            assert!(
+                got == want,
+                "{what}: zeros over the zero targets, data elsewhere"
+            );
+            // A request inside a zero target alone, and one around it.
+            assert!(e.read(66 * 512, 4096).expect(&what).iter().all(|&b| b == 0));
+            e.write(66 * 512, vec![7; 4096], true).expect(&what);
+            let around = e.read(60 * 512, 24 * 512).expect(&what);
+            assert!(
+                around == want[60 * 512..84 * 512],
+                "{what}: around the zero target"
+            );
+            e.flush().expect(&what);
+            // The zero targets' writes never reached the device: sectors
+            // 64..80 and 200.. there are untouched.
+            let mut raw = vec![0u8; 2048 * 512];
+            bk.backend.read_at(&mut raw, 0).expect(&what);
+            assert!(raw[64 * 512..80 * 512].iter().all(|&b| b == 0xab), "{what}");
+            assert!(
+                raw[200 * 512..1000 * 512].iter().all(|&b| b == 0xab),
+                "{what}"
+            );
+            e.shutdown().expect(&what);
         }
     }
 }

@@ -34,7 +34,7 @@ pub enum Commands {
 /// Arguments of `ucrypt map`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["read", "write"])))]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "bitlk", "fvault2"])))]
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
@@ -49,6 +49,15 @@ pub struct MapArgs {
     /// cryptsetup would load; unlocked by passphrase or --key-file).
     #[arg(long, value_name = "DEVICE")]
     pub luks: Option<PathBuf>,
+    /// Map the BitLocker volume on this device (the table cryptsetup would
+    /// load; unlocked by passphrase, recovery password, or a .BEK file as
+    /// --key-file).
+    #[arg(long, value_name = "DEVICE")]
+    pub bitlk: Option<PathBuf>,
+    /// Map the FileVault 2 volume on this device (read-only: --read only;
+    /// unlocked by passphrase or --key-file).
+    #[arg(long, value_name = "DEVICE", conflicts_with = "write")]
+    pub fvault2: Option<PathBuf>,
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
@@ -101,13 +110,23 @@ impl Commands {
                 // The line may hold the key in hex: wipe it once parsed.
                 let line = a.table.map(Zeroizing::new);
                 let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
-                let source = match (&line, &a.luks) {
-                    (Some(line), _) => Source::Table {
+                let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
+                    (_, _, _, Some(device)) => Source::Fvault2 {
+                        device,
+                        key_file,
+                        range,
+                    },
+                    (_, _, Some(device), None) => Source::Bitlk {
+                        device,
+                        key_file,
+                        range,
+                    },
+                    (Some(line), _, _, _) => Source::Table {
                         line,
                         key_file,
                         range,
                     },
-                    (None, Some(device)) => Source::Luks {
+                    (None, Some(device), None, None) => Source::Luks {
                         device,
                         header: a.header.as_deref(),
                         key_file,
@@ -115,7 +134,9 @@ impl Commands {
                         key_slot: a.key_slot,
                     },
                     // clap's "source" group requires one of them.
-                    (None, None) => return Err(Failure::usage("Give --table or --luks")),
+                    (None, None, None, None) => {
+                        return Err(Failure::usage("Give --table, --luks, --bitlk or --fvault2"))
+                    }
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;
                 daemon::map::map_stdio(&table, dir)?;

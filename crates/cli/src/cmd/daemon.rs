@@ -263,9 +263,11 @@ fn open(a: OpenArgs) -> CmdResult {
         header: a.header.as_deref(),
         detached: a.table_stdin,
     };
-    let opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
+    let mut opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
     // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
     let (table, volume_type) = m.resolve(&opts.device, say)?;
+    // cryptsetup maps FileVault 2 volumes read-only.
+    opts.read_only |= volume_type == daemon::resolve::VolumeType::Fvault2;
     if a.serve.foreground {
         opts.serve(table, volume_type, |p| {
             println!("{p}");

@@ -452,7 +452,7 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
 
 /// Writes `bytes` to standard output through a duplicate of fd 1, past
 /// `Stdout`'s heap buffer (the volume key's text must not be copied there).
-fn write_unbuffered(bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_unbuffered(bytes: &[u8]) -> std::io::Result<()> {
     use std::os::fd::AsFd;
     let _ = std::io::stdout().flush();
     let fd = std::io::stdout().as_fd().try_clone_to_owned()?;

@@ -1,8 +1,10 @@
 //! Subcommand groups, one module per owner crate.
 pub mod bench;
+pub mod bitlk;
 pub mod crypt;
 pub mod daemon;
 pub mod docs;
+pub mod fvault2;
 pub mod header;
 pub mod luks;
 pub mod plain;

@@ -1,5 +1,7 @@
 //! Multi-target dm tables: one mapping made of several contiguous targets,
-//! each a `crypt` line ([`Table`]) or a `linear` line ([`Linear`]), as
+//! each a `crypt` line ([`Table`]), a `linear` line ([`Linear`]) or a
+//! `zero` line ([`Zero`]: dm-zero, as cryptsetup maps BitLocker's metadata
+//! areas), as
 //! `dmsetup create` reads them and `dmsetup table` prints them (one target
 //! a line). cryptsetup maps a LUKS2 volume in mid-reencryption this way:
 //! the new key below the reencryption point, the old one above.
@@ -91,6 +93,55 @@ impl Linear {
     }
 }
 
+/// A `zero` target: `<start> <len> zero` (dm-zero: reads return zeros,
+/// writes are accepted and dropped; no device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Zero {
+    /// First logical sector (512-byte units) of the target in the mapping.
+    pub start: u64,
+    /// Length in 512-byte sectors.
+    pub len: u64,
+}
+
+impl Zero {
+    /// Parses one `zero` line (dm-zero takes no arguments).
+    pub fn parse(line: &str) -> Result<Self, Error> {
+        let f: Vec<&str> = line.split_ascii_whitespace().collect();
+        if f.len() < 3 || f[2] != "zero" {
+            return Err(error::table(
+                "Not a zero target: expected <start> <len> zero",
+            ));
+        }
+        if f.len() != 3 {
+            return Err(error::table(format!(
+                "Invalid argument count: a zero target takes none, {} given",
+                f.len() - 3
+            )));
+        }
+        let start = parse_u64(f[0], "start", "Invalid start sector")?;
+        let len = parse_u64(f[1], "len", "Invalid length")?;
+        Self::new(start, len)
+    }
+
+    /// A zero target from values, checked as [`Zero::parse`] checks.
+    pub fn new(start: u64, len: u64) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(error::table("Zero-length target: field <len> is 0"));
+        }
+        if start.checked_add(len).is_none() {
+            return Err(error::table(
+                "Invalid length: field <start> + <len> overflows",
+            ));
+        }
+        Ok(Self { start, len })
+    }
+
+    /// The line, as `dmsetup table` prints it.
+    pub fn format(&self) -> String {
+        format!("{} {} zero", self.start, self.len)
+    }
+}
+
 /// One target of a mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -98,6 +149,8 @@ pub enum Target {
     Crypt(Table),
     /// A linear (pass-through) target.
     Linear(Linear),
+    /// A zero target (no device).
+    Zero(Zero),
 }
 
 impl Target {
@@ -106,6 +159,7 @@ impl Target {
         match self {
             Target::Crypt(t) => t.start,
             Target::Linear(l) => l.start,
+            Target::Zero(z) => z.start,
         }
     }
 
@@ -116,38 +170,43 @@ impl Target {
         match self {
             Target::Crypt(t) => t.len,
             Target::Linear(l) => l.len,
+            Target::Zero(z) => z.len,
         }
     }
 
-    /// The backing device.
+    /// The backing device (empty for a zero target).
     pub fn device(&self) -> &str {
         match self {
             Target::Crypt(t) => &t.device,
             Target::Linear(l) => &l.device,
+            Target::Zero(_) => "",
         }
     }
 
-    /// Where the target's data starts on the device, in 512-byte sectors.
+    /// Where the target's data starts on the device, in 512-byte sectors
+    /// (0 for a zero target).
     pub fn offset(&self) -> u64 {
         match self {
             Target::Crypt(t) => t.offset,
             Target::Linear(l) => l.offset,
+            Target::Zero(_) => 0,
         }
     }
 
-    /// The encryption sector size in bytes (512 for linear).
+    /// The encryption sector size in bytes (512 for linear and zero).
     pub fn sector_size(&self) -> u32 {
         match self {
             Target::Crypt(t) => t.options.sector_size,
-            Target::Linear(_) => 512,
+            Target::Linear(_) | Target::Zero(_) => 512,
         }
     }
 
-    /// The dm target type name (`crypt` or `linear`).
+    /// The dm target type name (`crypt`, `linear` or `zero`).
     pub fn kind(&self) -> &'static str {
         match self {
             Target::Crypt(_) => "crypt",
             Target::Linear(_) => "linear",
+            Target::Zero(_) => "zero",
         }
     }
 
@@ -156,6 +215,9 @@ impl Target {
             Target::Crypt(t) => t.write_line(show_keys, out),
             Target::Linear(l) => {
                 let _ = write!(out, "{}", l.format());
+            }
+            Target::Zero(z) => {
+                let _ = write!(out, "{}", z.format());
             }
         }
     }
@@ -186,6 +248,7 @@ impl Targets {
             let kind = line.split_ascii_whitespace().nth(2).unwrap_or("");
             let t = match kind {
                 "linear" => Linear::parse(line).map(Target::Linear),
+                "zero" => Zero::parse(line).map(Target::Zero),
                 _ => Table::parse(line).map(Target::Crypt),
             };
             targets.push(t.map_err(|e| if lines.len() > 1 { at_line(e, n) } else { e })?);
@@ -218,7 +281,12 @@ impl Targets {
         let Some(first) = targets.first() else {
             return Err(error::table("Table is empty: no target lines"));
         };
-        let device = first.device();
+        // A zero target has no device: the others must share one.
+        let device = targets
+            .iter()
+            .map(Target::device)
+            .find(|d| !d.is_empty())
+            .unwrap_or(first.device());
         let block = targets.iter().map(Target::sector_size).max().unwrap_or(512);
         let step = u64::from(block / 512);
         let mut next = 0u64;
@@ -235,9 +303,9 @@ impl Targets {
                     t.start()
                 )));
             }
-            if t.device() != device {
+            if !matches!(t, Target::Zero(_)) && t.device() != device {
                 return Err(error::unsupported(format!(
-                    "Targets on more than one device are not supported: line {line} uses {}, line 1 uses {device}",
+                    "Targets on more than one device are not supported: line {line} uses {}, the table uses {device}",
                     t.device()
                 )));
             }
@@ -275,7 +343,7 @@ impl Targets {
     pub fn tables(&self) -> impl Iterator<Item = &Table> {
         self.targets.iter().filter_map(|t| match t {
             Target::Crypt(c) => Some(c),
-            Target::Linear(_) => None,
+            Target::Linear(_) | Target::Zero(_) => None,
         })
     }
 
@@ -283,7 +351,7 @@ impl Targets {
     pub fn tables_mut(&mut self) -> impl Iterator<Item = &mut Table> {
         self.targets.iter_mut().filter_map(|t| match t {
             Target::Crypt(c) => Some(c),
-            Target::Linear(_) => None,
+            Target::Linear(_) | Target::Zero(_) => None,
         })
     }
 
@@ -294,6 +362,7 @@ impl Targets {
             match t {
                 Target::Crypt(c) => c.device = device.to_owned(),
                 Target::Linear(l) => l.device = device.to_owned(),
+                Target::Zero(_) => {}
             }
         }
     }
@@ -344,9 +413,14 @@ impl Targets {
         self.targets.len()
     }
 
-    /// The backing device every target is on.
+    /// The backing device every target is on (empty only when every
+    /// target is a zero target).
     pub fn device(&self) -> &str {
-        self.targets[0].device()
+        self.targets
+            .iter()
+            .map(Target::device)
+            .find(|d| !d.is_empty())
+            .unwrap_or_default()
     }
 
     /// Length of the mapping in 512-byte sectors.
@@ -374,6 +448,7 @@ impl Targets {
     pub fn device_end_bytes(&self) -> u64 {
         self.targets
             .iter()
+            .filter(|t| !matches!(t, Target::Zero(_)))
             .map(|t| (t.offset() + t.len()).saturating_mul(512))
             .max()
             .unwrap_or(0)
@@ -389,6 +464,7 @@ impl Targets {
             .map(|t| match t {
                 Target::Crypt(c) => c.device.len() + c.key().len() * 2 + 256,
                 Target::Linear(l) => l.device.len() + 64,
+                Target::Zero(_) => 64,
             })
             .sum();
         let mut out = Secret::with_capacity(cap);
@@ -466,6 +542,27 @@ mod tests {
             t.format(false).lines().nth(1),
             Some("2048 2048 linear /f 2048")
         );
+    }
+
+    #[test]
+    fn zero_targets_have_no_device() {
+        let text = format!(
+            "0 16 crypt aes-cbc-eboiv {} 100 /f 100\n16 16 zero\n32 8 crypt aes-cbc-eboiv {} 32 /f 32\n",
+            &KA[..32],
+            &KA[..32]
+        );
+        let t = Targets::parse(&text).unwrap();
+        assert_eq!(t.targets()[1].kind(), "zero");
+        assert_eq!(t.device(), "/f");
+        assert_eq!(t.device_end_bytes(), 116 * 512);
+        assert_eq!(t.format(false).lines().nth(1), Some("16 16 zero"));
+        assert_eq!(Targets::parse(&t.format(true)).unwrap(), t);
+        let e = |s: &str| Targets::parse(s).unwrap_err().to_string();
+        assert!(e("0 8 zero /f").contains("takes none"));
+        assert!(e("0 0 zero").contains("Zero-length"));
+        let mut t = t;
+        t.set_device("/g");
+        assert_eq!(t.device(), "/g");
     }
 
     #[test]

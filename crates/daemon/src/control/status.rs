@@ -100,16 +100,16 @@ impl TargetStatus {
                 target: x.kind().to_owned(),
                 cipher: match x {
                     Target::Crypt(c) => Some(c.cipher.as_str().to_owned()),
-                    Target::Linear(_) => None,
+                    Target::Linear(_) | Target::Zero(_) => None,
                 },
                 keysize_bits: match x {
                     Target::Crypt(c) => c.key().len() * 8,
-                    Target::Linear(_) => 0,
+                    Target::Linear(_) | Target::Zero(_) => 0,
                 },
                 offset_sectors: x.offset(),
                 iv_offset: match x {
                     Target::Crypt(c) => c.iv_offset,
-                    Target::Linear(_) => 0,
+                    Target::Linear(_) | Target::Zero(_) => 0,
                 },
                 sector_size: x.sector_size(),
             })

@@ -7,7 +7,9 @@
 //! ```text
 //!  Mapping ─ resolve ─┬─ --table-stdin: the parent's table (detached daemon)
 //!                     ├─ plain: --table line, or PlainOptions::open
-//!                     └─ LUKS: load header ─ passphrase ─ unlock
+//!                     ├─ LUKS: load header ─ passphrase ─ unlock
+//!                     ├─ BITLK: read metadata ─ passphrase/.BEK ─ unlock
+//!                     └─ FVAULT2: read metadata ─ passphrase ─ unlock
 //!          ─ test_passphrase: the LUKS branch, then stop
 //! ```
 
@@ -16,7 +18,9 @@ use std::path::Path;
 use crypto::table::Targets;
 use luks::passphrase::KeyfileRange;
 
-use super::{device, plain_table_arg, unlock_reencrypting, Luks, VolumeType};
+use super::{
+    device, plain_table_arg, unlock_bitlk, unlock_fvault2, unlock_reencrypting, Luks, VolumeType,
+};
 use crate::error::{invalid, Result};
 use crate::plain::PlainOptions;
 
@@ -157,6 +161,7 @@ impl Mapping<'_> {
         let table = crate::detach::read_table_stdin()?;
         let kind = match self.kind {
             None | Some(VolumeType::Plain) => VolumeType::Plain,
+            Some(k @ (VolumeType::Bitlk | VolumeType::Fvault2)) => k,
             _ => VolumeType::of_header(self.header.unwrap_or(device)),
         };
         Ok((table, kind))
@@ -216,6 +221,21 @@ impl Mapping<'_> {
         }
         if self.table.is_some() {
             return Err(invalid("--table is only for --type plain"));
+        }
+        if matches!(kind, VolumeType::Bitlk | VolumeType::Fvault2) {
+            if self.header.is_some() || self.key_slot.is_some() {
+                return Err(invalid(format!(
+                    "--header and --key-slot are not supported for {} devices",
+                    kind.name()
+                )));
+            }
+            let range = self.plain.range();
+            let t = if kind == VolumeType::Bitlk {
+                unlock_bitlk(device, self.key_file, range, &mut say)?
+            } else {
+                unlock_fvault2(device, self.key_file, range)?
+            };
+            return Ok((t, kind));
         }
         let want = Some(kind).filter(|k| *k != VolumeType::Luks);
         let range = self.plain.range();

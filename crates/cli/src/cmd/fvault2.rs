@@ -1,0 +1,57 @@
+//! `ucrypt fvault2Dump`: a FileVault 2 volume's metadata as cryptsetup
+//! prints it, and with `--dump-volume-key` its volume key. Opening is
+//! `open --type fvault2` (read-only; resolved in `daemon::resolve`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::luks::KeyFileArgs;
+use crate::global::Globals;
+use crate::{CmdResult, Failure};
+
+/// FileVault 2 subcommands.
+#[derive(Subcommand)]
+pub enum Commands {
+    /// Show a FileVault 2 volume's metadata (cryptsetup fvault2Dump).
+    #[command(name = "fvault2Dump", alias = "fvault2-dump")]
+    Fvault2Dump(DumpArgs),
+}
+
+/// `ucrypt fvault2Dump`.
+#[derive(Args)]
+pub struct DumpArgs {
+    /// The FileVault 2 device or image.
+    device: PathBuf,
+    /// The passphrase for --dump-volume-key.
+    #[command(flatten)]
+    key: KeyFileArgs,
+    /// Print the volume key too (asks for the passphrase;
+    /// `--dump-master-key` works too).
+    #[arg(long, alias = "dump-master-key")]
+    dump_volume_key: bool,
+}
+
+impl Commands {
+    /// Runs the subcommand.
+    pub fn run(self, g: Globals) -> CmdResult {
+        match self {
+            Self::Fvault2Dump(a) => dump(a, g),
+        }
+    }
+}
+
+fn dump(a: DumpArgs, _g: Globals) -> CmdResult {
+    let path = a.device.display().to_string();
+    let (_, m) = daemon::resolve::load_fvault2_metadata(&a.device)?;
+    if !a.dump_volume_key {
+        print!("{}", m.dump(&path));
+        return Ok(());
+    }
+    let prompt = format!("Enter passphrase for {path}: ");
+    let key = luks::passphrase::unlock(a.key.key_file.as_deref(), a.key.range(), &prompt, |p| {
+        m.volume_key(p).map_err(daemon::resolve::fvault2_as_luks)
+    })?;
+    super::luks::write_unbuffered(&m.dump_volume_key(&path, &key))
+        .map_err(|e| Failure::new(1, format!("Cannot write to standard output: {e}")))
+}
