@@ -59,6 +59,9 @@ pub struct MapArgs {
     /// Try only this keyslot (with --luks).
     #[arg(long, short = 'S', requires = "luks")]
     pub key_slot: Option<u32>,
+    /// LUKS2 tokens (with --luks): --token-id, --token-only, --token-type and their devices.
+    #[command(flatten)]
+    pub tokens: tokens::TokenArgs,
     /// Decrypt the whole mapped range to stdout.
     #[arg(long)]
     pub read: bool,
@@ -113,6 +116,7 @@ impl Commands {
                         key_file,
                         range,
                         key_slot: a.key_slot,
+                        tokens: &a.tokens,
                     },
                     // clap's "source" group requires one of them.
                     (None, None) => return Err(Failure::usage("Give --table or --luks")),
