@@ -17,7 +17,6 @@ PKGS=(
   qemu-block-extra                       # qemu-storage-daemon's rbd driver (librbd LUKS peer)
   qemu-system-x86                        # a real qemu attaching vhost-user-blk with its default queues
   gdb                                    # stops cryptsetup reencrypt between two hotzones (interop tests)
-  libtss2-dev pkg-config                 # tss-esapi builds on tpm2-tss (systemd-tpm2 tokens)
   swtpm swtpm-tools libtss2-tcti-swtpm0  # a software TPM2 and its TCTI (token tests)
   tpm2-tools systemd                     # tpm2_pcrextend; systemd-cryptenroll enrolls the test volumes
   softhsm2 p11-kit p11-kit-modules opensc # a PKCS#11 token, p11-kit's proxy module, pkcs11-tool
