@@ -420,3 +420,107 @@ fn keyring_token_reads_the_session_keyring() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `ucrypt open --crypttab=FILE NAME` with crypttab's options: LUKS with a
+/// key file range, the flags, ucrypt's export options; plain with its
+/// cipher options; an unknown option warned; a bad line named.
+#[test]
+fn crypttab_lines_open_with_their_options() {
+    if !require_all("host_unlock crypttab", &[Capability::Tool("cryptsetup")]) {
+        return;
+    }
+    let dir = TempDir::new("crypttab");
+    let (img, _, _) = volume(&dir);
+    let kf = dir.join("keyfile");
+    let mut key = b"skip".to_vec();
+    key.extend_from_slice(PASS);
+    key.extend_from_slice(&[b'z'; 60]);
+    std::fs::write(&kf, &key).unwrap();
+    let (img_s, kf_s, d) = (
+        img.to_str().unwrap(),
+        kf.to_str().unwrap(),
+        dir.path().display(),
+    );
+    let ct = dir.join("crypttab");
+    let pid = std::process::id();
+    std::fs::write(
+        &ct,
+        format!(
+            "# volumes\n\
+             ct-luks-{pid} {img_s} {kf_s} luks,keyfile-offset=4,keyfile-size={},discard,readonly,no-read-workqueue,no-write-workqueue,same-cpu-crypt,submit-from-crypt-cpus,frobnicate,nofail,x-ucrypt.export=nbd={d}/l.sock,x-ucrypt.mode=classic\n\
+             ct-plain-{pid} {img_s} {kf_s} plain,cipher=aes-xts-plain64,size=512,offset=8,skip=16,sector-size=4096,x-ucrypt.export=nbd={d}/p.sock\n\
+             ct-wrong-{pid} {img_s} {kf_s} luks,keyfile-size=3\n\
+             ct-bad-{pid} {img_s} - tries=many\n",
+            PASS.len()
+        ),
+    )
+    .unwrap();
+    let ct_arg = format!("--crypttab={}", ct.display());
+
+    let name = format!("ct-luks-{pid}");
+    let out = run("ucrypt", &["open", &ct_arg, &name], None);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "Encountered unknown {} option 'frobnicate', ignoring.",
+            ct.display()
+        )),
+        "{err}"
+    );
+    let table = run("ucrypt", &["table", &name], None);
+    let status = run("ucrypt", &["status", &name], None);
+    let _ = run("ucrypt", &["close", &name], None);
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    for flag in [
+        "allow_discards",
+        "same_cpu_crypt",
+        "submit_from_crypt_cpus",
+        "no_read_workqueue",
+        "no_write_workqueue",
+    ] {
+        assert!(table.contains(flag), "{flag}: {table}");
+    }
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(
+        status.contains("mode:    readonly")
+            || status.contains("read-only")
+            || status.contains("readonly"),
+        "{status}"
+    );
+    assert!(status.contains("data path: classic"), "{status}");
+    assert!(status.contains(&format!("{d}/l.sock")), "{status}");
+
+    let name = format!("ct-plain-{pid}");
+    let out = run("ucrypt", &["open", &ct_arg, &name], None);
+    assert!(out.status.success(), "{out:?}");
+    let table = run("ucrypt", &["table", &name], None);
+    let _ = run("ucrypt", &["close", &name], None);
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    // cipher, a 512-bit key, IV offset 16, data at sector 8, 4 KiB sectors.
+    assert!(table.contains(" crypt aes-xts-plain64 "), "{table}");
+    assert!(table.contains(&format!(" 16 {img_s} 8 ")), "{table}");
+    assert!(table.contains("sector_size:4096"), "{table}");
+
+    // The key file range opens nothing: a wrong passphrase (exit 2).
+    let out = run(
+        "ucrypt",
+        &[
+            "open",
+            "--test-passphrase",
+            &ct_arg,
+            &format!("ct-wrong-{pid}"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = run("ucrypt", &["open", &ct_arg, &format!("ct-bad-{pid}")], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:5: option tries= needs a number", ct.display())),
+        "{err}"
+    );
+    let out = run("ucrypt", &["open", &ct_arg, "ct-absent"], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
