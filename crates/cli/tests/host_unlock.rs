@@ -524,3 +524,69 @@ fn crypttab_lines_open_with_their_options() {
     let out = run("ucrypt", &["open", &ct_arg, "ct-absent"], None);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
+
+/// The foreground daemon under a notify-aware supervisor (a unix datagram
+/// listener standing in for systemd): READY=1 comes once the NBD export
+/// answers, STOPPING=1 when `close` begins, with STATUS= text.
+#[test]
+fn foreground_daemon_notifies_readiness_and_stopping() {
+    if !require_all("host_unlock sd_notify", &[Capability::Tool("cryptsetup")]) {
+        return;
+    }
+    use std::io::Read;
+    use std::os::unix::net::{UnixDatagram, UnixStream};
+
+    let dir = TempDir::new("notify");
+    let (img, pass, _) = volume(&dir);
+    let sock = dir.join("nbd.sock");
+    let ct = dir.join("crypttab");
+    let name = format!("notify-{}", std::process::id());
+    std::fs::write(
+        &ct,
+        format!(
+            "{name} {} {} x-ucrypt.export=nbd={}\n",
+            img.display(),
+            pass.display(),
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let notify = dir.join("notify.sock");
+    let listener = UnixDatagram::bind(&notify).unwrap();
+    listener
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut daemon = Command::new(testutil::ucrypt_bin())
+        .args(["open", "--foreground"])
+        .arg(format!("--crypttab={}", ct.display()))
+        .arg(&name)
+        .env("NOTIFY_SOCKET", &notify)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = listener.recv(&mut buf).expect("READY within 60 s");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.lines().any(|l| l == "READY=1"), "{msg}");
+    assert!(
+        msg.contains(&format!("STATUS={name}: serving NBD")),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("MAINPID={}", daemon.id())), "{msg}");
+    // Ready means the export answers now: the NBD server's greeting.
+    let mut s = UnixStream::connect(&sock).expect("export accepts at READY");
+    let mut magic = [0u8; 8];
+    s.read_exact(&mut magic).unwrap();
+    assert_eq!(&magic, b"NBDMAGIC");
+    drop(s);
+
+    let out = run("ucrypt", &["close", &name], None);
+    assert!(out.status.success(), "{out:?}");
+    let n = listener.recv(&mut buf).expect("STOPPING");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.lines().any(|l| l == "STOPPING=1"), "{msg}");
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
