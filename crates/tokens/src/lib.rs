@@ -101,8 +101,8 @@ pub struct TokenArgs {
     /// crypttab's `headless`: never prompt for a PIN.
     #[arg(skip)]
     pub headless: bool,
-    /// crypttab's `tpm2-device=` given without PCRs etc. is a request to
-    /// use tokens; set by crypttab's token options.
+    /// crypttab's `tpm2-pin=`, kept for the record: whether a PIN is
+    /// asked for follows the token's own `tpm2-pin` field.
     #[arg(skip)]
     pub tpm2_pin: Option<bool>,
 }

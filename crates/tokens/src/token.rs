@@ -46,8 +46,8 @@ pub struct Tpm2Token {
     pub blob: Vec<u8>,
     /// `tpm2-pcrs`: the PCR indexes of the policy (bit mask).
     pub pcr_mask: u32,
-    /// `tpm2-pcr-bank`: `sha256` or `sha1`; `None` when absent (pick the
-    /// best bank).
+    /// `tpm2-pcr-bank`: `sha256` or `sha1`; `None` when absent (tokens
+    /// from systemd before 250; SHA-256 is used then).
     pub pcr_bank: Option<PcrBank>,
     /// `tpm2-primary-alg`: `ecc` or `rsa`; `None`: ECC, then RSA.
     pub primary_alg: Option<PrimaryAlg>,
