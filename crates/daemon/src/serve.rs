@@ -264,30 +264,34 @@ impl Daemon {
     fn wait(&self, rx: &mpsc::Receiver<Event>) -> Result<()> {
         loop {
             match rx.recv() {
-                Ok(Event::Close(reply, written)) => match {
+                Ok(Event::Close(reply, written)) => {
                     notify::notify(&format!("STOPPING=1\nSTATUS=Closing {}", self.ping.name));
-                    self.stop_frontend(self.fail_suspended())
-                } {
-                    Ok(()) => {
-                        let r = self
-                            .engine
-                            .shutdown()
-                            .map_err(|e| Error::transparent(ErrorKind::Io, e));
-                        // Answer only after the flush: `close` returning
-                        // means the data is durable.
-                        let failed = r.is_err();
-                        let _ = reply.send(r);
-                        let _ = written.recv_timeout(Duration::from_secs(5));
-                        return if failed {
-                            Err(Error::new(ErrorKind::Io, "Flush failed during close"))
-                        } else {
-                            Ok(())
-                        };
+                    let stopped = self.stop_frontend(self.fail_suspended());
+                    match stopped {
+                        Ok(()) => {
+                            let r = self
+                                .engine
+                                .shutdown()
+                                .map_err(|e| Error::transparent(ErrorKind::Io, e));
+                            // Answer only after the flush: `close` returning
+                            // means the data is durable.
+                            let failed = r.is_err();
+                            let _ = reply.send(r);
+                            let _ = written.recv_timeout(Duration::from_secs(5));
+                            return if failed {
+                                Err(Error::new(ErrorKind::Io, "Flush failed during close"))
+                            } else {
+                                Ok(())
+                            };
+                        }
+                        Err(f) => {
+                            // The close was refused (a client holds the
+                            // export): serving goes on.
+                            notify::notify(&format!("READY=1\nSTATUS={}", self.ping));
+                            let _ = reply.send(Err(f));
+                        }
                     }
-                    Err(f) => {
-                        let _ = reply.send(Err(f));
-                    }
-                },
+                }
                 Ok(Event::Signal(s)) => {
                     notify::notify(&format!(
                         "STOPPING=1\nSTATUS=Signal {s}: draining and flushing {}",

@@ -114,6 +114,10 @@ impl TokenArgs {
     }
 }
 
+/// Tries a passphrase on the given keyslots: what opening gives, or why
+/// none opened.
+pub type TryKeyslots<'a, T> = dyn FnMut(&Secret, &[u32]) -> Result<T, String> + 'a;
+
 static VERBOSE: AtomicBool = AtomicBool::new(false);
 
 /// `-v`: each token tried and why one failed go to stderr.
@@ -139,7 +143,7 @@ pub fn unlock<T>(
     tokens: &[(u32, String)],
     args: &TokenArgs,
     falling_back: bool,
-    open: &mut dyn FnMut(&Secret, &[u32]) -> Result<T, String>,
+    open: &mut TryKeyslots<'_, T>,
 ) -> Option<T> {
     let mut tpm2_failure = None;
     for (id, json) in tokens {
@@ -187,7 +191,7 @@ pub fn unlock<T>(
 fn try_token<T>(
     token: &Token,
     args: &TokenArgs,
-    open: &mut dyn FnMut(&Secret, &[u32]) -> Result<T, String>,
+    open: &mut TryKeyslots<'_, T>,
 ) -> Result<T, Error> {
     if token.keyslots.is_empty() {
         return Err(Error::Keyslot("the token is assigned to no keyslot".into()));

@@ -165,7 +165,7 @@ fn tpm2_fields(obj: &Map<String, Value>) -> Result<Tpm2Token, String> {
         None => Vec::new(),
         Some(v) => v
             .as_str()
-            .and_then(|s| hex_decode(s))
+            .and_then(hex_decode)
             .ok_or("\"tpm2-policy-hash\" is not hex")?,
     };
     let pin = match obj.get("tpm2-pin") {

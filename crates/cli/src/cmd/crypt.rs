@@ -22,6 +22,8 @@ use crate::cmd::luks::{KeyFileArgs, Terminal};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
+// Parsed once per process: the size of `Map` does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Commands {
     /// Decrypt a dm-crypt table's range to stdout (--read) or encrypt stdin
