@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building ucrypt needs beyond the Rust toolchain (Debian 12):
 # a C toolchain, perl and make for the vendored OpenSSL, libclang for
-# libublk's bindgen. Idempotent; uses sudo when not root; does nothing when
+# libublk's bindgen, tpm2-tss for the TPM2 tokens. Idempotent; uses sudo when not root; does nothing when
 # everything is already there.
 set -euo pipefail
-PKGS=(build-essential perl make pkg-config libclang-dev)
+PKGS=(build-essential perl make pkg-config libclang-dev
+  libtss2-dev) # tss-esapi (systemd-tpm2 tokens) links tpm2-tss
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

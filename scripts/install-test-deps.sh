@@ -18,6 +18,10 @@ PKGS=(
   qemu-system-x86                        # a real qemu attaching vhost-user-blk with its default queues
   gdb                                    # stops cryptsetup reencrypt between two hotzones (interop tests)
   dislocker libbde-utils libfvde-utils   # BitLocker/FileVault 2 FUSE peers (scripts/bench-foreign.sh)
+  swtpm swtpm-tools libtss2-tcti-swtpm0  # a software TPM2 and its TCTI (token tests)
+  tpm2-tools systemd                     # tpm2_pcrextend; systemd-cryptenroll enrolls the test volumes
+  softhsm2 p11-kit p11-kit-modules opensc # a PKCS#11 token, p11-kit's proxy module, pkcs11-tool
+  keyutils                               # keyctl: luks2-keyring token tests
 )
 missing=()
 for p in "${PKGS[@]}"; do

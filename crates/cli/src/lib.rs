@@ -154,6 +154,7 @@ pub fn main() -> ExitCode {
     luks::passphrase::set_timeout(g.timeout);
     luks::passphrase::set_verify(g.verify());
     luks::kdf::set_verbose(g.verbose());
+    tokens::set_verbose(g.verbose());
     luks::set_metadata_locking(!g.disable_locks);
     if g.debug {
         println!("{}", global::processing_line(&args));

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod crypttab;
 pub mod detach;
 mod error;
 pub mod map;

@@ -67,6 +67,8 @@ pub enum Source<'a> {
         range: luks::passphrase::KeyfileRange,
         /// Only this keyslot.
         key_slot: Option<u32>,
+        /// The LUKS2 token options.
+        tokens: &'a tokens::TokenArgs,
     },
     /// `--bitlk DEVICE`: the BitLocker volume's table, unlocked with a
     /// passphrase, recovery password or `.BEK` file from `key_file` or a
@@ -121,15 +123,17 @@ impl Source<'_> {
                 key_file,
                 range,
                 key_slot,
+                tokens,
             } => {
-                let prompt_reads_stdin = key_file.is_none() && !io::stdin().is_terminal();
+                let prompt_reads_stdin =
+                    key_file.is_none() && !tokens.token_only && !io::stdin().is_terminal();
                 if !stdin_free && (key_file == Some(Path::new("-")) || prompt_reads_stdin) {
                     return Err(invalid(
                         "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
                     ));
                 }
                 let (table, _) = crate::resolve::unlock_luks(
-                    device, header, key_file, range, key_slot, None, warn,
+                    device, header, key_file, range, key_slot, None, tokens, warn,
                 )?;
                 Ok(table)
             }

@@ -271,6 +271,55 @@ impl Luks {
         Ok(opened.to_table(&self.device)?)
     }
 
+    /// Tries the header's tokens as `args` allow ([`tokens::unlock`]):
+    /// when a key file is given only if `args` names tokens, as
+    /// cryptsetup does. `Ok(None)`: no token opened a keyslot and a
+    /// passphrase may be asked for; with `--token-only` that is an error
+    /// (cryptsetup's "No usable token is available.").
+    pub fn unlock_tokens(
+        &self,
+        args: &tokens::TokenArgs,
+        key_file_given: bool,
+    ) -> Result<Option<Table>> {
+        let ids = self.vol.token_ids();
+        let wanted = args.asked() || !key_file_given;
+        if !wanted || self.version != VolumeType::Luks2 {
+            return if args.token_only {
+                Err(invalid("No usable token is available."))
+            } else {
+                Ok(None)
+            };
+        }
+        let list: Vec<(u32, String)> = ids
+            .iter()
+            .filter_map(|&id| self.vol.token_export(id).ok().map(|t| (id, t)))
+            .collect();
+        let falling_back = !args.token_only;
+        let opened = tokens::unlock(&list, args, falling_back, &mut |pass, slots| {
+            let mut why = String::from("the passphrase opens none of its keyslots");
+            for &slot in slots {
+                match self.vol.unlock(pass, Some(slot)) {
+                    Ok(o) => return Ok(o),
+                    Err(e) if e.kind() == luks::ErrorKind::WrongPassphrase => {}
+                    Err(e) => why = format!("keyslot {slot}: {e}"),
+                }
+            }
+            Err(why)
+        });
+        match opened {
+            Some(o) => Ok(Some(o.to_table(&self.device)?)),
+            None if args.token_only => Err(Error::new(
+                if list.is_empty() {
+                    ErrorKind::InvalidInput
+                } else {
+                    ErrorKind::WrongPassphrase
+                },
+                "No usable token is available.",
+            )),
+            None => Ok(None),
+        }
+    }
+
     /// [`Luks::unlock`] with a passphrase from `range` of `key_file` or a
     /// prompt for this device, asked again when one typed at the terminal
     /// opens nothing (cryptsetup's `--tries`, [`luks::passphrase::unlock`]).
@@ -291,9 +340,11 @@ impl Luks {
 /// Unlocks the LUKS volume on `device` for `open` and `map --luks`: the
 /// header is read first, so a device that is no LUKS volume (or not the
 /// `want`ed version) fails before the prompt; `warn` gets the header's
-/// warnings; the passphrase comes from `range` of `key_file` (cryptsetup's
+/// warnings; the header's tokens are tried first ([`Luks::unlock_tokens`]),
+/// then the passphrase comes from `range` of `key_file` (cryptsetup's
 /// `--keyfile-offset`/`--keyfile-size`) or a prompt. Returns the table
 /// cryptsetup would load and the LUKS version.
+#[allow(clippy::too_many_arguments)]
 pub fn unlock_luks(
     device: &Path,
     header: Option<&Path>,
@@ -301,6 +352,7 @@ pub fn unlock_luks(
     range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
     want: Option<VolumeType>,
+    tokens: &tokens::TokenArgs,
     mut warn: impl FnMut(&str),
 ) -> Result<(Targets, VolumeType)> {
     if let Some(t) = unlock_reencrypting(device, header, key_file, range, key_slot, want)? {
@@ -308,6 +360,9 @@ pub fn unlock_luks(
     }
     let vol = Luks::load_as(device, header, want)?;
     vol.warnings().iter().for_each(|w| warn(w));
+    if let Some(t) = vol.unlock_tokens(tokens, key_file.is_some())? {
+        return Ok((t.into(), vol.version()));
+    }
     Ok((
         vol.unlock_asking(key_file, range, key_slot)?.into(),
         vol.version(),

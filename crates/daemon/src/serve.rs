@@ -10,6 +10,9 @@
 //!   frontend threads (nbd accept/conn, fuse session, ublk queues) ─► Engine
 //! ```
 //!
+//! Under a service manager (`$NOTIFY_SOCKET`) the daemon reports
+//! readiness, status and stopping ([`notify`]).
+//!
 //! Messages for the daemon's own log (the detached daemon's stderr is
 //! `NAME.log`) go to stderr prefixed `ucrypt: `.
 
@@ -30,6 +33,7 @@ use crate::tls::TlsSpec;
 mod export;
 mod frontend;
 mod live;
+pub mod notify;
 
 pub use export::ExportSpec;
 use frontend::{start_frontend, Frontend};
@@ -158,6 +162,11 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
             Error::new(kind, format!("Cannot write {}", paths.pid.display())).with_source(e)
         })?;
     ready(&daemon.ping);
+    notify::notify(&format!(
+        "READY=1\nSTATUS={}\nMAINPID={}",
+        daemon.ping,
+        std::process::id()
+    ));
 
     let result = daemon.wait(&rx);
     // The last strong reference (see the control thread above): the
@@ -255,29 +264,39 @@ impl Daemon {
     fn wait(&self, rx: &mpsc::Receiver<Event>) -> Result<()> {
         loop {
             match rx.recv() {
-                Ok(Event::Close(reply, written)) => match self.stop_frontend(self.fail_suspended())
-                {
-                    Ok(()) => {
-                        let r = self
-                            .engine
-                            .shutdown()
-                            .map_err(|e| Error::transparent(ErrorKind::Io, e));
-                        // Answer only after the flush: `close` returning
-                        // means the data is durable.
-                        let failed = r.is_err();
-                        let _ = reply.send(r);
-                        let _ = written.recv_timeout(Duration::from_secs(5));
-                        return if failed {
-                            Err(Error::new(ErrorKind::Io, "Flush failed during close"))
-                        } else {
-                            Ok(())
-                        };
+                Ok(Event::Close(reply, written)) => {
+                    notify::notify(&format!("STOPPING=1\nSTATUS=Closing {}", self.ping.name));
+                    let stopped = self.stop_frontend(self.fail_suspended());
+                    match stopped {
+                        Ok(()) => {
+                            let r = self
+                                .engine
+                                .shutdown()
+                                .map_err(|e| Error::transparent(ErrorKind::Io, e));
+                            // Answer only after the flush: `close` returning
+                            // means the data is durable.
+                            let failed = r.is_err();
+                            let _ = reply.send(r);
+                            let _ = written.recv_timeout(Duration::from_secs(5));
+                            return if failed {
+                                Err(Error::new(ErrorKind::Io, "Flush failed during close"))
+                            } else {
+                                Ok(())
+                            };
+                        }
+                        Err(f) => {
+                            // The close was refused (a client holds the
+                            // export): serving goes on.
+                            notify::notify(&format!("READY=1\nSTATUS={}", self.ping));
+                            let _ = reply.send(Err(f));
+                        }
                     }
-                    Err(f) => {
-                        let _ = reply.send(Err(f));
-                    }
-                },
+                }
                 Ok(Event::Signal(s)) => {
+                    notify::notify(&format!(
+                        "STOPPING=1\nSTATUS=Signal {s}: draining and flushing {}",
+                        self.ping.name
+                    ));
                     eprintln!(
                         "ucrypt: {}: signal {s}, draining and flushing",
                         self.ping.name

@@ -22,6 +22,8 @@ use crate::cmd::luks::{KeyFileArgs, Terminal};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
+// Parsed once per process: the size of `Map` does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Commands {
     /// Decrypt a dm-crypt table's range to stdout (--read) or encrypt stdin
@@ -68,6 +70,9 @@ pub struct MapArgs {
     /// Try only this keyslot (with --luks).
     #[arg(long, short = 'S', requires = "luks")]
     pub key_slot: Option<u32>,
+    /// LUKS2 tokens (with --luks): --token-id, --token-only, --token-type and their devices.
+    #[command(flatten)]
+    pub tokens: tokens::TokenArgs,
     /// Decrypt the whole mapped range to stdout.
     #[arg(long)]
     pub read: bool,
@@ -132,6 +137,7 @@ impl Commands {
                         key_file,
                         range,
                         key_slot: a.key_slot,
+                        tokens: &a.tokens,
                     },
                     // clap's "source" group requires one of them.
                     (None, None, None, None) => {

@@ -145,10 +145,23 @@ pub struct OpenArgs {
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
-    /// Backing device or file.
+    /// LUKS2 tokens: --token-id, --token-only, --token-type and their devices.
+    #[command(flatten)]
+    pub tokens: tokens::TokenArgs,
+    /// Open the volume NAME as crypttab(5) lists it (default file
+    /// /etc/crypttab): `ucrypt open --crypttab[=FILE] NAME`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = daemon::crypttab::DEFAULT_PATH,
+    )]
+    pub crypttab: Option<PathBuf>,
+    /// Backing device or file (with --crypttab: the volume name).
     pub device: PathBuf,
     /// Volume name.
-    #[arg(required_unless_present = "test_passphrase")]
+    #[arg(required_unless_present_any = ["test_passphrase", "crypttab"])]
     pub name: Option<String>,
 }
 
@@ -241,7 +254,10 @@ impl Commands {
     }
 }
 
-fn open(a: OpenArgs) -> CmdResult {
+fn open(mut a: OpenArgs) -> CmdResult {
+    if let Some(file) = a.crypttab.take() {
+        apply_crypttab(&mut a, &file)?;
+    }
     let m = Mapping {
         kind: a.kind.map(VolumeType::kind),
         table: a.table.as_deref(),
@@ -251,6 +267,7 @@ fn open(a: OpenArgs) -> CmdResult {
         key_slot: a.key_slot,
         plain: a.plain.given(&a.key),
         test_passphrase: a.plain.test_passphrase,
+        tokens: a.tokens.clone(),
     };
     let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {
@@ -281,6 +298,72 @@ fn open(a: OpenArgs) -> CmdResult {
         eprintln!("{warning}");
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
+    Ok(())
+}
+
+/// `open --crypttab[=FILE] NAME`: the line for NAME sets the device, key
+/// file and options (unknown options warned as systemd-cryptsetup does).
+fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
+    if a.name.is_some() {
+        return Err(Failure::usage(
+            "With --crypttab give only the volume name (the device comes from the file)",
+        ));
+    }
+    let name = a.device.to_string_lossy().into_owned();
+    let e = daemon::crypttab::find(file, &name)?;
+    for o in &e.unknown {
+        eprintln!(
+            "Encountered unknown {} option '{o}', ignoring.",
+            file.display()
+        );
+    }
+    a.name = Some(e.name);
+    a.device = e.device;
+    a.kind = Some(match e.kind {
+        daemon::crypttab::Kind::Luks => VolumeType::Luks,
+        daemon::crypttab::Kind::Plain => VolumeType::Plain,
+    });
+    a.key.key_file = a.key.key_file.take().or(e.key_file);
+    a.key.keyfile_offset = a.key.keyfile_offset.or(e.keyfile_offset);
+    a.key.keyfile_size = a.key.keyfile_size.or(e.keyfile_size);
+    a.header = a.header.take().or(e.header);
+    a.key_slot = a.key_slot.or(e.key_slot);
+    let p = &mut a.plain.plain;
+    p.cipher = p.cipher.take().or(e.cipher);
+    p.key_bits = p.key_bits.or(e.key_bits);
+    p.hash = p.hash.take().or(e.hash);
+    p.offset = p.offset.or(e.offset);
+    p.skip = p.skip.or(e.skip);
+    p.sector_size = p.sector_size.or(e.sector_size);
+    let s = &mut a.serve;
+    s.allow_discards |= e.discard;
+    s.readonly |= e.read_only;
+    s.perf.no_read_workqueue |= e.no_read_workqueue;
+    s.perf.no_write_workqueue |= e.no_write_workqueue;
+    s.perf.same_cpu_crypt |= e.same_cpu_crypt;
+    s.perf.submit_from_crypt_cpus |= e.submit_from_crypt_cpus;
+    if let Some(x) = e.export {
+        s.export = x;
+    }
+    s.mode = s.mode.take().or(e.mode);
+    s.listen = s.listen.take().or(e.listen);
+    s.tls_psk = s.tls_psk.take().or(e.tls_psk);
+    s.tls_certificates = s.tls_certificates.take().or(e.tls_certificates);
+    let t = &mut a.tokens;
+    t.tpm2_device = t.tpm2_device.take().or(e.tpm2_device);
+    t.pkcs11_uri = e.pkcs11_uri;
+    t.tpm2_pin = e.tpm2_pin;
+    t.headless = e.headless;
+    if e.headless && a.key.key_file.is_none() {
+        // No prompt: the tokens alone, as systemd-cryptsetup's headless.
+        t.token_only = a.kind != Some(VolumeType::Plain);
+    }
+    if let Some(n) = e.tries {
+        luks::passphrase::set_tries(n);
+    }
+    if let Some(secs) = e.timeout {
+        luks::passphrase::set_timeout(secs);
+    }
     Ok(())
 }
 

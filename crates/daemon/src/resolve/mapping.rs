@@ -7,7 +7,7 @@
 //! ```text
 //!  Mapping ─ resolve ─┬─ --table-stdin: the parent's table (detached daemon)
 //!                     ├─ plain: --table line, or PlainOptions::open
-//!                     ├─ LUKS: load header ─ passphrase ─ unlock
+//!                     ├─ LUKS: load header ─ tokens ─ passphrase ─ unlock
 //!                     ├─ BITLK: read metadata ─ passphrase/.BEK ─ unlock
 //!                     └─ FVAULT2: read metadata ─ passphrase ─ unlock
 //!          ─ test_passphrase: the LUKS branch, then stop
@@ -126,6 +126,8 @@ pub struct Mapping<'a> {
     pub plain: PlainGiven,
     /// `--test-passphrase`.
     pub test_passphrase: bool,
+    /// The LUKS2 token options (`--token-id`, `--token-only`, ...).
+    pub tokens: tokens::TokenArgs,
 }
 
 impl Mapping<'_> {
@@ -187,6 +189,11 @@ impl Mapping<'_> {
             ));
         }
         let table = self.table.is_some() || self.table_stdin;
+        if plain && self.tokens.asked() {
+            return Err(invalid(
+                "--token-id, --token-only and --token-type are for LUKS2 devices.",
+            ));
+        }
         if let Some(opt) = p.plain_only() {
             if !plain || table {
                 return Err(invalid(format!(
@@ -253,6 +260,9 @@ impl Mapping<'_> {
         vol.warnings()
             .iter()
             .for_each(|w| say(&format!("WARNING: {w}")));
+        if let Some(t) = vol.unlock_tokens(&self.tokens, self.key_file.is_some())? {
+            return Ok((t.into(), vol.version()));
+        }
         let table = vol.unlock_asking(self.key_file, self.plain.range(), self.key_slot)?;
         Ok((table.into(), vol.version()))
     }

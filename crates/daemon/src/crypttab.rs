@@ -1,0 +1,327 @@
+//! `/etc/crypttab` as systemd's crypttab(5) reads it: one volume a line,
+//! `NAME DEVICE [KEYFILE [OPTIONS]]`, `#` comments, blank lines; the
+//! device as a path or `UUID=`/`PARTUUID=`/`LABEL=`/`PARTLABEL=` (their
+//! `/dev/disk/by-*` links); a key file of `-` or `none` means "ask";
+//! options comma-separated, `name=value` or flags.
+//!
+//! [`parse`] never panics on any text: a line it cannot read is an error
+//! naming the file, the line and what is wrong. Options ucrypt does not
+//! know are collected in [`Entry::unknown`] for the caller to warn about,
+//! as systemd-cryptsetup does ("Encountered unknown /etc/crypttab option
+//! '…', ignoring."); options that only concern systemd's generator
+//! (`noauto`, `nofail`, `_netdev`, `x-systemd.*`, ...) are accepted
+//! silently. ucrypt's own export options are `x-ucrypt.export=`,
+//! `x-ucrypt.mode=`, `x-ucrypt.listen=`, `x-ucrypt.tls-psk=`,
+//! `x-ucrypt.tls-certificates=`.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{invalid, Result};
+
+/// The volume type crypttab names (`luks` when none is given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    /// `luks` (or nothing): a LUKS1 or LUKS2 header.
+    #[default]
+    Luks,
+    /// `plain`: plain dm-crypt from `cipher=`, `size=`, `hash=`, ...
+    Plain,
+}
+
+/// One crypttab line, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// The volume name.
+    pub name: String,
+    /// The device path (`UUID=` and the like resolved to their links).
+    pub device: PathBuf,
+    /// The key file (`None`: ask, i.e. `-`, `none` or absent).
+    pub key_file: Option<PathBuf>,
+    /// `luks` or `plain`.
+    pub kind: Kind,
+    /// `keyfile-offset=`.
+    pub keyfile_offset: Option<u64>,
+    /// `keyfile-size=`.
+    pub keyfile_size: Option<u64>,
+    /// `header=`.
+    pub header: Option<PathBuf>,
+    /// `discard`.
+    pub discard: bool,
+    /// `readonly`, `read-only`.
+    pub read_only: bool,
+    /// `no-read-workqueue`.
+    pub no_read_workqueue: bool,
+    /// `no-write-workqueue`.
+    pub no_write_workqueue: bool,
+    /// `same-cpu-crypt`.
+    pub same_cpu_crypt: bool,
+    /// `submit-from-crypt-cpus`.
+    pub submit_from_crypt_cpus: bool,
+    /// `tpm2-device=`.
+    pub tpm2_device: Option<String>,
+    /// `tpm2-pin=`.
+    pub tpm2_pin: Option<bool>,
+    /// `pkcs11-uri=`.
+    pub pkcs11_uri: Option<String>,
+    /// `token-timeout=` (seconds; ucrypt does not wait for tokens to be
+    /// plugged in: kept for the record).
+    pub token_timeout: Option<String>,
+    /// `headless=`: never ask (no passphrase or PIN prompt).
+    pub headless: bool,
+    /// `tries=`.
+    pub tries: Option<u32>,
+    /// `timeout=` (seconds for the passphrase prompt).
+    pub timeout: Option<u64>,
+    /// `key-slot=`.
+    pub key_slot: Option<u32>,
+    /// `cipher=` (plain).
+    pub cipher: Option<String>,
+    /// `size=` (plain: key size in bits).
+    pub key_bits: Option<u32>,
+    /// `hash=` (plain).
+    pub hash: Option<String>,
+    /// `offset=` (plain, 512-byte sectors).
+    pub offset: Option<u64>,
+    /// `skip=` (plain, 512-byte sectors).
+    pub skip: Option<u64>,
+    /// `sector-size=` (plain).
+    pub sector_size: Option<u32>,
+    /// `x-ucrypt.export=`: `open --export`.
+    pub export: Option<String>,
+    /// `x-ucrypt.mode=`: `open --mode`.
+    pub mode: Option<String>,
+    /// `x-ucrypt.listen=`: `open --listen`.
+    pub listen: Option<String>,
+    /// `x-ucrypt.tls-psk=`: `open --tls-psk`.
+    pub tls_psk: Option<PathBuf>,
+    /// `x-ucrypt.tls-certificates=`: `open --tls-certificates`.
+    pub tls_certificates: Option<PathBuf>,
+    /// Options ucrypt does not know (to be warned about).
+    pub unknown: Vec<String>,
+}
+
+/// The default file.
+pub const DEFAULT_PATH: &str = "/etc/crypttab";
+
+/// Reads `path` and returns the entry for `name`.
+pub fn find(path: &Path, name: &str) -> Result<Entry> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(format!("Cannot read {}", path.display())).with_source(e))?;
+    let file = path.display().to_string();
+    for (i, line) in text.lines().enumerate() {
+        if line.split_ascii_whitespace().next() == Some(name) {
+            if let Some(e) = parse_line(line, &file, i + 1)? {
+                return Ok(e);
+            }
+        }
+    }
+    Err(invalid(format!("No entry for {name} in {file}.")))
+}
+
+/// Parses crypttab `text` (named `file` in errors): every line must be
+/// readable ([`find`] reads only the line of the name it looks for).
+pub fn parse(text: &str, file: &str) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        out.extend(parse_line(line, file, i + 1)?);
+    }
+    Ok(out)
+}
+
+/// One line (number `n` of `file`): `None` for a blank or comment line.
+fn parse_line(line: &str, file: &str, n: usize) -> Result<Option<Entry>> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+    let at = |what: String| invalid(format!("{file}:{n}: {what}"));
+    if fields.len() < 2 || fields.len() > 4 {
+        return Err(at(format!(
+            "expected NAME DEVICE [KEYFILE [OPTIONS]], found {} fields",
+            fields.len()
+        )));
+    }
+    let mut e = Entry {
+        name: fields[0].to_string(),
+        device: device(fields[1]).map_err(at)?,
+        ..Entry::default()
+    };
+    e.key_file = match fields.get(2) {
+        None | Some(&"-") | Some(&"none") => None,
+        Some(k) => Some(PathBuf::from(k)),
+    };
+    if let Some(opts) = fields.get(3) {
+        for o in opts.split(',').filter(|o| !o.is_empty()) {
+            option(&mut e, o).map_err(at)?;
+        }
+    }
+    Ok(Some(e))
+}
+
+/// `UUID=…` and its kin as `/dev/disk/by-*` links; a path as it is.
+fn device(s: &str) -> std::result::Result<PathBuf, String> {
+    for (tag, dir) in [
+        ("UUID=", "by-uuid"),
+        ("PARTUUID=", "by-partuuid"),
+        ("LABEL=", "by-label"),
+        ("PARTLABEL=", "by-partlabel"),
+    ] {
+        if let Some(v) = s.strip_prefix(tag) {
+            let v = v.trim_matches('"');
+            if v.is_empty() || v.contains('/') {
+                return Err(format!("bad device {s}"));
+            }
+            return Ok(Path::new("/dev/disk").join(dir).join(v));
+        }
+    }
+    Ok(PathBuf::from(s))
+}
+
+fn option(e: &mut Entry, o: &str) -> std::result::Result<(), String> {
+    let (k, v) = match o.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (o, None),
+    };
+    fn num<T: std::str::FromStr>(k: &str, v: Option<&str>) -> std::result::Result<T, String> {
+        v.and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("option {k}= needs a number"))
+    }
+    fn text(k: &str, v: Option<&str>) -> std::result::Result<String, String> {
+        v.filter(|v| !v.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| format!("option {k}= needs a value"))
+    }
+    fn boolean(k: &str, v: Option<&str>) -> std::result::Result<bool, String> {
+        match v {
+            None | Some("1" | "yes" | "y" | "true" | "t" | "on") => Ok(true),
+            Some("0" | "no" | "n" | "false" | "f" | "off") => Ok(false),
+            Some(_) => Err(format!("option {k}= needs a boolean")),
+        }
+    }
+    match k {
+        "luks" => e.kind = Kind::Luks,
+        "plain" => e.kind = Kind::Plain,
+        "tcrypt" | "bitlk" | "fvault2" => {
+            return Err(format!("volume type {k} is not supported by ucrypt"))
+        }
+        "keyfile-offset" => e.keyfile_offset = Some(num(k, v)?),
+        "keyfile-size" => e.keyfile_size = Some(num(k, v)?),
+        "header" => e.header = Some(PathBuf::from(text(k, v)?)),
+        "discard" => e.discard = true,
+        "readonly" | "read-only" => e.read_only = true,
+        "no-read-workqueue" => e.no_read_workqueue = true,
+        "no-write-workqueue" => e.no_write_workqueue = true,
+        "same-cpu-crypt" => e.same_cpu_crypt = true,
+        "submit-from-crypt-cpus" => e.submit_from_crypt_cpus = true,
+        "tpm2-device" => e.tpm2_device = Some(text(k, v)?),
+        "tpm2-pin" => e.tpm2_pin = Some(boolean(k, v)?),
+        "pkcs11-uri" => e.pkcs11_uri = Some(text(k, v)?),
+        "token-timeout" => e.token_timeout = Some(text(k, v)?),
+        "headless" => e.headless = boolean(k, v)?,
+        "tries" => e.tries = Some(num(k, v)?),
+        "timeout" => e.timeout = Some(seconds(v).ok_or("option timeout= needs seconds")?),
+        "key-slot" | "keyslot" => e.key_slot = Some(num(k, v)?),
+        "cipher" => e.cipher = Some(text(k, v)?),
+        "size" => e.key_bits = Some(num(k, v)?),
+        "hash" => e.hash = Some(text(k, v)?),
+        "offset" => e.offset = Some(num(k, v)?),
+        "skip" => e.skip = Some(num(k, v)?),
+        "sector-size" => e.sector_size = Some(num(k, v)?),
+        "x-ucrypt.export" => e.export = Some(text(k, v)?),
+        "x-ucrypt.mode" => e.mode = Some(text(k, v)?),
+        "x-ucrypt.listen" => e.listen = Some(text(k, v)?),
+        "x-ucrypt.tls-psk" => e.tls_psk = Some(PathBuf::from(text(k, v)?)),
+        "x-ucrypt.tls-certificates" => e.tls_certificates = Some(PathBuf::from(text(k, v)?)),
+        // For systemd's generator and fstab-like tools, not for unlocking.
+        "noauto" | "auto" | "nofail" | "_netdev" | "force" | "swap" | "tmp" | "noearly"
+        | "verify" | "try-empty-password" => {}
+        _ if k.starts_with("x-systemd.") || k.starts_with("x-initrd.") => {}
+        _ => e.unknown.push(o.to_string()),
+    }
+    Ok(())
+}
+
+/// systemd's time spans as crypttab takes them: `N`, `Ns`, `Nmin`.
+fn seconds(v: Option<&str>) -> Option<u64> {
+    let v = v?;
+    if let Some(n) = v.strip_suffix("min") {
+        return n.parse::<u64>().ok()?.checked_mul(60);
+    }
+    v.strip_suffix('s').unwrap_or(v).parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option() {
+        let t = "# comment\n\n\
+            data UUID=1234-abcd /etc/keys/data.key luks,keyfile-offset=16,keyfile-size=32,header=/h.img,discard,readonly,no-read-workqueue,no-write-workqueue,same-cpu-crypt,submit-from-crypt-cpus,tpm2-device=auto,tpm2-pin=yes,pkcs11-uri=auto,token-timeout=30,headless=true,tries=5,timeout=2min,key-slot=1,x-ucrypt.export=fuse=/mnt/x,x-ucrypt.mode=classic,nofail,x-systemd.device-timeout=0,frobnicate\n\
+            swap /dev/sdb2 /dev/urandom plain,cipher=aes-xts-plain64,size=512,hash=sha256,offset=8,skip=4,sector-size=4096,read-only\n\
+            home PARTUUID=\"0f-1\" -\n";
+        let v = parse(t, "ct").unwrap();
+        assert_eq!(v.len(), 3);
+        let d = &v[0];
+        assert_eq!(d.device, Path::new("/dev/disk/by-uuid/1234-abcd"));
+        assert_eq!(d.key_file.as_deref(), Some(Path::new("/etc/keys/data.key")));
+        assert_eq!((d.keyfile_offset, d.keyfile_size), (Some(16), Some(32)));
+        assert_eq!(d.header.as_deref(), Some(Path::new("/h.img")));
+        assert!(d.discard && d.read_only && d.no_read_workqueue && d.no_write_workqueue);
+        assert!(d.same_cpu_crypt && d.submit_from_crypt_cpus && d.headless);
+        assert_eq!(d.tpm2_device.as_deref(), Some("auto"));
+        assert_eq!(d.tpm2_pin, Some(true));
+        assert_eq!(d.pkcs11_uri.as_deref(), Some("auto"));
+        assert_eq!(
+            (d.tries, d.timeout, d.key_slot),
+            (Some(5), Some(120), Some(1))
+        );
+        assert_eq!(d.export.as_deref(), Some("fuse=/mnt/x"));
+        assert_eq!(d.mode.as_deref(), Some("classic"));
+        assert_eq!(d.unknown, vec!["frobnicate".to_string()]);
+        let s = &v[1];
+        assert_eq!(s.kind, Kind::Plain);
+        assert_eq!(s.cipher.as_deref(), Some("aes-xts-plain64"));
+        assert_eq!(
+            (s.key_bits, s.offset, s.skip, s.sector_size),
+            (Some(512), Some(8), Some(4), Some(4096))
+        );
+        assert!(s.read_only);
+        assert_eq!(v[2].device, Path::new("/dev/disk/by-partuuid/0f-1"));
+        assert_eq!(v[2].key_file, None);
+    }
+
+    #[test]
+    fn bad_lines_say_where_and_what() {
+        for (t, what) in [
+            ("onlyname\n", "ct:1: expected NAME DEVICE"),
+            ("# c\na b c d e\n", "ct:2: expected"),
+            (
+                "a /dev/x - tries=many\n",
+                "ct:1: option tries= needs a number",
+            ),
+            ("a /dev/x - header=\n", "option header= needs a value"),
+            ("a UUID= -\n", "bad device"),
+            ("a /dev/x - tcrypt\n", "tcrypt is not supported"),
+            ("a /dev/x - headless=maybe\n", "needs a boolean"),
+        ] {
+            let e = parse(t, "ct").unwrap_err().to_string();
+            assert!(e.contains(what), "{t:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn random_text_never_panics() {
+        let mut rng = testutil::Rng::new(7);
+        let alphabet = b"ab=,- \n#UUID=/x-ucrypt.export0123456789";
+        for _ in 0..3000 {
+            let len = rng.below_usize(120);
+            let t: String = (0..len)
+                .map(|_| alphabet[rng.below_usize(alphabet.len())] as char)
+                .collect();
+            let _ = parse(&t, "ct");
+        }
+        let _ = parse(&String::from_utf8_lossy(&rng.bytes(500)), "ct");
+    }
+}

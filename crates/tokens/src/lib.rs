@@ -1,0 +1,340 @@
+//! Unlocking a LUKS2 volume through its tokens, as `systemd-cryptsetup`
+//! (and cryptsetup with systemd's token plugins) does: each token in turn
+//! yields a passphrase, which is tried on the keyslots the token names.
+//!
+//! ```text
+//!  header tokens (id order; --token-id / --token-type narrow them)
+//!    ├─ systemd-tpm2   ─ tpm2::unseal   (tss-esapi: PCR policy [+ PIN])  ┐
+//!    ├─ systemd-pkcs11 ─ pkcs11::decrypt (cryptoki: RSA key on a token)  ├─ passphrase
+//!    ├─ luks2-keyring  ─ keyring::passphrase (request_key + KEYCTL_READ)  ┘   → its keyslots
+//!    └─ systemd-fido2, clevis, others: reported, skipped
+//!  none opened → the caller's passphrase prompt, unless --token-only
+//! ```
+//!
+//! A token that fails (malformed JSON, keyslot gone, no TPM, a policy the
+//! TPM refuses, a wrong PIN) is skipped with its reason (shown with `-v`,
+//! [`set_verbose`]); nothing is written to the header. The daemon's
+//! `resolve` (for `open`, `open --test-passphrase`) and `map --luks` call
+//! [`unlock`]; the options are [`TokenArgs`], clap-derived here and
+//! flattened by the `ucrypt` binary.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use base64::Engine as _;
+use crypto::Secret;
+
+pub mod keyring;
+pub mod pkcs11;
+pub mod token;
+pub mod tpm2;
+
+pub use token::{parse, Kind, Token};
+
+/// Why a token gave no passphrase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The token (or a field of it: blob, URI) is not what its type says.
+    Malformed(String),
+    /// What the token needs is not here: no TPM, no PKCS#11 token or
+    /// module, no key in the keyring, no PIN to give.
+    Unavailable(String),
+    /// The TPM's policy does not match this system's state (PCRs changed).
+    Policy(String),
+    /// The PIN was refused.
+    WrongPin(String),
+    /// The device refused or failed otherwise.
+    Failed(String),
+    /// A token type or feature ucrypt does not unlock.
+    Unsupported(String),
+    /// The passphrase opened none of the token's keyslots.
+    Keyslot(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Malformed(s)
+            | Error::Unavailable(s)
+            | Error::Policy(s)
+            | Error::WrongPin(s)
+            | Error::Failed(s)
+            | Error::Unsupported(s)
+            | Error::Keyslot(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The token options of `open`, `open --test-passphrase` and `map --luks`
+/// (cryptsetup's and systemd-cryptsetup's spellings). The field docs are
+/// their help text.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenArgs {
+    /// LUKS2: try only this token.
+    #[arg(long, value_name = "N")]
+    pub token_id: Option<u32>,
+    /// LUKS2: unlock through tokens only, never ask for a passphrase.
+    #[arg(long)]
+    pub token_only: bool,
+    /// LUKS2: try only tokens of this type (systemd-tpm2, systemd-pkcs11, luks2-keyring).
+    #[arg(long, value_name = "TYPE")]
+    pub token_type: Option<String>,
+    /// The TPM2 for systemd-tpm2 tokens: auto (default), a device path, or a
+    /// TCTI spec such as swtpm:host=127.0.0.1,port=2321.
+    #[arg(long, value_name = "DEVICE")]
+    pub tpm2_device: Option<String>,
+    /// The PKCS#11 module for systemd-pkcs11 tokens (default: p11-kit's proxy,
+    /// which offers every module p11-kit knows).
+    #[arg(long, value_name = "PATH")]
+    pub pkcs11_module: Option<PathBuf>,
+    /// A token's PIN (TPM2 or PKCS#11), read from this file (a trailing
+    /// newline is dropped); else $PIN, else a prompt at the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub token_pin_file: Option<PathBuf>,
+    /// crypttab's `pkcs11-uri=`: the PKCS#11 token to use instead of the
+    /// one the token names (`auto`: the token's own).
+    #[arg(skip)]
+    pub pkcs11_uri: Option<String>,
+    /// crypttab's `headless`: never prompt for a PIN.
+    #[arg(skip)]
+    pub headless: bool,
+    /// crypttab's `tpm2-pin=`, kept for the record: whether a PIN is
+    /// asked for follows the token's own `tpm2-pin` field.
+    #[arg(skip)]
+    pub tpm2_pin: Option<bool>,
+}
+
+impl TokenArgs {
+    /// Whether any option asks for tokens by name.
+    pub fn asked(&self) -> bool {
+        self.token_id.is_some() || self.token_only || self.token_type.is_some()
+    }
+}
+
+/// Tries a passphrase on the given keyslots: what opening gives, or why
+/// none opened.
+pub type TryKeyslots<'a, T> = dyn FnMut(&Secret, &[u32]) -> Result<T, String> + 'a;
+
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// `-v`: each token tried and why one failed go to stderr.
+pub fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
+fn note(line: &str) {
+    if VERBOSE.load(Ordering::Relaxed) {
+        eprintln!("{line}");
+    }
+}
+
+/// How many times a PIN typed at the terminal is asked for.
+const PIN_TRIES: u32 = 3;
+
+/// Tries the header's `tokens` (id and JSON text) as `args` allow; `open`
+/// tries a passphrase on the given keyslots (a wrong one is an `Err` with
+/// the reason). Returns what `open` returned for the first token that
+/// opened a keyslot, or `None` (each failure noted under `-v`; a TPM2
+/// failure also in systemd's words when `falling_back` to a passphrase).
+pub fn unlock<T>(
+    tokens: &[(u32, String)],
+    args: &TokenArgs,
+    falling_back: bool,
+    open: &mut TryKeyslots<'_, T>,
+) -> Option<T> {
+    let mut tpm2_failure = None;
+    for (id, json) in tokens {
+        if args.token_id.is_some_and(|want| want != *id) {
+            continue;
+        }
+        let token = match token::parse(*id, json.as_bytes()) {
+            Ok(t) => t,
+            Err(e) => {
+                note(&format!("Token {id} skipped: {e}."));
+                continue;
+            }
+        };
+        if args
+            .token_type
+            .as_deref()
+            .is_some_and(|want| want != token.kind.type_name())
+        {
+            continue;
+        }
+        note(&format!("Trying token {id} ({}).", token.kind.type_name()));
+        match try_token(&token, args, open) {
+            Ok(t) => return Some(t),
+            Err(e) => {
+                note(&format!(
+                    "Token {id} ({}) failed: {e}",
+                    token.kind.type_name()
+                ));
+                if matches!(token.kind, Kind::Tpm2(_)) {
+                    tpm2_failure = Some(e);
+                }
+            }
+        }
+    }
+    if let (true, Some(e)) = (falling_back, tpm2_failure) {
+        if let Error::Policy(_) = e {
+            eprintln!("No TPM2 metadata matching the current system state found in LUKS2 header, falling back to traditional unlocking.");
+        } else {
+            eprintln!("TPM2 operation failed, falling back to traditional unlocking: {e}");
+        }
+    }
+    None
+}
+
+fn try_token<T>(
+    token: &Token,
+    args: &TokenArgs,
+    open: &mut TryKeyslots<'_, T>,
+) -> Result<T, Error> {
+    if token.keyslots.is_empty() {
+        return Err(Error::Keyslot("the token is assigned to no keyslot".into()));
+    }
+    let mut pins = PinSource::new(args);
+    let mut attempt = |pass: Secret| open(&pass, &token.keyslots).map_err(Error::Keyslot);
+    match &token.kind {
+        Kind::Keyring { description } => attempt(keyring::passphrase(description)?),
+        Kind::Tpm2(t) => loop {
+            let pin = if t.pin {
+                Some(pins.next("Please enter TPM2 PIN: ")?)
+            } else {
+                None
+            };
+            match tpm2::unseal(t, args.tpm2_device.as_deref(), pin.as_ref()) {
+                Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
+                r => break attempt(r?),
+            }
+        },
+        Kind::Pkcs11(t) => loop {
+            let uri = args.pkcs11_uri.as_deref().filter(|u| *u != "auto");
+            let r = pkcs11::decrypt(t, uri, args.pkcs11_module.as_deref(), &mut |label| {
+                pins.next(&format!("Please enter security token PIN for '{label}': "))
+            });
+            match r {
+                Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
+                r => break attempt(r?),
+            }
+        },
+        Kind::Fido2 => Err(Error::Unsupported(
+            "systemd-fido2 tokens are not supported (ucrypt has no FIDO2 stack); use the passphrase or another token".into(),
+        )),
+        Kind::Clevis => Err(Error::Unsupported(
+            "clevis tokens are not supported; unlock with clevis' own tools (clevis luks unlock)".into(),
+        )),
+        Kind::Other(ty) => Err(Error::Unsupported(format!(
+            "token type {ty} is not supported"
+        ))),
+    }
+}
+
+/// Where a token's PIN comes from: `--token-pin-file`, `$PIN` (as
+/// systemd's tools read it), or the terminal (not when headless), asked
+/// again after a wrong PIN up to [`PIN_TRIES`] times.
+struct PinSource<'a> {
+    args: &'a TokenArgs,
+    asked: u32,
+    typed: bool,
+}
+
+impl<'a> PinSource<'a> {
+    fn new(args: &'a TokenArgs) -> Self {
+        Self {
+            args,
+            asked: 0,
+            typed: false,
+        }
+    }
+
+    fn next(&mut self, prompt: &str) -> Result<Secret, Error> {
+        self.asked += 1;
+        if let Some(f) = &self.args.token_pin_file {
+            let mut s = luks::passphrase::read(Some(f), "", false)
+                .map_err(|e| Error::Unavailable(format!("Cannot read the PIN file: {e}")))?;
+            while s.last() == Some(&b'\n') {
+                s.truncate(s.len() - 1);
+            }
+            return Ok(s);
+        }
+        if let Some(v) = std::env::var_os("PIN") {
+            return Ok(Secret::from_slice(std::os::unix::ffi::OsStrExt::as_bytes(
+                v.as_os_str(),
+            )));
+        }
+        if self.args.headless || !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            return Err(Error::Unavailable(
+                "A PIN is needed and none was given (--token-pin-file, $PIN or a terminal)".into(),
+            ));
+        }
+        self.typed = true;
+        luks::passphrase::read(None, prompt, false)
+            .map_err(|e| Error::Unavailable(format!("No PIN: {e}")))
+    }
+
+    /// After a wrong PIN: ask again? Only a typed PIN is, and each wrong
+    /// one counts as a try.
+    fn again(&self) -> bool {
+        self.typed && self.asked < PIN_TRIES
+    }
+}
+
+/// systemd's keyslot passphrase for a token secret: its base64.
+pub(crate) fn encode_passphrase(secret: &[u8]) -> Secret {
+    let encoded = zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(secret));
+    Secret::from_slice(encoded.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyring_token(id: u32, desc: &str, slots: &str) -> (u32, String) {
+        (
+            id,
+            format!(
+                r#"{{"type":"luks2-keyring","keyslots":[{slots}],"key_description":"{desc}"}}"#
+            ),
+        )
+    }
+
+    #[test]
+    fn filters_and_failures_fall_through() {
+        let tokens = vec![
+            (0, "{broken".to_string()),
+            (
+                1,
+                r#"{"type":"systemd-fido2","keyslots":["0"]}"#.to_string(),
+            ),
+            keyring_token(2, "ucrypt-test-absent-key-description", r#""0""#),
+            keyring_token(3, "x", ""),
+        ];
+        let mut calls = 0;
+        let r: Option<()> = unlock(&tokens, &TokenArgs::default(), false, &mut |_, _| {
+            calls += 1;
+            Ok(())
+        });
+        assert_eq!(r, None);
+        assert_eq!(calls, 0, "no token yields a passphrase");
+    }
+
+    #[test]
+    fn token_id_and_type_select() {
+        let tokens = vec![keyring_token(4, "a", r#""1""#)];
+        let args = TokenArgs {
+            token_type: Some("systemd-tpm2".into()),
+            ..TokenArgs::default()
+        };
+        let r: Option<()> = unlock(&tokens, &args, false, &mut |_, _| Ok(()));
+        assert_eq!(r, None);
+    }
+
+    #[test]
+    fn passphrase_is_base64_of_the_secret() {
+        assert_eq!(&encode_passphrase(&[0xff, 0, 1])[..], b"/wAB");
+    }
+}

@@ -1,0 +1,309 @@
+//! `systemd-tpm2`: unsealing the token's secret as systemd 252's
+//! `tpm2_unseal` does, through the `tss-esapi` crate over tpm2-tss.
+//!
+//! ```text
+//!  CreatePrimary (systemd's ECC P-256 or RSA 2048 template, owner hierarchy)
+//!   ├─ HMAC session salted with the primary (parameter encryption)
+//!   ├─ policy session: PolicyPCR(mask, bank) [+ PolicyAuthValue with a PIN]
+//!   │     PolicyGetDigest ≠ tpm2-policy-hash → refused before Unseal
+//!   ├─ Load(tpm2-blob: TPM2B_PRIVATE ‖ TPM2B_PUBLIC) [+ auth = SHA-256(PIN)]
+//!   └─ Unseal → secret; the keyslot passphrase is its base64
+//! ```
+//!
+//! The TPM is chosen as systemd chooses it (`--tpm2-device=`): `auto` (the
+//! one `/sys/class/tpmrm` entry), a device path, or a TCTI spec such as
+//! `swtpm:host=127.0.0.1,port=2321`. Signed PCR policies (`tpm2_pubkey`)
+//! are reported as unsupported.
+
+use std::str::FromStr;
+
+use crypto::Secret;
+use sha2::{Digest as _, Sha256};
+use tss_esapi::attributes::{ObjectAttributesBuilder, SessionAttributesBuilder};
+use tss_esapi::constants::SessionType;
+use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
+use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+use tss_esapi::interface_types::ecc::EccCurve;
+use tss_esapi::interface_types::key_bits::RsaKeyBits;
+use tss_esapi::interface_types::resource_handles::Hierarchy;
+use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
+use tss_esapi::structures::{
+    Auth, Digest, EccPoint, EccScheme, KeyDerivationFunctionScheme, PcrSelectionListBuilder,
+    PcrSlot, Private, Public, PublicBuilder, PublicEccParametersBuilder, PublicKeyRsa,
+    PublicRsaParametersBuilder, RsaExponent, RsaScheme, SymmetricDefinition,
+    SymmetricDefinitionObject,
+};
+use tss_esapi::traits::UnMarshall;
+use tss_esapi::{Context, TctiNameConf};
+
+use crate::token::{PcrBank, PrimaryAlg, Tpm2Token};
+use crate::Error;
+
+/// Why unsealing failed, in systemd's words where it has them.
+fn fail(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Failed(format!("{what}: {e}"))
+}
+
+/// The TCTI for `--tpm2-device=` (`None`: `auto`).
+pub fn tcti(device: Option<&str>) -> Result<TctiNameConf, Error> {
+    let spec = match device {
+        None | Some("auto") => auto_device()?,
+        Some(p) if p.starts_with('/') => format!("device:{p}"),
+        Some(s) => s.to_string(),
+    };
+    TctiNameConf::from_str(&spec)
+        .map_err(|_| Error::Failed(format!("Cannot use TPM2 device \"{spec}\"")))
+}
+
+/// systemd's `tpm2_find_device_auto`: the one entry of `/sys/class/tpmrm`.
+fn auto_device() -> Result<String, Error> {
+    let mut found = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/sys/class/tpmrm") {
+        for e in dir.flatten() {
+            found.push(format!("device:/dev/{}", e.file_name().to_string_lossy()));
+        }
+    }
+    match found.len() {
+        0 => Err(Error::Unavailable("No TPM2 (tpmrm) device found.".into())),
+        1 => Ok(found.remove(0)),
+        _ => Err(Error::Unavailable(
+            "More than one TPM2 (tpmrm) device found.".into(),
+        )),
+    }
+}
+
+/// Unseals `t`'s secret on the TPM `device`, with `pin` when the policy
+/// has one. Returns the keyslot passphrase (the secret's base64).
+pub fn unseal(t: &Tpm2Token, device: Option<&str>, pin: Option<&Secret>) -> Result<Secret, Error> {
+    if t.pubkey {
+        return Err(Error::Unsupported(
+            "signed PCR policies (tpm2_pubkey) are not supported".into(),
+        ));
+    }
+    let (private, public) = split_blob(&t.blob)?;
+    // tpm2-tss logs every TPM error response to stderr; the reason is
+    // reported here instead (a user's own TSS2_LOG wins).
+    if std::env::var_os("TSS2_LOG").is_none() {
+        std::env::set_var("TSS2_LOG", "all+NONE");
+    }
+    let mut ctx = Context::new(tcti(device)?)
+        .map_err(|e| Error::Unavailable(format!("Failed to connect to the TPM2: {e}")))?;
+    let primary = primary(&mut ctx, t.primary_alg)?;
+    let result = unseal_under(&mut ctx, primary, t, private, public, pin);
+    let _ = ctx.flush_context(primary.into());
+    Ok(crate::encode_passphrase(&result?))
+}
+
+fn unseal_under(
+    ctx: &mut Context,
+    primary: KeyHandle,
+    t: &Tpm2Token,
+    private: Private,
+    public: Public,
+    pin: Option<&Secret>,
+) -> Result<Secret, Error> {
+    let hmac = start_session(ctx, primary, SessionType::Hmac)?;
+    let (attrs, mask) = SessionAttributesBuilder::new()
+        .with_decrypt(true)
+        .with_encrypt(true)
+        .with_continue_session(true)
+        .build();
+    ctx.tr_sess_set_attributes(hmac, attrs, mask)
+        .map_err(|e| fail("Failed to configure TPM session", e))?;
+    let session = start_session(ctx, primary, SessionType::Policy)?;
+    let result = (|| {
+        let policy = PolicySession::try_from(session)
+            .map_err(|e| fail("Failed to open session in TPM", e))?;
+        let bank = match t.pcr_bank {
+            Some(PcrBank::Sha1) => HashingAlgorithm::Sha1,
+            _ => HashingAlgorithm::Sha256,
+        };
+        let slots: Vec<PcrSlot> = (0..24)
+            .filter(|i| t.pcr_mask & (1 << i) != 0)
+            .filter_map(|i| PcrSlot::try_from(1u32 << i).ok())
+            .collect();
+        let selection = PcrSelectionListBuilder::new()
+            .with_selection(bank, &slots)
+            .build()
+            .map_err(|e| fail("Failed to add PCR policy to TPM", e))?;
+        ctx.execute_without_session(|c| c.policy_pcr(policy, Digest::default(), selection))
+            .map_err(|e| fail("Failed to add PCR policy to TPM", e))?;
+        if t.pin {
+            ctx.execute_without_session(|c| c.policy_auth_value(policy))
+                .map_err(|e| fail("Failed to add authValue policy to TPM", e))?;
+        }
+        let digest = ctx
+            .execute_without_session(|c| c.policy_get_digest(policy))
+            .map_err(|e| fail("Failed to get policy digest from TPM", e))?;
+        if !t.policy_hash.is_empty() && digest.value() != t.policy_hash.as_slice() {
+            return Err(Error::Policy(
+                "Current policy digest does not match stored policy digest, cancelling TPM2 authentication attempt.".into(),
+            ));
+        }
+        let key = ctx
+            .execute_with_sessions((Some(AuthSession::Password), None, None), |c| {
+                c.load(primary, private, public)
+            })
+            .map_err(|e| fail("Failed to load HMAC key in TPM", e))?;
+        let out = (|| {
+            if t.pin {
+                let pin = pin.ok_or_else(|| Error::Unavailable("A TPM2 PIN is needed".into()))?;
+                let auth = Auth::try_from(Sha256::digest(&pin[..]).to_vec())
+                    .map_err(|e| fail("Failed to load PIN in TPM", e))?;
+                ctx.tr_set_auth(ObjectHandle::from(key), auth)
+                    .map_err(|e| fail("Failed to load PIN in TPM", e))?;
+            }
+            let data = ctx
+                .execute_with_sessions((Some(session), Some(hmac), None), |c| c.unseal(key.into()))
+                .map_err(|e| {
+                    let s = e.to_string();
+                    if t.pin
+                        && (s.contains("authorization HMAC check failed")
+                            || s.contains("authorization failure"))
+                    {
+                        Error::WrongPin(format!("Failed to unseal HMAC key in TPM: {s}"))
+                    } else {
+                        fail("Failed to unseal HMAC key in TPM", s)
+                    }
+                })?;
+            Ok(Secret::from_slice(data.value()))
+        })();
+        let _ = ctx.flush_context(key.into());
+        out
+    })();
+    let _ = ctx.flush_context(SessionHandle::from(session).into());
+    let _ = ctx.flush_context(SessionHandle::from(hmac).into());
+    result
+}
+
+fn start_session(
+    ctx: &mut Context,
+    primary: KeyHandle,
+    ty: SessionType,
+) -> Result<AuthSession, Error> {
+    ctx.start_auth_session(
+        Some(primary),
+        None,
+        None,
+        ty,
+        SymmetricDefinition::AES_128_CFB,
+        HashingAlgorithm::Sha256,
+    )
+    .map_err(|e| fail("Failed to open session in TPM", e))?
+    .ok_or_else(|| Error::Failed("Failed to open session in TPM".into()))
+}
+
+/// `tpm2-blob`: a TPM2B_PRIVATE then a TPM2B_PUBLIC, each a big-endian
+/// 16-bit size and that many bytes (tpm2-tss's marshalling).
+fn split_blob(blob: &[u8]) -> Result<(Private, Public), Error> {
+    let bad = || Error::Malformed("tpm2-blob is not a TPM2B_PRIVATE and a TPM2B_PUBLIC".into());
+    let take = |b: &[u8]| -> Option<(Vec<u8>, usize)> {
+        let n = usize::from(u16::from_be_bytes([*b.first()?, *b.get(1)?]));
+        Some((b.get(2..2 + n)?.to_vec(), 2 + n))
+    };
+    let (private, used) = take(blob).ok_or_else(bad)?;
+    let (public, used2) = take(&blob[used..]).ok_or_else(bad)?;
+    if used + used2 != blob.len() {
+        return Err(bad());
+    }
+    let private = Private::try_from(private).map_err(|_| bad())?;
+    let public = Public::unmarshall(&public).map_err(|_| bad())?;
+    Ok((private, public))
+}
+
+/// systemd's primary key: ECC NIST P-256 (or RSA 2048) storage key under
+/// the owner hierarchy, AES-128-CFB, no scheme, empty unique field.
+fn primary(ctx: &mut Context, alg: Option<PrimaryAlg>) -> Result<KeyHandle, Error> {
+    let attrs = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(true)
+        .with_decrypt(true)
+        .with_restricted(true)
+        .build()
+        .map_err(|e| fail("Failed to generate primary key in TPM", e))?;
+    let ecc = || {
+        PublicBuilder::new()
+            .with_public_algorithm(PublicAlgorithm::Ecc)
+            .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+            .with_object_attributes(attrs)
+            .with_ecc_parameters(
+                PublicEccParametersBuilder::new()
+                    .with_symmetric(SymmetricDefinitionObject::AES_128_CFB)
+                    .with_ecc_scheme(EccScheme::Null)
+                    .with_curve(EccCurve::NistP256)
+                    .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+                    .with_is_decryption_key(true)
+                    .with_restricted(true)
+                    .build()?,
+            )
+            .with_ecc_unique_identifier(EccPoint::default())
+            .build()
+    };
+    let rsa = || {
+        PublicBuilder::new()
+            .with_public_algorithm(PublicAlgorithm::Rsa)
+            .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+            .with_object_attributes(attrs)
+            .with_rsa_parameters(
+                PublicRsaParametersBuilder::new()
+                    .with_symmetric(SymmetricDefinitionObject::AES_128_CFB)
+                    .with_scheme(RsaScheme::Null)
+                    .with_key_bits(RsaKeyBits::Rsa2048)
+                    .with_exponent(RsaExponent::default())
+                    .with_is_decryption_key(true)
+                    .with_restricted(true)
+                    .build()?,
+            )
+            .with_rsa_unique_identifier(PublicKeyRsa::default())
+            .build()
+    };
+    let mut create = |public: tss_esapi::Result<Public>| {
+        let public = public.map_err(|e| fail("Failed to generate primary key in TPM", e))?;
+        ctx.execute_with_session(Some(AuthSession::Password), |c| {
+            c.create_primary(Hierarchy::Owner, public, None, None, None, None)
+        })
+        .map(|r| r.key_handle)
+        .map_err(|e| fail("Failed to generate primary key in TPM", e))
+    };
+    match alg {
+        Some(PrimaryAlg::Ecc) => create(ecc()),
+        Some(PrimaryAlg::Rsa) => create(rsa()),
+        None => create(ecc()).or_else(|_| create(rsa())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_must_be_two_sized_parts() {
+        for blob in [
+            &[][..],
+            &[0, 5, 1],
+            &[0, 0],
+            &[0, 0, 0, 1],
+            &[0, 0, 0, 0, 9],
+        ] {
+            assert!(
+                matches!(split_blob(blob), Err(Error::Malformed(_))),
+                "{blob:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn device_spellings() {
+        assert!(matches!(
+            tcti(Some("/dev/tpmrm0")),
+            Ok(TctiNameConf::Device(_))
+        ));
+        assert!(matches!(
+            tcti(Some("swtpm:host=127.0.0.1,port=2321")),
+            Ok(TctiNameConf::Swtpm(_))
+        ));
+        assert!(tcti(Some("nonsense")).is_err());
+    }
+}
