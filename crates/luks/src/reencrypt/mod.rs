@@ -21,34 +21,34 @@
 //! decides which blocks are still old. With `none` the header is written
 //! only when the run stops (cryptsetup's behaviour: fast, unsafe).
 //!
-//! The data mover uses positioned reads and writes on the data device in
+//! The data mover (`mover.rs`) uses positioned reads and writes on the data device in
 //! hotzone-sized batches, the crypto through [`crypto::SectorCrypt`] over
 //! the whole batch. Hand-written from cryptsetup's on-disk format
 //! (`docs/on-disk-format-luks2.pdf`, `lib/luks2/luks2_reencrypt*.c` read
 //! as documentation); no crate implements it.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crypto::Secret;
 use serde_json::{json, Value};
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use crate::error::{corrupt, invalid, unsupported, Error, ErrorKind, Result};
 use crate::hash::Hash;
 use crate::kdf::{Kdf, KdfRequest};
 use crate::keyslot::{self, material_len};
 use crate::luks2::json::{self, Segment};
-use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync, write_at};
+use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
 
 pub(crate) mod crash;
 mod header;
+mod mover;
 mod state;
 
 use header::RawHeader;
+use mover::Mover;
 pub use state::{Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).
@@ -799,223 +799,4 @@ fn finalize(device: &Path, h: &mut RawHeader, st: &State) -> Result<()> {
         io::zero_range(&mut *f, off, len)?;
     }
     sync(&*f)
-}
-
-/// Moves the data: the old and the new sector ciphers, the device, the
-/// hotzone size.
-struct Mover {
-    data: File,
-    meta_path: PathBuf,
-    old: crypto::SectorCrypt,
-    new: crypto::SectorCrypt,
-    base: u64,
-    size: u64,
-    hotzone: u64,
-    buf: Vec<u8>,
-}
-
-impl Drop for Mover {
-    fn drop(&mut self) {
-        // The buffer held plaintext between the two ciphers.
-        self.buf.zeroize();
-    }
-}
-
-impl Mover {
-    fn new(
-        device: &Path,
-        dev_size: u64,
-        st: &State,
-        old_vk: &[u8],
-        new_vk: &[u8],
-        want: u64,
-    ) -> Result<Self> {
-        let mk = |s: &Segment, k: &[u8]| {
-            crypto::SectorCrypt::new(&crypto::CryptConfig {
-                cipher: s.encryption.clone(),
-                key: Zeroizing::new(k.to_vec()),
-                iv_offset: s.iv_tweak,
-                sector_size: s.sector_size,
-                iv_large_sectors: false,
-            })
-            .map_err(|e| {
-                Error::crypto(
-                    ErrorKind::Unsupported,
-                    format!("Cipher {} is not supported", s.encryption),
-                    e,
-                )
-            })
-        };
-        let align = match st.resilience {
-            Resilience::Checksum { block, .. } => u64::from(block),
-            _ => MIN_ALIGNMENT,
-        }
-        .max(u64::from(st.old.sector_size.max(st.new.sector_size)));
-        let max = match st.resilience {
-            Resilience::Checksum { hash, block } => {
-                st.area.1 / hash.digest_len() as u64 * u64::from(block)
-            }
-            Resilience::Journal => st.area.1,
-            Resilience::None => {
-                if want > 0 {
-                    want
-                } else {
-                    DEFAULT_NONE_HOTZONE
-                }
-            }
-        }
-        .min(MAX_HOTZONE);
-        if want % align != 0 {
-            return Err(invalid(format!(
-                "Hotzone size must be multiple of calculated zone alignment ({align} bytes)."
-            )));
-        }
-        let mut hotzone = if want > 0 { want.min(max) } else { max };
-        hotzone -= hotzone % align;
-        if hotzone == 0 {
-            return Err(invalid("Invalid reencryption length."));
-        }
-        let data = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(device)
-            .map_err(|e| Error::io(format!("Cannot open {} for writing", device.display()), e))?;
-        let size = data_size(dev_size, st)?;
-        Ok(Mover {
-            data,
-            meta_path: device.to_path_buf(),
-            old: mk(&st.old, old_vk)?,
-            new: mk(&st.new, new_vk)?,
-            base: st.old.offset,
-            size,
-            hotzone,
-            buf: Vec::new(),
-        })
-    }
-
-    fn read(&mut self, off: u64, len: u64) -> Result<()> {
-        self.buf.resize(len as usize, 0);
-        self.data
-            .read_exact_at(&mut self.buf, self.base + off)
-            .map_err(|e| Error::io(format!("Failed to read hotzone area starting at {off}."), e))
-    }
-
-    /// Writes `buf[from..to]` back at its place, in pieces (each a crash
-    /// point for the tests).
-    fn write(&mut self, off: u64, from: usize, to: usize) -> Result<()> {
-        const PIECE: usize = 1 << 20;
-        let mut at = from;
-        while at < to {
-            let end = (at + PIECE).min(to);
-            self.data
-                .write_all_at(&self.buf[at..end], self.base + off + at as u64)
-                .map_err(|e| {
-                    Error::io(
-                        format!("Failed to write hotzone area starting at {off}."),
-                        e,
-                    )
-                })?;
-            crash::point();
-            at = end;
-        }
-        Ok(())
-    }
-
-    fn reencrypt_buf(&mut self, off: u64, from: usize, to: usize) {
-        let sector = (off + from as u64) / 512;
-        self.old.decrypt(sector, &mut self.buf[from..to]);
-        self.new.encrypt(sector, &mut self.buf[from..to]);
-    }
-
-    fn sync(&self) -> Result<()> {
-        self.data
-            .sync_data()
-            .map_err(|e| Error::io("Failed to sync data.", e))
-    }
-
-    /// One hotzone `[off, off+len)`.
-    fn step(&mut self, h: &mut RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
-        self.read(off, len)?;
-        let protect = st.resilience != Resilience::None;
-        if protect {
-            let mut f = open_rw(&self.meta_path)?;
-            match st.resilience {
-                Resilience::Checksum { hash, block } => {
-                    let dl = hash.digest_len();
-                    let mut sums = vec![0u8; (len / u64::from(block)) as usize * dl];
-                    for (i, chunk) in self.buf.chunks(block as usize).enumerate() {
-                        hash.digest_into(&[chunk], &mut sums[i * dl..(i + 1) * dl]);
-                    }
-                    write_at(&mut *f, st.area.0, &sums)?;
-                }
-                Resilience::Journal => write_at(&mut *f, st.area.0, &self.buf)?,
-                Resilience::None => {}
-            }
-            sync(&*f)?;
-            crash::point();
-            make_segments(h, st, off, Some(len), self.size)?;
-            h.write(&mut *f)?;
-        }
-        let n = self.buf.len();
-        self.reencrypt_buf(off, 0, n);
-        self.write(off, 0, n)?;
-        if protect {
-            self.sync()?;
-            make_segments(h, st, off + len, None, self.size)?;
-            // After the last hotzone the next header is the final one
-            // (`finalize`): a header with every byte new but still in
-            // reencryption is never written, as cryptsetup 2.6.1 would
-            // resume such a header from the start.
-            if off + len < self.size {
-                h.write(&mut *open_rw(&self.meta_path)?)?;
-            } else {
-                h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Repairs the hotzone `[off, off+len)` a crash interrupted.
-    fn recover(&mut self, _h: &RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
-        if len == 0 || off + len > self.size {
-            return Err(corrupt("LUKS2 hotzone segment lies outside the data area"));
-        }
-        match st.resilience {
-            Resilience::Checksum { hash, block } => {
-                let dl = hash.digest_len();
-                let count = (len / u64::from(block)) as usize;
-                if (count * dl) as u64 > st.area.1 {
-                    return Err(corrupt("LUKS2 hotzone is larger than its checksum area"));
-                }
-                let mut sums = vec![0u8; count * dl];
-                read_exact_at(&mut *open_ro(&self.meta_path)?, st.area.0, &mut sums)?;
-                self.read(off, len)?;
-                let mut got = vec![0u8; dl];
-                for i in 0..count {
-                    let (a, b) = (i * block as usize, (i + 1) * block as usize);
-                    hash.digest_into(&[&self.buf[a..b]], &mut got);
-                    if got == sums[i * dl..(i + 1) * dl] {
-                        self.reencrypt_buf(off, a, b);
-                        self.write(off, a, b)?;
-                    }
-                }
-            }
-            Resilience::Journal => {
-                if len > st.area.1 {
-                    return Err(corrupt("LUKS2 hotzone is larger than its journal"));
-                }
-                self.buf.resize(len as usize, 0);
-                read_exact_at(&mut *open_ro(&self.meta_path)?, st.area.0, &mut self.buf)?;
-                let n = self.buf.len();
-                self.reencrypt_buf(off, 0, n);
-                self.write(off, 0, n)?;
-            }
-            Resilience::None => {
-                return Err(corrupt(
-                    "LUKS2 hotzone with resilience none cannot be recovered",
-                ))
-            }
-        }
-        self.sync()
-    }
 }
