@@ -22,8 +22,10 @@ use crate::volume::io::{open_ro, open_rw, read_exact_at, sync, write_at};
 pub(super) struct Mover {
     data: File,
     meta_path: PathBuf,
-    old: crypto::SectorCrypt,
-    new: crypto::SectorCrypt,
+    /// `None`: that side is plaintext (a `linear` segment).
+    old: Option<crypto::SectorCrypt>,
+    new: Option<crypto::SectorCrypt>,
+    backward: bool,
     base: u64,
     pub(super) size: u64,
     pub(super) hotzone: u64,
@@ -40,6 +42,7 @@ impl Drop for Mover {
 impl Mover {
     pub(super) fn new(
         device: &Path,
+        meta: &Path,
         dev_size: u64,
         st: &State,
         old_vk: &[u8],
@@ -47,6 +50,9 @@ impl Mover {
         want: u64,
     ) -> Result<Self> {
         let mk = |s: &Segment, k: &[u8]| {
+            if s.kind == "linear" {
+                return Ok(None);
+            }
             crypto::SectorCrypt::new(&crypto::CryptConfig {
                 cipher: s.encryption.clone(),
                 key: Zeroizing::new(k.to_vec()),
@@ -61,6 +67,7 @@ impl Mover {
                     e,
                 )
             })
+            .map(Some)
         };
         let align = match st.resilience {
             Resilience::Checksum { block, .. } => u64::from(block),
@@ -99,9 +106,10 @@ impl Mover {
         let size = data_size(dev_size, st)?;
         Ok(Mover {
             data,
-            meta_path: device.to_path_buf(),
+            meta_path: meta.to_path_buf(),
             old: mk(&st.old, old_vk)?,
             new: mk(&st.new, new_vk)?,
+            backward: st.backward,
             base: st.old.offset,
             size,
             hotzone,
@@ -139,8 +147,13 @@ impl Mover {
 
     fn reencrypt_buf(&mut self, off: u64, from: usize, to: usize) {
         let sector = (off + from as u64) / 512;
-        self.old.decrypt(sector, &mut self.buf[from..to]);
-        self.new.encrypt(sector, &mut self.buf[from..to]);
+        // A plaintext side (`linear`) has no cipher.
+        if let Some(o) = &self.old {
+            o.decrypt(sector, &mut self.buf[from..to]);
+        }
+        if let Some(n) = &self.new {
+            n.encrypt(sector, &mut self.buf[from..to]);
+        }
     }
 
     fn sync(&self) -> Result<()> {
@@ -149,8 +162,20 @@ impl Mover {
             .map_err(|e| Error::io("Failed to sync data.", e))
     }
 
-    /// One hotzone `[off, off+len)`.
-    pub(super) fn step(&mut self, h: &mut RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
+    /// One hotzone of `len` bytes next to the `done` bytes already
+    /// reencrypted (forward: from the data start; backward: from its end).
+    pub(super) fn step(
+        &mut self,
+        h: &mut RawHeader,
+        st: &State,
+        done: u64,
+        len: u64,
+    ) -> Result<()> {
+        let off = if self.backward {
+            self.size - done - len
+        } else {
+            done
+        };
         self.read(off, len)?;
         let protect = st.resilience != Resilience::None;
         if protect {
@@ -169,7 +194,7 @@ impl Mover {
             }
             sync(&*f)?;
             crash::point();
-            make_segments(h, st, off, Some(len), self.size)?;
+            make_segments(h, st, done, Some(len), self.size)?;
             h.write(&mut *f)?;
         }
         let n = self.buf.len();
@@ -177,12 +202,12 @@ impl Mover {
         self.write(off, 0, n)?;
         if protect {
             self.sync()?;
-            make_segments(h, st, off + len, None, self.size)?;
+            make_segments(h, st, done + len, None, self.size)?;
             // After the last hotzone the next header is the final one
             // (`finalize`): a header with every byte new but still in
             // reencryption is never written, as cryptsetup 2.6.1 would
             // resume such a header from the start.
-            if off + len < self.size {
+            if done + len < self.size {
                 h.write(&mut *open_rw(&self.meta_path)?)?;
             } else {
                 h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
