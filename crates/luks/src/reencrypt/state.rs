@@ -437,9 +437,7 @@ impl State {
                     )));
                 }
                 true
-            } else if n == 1 && as_new {
-                true
-            } else if !self.backward && as_new && phase == 0 && i + 1 < n {
+            } else if (n == 1 && as_new) || (!self.backward && as_new && phase == 0 && i + 1 < n) {
                 true
             } else if !self.backward && as_old {
                 phase = 2;
