@@ -1,7 +1,9 @@
 //! Misuse rows: `ucrypt reencrypt` refusals (a wrong passphrase, metadata
 //! changed without the keys, resuming what was never started, starting
 //! twice, a reencryption mode ucrypt does not do, a volume a daemon
-//! serves), each with cryptsetup's exit code and nothing written.
+//! serves; `--decrypt` with a wrong passphrase, without a detached
+//! header or with a data offset), each with cryptsetup's exit code and
+//! nothing written.
 
 use std::path::{Path, PathBuf};
 
