@@ -1,5 +1,6 @@
 //! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (a new
-//! volume key; optionally a new cipher, key size or sector size) over
+//! volume key; optionally a new cipher, key size or sector size; or
+//! `--decrypt` with a detached `--header`) over
 //! `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
 
 use std::io::{IsTerminal, Write};
@@ -74,12 +75,16 @@ pub struct ReencryptArgs {
     /// Progress as JSON lines.
     #[arg(long)]
     progress_json: bool,
-    /// Reencryption modes ucrypt does not do yet.
+    /// Decrypt the device (remove encryption; needs a detached --header
+    /// and data offset 0, as in cryptsetup 2.6).
+    #[arg(long, conflicts_with = "encrypt")]
+    decrypt: bool,
+    /// Device or file with the detached LUKS2 header.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// In-place encryption of a plaintext device (not done by ucrypt yet).
     #[arg(long, hide = true)]
     encrypt: bool,
-    /// See `--encrypt`.
-    #[arg(long, hide = true)]
-    decrypt: bool,
     /// See `--encrypt`.
     #[arg(long, hide = true, value_parser = size_arg)]
     reduce_device_size: Option<u64>,
@@ -100,10 +105,10 @@ impl Commands {
 }
 
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
-    if a.encrypt || a.decrypt || a.reduce_device_size.is_some() {
+    if a.encrypt || a.reduce_device_size.is_some() {
         return Err(Failure::usage(
-            "LUKS2 encryption and decryption (--encrypt, --decrypt, --reduce-device-size) \
-             are not supported by ucrypt reencrypt yet.",
+            "LUKS2 encryption (--encrypt, --reduce-device-size) \
+             is not supported by ucrypt reencrypt yet.",
         ));
     }
     if let Some(name) = &a.active_name {
@@ -115,7 +120,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         ));
     }
     let dev = &a.device;
-    let state = reencrypt::status(dev)?;
+    let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
     if state.is_some() && a.init_only {
         return Err(Failure::usage(
             "LUKS2 reencryption already initialized. Aborting operation.",
@@ -152,6 +157,8 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             resilience: a.resilience.clone(),
             resilience_hash: a.resilience_hash.clone(),
             kdf,
+            decrypt: a.decrypt,
+            header: a.header.clone(),
         };
         reencrypt::init(dev, &pass, a.key_slot, &req)?;
         if a.init_only {
@@ -169,6 +176,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     let mut pr = Progress::new(a.progress_json, a.progress_frequency, dev);
     let opts = reencrypt::RunOptions {
         hotzone: a.hotzone_size.unwrap_or(0),
+        header: a.header.clone(),
     };
     let out = reencrypt::run(dev, &pass, a.key_slot, &opts, &stop, &mut |d, t| {
         pr.update(d, t)

@@ -1,7 +1,9 @@
 //! Misuse rows: `ucrypt reencrypt` refusals (a wrong passphrase, metadata
 //! changed without the keys, resuming what was never started, starting
 //! twice, a reencryption mode ucrypt does not do, a volume a daemon
-//! serves), each with cryptsetup's exit code and nothing written.
+//! serves; `--decrypt` with a wrong passphrase, without a detached
+//! header or with a data offset), each with cryptsetup's exit code and
+//! nothing written.
 
 use std::path::{Path, PathBuf};
 
@@ -186,5 +188,82 @@ pub fn rows() -> Vec<Row> {
                     .into()
             },
         },
+        Row {
+            what: "reencrypt --decrypt with a wrong passphrase (detached header)",
+            needs: &[],
+            expect: Expect::Exit(2, "No key available with this passphrase"),
+            case: |c: &mut Case| {
+                let (hdr, data) = detached(c);
+                let wrong = c.path("wrong.key");
+                std::fs::write(&wrong, "wrong").unwrap();
+                c.watch(&hdr);
+                c.watch(&data);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--decrypt",
+                    "--header",
+                    s(&hdr),
+                    "--key-file",
+                    s(&wrong),
+                    s(&data),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt --decrypt of a volume whose header is on the device",
+            needs: &[],
+            expect: Expect::Exit(1, "LUKS2 decryption requires --header option."),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, false);
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--decrypt",
+                    "--key-file",
+                    s(&key),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt --decrypt with --header naming a header with a data offset",
+            needs: &[],
+            expect: Expect::Exit(
+                1,
+                "LUKS2 decryption is supported with detached header device only",
+            ),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, false);
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--decrypt",
+                    "--header",
+                    s(&img),
+                    "--key-file",
+                    s(&key),
+                    s(&img),
+                ])
+                .into()
+            },
+        },
     ]
+}
+
+/// A LUKS2 header file and its 8 MiB data file (data offset 0).
+fn detached(c: &mut Case) -> (PathBuf, PathBuf) {
+    let data = c.image("data.img", 8 << 20);
+    let hdr = c.path("hdr.img");
+    let key = c.path("v.key");
+    std::fs::write(&key, PASS).unwrap();
+    let mut args: Vec<&str> = testutil::FAST_LUKS2_FORMAT.to_vec();
+    args.extend(["--header", s(&hdr), "--key-file", s(&key), s(&data)]);
+    let o = c.ucrypt(&args);
+    assert!(o.status.success(), "luksFormat --header: {}", text(&o));
+    (hdr, data)
 }

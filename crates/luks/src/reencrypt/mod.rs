@@ -1,6 +1,7 @@
 //! LUKS2 reencryption (a new volume key, optionally a new cipher, key
-//! size or sector size) offline, in cryptsetup's own metadata format, so
-//! either tool resumes what the other started.
+//! size or sector size) and decryption (`--decrypt`, detached header)
+//! offline, in cryptsetup's own metadata format, so either tool resumes
+//! what the other started.
 //!
 //! ```text
 //!   status()  header → Option<State>          (state.rs: strict load,
@@ -9,47 +10,50 @@
 //! ```
 //!
 //! One step reencrypts a hotzone of the data area, from the start
-//! (direction forward): read the old ciphertext; protect it (checksum:
-//! a hash per block in the reencrypt keyslot's area; journal: the
-//! ciphertext itself there; none: nothing), write the header naming the
-//! hotzone (`in-reencryption`), decrypt with the old key and encrypt with
-//! the new one, write and sync the data, then write the header that moves
-//! the boundary past it. Every header write is both copies, each synced
-//! (`header.rs`). A crash between the two header writes leaves the
-//! hotzone segment in the header; the next run repairs it first
-//! ([`recover`]) exactly as cryptsetup's `reencrypt_recover_segment`
-//! decides which blocks are still old. With `none` the header is written
-//! only when the run stops (cryptsetup's behaviour: fast, unsafe).
+//! (direction forward; a decryption goes backward, from the end): read
+//! the old ciphertext; protect it (checksum: a hash per block in the
+//! reencrypt keyslot's area; journal: the ciphertext itself there; none:
+//! nothing), write the header naming the hotzone (`in-reencryption`),
+//! decrypt with the old key and encrypt with the new one (a `linear`
+//! side, plaintext, skips its cipher), write and sync the data, then
+//! write the header that moves the boundary past it. Every header write
+//! is both copies, each synced (`header.rs`). A crash between the two
+//! header writes leaves the hotzone segment in the header; the next run
+//! repairs it first ([`recover`]) exactly as cryptsetup's
+//! `reencrypt_recover_segment` decides which blocks are still old. With
+//! `none` the header is written only when the run stops (cryptsetup's
+//! behaviour: fast, unsafe).
 //!
-//! The data mover uses positioned reads and writes on the data device in
-//! hotzone-sized batches, the crypto through [`crypto::SectorCrypt`] over
-//! the whole batch. Hand-written from cryptsetup's on-disk format
-//! (`docs/on-disk-format-luks2.pdf`, `lib/luks2/luks2_reencrypt*.c` read
-//! as documentation); no crate implements it.
+//! The data mover (`mover.rs`) uses positioned reads and writes on the
+//! data device in hotzone-sized batches, the crypto through
+//! [`crypto::SectorCrypt`] over the whole batch. Hand-written from
+//! cryptsetup's on-disk format (`docs/on-disk-format-luks2.pdf`,
+//! `lib/luks2/luks2_reencrypt*.c` read as documentation); no crate
+//! implements it.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crypto::Secret;
 use serde_json::{json, Value};
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use crate::error::{corrupt, invalid, unsupported, Error, ErrorKind, Result};
 use crate::hash::Hash;
 use crate::kdf::{Kdf, KdfRequest};
 use crate::keyslot::{self, material_len};
 use crate::luks2::json::{self, Segment};
-use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync, write_at};
+use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
 
 pub(crate) mod crash;
 mod header;
+mod mover;
 mod state;
 
 use header::RawHeader;
-pub use state::{Resilience, State};
+use mover::Mover;
+pub use state::{Mode, Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).
 pub const MAX_HOTZONE: u64 = 1 << 30;
@@ -79,13 +83,21 @@ pub struct InitRequest {
     /// The new keyslots' KDF; `None` copies each old keyslot's KDF, as
     /// cryptsetup does without `--pbkdf*` options.
     pub kdf: Option<KdfRequest>,
+    /// `--decrypt`: the data becomes plaintext (a detached header only,
+    /// data offset 0, as cryptsetup 2.6.1 requires); the default is a
+    /// reencryption.
+    pub decrypt: bool,
+    /// The detached header (`--header`); `None`: on the device.
+    pub header: Option<PathBuf>,
 }
 
 /// How to run the data steps.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// `--hotzone-size` in bytes (0: the resilience's maximum).
     pub hotzone: u64,
+    /// The detached header (`--header`); `None`: on the device.
+    pub header: Option<PathBuf>,
 }
 
 /// How a run ended.
@@ -111,8 +123,9 @@ pub fn status(device: &Path) -> Result<Option<State>> {
 /// new key with the same passphrase), writing cryptsetup's metadata.
 /// Nothing is reencrypted yet; [`run`] does that.
 pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest) -> Result<State> {
-    let _claim = io::claim(&[device])?;
-    let (mut h, _) = read_header(device)?;
+    let meta = req.header.as_deref().unwrap_or(device);
+    let _claim = io::claim(&[device, meta])?;
+    let (mut h, _) = read_header(meta)?;
     if State::load(&h)?.is_some() {
         return Err(invalid(
             "LUKS2 reencryption already initialized. Aborting operation.",
@@ -122,6 +135,14 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
     if h.meta.segments.len() != 1 || seg.kind != "crypt" {
         return Err(unsupported(
             "LUKS2 reencryption needs a volume with one crypt segment",
+        ));
+    }
+    if req.decrypt && req.header.is_none() {
+        return Err(invalid("LUKS2 decryption requires --header option."));
+    }
+    if req.decrypt && seg.offset != 0 {
+        return Err(invalid(
+            "LUKS2 decryption is supported with detached header device only (with data offset set to 0).",
         ));
     }
     let sid = h.meta.segment().0.clone();
@@ -142,7 +163,7 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
         ));
     }
     let (slot, old_vk) =
-        unlock_any(&h, device, pass, &candidates, &[old_did.as_str()]).map_err(|e| {
+        unlock_any(&h, meta, pass, &candidates, &[old_did.as_str()]).map_err(|e| {
             match (e.kind(), key_slot) {
                 (ErrorKind::WrongPassphrase, None) => Error::new(
                     ErrorKind::WrongPassphrase,
@@ -153,37 +174,12 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
         })?;
     let old_vk = old_vk.1;
 
-    // The new layout.
-    let cipher = req.cipher.clone().unwrap_or_else(|| seg.encryption.clone());
-    let key_len = match req.key_bits {
-        Some(b) if b % 8 != 0 || b == 0 || b > json::MAX_KEY_SIZE * 8 => {
-            return Err(invalid(format!("Invalid key size {b}.")))
-        }
-        Some(b) => (b / 8) as usize,
-        None => old_vk.len(),
+    // The new layout (a decryption has none: plaintext).
+    let (cipher, sector_size, new_vk) = if req.decrypt {
+        (String::new(), seg.sector_size, Secret::from_slice(&[]))
+    } else {
+        new_layout(&seg, old_vk.len(), req)?
     };
-    let sector_size = req.sector_size.unwrap_or(seg.sector_size);
-    if ![512, 1024, 2048, 4096].contains(&sector_size) || seg.offset % u64::from(sector_size) != 0 {
-        return Err(invalid(format!(
-            "Unsupported encryption sector size {sector_size}."
-        )));
-    }
-    let new_vk = Secret::from_slice(&keyslot::random(key_len)?);
-    // The new cipher must be one the data path can run.
-    crypto::SectorCrypt::new(&crypto::CryptConfig {
-        cipher: cipher.clone(),
-        key: Zeroizing::new(new_vk.to_vec()),
-        iv_offset: 0,
-        sector_size,
-        iv_large_sectors: false,
-    })
-    .map_err(|e| {
-        Error::crypto(
-            ErrorKind::InvalidArgument,
-            format!("Cipher {cipher} is not supported"),
-            e,
-        )
-    })?;
     let resilience = match req.resilience.as_deref().unwrap_or("checksum") {
         "checksum" => "checksum",
         "journal" => "journal",
@@ -195,21 +191,16 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
     };
     let rhash = Hash::parse(req.resilience_hash.as_deref().unwrap_or("sha256"))?;
 
-    // New keyslot (same passphrase) bound to a new digest.
-    let mut f = open_rw(device)?;
-    let old_ks = h
-        .meta
-        .keyslots
-        .get(&slot.to_string())
-        .cloned()
-        .ok_or_else(|| corrupt(format!("Keyslot {slot} vanished")))?;
-    let kdf = match &req.kdf {
-        Some(k) => k.clone(),
-        None => copy_kdf(&old_ks.kdf.kdf()?, Hash::parse(&old_ks.af.hash)?),
+    let mut f = open_rw(meta)?;
+    let new_did = if req.decrypt {
+        String::new()
+    } else {
+        let old_ks = meta_slot(&h, slot)?;
+        new_keyslot(&mut h, &mut *f, old_ks, slot, pass, &new_vk, &cipher, req)?
     };
-    let free_slot = |h: &RawHeader, skip: &[u32]| {
+    let free_slot = |h: &RawHeader| {
         (0..json::MAX_KEYSLOTS)
-            .find(|s| !skip.contains(s) && !h.obj("keyslots").contains_key(&s.to_string()))
+            .find(|s| !h.obj("keyslots").contains_key(&s.to_string()))
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::SlotBusy,
@@ -217,43 +208,9 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
                 )
             })
     };
-    let new_slot = free_slot(&h, &[])?;
-    let area_size = area_size_v2(key_len);
-    let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
-    let sealed = SealV2 {
-        vk: &new_vk,
-        af_hash: kdf.hash.name().to_string(),
-        cipher: keyslot_cipher(&cipher, key_len).0,
-        area_key_size: keyslot_cipher(&cipher, key_len).1,
-        offset,
-        area_size,
-    };
-    let ks = sealed.write(&mut *f, pass, &kdf, old_ks.extra.clone())?;
-    let ks_value = serde_json::to_value(&ks)
-        .map_err(|e| crate::error::json_error(ErrorKind::Corrupt, "Cannot serialize keyslot", e))?;
-    h.obj_mut("keyslots").insert(new_slot.to_string(), ks_value);
-    h.meta.keyslots.insert(new_slot.to_string(), ks);
-    for t in h.obj_mut("tokens").values_mut() {
-        if let Some(k) = t.get_mut("keyslots").and_then(Value::as_array_mut) {
-            if k.iter().any(|x| x.as_str() == Some(&slot.to_string())) {
-                k.push(Value::String(new_slot.to_string()));
-            }
-        }
-    }
-    let free_digest = |h: &RawHeader| {
-        (0..1000u32)
-            .find(|d| !h.obj("digests").contains_key(&d.to_string()))
-            .unwrap_or(999)
-            .to_string()
-    };
-    let new_did = free_digest(&h);
-    h.obj_mut("digests").insert(
-        new_did.clone(),
-        new_digest(&new_vk, &[new_slot.to_string()], &[])?,
-    );
 
     // The reencrypt keyslot: the largest free gap of the keyslots area.
-    let rslot = free_slot(&h, &[])?;
+    let rslot = free_slot(&h)?;
     let (alo, asz) = largest_gap(&h);
     if asz == 0 && resilience != "none" {
         return Err(Error::new(
@@ -271,8 +228,9 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
     }
     h.obj_mut("keyslots").insert(
         rslot.to_string(),
-        json!({"area": area, "type": "reencrypt", "key_size": 1, "mode": "reencrypt",
-               "direction": "forward", "priority": 0}),
+        json!({"area": area, "type": "reencrypt", "key_size": 1,
+               "mode": if req.decrypt { "decrypt" } else { "reencrypt" },
+               "direction": if req.decrypt { "backward" } else { "forward" }, "priority": 0}),
     );
 
     // Segments: 0 the data (old), 1 backup-previous, 2 backup-final.
@@ -283,10 +241,16 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
         .ok_or_else(|| corrupt("segment"))?;
     let mut prev = old_v.clone();
     prev["flags"] = json!(["backup-previous"]);
-    let mut fin = old_v.clone();
-    fin["encryption"] = json!(cipher);
-    fin["sector_size"] = json!(sector_size);
-    fin["flags"] = json!(["backup-final"]);
+    let fin = if req.decrypt {
+        json!({"type": "linear", "offset": seg.offset.to_string(), "size": seg.size,
+               "flags": ["backup-final"]})
+    } else {
+        let mut fin = old_v.clone();
+        fin["encryption"] = json!(cipher);
+        fin["sector_size"] = json!(sector_size);
+        fin["flags"] = json!(["backup-final"]);
+        fin
+    };
     let segs = h.obj_mut("segments");
     segs.clear();
     segs.insert("0".into(), old_v);
@@ -325,6 +289,110 @@ pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))
 }
 
+/// The new cipher, sector size and a fresh volume key of a reencryption.
+fn new_layout(seg: &Segment, old_len: usize, req: &InitRequest) -> Result<(String, u32, Secret)> {
+    let cipher = req.cipher.clone().unwrap_or_else(|| seg.encryption.clone());
+    let key_len = match req.key_bits {
+        Some(b) if b % 8 != 0 || b == 0 || b > json::MAX_KEY_SIZE * 8 => {
+            return Err(invalid(format!("Invalid key size {b}.")))
+        }
+        Some(b) => (b / 8) as usize,
+        None => old_len,
+    };
+    let sector_size = req.sector_size.unwrap_or(seg.sector_size);
+    if ![512, 1024, 2048, 4096].contains(&sector_size) || seg.offset % u64::from(sector_size) != 0 {
+        return Err(invalid(format!(
+            "Unsupported encryption sector size {sector_size}."
+        )));
+    }
+    let new_vk = Secret::from_slice(&keyslot::random(key_len)?);
+    // The new cipher must be one the data path can run.
+    crypto::SectorCrypt::new(&crypto::CryptConfig {
+        cipher: cipher.clone(),
+        key: Zeroizing::new(new_vk.to_vec()),
+        iv_offset: 0,
+        sector_size,
+        iv_large_sectors: false,
+    })
+    .map_err(|e| {
+        Error::crypto(
+            ErrorKind::InvalidArgument,
+            format!("Cipher {cipher} is not supported"),
+            e,
+        )
+    })?;
+    Ok((cipher, sector_size, new_vk))
+}
+
+/// The keyslot `slot` opened, as the new keyslot's model.
+fn meta_slot(h: &RawHeader, slot: u32) -> Result<json::Keyslot> {
+    h.meta
+        .keyslots
+        .get(&slot.to_string())
+        .cloned()
+        .ok_or_else(|| corrupt(format!("Keyslot {slot} vanished")))
+}
+
+/// Seals `new_vk` with `pass` in a free keyslot like `old_ks` (slot
+/// `slot`; its tokens name the new one too), bound to a new digest;
+/// returns the digest's id.
+#[allow(clippy::too_many_arguments)]
+fn new_keyslot(
+    h: &mut RawHeader,
+    f: &mut dyn io::Device,
+    old_ks: json::Keyslot,
+    slot: u32,
+    pass: &[u8],
+    new_vk: &Secret,
+    cipher: &str,
+    req: &InitRequest,
+) -> Result<String> {
+    let key_len = new_vk.len();
+    let kdf = match &req.kdf {
+        Some(k) => k.clone(),
+        None => copy_kdf(&old_ks.kdf.kdf()?, Hash::parse(&old_ks.af.hash)?),
+    };
+    let free_slot = |h: &RawHeader, skip: &[u32]| {
+        (0..json::MAX_KEYSLOTS)
+            .find(|s| !skip.contains(s) && !h.obj("keyslots").contains_key(&s.to_string()))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::SlotBusy,
+                    "Not enough free keyslots for reencryption.",
+                )
+            })
+    };
+    let new_slot = free_slot(h, &[])?;
+    let area_size = area_size_v2(key_len);
+    let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
+    let sealed = SealV2 {
+        vk: new_vk,
+        af_hash: kdf.hash.name().to_string(),
+        cipher: keyslot_cipher(cipher, key_len).0,
+        area_key_size: keyslot_cipher(cipher, key_len).1,
+        offset,
+        area_size,
+    };
+    let ks = sealed.write(f, pass, &kdf, old_ks.extra.clone())?;
+    let ks_value = serde_json::to_value(&ks)
+        .map_err(|e| crate::error::json_error(ErrorKind::Corrupt, "Cannot serialize keyslot", e))?;
+    h.obj_mut("keyslots").insert(new_slot.to_string(), ks_value);
+    h.meta.keyslots.insert(new_slot.to_string(), ks);
+    for t in h.obj_mut("tokens").values_mut() {
+        if let Some(k) = t.get_mut("keyslots").and_then(Value::as_array_mut) {
+            if k.iter().any(|x| x.as_str() == Some(&slot.to_string())) {
+                k.push(Value::String(new_slot.to_string()));
+            }
+        }
+    }
+    let new_did = free_digest(h);
+    h.obj_mut("digests").insert(
+        new_did.clone(),
+        new_digest(new_vk, &[new_slot.to_string()], &[])?,
+    );
+    Ok(new_did)
+}
+
 /// Resumes (or runs from its start) the reencryption of `device`,
 /// unlocking the old and the new key with `pass`: repairs a hotzone a
 /// crash left, reencrypts hotzone after hotzone until done or until
@@ -338,19 +406,24 @@ pub fn run(
     stop: &AtomicBool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Outcome> {
-    let _claim = io::claim(&[device])?;
-    let (mut h, dev_size) = read_header(device)?;
+    let meta = opts.header.as_deref().unwrap_or(device);
+    let _claim = io::claim(&[device, meta])?;
+    let (mut h, dev_size) = read_header_of(meta, device)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
-    let keys = unlock_both(&h, device, pass, key_slot, &st)?;
+    let keys = unlock_both(&h, meta, pass, key_slot, &st)?;
     st.verify(&h, &keys.0, &keys.1)?;
-    let mut m = Mover::new(device, dev_size, &st, &keys.0, &keys.1, opts.hotzone)?;
-    let mut done = if st.all_new { m.size } else { st.progress() };
+    let mut m = Mover::new(device, meta, dev_size, &st, &keys.0, &keys.1, opts.hotzone)?;
+    let mut done = st.progress_of(m.size);
     if let Some((off, len)) = st.hotzone() {
         m.recover(&h, &st, off, len)?;
-        done = off + len;
+        done = if st.backward {
+            m.size.saturating_sub(off)
+        } else {
+            off + len
+        };
         post_segments_mem(&mut h, &st, done, m.size)?;
         if done < m.size {
-            h.write(&mut *open_rw(device)?)?;
+            h.write(&mut *open_rw(meta)?)?;
         }
     }
     progress(done, m.size);
@@ -370,14 +443,14 @@ pub fn run(
     }
     if done < m.size {
         if dirty {
-            h.write(&mut *open_rw(device)?)?;
+            h.write(&mut *open_rw(meta)?)?;
         }
         return Ok(Outcome::Interrupted);
     }
     if dirty {
         post_segments_mem(&mut h, &st, done, m.size)?;
     }
-    finalize(device, &mut h, &st)?;
+    finalize(meta, &mut h, &st)?;
     Ok(Outcome::Finished)
 }
 
@@ -393,6 +466,12 @@ pub fn tables(
 ) -> Result<Vec<crypto::table::Table>> {
     let (h, dev_size) = read_header(device)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+    if st.mode != Mode::Reencrypt {
+        return Err(unsupported(format!(
+            "Mapping a LUKS2 volume mid-{} is not supported by ucrypt",
+            st.mode.name()
+        )));
+    }
     if st.hotzone().is_some() {
         // A crash tore a hotzone: some of its blocks are old, some new,
         // and only the resilience data says which. cryptsetup refuses to
@@ -456,6 +535,17 @@ pub fn tables(
     Ok(out)
 }
 
+/// The header on `meta` and the size of the data device `data` (the
+/// same path without a detached header).
+fn read_header_of(meta: &Path, data: &Path) -> Result<(RawHeader, u64)> {
+    let (h, size) = read_header(meta)?;
+    if meta == data {
+        return Ok((h, size));
+    }
+    let mut f = open_ro(data)?;
+    Ok((h, io::device_size(&mut *f, data)?))
+}
+
 fn read_header(device: &Path) -> Result<(RawHeader, u64)> {
     let mut f = open_ro(device)?;
     let size = io::device_size(&mut *f, device)?;
@@ -476,6 +566,14 @@ fn data_size(dev_size: u64, st: &State) -> Result<u64> {
         })?,
     };
     Ok(size / align * align)
+}
+
+/// The first unused digest id.
+fn free_digest(h: &RawHeader) -> String {
+    (0..1000u32)
+        .find(|d| !h.obj("digests").contains_key(&d.to_string()))
+        .unwrap_or(999)
+        .to_string()
 }
 
 /// The KDF of an existing keyslot as a request that reproduces it.
@@ -515,6 +613,9 @@ fn new_digest(key: &[u8], keyslots: &[String], segments: &[&str]) -> Result<Valu
 }
 
 fn set_digest_segments(h: &mut RawHeader, did: &str, segs: &[&str]) {
+    if did.is_empty() {
+        return; // the plaintext side: no digest
+    }
     if let Some(d) = h.obj_mut("digests").get_mut(did) {
         d["segments"] = json!(segs);
     }
@@ -609,12 +710,14 @@ fn unlock_both(
         .filter_map(|k| k.parse().ok())
         .collect();
     slots.sort_unstable();
-    let mut old = None;
-    let mut new = None;
+    // The plaintext side of an encryption or decryption has no key.
+    let mut old = st.old_digest.is_empty().then(|| Secret::from_slice(&[]));
+    let mut new = st.new_digest.is_empty().then(|| Secret::from_slice(&[]));
     // With --key-slot, that slot opens one key and the slots bound to the
     // other digest are tried with the same passphrase.
     if let Some(s) = key_slot {
         let (_, (d, k)) = unlock_any(h, device, pass, &[s], &[&st.old_digest, &st.new_digest])?;
+        // (An empty id is no digest: no keyslot opens it.)
         if d == st.old_digest {
             old = Some(k);
         } else {
@@ -636,8 +739,10 @@ fn unlock_both(
     }
 }
 
-/// Segments of a step in progress (`hot`: the hotzone's length) or
-/// after it, with their digests; backups kept.
+/// Segments after `done` bytes (forward: from the data start; backward:
+/// from its end) and, while a step is in progress, its hotzone of `hot`
+/// bytes next to them, with their digests (a `crypt` segment its key's,
+/// a `crypt` hotzone every key's, a `linear` one none); backups kept.
 fn make_segments(
     h: &mut RawHeader,
     st: &State,
@@ -647,40 +752,89 @@ fn make_segments(
 ) -> Result<()> {
     let base = st.old.offset;
     let seg = |like: &Segment, start: u64, size: Option<u64>, flags: Option<&str>| -> Value {
-        let mut v = json!({
-            "type": "crypt",
-            "offset": (base + start).to_string(),
-            "size": size.map(|s| s.to_string()).unwrap_or_else(|| "dynamic".into()),
-            "iv_tweak": (like.iv_tweak + start / 512).to_string(),
-            "encryption": like.encryption,
-            "sector_size": like.sector_size,
-        });
+        let size = size
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "dynamic".into());
+        let mut v = if like.kind == "linear" {
+            json!({"type": "linear", "offset": (base + start).to_string(), "size": size})
+        } else {
+            json!({
+                "type": "crypt",
+                "offset": (base + start).to_string(),
+                "size": size,
+                "iv_tweak": (like.iv_tweak + start / 512).to_string(),
+                "encryption": like.encryption,
+                "sector_size": like.sector_size,
+            })
+        };
         if let Some(f) = flags {
             v["flags"] = json!([f]);
         }
         v
     };
     let fixed = st.old.fixed_size()?.is_some();
-    let mut out: Vec<(Value, bool, bool)> = Vec::new(); // (segment, old key, new key)
-    let end = done + hot.unwrap_or(0);
-    if done > 0 || (hot.is_none() && end >= total) {
-        let size = if end >= total && hot.is_none() && !fixed {
-            None
+    let keys = |like: &Segment, d: &str| -> Vec<String> {
+        if like.kind == "linear" || d.is_empty() {
+            Vec::new()
         } else {
-            Some(done)
-        };
-        out.push((seg(&st.new, 0, size, None), false, true));
-    }
-    if let Some(len) = hot {
-        out.push((
-            seg(&st.new, done, Some(len), Some("in-reencryption")),
-            true,
-            true,
-        ));
-    }
-    if end < total {
-        let size = if fixed { Some(total - end) } else { None };
-        out.push((seg(&st.old, end, size, None), true, false));
+            vec![d.to_string()]
+        }
+    };
+    let hot_keys: Vec<String> = if st.new.kind == "linear" {
+        Vec::new()
+    } else {
+        [&st.old_digest, &st.new_digest]
+            .into_iter()
+            .filter(|d| !d.is_empty())
+            .cloned()
+            .collect()
+    };
+    let new_keys = keys(&st.new, &st.new_digest);
+    let old_keys = keys(&st.old, &st.old_digest);
+    let mut out: Vec<(Value, Vec<String>)> = Vec::new();
+    let hl = hot.unwrap_or(0);
+    if !st.backward {
+        // new [0, done) | hot | old [done + hot, total)
+        let end = done + hl;
+        if done > 0 || (hot.is_none() && end >= total) {
+            let size = if end >= total && hot.is_none() && !fixed {
+                None
+            } else {
+                Some(done)
+            };
+            out.push((seg(&st.new, 0, size, None), new_keys));
+        }
+        if let Some(len) = hot {
+            out.push((
+                seg(&st.new, done, Some(len), Some("in-reencryption")),
+                hot_keys,
+            ));
+        }
+        if end < total {
+            let size = if fixed { Some(total - end) } else { None };
+            out.push((seg(&st.old, end, size, None), old_keys));
+        }
+    } else {
+        // old [0, old_end) | hot | new [total - done, total)
+        let old_end = total.saturating_sub(done + hl);
+        if old_end > 0 {
+            let size = if old_end == total && !fixed {
+                None
+            } else {
+                Some(old_end)
+            };
+            out.push((seg(&st.old, 0, size, None), old_keys));
+        }
+        if let Some(len) = hot {
+            out.push((
+                seg(&st.new, old_end, Some(len), Some("in-reencryption")),
+                hot_keys,
+            ));
+        }
+        if done > 0 || old_end + hl == 0 {
+            let size = if fixed { Some(done) } else { None };
+            out.push((seg(&st.new, total - done, size, None), new_keys));
+        }
     }
     let prev = h
         .obj("segments")
@@ -699,12 +853,12 @@ fn make_segments(
     let mut new_ids = Vec::new();
     let segs = h.obj_mut("segments");
     segs.clear();
-    for (i, (v, o, nw)) in out.into_iter().enumerate() {
+    for (i, (v, ds)) in out.into_iter().enumerate() {
         segs.insert(i.to_string(), v);
-        if o {
+        if ds.contains(&st.old_digest) {
             old_ids.push(i.to_string());
         }
-        if nw {
+        if ds.contains(&st.new_digest) {
             new_ids.push(i.to_string());
         }
     }
@@ -799,223 +953,4 @@ fn finalize(device: &Path, h: &mut RawHeader, st: &State) -> Result<()> {
         io::zero_range(&mut *f, off, len)?;
     }
     sync(&*f)
-}
-
-/// Moves the data: the old and the new sector ciphers, the device, the
-/// hotzone size.
-struct Mover {
-    data: File,
-    meta_path: PathBuf,
-    old: crypto::SectorCrypt,
-    new: crypto::SectorCrypt,
-    base: u64,
-    size: u64,
-    hotzone: u64,
-    buf: Vec<u8>,
-}
-
-impl Drop for Mover {
-    fn drop(&mut self) {
-        // The buffer held plaintext between the two ciphers.
-        self.buf.zeroize();
-    }
-}
-
-impl Mover {
-    fn new(
-        device: &Path,
-        dev_size: u64,
-        st: &State,
-        old_vk: &[u8],
-        new_vk: &[u8],
-        want: u64,
-    ) -> Result<Self> {
-        let mk = |s: &Segment, k: &[u8]| {
-            crypto::SectorCrypt::new(&crypto::CryptConfig {
-                cipher: s.encryption.clone(),
-                key: Zeroizing::new(k.to_vec()),
-                iv_offset: s.iv_tweak,
-                sector_size: s.sector_size,
-                iv_large_sectors: false,
-            })
-            .map_err(|e| {
-                Error::crypto(
-                    ErrorKind::Unsupported,
-                    format!("Cipher {} is not supported", s.encryption),
-                    e,
-                )
-            })
-        };
-        let align = match st.resilience {
-            Resilience::Checksum { block, .. } => u64::from(block),
-            _ => MIN_ALIGNMENT,
-        }
-        .max(u64::from(st.old.sector_size.max(st.new.sector_size)));
-        let max = match st.resilience {
-            Resilience::Checksum { hash, block } => {
-                st.area.1 / hash.digest_len() as u64 * u64::from(block)
-            }
-            Resilience::Journal => st.area.1,
-            Resilience::None => {
-                if want > 0 {
-                    want
-                } else {
-                    DEFAULT_NONE_HOTZONE
-                }
-            }
-        }
-        .min(MAX_HOTZONE);
-        if want % align != 0 {
-            return Err(invalid(format!(
-                "Hotzone size must be multiple of calculated zone alignment ({align} bytes)."
-            )));
-        }
-        let mut hotzone = if want > 0 { want.min(max) } else { max };
-        hotzone -= hotzone % align;
-        if hotzone == 0 {
-            return Err(invalid("Invalid reencryption length."));
-        }
-        let data = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(device)
-            .map_err(|e| Error::io(format!("Cannot open {} for writing", device.display()), e))?;
-        let size = data_size(dev_size, st)?;
-        Ok(Mover {
-            data,
-            meta_path: device.to_path_buf(),
-            old: mk(&st.old, old_vk)?,
-            new: mk(&st.new, new_vk)?,
-            base: st.old.offset,
-            size,
-            hotzone,
-            buf: Vec::new(),
-        })
-    }
-
-    fn read(&mut self, off: u64, len: u64) -> Result<()> {
-        self.buf.resize(len as usize, 0);
-        self.data
-            .read_exact_at(&mut self.buf, self.base + off)
-            .map_err(|e| Error::io(format!("Failed to read hotzone area starting at {off}."), e))
-    }
-
-    /// Writes `buf[from..to]` back at its place, in pieces (each a crash
-    /// point for the tests).
-    fn write(&mut self, off: u64, from: usize, to: usize) -> Result<()> {
-        const PIECE: usize = 1 << 20;
-        let mut at = from;
-        while at < to {
-            let end = (at + PIECE).min(to);
-            self.data
-                .write_all_at(&self.buf[at..end], self.base + off + at as u64)
-                .map_err(|e| {
-                    Error::io(
-                        format!("Failed to write hotzone area starting at {off}."),
-                        e,
-                    )
-                })?;
-            crash::point();
-            at = end;
-        }
-        Ok(())
-    }
-
-    fn reencrypt_buf(&mut self, off: u64, from: usize, to: usize) {
-        let sector = (off + from as u64) / 512;
-        self.old.decrypt(sector, &mut self.buf[from..to]);
-        self.new.encrypt(sector, &mut self.buf[from..to]);
-    }
-
-    fn sync(&self) -> Result<()> {
-        self.data
-            .sync_data()
-            .map_err(|e| Error::io("Failed to sync data.", e))
-    }
-
-    /// One hotzone `[off, off+len)`.
-    fn step(&mut self, h: &mut RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
-        self.read(off, len)?;
-        let protect = st.resilience != Resilience::None;
-        if protect {
-            let mut f = open_rw(&self.meta_path)?;
-            match st.resilience {
-                Resilience::Checksum { hash, block } => {
-                    let dl = hash.digest_len();
-                    let mut sums = vec![0u8; (len / u64::from(block)) as usize * dl];
-                    for (i, chunk) in self.buf.chunks(block as usize).enumerate() {
-                        hash.digest_into(&[chunk], &mut sums[i * dl..(i + 1) * dl]);
-                    }
-                    write_at(&mut *f, st.area.0, &sums)?;
-                }
-                Resilience::Journal => write_at(&mut *f, st.area.0, &self.buf)?,
-                Resilience::None => {}
-            }
-            sync(&*f)?;
-            crash::point();
-            make_segments(h, st, off, Some(len), self.size)?;
-            h.write(&mut *f)?;
-        }
-        let n = self.buf.len();
-        self.reencrypt_buf(off, 0, n);
-        self.write(off, 0, n)?;
-        if protect {
-            self.sync()?;
-            make_segments(h, st, off + len, None, self.size)?;
-            // After the last hotzone the next header is the final one
-            // (`finalize`): a header with every byte new but still in
-            // reencryption is never written, as cryptsetup 2.6.1 would
-            // resume such a header from the start.
-            if off + len < self.size {
-                h.write(&mut *open_rw(&self.meta_path)?)?;
-            } else {
-                h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Repairs the hotzone `[off, off+len)` a crash interrupted.
-    fn recover(&mut self, _h: &RawHeader, st: &State, off: u64, len: u64) -> Result<()> {
-        if len == 0 || off + len > self.size {
-            return Err(corrupt("LUKS2 hotzone segment lies outside the data area"));
-        }
-        match st.resilience {
-            Resilience::Checksum { hash, block } => {
-                let dl = hash.digest_len();
-                let count = (len / u64::from(block)) as usize;
-                if (count * dl) as u64 > st.area.1 {
-                    return Err(corrupt("LUKS2 hotzone is larger than its checksum area"));
-                }
-                let mut sums = vec![0u8; count * dl];
-                read_exact_at(&mut *open_ro(&self.meta_path)?, st.area.0, &mut sums)?;
-                self.read(off, len)?;
-                let mut got = vec![0u8; dl];
-                for i in 0..count {
-                    let (a, b) = (i * block as usize, (i + 1) * block as usize);
-                    hash.digest_into(&[&self.buf[a..b]], &mut got);
-                    if got == sums[i * dl..(i + 1) * dl] {
-                        self.reencrypt_buf(off, a, b);
-                        self.write(off, a, b)?;
-                    }
-                }
-            }
-            Resilience::Journal => {
-                if len > st.area.1 {
-                    return Err(corrupt("LUKS2 hotzone is larger than its journal"));
-                }
-                self.buf.resize(len as usize, 0);
-                read_exact_at(&mut *open_ro(&self.meta_path)?, st.area.0, &mut self.buf)?;
-                let n = self.buf.len();
-                self.reencrypt_buf(off, 0, n);
-                self.write(off, 0, n)?;
-            }
-            Resilience::None => {
-                return Err(corrupt(
-                    "LUKS2 hotzone with resilience none cannot be recovered",
-                ))
-            }
-        }
-        self.sync()
-    }
 }

@@ -57,11 +57,39 @@ impl Resilience {
     }
 }
 
+/// What a reencryption does (the reencrypt keyslot's `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Old key to new key (direction forward).
+    Reencrypt,
+    /// Plaintext (a `linear` segment) to a new key, with a detached
+    /// header (direction forward, no data shift).
+    Encrypt,
+    /// Old key to plaintext (a `linear` segment), with a detached header
+    /// (direction backward, no data shift).
+    Decrypt,
+}
+
+impl Mode {
+    /// cryptsetup's name (the keyslot's `mode`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Reencrypt => "reencrypt",
+            Mode::Encrypt => "encrypt",
+            Mode::Decrypt => "decrypt",
+        }
+    }
+}
+
 /// The loaded reencryption state.
 #[derive(Debug, Clone)]
 pub struct State {
     /// Requirement version (2 for `online-reencrypt-v2`).
     pub version: u8,
+    /// What the reencryption does.
+    pub mode: Mode,
+    /// Hotzones go from the end of the data toward its start (`decrypt`).
+    pub backward: bool,
     /// Id of the reencrypt keyslot.
     pub keyslot: String,
     /// Hotzone protection.
@@ -72,7 +100,8 @@ pub struct State {
     pub old: Segment,
     /// The layout after (backup-final segment).
     pub new: Segment,
-    /// Digest ids of the old and the new volume key.
+    /// Digest ids of the old and the new volume key; empty for the
+    /// plaintext side (`linear`) of an encryption or decryption.
     pub old_digest: String,
     /// See `old_digest`.
     pub new_digest: String,
@@ -174,23 +203,24 @@ impl State {
         let mode = s(ks, "mode").ok_or_else(|| corrupt("LUKS2 reencrypt keyslot has no mode"))?;
         let direction = s(ks, "direction")
             .ok_or_else(|| corrupt("LUKS2 reencrypt keyslot has no direction"))?;
-        match mode.as_str() {
-            "reencrypt" => {}
-            "encrypt" | "decrypt" => {
-                return Err(unsupported(format!(
-                    "LUKS2 reencryption mode {mode} is not supported by ucrypt (only reencrypt)"
-                )))
-            }
+        let mode = match mode.as_str() {
+            "reencrypt" => Mode::Reencrypt,
+            "encrypt" => Mode::Encrypt,
+            "decrypt" => Mode::Decrypt,
             _ => return Err(corrupt(format!("Illegal reencrypt mode {mode}"))),
-        }
-        match direction.as_str() {
-            "forward" => {}
-            "backward" => {
-                return Err(unsupported(
-                    "LUKS2 reencryption direction backward is not supported by ucrypt",
-                ))
-            }
+        };
+        let backward = match direction.as_str() {
+            "forward" => false,
+            "backward" => true,
             _ => return Err(corrupt(format!("Illegal reencrypt direction {direction}"))),
+        };
+        // The combinations without a data shift (a shift is refused
+        // below with its own reason).
+        if backward != (mode == Mode::Decrypt) {
+            return Err(unsupported(format!(
+                "LUKS2 reencryption mode {} with direction {direction} is not supported by ucrypt",
+                mode.name()
+            )));
         }
         let area = ks
             .get("area")
@@ -248,25 +278,28 @@ impl State {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         segs.sort_by_key(|(k, _)| k.parse::<u32>().unwrap_or(u32::MAX));
-        let one = |flag: &str| -> Result<(String, Segment)> {
+        let one = |flag: &str, kind: &str| -> Result<(String, Segment)> {
             match flagged(&segs, flag)[..] {
-                [x] if x.1.kind == "crypt" => Ok(x.clone()),
-                [_] => Err(unsupported(format!(
-                    "LUKS2 {flag} segment is not a crypt segment (not supported by ucrypt)"
+                [x] if x.1.kind == kind => Ok(x.clone()),
+                [x] => Err(unsupported(format!(
+                    "LUKS2 reencryption mode {} is not supported by ucrypt with a {} {flag} segment",
+                    mode.name(),
+                    x.1.kind
                 ))),
                 _ => Err(corrupt(format!(
                     "LUKS2 reencryption needs one {flag} segment"
                 ))),
             }
         };
-        let (old_id, old) = one("backup-previous")?;
-        let (new_id, new) = one("backup-final")?;
+        let kind = |plain: bool| if plain { "linear" } else { "crypt" };
+        let (old_id, old) = one("backup-previous", kind(mode == Mode::Encrypt))?;
+        let (new_id, new) = one("backup-final", kind(mode == Mode::Decrypt))?;
         if !flagged(&segs, "backup-moved-segment").is_empty() {
             return Err(unsupported(
                 "LUKS2 reencryption with a moved segment is not supported by ucrypt",
             ));
         }
-        let digest_of = |sid: &str| -> Result<String> {
+        let digest_of = |sid: &str, linear: bool| -> Result<String> {
             let d: Vec<&String> = h
                 .meta
                 .digests
@@ -275,13 +308,17 @@ impl State {
                 .map(|(id, _)| id)
                 .collect();
             match d[..] {
-                [x] => Ok(x.clone()),
+                [] if linear => Ok(String::new()),
+                [x] if !linear => Ok(x.clone()),
+                _ if linear => Err(corrupt(format!(
+                    "LUKS2 linear segment {sid} is bound to a digest"
+                ))),
                 _ => Err(corrupt(format!("LUKS2 segment {sid} needs one digest"))),
             }
         };
-        let old_digest = digest_of(&old_id)?;
-        let new_digest = digest_of(&new_id)?;
-        if old_digest == new_digest {
+        let old_digest = digest_of(&old_id, old.kind == "linear")?;
+        let new_digest = digest_of(&new_id, new.kind == "linear")?;
+        if mode == Mode::Reencrypt && old_digest == new_digest {
             return Err(unsupported(
                 "LUKS2 reencryption without a volume key change is not supported by ucrypt",
             ));
@@ -318,13 +355,18 @@ impl State {
         let data: Vec<(String, Segment)> =
             segs.into_iter().filter(|(_, s)| !is_backup(s)).collect();
         let all_new = data.len() == 1
-            && h.meta
-                .digests
-                .get(&new_digest)
-                .is_some_and(|d| d.segments.contains(&data[0].0));
+            && data[0].1.kind == new.kind
+            && !in_reencryption(&data[0].1)
+            && (new_digest.is_empty()
+                || h.meta
+                    .digests
+                    .get(&new_digest)
+                    .is_some_and(|d| d.segments.contains(&data[0].0)));
         let st = State {
             all_new,
             version,
+            mode,
+            backward,
             keyslot: kid.clone(),
             resilience,
             area: (offset, size),
@@ -340,47 +382,70 @@ impl State {
     }
 
     /// The data segments tile the data area: new ones, at most one
-    /// hotzone, then old ones, each with its layout's cipher and IVs.
+    /// hotzone, then old ones (backward: old, hotzone, new), each with
+    /// its layout's type, cipher and IVs and bound to its layout's digest
+    /// (a `linear` one to none; a `crypt` hotzone to every key's).
     fn check_layout(&self, h: &RawHeader) -> Result<()> {
         let base = self.old.offset;
         let mut at = base;
-        let mut phase = 0; // 0 new, 1 after hotzone, 2 old
+        // Forward: 0 new, 1 after the hotzone, 2 old. Backward: 0 old,
+        // 1 after the hotzone, 2 new.
+        let mut phase = 0;
         let n = self.data.len();
         if n == 0 || n > 3 {
             return Err(corrupt(format!(
                 "LUKS2 reencryption with {n} data segments"
             )));
         }
+        let keys: Vec<&String> = [&self.old_digest, &self.new_digest]
+            .into_iter()
+            .filter(|d| !d.is_empty())
+            .collect();
+        fn bound<'a>(like: &Segment, digest: &'a String) -> Vec<&'a String> {
+            if like.kind == "linear" {
+                Vec::new()
+            } else {
+                vec![digest]
+            }
+        }
         for (i, (id, s)) in self.data.iter().enumerate() {
             let hot = in_reencryption(s);
-            let digests: Vec<&String> = h
+            let mut digests: Vec<&String> = h
                 .meta
                 .digests
                 .iter()
                 .filter(|(_, d)| d.segments.iter().any(|x| x == id))
                 .map(|(k, _)| k)
                 .collect();
+            digests.sort();
+            let as_new = s.kind == self.new.kind && digests == bound(&self.new, &self.new_digest);
+            let as_old = s.kind == self.old.kind && digests == bound(&self.old, &self.old_digest);
             let is_new = if hot {
                 if phase != 0 {
                     return Err(corrupt("LUKS2 reencryption has two hotzones"));
                 }
                 phase = 1;
-                let mut want = vec![&self.old_digest, &self.new_digest];
+                let mut want = if self.new.kind == "linear" {
+                    Vec::new()
+                } else {
+                    keys.clone()
+                };
                 want.sort();
-                let mut got = digests.clone();
-                got.sort();
-                if got != want {
+                if s.kind != self.new.kind || digests != want {
                     return Err(corrupt(format!(
                         "LUKS2 hotzone segment {id} must be bound to both digests"
                     )));
                 }
                 true
-            } else if digests == [&self.new_digest] && phase == 0 && i + 1 < n {
+            } else if (n == 1 && as_new) || (!self.backward && as_new && phase == 0 && i + 1 < n) {
                 true
-            } else if digests == [&self.old_digest] {
+            } else if !self.backward && as_old {
                 phase = 2;
                 false
-            } else if digests == [&self.new_digest] && n == 1 {
+            } else if self.backward && as_old && i == 0 {
+                false
+            } else if self.backward && as_new && i > 0 {
+                phase = 2;
                 true
             } else {
                 return Err(corrupt(format!(
@@ -388,12 +453,11 @@ impl State {
                 )));
             };
             let like = if is_new { &self.new } else { &self.old };
-            if s.kind != "crypt"
-                || s.offset != at
-                || s.encryption != like.encryption
-                || s.sector_size != like.sector_size
-                || s.iv_tweak != like.iv_tweak + (at - base) / 512
-            {
+            let crypt_ok = s.kind == "linear"
+                || (s.encryption == like.encryption
+                    && s.sector_size == like.sector_size
+                    && s.iv_tweak == like.iv_tweak + (at - base) / 512);
+            if s.kind != like.kind || s.offset != at || !crypt_ok {
                 return Err(corrupt(format!(
                     "LUKS2 segment {id} does not continue the reencryption layout"
                 )));
@@ -425,7 +489,22 @@ impl State {
             })
     }
 
-    /// Bytes already reencrypted (from the data start), when clean.
+    /// Bytes already reencrypted of `total`, when clean (forward: from
+    /// the data start; backward: from its end).
+    pub fn progress_of(&self, total: u64) -> u64 {
+        let first = match &self.data[..] {
+            [] | [_] => return if self.all_new { total } else { 0 },
+            [(_, first), ..] => first.fixed_size().ok().flatten().unwrap_or(0),
+        };
+        if self.backward {
+            total.saturating_sub(first)
+        } else {
+            first
+        }
+    }
+
+    /// Bytes already reencrypted (from the data start), when clean and
+    /// forward; see [`State::progress_of`].
     pub fn progress(&self) -> u64 {
         match &self.data[..] {
             [_] => 0,
@@ -443,6 +522,7 @@ impl State {
         new_vk: &[u8],
     ) -> Result<Vec<u8>> {
         let bad = || corrupt("LUKS2 reencryption metadata cannot be serialized for its digest");
+        // A plaintext side has no key (`old_vk`/`new_vk` empty).
         let mut out = vec![0x76, 0x30 + version];
         out.extend_from_slice(old_vk);
         out.extend_from_slice(new_vk);
@@ -497,9 +577,12 @@ impl State {
             sstr(&mut out, seg, "type")?;
             su64(&mut out, seg, "offset", false)?;
             su64(&mut out, seg, "size", true)?;
-            su64(&mut out, seg, "iv_tweak", false)?;
-            sstr(&mut out, seg, "encryption")?;
-            su32(&mut out, seg, "sector_size")?;
+            // A linear segment: type, offset and size only.
+            if seg.get("type").and_then(Value::as_str) == Some("crypt") {
+                su64(&mut out, seg, "iv_tweak", false)?;
+                sstr(&mut out, seg, "encryption")?;
+                su32(&mut out, seg, "sector_size")?;
+            }
         }
         Ok(out)
     }

@@ -225,6 +225,16 @@ impl Metadata {
         if self.segments.is_empty() {
             return Err(corrupt("LUKS2 metadata has no segment"));
         }
+        // Only the lowest segment offset counts, and 0 is a detached
+        // header (cryptsetup's hdr_validate_areas, json_segments_get_minimal_offset):
+        // with a detached header a segment of a volume mid-decryption may
+        // start anywhere.
+        let lowest = self.segments.values().map(|s| s.offset).min().unwrap_or(0);
+        if lowest != 0 && lowest < area_hi {
+            return Err(corrupt(
+                "LUKS2 segment offset overlaps the metadata and keyslots area",
+            ));
+        }
         for (id, seg) in &self.segments {
             parse_id(id, "segment", 1000)?;
             if seg.offset % 512 != 0 {
@@ -232,11 +242,6 @@ impl Metadata {
             }
             if seg.fixed_size()?.is_some_and(|sz| sz == 0 || sz % 512 != 0) {
                 return Err(corrupt("LUKS2 segment size is invalid"));
-            }
-            if seg.offset != 0 && seg.offset < area_hi {
-                return Err(corrupt(
-                    "LUKS2 segment offset overlaps the metadata and keyslots area",
-                ));
             }
             if seg.kind != "crypt" {
                 // Other types need only type, offset and size (checked
