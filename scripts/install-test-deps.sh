@@ -17,6 +17,7 @@ PKGS=(
   qemu-block-extra                       # qemu-storage-daemon's rbd driver (librbd LUKS peer)
   qemu-system-x86                        # a real qemu attaching vhost-user-blk with its default queues
   gdb                                    # stops cryptsetup reencrypt between two hotzones (interop tests)
+  man-db                                 # `man` reads the pages scripts/install.sh installs (install test)
 )
 missing=()
 for p in "${PKGS[@]}"; do

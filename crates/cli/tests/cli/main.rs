@@ -24,6 +24,7 @@ mod cryptsetup_spellings;
 mod docs_cli;
 mod empty_passphrase;
 mod exit_codes;
+mod install;
 mod frontends_fuse;
 mod frontends_luks;
 mod frontends_nbd;
