@@ -22,6 +22,7 @@ PKGS=(
   tpm2-tools systemd                     # tpm2_pcrextend; systemd-cryptenroll enrolls the test volumes
   softhsm2 p11-kit p11-kit-modules opensc # a PKCS#11 token, p11-kit's proxy module, pkcs11-tool
   keyutils                               # keyctl: luks2-keyring token tests
+  man-db                                 # `man` reads the pages scripts/install.sh installs (install test)
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -33,7 +33,7 @@ report_skips() {
     fi
   fi
   rm -f "$UCRYPT_SKIP_LOG" "$fuzz_out"
-  # What each misuse row did (crates/cli/tests/misuse.rs writes it).
+  # What each misuse row did (crates/cli/tests/cli/misuse.rs writes it).
   local misuse=target/tmp/misuse-report.txt
   if [ -f "$misuse" ]; then
     echo

@@ -16,7 +16,7 @@
 #   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live reencrypt (default: all)
 #   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
 #   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
-#   UCRYPT_BIN         ucrypt binary (default: cargo build --release, target/release/ucrypt)
+#   UCRYPT_BIN         ucrypt binary, ucrypt-bench beside it (default: cargo build --release, target/release/ucrypt)
 # A missing prerequisite (qemu, kernel package, accelerator) fails the run with a
 # message naming it; the suite is never skipped silently.
 set -euo pipefail
@@ -107,6 +107,10 @@ fi
 RUN="$CACHE/run"
 rm -rf "$RUN"; mkdir -p "$RUN/overlay/vm" "$RUN/overlay/usr/bin"
 objcopy --strip-debug "$BIN" "$RUN/overlay/usr/bin/ucrypt" 2>/dev/null || cp "$BIN" "$RUN/overlay/usr/bin/ucrypt"
+# `ucrypt bench` (the advisor part) runs the ucrypt-bench beside ucrypt.
+BENCH_BIN="$(dirname "$BIN")/ucrypt-bench"
+[ -x "$BENCH_BIN" ] || fatal "ucrypt-bench not found beside $BIN"
+objcopy --strip-debug "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench" 2>/dev/null || cp "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench"
 mkdir -p "$RUN/overlay/vm/bin"
 objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
 cp tests/vm/init "$RUN/overlay/init"

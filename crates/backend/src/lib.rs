@@ -9,6 +9,7 @@
 //!                 │                 (a file on tmpfs also lends its pages: mapped)
 //!                 ├── RbdBackend    Ceph RBD images over librbd's aio (`rbd:POOL/IMAGE[@SNAP]`)
 //!                 └── FaultBackend  wraps any backend: injected errors and delays
+//!                                   (tests only: the `testing` feature)
 //! ```
 //!
 //! # The contract
@@ -65,6 +66,7 @@
 
 use std::io;
 
+#[cfg(feature = "testing")]
 mod fault;
 mod file;
 mod lend;
@@ -72,6 +74,7 @@ mod mem;
 mod page_alloc;
 pub mod rbd;
 
+#[cfg(feature = "testing")]
 pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
 pub use file::{Claim, DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine, HOP_MIN};
 pub use mem::MemBackend;
@@ -588,7 +591,8 @@ pub enum ErrorKind {
         /// The O_DIRECT alignment in bytes.
         align: u64,
     },
-    /// An error injected by [`FaultBackend`].
+    /// An error injected by `FaultBackend` (the `testing` feature).
+    #[cfg(feature = "testing")]
     #[error("Injected {op} fault at offset {offset} length {len}")]
     Injected {
         /// Operation that failed.
@@ -667,12 +671,15 @@ impl Error {
             ErrorKind::Unsupported(_) | ErrorKind::IoUringUnavailable { .. } => {
                 io::ErrorKind::Unsupported
             }
-            ErrorKind::Open { .. } | ErrorKind::Io { .. } | ErrorKind::Injected { .. } => {
-                match &self.source {
-                    Some(s) => s.kind(),
-                    None => io::ErrorKind::Other,
-                }
-            }
+            ErrorKind::Open { .. } | ErrorKind::Io { .. } => match &self.source {
+                Some(s) => s.kind(),
+                None => io::ErrorKind::Other,
+            },
+            #[cfg(feature = "testing")]
+            ErrorKind::Injected { .. } => match &self.source {
+                Some(s) => s.kind(),
+                None => io::ErrorKind::Other,
+            },
         }
     }
 }

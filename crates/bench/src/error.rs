@@ -78,20 +78,6 @@ pub enum Error {
     /// fio reported a job error.
     #[error("fio job error {0}")]
     FioJob(i64),
-    /// `ucrypt benchmark` could not measure a cipher.
-    #[error("Cannot benchmark {spec} with a {bits}-bit key")]
-    Benchmark {
-        /// The cipher spec.
-        spec: String,
-        /// Key size in bits.
-        bits: usize,
-        /// Cause.
-        #[source]
-        source: crypto::Error,
-    },
-    /// `ucrypt benchmark` could not estimate a KDF's cost.
-    #[error(transparent)]
-    Kdf(luks::Error),
     /// A server exited before serving.
     #[error("{name} exited ({status}): {stderr}")]
     ServerExited {
@@ -188,12 +174,6 @@ pub enum OptionsError {
         /// Values that would parse.
         example: &'static str,
     },
-    /// `ucrypt benchmark --sector-size` not a power of two in 512..=4096.
-    #[error("Invalid --sector-size {0}: a power of two in 512..4096")]
-    BenchmarkSectorSize(u32),
-    /// A key size that is not whole bytes.
-    #[error("Invalid key size {0}: not a whole number of bytes")]
-    KeyBits(usize),
     /// Zero queue depth or jobs.
     #[error("Queue depth and jobs must be at least 1")]
     ZeroDepth,

@@ -34,7 +34,6 @@ use std::time::Duration;
 
 pub mod advisor;
 pub mod args;
-pub mod ciphers;
 pub mod dmcrypt;
 pub mod driver;
 mod error;

@@ -69,6 +69,31 @@ impl Globals {
     pub fn verbose(&self) -> bool {
         self.verbose || self.debug
     }
+
+    /// The options given (those that differ from their defaults) as
+    /// arguments, to hand on to `ucrypt-bench`.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let flags = [
+            (self.batch_mode, "--batch-mode"),
+            (self.verbose, "--verbose"),
+            (self.debug, "--debug"),
+            (self.disable_locks, "--disable-locks"),
+            (self.test_args, "--test-args"),
+            (self.verify_passphrase, "--verify-passphrase"),
+        ];
+        let mut v: Vec<OsString> = flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, name)| name.into())
+            .collect();
+        if self.tries != luks::passphrase::DEFAULT_TRIES {
+            v.extend(["--tries".into(), self.tries.to_string().into()]);
+        }
+        if self.timeout != 0 {
+            v.extend(["--timeout".into(), self.timeout.to_string().into()]);
+        }
+        v
+    }
 }
 
 /// `--debug`'s first line: the command as run, a `--table` line (it may

@@ -3,13 +3,19 @@
 //! cryptsetup's exit codes ([`Failure`]). Each subcommand group lives in its
 //! own module under `cmd/`; the work is done by the library crates (the
 //! daemon, its control protocol and `map` by `ucrypt-daemon`, LUKS by
-//! `ucrypt-luks`, the benchmark by `ucrypt-bench`).
+//! `ucrypt-luks`; `benchmark`'s cipher table in [`benchmark`]).
+//!
+//! `ucrypt bench` runs in a binary of its own, `ucrypt-bench`
+//! (`src/bin/ucrypt-bench.rs`, over the `ucrypt-bench` crate), which
+//! [`cmd::bench`] execs: the `ucrypt` binary, which holds keys while it
+//! serves, links no plotting, fonts, PNG or libblkio.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod benchmark;
 pub mod cmd;
 pub mod global;
 
@@ -55,19 +61,6 @@ pub fn exit_code(e: &daemon::Error) -> u8 {
     }
 }
 
-/// The bench's errors: bad options are usage errors (1), missing tools or
-/// kernel parts device errors (4), anything else 1; the message names
-/// every cause.
-pub fn bench_failure(e: impl Into<bench::Error>) -> Failure {
-    let e = e.into();
-    let code = if !e.is_usage() && e.is_missing() {
-        4
-    } else {
-        1
-    };
-    Failure::new(code, bench::error_chain(&e))
-}
-
 impl From<daemon::Error> for Failure {
     fn from(e: daemon::Error) -> Self {
         Self::new(exit_code(&e), e.chain())
@@ -102,17 +95,46 @@ struct Cli {
 
 /// How `rbd:POOL/IMAGE[@SNAP]` devices reach their Ceph cluster (every verb
 /// that takes a device accepts such a name).
-#[derive(clap::Args)]
-struct CephArgs {
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct CephArgs {
     /// ceph.conf for rbd: devices [default: $CEPH_CONF, /etc/ceph/ceph.conf]
     #[arg(long, global = true, value_name = "FILE")]
-    ceph_conf: Option<std::path::PathBuf>,
+    pub ceph_conf: Option<std::path::PathBuf>,
     /// Ceph client id for rbd: devices, without "client." [default: admin]
     #[arg(long, global = true, value_name = "ID")]
-    ceph_id: Option<String>,
+    pub ceph_id: Option<String>,
     /// Ceph keyring for rbd: devices [default: the one ceph.conf names]
     #[arg(long, global = true, value_name = "FILE")]
-    keyring: Option<std::path::PathBuf>,
+    pub keyring: Option<std::path::PathBuf>,
+}
+
+impl CephArgs {
+    /// Makes these the process's cluster settings
+    /// (`backend::rbd::RbdConfig::current`).
+    pub fn install(self) {
+        backend::rbd::RbdConfig {
+            conf: self.ceph_conf,
+            id: self.ceph_id,
+            keyring: self.keyring,
+            timeout: None,
+        }
+        .install();
+    }
+
+    /// The same options as arguments, to hand on to `ucrypt-bench`.
+    pub fn to_args(&self) -> Vec<std::ffi::OsString> {
+        let mut v = Vec::new();
+        if let Some(c) = &self.ceph_conf {
+            v.extend(["--ceph-conf".into(), c.clone().into_os_string()]);
+        }
+        if let Some(id) = &self.ceph_id {
+            v.extend(["--ceph-id".into(), id.into()]);
+        }
+        if let Some(k) = &self.keyring {
+            v.extend(["--keyring".into(), k.clone().into_os_string()]);
+        }
+        v
+    }
 }
 
 #[derive(Subcommand)]
@@ -159,13 +181,8 @@ pub fn main() -> ExitCode {
     if g.debug {
         println!("{}", global::processing_line(&args));
     }
-    backend::rbd::RbdConfig {
-        conf: cli.ceph.ceph_conf,
-        id: cli.ceph.ceph_id,
-        keyring: cli.ceph.keyring,
-        timeout: None,
-    }
-    .install();
+    let ceph = cli.ceph;
+    ceph.clone().install();
     let result = match cli.command {
         // cryptsetup's --test-args: the arguments parsed; nothing runs.
         _ if g.test_args => Ok(()),
@@ -174,7 +191,7 @@ pub fn main() -> ExitCode {
         Command::Header(c) => c.run(g),
         Command::Docs(c) => c.run(),
         Command::Daemon(c) => c.run(),
-        Command::Bench(c) => c.run(),
+        Command::Bench(c) => c.run(&ceph, g),
         Command::Reencrypt(c) => c.run(g),
         Command::Bitlk(c) => c.run(g),
         Command::Fvault2(c) => c.run(g),

@@ -495,7 +495,9 @@ fn essiv_salt(h: EssivHash, key: &[u8]) -> Zeroizing<Vec<u8>> {
     })
 }
 
-/// Low-level entry points for known-answer tests and fuzzing; not a stable API.
+/// Low-level entry points for known-answer tests; not a stable API: built
+/// only with the `testing` feature (this crate's tests turn it on).
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod internal {
     use crate::cipher::{self, Dir, Provider};

@@ -12,8 +12,8 @@
 //!
 //! On-disk structures are parsed from bytes through a bounds-checked cursor
 //! and validated (offsets, sizes, JSON shape) before anything is allocated
-//! from them; [`internal::fuzzing`] feeds arbitrary bytes through the same
-//! path. A LUKS2 header loads when cryptsetup 2.6's would, except where
+//! from them; `internal::fuzzing` (the `fuzzing` feature) feeds arbitrary
+//! bytes through the same path. A LUKS2 header loads when cryptsetup 2.6's would, except where
 //! ucrypt is stricter on purpose (a digest under 20 bytes, KDF costs
 //! beyond cryptsetup's own limits; `luks2/json/check.rs` lists every check
 //! and its reason): what cryptsetup leaves to activation (a keyslot's KDF
@@ -211,7 +211,9 @@ impl Header {
     }
 }
 
-/// Entry points for fuzzers and the never-panics tests. Not a stable API.
+/// Entry points for fuzzers and the never-panics tests. Not a stable API:
+/// built only with the `fuzzing` feature (`fuzz/` and this crate's tests).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod internal {
     /// Fuzzing entry points.

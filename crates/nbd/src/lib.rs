@@ -46,7 +46,9 @@ pub use server::{
 };
 pub use tls::{TlsConfig, TlsMode};
 
-/// Entry points for the cargo-fuzz targets in `fuzz/` (not a stable API).
+/// Entry points for the cargo-fuzz targets in `fuzz/` (not a stable API):
+/// built only with the `fuzzing` feature (`fuzz/` and this crate's tests).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod internal {
     /// Whole client sessions fed from bytes, in process.

@@ -1,6 +1,6 @@
 //! Where a connection's reply writer thread runs: a thread of its own (every
 //! real server), or a parked thread the process keeps and hands the next
-//! connection ([`crate::internal::fuzzing`], whose sessions are so short
+//! connection (`internal::fuzzing`, the `fuzzing` feature, whose sessions are so short
 //! that spawning and joining a thread per session cost more than the
 //! session itself). Either way the same [`crate::transmit::Conn::run_writer`]
 //! runs; only the thread's birth and death differ.

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! The map core (and where its table comes from) lives in
-//! [`daemon::map`], the benchmark in [`bench::ciphers`]; this module reads
+//! [`daemon::map`], the benchmark in [`crate::benchmark`]; this module reads
 //! the arguments and prints.
 
 use std::path::PathBuf;
@@ -153,16 +153,15 @@ impl Commands {
     }
 }
 
-/// `ucrypt benchmark`: `bench::ciphers` measures, this prints.
+/// `ucrypt benchmark`: [`crate::benchmark`] measures, this prints.
 fn benchmark(a: &BenchmarkArgs) -> CmdResult {
-    let req = bench::ciphers::Request {
+    let req = crate::benchmark::Request {
         cipher: a.cipher.clone(),
         key_size: a.key_size,
         sector_size: a.sector_size,
         compare_openssl: !a.no_openssl,
     };
-    let table =
-        bench::ciphers::measure(&req).map_err(|e| Failure::usage(bench::error_chain(&e)))?;
+    let table = crate::benchmark::measure(&req).map_err(|e| Failure::usage(e.chain()))?;
     if a.json {
         println!("{}", table.json_text());
     } else {

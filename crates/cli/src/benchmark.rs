@@ -19,8 +19,81 @@ use luks::kdf::{self, Argon2Variant, DEFAULT_ITER_TIME_MS};
 use luks::{Hash, Kdf};
 use serde_json::json;
 
-use crate::error::{Error, OptionsError};
-use crate::stats::mib_per_s as mib;
+/// Bytes per second to MiB/s.
+fn mib(bytes_per_s: f64) -> f64 {
+    bytes_per_s / (1024.0 * 1024.0)
+}
+
+/// Why `ucrypt benchmark` measured nothing.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// `--sector-size` not a power of two in 512..=4096 (a usage error).
+    SectorSize(u32),
+    /// A key size that is not whole bytes (a usage error).
+    KeyBits(usize),
+    /// A cipher could not be measured.
+    Benchmark {
+        /// The cipher spec.
+        spec: String,
+        /// Key size in bits.
+        bits: usize,
+        /// Cause.
+        source: crypto::Error,
+    },
+    /// A KDF's cost could not be estimated.
+    Kdf(luks::Error),
+}
+
+impl Error {
+    /// Bad options (rather than a failed measurement).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Error::SectorSize(_) | Error::KeyBits(_))
+    }
+
+    /// The message with every cause, as printed after `ucrypt: `.
+    pub fn chain(&self) -> String {
+        let mut s = self.to_string();
+        let mut cur = std::error::Error::source(self);
+        while let Some(c) = cur {
+            let m = c.to_string();
+            if !s.ends_with(&m) {
+                s.push_str(": ");
+                s.push_str(&m);
+            }
+            cur = c.source();
+        }
+        s
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::SectorSize(ss) => {
+                write!(f, "Invalid --sector-size {ss}: a power of two in 512..4096")
+            }
+            Error::KeyBits(bits) => {
+                write!(f, "Invalid key size {bits}: not a whole number of bytes")
+            }
+            Error::Benchmark { spec, bits, .. } => {
+                write!(f, "Cannot benchmark {spec} with a {bits}-bit key")
+            }
+            Error::Kdf(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Benchmark { source, .. } => Some(source),
+            // Transparent: the KDF error is the message itself.
+            Error::Kdf(e) => std::error::Error::source(e),
+            _ => None,
+        }
+    }
+}
 
 /// Time given to each direction of each cipher row.
 const CELL: Duration = Duration::from_millis(100);
@@ -75,7 +148,7 @@ pub struct Table {
 pub fn measure(req: &Request) -> Result<Table, Error> {
     let ss = req.sector_size;
     if !(512..=4096).contains(&ss) || !ss.is_power_of_two() {
-        return Err(OptionsError::BenchmarkSectorSize(ss).into());
+        return Err(Error::SectorSize(ss));
     }
     let list: Vec<(String, usize)> = match &req.cipher {
         Some(c) => vec![speed::cipher_choice(c, req.key_size)],
@@ -87,7 +160,7 @@ pub fn measure(req: &Request) -> Result<Table, Error> {
     let mut rows = Vec::new();
     for (spec, bits) in list {
         if bits % 8 != 0 {
-            return Err(OptionsError::KeyBits(bits).into());
+            return Err(Error::KeyBits(bits));
         }
         let row = speed::cipher_row(&spec, bits, ss, BENCH_BUF, CELL)
             .map_err(|source| Error::Benchmark { spec, bits, source })?;
@@ -360,7 +433,7 @@ mod tests {
             };
             let e = measure(&req).unwrap_err();
             assert!(e.is_usage(), "{e}");
-            assert_eq!(crate::error_chain(&e), want);
+            assert_eq!(e.chain(), want);
         }
     }
 
@@ -374,7 +447,7 @@ mod tests {
         };
         let e = measure(&req).unwrap_err();
         assert!(!e.is_usage());
-        let msg = crate::error_chain(&e);
+        let msg = e.chain();
         assert!(
             msg.starts_with("Cannot benchmark nosuch-cbc-plain with a 256-bit key: "),
             "{msg}"

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use testutil::Capability;
 
-use crate::harness::{text, Case, Expect, Outcome, Row};
+use super::harness::{text, Case, Expect, Outcome, Row};
 
 /// A fixed aes-xts-plain64 key (hex) for plain tables.
 const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\

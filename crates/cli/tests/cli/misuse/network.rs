@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use testutil::Capability;
 
-use crate::harness::{text, Case, Expect, Outcome, Row};
+use super::harness::{text, Case, Expect, Outcome, Row};
 
-#[path = "../../../vhost/tests/common/master.rs"]
+#[path = "../../../../vhost/tests/common/master.rs"]
 mod master;
 
 /// A fixed aes-xts-plain64 key (hex) for plain tables.

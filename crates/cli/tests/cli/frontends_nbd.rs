@@ -2,7 +2,7 @@
 //! nbdcopy, nbdinfo, qemu-img; plus hostile raw clients, the daemon
 //! lifecycle (close, SIGTERM, crash) and the status/table/refresh commands.
 
-mod frontends_common;
+use crate::frontends_common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

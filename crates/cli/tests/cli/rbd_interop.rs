@@ -11,7 +11,7 @@
 //! import`, the ciphertext moved byte for byte) and straight from the
 //! cluster as `rbd:POOL/IMAGE` through its RBD backend.
 
-mod rbd_common;
+use crate::rbd_common;
 
 use std::path::Path;
 

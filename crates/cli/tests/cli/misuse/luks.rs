@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{Case, Expect, Outcome, Row};
+use super::harness::{Case, Expect, Outcome, Row};
 
 /// SIGINT's number on Linux.
 const SIGINT: i32 = 2;
@@ -70,7 +70,7 @@ const EVIL: &str = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\u{9b}0m";
 /// `luksDump` of a volume whose header holds [`EVIL`] somewhere.
 fn dump_escaped(c: &mut Case, img: &str) -> Outcome {
     let o = c.ucrypt(&["luksDump", img]);
-    let out = crate::harness::text(&o);
+    let out = super::harness::text(&o);
     assert!(
         !out.contains('\x1b') && !out.contains('\u{9b}') && !out.contains('\x07'),
         "raw control characters in the dump: {out:?}"
@@ -255,7 +255,7 @@ pub fn rows() -> Vec<Row> {
                 assert!(
                     o.status.success(),
                     "luksFormat: {}",
-                    crate::harness::text(&o)
+                    super::harness::text(&o)
                 );
                 c.watch(&img);
                 dump_escaped(c, img.to_str().unwrap())

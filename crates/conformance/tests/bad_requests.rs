@@ -37,10 +37,10 @@ use std::time::Duration;
 use backend::MemBackend;
 use blkio::{Blkio, Blkioq, MemoryRegion, ReqFlags};
 use datapath::{Engine, EngineConfig, Volume, MAX_REQUEST_BYTES};
+use fuse::{Export, ExportConfig};
 use libublk::sys;
 use nbd::proto::{self, RequestHeader};
 use nix::fcntl::{fallocate, FallocateFlags};
-use ucrypt_fuse::{Export, ExportConfig};
 
 const SIZE: u64 = 1 << 20;
 /// The volume's sector size: 4 KiB, so a 512-byte-aligned request (all a

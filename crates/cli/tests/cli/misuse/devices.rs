@@ -14,7 +14,7 @@ use std::process::Command;
 use testutil::Capability::{LoopDevices, Root, Tool};
 use testutil::{Capability, LoopDevice};
 
-use crate::harness::{text, Case, Expect, Outcome, Row};
+use super::harness::{text, Case, Expect, Outcome, Row};
 
 /// Size of the loop devices' backing files.
 const DISK: u64 = 32 << 20;

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::harness::{text, Case, Expect, Row};
-use crate::luks::rewrite_json;
+use super::harness::{text, Case, Expect, Row};
+use super::luks::rewrite_json;
 
 const PASS: &str = "correct horse";
 

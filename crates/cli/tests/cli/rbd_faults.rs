@@ -9,7 +9,7 @@
 //!   encryption;
 //! - a cluster that does not answer at open: a clear error within a bound.
 
-mod rbd_common;
+use crate::rbd_common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

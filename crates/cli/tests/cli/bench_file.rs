@@ -2,7 +2,7 @@
 //! `FileBackend` (io_uring and pread/pwrite) on one file, on tiny cells;
 //! and the error naming fio when it is not on PATH.
 
-mod bench_common;
+use crate::bench_common;
 
 use std::process::Command;
 

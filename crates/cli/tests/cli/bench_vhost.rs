@@ -3,7 +3,7 @@
 //! (raw, luks) on tiny cells; and the error naming qemu-storage-daemon
 //! when it is not on PATH.
 
-mod bench_common;
+use crate::bench_common;
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! `cryptsetup luksDump --dump-volume-key` are a valid ext4 image holding the
 //! files. Also the same volume through NBD with nbdcopy.
 
-mod frontends_common;
+use crate::frontends_common;
 
 use std::path::Path;
 use std::process::Command;

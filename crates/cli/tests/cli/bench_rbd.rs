@@ -3,8 +3,8 @@
 //! one, or one started for this binary): every server starts on its own
 //! image, every cell has a row for each, and the images are gone after.
 
-mod bench_common;
-mod rbd_common;
+use crate::bench_common;
+use crate::rbd_common;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! and SVG heatmaps), the grid profile's table, `--via fio`, and
 //! `--dm-crypt`'s refusal where the kernel parts are missing.
 
-mod bench_common;
+use crate::bench_common;
 
 use std::path::Path;
 use std::process::Command;

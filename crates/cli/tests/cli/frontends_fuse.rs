@@ -2,7 +2,7 @@
 //! file with direct IO, an ext4 filesystem made and used through it, and
 //! the result checked after close/reopen (fsck, checksums, ciphertext).
 
-mod frontends_common;
+use crate::frontends_common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! 4096-byte block), refused with exit code 1 and nothing written.
 
 #[allow(unused_imports)]
-mod frontends_common;
+use crate::frontends_common;
 
 use std::io::Write;
 use std::path::Path;
