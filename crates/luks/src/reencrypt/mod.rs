@@ -6,6 +6,7 @@
 //!   status()  header → Option<State>          (state.rs: strict load,
 //!   run()     init → [recover] → steps → finalize  verification digest)
 //!   tables()  a header mid-reencryption → one dm-crypt table per segment
+//!   fence     the same loop online: a `Fence` told around each hotzone
 //! ```
 //!
 //! One step reencrypts a hotzone of the data area, from the start
@@ -45,10 +46,12 @@ use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync, write_at};
 use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
 
 pub(crate) mod crash;
+pub mod fence;
 mod header;
 mod state;
 
 use header::RawHeader;
+pub use fence::{Fence, Online, Unfenced};
 pub use state::{Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).
@@ -112,6 +115,16 @@ pub fn status(device: &Path) -> Result<Option<State>> {
 /// Nothing is reencrypted yet; [`run`] does that.
 pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest) -> Result<State> {
     let _claim = io::claim(&[device])?;
+    init_held(device, pass, key_slot, req)
+}
+
+/// [`init`] on a device its caller holds (the daemon serving it).
+pub fn init_held(
+    device: &Path,
+    pass: &[u8],
+    key_slot: Option<u32>,
+    req: &InitRequest,
+) -> Result<State> {
     let (mut h, _) = read_header(device)?;
     if State::load(&h)?.is_some() {
         return Err(invalid(
@@ -339,18 +352,31 @@ pub fn run(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Outcome> {
     let _claim = io::claim(&[device])?;
-    let (mut h, dev_size) = read_header(device)?;
-    let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
-    let keys = unlock_both(&h, device, pass, key_slot, &st)?;
-    st.verify(&h, &keys.0, &keys.1)?;
-    let mut m = Mover::new(device, dev_size, &st, &keys.0, &keys.1, opts.hotzone)?;
+    Online::unlock(device, pass, key_slot)?.run(opts, stop, progress, &mut Unfenced)
+}
+
+/// [`run`]'s loop over an unlocked reencryption, `fence` told around each
+/// hotzone (see [`fence`]).
+fn run_loop(
+    o: Online,
+    opts: &RunOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+    fence: &mut dyn Fence,
+) -> Result<Outcome> {
+    let device = o.device.as_path();
+    let st = &o.state;
+    let mut h = o.header.clone();
+    let mut m = Mover::new(device, o.dev_size, st, &o.old_key, &o.new_key, opts.hotzone)?;
     let mut done = if st.all_new { m.size } else { st.progress() };
     if let Some((off, len)) = st.hotzone() {
-        m.recover(&h, &st, off, len)?;
+        fence.hold(off, len)?;
+        m.recover(&h, st, off, len)?;
         done = off + len;
-        post_segments_mem(&mut h, &st, done, m.size)?;
+        post_segments_mem(&mut h, st, done, m.size)?;
         if done < m.size {
             h.write(&mut *open_rw(device)?)?;
+            fence.advanced(done, m.size, o.tables(done)?)?;
         }
     }
     progress(done, m.size);
@@ -360,11 +386,15 @@ pub fn run(
             break;
         }
         let len = m.hotzone.min(m.size - done);
-        m.step(&mut h, &st, done, len)?;
+        fence.hold(done, len)?;
+        m.step(&mut h, st, done, len)?;
         done += len;
         if st.resilience == Resilience::None {
             dirty = true;
-            post_segments_mem(&mut h, &st, done, m.size)?;
+            post_segments_mem(&mut h, st, done, m.size)?;
+        }
+        if done < m.size {
+            fence.advanced(done, m.size, o.tables(done)?)?;
         }
         progress(done, m.size);
     }
@@ -375,9 +405,10 @@ pub fn run(
         return Ok(Outcome::Interrupted);
     }
     if dirty {
-        post_segments_mem(&mut h, &st, done, m.size)?;
+        post_segments_mem(&mut h, st, done, m.size)?;
     }
-    finalize(device, &mut h, &st)?;
+    finalize(device, &mut h, st)?;
+    fence.advanced(done, m.size, o.tables(done)?)?;
     Ok(Outcome::Finished)
 }
 
