@@ -145,7 +145,14 @@ impl Vol {
 
     /// `reencrypt --active-name` in the background.
     fn reencrypt_online(&self, extra: &[&str]) -> Child {
-        let mut args = vec!["reencrypt", "-q", "--active-name", "v", "--key-file", self.k()];
+        let mut args = vec![
+            "reencrypt",
+            "-q",
+            "--active-name",
+            "v",
+            "--key-file",
+            self.k(),
+        ];
         args.extend_from_slice(extra);
         self.cmd(&args)
             .stdin(Stdio::null())
@@ -175,11 +182,9 @@ impl Vol {
 
 impl Drop for Vol {
     fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
+        if let Some(pid) = self.pid().filter(|&p| serves(p, &self.img)) {
             let _ = self.ucrypt(&["close", &self.name]);
-            if Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            }
+            kill_daemon(pid, &self.img);
         }
     }
 }
@@ -257,7 +262,10 @@ impl Nbd {
         self.s.write_all(&h)?;
         let mut r = [0u8; 16];
         self.s.read_exact(&mut r)?;
-        assert_eq!(u32::from_be_bytes(r[..4].try_into().unwrap()), NBD_REPLY_MAGIC);
+        assert_eq!(
+            u32::from_be_bytes(r[..4].try_into().unwrap()),
+            NBD_REPLY_MAGIC
+        );
         assert_eq!(u64::from_be_bytes(r[8..].try_into().unwrap()), self.cookie);
         match u32::from_be_bytes(r[4..8].try_into().unwrap()) {
             0 => Ok(()),
@@ -453,7 +461,10 @@ fn online_under_writer(test: &str, fuse: bool) {
     let r = &st["reencryption"];
     assert_eq!(r["finished"], true, "{st}");
     assert_eq!(r["done"], DATA, "{st}");
-    assert!(st["targets"].as_array().is_none(), "one target at the end: {st}");
+    assert!(
+        st["targets"].as_array().is_none(),
+        "one target at the end: {st}"
+    );
     stop.store(true, Ordering::Relaxed);
     let seen = writer.join().unwrap();
     assert!(seen.mismatch.is_none(), "{:?}", seen.mismatch);
@@ -463,7 +474,10 @@ fn online_under_writer(test: &str, fuse: bool) {
         seen.ops,
         r["max_hold_us"],
         r["hotzones"],
-        String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("")
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
     );
     v.close();
     assert_eq!(v.read_plain(), seen.model, "plaintext after close");
@@ -477,7 +491,11 @@ fn online_under_writer(test: &str, fuse: bool) {
             .unwrap(),
         "cryptsetup open --test-passphrase",
     );
-    assert_ne!(volume_key(&v.img, &v.key), old_key, "the volume key changed");
+    assert_ne!(
+        volume_key(&v.img, &v.key),
+        old_key,
+        "the volume key changed"
+    );
 }
 
 #[test]
@@ -502,7 +520,10 @@ fn close_midway_then_open_continues() {
             .is_some_and(|s| s["reencryption"]["hotzones"].as_u64() >= Some(2))
     });
     // Pause and resume answer with the progress.
-    let o = ok(v.ucrypt(&["reencrypt", "--active-name", "v", "--pause"]), "pause");
+    let o = ok(
+        v.ucrypt(&["reencrypt", "--active-name", "v", "--pause"]),
+        "pause",
+    );
     assert!(String::from_utf8_lossy(&o.stdout).contains("paused"));
     ok(
         v.ucrypt(&["reencrypt", "--active-name", "v", "--resume", "--rate", "8"]),
@@ -521,7 +542,7 @@ fn close_midway_then_open_continues() {
     let st = v.status().unwrap();
     assert_eq!(st["targets"].as_array().map(Vec::len), Some(2), "{st}");
     let (stop, writer) = start_writer(Nbd::connect(&v.socket()).unwrap(), seen.model, 13);
-    wait_child(v.reencrypt_online(&["--batch-mode"]), "continue online");
+    wait_child(v.reencrypt_online(&[]), "continue online");
     stop.store(true, Ordering::Relaxed);
     let seen = writer.join().unwrap();
     assert!(seen.mismatch.is_none(), "{:?}", seen.mismatch);
@@ -532,29 +553,48 @@ fn close_midway_then_open_continues() {
 
 /// One crash point: `hook` (the crash hook's write count) or a kill
 /// after `delay`. Returns whether a lost write was found (with where).
-fn crash_point(template: &Vol, plain: &[u8], i: u64, hook: Option<u64>, delay: Duration, cryptsetup: bool) -> Result<(), String> {
+fn crash_point(
+    template: &Vol,
+    plain: &[u8],
+    i: u64,
+    hook: Option<u64>,
+    delay: Duration,
+    cryptsetup: bool,
+) -> Result<(), String> {
     let v = Vol::copy_of(template, &format!("crash{i}"), &base());
     let mut open = v.cmd(&["open", "--key-file", v.k(), v.i(), "v"]);
     if let Some(n) = hook {
         open.env("UCRYPT_REENCRYPT_CRASH_AFTER", n.to_string());
     }
-    ok(open.stdin(Stdio::null()).output().unwrap(), "open");
-    let pid = v.pid().expect("daemon pid");
+    let o = ok(open.stdin(Stdio::null()).output().unwrap(), "open");
+    // The pid `open` printed: "... (pid N)".
+    let line = String::from_utf8_lossy(&o.stdout).into_owned();
+    let pid: i32 = line
+        .rsplit_once("(pid ")
+        .and_then(|(_, p)| p.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("point {i}: no pid in {line:?}"));
+    if !serves(pid, &v.img) {
+        return Err(format!(
+            "point {i}: the daemon {pid} is gone right after open (pid file: {:?})",
+            v.pid()
+        ));
+    }
     let (stop, writer) = start_writer(Nbd::connect(&v.socket()).unwrap(), plain.to_vec(), 100 + i);
     let child = v.reencrypt_online(&["--hotzone-size", "256K", "--rate", "64"]);
     if hook.is_none() {
         std::thread::sleep(delay);
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        kill_daemon(pid, &v.img);
     }
     let _ = child.wait_with_output();
-    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    // A crash hook past the run's last write: the daemon is still there.
+    kill_daemon(pid, &v.img);
     stop.store(true, Ordering::Relaxed);
     let seen = writer.join().unwrap();
     if let Some(m) = seen.mismatch {
         return Err(format!("point {i}: {m}"));
     }
     testutil::wait_until(Duration::from_secs(30), "the killed daemon", || {
-        !Path::new(&format!("/proc/{pid}/exe")).exists()
+        !serves(pid, &v.img)
     });
     let copy = cryptsetup.then(|| Vol::copy_of(&v, &format!("crash{i}cs"), &base()));
     let got = v.read_plain();
@@ -565,7 +605,14 @@ fn crash_point(template: &Vol, plain: &[u8], i: u64, hook: Option<u64>, delay: D
     }
     if v.in_reencryption() {
         ok(
-            v.ucrypt(&["reencrypt", "-q", "--resume-only", "--key-file", v.k(), v.i()]),
+            v.ucrypt(&[
+                "reencrypt",
+                "-q",
+                "--resume-only",
+                "--key-file",
+                v.k(),
+                v.i(),
+            ]),
             "reencrypt --resume-only",
         );
     }
@@ -574,9 +621,25 @@ fn crash_point(template: &Vol, plain: &[u8], i: u64, hook: Option<u64>, delay: D
     }
     if let Some(c) = copy {
         if c.in_reencryption() {
+            // cryptsetup 2.6.1 repairs a torn hotzone with `repair` first.
             ok(
                 Command::new("cryptsetup")
-                    .args(["reencrypt", "-q", "--resume-only", "--force-offline-reencrypt", "--key-file"])
+                    .args(["repair", "-q", "--key-file"])
+                    .arg(&c.key)
+                    .arg(&c.img)
+                    .output()
+                    .unwrap(),
+                "cryptsetup repair",
+            );
+            ok(
+                Command::new("cryptsetup")
+                    .args([
+                        "reencrypt",
+                        "-q",
+                        "--resume-only",
+                        "--force-offline-reencrypt",
+                        "--key-file",
+                    ])
                     .arg(&c.key)
                     .arg(&c.img)
                     .output()
@@ -589,6 +652,20 @@ fn crash_point(template: &Vol, plain: &[u8], i: u64, hook: Option<u64>, delay: D
         }
     }
     Ok(())
+}
+
+/// Whether process `pid` is (still) a ucrypt serving `img`.
+fn serves(pid: i32, img: &Path) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(img.to_str().unwrap()))
+}
+
+/// `kill -9 pid` if it is still the daemon serving `img` (a pid freed by
+/// a crash may already be another lane's).
+fn kill_daemon(pid: i32, img: &Path) {
+    if serves(pid, img) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
 }
 
 #[test]
@@ -626,7 +703,7 @@ fn crash_matrix_kill_9_under_a_verifying_writer() {
         })
         .collect();
     let started = Instant::now();
-    let lanes = 3;
+    let lanes = 4;
     let failures: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..lanes)
             .map(|lane| {

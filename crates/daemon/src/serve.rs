@@ -33,8 +33,8 @@ mod live;
 mod reencrypt;
 
 pub use export::ExportSpec;
-pub use reencrypt::DEFAULT_HOTZONE;
 use frontend::{start_frontend, Frontend};
+pub use reencrypt::DEFAULT_HOTZONE;
 
 /// Everything the daemon needs, resolved by the caller.
 pub struct Spec {
@@ -476,7 +476,10 @@ impl Daemon {
     fn handle(self: &Arc<Self>, req: Request) -> Handled {
         let busy = matches!(
             req,
-            Request::Resize { .. } | Request::Suspend | Request::Resume { .. } | Request::Reload { .. }
+            Request::Resize { .. }
+                | Request::Suspend
+                | Request::Resume { .. }
+                | Request::Reload { .. }
         );
         if busy && self.reencrypting() {
             return Reply::from(Error::new(

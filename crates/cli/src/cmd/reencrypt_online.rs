@@ -35,13 +35,25 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     if a.pause || a.resume {
         let mut r = None;
         if a.pause {
-            r = Some(control::reencrypt_set(name, ReencryptAction::Pause, QUERY_TIMEOUT)?);
+            r = Some(control::reencrypt_set(
+                name,
+                ReencryptAction::Pause,
+                QUERY_TIMEOUT,
+            )?);
         }
         if a.rate.is_some() {
-            r = Some(control::reencrypt_set(name, ReencryptAction::Rate(rate), QUERY_TIMEOUT)?);
+            r = Some(control::reencrypt_set(
+                name,
+                ReencryptAction::Rate(rate),
+                QUERY_TIMEOUT,
+            )?);
         }
         if a.resume {
-            r = Some(control::reencrypt_set(name, ReencryptAction::Resume, QUERY_TIMEOUT)?);
+            r = Some(control::reencrypt_set(
+                name,
+                ReencryptAction::Resume,
+                QUERY_TIMEOUT,
+            )?);
         }
         if let Some(r) = r {
             println!("{name}: reencryption {r}");
@@ -150,7 +162,11 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
 
 /// Polls the daemon until the reencryption ends (its last progress) or a
 /// signal arrives (`None`). A daemon that went away (closed) ends it too.
-fn watch(name: &str, stop: &AtomicBool, pr: &mut Progress) -> Result<Option<Reencryption>, Failure> {
+fn watch(
+    name: &str,
+    stop: &AtomicBool,
+    pr: &mut Progress,
+) -> Result<Option<Reencryption>, Failure> {
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(None);

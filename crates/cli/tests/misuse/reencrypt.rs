@@ -215,7 +215,15 @@ pub fn rows() -> Vec<Row> {
                 let key = c.path("p.key");
                 std::fs::write(&key, PASS).unwrap();
                 c.open_ok(
-                    &["open", "--type", "plain", "--key-file", s(&key), s(&img), "p"],
+                    &[
+                        "open",
+                        "--type",
+                        "plain",
+                        "--key-file",
+                        s(&key),
+                        s(&img),
+                        "p",
+                    ],
                     "p",
                 );
                 c.watch(&img);

@@ -293,7 +293,11 @@ pub fn reencrypt(name: &str, start: ReencryptStart, timeout: Duration) -> Result
 }
 
 /// [`Request::ReencryptSet`]: pause, resume or a new rate.
-pub fn reencrypt_set(name: &str, action: ReencryptAction, timeout: Duration) -> Result<Reencryption> {
+pub fn reencrypt_set(
+    name: &str,
+    action: ReencryptAction,
+    timeout: Duration,
+) -> Result<Reencryption> {
     match call(name, &Request::ReencryptSet { action }, timeout)? {
         Reply::Reencryption(r) => Ok(r),
         r => Err(unexpected(name, &r)),

@@ -356,7 +356,10 @@ impl Fence for EngineFence<'_> {
             self.d.install(&new).map_err(luks_err)?;
             *t = new;
         }
-        let held = self.held.take().map_or(0, |h| h.elapsed().as_micros() as u64);
+        let held = self
+            .held
+            .take()
+            .map_or(0, |h| h.elapsed().as_micros() as u64);
         let mut p = self.sh.lock();
         (p.done, p.total) = (done, total);
         p.hotzones += 1;

@@ -141,7 +141,13 @@ fn tables_at(
             continue;
         }
         let mut line = Secret::with_capacity(512);
-        let _ = write!(line, "{} {} crypt {} ", start / 512, len / 512, seg.encryption);
+        let _ = write!(
+            line,
+            "{} {} crypt {} ",
+            start / 512,
+            len / 512,
+            seg.encryption
+        );
         line.push_hex(key);
         let _ = write!(
             line,

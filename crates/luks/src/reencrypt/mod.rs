@@ -50,8 +50,8 @@ pub mod fence;
 mod header;
 mod state;
 
-use header::RawHeader;
 pub use fence::{Fence, Online, Unfenced};
+use header::RawHeader;
 pub use state::{Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).
