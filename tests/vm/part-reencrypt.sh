@@ -8,7 +8,10 @@
 #     `ucrypt reencrypt --resume-only` finishes it, and dm-crypt reads it;
 #  b) ucrypt starts a reencryption and is interrupted mid-way; cryptsetup
 #     finishes it online (`reencrypt --resume-only` on the active device);
-#  c) ucrypt reencrypts a whole volume; dm-crypt reads the new ciphertext.
+#  c) ucrypt reencrypts a whole volume; dm-crypt reads the new ciphertext;
+#  d) ucrypt reencrypts online (`--active-name`) a volume it serves to the
+#     kernel's NBD client while fio writes and verifies through it;
+#     dm-crypt then reads what the NBD client last read.
 # Sourced by suite.sh with lib.sh loaded.
 
 W=/tmp/reenc
@@ -98,4 +101,27 @@ check "reencrypt: c: ucrypt reencrypt" ucrypt reencrypt -q $FAST_KDF --key-file 
 check "reencrypt: c: the ciphertext changed" sh -c "
   [ \"\$(dd if='$img' bs=1M skip=16 count=1 2>/dev/null | sha256sum)\" != '$old' ]"
 fcheck "reencrypt: c: dm-crypt reads the pattern" dm_reads_pattern rc "$img"
+
+# d) ucrypt online under the guest's NBD client and fio's verifying writes.
+img="$W/d.img"
+fcheck "reencrypt: d: volume with the pattern" fresh_volume "$img"
+S="$UCRYPT_RUNTIME_DIR/rd.nbd.sock"
+check "reencrypt: d: ucrypt open (NBD)" ucrypt open --export nbd --key-file "$KEY" "$img" rd
+check "reencrypt: d: nbd-client attaches /dev/nbd2" nbd-client -u "$S" /dev/nbd2
+fio --name=d --filename=/dev/nbd2 --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite \
+  --bs=4k-64k --size=${SIZE_MIB}M --verify=crc32c --verify_fatal=1 --loops=2 \
+  >"$LOGDIR/reenc-fio.log" 2>&1 &
+fio_pid=$!
+check "reencrypt: d: ucrypt reencrypt --active-name while fio writes" \
+  ucrypt reencrypt -q --active-name rd --key-file "$KEY" --hotzone-size 1M --rate 16
+fcheck "reencrypt: d: fio's verify passed" wait "$fio_pid"
+check "reencrypt: d: read back through NBD" sh -c "
+  dd if=/dev/nbd2 of='$W/d.nbd' bs=1M count=$SIZE_MIB iflag=direct 2>/dev/null"
+run nbd-client -d /dev/nbd2
+check "reencrypt: d: close" ucrypt close rd
+fexpect_fail "reencrypt: d: no reencryption left" in_reencryption "$img"
+check "reencrypt: d: dm-crypt reads what NBD read" sh -c "
+  cryptsetup open --key-file '$KEY' '$img' rd &&
+  dd if=/dev/mapper/rd bs=1M count=$SIZE_MIB iflag=direct 2>/dev/null | cmp - '$W/d.nbd';
+  rc=\$?; cryptsetup close rd; exit \$rc"
 rm -rf "$W"

@@ -314,6 +314,7 @@ impl OpenOptions {
             engine,
             io_engine: self.io_engine,
             direct: self.direct,
+            header: self.header,
             lock: self.lock,
         }
     }

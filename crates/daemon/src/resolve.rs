@@ -355,7 +355,7 @@ pub fn unlock_luks(
     tokens: &tokens::TokenArgs,
     mut warn: impl FnMut(&str),
 ) -> Result<(Targets, VolumeType)> {
-    if let Some(t) = unlock_reencrypting(device, header, key_file, range, key_slot, want)? {
+    if let Some(t) = unlock_reencrypting(device, header, key_file, range, key_slot, want, true)? {
         return Ok((t, VolumeType::Luks2));
     }
     let vol = Luks::load_as(device, header, want)?;
@@ -375,7 +375,9 @@ pub fn unlock_luks(
 /// old one above ([`luks::reencrypt::tables`]; the passphrase must open
 /// both). `None` when `device` holds no such volume, so the ordinary LUKS
 /// path answers (and names what is wrong). A hotzone a crash tore is
-/// refused until `ucrypt reencrypt --resume-only` repairs it. Detached
+/// repaired first when `repair` (as cryptsetup recovers it at
+/// activation: the resilience data says which blocks are still old), and
+/// refused otherwise (`open --test-passphrase` writes nothing). Detached
 /// headers are not handled here.
 pub fn unlock_reencrypting(
     device: &Path,
@@ -384,20 +386,35 @@ pub fn unlock_reencrypting(
     range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
     want: Option<VolumeType>,
+    repair: bool,
 ) -> Result<Option<Targets>> {
     if header.is_some() || want.is_some_and(|w| w != VolumeType::Luks2) {
         return Ok(None);
     }
-    if !matches!(luks::reencrypt::status(device), Ok(Some(_))) {
-        return Ok(None);
-    }
+    let torn = match luks::reencrypt::status(device) {
+        Ok(Some(st)) => st.hotzone().is_some(),
+        _ => return Ok(None),
+    };
     let prompt = format!("Enter passphrase for {}: ", device.display());
     let tables = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
-        luks::reencrypt::tables(device, pass, key_slot)
+        if torn && repair {
+            let stop = std::sync::atomic::AtomicBool::new(true);
+            let opts = luks::reencrypt::RunOptions::default();
+            let done = luks::reencrypt::run(device, pass, key_slot, &opts, &stop, &mut |_, _| {})?;
+            if done == luks::reencrypt::Outcome::Finished {
+                // The torn hotzone was the last: the volume is an
+                // ordinary one now.
+                return Ok(None);
+            }
+        }
+        luks::reencrypt::tables(device, pass, key_slot).map(Some)
     })?;
-    Targets::from_tables(tables)
-        .map(Some)
-        .map_err(|e| invalid("Invalid reencryption table").with_source(e))
+    match tables {
+        Some(t) => Targets::from_tables(t)
+            .map(Some)
+            .map_err(|e| invalid("Invalid reencryption table").with_source(e)),
+        None => Ok(None),
+    }
 }
 
 /// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].

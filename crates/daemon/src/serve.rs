@@ -34,9 +34,11 @@ mod export;
 mod frontend;
 mod live;
 pub mod notify;
+mod reencrypt;
 
 pub use export::ExportSpec;
 use frontend::{start_frontend, Frontend};
+pub use reencrypt::DEFAULT_HOTZONE;
 
 /// Everything the daemon needs, resolved by the caller.
 pub struct Spec {
@@ -56,6 +58,9 @@ pub struct Spec {
     pub io_engine: backend::IoEngine,
     /// O_DIRECT policy for the backing file.
     pub direct: backend::DirectIo,
+    /// The detached LUKS header, if any (online reencryption refuses
+    /// one).
+    pub header: Option<std::path::PathBuf>,
     /// The volume's name, already claimed ([`runtime::claim`]); `None`:
     /// [`run`] claims it (refused while anyone holds it).
     pub lock: Option<Arc<NameLock>>,
@@ -92,6 +97,7 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         engine: cfg,
         io_engine,
         direct,
+        header,
         lock,
     } = spec;
     drop(lock);
@@ -117,6 +123,8 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         frontend: Mutex::new(Some(frontend)),
         started: Instant::now(),
         events: tx.clone(),
+        header,
+        reencryption: Mutex::new(None),
     });
 
     // Control socket: 0600 from the start, in the 0700 runtime dir.
@@ -257,6 +265,10 @@ struct Daemon {
     frontend: Mutex<Option<Frontend>>,
     started: Instant,
     events: mpsc::Sender<Event>,
+    /// The detached LUKS header, if any.
+    header: Option<std::path::PathBuf>,
+    /// The online reencryption started here, if any.
+    reencryption: Mutex<Option<reencrypt::Running>>,
 }
 
 impl Daemon {
@@ -301,6 +313,7 @@ impl Daemon {
                         "ucrypt: {}: signal {s}, draining and flushing",
                         self.ping.name
                     );
+                    self.stop_reencryption();
                     self.fail_suspended();
                     let _ = self.stop_frontend(true);
                     return self
@@ -443,6 +456,7 @@ impl Daemon {
             vhost,
             io: Some(self.backend.io_path().into()),
             targets: control::TargetStatus::list(&t),
+            reencryption: self.reencryption_status(),
         }
     }
 
@@ -478,7 +492,24 @@ impl Daemon {
         })
     }
 
-    fn handle(&self, req: Request) -> Handled {
+    fn handle(self: &Arc<Self>, req: Request) -> Handled {
+        let busy = matches!(
+            req,
+            Request::Resize { .. }
+                | Request::Suspend
+                | Request::Resume { .. }
+                | Request::Reload { .. }
+        );
+        if busy && self.reencrypting() {
+            return Reply::from(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "Device {} is in online reencryption (wait for it to finish, or close the volume).",
+                    self.ping.name
+                ),
+            ))
+            .into();
+        }
         let r = match req {
             Request::Ping => Ok(Reply::Ping(self.ping.clone())),
             Request::Status => Ok(Reply::Status(Box::new(self.status()))),
@@ -495,13 +526,17 @@ impl Daemon {
             Request::Suspend => self.suspend(),
             Request::Resume { line } => self.resume(line),
             Request::Reload { table } => self.reload(table),
+            Request::Reencrypt(start) => self.reencrypt(*start),
+            Request::ReencryptSet { action } => self.reencrypt_set(action),
             Request::Close => return self.close(),
         };
         r.unwrap_or_else(Reply::from).into()
     }
 
-    /// Hands the close to the main thread and waits for its flush.
+    /// Hands the close to the main thread and waits for its flush; a
+    /// reencryption stops after its current hotzone first.
     fn close(&self) -> Handled {
+        self.stop_reencryption();
         let (tx, rx) = mpsc::channel();
         let (wtx, wrx) = mpsc::channel();
         let r = if self.events.send(Event::Close(tx, wrx)).is_err() {

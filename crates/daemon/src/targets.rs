@@ -56,6 +56,6 @@ pub(crate) enum EngineError {
     Engine(datapath::Error),
 }
 
-fn cipher(t: &crypto::table::Table) -> Result<SectorCrypt> {
+pub(crate) fn cipher(t: &crypto::table::Table) -> Result<SectorCrypt> {
     SectorCrypt::new(&t.crypt_config()).map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))
 }

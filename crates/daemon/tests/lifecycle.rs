@@ -47,6 +47,7 @@ fn serve_status_refresh_table_close() {
         engine,
         io_engine: backend::IoEngine::Syscalls,
         direct: backend::DirectIo::Never,
+        header: None,
         lock: None,
     };
     let (tx, rx) = mpsc::channel();

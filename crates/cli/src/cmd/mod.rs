@@ -9,3 +9,4 @@ pub mod header;
 pub mod luks;
 pub mod plain;
 pub mod reencrypt;
+mod reencrypt_online;

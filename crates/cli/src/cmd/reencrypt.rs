@@ -28,68 +28,81 @@ pub enum Commands {
 /// `ucrypt reencrypt`.
 #[derive(Args)]
 pub struct ReencryptArgs {
-    /// Device or image file with the LUKS2 volume.
-    device: PathBuf,
+    /// Device or image file with the LUKS2 volume (with `--active-name`:
+    /// optional, the served volume's device).
+    #[arg(required_unless_present = "active_name")]
+    pub(super) device: Option<PathBuf>,
     /// Print help (`-h` is `--hash`, as in cryptsetup).
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
-    help: Option<bool>,
+    pub(super) help: Option<bool>,
     #[command(flatten)]
-    key: KeyFileArgs,
+    pub(super) key: KeyFileArgs,
     /// Unlock (and renew) only this keyslot.
     #[arg(long, short = 'S')]
-    key_slot: Option<u32>,
+    pub(super) key_slot: Option<u32>,
     /// The new data cipher (default: the current one).
     #[arg(long, short = 'c')]
-    cipher: Option<String>,
+    pub(super) cipher: Option<String>,
     /// The new volume key size in bits (default: the current one).
     #[arg(long, short = 's')]
-    key_size: Option<u32>,
+    pub(super) key_size: Option<u32>,
     /// The new encryption sector size.
     #[arg(long)]
-    sector_size: Option<u32>,
+    pub(super) sector_size: Option<u32>,
     /// Hotzone protection: checksum (default), journal or none.
     #[arg(long)]
-    resilience: Option<String>,
+    pub(super) resilience: Option<String>,
     /// Hash of the checksum resilience (default sha256).
     #[arg(long)]
-    resilience_hash: Option<String>,
+    pub(super) resilience_hash: Option<String>,
     /// Largest hotzone (cryptsetup's size syntax).
     #[arg(long, value_parser = size_arg)]
-    hotzone_size: Option<u64>,
+    pub(super) hotzone_size: Option<u64>,
     /// Write the reencryption metadata only.
     #[arg(long, conflicts_with = "resume_only")]
-    init_only: bool,
+    pub(super) init_only: bool,
     /// Resume a reencryption already initialized.
     #[arg(long)]
-    resume_only: bool,
+    pub(super) resume_only: bool,
     /// Reencrypt without checking for an active mapping (what ucrypt
     /// does anyway: it works offline).
     #[arg(long)]
-    force_offline_reencrypt: bool,
-    /// Online reencryption of an active mapping (not done by ucrypt).
-    #[arg(long)]
-    active_name: Option<String>,
+    pub(super) force_offline_reencrypt: bool,
+    /// Online reencryption of the volume ucrypt serves as NAME (the
+    /// daemon moves the data while clients keep doing IO).
+    #[arg(long, value_name = "NAME")]
+    pub(super) active_name: Option<String>,
+    /// With --active-name: pause the running reencryption after its
+    /// current hotzone (IO keeps flowing).
+    #[arg(long, requires = "active_name", conflicts_with_all = ["resume", "init_only", "resume_only"])]
+    pub(super) pause: bool,
+    /// With --active-name: continue a paused reencryption.
+    #[arg(long, requires = "active_name", conflicts_with_all = ["init_only", "resume_only"])]
+    pub(super) resume: bool,
+    /// With --active-name: limit the data moved to MiB/s (0: no limit).
+    #[arg(long, requires = "active_name", value_name = "MIB_PER_SEC")]
+    pub(super) rate: Option<f64>,
     /// Seconds between progress lines.
     #[arg(long, value_name = "SECS")]
-    progress_frequency: Option<u64>,
+    pub(super) progress_frequency: Option<u64>,
     /// Progress as JSON lines.
     #[arg(long)]
-    progress_json: bool,
+    pub(super) progress_json: bool,
     /// Decrypt the device (remove encryption; needs a detached --header
     /// and data offset 0, as in cryptsetup 2.6).
     #[arg(long, conflicts_with = "encrypt")]
-    decrypt: bool,
+    pub(super) decrypt: bool,
     /// Device or file with the detached LUKS2 header.
     #[arg(long)]
-    header: Option<PathBuf>,
+    pub(super) header: Option<PathBuf>,
     /// In-place encryption of a plaintext device (not done by ucrypt yet).
     #[arg(long, hide = true)]
-    encrypt: bool,
+    pub(super) encrypt: bool,
     /// See `--encrypt`.
     #[arg(long, hide = true, value_parser = size_arg)]
-    reduce_device_size: Option<u64>,
+    pub(super) reduce_device_size: Option<u64>,
     #[command(flatten)]
-    kdf: ops::KdfChoice,
+    pub(super) kdf: ops::KdfChoice,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -111,15 +124,12 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
              is not supported by ucrypt reencrypt yet.",
         ));
     }
-    if let Some(name) = &a.active_name {
-        return Err(Failure::new(
-            5,
-            format!(
-                "Device {name} is still in use (online reencryption is not supported by ucrypt)."
-            ),
-        ));
+    if let Some(name) = a.active_name.clone() {
+        return super::reencrypt_online::run(a, &name, g);
     }
-    let dev = &a.device;
+    let Some(dev) = a.device.as_ref() else {
+        return Err(Failure::usage("Command requires device as argument."));
+    };
     let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
     if state.is_some() && a.init_only {
         return Err(Failure::usage(
@@ -138,29 +148,9 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             return Err(Failure::usage("Operation aborted."));
         }
     }
-    let src = a.key.source();
-    let prompt = match a.key_slot {
-        Some(s) => format!("Enter passphrase for key slot {s}: "),
-        None => format!("Enter passphrase for {}: ", dev.display()),
-    };
-    let pass = src.read(&prompt, false)?;
+    let pass = a.key.source().read(&prompt(&a, dev), false)?;
     if state.is_none() {
-        let kdf = if a.kdf.pbkdf.is_some() || a.kdf.force_iterations.is_some() {
-            Some(a.kdf.request(2)?)
-        } else {
-            None
-        };
-        let req = reencrypt::InitRequest {
-            cipher: a.cipher.clone(),
-            key_bits: a.key_size,
-            sector_size: a.sector_size,
-            resilience: a.resilience.clone(),
-            resilience_hash: a.resilience_hash.clone(),
-            kdf,
-            decrypt: a.decrypt,
-            header: a.header.clone(),
-        };
-        reencrypt::init(dev, &pass, a.key_slot, &req)?;
+        reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
         if a.init_only {
             return Ok(());
         }
@@ -188,9 +178,36 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     }
 }
 
+/// The passphrase prompt, as cryptsetup words it.
+pub(super) fn prompt(a: &ReencryptArgs, dev: &std::path::Path) -> String {
+    match a.key_slot {
+        Some(s) => format!("Enter passphrase for key slot {s}: "),
+        None => format!("Enter passphrase for {}: ", dev.display()),
+    }
+}
+
+/// What a new reencryption changes, from the options.
+pub(super) fn init_request(a: &ReencryptArgs) -> Result<reencrypt::InitRequest, Failure> {
+    let kdf = if a.kdf.pbkdf.is_some() || a.kdf.force_iterations.is_some() {
+        Some(a.kdf.request(2)?)
+    } else {
+        None
+    };
+    Ok(reencrypt::InitRequest {
+        cipher: a.cipher.clone(),
+        key_bits: a.key_size,
+        sector_size: a.sector_size,
+        resilience: a.resilience.clone(),
+        resilience_hash: a.resilience_hash.clone(),
+        kdf,
+        decrypt: a.decrypt,
+        header: a.header.clone(),
+    })
+}
+
 /// cryptsetup's progress: a line rewritten on a terminal, one line per
 /// `--progress-frequency` seconds elsewhere, JSON with `--progress-json`.
-struct Progress {
+pub(super) struct Progress {
     start: Instant,
     last: Option<Instant>,
     first: Option<u64>,
@@ -202,7 +219,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(json: bool, every: Option<u64>, dev: &std::path::Path) -> Self {
+    pub(super) fn new(json: bool, every: Option<u64>, dev: &std::path::Path) -> Self {
         Progress {
             start: Instant::now(),
             last: None,
@@ -215,7 +232,7 @@ impl Progress {
         }
     }
 
-    fn update(&mut self, done: u64, total: u64) {
+    pub(super) fn update(&mut self, done: u64, total: u64) {
         let first = *self.first.get_or_insert(done);
         if !self.tty && !self.json && self.every.is_none() {
             return;
@@ -266,7 +283,7 @@ impl Progress {
         self.wrote = true;
     }
 
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if self.wrote && self.tty {
             println!();
         }

@@ -46,5 +46,6 @@ mod rbd;
 mod rbd_faults;
 mod rbd_interop;
 mod reencrypt;
+mod reencrypt_online;
 mod runtime_dir;
 mod tables;

@@ -668,12 +668,14 @@ fn a_volume_mid_reencryption_opens_and_maps() {
     assert!(!in_reencryption(&v.img));
     assert_eq!(read_plain(&v.img, &v.key), v.plain, "after the resume");
 
-    // Killed inside a hotzone: refused, nothing written.
+    // Killed inside a hotzone: `open --test-passphrase` refuses it and
+    // writes nothing; `map` repairs it first (as cryptsetup recovers it
+    // at activation) and reads the plaintext.
     let v = volume("reenc-torn", 23);
     stop_cryptsetup(&v, true);
     let before = sha256(&std::fs::read(&v.img).unwrap());
     let out = run(Command::new(ucrypt_bin())
-        .args(["map", "--read", "--luks"])
+        .args(["open", "--test-passphrase"])
         .arg(&v.img)
         .arg("--key-file")
         .arg(&v.key));
@@ -683,6 +685,11 @@ fn a_volume_mid_reencryption_opens_and_maps() {
         "{err}"
     );
     assert_eq!(sha256(&std::fs::read(&v.img).unwrap()), before);
+    assert_eq!(
+        read_plain(&v.img, &v.key),
+        v.plain,
+        "map repairs the hotzone"
+    );
 }
 
 /// A LUKS2 volume with a detached header (`hdr`, cryptsetup's format;

@@ -9,7 +9,10 @@ use std::time::Duration;
 use crypto::Secret;
 use datapath::CryptMode;
 
-use super::{decode_reply, encode_request_into, read_line, Flags, Ping, Reply, Request, Status};
+use super::{
+    decode_reply, encode_request_into, read_line, Flags, Ping, ReencryptAction, ReencryptStart,
+    Reencryption, Reply, Request, Status,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::runtime::{self, Paths};
 
@@ -125,6 +128,7 @@ fn unexpected(name: &str, r: &Reply) -> Error {
         Reply::Suspended => "suspended",
         Reply::Resumed => "resumed",
         Reply::Reloaded { .. } => "reloaded",
+        Reply::Reencryption(_) => "reencryption",
         Reply::Failed { .. } => "failed",
     };
     Error::new(
@@ -275,6 +279,27 @@ pub fn reload(name: &str, table: Secret, timeout: Duration) -> Result<(usize, u6
             targets,
             size_sectors,
         } => Ok((targets, size_sectors)),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::Reencrypt`]: starts (or resumes) the online reencryption;
+/// the answer comes once the keys are unlocked and the data moves.
+pub fn reencrypt(name: &str, start: ReencryptStart, timeout: Duration) -> Result<Reencryption> {
+    match call(name, &Request::Reencrypt(Box::new(start)), timeout)? {
+        Reply::Reencryption(r) => Ok(r),
+        r => Err(unexpected(name, &r)),
+    }
+}
+
+/// [`Request::ReencryptSet`]: pause, resume or a new rate.
+pub fn reencrypt_set(
+    name: &str,
+    action: ReencryptAction,
+    timeout: Duration,
+) -> Result<Reencryption> {
+    match call(name, &Request::ReencryptSet { action }, timeout)? {
+        Reply::Reencryption(r) => Ok(r),
         r => Err(unexpected(name, &r)),
     }
 }

@@ -34,13 +34,15 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 
 mod client;
+mod reencrypt;
 mod server;
 mod status;
 
 pub use client::{
-    call, close, ping, print_table, refresh, reload, resize, resume, status, suspend, table,
-    Refreshed, Resized,
+    call, close, ping, print_table, reencrypt, reencrypt_set, refresh, reload, resize, resume,
+    status, suspend, table, Refreshed, Resized,
 };
+pub use reencrypt::{InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption};
 pub use server::{serve, Handled};
 pub use status::{
     DirStats, IoStatus, NbdStats, Stats, Status, TargetStatus, VhostQueueStats, VhostStats,
@@ -61,7 +63,7 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The protocol version this build speaks. Bump it on any change to
 /// [`Request`] or [`Reply`] that an older peer would misread.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A request to a volume's daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +114,16 @@ pub enum Request {
         #[serde(with = "secret_text")]
         table: Secret,
     },
+    /// Start or resume the online reencryption of the volume (LUKS2 on
+    /// the device itself): answered once it runs in the background (or
+    /// with `init_only`, once initialized) with [`Reply::Reencryption`].
+    Reencrypt(Box<ReencryptStart>),
+    /// Pause, resume or rate-limit the running reencryption
+    /// ([`Reply::Reencryption`]).
+    ReencryptSet {
+        /// What to change.
+        action: ReencryptAction,
+    },
 }
 
 /// A daemon's answer.
@@ -160,6 +172,9 @@ pub enum Reply {
         /// The mapping's size, in 512-byte sectors.
         size_sectors: u64,
     },
+    /// Answer to [`Request::Reencrypt`] and [`Request::ReencryptSet`]:
+    /// the reencryption's progress.
+    Reencryption(Reencryption),
     /// The request failed.
     Failed {
         /// What kind of failure.

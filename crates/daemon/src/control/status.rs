@@ -61,6 +61,10 @@ pub struct Status {
     /// the fields above describe): what `dmsetup status` lists per line.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<TargetStatus>,
+    /// The online reencryption this daemon runs or ran (absent when
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reencryption: Option<super::Reencryption>,
 }
 
 /// One target of a multi-target mapping.
@@ -256,6 +260,9 @@ impl fmt::Display for Status {
             for t in &self.targets {
                 writeln!(f, "    {t}")?;
             }
+        }
+        if let Some(r) = &self.reencryption {
+            writeln!(f, "  reencryption: {r}")?;
         }
         writeln!(f, "  data path: {}", mode_name(self.mode))?;
         if let Some(io) = self.io.as_ref().filter(|io| !io.engine.is_empty()) {

@@ -57,6 +57,7 @@ pub(super) fn sample_status() -> Status {
             .into(),
         ),
         targets: Vec::new(),
+        reencryption: None,
     }
 }
 
@@ -223,11 +224,11 @@ fn garbage_lines_are_errors_not_panics() {
         "[1,2,3]\n",
         r#"{"cmd":"status"}"#,
         r#"{"version":"1","request":{"cmd":"status"}}"#,
-        r#"{"version":2}"#,
-        r#"{"version":2,"request":{"cmd":"format_disk"}}"#,
-        r#"{"version":2,"request":{"cmd":"table"}}"#,
-        r#"{"version":2,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
-        "{\"version\":2,\"request\":\u{0}",
+        r#"{"version":3}"#,
+        r#"{"version":3,"request":{"cmd":"format_disk"}}"#,
+        r#"{"version":3,"request":{"cmd":"table"}}"#,
+        r#"{"version":3,"request":{"cmd":"refresh","mode":"turbo","flags":{}}}"#,
+        "{\"version\":3,\"request\":\u{0}",
     ];
     for l in lines {
         let e = decode_request(l).unwrap_err();
@@ -250,4 +251,30 @@ fn a_daemon_error_keeps_its_kind_across_the_socket() {
         }
         r => panic!("{r:?}"),
     }
+}
+
+#[test]
+fn a_reencrypt_request_carries_any_passphrase_bytes() {
+    let start = ReencryptStart {
+        passphrase: Secret::from_slice(&[0, 0xff, b'"', b'\n', 0x80]),
+        key_slot: Some(1),
+        init: Some(InitParams {
+            cipher: Some("aes-xts-plain64".into()),
+            ..InitParams::default()
+        }),
+        init_only: false,
+        hotzone: 1 << 20,
+        rate: 0,
+    };
+    let req = Request::Reencrypt(Box::new(start));
+    let mut line = Secret::with_capacity(256);
+    encode_request_into(&req, &mut line);
+    let text = line.as_str().unwrap();
+    assert!(!text.contains('\u{ff}') && text.ends_with('\n'));
+    assert_eq!(decode_request(text).unwrap(), req);
+    let bad = text.replace("00ff", "zz");
+    assert_eq!(
+        decode_request(&bad).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
 }

@@ -253,6 +253,7 @@ impl Mapping<'_> {
             range,
             self.key_slot,
             want,
+            !self.test_passphrase,
         )? {
             return Ok((t, VolumeType::Luks2));
         }

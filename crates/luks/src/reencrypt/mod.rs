@@ -7,6 +7,7 @@
 //!   status()  header → Option<State>          (state.rs: strict load,
 //!   run()     init → [recover] → steps → finalize  verification digest)
 //!   tables()  a header mid-reencryption → one dm-crypt table per segment
+//!   fence     the same loop online: a `Fence` told around each hotzone
 //! ```
 //!
 //! One step reencrypts a hotzone of the data area, from the start
@@ -47,10 +48,12 @@ use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
 
 pub(crate) mod crash;
+pub mod fence;
 mod header;
 mod mover;
 mod state;
 
+pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
 pub use state::{Mode, Resilience, State};
@@ -125,6 +128,17 @@ pub fn status(device: &Path) -> Result<Option<State>> {
 pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest) -> Result<State> {
     let meta = req.header.as_deref().unwrap_or(device);
     let _claim = io::claim(&[device, meta])?;
+    init_held(device, pass, key_slot, req)
+}
+
+/// [`init`] on a device its caller holds (the daemon serving it).
+pub fn init_held(
+    device: &Path,
+    pass: &[u8],
+    key_slot: Option<u32>,
+    req: &InitRequest,
+) -> Result<State> {
+    let meta = req.header.as_deref().unwrap_or(device);
     let (mut h, _) = read_header(meta)?;
     if State::load(&h)?.is_some() {
         return Err(invalid(
@@ -408,22 +422,36 @@ pub fn run(
 ) -> Result<Outcome> {
     let meta = opts.header.as_deref().unwrap_or(device);
     let _claim = io::claim(&[device, meta])?;
-    let (mut h, dev_size) = read_header_of(meta, device)?;
-    let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
-    let keys = unlock_both(&h, meta, pass, key_slot, &st)?;
-    st.verify(&h, &keys.0, &keys.1)?;
-    let mut m = Mover::new(device, meta, dev_size, &st, &keys.0, &keys.1, opts.hotzone)?;
+    Online::unlock_at(device, meta, pass, key_slot)?.run(opts, stop, progress, &mut Unfenced)
+}
+
+/// [`run`]'s loop over an unlocked reencryption, `fence` told around each
+/// hotzone (see [`fence`]).
+fn run_loop(
+    o: Online,
+    opts: &RunOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+    fence: &mut dyn Fence,
+) -> Result<Outcome> {
+    let device = o.device.as_path();
+    let meta = o.meta.as_path();
+    let st = &o.state;
+    let mut h = o.header.clone();
+    let mut m = Mover::new(device, meta, o.dev_size, st, &o.old_key, &o.new_key, opts.hotzone)?;
     let mut done = st.progress_of(m.size);
     if let Some((off, len)) = st.hotzone() {
-        m.recover(&h, &st, off, len)?;
+        fence.hold(off, len)?;
+        m.recover(&h, st, off, len)?;
         done = if st.backward {
             m.size.saturating_sub(off)
         } else {
             off + len
         };
-        post_segments_mem(&mut h, &st, done, m.size)?;
+        post_segments_mem(&mut h, st, done, m.size)?;
         if done < m.size {
             h.write(&mut *open_rw(meta)?)?;
+            advance(fence, &o, done, m.size)?;
         }
     }
     progress(done, m.size);
@@ -433,11 +461,20 @@ pub fn run(
             break;
         }
         let len = m.hotzone.min(m.size - done);
-        m.step(&mut h, &st, done, len)?;
+        let off = if st.backward {
+            m.size - done - len
+        } else {
+            done
+        };
+        fence.hold(off, len)?;
+        m.step(&mut h, st, done, len)?;
         done += len;
         if st.resilience == Resilience::None {
             dirty = true;
-            post_segments_mem(&mut h, &st, done, m.size)?;
+            post_segments_mem(&mut h, st, done, m.size)?;
+        }
+        if done < m.size {
+            advance(fence, &o, done, m.size)?;
         }
         progress(done, m.size);
     }
@@ -448,10 +485,22 @@ pub fn run(
         return Ok(Outcome::Interrupted);
     }
     if dirty {
-        post_segments_mem(&mut h, &st, done, m.size)?;
+        post_segments_mem(&mut h, st, done, m.size)?;
     }
-    finalize(meta, &mut h, &st)?;
+    finalize(meta, &mut h, st)?;
+    advance(fence, &o, done, m.size)?;
     Ok(Outcome::Finished)
+}
+
+/// Tells `fence` that the header now shows `done` of `total` bytes moved,
+/// with the mapping that serves this when the fence serves the volume.
+fn advance(fence: &mut dyn Fence, o: &Online, done: u64, total: u64) -> Result<()> {
+    let tables = if fence.serves() {
+        o.tables(done)?
+    } else {
+        Vec::new()
+    };
+    fence.advanced(done, total, tables)
 }
 
 /// The mapping a volume mid-reencryption needs: one dm-crypt table per

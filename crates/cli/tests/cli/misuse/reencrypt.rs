@@ -2,8 +2,9 @@
 //! changed without the keys, resuming what was never started, starting
 //! twice, a reencryption mode ucrypt does not do, a volume a daemon
 //! serves; `--decrypt` with a wrong passphrase, without a detached
-//! header or with a data offset), each with cryptsetup's exit code and
-//! nothing written.
+//! header or with a data offset; online: a name nothing serves, a plain
+//! volume, a second reencryption while one runs), each with cryptsetup's
+//! exit code and nothing written.
 
 use std::path::{Path, PathBuf};
 
@@ -252,6 +253,104 @@ pub fn rows() -> Vec<Row> {
                 .into()
             },
         },
+        Row {
+            what: "reencrypt --active-name of a name nothing serves",
+            needs: &[],
+            expect: Expect::Exit(4, "Device nothere is not active."),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, false);
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--active-name",
+                    "nothere",
+                    "--key-file",
+                    s(&key),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "reencrypt --active-name of a plain volume",
+            needs: &[],
+            expect: Expect::Exit(1, "is not a LUKS2 volume"),
+            case: |c: &mut Case| {
+                let img = c.image("p.img", 8 << 20);
+                let key = c.path("p.key");
+                // Plain mode reads the whole key (512 bits) from the file.
+                std::fs::write(&key, [7u8; 64]).unwrap();
+                c.open_ok(
+                    &[
+                        "open",
+                        "--type",
+                        "plain",
+                        "--key-file",
+                        s(&key),
+                        s(&img),
+                        "p",
+                    ],
+                    "p",
+                );
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--active-name",
+                    "p",
+                    "--key-file",
+                    s(&key),
+                ])
+                .into()
+            },
+        },
+        Row {
+            what: "a second online reencryption while one runs",
+            needs: &[],
+            expect: Expect::Exit(5, "Reencryption of device v is already running."),
+            case: |c: &mut Case| {
+                let (img, key) = volume(c, false);
+                c.open_ok(&["open", "--key-file", s(&key), s(&img), "v"], "v");
+                // The first one moves one hotzone, then waits for its rate.
+                let first = c
+                    .command(&[
+                        "reencrypt",
+                        "-q",
+                        "--active-name",
+                        "v",
+                        "--rate",
+                        "0.001",
+                        "--hotzone-size",
+                        "1M",
+                        "--key-file",
+                        s(&key),
+                    ])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap();
+                c.keep(Reaped(first));
+                testutil::wait_until(
+                    std::time::Duration::from_secs(60),
+                    "the first hotzone",
+                    || {
+                        let o = c.ucrypt(&["status", "--json", "v"]);
+                        serde_json::from_slice::<Value>(&o.stdout)
+                            .is_ok_and(|v| v["reencryption"]["hotzones"].as_u64() >= Some(1))
+                    },
+                );
+                c.watch(&img);
+                c.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--active-name",
+                    "v",
+                    "--key-file",
+                    s(&key),
+                ])
+                .into()
+            },
+        },
     ]
 }
 
@@ -266,4 +365,16 @@ fn detached(c: &mut Case) -> (PathBuf, PathBuf) {
     let o = c.ucrypt(&args);
     assert!(o.status.success(), "luksFormat --header: {}", text(&o));
     (hdr, data)
+}
+
+}
+
+/// A child process killed and reaped when the row ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,0 +1,391 @@
+//! Online reencryption of the served volume (`ucrypt reencrypt
+//! --active-name`): the LUKS2 reencryption loop
+//! ([`luks::reencrypt::Online`]) runs on a thread of its own while the
+//! frontend keeps serving, the engine held for each hotzone.
+//!
+//! ```text
+//!  control: Reencrypt ─► [init] ─► unlock both keys ─► thread ─┐
+//!                                                             │ per hotzone:
+//!   fence.hold     engine.suspend: admission stops, in-flight requests
+//!                  drain (a FLUSH in flight completes first)
+//!   mover          read, protect (checksum/journal), header, reencrypt,
+//!                  write, sync, header past the hotzone (durable)
+//!   fence.advanced engine.reload_mapping(new | old at the new boundary):
+//!                  admitted again; then the rate limit's sleep, a pause
+//! ```
+//!
+//! The whole engine is held per hotzone (requests outside the hotzone wait
+//! too): the hold is one hotzone's move (a few MiB by default, see
+//! [`DEFAULT_HOTZONE`]), and the mapping can only change while nothing is
+//! in flight anyway. `status` reports the longest hold. A request never
+//! sees a half-moved hotzone: it runs before the hold under the old
+//! mapping or after it under the new one, and the header that describes
+//! the new mapping is on the device before any request is admitted under
+//! it, so a crash at any point leaves every acknowledged write where the
+//! header says (the next `open` repairs a torn hotzone first).
+//!
+//! `close` and SIGTERM stop the loop after the current hotzone (valid
+//! metadata, resumable by `open` + `reencrypt --active-name`, or offline
+//! by `reencrypt --resume-only`). If a hotzone fails midway the engine
+//! stays held (its data may be half moved): requests wait until `close`
+//! fails them, and the next `open` repairs the hotzone.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crypto::table::{Table, Targets};
+use luks::reencrypt::{self, Fence, Online, Outcome, Resilience, RunOptions};
+
+use super::Daemon;
+use crate::control::{ReencryptAction, ReencryptStart, Reencryption, Reply};
+use crate::error::{invalid, Error, ErrorKind, Result};
+use crate::resolve::VolumeType;
+
+/// The hotzone when none is asked for: small enough that holding IO for
+/// one is brief, large enough that the header writes around it do not
+/// dominate.
+pub const DEFAULT_HOTZONE: u64 = 4 << 20;
+
+/// A reencryption this daemon started: its progress and controls, and the
+/// thread moving the data.
+pub(super) struct Running {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    progress: Mutex<Reencryption>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Reencryption> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Daemon {
+    /// `Reencrypt`: checks that the served volume is the LUKS2 volume on
+    /// its device, initializes a new reencryption if asked, unlocks both
+    /// keys and starts the thread. Answers with the progress so far.
+    pub(super) fn reencrypt(self: &Arc<Self>, start: ReencryptStart) -> Result<Reply> {
+        let name = &self.ping.name;
+        if self.volume_type != VolumeType::Luks2 {
+            return Err(invalid(format!(
+                "Device {name} is not a LUKS2 volume: online reencryption is for LUKS2 only."
+            )));
+        }
+        if self.header.is_some() {
+            return Err(invalid(format!(
+                "Device {name} uses a detached header: online reencryption needs the header on the device."
+            )));
+        }
+        let mut slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|r| r.shared.lock().running) {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("Reencryption of device {name} is already running."),
+            ));
+        }
+        if self.engine.is_suspended() {
+            return Err(invalid(format!("Volume {name} is suspended.")));
+        }
+        if self.engine.config().read_only {
+            return Err(invalid(format!(
+                "Volume {name} is served read-only: online reencryption writes to it."
+            )));
+        }
+        let device = self.device_path();
+        let state = reencrypt::status(&device)?;
+        let pass = &start.passphrase;
+        match (&state, &start.init) {
+            (None, None) => return Err(invalid("Device reencryption not in progress.")),
+            (Some(_), Some(_)) if start.init_only => {
+                return Err(invalid(
+                    "LUKS2 reencryption already initialized. Aborting operation.",
+                ))
+            }
+            (None, Some(p)) => {
+                if p.resilience.as_deref() == Some("none") {
+                    return Err(refuse_none());
+                }
+                let req = reencrypt::InitRequest {
+                    cipher: p.cipher.clone(),
+                    key_bits: p.key_bits,
+                    sector_size: p.sector_size,
+                    resilience: p.resilience.clone(),
+                    resilience_hash: p.resilience_hash.clone(),
+                    kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
+                };
+                reencrypt::init_held(&device, pass, start.key_slot, &req)?;
+            }
+            _ => {}
+        }
+        let online = Online::unlock(&device, pass, start.key_slot)?;
+        let st = online.state();
+        if st.resilience == Resilience::None {
+            return Err(refuse_none());
+        }
+        let total = online.total()?;
+        let progress = Reencryption {
+            done: if st.all_new { total } else { st.progress() },
+            total,
+            direction: "forward".into(),
+            resilience: st.resilience.name().into(),
+            hotzone: if start.hotzone > 0 {
+                start.hotzone
+            } else {
+                DEFAULT_HOTZONE
+            },
+            hotzones: 0,
+            rate: start.rate,
+            paused: false,
+            running: !start.init_only,
+            finished: false,
+            error: None,
+            max_hold_us: 0,
+        };
+        if start.init_only {
+            return Ok(Reply::Reencryption(progress));
+        }
+        if st.hotzone().is_none() {
+            self.check_served(&online, progress.done)?;
+        }
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            progress: Mutex::new(progress.clone()),
+            wake: Condvar::new(),
+        });
+        let d = Arc::clone(self);
+        let sh = Arc::clone(&shared);
+        let opts = RunOptions {
+            hotzone: progress.hotzone,
+        };
+        let thread = std::thread::Builder::new()
+            .name("reencrypt".into())
+            .spawn(move || d.reencrypt_thread(online, opts, &sh))
+            .map_err(|e| {
+                Error::new(ErrorKind::Io, "Cannot start the reencryption thread").with_source(e)
+            })?;
+        *slot = Some(Running {
+            shared,
+            thread: Some(thread),
+        });
+        Ok(Reply::Reencryption(progress))
+    }
+
+    /// `ReencryptSet`: pause, resume or a new rate.
+    pub(super) fn reencrypt_set(&self, action: ReencryptAction) -> Result<Reply> {
+        let name = &self.ping.name;
+        let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = slot.as_ref().filter(|r| r.shared.lock().running) else {
+            return Err(invalid(format!(
+                "No reencryption of device {name} is running."
+            )));
+        };
+        let mut p = r.shared.lock();
+        match action {
+            ReencryptAction::Pause => p.paused = true,
+            ReencryptAction::Resume => p.paused = false,
+            ReencryptAction::Rate(b) => p.rate = b,
+        }
+        r.shared.wake.notify_all();
+        Ok(Reply::Reencryption(p.clone()))
+    }
+
+    /// The reencryption's progress for `status`, if one ran here.
+    pub(super) fn reencryption_status(&self) -> Option<Reencryption> {
+        let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().map(|r| r.shared.lock().clone())
+    }
+
+    /// True while a reencryption moves data (or is paused).
+    pub(super) fn reencrypting(&self) -> bool {
+        let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().is_some_and(|r| r.shared.lock().running)
+    }
+
+    /// Before `close` or a signal: the loop stops after its current
+    /// hotzone (the header then describes where it stopped) and its thread
+    /// is joined.
+    pub(super) fn stop_reencryption(&self) {
+        let thread = {
+            let mut slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(r) = slot.as_mut() else { return };
+            r.shared.stop.store(true, Ordering::Relaxed);
+            r.shared.wake.notify_all();
+            r.thread.take()
+        };
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+
+    fn device_path(&self) -> std::path::PathBuf {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        std::path::PathBuf::from(t.device())
+    }
+
+    /// The served mapping must be the one the header describes at `done`
+    /// (the same keys, ciphers and offsets): otherwise the volume served
+    /// is not this header's.
+    fn check_served(&self, online: &Online, done: u64) -> Result<()> {
+        let want = self.targets(online.tables(done)?)?;
+        let have = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if *want.line(true) != *have.line(true) {
+            return Err(invalid(format!(
+                "Volume {} is not served with the keys of the LUKS2 header on {}.",
+                self.ping.name,
+                have.device()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The reencryption's tables as the served mapping: our device, the
+    /// engine's flags on every crypt line.
+    fn targets(&self, tables: Vec<Table>) -> Result<Targets> {
+        let mut t = Targets::from_tables(tables)
+            .map_err(|e| invalid("Invalid reencryption table").with_source(e))?;
+        let have = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.set_device(have.device());
+        drop(have);
+        let cfg = self.engine.config();
+        for c in t.tables_mut() {
+            c.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
+            c.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
+            c.options.no_read_workqueue = cfg.flags.no_read_workqueue;
+            c.options.no_write_workqueue = cfg.flags.no_write_workqueue;
+            c.options.high_priority = cfg.flags.high_priority;
+            c.options.allow_discards = cfg.allow_discards;
+        }
+        Ok(t)
+    }
+
+    /// Installs `t` in the held engine and lets IO through: several
+    /// targets as a mapping; one (the end) as the one-key volume `open`
+    /// would have built, so `resize` and `luksSuspend` work on it again.
+    fn install(&self, t: &Targets) -> Result<()> {
+        let e = |e: datapath::Error| Error::transparent(ErrorKind::Io, e);
+        let Some(one) = t.as_single() else {
+            let m = crate::targets::mapping(t, self.backend.clone())?;
+            return self.engine.reload_mapping(m).map_err(e);
+        };
+        let crypt = Arc::new(crate::targets::cipher(one)?);
+        let vol = datapath::Volume {
+            backend: self.backend.clone(),
+            crypt: Some(crypt.clone()),
+            data_offset: one.offset_bytes(),
+            size: one.len_bytes(),
+            sector_size: one.options.sector_size,
+        };
+        self.engine.reload(vol).map_err(e)?;
+        self.engine.resume(crypt).map_err(e)
+    }
+
+    fn reencrypt_thread(self: Arc<Self>, online: Online, opts: RunOptions, sh: &Shared) {
+        let mut fence = EngineFence {
+            d: &self,
+            sh,
+            held: None,
+            started: Instant::now(),
+            moved: 0,
+        };
+        let r = online.run(
+            &opts,
+            &sh.stop,
+            &mut |done, total| {
+                let mut p = sh.lock();
+                (p.done, p.total) = (done, total);
+            },
+            &mut fence,
+        );
+        let mut p = sh.lock();
+        p.running = false;
+        match r {
+            Ok(Outcome::Finished) => p.finished = true,
+            Ok(_) => {}
+            Err(e) => {
+                let e = Error::from(e);
+                eprintln!(
+                    "ucrypt: {}: reencryption failed: {}",
+                    self.ping.name,
+                    e.chain()
+                );
+                p.error = Some(e.chain());
+            }
+        }
+    }
+}
+
+fn refuse_none() -> Error {
+    invalid(
+        "Online reencryption needs resilience checksum or journal: with none the data \
+         clients write meanwhile is not protected against a crash.",
+    )
+}
+
+/// The engine held per hotzone, the new mapping installed after it.
+struct EngineFence<'a> {
+    d: &'a Daemon,
+    sh: &'a Shared,
+    held: Option<Instant>,
+    started: Instant,
+    moved: u64,
+}
+
+fn luks_err(e: impl std::fmt::Display) -> luks::Error {
+    luks::Error::new(luks::ErrorKind::Io, e.to_string())
+}
+
+impl Fence for EngineFence<'_> {
+    fn hold(&mut self, _off: u64, len: u64) -> luks::Result<()> {
+        self.d.engine.suspend().map_err(luks_err)?;
+        self.held = Some(Instant::now());
+        self.moved += len;
+        Ok(())
+    }
+
+    fn advanced(&mut self, done: u64, total: u64, tables: Vec<Table>) -> luks::Result<()> {
+        let new = self.d.targets(tables).map_err(luks_err)?;
+        {
+            let mut t = self.d.table.lock().unwrap_or_else(|e| e.into_inner());
+            self.d.install(&new).map_err(luks_err)?;
+            *t = new;
+        }
+        let held = self
+            .held
+            .take()
+            .map_or(0, |h| h.elapsed().as_micros() as u64);
+        let mut p = self.sh.lock();
+        (p.done, p.total) = (done, total);
+        p.hotzones += 1;
+        p.max_hold_us = p.max_hold_us.max(held);
+        // The rate limit: sleep until the bytes moved so far fit the
+        // rate; a pause waits here too, IO flowing meanwhile. A stop ends
+        // both.
+        loop {
+            if self.sh.stop.load(Ordering::Relaxed) || done >= total {
+                return Ok(());
+            }
+            let wait = if p.paused {
+                Some(Duration::from_millis(500))
+            } else if p.rate > 0 {
+                let due = Duration::from_secs_f64(self.moved as f64 / p.rate as f64);
+                due.checked_sub(self.started.elapsed())
+            } else {
+                None
+            };
+            let Some(w) = wait else { return Ok(()) };
+            p = self
+                .sh
+                .wake
+                .wait_timeout(p, w)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}

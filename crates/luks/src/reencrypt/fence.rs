@@ -1,0 +1,201 @@
+//! The seam between the reencryption loop and a volume being served while
+//! it runs (online reencryption): the loop tells a [`Fence`] which range it
+//! is about to move and, once the header describes the new boundary
+//! durably, hands it the mapping to serve from then on.
+//!
+//! ```text
+//!   Online::unlock (header, state, both keys)      the daemon
+//!   Online::run ─┬─ fence.hold(off, len) ────────► IO to the range waits
+//!                ├─ mover: read, protect, header, reencrypt, write, sync
+//!                ├─ header past the hotzone (or the final header)
+//!                └─ fence.advanced(done, tables) ► new mapping, IO flows
+//! ```
+//!
+//! The caller holds the device (the daemon's exclusive claim); nothing
+//! here claims it again. Offline `run` goes through the same loop with
+//! [`Unfenced`].
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use crypto::table::Table;
+use crypto::Secret;
+
+use super::header::RawHeader;
+use super::{data_size, read_header_of, unlock_both, Mode, Outcome, RunOptions, State};
+use crate::error::{invalid, Error, ErrorKind, Result};
+
+/// What the reencryption loop needs from whoever serves the volume
+/// meanwhile.
+pub trait Fence {
+    /// Before the bytes `[off, off+len)` of the data area are read: from
+    /// now until [`Fence::advanced`], no request may touch them (the data
+    /// moves under a new key, the header changes).
+    fn hold(&mut self, off: u64, len: u64) -> Result<()>;
+    /// The header on the device now says the first `done` bytes use the
+    /// new key (`done == total`: the reencryption is finalized); `tables`
+    /// is the mapping that serves this (new key below `done`, old key
+    /// above). The hold ends here.
+    fn advanced(&mut self, done: u64, total: u64, tables: Vec<Table>) -> Result<()>;
+    /// Whether a volume is served meanwhile, so [`Fence::advanced`] needs
+    /// the mapping (offline: no tables are built).
+    fn serves(&self) -> bool {
+        true
+    }
+}
+
+/// No one serves the volume (offline reencryption).
+pub struct Unfenced;
+
+impl Fence for Unfenced {
+    fn hold(&mut self, _off: u64, _len: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn advanced(&mut self, _done: u64, _total: u64, _tables: Vec<Table>) -> Result<()> {
+        Ok(())
+    }
+
+    fn serves(&self) -> bool {
+        false
+    }
+}
+
+/// A reencryption with its keys unlocked and its metadata verified, ready
+/// to run.
+pub struct Online {
+    pub(super) device: PathBuf,
+    /// Where the LUKS2 header is: `device`, or a detached header file.
+    pub(super) meta: PathBuf,
+    pub(super) header: RawHeader,
+    pub(super) dev_size: u64,
+    pub(super) state: State,
+    pub(super) old_key: Secret,
+    pub(super) new_key: Secret,
+}
+
+impl Online {
+    /// Loads the reencryption state of `device` (refused when none is in
+    /// progress) and unlocks the old and the new key with `pass`.
+    pub fn unlock(device: &Path, pass: &[u8], key_slot: Option<u32>) -> Result<Self> {
+        Self::unlock_at(device, device, pass, key_slot)
+    }
+
+    /// [`Online::unlock`] with the header in `meta` (a detached header
+    /// file, or `device` itself).
+    pub fn unlock_at(
+        device: &Path,
+        meta: &Path,
+        pass: &[u8],
+        key_slot: Option<u32>,
+    ) -> Result<Self> {
+        let (header, dev_size) = read_header_of(meta, device)?;
+        let state =
+            State::load(&header)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+        let (old_key, new_key) = unlock_both(&header, meta, pass, key_slot, &state)?;
+        state.verify(&header, &old_key, &new_key)?;
+        Ok(Online {
+            device: device.to_path_buf(),
+            meta: meta.to_path_buf(),
+            header,
+            dev_size,
+            state,
+            old_key,
+            new_key,
+        })
+    }
+
+    /// The state as loaded.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Bytes of the data area.
+    pub fn total(&self) -> Result<u64> {
+        data_size(self.dev_size, &self.state)
+    }
+
+    /// Runs the reencryption to its end or until `stop` is set (checked
+    /// between hotzones), `fence` told around every hotzone (a torn one
+    /// repaired first included). `progress(done, total)` after each.
+    pub fn run(
+        self,
+        opts: &RunOptions,
+        stop: &AtomicBool,
+        progress: &mut dyn FnMut(u64, u64),
+        fence: &mut dyn Fence,
+    ) -> Result<Outcome> {
+        super::run_loop(self, opts, stop, progress, fence)
+    }
+
+    /// The mapping after the first `done` bytes: the new key below, the
+    /// old above (one target when either side is empty), as cryptsetup's
+    /// multi-target table for a volume mid-reencryption.
+    pub fn tables(&self, done: u64) -> Result<Vec<Table>> {
+        if self.state.mode != Mode::Reencrypt || self.state.backward {
+            return Err(invalid(format!(
+                "Serving a volume during LUKS2 {} is not supported.",
+                self.state.mode.name()
+            )));
+        }
+        tables_at(
+            &self.device,
+            &self.state,
+            self.total()?,
+            done,
+            &self.old_key,
+            &self.new_key,
+        )
+    }
+}
+
+/// The dm-crypt lines of a forward reencryption `done` bytes in.
+fn tables_at(
+    device: &Path,
+    st: &State,
+    total: u64,
+    done: u64,
+    old_key: &[u8],
+    new_key: &[u8],
+) -> Result<Vec<Table>> {
+    let done = done.min(total);
+    let base = st.old.offset;
+    let mut out = Vec::new();
+    for (seg, key, start, len) in [
+        (&st.new, new_key, 0, done),
+        (&st.old, old_key, done, total - done),
+    ] {
+        if len == 0 {
+            continue;
+        }
+        let mut line = Secret::with_capacity(512);
+        let _ = write!(
+            line,
+            "{} {} crypt {} ",
+            start / 512,
+            len / 512,
+            seg.encryption
+        );
+        line.push_hex(key);
+        let _ = write!(
+            line,
+            " {} {} {}",
+            seg.iv_tweak + start / 512,
+            device.display(),
+            (base + start) / 512
+        );
+        if seg.sector_size != 512 {
+            let _ = write!(line, " 1 sector_size:{}", seg.sector_size);
+        }
+        let t = Table::parse(line.as_str().unwrap_or_default()).map_err(|e| {
+            Error::crypto(
+                ErrorKind::InvalidArgument,
+                "Cannot build the dm-crypt table",
+                e,
+            )
+        })?;
+        out.push(t);
+    }
+    Ok(out)
+}
