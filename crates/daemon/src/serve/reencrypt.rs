@@ -119,6 +119,8 @@ impl Daemon {
                     resilience: p.resilience.clone(),
                     resilience_hash: p.resilience_hash.clone(),
                     kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
+                    decrypt: false,
+                    header: None,
                 };
                 reencrypt::init_held(&device, pass, start.key_slot, &req)?;
             }
@@ -128,6 +130,12 @@ impl Daemon {
         let st = online.state();
         if st.resilience == Resilience::None {
             return Err(refuse_none());
+        }
+        if st.mode != reencrypt::Mode::Reencrypt {
+            return Err(invalid(format!(
+                "Online LUKS2 {} is not supported.",
+                st.mode.name()
+            )));
         }
         let total = online.total()?;
         let progress = Reencryption {
@@ -163,6 +171,7 @@ impl Daemon {
         let sh = Arc::clone(&shared);
         let opts = RunOptions {
             hotzone: progress.hotzone,
+            header: None,
         };
         let thread = std::thread::Builder::new()
             .name("reencrypt".into())

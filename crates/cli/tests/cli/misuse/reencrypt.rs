@@ -367,8 +367,6 @@ fn detached(c: &mut Case) -> (PathBuf, PathBuf) {
     (hdr, data)
 }
 
-}
-
 /// A child process killed and reaped when the row ends.
 struct Reaped(std::process::Child);
 
