@@ -131,6 +131,8 @@ enum Command {
     Bench(cmd::bench::Commands),
     #[command(flatten)]
     Reencrypt(cmd::reencrypt::Commands),
+    #[command(flatten)]
+    Tcrypt(cmd::tcrypt::Commands),
 }
 
 /// Entry point used by `main.rs`.
@@ -171,6 +173,7 @@ pub fn main() -> ExitCode {
         Command::Daemon(c) => c.run(),
         Command::Bench(c) => c.run(),
         Command::Reencrypt(c) => c.run(g),
+        Command::Tcrypt(c) => c.run(g),
     };
     let code = match result {
         Ok(()) => 0,

@@ -36,6 +36,7 @@ pub mod resolve;
 pub mod runtime;
 pub mod serve;
 mod targets;
+pub mod tcrypt;
 pub mod tls;
 pub mod volumes;
 

@@ -68,6 +68,9 @@ pub enum Source<'a> {
         /// Only this keyslot.
         key_slot: Option<u32>,
     },
+    /// `--tcrypt DEVICE`: a TrueCrypt/VeraCrypt volume's table, its
+    /// passphrase from a prompt or a line of stdin (read only).
+    Tcrypt(crate::tcrypt::Given<'a>),
 }
 
 impl Source<'_> {
@@ -112,6 +115,15 @@ impl Source<'_> {
                     device, header, key_file, range, key_slot, None, warn,
                 )?;
                 Ok(table)
+            }
+            Source::Tcrypt(given) => {
+                if !stdin_free && !io::stdin().is_terminal() {
+                    return Err(invalid(
+                        "--write reads plaintext from stdin: a TCRYPT passphrase must be typed at the terminal",
+                    ));
+                }
+                let device = crate::resolve::device(given.device)?;
+                given.targets(&device)
             }
         }
     }

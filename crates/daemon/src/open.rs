@@ -72,6 +72,9 @@ pub enum TypeArg {
     /// Plain dm-crypt: built from --cipher, --key-size, --hash, ... as
     /// cryptsetup does, or given as a --table line.
     Plain,
+    /// TrueCrypt or VeraCrypt (--hash, --cipher, --veracrypt-pim,
+    /// --tcrypt-hidden|system|backup as cryptsetup takes them).
+    Tcrypt,
 }
 
 impl TypeArg {
@@ -82,6 +85,7 @@ impl TypeArg {
             Self::Luks1 => VolumeType::Luks1,
             Self::Luks2 => VolumeType::Luks2,
             Self::Plain => VolumeType::Plain,
+            Self::Tcrypt => VolumeType::Tcrypt,
         }
     }
 
@@ -90,7 +94,7 @@ impl TypeArg {
     pub fn luks_version(self) -> Option<VolumeType> {
         match self {
             Self::Luks1 | Self::Luks2 => Some(self.kind()),
-            Self::Luks | Self::Plain => None,
+            Self::Luks | Self::Plain | Self::Tcrypt => None,
         }
     }
 }
@@ -325,7 +329,13 @@ impl OpenOptions {
     /// Starts the daemon detached (`exe` is this binary), hands it `table`
     /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
     pub fn detach(self, exe: &Path, table: Targets, volume_type: VolumeType) -> Result<Ping> {
-        let args = self.child_args(volume_type == VolumeType::Plain);
+        let mut args = self.child_args(volume_type == VolumeType::Plain);
+        if volume_type == VolumeType::Tcrypt {
+            // The child serves the parent's table; the type is for `status`.
+            for a in args.iter_mut().filter(|a| *a == "--type=luks") {
+                *a = "--type=tcrypt".into();
+            }
+        }
         let lock = match &self.lock {
             Some(l) => Arc::clone(l),
             None => Arc::new(runtime::claim(&self.name, false)?.lock),

@@ -49,16 +49,19 @@ pub enum VolumeType {
     Luks2,
     /// A LUKS volume whose version could not be read back.
     Luks,
+    /// A TrueCrypt or VeraCrypt volume.
+    Tcrypt,
 }
 
 impl VolumeType {
-    /// `PLAIN`, `LUKS1`, `LUKS2` or `LUKS`, as `cryptsetup status` prints.
+    /// `PLAIN`, `LUKS1`, `LUKS2`, `LUKS` or `TCRYPT`, as `cryptsetup status` prints.
     pub fn name(self) -> &'static str {
         match self {
             Self::Plain => "PLAIN",
             Self::Luks1 => "LUKS1",
             Self::Luks2 => "LUKS2",
             Self::Luks => "LUKS",
+            Self::Tcrypt => "TCRYPT",
         }
     }
 

@@ -34,7 +34,7 @@ pub enum Commands {
 /// Arguments of `ucrypt map`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["read", "write"])))]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "tcrypt"])))]
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
@@ -49,6 +49,20 @@ pub struct MapArgs {
     /// cryptsetup would load; unlocked by passphrase or --key-file).
     #[arg(long, value_name = "DEVICE")]
     pub luks: Option<PathBuf>,
+    /// Map the TrueCrypt/VeraCrypt volume on this device (the table
+    /// cryptsetup would load; --key-file is a TrueCrypt keyfile, the
+    /// passphrase a prompt or a line of stdin; --read only unless typed).
+    #[arg(long, value_name = "DEVICE")]
+    pub tcrypt: Option<PathBuf>,
+    /// Only this PBKDF2 hash (with --tcrypt).
+    #[arg(long, requires = "tcrypt")]
+    pub hash: Option<String>,
+    /// Only cipher chains containing this (with --tcrypt).
+    #[arg(long, short = 'c', requires = "tcrypt")]
+    pub cipher: Option<String>,
+    /// TCRYPT header options (with --tcrypt).
+    #[command(flatten)]
+    pub tcrypt_args: daemon::tcrypt::TcryptArgs,
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
@@ -101,7 +115,17 @@ impl Commands {
                 // The line may hold the key in hex: wipe it once parsed.
                 let line = a.table.map(Zeroizing::new);
                 let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
+                let keyfiles: Vec<PathBuf> = a.key.key_file.iter().cloned().collect();
                 let source = match (&line, &a.luks) {
+                    (None, None) if a.tcrypt.is_some() => {
+                        Source::Tcrypt(daemon::tcrypt::Given {
+                            device: a.tcrypt.as_deref().unwrap_or(std::path::Path::new("")),
+                            keyfiles: &keyfiles,
+                            hash: a.hash.as_deref(),
+                            cipher: a.cipher.as_deref(),
+                            args: &a.tcrypt_args,
+                        })
+                    }
                     (Some(line), _) => Source::Table {
                         line,
                         key_file,
@@ -115,7 +139,9 @@ impl Commands {
                         key_slot: a.key_slot,
                     },
                     // clap's "source" group requires one of them.
-                    (None, None) => return Err(Failure::usage("Give --table or --luks")),
+                    (None, None) => {
+                        return Err(Failure::usage("Give --table, --luks or --tcrypt"))
+                    }
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;
                 daemon::map::map_stdio(&table, dir)?;

@@ -145,6 +145,9 @@ pub struct OpenArgs {
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
+    /// cryptsetup's TCRYPT options (--type tcrypt).
+    #[command(flatten)]
+    pub tcrypt: daemon::tcrypt::TcryptArgs,
     /// Backing device or file.
     pub device: PathBuf,
     /// Volume name.
@@ -251,6 +254,7 @@ fn open(a: OpenArgs) -> CmdResult {
         key_slot: a.key_slot,
         plain: a.plain.given(&a.key),
         test_passphrase: a.plain.test_passphrase,
+        tcrypt: a.tcrypt.clone(),
     };
     let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {

@@ -7,3 +7,4 @@ pub mod header;
 pub mod luks;
 pub mod plain;
 pub mod reencrypt;
+pub mod tcrypt;
