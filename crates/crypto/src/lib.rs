@@ -36,8 +36,8 @@ pub mod table;
 
 use cipher::{Dir, NullCipher, Prim, SectorCipher};
 pub use cipher::{
-    Provider, AESNI_XTS_NAME, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME,
-    SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
+    Provider, AESNI_XTS_NAME, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, OPENSSL_XTS_NAME,
+    RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
 };
 pub use error::Error;
 pub use secret::Secret;
@@ -242,7 +242,12 @@ impl SectorCrypt {
         }
         let layers: Vec<&SectorCrypt> = match dir {
             Dir::Encrypt => std::iter::once(self).chain(self.below.iter()).collect(),
-            Dir::Decrypt => self.below.iter().rev().chain(std::iter::once(self)).collect(),
+            Dir::Decrypt => self
+                .below
+                .iter()
+                .rev()
+                .chain(std::iter::once(self))
+                .collect(),
         };
         let (first, rest) = (layers[0], &layers[1..]);
         let region: &mut [u8] = match out {

@@ -303,7 +303,8 @@ impl Table {
             return Err(error::table("A cipher cascade needs at least one layer"));
         };
         for l in it {
-            if (l.start, l.len, l.options.sector_size) != (top.start, top.len, top.options.sector_size)
+            if (l.start, l.len, l.options.sector_size)
+                != (top.start, top.len, top.options.sector_size)
                 || !l.below.is_empty()
             {
                 return Err(error::table(

@@ -9,7 +9,11 @@ use zeroize::Zeroizing;
 fn layer(cipher: &str, seed: u8) -> SectorCrypt {
     SectorCrypt::new(&CryptConfig {
         cipher: cipher.into(),
-        key: Zeroizing::new((0..64u8).map(|i| i.wrapping_mul(seed).wrapping_add(seed)).collect()),
+        key: Zeroizing::new(
+            (0..64u8)
+                .map(|i| i.wrapping_mul(seed).wrapping_add(seed))
+                .collect(),
+        ),
         iv_offset: 256,
         sector_size: 512,
         iv_large_sectors: false,
@@ -25,7 +29,8 @@ const CHAIN: [(&str, u8); 3] = [
 
 #[test]
 fn a_stack_is_its_layers_in_order() {
-    let stack = SectorCrypt::stacked(CHAIN.iter().map(|(c, s)| layer(c, *s)).collect()).expect("stack");
+    let stack =
+        SectorCrypt::stacked(CHAIN.iter().map(|(c, s)| layer(c, *s)).collect()).expect("stack");
     assert_eq!(stack.below().len(), 2);
     let mut rng = testutil::Rng::new(3);
     let plain = rng.bytes(8 * 512);
@@ -67,7 +72,9 @@ fn a_cascade_table_reads_back_and_runs_the_stack() {
     let key = |s: u8| "ab".repeat(32).replace("ab", &format!("{s:02x}"));
     let lines: Vec<Table> = CHAIN
         .iter()
-        .map(|(c, s)| Table::parse(&format!("0 2048 crypt {c} {} 256 /dev/x 256", key(*s))).expect("line"))
+        .map(|(c, s)| {
+            Table::parse(&format!("0 2048 crypt {c} {} 256 /dev/x 256", key(*s))).expect("line")
+        })
         .collect();
     let t = Table::stacked(lines).expect("stack");
     assert_eq!(t.below().len(), 2);
@@ -77,9 +84,20 @@ fn a_cascade_table_reads_back_and_runs_the_stack() {
     let again = Targets::parse(&text).expect("reads back");
     assert_eq!(again.as_single(), Some(&t));
     // A `+` line with nothing to stack on is refused.
-    assert!(Targets::parse(&format!("+{}", text.lines().nth(1).unwrap_or_default().trim_start_matches('+'))).is_err());
+    assert!(Targets::parse(&format!(
+        "+{}",
+        text.lines()
+            .nth(1)
+            .unwrap_or_default()
+            .trim_start_matches('+')
+    ))
+    .is_err());
     // Layers with different lengths are refused.
-    let short = Table::parse(&format!("0 1024 crypt aes-xts-plain64 {} 256 /dev/x 256", key(1))).expect("line");
+    let short = Table::parse(&format!(
+        "0 1024 crypt aes-xts-plain64 {} 256 /dev/x 256",
+        key(1)
+    ))
+    .expect("line");
     assert!(Table::stacked(vec![t.clone(), short]).is_err());
     let sc = t.sector_crypt().expect("cipher");
     assert_eq!(sc.below().len(), 2);

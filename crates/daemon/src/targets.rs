@@ -55,5 +55,6 @@ pub(crate) enum EngineError {
 }
 
 fn cipher(t: &crypto::table::Table) -> Result<SectorCrypt> {
-    t.sector_crypt().map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))
+    t.sector_crypt()
+        .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))
 }

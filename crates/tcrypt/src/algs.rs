@@ -81,7 +81,13 @@ pub struct Chain {
     pub ciphers: &'static [Alg],
 }
 
-const fn a(name: &'static str, key_size: usize, block: usize, key_offset: usize, iv_offset: usize) -> Alg {
+const fn a(
+    name: &'static str,
+    key_size: usize,
+    block: usize,
+    key_offset: usize,
+    iv_offset: usize,
+) -> Alg {
     Alg {
         name,
         key_size,
@@ -92,7 +98,13 @@ const fn a(name: &'static str, key_size: usize, block: usize, key_offset: usize,
     }
 }
 
-const fn ax(name: &'static str, key_size: usize, block: usize, key_offset: usize, key_extra: usize) -> Alg {
+const fn ax(
+    name: &'static str,
+    key_size: usize,
+    block: usize,
+    key_offset: usize,
+    key_extra: usize,
+) -> Alg {
     Alg {
         name,
         key_size,
@@ -103,7 +115,13 @@ const fn ax(name: &'static str, key_size: usize, block: usize, key_offset: usize
     }
 }
 
-const fn c(legacy: bool, name: &'static str, mode: Mode, key_size: usize, ciphers: &'static [Alg]) -> Chain {
+const fn c(
+    legacy: bool,
+    name: &'static str,
+    mode: Mode,
+    key_size: usize,
+    ciphers: &'static [Alg],
+) -> Chain {
     Chain {
         legacy,
         name,
@@ -118,33 +136,86 @@ const fn c(legacy: bool, name: &'static str, mode: Mode, key_size: usize, cipher
 pub static CHAINS: &[Chain] = &[
     // XTS: each cipher's data key then, after all data keys, its tweak key.
     c(false, "aes", Mode::Xts, 64, &[a("aes", 64, 16, 0, 32)]),
-    c(false, "serpent", Mode::Xts, 64, &[a("serpent", 64, 16, 0, 32)]),
-    c(false, "twofish", Mode::Xts, 64, &[a("twofish", 64, 16, 0, 32)]),
-    c(false, "twofish-aes", Mode::Xts, 128, &[a("twofish", 64, 16, 0, 64), a("aes", 64, 16, 32, 96)]),
+    c(
+        false,
+        "serpent",
+        Mode::Xts,
+        64,
+        &[a("serpent", 64, 16, 0, 32)],
+    ),
+    c(
+        false,
+        "twofish",
+        Mode::Xts,
+        64,
+        &[a("twofish", 64, 16, 0, 32)],
+    ),
+    c(
+        false,
+        "twofish-aes",
+        Mode::Xts,
+        128,
+        &[a("twofish", 64, 16, 0, 64), a("aes", 64, 16, 32, 96)],
+    ),
     c(
         false,
         "serpent-twofish-aes",
         Mode::Xts,
         192,
-        &[a("serpent", 64, 16, 0, 96), a("twofish", 64, 16, 32, 128), a("aes", 64, 16, 64, 160)],
+        &[
+            a("serpent", 64, 16, 0, 96),
+            a("twofish", 64, 16, 32, 128),
+            a("aes", 64, 16, 64, 160),
+        ],
     ),
-    c(false, "aes-serpent", Mode::Xts, 128, &[a("aes", 64, 16, 0, 64), a("serpent", 64, 16, 32, 96)]),
+    c(
+        false,
+        "aes-serpent",
+        Mode::Xts,
+        128,
+        &[a("aes", 64, 16, 0, 64), a("serpent", 64, 16, 32, 96)],
+    ),
     c(
         false,
         "aes-twofish-serpent",
         Mode::Xts,
         192,
-        &[a("aes", 64, 16, 0, 96), a("twofish", 64, 16, 32, 128), a("serpent", 64, 16, 64, 160)],
+        &[
+            a("aes", 64, 16, 0, 96),
+            a("twofish", 64, 16, 32, 128),
+            a("serpent", 64, 16, 64, 160),
+        ],
     ),
-    c(false, "serpent-twofish", Mode::Xts, 128, &[a("serpent", 64, 16, 0, 64), a("twofish", 64, 16, 32, 96)]),
-    c(false, "camellia", Mode::Xts, 64, &[a("camellia", 64, 16, 0, 32)]),
-    c(false, "kuznyechik", Mode::Xts, 64, &[a("kuznyechik", 64, 16, 0, 32)]),
+    c(
+        false,
+        "serpent-twofish",
+        Mode::Xts,
+        128,
+        &[a("serpent", 64, 16, 0, 64), a("twofish", 64, 16, 32, 96)],
+    ),
+    c(
+        false,
+        "camellia",
+        Mode::Xts,
+        64,
+        &[a("camellia", 64, 16, 0, 32)],
+    ),
+    c(
+        false,
+        "kuznyechik",
+        Mode::Xts,
+        64,
+        &[a("kuznyechik", 64, 16, 0, 32)],
+    ),
     c(
         false,
         "kuznyechik-camellia",
         Mode::Xts,
         128,
-        &[a("kuznyechik", 64, 16, 0, 64), a("camellia", 64, 16, 32, 96)],
+        &[
+            a("kuznyechik", 64, 16, 0, 64),
+            a("camellia", 64, 16, 32, 96),
+        ],
     ),
     c(
         false,
@@ -160,56 +231,136 @@ pub static CHAINS: &[Chain] = &[
         128,
         &[a("serpent", 64, 16, 0, 64), a("camellia", 64, 16, 32, 96)],
     ),
-    c(false, "aes-kuznyechik", Mode::Xts, 128, &[a("aes", 64, 16, 0, 64), a("kuznyechik", 64, 16, 32, 96)]),
+    c(
+        false,
+        "aes-kuznyechik",
+        Mode::Xts,
+        128,
+        &[a("aes", 64, 16, 0, 64), a("kuznyechik", 64, 16, 32, 96)],
+    ),
     c(
         false,
         "camellia-serpent-kuznyechik",
         Mode::Xts,
         192,
-        &[a("camellia", 64, 16, 0, 96), a("serpent", 64, 16, 32, 128), a("kuznyechik", 64, 16, 64, 160)],
+        &[
+            a("camellia", 64, 16, 0, 96),
+            a("serpent", 64, 16, 32, 128),
+            a("kuznyechik", 64, 16, 64, 160),
+        ],
     ),
     // LRW: the key after the first 32 bytes, the tweak key the area's
     // first 16 bytes.
     c(false, "aes", Mode::Lrw, 48, &[a("aes", 48, 16, 32, 0)]),
-    c(false, "serpent", Mode::Lrw, 48, &[a("serpent", 48, 16, 32, 0)]),
-    c(false, "twofish", Mode::Lrw, 48, &[a("twofish", 48, 16, 32, 0)]),
-    c(false, "twofish-aes", Mode::Lrw, 96, &[a("twofish", 48, 16, 32, 0), a("aes", 48, 16, 64, 0)]),
+    c(
+        false,
+        "serpent",
+        Mode::Lrw,
+        48,
+        &[a("serpent", 48, 16, 32, 0)],
+    ),
+    c(
+        false,
+        "twofish",
+        Mode::Lrw,
+        48,
+        &[a("twofish", 48, 16, 32, 0)],
+    ),
+    c(
+        false,
+        "twofish-aes",
+        Mode::Lrw,
+        96,
+        &[a("twofish", 48, 16, 32, 0), a("aes", 48, 16, 64, 0)],
+    ),
     c(
         false,
         "serpent-twofish-aes",
         Mode::Lrw,
         144,
-        &[a("serpent", 48, 16, 32, 0), a("twofish", 48, 16, 64, 0), a("aes", 48, 16, 96, 0)],
+        &[
+            a("serpent", 48, 16, 32, 0),
+            a("twofish", 48, 16, 64, 0),
+            a("aes", 48, 16, 96, 0),
+        ],
     ),
-    c(false, "aes-serpent", Mode::Lrw, 96, &[a("aes", 48, 16, 32, 0), a("serpent", 48, 16, 64, 0)]),
+    c(
+        false,
+        "aes-serpent",
+        Mode::Lrw,
+        96,
+        &[a("aes", 48, 16, 32, 0), a("serpent", 48, 16, 64, 0)],
+    ),
     c(
         false,
         "aes-twofish-serpent",
         Mode::Lrw,
         144,
-        &[a("aes", 48, 16, 32, 0), a("twofish", 48, 16, 64, 0), a("serpent", 48, 16, 96, 0)],
+        &[
+            a("aes", 48, 16, 32, 0),
+            a("twofish", 48, 16, 64, 0),
+            a("serpent", 48, 16, 96, 0),
+        ],
     ),
-    c(false, "serpent-twofish", Mode::Lrw, 96, &[a("serpent", 48, 16, 32, 0), a("twofish", 48, 16, 64, 0)]),
+    c(
+        false,
+        "serpent-twofish",
+        Mode::Lrw,
+        96,
+        &[a("serpent", 48, 16, 32, 0), a("twofish", 48, 16, 64, 0)],
+    ),
     // CBC: key, then IV seed + whitening (the last cipher of a chain
     // carries them).
     c(true, "aes", Mode::CbcTcw, 64, &[ax("aes", 32, 16, 32, 32)]),
-    c(true, "serpent", Mode::CbcTcw, 64, &[ax("serpent", 32, 16, 32, 32)]),
-    c(true, "twofish", Mode::CbcTcw, 64, &[ax("twofish", 32, 16, 32, 32)]),
-    c(true, "twofish-aes", Mode::CbciTcrypt, 96, &[ax("twofish", 32, 16, 32, 0), ax("aes", 32, 16, 64, 32)]),
+    c(
+        true,
+        "serpent",
+        Mode::CbcTcw,
+        64,
+        &[ax("serpent", 32, 16, 32, 32)],
+    ),
+    c(
+        true,
+        "twofish",
+        Mode::CbcTcw,
+        64,
+        &[ax("twofish", 32, 16, 32, 32)],
+    ),
+    c(
+        true,
+        "twofish-aes",
+        Mode::CbciTcrypt,
+        96,
+        &[ax("twofish", 32, 16, 32, 0), ax("aes", 32, 16, 64, 32)],
+    ),
     c(
         true,
         "serpent-twofish-aes",
         Mode::CbciTcrypt,
         128,
-        &[ax("serpent", 32, 16, 32, 0), ax("twofish", 32, 16, 64, 0), ax("aes", 32, 16, 96, 32)],
+        &[
+            ax("serpent", 32, 16, 32, 0),
+            ax("twofish", 32, 16, 64, 0),
+            ax("aes", 32, 16, 96, 32),
+        ],
     ),
-    c(true, "aes-serpent", Mode::CbciTcrypt, 96, &[ax("aes", 32, 16, 32, 0), ax("serpent", 32, 16, 64, 32)]),
+    c(
+        true,
+        "aes-serpent",
+        Mode::CbciTcrypt,
+        96,
+        &[ax("aes", 32, 16, 32, 0), ax("serpent", 32, 16, 64, 32)],
+    ),
     c(
         true,
         "aes-twofish-serpent",
         Mode::CbciTcrypt,
         128,
-        &[ax("aes", 32, 16, 32, 0), ax("twofish", 32, 16, 64, 0), ax("serpent", 32, 16, 96, 32)],
+        &[
+            ax("aes", 32, 16, 32, 0),
+            ax("twofish", 32, 16, 64, 0),
+            ax("serpent", 32, 16, 96, 32),
+        ],
     ),
     c(
         true,
@@ -218,9 +369,27 @@ pub static CHAINS: &[Chain] = &[
         96,
         &[ax("serpent", 32, 16, 32, 0), ax("twofish", 32, 16, 64, 32)],
     ),
-    c(true, "cast5", Mode::CbcTcw, 40, &[ax("cast5", 16, 8, 32, 24)]),
-    c(true, "des3_ede", Mode::CbcTcw, 48, &[ax("des3_ede", 24, 8, 32, 24)]),
-    c(true, "blowfish_le", Mode::CbcTcrypt, 80, &[ax("blowfish_le", 56, 8, 32, 24)]),
+    c(
+        true,
+        "cast5",
+        Mode::CbcTcw,
+        40,
+        &[ax("cast5", 16, 8, 32, 24)],
+    ),
+    c(
+        true,
+        "des3_ede",
+        Mode::CbcTcw,
+        48,
+        &[ax("des3_ede", 24, 8, 32, 24)],
+    ),
+    c(
+        true,
+        "blowfish_le",
+        Mode::CbcTcrypt,
+        80,
+        &[ax("blowfish_le", 56, 8, 32, 24)],
+    ),
     c(
         true,
         "blowfish_le-aes",
@@ -233,7 +402,11 @@ pub static CHAINS: &[Chain] = &[
         "serpent-blowfish_le-aes",
         Mode::CbcTcrypt,
         152,
-        &[ax("serpent", 32, 16, 32, 0), ax("blowfish_le", 56, 8, 64, 0), ax("aes", 32, 16, 120, 32)],
+        &[
+            ax("serpent", 32, 16, 32, 0),
+            ax("blowfish_le", 56, 8, 64, 0),
+            ax("aes", 32, 16, 120, 32),
+        ],
     ),
 ];
 
@@ -319,7 +492,9 @@ impl Block for BlowfishLe {
     }
 }
 
-fn keyed<C: KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + 'static>(key: &[u8]) -> Option<Box<dyn Block>> {
+fn keyed<C: KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + 'static>(
+    key: &[u8],
+) -> Option<Box<dyn Block>> {
     Some(Box::new(Rc(C::new_from_slice(key).ok()?)))
 }
 
@@ -337,7 +512,9 @@ fn block_cipher(name: &str, key: &[u8]) -> Option<Box<dyn Block>> {
         ("kuznyechik", 32) => keyed::<kuznyechik::Kuznyechik>(key),
         ("cast5", _) => keyed::<cast5::Cast5>(key),
         ("des3_ede", 24) => keyed::<des::TdesEde3>(key),
-        ("blowfish_le", _) => Some(Box::new(BlowfishLe(blowfish::Blowfish::new_from_slice(key).ok()?))),
+        ("blowfish_le", _) => Some(Box::new(BlowfishLe(
+            blowfish::Blowfish::new_from_slice(key).ok()?,
+        ))),
         _ => None,
     }
 }
@@ -386,8 +563,10 @@ fn decrypt_one(alg: &Alg, mode: Mode, key: &[u8], buf: &mut [u8]) -> bool {
     match mode {
         Mode::Xts => {
             let half = alg.key_size / 2;
-            let (Some(data), Some(tweak)) = (block_cipher(alg.name, &k[..half]), block_cipher(alg.name, &k[half..]))
-            else {
+            let (Some(data), Some(tweak)) = (
+                block_cipher(alg.name, &k[..half]),
+                block_cipher(alg.name, &k[half..]),
+            ) else {
                 return false;
             };
             let mut t = [0u8; 16];
@@ -450,7 +629,10 @@ fn decrypt_cbci(chain: &Chain, key: &[u8], buf: &mut [u8]) -> bool {
     remove_whitening(buf, key);
     let mut ciphers = Vec::with_capacity(chain.ciphers.len());
     for alg in chain.ciphers {
-        match block_cipher(alg.name, &key[alg.key_offset..alg.key_offset + alg.key_size]) {
+        match block_cipher(
+            alg.name,
+            &key[alg.key_offset..alg.key_offset + alg.key_size],
+        ) {
             Some(c) => ciphers.push(c),
             None => return false,
         }
@@ -489,8 +671,28 @@ mod tests {
             for alg in c.ciphers {
                 let key = vec![7u8; crate::KEY_AREA_LEN];
                 let k = mapping_key(alg, c.mode, &key);
-                assert_eq!(k.len(), alg.key_size + alg.key_extra, "{} {:?}", c.name, c.mode);
-                assert!(block_cipher(alg.name, &k[..if c.mode == Mode::Xts { alg.key_size / 2 } else if c.mode == Mode::Lrw { alg.key_size - 16 } else { alg.key_size }]).is_some(), "{}", alg.name);
+                assert_eq!(
+                    k.len(),
+                    alg.key_size + alg.key_extra,
+                    "{} {:?}",
+                    c.name,
+                    c.mode
+                );
+                assert!(
+                    block_cipher(
+                        alg.name,
+                        &k[..if c.mode == Mode::Xts {
+                            alg.key_size / 2
+                        } else if c.mode == Mode::Lrw {
+                            alg.key_size - 16
+                        } else {
+                            alg.key_size
+                        }]
+                    )
+                    .is_some(),
+                    "{}",
+                    alg.name
+                );
             }
         }
     }

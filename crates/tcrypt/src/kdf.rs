@@ -26,7 +26,14 @@ pub struct Variant {
     pub pim_mult: u32,
 }
 
-const fn v(legacy: bool, veracrypt: bool, hash: &'static str, iterations: u32, pim_const: u32, pim_mult: u32) -> Variant {
+const fn v(
+    legacy: bool,
+    veracrypt: bool,
+    hash: &'static str,
+    iterations: u32,
+    pim_const: u32,
+    pim_mult: u32,
+) -> Variant {
     Variant {
         legacy,
         veracrypt,
@@ -65,7 +72,8 @@ pub fn candidates(req: &Request) -> Vec<(Variant, u32)> {
         .filter(|k| !(req.veracrypt && req.pim != 0 && !k.veracrypt))
         .map(|k| {
             let it = if req.veracrypt && req.pim != 0 {
-                k.pim_const.saturating_add(k.pim_mult.saturating_mul(req.pim))
+                k.pim_const
+                    .saturating_add(k.pim_mult.saturating_mul(req.pim))
             } else {
                 k.iterations
             };
@@ -75,7 +83,12 @@ pub fn candidates(req: &Request) -> Vec<(Variant, u32)> {
 }
 
 /// PBKDF2-HMAC-`hash` of `password` and `salt`; `None` for an unknown hash.
-pub fn derive(hash: &str, password: &[u8], salt: &[u8], iterations: u32) -> Option<Zeroizing<Vec<u8>>> {
+pub fn derive(
+    hash: &str,
+    password: &[u8],
+    salt: &[u8],
+    iterations: u32,
+) -> Option<Zeroizing<Vec<u8>>> {
     use pbkdf2::pbkdf2;
     type H<D> = hmac::Hmac<D>;
     let mut out = Zeroizing::new(vec![0u8; HDR_KEY_LEN]);
@@ -147,7 +160,10 @@ mod tests {
         let k = derive("sha256", b"passwd", b"salt", 1).expect("sha256");
         assert_eq!(
             &k[..16],
-            &[0x55, 0xac, 0x04, 0x6e, 0x56, 0xe3, 0x08, 0x9f, 0xec, 0x16, 0x91, 0xc2, 0x25, 0x44, 0xb6, 0x05]
+            &[
+                0x55, 0xac, 0x04, 0x6e, 0x56, 0xe3, 0x08, 0x9f, 0xec, 0x16, 0x91, 0xc2, 0x25, 0x44,
+                0xb6, 0x05
+            ]
         );
         for v in VARIANTS {
             assert!(derive(v.hash, b"p", b"s", 1).is_some(), "{}", v.hash);

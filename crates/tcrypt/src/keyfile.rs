@@ -29,8 +29,16 @@ fn crc_step(crc: u32, byte: u8) -> u32 {
 /// The PBKDF2 password: the keyfiles' pool with the passphrase added;
 /// its length is the pool's when keyfiles are given, else the
 /// passphrase's.
-pub(crate) fn pool(passphrase: &[u8], keyfiles: &[PathBuf], veracrypt: bool) -> Result<Zeroizing<Vec<u8>>> {
-    let len = if veracrypt && passphrase.len() > POOL { POOL_VERA } else { POOL };
+pub(crate) fn pool(
+    passphrase: &[u8],
+    keyfiles: &[PathBuf],
+    veracrypt: bool,
+) -> Result<Zeroizing<Vec<u8>>> {
+    let len = if veracrypt && passphrase.len() > POOL {
+        POOL_VERA
+    } else {
+        POOL
+    };
     if passphrase.len() > len {
         return Err(Error::new(
             ErrorKind::NoHeader,
@@ -57,7 +65,11 @@ pub(crate) fn pool(passphrase: &[u8], keyfiles: &[PathBuf], veracrypt: bool) -> 
     for (p, &c) in pool.iter_mut().zip(passphrase) {
         *p = p.wrapping_add(c);
     }
-    pool.truncate(if keyfiles.is_empty() { passphrase.len() } else { len });
+    pool.truncate(if keyfiles.is_empty() {
+        passphrase.len()
+    } else {
+        len
+    });
     Ok(pool)
 }
 

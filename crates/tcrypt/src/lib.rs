@@ -199,7 +199,8 @@ impl std::fmt::Debug for Header {
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2).map_or(0, |s| u16::from_be_bytes([s[0], s[1]]))
+    b.get(at..at + 2)
+        .map_or(0, |s| u16::from_be_bytes([s[0], s[1]]))
 }
 fn be32(b: &[u8], at: usize) -> u32 {
     b.get(at..at + 4)
@@ -297,7 +298,11 @@ pub fn decrypt_sector(
     let enc = &sector[SALT_LEN..SECTOR];
     let chains: Vec<&'static algs::Chain> = algs::CHAINS
         .iter()
-        .filter(|c| req.cipher.as_ref().is_none_or(|f| c.name.contains(f.as_str())))
+        .filter(|c| {
+            req.cipher
+                .as_ref()
+                .is_none_or(|f| c.name.contains(f.as_str()))
+        })
         .filter(|c| req.legacy || !c.legacy)
         .collect();
     if chains.is_empty() {
@@ -350,9 +355,8 @@ fn device_size(f: &mut std::fs::File) -> std::io::Result<u64> {
 /// pool from `passphrase` and the keyfiles, every KDF and chain.
 pub fn load(device: &Path, passphrase: &[u8], req: &Request) -> Result<Volume> {
     let pool = keyfile::pool(passphrase, &req.keyfiles, req.veracrypt)?;
-    let mut f = std::fs::File::open(device).map_err(|e| {
-        Error::io(format!("Cannot open device {}.", device.display()), e)
-    })?;
+    let mut f = std::fs::File::open(device)
+        .map_err(|e| Error::io(format!("Cannot open device {}.", device.display()), e))?;
     let size = device_size(&mut f)
         .map_err(|e| Error::io(format!("Cannot open device {}.", device.display()), e))?;
     let offsets: &[i64] = if req.system {
@@ -502,10 +506,19 @@ impl Volume {
         let _ = writeln!(
             s,
             "{} header information for {device}",
-            if h.magic[0] == b'T' { "TCRYPT" } else { "VERACRYPT" }
+            if h.magic[0] == b'T' {
+                "TCRYPT"
+            } else {
+                "VERACRYPT"
+            }
         );
         let _ = writeln!(s, "Version:       \t{}", h.version);
-        let _ = writeln!(s, "Driver req.:\t{:x}.{:x}", h.version_tc >> 8, h.version_tc & 0xff);
+        let _ = writeln!(
+            s,
+            "Driver req.:\t{:x}.{:x}",
+            h.version_tc >> 8,
+            h.version_tc & 0xff
+        );
         let _ = writeln!(s, "Sector size:\t{}", h.sector_size);
         let _ = writeln!(s, "MK offset:\t{}", h.mk_offset);
         let _ = writeln!(s, "PBKDF2 hash:\t{}", self.hash);
@@ -571,8 +584,14 @@ mod tests {
         let hc = crc32(&d[..188]);
         d[188..192].copy_from_slice(&hc.to_be_bytes());
         let h = Header::parse(&d, true).expect("valid header");
-        assert_eq!((h.version, h.volume_size, h.mk_offset, h.sector_size), (5, 1 << 20, 512, 512));
-        assert!(Header::parse(&d, false).is_none(), "VERA needs VeraCrypt modes");
+        assert_eq!(
+            (h.version, h.volume_size, h.mk_offset, h.sector_size),
+            (5, 1 << 20, 512, 512)
+        );
+        assert!(
+            Header::parse(&d, false).is_none(),
+            "VERA needs VeraCrypt modes"
+        );
         for at in [0usize, 5, 40, 200, 447] {
             let mut e = d.clone();
             e[at] ^= 1;

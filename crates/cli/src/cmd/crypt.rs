@@ -117,15 +117,13 @@ impl Commands {
                 let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
                 let keyfiles: Vec<PathBuf> = a.key.key_file.iter().cloned().collect();
                 let source = match (&line, &a.luks) {
-                    (None, None) if a.tcrypt.is_some() => {
-                        Source::Tcrypt(daemon::tcrypt::Given {
-                            device: a.tcrypt.as_deref().unwrap_or(std::path::Path::new("")),
-                            keyfiles: &keyfiles,
-                            hash: a.hash.as_deref(),
-                            cipher: a.cipher.as_deref(),
-                            args: &a.tcrypt_args,
-                        })
-                    }
+                    (None, None) if a.tcrypt.is_some() => Source::Tcrypt(daemon::tcrypt::Given {
+                        device: a.tcrypt.as_deref().unwrap_or(std::path::Path::new("")),
+                        keyfiles: &keyfiles,
+                        hash: a.hash.as_deref(),
+                        cipher: a.cipher.as_deref(),
+                        args: &a.tcrypt_args,
+                    }),
                     (Some(line), _) => Source::Table {
                         line,
                         key_file,
@@ -139,9 +137,7 @@ impl Commands {
                         key_slot: a.key_slot,
                     },
                     // clap's "source" group requires one of them.
-                    (None, None) => {
-                        return Err(Failure::usage("Give --table, --luks or --tcrypt"))
-                    }
+                    (None, None) => return Err(Failure::usage("Give --table, --luks or --tcrypt")),
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;
                 daemon::map::map_stdio(&table, dir)?;

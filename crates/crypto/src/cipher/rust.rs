@@ -12,8 +12,8 @@ use super::camellia::Camellia;
 use super::serpent::Serpent;
 use super::twofish::Twofish;
 use super::{
-    Dir, SectorCipher, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME,
-    TWOFISH_XTS_NAME,
+    Dir, SectorCipher, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, RUST_XTS_NAME,
+    SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME,
 };
 use crate::spec::BlockCipher;
 
