@@ -126,7 +126,11 @@ fn check_image(dir: &Path, name: &str, cs_dump: bool) -> (Vec<String>, bool) {
             .lines()
             .find_map(|l| l.strip_prefix("Cipher chain:\t"))
             .unwrap_or_default();
-        let mut got: Vec<&str> = chain.split('-').collect();
+        // cryptsetup calls TrueCrypt's Blowfish `blowfish_le`.
+        let mut got: Vec<&str> = chain
+            .split('-')
+            .map(|c| if c == "blowfish_le" { "blowfish" } else { c })
+            .collect();
         got.sort_unstable();
         if got != want {
             fails.push(format!(
@@ -233,7 +237,7 @@ fn check_image(dir: &Path, name: &str, cs_dump: bool) -> (Vec<String>, bool) {
         let o = child.wait_with_output().expect("wait");
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         if mode != "xts" {
-            if o.status.success() || !err.contains("not supported") {
+            if o.status.success() || !err.contains("not support") {
                 fails.push(format!(
                     "map of a {mode} image: expected a refusal naming the mode, got {:?}: {err}",
                     o.status
