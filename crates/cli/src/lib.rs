@@ -157,6 +157,7 @@ enum Command {
     Bitlk(cmd::bitlk::Commands),
     #[command(flatten)]
     Fvault2(cmd::fvault2::Commands),
+    Tcrypt(cmd::tcrypt::Commands),
 }
 
 /// Entry point used by `main.rs`.
@@ -195,6 +196,7 @@ pub fn main() -> ExitCode {
         Command::Reencrypt(c) => c.run(g),
         Command::Bitlk(c) => c.run(g),
         Command::Fvault2(c) => c.run(g),
+        Command::Tcrypt(c) => c.run(g),
     };
     let code = match result {
         Ok(()) => 0,

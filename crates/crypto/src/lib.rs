@@ -37,8 +37,8 @@ pub mod table;
 
 use cipher::{Dir, NullCipher, Prim, SectorCipher};
 pub use cipher::{
-    Provider, AESNI_XTS_NAME, CAMELLIA_XTS_NAME, OPENSSL_XTS_NAME, RUST_XTS_NAME,
-    SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
+    Provider, AESNI_XTS_NAME, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, OPENSSL_XTS_NAME,
+    RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
 };
 pub use error::Error;
 pub use secret::Secret;
@@ -89,6 +89,9 @@ pub struct SectorCrypt {
     tfms: Vec<Tfm>,
     /// The Elephant key's AES (IV mode `elephant` only).
     elephant: Option<Prim>,
+    /// A cascade's lower layers, top to bottom ([`SectorCrypt::stacked`]);
+    /// empty for an ordinary cipher.
+    below: Vec<SectorCrypt>,
 }
 
 impl fmt::Debug for SectorCrypt {
@@ -156,7 +159,43 @@ impl SectorCrypt {
             iv_large_sectors: cfg.iv_large_sectors,
             tfms,
             elephant,
+            below: Vec::new(),
         })
+    }
+
+    /// A cascade of ciphers as stacked dm-crypt devices make it (TrueCrypt
+    /// and VeraCrypt chains: cryptsetup maps `name` over `name_1` over
+    /// `name_2` over the device): `layers[0]` is the top device, first
+    /// to encrypt a write and last to decrypt a read. Every layer sees
+    /// the same sector numbers (each device maps its whole length at
+    /// offset 0 of the one below, with its own `iv_offset`), so a stack
+    /// is one cipher to the engine and needs nothing from the data path:
+    /// a write runs the layers top to bottom, a read bottom to top, each
+    /// over the whole buffer. The layers must share the sector size.
+    pub fn stacked(layers: Vec<SectorCrypt>) -> Result<Self, Error> {
+        let mut it = layers.into_iter();
+        let Some(mut top) = it.next() else {
+            return Err(error::table("A cipher cascade needs at least one layer"));
+        };
+        for l in it {
+            if l.sector_size != top.sector_size {
+                return Err(error::sector_size(format!(
+                    "The layers of a cipher cascade differ in sector size ({} and {})",
+                    top.sector_size, l.sector_size
+                )));
+            }
+            if !l.below.is_empty() {
+                return Err(error::table("A cascade layer is itself a cascade"));
+            }
+            top.below.push(l);
+        }
+        Ok(top)
+    }
+
+    /// The cascade's layers under this one, top to bottom (empty for an
+    /// ordinary cipher).
+    pub fn below(&self) -> &[SectorCrypt] {
+        &self.below
     }
 
     /// Encryption sector size in bytes.
@@ -166,7 +205,7 @@ impl SectorCrypt {
 
     /// True for `cipher_null` (encryption is a no-op copy).
     pub fn is_null(&self) -> bool {
-        self.spec.cipher == BlockCipher::Null
+        self.spec.cipher == BlockCipher::Null && self.below.is_empty()
     }
 
     /// The parsed cipher spec.
@@ -212,8 +251,45 @@ impl SectorCrypt {
         self.convert(Dir::Decrypt, sector, Out::Append(src, out));
     }
 
-    /// Converts `out`'s bytes.
+    /// Converts `out`'s bytes through every layer: the first conversion
+    /// writes the output (in place, to `dst`, or appended), the others
+    /// run in place over it.
     fn convert(&self, dir: Dir, sector: u64, out: Out<'_>) {
+        if self.below.is_empty() {
+            return self.convert_layer(dir, sector, out);
+        }
+        let layers: Vec<&SectorCrypt> = match dir {
+            Dir::Encrypt => std::iter::once(self).chain(self.below.iter()).collect(),
+            Dir::Decrypt => self
+                .below
+                .iter()
+                .rev()
+                .chain(std::iter::once(self))
+                .collect(),
+        };
+        let (first, rest) = (layers[0], &layers[1..]);
+        let region: &mut [u8] = match out {
+            Out::InPlace(buf) => {
+                first.convert_layer(dir, sector, Out::InPlace(&mut *buf));
+                buf
+            }
+            Out::To(src, dst) => {
+                first.convert_layer(dir, sector, Out::To(src, &mut *dst));
+                dst
+            }
+            Out::Append(src, v) => {
+                let base = v.len();
+                first.convert_layer(dir, sector, Out::Append(src, &mut *v));
+                &mut v[base..]
+            }
+        };
+        for l in rest {
+            l.convert_layer(dir, sector, Out::InPlace(&mut *region));
+        }
+    }
+
+    /// Converts `out`'s bytes with this layer's cipher alone.
+    fn convert_layer(&self, dir: Dir, sector: u64, out: Out<'_>) {
         match &self.elephant {
             None => self.convert_chain(dir, sector, out),
             Some(key) => self.convert_elephant(key, dir, sector, out),

@@ -31,6 +31,8 @@ pub enum BlockCipher {
     Twofish,
     /// Camellia (RFC 3713); 128-, 192- or 256-bit keys.
     Camellia,
+    /// Kuznyechik (GOST R 34.12-2015); 256-bit keys only.
+    Kuznyechik,
     /// `cipher_null`: no key, data is copied unchanged.
     Null,
 }
@@ -43,6 +45,7 @@ impl BlockCipher {
             Self::Serpent => "serpent",
             Self::Twofish => "twofish",
             Self::Camellia => "camellia",
+            Self::Kuznyechik => "kuznyechik",
             Self::Null => "cipher_null",
         }
     }
@@ -54,6 +57,7 @@ impl BlockCipher {
             Self::Serpent => "Serpent",
             Self::Twofish => "Twofish",
             Self::Camellia => "Camellia",
+            Self::Kuznyechik => "Kuznyechik",
             Self::Null => "cipher_null",
         }
     }
@@ -201,12 +205,13 @@ impl CipherSpec {
             "serpent" => BlockCipher::Serpent,
             "twofish" => BlockCipher::Twofish,
             "camellia" => BlockCipher::Camellia,
+            "kuznyechik" => BlockCipher::Kuznyechik,
             "cipher_null" => BlockCipher::Null,
             "" => return Err(alloc_error(text, "empty cipher name")),
             other => {
                 if KNOWN_KERNEL_CIPHERS.contains(&other) {
                     return Err(error::unsupported(format!(
-                        "Cipher {other:?} (in {text:?}) is not supported yet; use aes, serpent, twofish, camellia or cipher_null"
+                        "Cipher {other:?} (in {text:?}) is not supported yet; use aes, serpent, twofish, camellia, kuznyechik or cipher_null"
                     )));
                 }
                 return Err(alloc_error(text, &format!("unknown cipher {other:?}")));
@@ -335,6 +340,8 @@ impl CipherSpec {
         }
         match (self.cipher, self.chain) {
             (BlockCipher::Null, _) => &[0],
+            (BlockCipher::Kuznyechik, ChainMode::Xts) => &[64],
+            (BlockCipher::Kuznyechik, _) => &[32],
             (_, ChainMode::Xts) => &[32, 48, 64],
             (_, _) => &[16, 24, 32],
         }
@@ -469,7 +476,7 @@ fn parse_capi<'a>(text: &'a str, rest: &'a str) -> Result<Parts<'a>, Error> {
     };
     if cipher.contains(['(', ')', ',']) || chain.contains(['(', ')', ',']) {
         return Err(error::unsupported(format!(
-            "Crypto API spec {api:?} (in {text:?}) is not supported yet; use xts(C), cbc(C), ecb(C) with C one of aes, serpent, twofish, camellia, or ecb(cipher_null)"
+            "Crypto API spec {api:?} (in {text:?}) is not supported yet; use xts(C), cbc(C), ecb(C) with C one of aes, serpent, twofish, camellia, kuznyechik, or ecb(cipher_null)"
         )));
     }
     Ok(Parts {

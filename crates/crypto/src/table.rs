@@ -117,6 +117,8 @@ pub struct Table {
     pub offset: u64,
     /// Optional parameters.
     pub options: Options,
+    /// A cipher cascade's lower layers, top to bottom ([`Table::stacked`]).
+    below: Vec<Table>,
 }
 
 impl fmt::Debug for Table {
@@ -276,6 +278,7 @@ impl Table {
             device,
             offset,
             options,
+            below: Vec::new(),
         };
         // Build the cipher once so every refusal (e.g. an ESSIV hash whose
         // digest is no valid key) happens at parse time, as in the kernel.
@@ -283,10 +286,65 @@ impl Table {
         Ok(t)
     }
 
+    /// A cipher cascade as stacked dm-crypt devices (TrueCrypt/VeraCrypt
+    /// chains): `layers[0]` is the top device, the last one sits on the
+    /// backing device. All layers map the same sectors (same start,
+    /// length, sector size); the result takes the last layer's device and
+    /// offset, since the engine reads the device once and runs the layers
+    /// as one stacked cipher ([`Table::sector_crypt`],
+    /// [`SectorCrypt::stacked`]). Its text ([`Table::line`]) is one line
+    /// per layer, top first, each lower one marked by a leading `+` (the
+    /// line `dmsetup table` shows for that layer's device): ucrypt's own
+    /// spelling of a stack, which [`Targets::parse`](crate::table::Targets::parse)
+    /// reads back and no dm table has.
+    pub fn stacked(layers: Vec<Table>) -> Result<Self, Error> {
+        let mut it = layers.into_iter();
+        let Some(mut top) = it.next() else {
+            return Err(error::table("A cipher cascade needs at least one layer"));
+        };
+        for l in it {
+            if (l.start, l.len, l.options.sector_size)
+                != (top.start, top.len, top.options.sector_size)
+                || !l.below.is_empty()
+            {
+                return Err(error::table(
+                    "The layers of a cipher cascade must map the same sectors with the same sector size",
+                ));
+            }
+            top.device.clone_from(&l.device);
+            top.offset = l.offset;
+            top.below.push(l);
+        }
+        top.sector_crypt()?;
+        Ok(top)
+    }
+
+    /// The cascade's lower layers, top to bottom (empty for one cipher).
+    pub fn below(&self) -> &[Table] {
+        &self.below
+    }
+
+    /// The [`SectorCrypt`] of this table: its cipher, or for a cascade
+    /// every layer stacked.
+    pub fn sector_crypt(&self) -> Result<SectorCrypt, Error> {
+        let top = SectorCrypt::new(&self.crypt_config())?;
+        if self.below.is_empty() {
+            return Ok(top);
+        }
+        let mut layers = vec![top];
+        for l in &self.below {
+            layers.push(SectorCrypt::new(&l.crypt_config())?);
+        }
+        SectorCrypt::stacked(layers)
+    }
+
     /// Overwrites the key with zeros, keeping its length (dm-crypt's
     /// `key wipe` on `luksSuspend`: the table stays, the key goes).
     pub fn wipe_key(&mut self) {
         self.key.fill(0);
+        for l in &mut self.below {
+            l.wipe_key();
+        }
     }
 
     /// The raw key (empty for `cipher_null`).
@@ -321,6 +379,10 @@ impl Table {
         let words = self.options.words();
         if !words.is_empty() {
             let _ = write!(out, " {} {}", words.len(), words.join(" "));
+        }
+        for l in &self.below {
+            out.extend_from_slice(b"\n+");
+            l.write_line(show_keys, out);
         }
     }
 

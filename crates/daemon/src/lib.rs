@@ -37,6 +37,7 @@ pub mod resolve;
 pub mod runtime;
 pub mod serve;
 mod targets;
+pub mod tcrypt;
 pub mod tls;
 pub mod volumes;
 

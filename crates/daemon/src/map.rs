@@ -90,6 +90,9 @@ pub enum Source<'a> {
         /// The part of it that is read.
         range: luks::passphrase::KeyfileRange,
     },
+    /// `--tcrypt DEVICE`: a TrueCrypt/VeraCrypt volume's table, its
+    /// passphrase from a prompt or a line of stdin (read only).
+    Tcrypt(crate::tcrypt::Given<'a>),
 }
 
 impl Source<'_> {
@@ -161,6 +164,15 @@ impl Source<'_> {
                 }
                 let device = crate::resolve::device(device)?;
                 crate::resolve::unlock_fvault2(&device, key_file, range)
+            }
+            Source::Tcrypt(given) => {
+                if !stdin_free && !io::stdin().is_terminal() {
+                    return Err(invalid(
+                        "--write reads plaintext from stdin: a TCRYPT passphrase must be typed at the terminal",
+                    ));
+                }
+                let device = crate::resolve::device(given.device)?;
+                given.targets(&device)
             }
         }
     }

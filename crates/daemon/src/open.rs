@@ -77,6 +77,9 @@ pub enum TypeArg {
     Bitlk,
     /// FileVault 2 (passphrase; read-only, as cryptsetup).
     Fvault2,
+    /// TrueCrypt or VeraCrypt (--hash, --cipher, --veracrypt-pim,
+    /// --tcrypt-hidden|system|backup as cryptsetup takes them).
+    Tcrypt,
 }
 
 impl TypeArg {
@@ -89,6 +92,7 @@ impl TypeArg {
             Self::Plain => VolumeType::Plain,
             Self::Bitlk => VolumeType::Bitlk,
             Self::Fvault2 => VolumeType::Fvault2,
+            Self::Tcrypt => VolumeType::Tcrypt,
         }
     }
 
@@ -97,7 +101,7 @@ impl TypeArg {
     pub fn luks_version(self) -> Option<VolumeType> {
         match self {
             Self::Luks1 | Self::Luks2 => Some(self.kind()),
-            Self::Luks | Self::Plain | Self::Bitlk | Self::Fvault2 => None,
+            Self::Luks | Self::Plain | Self::Bitlk | Self::Fvault2 | Self::Tcrypt => None,
         }
     }
 }
@@ -334,9 +338,11 @@ impl OpenOptions {
     /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
     pub fn detach(self, exe: &Path, table: Targets, volume_type: VolumeType) -> Result<Ping> {
         let mut args = self.child_args(volume_type == VolumeType::Plain);
+        // The child serves the parent's table; the type is for `status`.
         let foreign = match volume_type {
             VolumeType::Bitlk => Some("--type=bitlk"),
             VolumeType::Fvault2 => Some("--type=fvault2"),
+            VolumeType::Tcrypt => Some("--type=tcrypt"),
             _ => None,
         };
         if let Some(t) = foreign {

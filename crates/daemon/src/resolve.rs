@@ -57,10 +57,12 @@ pub enum VolumeType {
     Bitlk,
     /// A FileVault 2 volume (`--type fvault2`, read-only).
     Fvault2,
+    /// A TrueCrypt or VeraCrypt volume.
+    Tcrypt,
 }
 
 impl VolumeType {
-    /// `PLAIN`, `LUKS1`, `LUKS2`, `LUKS`, `BITLK` or `FVAULT2`, as `cryptsetup status` prints.
+    /// `PLAIN`, `LUKS1`, `LUKS2`, `LUKS`, `BITLK`, `FVAULT2` or `TCRYPT`, as `cryptsetup status` prints.
     pub fn name(self) -> &'static str {
         match self {
             Self::Plain => "PLAIN",
@@ -69,6 +71,7 @@ impl VolumeType {
             Self::Luks => "LUKS",
             Self::Bitlk => "BITLK",
             Self::Fvault2 => "FVAULT2",
+            Self::Tcrypt => "TCRYPT",
         }
     }
 

@@ -57,5 +57,6 @@ pub(crate) enum EngineError {
 }
 
 pub(crate) fn cipher(t: &crypto::table::Table) -> Result<SectorCrypt> {
-    SectorCrypt::new(&t.crypt_config()).map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))
+    t.sector_crypt()
+        .map_err(|e| Error::transparent(ErrorKind::InvalidInput, e))
 }

@@ -35,6 +35,11 @@ pub fn set_tries(tries: u32) {
     TRIES.store(tries, Ordering::Relaxed);
 }
 
+/// This process's `--tries` (other volume types' prompts ask as often).
+pub fn tries() -> u32 {
+    TRIES.load(Ordering::Relaxed).max(1)
+}
+
 /// This process's `--timeout` in seconds, 0 for none (see [`set_timeout`]).
 static TIMEOUT: AtomicU64 = AtomicU64::new(0);
 

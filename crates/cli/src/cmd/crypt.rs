@@ -36,7 +36,7 @@ pub enum Commands {
 /// Arguments of `ucrypt map`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["read", "write"])))]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "bitlk", "fvault2"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "bitlk", "fvault2", "tcrypt"])))]
 pub struct MapArgs {
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
@@ -60,6 +60,20 @@ pub struct MapArgs {
     /// unlocked by passphrase or --key-file).
     #[arg(long, value_name = "DEVICE", conflicts_with = "write")]
     pub fvault2: Option<PathBuf>,
+    /// Map the TrueCrypt/VeraCrypt volume on this device (the table
+    /// cryptsetup would load; --key-file is a TrueCrypt keyfile, the
+    /// passphrase a prompt or a line of stdin; --read only unless typed).
+    #[arg(long, value_name = "DEVICE")]
+    pub tcrypt: Option<PathBuf>,
+    /// Only this PBKDF2 hash (with --tcrypt).
+    #[arg(long, requires = "tcrypt")]
+    pub hash: Option<String>,
+    /// Only cipher chains containing this (with --tcrypt).
+    #[arg(long, short = 'c', requires = "tcrypt")]
+    pub cipher: Option<String>,
+    /// TCRYPT header options (with --tcrypt).
+    #[command(flatten)]
+    pub tcrypt_args: daemon::tcrypt::TcryptArgs,
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
@@ -115,6 +129,7 @@ impl Commands {
                 // The line may hold the key in hex: wipe it once parsed.
                 let line = a.table.map(Zeroizing::new);
                 let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
+                let keyfiles: Vec<PathBuf> = a.key.key_file.iter().cloned().collect();
                 let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
                     (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
@@ -126,6 +141,15 @@ impl Commands {
                         key_file,
                         range,
                     },
+                    (None, None, None, None) if a.tcrypt.is_some() => {
+                        Source::Tcrypt(daemon::tcrypt::Given {
+                            device: a.tcrypt.as_deref().unwrap_or(std::path::Path::new("")),
+                            keyfiles: &keyfiles,
+                            hash: a.hash.as_deref(),
+                            cipher: a.cipher.as_deref(),
+                            args: &a.tcrypt_args,
+                        })
+                    }
                     (Some(line), _, _, _) => Source::Table {
                         line,
                         key_file,
@@ -141,7 +165,9 @@ impl Commands {
                     },
                     // clap's "source" group requires one of them.
                     (None, None, None, None) => {
-                        return Err(Failure::usage("Give --table, --luks, --bitlk or --fvault2"))
+                        return Err(Failure::usage(
+                            "Give --table, --luks, --bitlk, --fvault2 or --tcrypt",
+                        ))
                     }
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;

@@ -158,6 +158,9 @@ pub struct OpenArgs {
         default_missing_value = daemon::crypttab::DEFAULT_PATH,
     )]
     pub crypttab: Option<PathBuf>,
+    /// cryptsetup's TCRYPT options (--type tcrypt).
+    #[command(flatten)]
+    pub tcrypt: daemon::tcrypt::TcryptArgs,
     /// Backing device or file (with --crypttab: the volume name).
     pub device: PathBuf,
     /// Volume name.
@@ -268,6 +271,7 @@ fn open(mut a: OpenArgs) -> CmdResult {
         plain: a.plain.given(&a.key),
         test_passphrase: a.plain.test_passphrase,
         tokens: a.tokens.clone(),
+        tcrypt: a.tcrypt.clone(),
     };
     let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {

@@ -10,3 +10,4 @@ pub mod luks;
 pub mod plain;
 pub mod reencrypt;
 mod reencrypt_online;
+pub mod tcrypt;

@@ -49,3 +49,4 @@ mod reencrypt;
 mod reencrypt_online;
 mod runtime_dir;
 mod tables;
+mod tcrypt_images;

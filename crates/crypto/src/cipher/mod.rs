@@ -169,6 +169,9 @@ pub const TWOFISH_XTS_NAME: &str =
 /// Name of the Camellia XTS.
 pub const CAMELLIA_XTS_NAME: &str =
     "camellia-xts (64-bit S-box/P tables, 4 blocks interleaved, many sectors per call)";
+/// Name of the Kuznyechik XTS.
+pub const KUZNYECHIK_XTS_NAME: &str =
+    "kuznyechik-xts (RustCrypto kuznyechik under the hand-written XTS, many sectors per call)";
 /// Name of the OpenSSL XTS implementation.
 pub const OPENSSL_XTS_NAME: &str = "openssl-xts (vendored OpenSSL 3 EVP, per-sector IV re-init)";
 

@@ -12,8 +12,8 @@ use super::camellia::Camellia;
 use super::serpent::Serpent;
 use super::twofish::Twofish;
 use super::{
-    Dir, SectorCipher, CAMELLIA_XTS_NAME, RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME,
-    TWOFISH_XTS_NAME,
+    Dir, SectorCipher, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, RUST_XTS_NAME,
+    SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME,
 };
 use crate::spec::BlockCipher;
 
@@ -25,6 +25,9 @@ pub(crate) enum Prim {
     Serpent(Box<Serpent>),
     Twofish(Box<Twofish>),
     Camellia(Box<Camellia>),
+    /// RustCrypto's `kuznyechik` (table-driven, one block per call inside
+    /// its batch loop): VeraCrypt's cipher, fast enough for its volumes.
+    Kuznyechik(Box<kuznyechik::Kuznyechik>),
 }
 
 /// One call on whichever AES `$p` holds, else `$other` with the others.
@@ -34,6 +37,7 @@ macro_rules! each {
             Prim::A128($c) => $e,
             Prim::A192($c) => $e,
             Prim::A256($c) => $e,
+            Prim::Kuznyechik($c) => $e,
             Prim::Serpent($o) => $other,
             Prim::Twofish($o) => $other,
             Prim::Camellia($o) => $other,
@@ -66,6 +70,10 @@ impl Prim {
             (BlockCipher::Serpent, _) => Self::Serpent(Box::new(Serpent::new(key, portable)?)),
             (BlockCipher::Twofish, _) => Self::Twofish(Box::new(Twofish::new(key)?)),
             (BlockCipher::Camellia, _) => Self::Camellia(Box::new(Camellia::new(key)?)),
+            (BlockCipher::Kuznyechik, 32) => {
+                Self::Kuznyechik(Box::new(kuznyechik::Kuznyechik::new_from_slice(key).ok()?))
+            }
+            (BlockCipher::Kuznyechik, _) => return None,
             (BlockCipher::Null, _) => return None,
         })
     }
@@ -77,6 +85,7 @@ impl Prim {
             Self::Serpent(_) => BlockCipher::Serpent,
             Self::Twofish(_) => BlockCipher::Twofish,
             Self::Camellia(_) => BlockCipher::Camellia,
+            Self::Kuznyechik(_) => BlockCipher::Kuznyechik,
         }
     }
 
@@ -257,6 +266,7 @@ impl SectorCipher for XtsRust {
             BlockCipher::Serpent => SERPENT_XTS_NAME,
             BlockCipher::Twofish => TWOFISH_XTS_NAME,
             BlockCipher::Camellia => CAMELLIA_XTS_NAME,
+            BlockCipher::Kuznyechik => KUZNYECHIK_XTS_NAME,
             _ => RUST_XTS_NAME,
         }
     }
@@ -342,6 +352,7 @@ impl SectorCipher for Cbc {
             BlockCipher::Serpent => "serpent-cbc",
             BlockCipher::Twofish => "twofish-cbc",
             BlockCipher::Camellia => "camellia-cbc",
+            BlockCipher::Kuznyechik => "kuznyechik-cbc",
             _ => "rust-aes-cbc",
         }
     }
@@ -364,6 +375,7 @@ impl SectorCipher for Ecb {
             BlockCipher::Serpent => "serpent-ecb",
             BlockCipher::Twofish => "twofish-ecb",
             BlockCipher::Camellia => "camellia-ecb",
+            BlockCipher::Kuznyechik => "kuznyechik-ecb",
             _ => "rust-aes-ecb",
         }
     }

@@ -236,6 +236,11 @@ impl Targets {
     /// `#` are skipped).
     /// A one-line table's errors are the line's own (as [`Table::parse`]
     /// gives them); in a longer one they name the line.
+    ///
+    /// ucrypt's one extension: a crypt line starting with `+` stacks on
+    /// the crypt line above as a lower layer of a cipher cascade (see
+    /// [`Table::stacked`]: TrueCrypt/VeraCrypt chains, which cryptsetup
+    /// maps as one dm device per cipher).
     pub fn parse(text: &str) -> Result<Self, Error> {
         let lines: Vec<(usize, &str)> = text
             .lines()
@@ -243,15 +248,41 @@ impl Targets {
             .map(|(n, l)| (n + 1, l.trim_matches(|c: char| c.is_ascii_whitespace())))
             .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
             .collect();
-        let mut targets = Vec::with_capacity(lines.len());
+        let mut targets: Vec<Target> = Vec::with_capacity(lines.len());
+        let mut layers: Vec<Vec<Table>> = Vec::with_capacity(lines.len());
+        let many = lines.len() > 1;
         for &(n, line) in &lines {
+            if let Some(lower) = line.strip_prefix('+') {
+                let t = Table::parse(lower).map_err(|e| at_line(e, n))?;
+                match (targets.last(), layers.last_mut()) {
+                    (Some(Target::Crypt(_)), Some(stack)) => stack.push(t),
+                    _ => {
+                        return Err(at_line(
+                            error::table("A `+` line stacks on a crypt line, and none is above it"),
+                            n,
+                        ))
+                    }
+                }
+                continue;
+            }
             let kind = line.split_ascii_whitespace().nth(2).unwrap_or("");
             let t = match kind {
                 "linear" => Linear::parse(line).map(Target::Linear),
                 "zero" => Zero::parse(line).map(Target::Zero),
                 _ => Table::parse(line).map(Target::Crypt),
             };
-            targets.push(t.map_err(|e| if lines.len() > 1 { at_line(e, n) } else { e })?);
+            targets.push(t.map_err(|e| if many { at_line(e, n) } else { e })?);
+            layers.push(Vec::new());
+        }
+        for (t, stack) in targets.iter_mut().zip(layers) {
+            if stack.is_empty() {
+                continue;
+            }
+            if let Target::Crypt(top) = t {
+                let mut all = vec![top.clone()];
+                all.extend(stack);
+                *top = Table::stacked(all)?;
+            }
         }
         Self::new(targets)
     }

@@ -10,6 +10,7 @@ mod ciphers;
 mod kernel_vectors;
 mod oracle;
 mod props;
+mod stacked;
 mod table_seeds;
 mod xts_openssl;
 mod xts_vectors;

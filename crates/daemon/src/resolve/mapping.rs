@@ -128,6 +128,8 @@ pub struct Mapping<'a> {
     pub test_passphrase: bool,
     /// The LUKS2 token options (`--token-id`, `--token-only`, ...).
     pub tokens: tokens::TokenArgs,
+    /// The TCRYPT switches (`--type tcrypt`).
+    pub tcrypt: crate::tcrypt::TcryptArgs,
 }
 
 impl Mapping<'_> {
@@ -164,6 +166,7 @@ impl Mapping<'_> {
         let kind = match self.kind {
             None | Some(VolumeType::Plain) => VolumeType::Plain,
             Some(k @ (VolumeType::Bitlk | VolumeType::Fvault2)) => k,
+            Some(VolumeType::Tcrypt) => VolumeType::Tcrypt,
             _ => VolumeType::of_header(self.header.unwrap_or(device)),
         };
         Ok((table, kind))
@@ -194,7 +197,30 @@ impl Mapping<'_> {
                 "--token-id, --token-only and --token-type are for LUKS2 devices.",
             ));
         }
-        if let Some(opt) = p.plain_only() {
+        let t = &self.tcrypt;
+        let tcrypt_only = t.tcrypt_hidden || t.tcrypt_system || t.tcrypt_backup;
+        if tcrypt_only && kind != VolumeType::Tcrypt {
+            return Err(invalid(
+                "Option --tcrypt-hidden, --tcrypt-system or --tcrypt-backup is supported only for TCRYPT device.",
+            ));
+        }
+        if (t.veracrypt || t.disable_veracrypt) && kind != VolumeType::Tcrypt {
+            return Err(invalid(
+                "Option --veracrypt or --disable-veracrypt is supported only for TCRYPT device type.",
+            ));
+        }
+        if t.veracrypt_pim.is_some() && kind != VolumeType::Tcrypt {
+            return Err(invalid(
+                "Option --veracrypt-pim is supported only for VeraCrypt compatible devices.",
+            ));
+        }
+        // TCRYPT takes --cipher and --hash as filters of its header search.
+        let tcrypt_filters = kind == VolumeType::Tcrypt
+            && p.key_bits.is_none()
+            && p.offset.is_none()
+            && p.skip.is_none()
+            && p.size.is_none();
+        if let Some(opt) = p.plain_only().filter(|_| !tcrypt_filters) {
             if !plain || table {
                 return Err(invalid(format!(
                     "{opt} is for --type plain without --table (a table line gives the mapping itself)"
@@ -243,6 +269,18 @@ impl Mapping<'_> {
                 unlock_fvault2(device, self.key_file, range)?
             };
             return Ok((t, kind));
+        }
+        if kind == VolumeType::Tcrypt {
+            let keyfiles: Vec<std::path::PathBuf> =
+                self.key_file.iter().map(|p| p.to_path_buf()).collect();
+            let given = crate::tcrypt::Given {
+                device,
+                keyfiles: &keyfiles,
+                hash: self.plain.hash.as_deref(),
+                cipher: self.plain.cipher.as_deref(),
+                args: &self.tcrypt,
+            };
+            return Ok((given.targets(device)?, VolumeType::Tcrypt));
         }
         let want = Some(kind).filter(|k| *k != VolumeType::Luks);
         let range = self.plain.range();

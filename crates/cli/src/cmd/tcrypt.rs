@@ -1,0 +1,89 @@
+//! `ucrypt tcryptDump` (cryptsetup's spelling; also `tcrypt-dump`): a
+//! TrueCrypt/VeraCrypt header's fields, or with `--dump-volume-key` the
+//! chain's keys, printed as cryptsetup 2.6.1 prints them. The header
+//! search is `daemon::tcrypt` over the `tcrypt` crate; this module parses
+//! and prints.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use luks::ops::Ui as _;
+
+use crate::cmd::luks::Terminal;
+use crate::global::Globals;
+use crate::{CmdResult, Failure};
+
+/// Commands of this group.
+#[derive(Subcommand)]
+pub enum Commands {
+    /// Show a TrueCrypt/VeraCrypt header (cryptsetup tcryptDump).
+    #[command(name = "tcryptDump", alias = "tcrypt-dump")]
+    TcryptDump(DumpArgs),
+}
+
+/// Arguments of `tcryptDump`.
+#[derive(Args)]
+#[command(disable_help_flag = true)]
+pub struct DumpArgs {
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
+    /// A TrueCrypt keyfile (repeatable; mixed in the order given).
+    #[arg(long, short = 'd')]
+    key_file: Vec<PathBuf>,
+    /// Only this PBKDF2 hash.
+    #[arg(long, short = 'h')]
+    hash: Option<String>,
+    /// Only cipher chains containing this.
+    #[arg(long, short = 'c')]
+    cipher: Option<String>,
+    /// The header options.
+    #[command(flatten)]
+    tcrypt: daemon::tcrypt::TcryptArgs,
+    /// Print the volume key (`--dump-master-key` as cryptsetup spells it too).
+    #[arg(long, alias = "dump-master-key")]
+    dump_volume_key: bool,
+    /// The TrueCrypt/VeraCrypt device or image file.
+    device: PathBuf,
+}
+
+impl Commands {
+    /// Runs the command.
+    pub fn run(self, g: Globals) -> CmdResult {
+        match self {
+            Self::TcryptDump(a) => dump(a, g),
+        }
+    }
+}
+
+fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+    let given = daemon::tcrypt::Given {
+        device: &a.device,
+        keyfiles: &a.key_file,
+        hash: a.hash.as_deref(),
+        cipher: a.cipher.as_deref(),
+        args: &a.tcrypt,
+    };
+    let name = a.device.display().to_string();
+    // cryptsetup asks only at a terminal (piped stdin holds the passphrase).
+    if a.dump_volume_key
+        && !g.batch_mode
+        && std::io::stdin().is_terminal()
+        && !Terminal.confirm(
+            "Header dump with volume key is sensitive information\n\
+             which allows access to encrypted partition without passphrase.\n\
+             This dump should be always stored encrypted on safe place.",
+        )
+    {
+        return Err(Failure::new(1, "Operation aborted."));
+    }
+    let vol = given.load()?;
+    let mut out = std::io::stdout().lock();
+    let r = if a.dump_volume_key {
+        out.write_all(&vol.dump_volume_key(&name))
+    } else {
+        out.write_all(vol.dump(&name).as_bytes())
+    };
+    r.map_err(|e| Failure::new(1, format!("Cannot write the dump: {e}")))
+}

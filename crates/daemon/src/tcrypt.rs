@@ -1,0 +1,160 @@
+//! `--type tcrypt`: a TrueCrypt or VeraCrypt volume turned into the table
+//! the engine serves (`open`, `open --test-passphrase`, `map --tcrypt`),
+//! and the header `tcryptDump` prints. The header work is the `tcrypt`
+//! crate's; this module reads the passphrase as cryptsetup does (a line of
+//! piped stdin, possibly empty, or a prompt retried up to `--tries`) and
+//! maps its errors to this crate's kinds (no header: a wrong passphrase,
+//! exit 2).
+//!
+//! A chain of several ciphers becomes one crypt target carrying its lower
+//! layers (`crypto::table::Table::stacked`): cryptsetup stacks one
+//! dm-crypt device per cipher; here the engine runs the layers as one
+//! stacked `SectorCrypt`, so every frontend, `map` and the choke point
+//! see one device, and `table`/`status` show one line per layer.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+use crypto::table::Targets;
+use crypto::Secret;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// cryptsetup's TCRYPT options (`open`, `map`, `tcryptDump`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TcryptArgs {
+    /// Use the hidden volume's header (TrueCrypt/VeraCrypt).
+    #[arg(long)]
+    pub tcrypt_hidden: bool,
+    /// Use the system encryption header (TrueCrypt/VeraCrypt).
+    #[arg(long)]
+    pub tcrypt_system: bool,
+    /// Use the backup header at the device's end (TrueCrypt/VeraCrypt).
+    #[arg(long)]
+    pub tcrypt_backup: bool,
+    /// Scan for VeraCrypt headers too (the default; accepted as cryptsetup 2.6 does).
+    #[arg(long, hide = true)]
+    pub veracrypt: bool,
+    /// Do not try VeraCrypt's KDFs and header magic.
+    #[arg(long, conflicts_with = "veracrypt")]
+    pub disable_veracrypt: bool,
+    /// VeraCrypt Personal Iteration Multiplier.
+    #[arg(long, value_name = "PIM")]
+    pub veracrypt_pim: Option<u32>,
+}
+
+/// Everything a TCRYPT header search takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Given<'a> {
+    /// The device (or image file) holding the header.
+    pub device: &'a Path,
+    /// TrueCrypt keyfiles (`--key-file`, repeatable where the verb allows).
+    pub keyfiles: &'a [PathBuf],
+    /// `--hash`: only this PBKDF2 hash.
+    pub hash: Option<&'a str>,
+    /// `--cipher`: only chains containing this.
+    pub cipher: Option<&'a str>,
+    /// The TCRYPT switches.
+    pub args: &'a TcryptArgs,
+}
+
+/// A tcrypt error as this crate's: no header is a wrong passphrase (2),
+/// the rest bad input (1), as cryptsetup's -EPERM / -EINVAL / -ENOTSUP.
+fn error(e: tcrypt::Error) -> Error {
+    let kind = match e.kind() {
+        tcrypt::ErrorKind::NoHeader => ErrorKind::WrongPassphrase,
+        _ => ErrorKind::InvalidInput,
+    };
+    Error::transparent(kind, e)
+}
+
+/// Longest passphrase read (VeraCrypt's 128 is the format's limit; longer
+/// ones are refused by the header search with cryptsetup's message).
+const MAX_LINE: usize = 512;
+
+/// One passphrase: a prompt at a terminal, else one line of stdin (empty
+/// allowed: a volume may open by keyfiles alone).
+fn read_passphrase(device: &Path) -> Result<Secret> {
+    if std::io::stdin().is_terminal() {
+        let prompt = format!("Enter passphrase for {}: ", device.display());
+        return luks::passphrase::read(None, &prompt, false).map_err(Error::from);
+    }
+    let mut buf = Secret::with_capacity(MAX_LINE + 1);
+    let mut byte = [0u8; 1];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => buf.push(byte[0]),
+            Err(e) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    "Cannot read the passphrase from stdin",
+                )
+                .with_source(e))
+            }
+        }
+        if buf.len() > MAX_LINE {
+            break;
+        }
+    }
+    Ok(buf)
+}
+
+impl Given<'_> {
+    /// The header search cryptsetup's CLI asks for (legacy modes always,
+    /// VeraCrypt unless disabled).
+    pub fn request(&self) -> tcrypt::Request {
+        tcrypt::Request {
+            keyfiles: self.keyfiles.to_vec(),
+            hash: self.hash.map(str::to_owned),
+            cipher: self.cipher.map(str::to_owned),
+            pim: self.args.veracrypt_pim.unwrap_or(0),
+            veracrypt: !self.args.disable_veracrypt,
+            legacy: true,
+            hidden: self.args.tcrypt_hidden,
+            system: self.args.tcrypt_system,
+            backup: self.args.tcrypt_backup,
+        }
+    }
+
+    /// Reads the passphrase and decrypts the header; a passphrase typed at
+    /// a terminal that finds no header is asked for again, up to the
+    /// process's tries, with cryptsetup's message each time.
+    pub fn load(&self) -> Result<tcrypt::Volume> {
+        if self.args.tcrypt_hidden && self.args.tcrypt_system {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "Option --tcrypt-hidden cannot be combined with --tcrypt-system.",
+            ));
+        }
+        if self.args.veracrypt_pim == Some(0) {
+            return Err(Error::new(ErrorKind::InvalidInput, "Invalid PIM value: 0."));
+        }
+        let device = crate::resolve::device(self.device)?;
+        let req = self.request();
+        let typed = std::io::stdin().is_terminal();
+        let mut left = if typed { luks::passphrase::tries() } else { 1 };
+        loop {
+            let pass = read_passphrase(&device)?;
+            match tcrypt::load(&device, &pass, &req) {
+                Err(e) if e.kind() == tcrypt::ErrorKind::NoHeader && left > 1 => {
+                    eprintln!("{e}");
+                    left -= 1;
+                }
+                r => return r.map_err(error),
+            }
+        }
+    }
+
+    /// The table cryptsetup would activate for this volume, over `device`
+    /// (absolute; a cascade is one target with its layers stacked).
+    pub fn targets(&self, device: &Path) -> Result<Targets> {
+        let vol = self.load()?;
+        let dev = device
+            .to_str()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "Device path is not UTF-8"))?;
+        Ok(Targets::single(vol.table(dev).map_err(error)?))
+    }
+}
