@@ -157,6 +157,7 @@ enum Command {
     Bitlk(cmd::bitlk::Commands),
     #[command(flatten)]
     Fvault2(cmd::fvault2::Commands),
+    #[command(flatten)]
     Tcrypt(cmd::tcrypt::Commands),
 }
 

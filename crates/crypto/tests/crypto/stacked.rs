@@ -2,6 +2,8 @@
 //! in cryptsetup): a stacked `SectorCrypt` must give the bytes the layers
 //! give one after another, and a cascade's table text must read back.
 
+use ucrypt_crypto as crypto;
+
 use crypto::table::{Table, Targets};
 use crypto::{CryptConfig, SectorCrypt};
 use zeroize::Zeroizing;

@@ -438,7 +438,15 @@ fn run_loop(
     let meta = o.meta.as_path();
     let st = &o.state;
     let mut h = o.header.clone();
-    let mut m = Mover::new(device, meta, o.dev_size, st, &o.old_key, &o.new_key, opts.hotzone)?;
+    let mut m = Mover::new(
+        device,
+        meta,
+        o.dev_size,
+        st,
+        &o.old_key,
+        &o.new_key,
+        opts.hotzone,
+    )?;
     let mut done = st.progress_of(m.size);
     if let Some((off, len)) = st.hotzone() {
         fence.hold(off, len)?;
