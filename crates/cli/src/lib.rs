@@ -137,6 +137,8 @@ impl CephArgs {
     }
 }
 
+// Parsed once per process; a boxed variant would only add indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     #[command(flatten)]
