@@ -571,6 +571,27 @@ fn essiv_salt(h: EssivHash, key: &[u8]) -> Zeroizing<Vec<u8>> {
     })
 }
 
+/// One XTS data unit of any length (a multiple of 16 bytes) with a raw
+/// 128-bit tweak, for formats whose metadata is encrypted in units larger
+/// than a dm-crypt sector (FileVault 2's 8 KiB metadata blocks).
+pub mod unit {
+    use crate::cipher::{self, Dir, Provider};
+    use crate::spec::ChainMode;
+
+    /// XTS-decrypts `buf` (AES, `key` 32 or 64 bytes) in place as one data
+    /// unit with the tweak `tweak` (IEEE 1619 data unit sequence number,
+    /// LE). `None` for a bad key or a length that is not a multiple of 16.
+    pub fn xts_decrypt(key: &[u8], tweak: [u8; 16], buf: &mut [u8]) -> Option<()> {
+        if buf.is_empty() || buf.len() % 16 != 0 {
+            return None;
+        }
+        let c = cipher::new_mode(ChainMode::Xts, key, Provider::Auto, buf.len())?;
+        let unit = buf.len();
+        c.crypt_run(Dir::Decrypt, buf, unit, &[tweak]);
+        Some(())
+    }
+}
+
 /// Low-level entry points for known-answer tests; not a stable API: built
 /// only with the `testing` feature (this crate's tests turn it on).
 #[cfg(feature = "testing")]
