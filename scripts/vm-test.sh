@@ -113,6 +113,15 @@ BENCH_BIN="$(dirname "$BIN")/ucrypt-bench"
 objcopy --strip-debug "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench" 2>/dev/null || cp "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench"
 mkdir -p "$RUN/overlay/vm/bin"
 objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
+# The shared libraries these binaries load (tpm2-tss for the token code, …),
+# at the paths ldd names; the base archive has only the reference tools' own.
+for b in "$BIN" "$BENCH_BIN" "$UBLK_TESTS"; do
+  ldd "$b" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
+    [ -e "$RUN/overlay$lib" ] && continue
+    mkdir -p "$RUN/overlay$(dirname "$lib")"
+    cp -L "$lib" "$RUN/overlay$lib"
+  done
+done
 cp tests/vm/init "$RUN/overlay/init"
 cp tests/vm/*.sh "$RUN/overlay/vm/"
 rm -f "$RUN/overlay/vm/mkinitramfs.sh"
