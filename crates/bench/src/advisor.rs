@@ -54,6 +54,9 @@ pub struct Flags {
 /// The dm-crypt version with `high_priority` (Linux 6.10).
 pub const HIGH_PRIORITY_SINCE: (u32, u32, u32) = (1, 26, 0);
 
+/// The cryptsetup whose `refresh` takes `--perf-high_priority` (2.7).
+pub const HIGH_PRIORITY_CRYPTSETUP: (u32, u32, u32) = (2, 7, 0);
+
 /// Where dm-crypt's module parameters live (Linux 6.11 has
 /// `max_read_size` and `max_write_size` there).
 pub const MODULE_PARAMETERS: &str = "/sys/module/dm_crypt/parameters";
@@ -312,6 +315,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// recommended only when its median gain over the current flags is
 /// positive and larger than the noise band the control showed.
 pub fn decide(rounds: &Rounds) -> Decision {
+    decide_among(rounds, &|_| true)
+}
+
+/// [`decide`] choosing only among the candidates `usable` accepts (by
+/// index into [`Decision::gains`]); the others keep their gains.
+pub fn decide_among(rounds: &Rounds, usable: &dyn Fn(usize) -> bool) -> Decision {
     let mappings = rounds.first().map_or(0, Vec::len);
     let gain_of = |m: usize| median(rounds.iter().map(|r| ratio(&r[m], &r[0]) - 1.0).collect());
     let control = if mappings > 1 { gain_of(1) } else { 0.0 };
@@ -327,6 +336,7 @@ pub fn decide(rounds: &Rounds) -> Decision {
     let best = gains
         .iter()
         .enumerate()
+        .filter(|(i, _)| usable(*i))
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(i, _)| i);
     let change = best.is_some_and(|i| gains[i] > 0.0 && gains[i] > band);
@@ -369,7 +379,25 @@ pub fn render(
     rounds: &Rounds,
     name: &str,
 ) -> String {
-    let d = decide(rounds);
+    render_for(header, labels, flags, rounds, name, &|_| true)
+}
+
+/// [`render`] for a host whose tools can apply only the candidates
+/// `applies` accepts (`high_priority` needs cryptsetup 2.7's
+/// `--perf-high_priority`): the others are measured and shown, and a
+/// faster one is named on a `not applicable here:` line, but the
+/// recommendation is made among what the host can apply.
+pub fn render_for(
+    header: &str,
+    labels: &[String],
+    flags: &[Flags],
+    rounds: &Rounds,
+    name: &str,
+    applies: &dyn Fn(&Flags) -> bool,
+) -> String {
+    let usable = |i: usize| flags.get(i + 1).is_some_and(applies);
+    let d = decide_among(rounds, &usable);
+    let all = decide(rounds);
     let med = medians(rounds);
     let mut s = String::new();
     let _ = writeln!(s, "{header}");
@@ -406,6 +434,16 @@ pub fn render(
         "noise band: ±{:.1}% (the control's largest deviation from the current flags in one round)",
         d.band * 100.0
     );
+    if let Some(i) = all.best.filter(|&i| !usable(i) && all.gains[i] > 0.0) {
+        if d.best.is_none_or(|b| all.gains[i] > d.gains[b]) {
+            let _ = writeln!(
+                s,
+                "not applicable here: {} gains {}, but this host's cryptsetup cannot set high_priority (refresh --perf-high_priority needs cryptsetup 2.7)",
+                flags[i + 1].name(),
+                pct(all.gains[i])
+            );
+        }
+    }
     let current = &flags[0];
     match d.best {
         Some(i) if d.change => {
@@ -511,6 +549,38 @@ mod tests {
             .combinations(false)
             .iter()
             .all(|f| !f.high_priority));
+    }
+
+    #[test]
+    fn a_candidate_the_hosts_cryptsetup_cannot_set_is_shown_not_recommended() {
+        // Current no_write_workqueue, control, then none, none+high_priority,
+        // both: high_priority is fastest, but cryptsetup 2.6 cannot set it.
+        let flags = vec![
+            Flags::parse(&["no_write_workqueue"]),
+            Flags::parse(&[]),
+            Flags::parse(&["high_priority"]),
+            Flags::parse(&["no_read_workqueue", "no_write_workqueue"]),
+        ];
+        let r = rounds([1.0, 1.0, 0.9, 1.5, 1.2], &[1.0, 1.01], 2);
+        let can = |f: &Flags| !f.high_priority;
+        let text = render_for("h", &["a".into(), "b".into()], &flags, &r, "vol", &can);
+        assert!(
+            text.contains("not applicable here: none+high_priority gains +50.0%"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "recommendation: cryptsetup refresh --perf-no_read_workqueue --perf-no_write_workqueue vol"
+            ),
+            "{text}"
+        );
+        // Where it can be set, it is the answer and no note is printed.
+        let text = render("h", &["a".into(), "b".into()], &flags, &r, "vol");
+        assert!(
+            text.contains("recommendation: cryptsetup refresh --perf-high_priority vol"),
+            "{text}"
+        );
+        assert!(!text.contains("not applicable here"), "{text}");
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Features {
     /// dm-crypt's `max_read_size` and `max_write_size` module parameters
     /// (Linux 6.11; 0 is the default, 128 KiB), when the kernel has them.
     pub max_io: Option<(u32, u32)>,
+    /// The host's cryptsetup version (`cryptsetup --version`), the tool the
+    /// recommendation's `refresh` line is for.
+    pub cryptsetup: Option<(u32, u32, u32)>,
 }
 
 impl Features {
@@ -52,6 +55,14 @@ impl Features {
             .is_some_and(|v| v >= advisor::HIGH_PRIORITY_SINCE)
     }
 
+    /// True when the host's cryptsetup sets `high_priority` with `refresh
+    /// --perf-high_priority` (2.7); measured either way, a candidate with
+    /// it is recommended only then.
+    pub fn refresh_sets_high_priority(&self) -> bool {
+        self.cryptsetup
+            .is_some_and(|v| v >= advisor::HIGH_PRIORITY_CRYPTSETUP)
+    }
+
     /// One line for the report.
     pub fn describe(&self) -> String {
         let yn = |b: bool| if b { "yes" } else { "no" };
@@ -61,14 +72,21 @@ impl Features {
             ),
             None => "; no max_read_size/max_write_size (before Linux 6.11)".into(),
         };
+        let tool = match self.cryptsetup {
+            Some((a, b, c)) => format!(
+                "; cryptsetup {a}.{b}.{c} (refresh --perf-high_priority: {})",
+                yn(self.refresh_sets_high_priority())
+            ),
+            None => "; no cryptsetup".into(),
+        };
         match self.crypt {
             Some((a, b, c)) => format!(
-                "kernel {}, dm-crypt v{a}.{b}.{c} (no_read_workqueue, no_write_workqueue: {}; high_priority: {}{sizes})",
+                "kernel {}, dm-crypt v{a}.{b}.{c} (no_read_workqueue, no_write_workqueue: {}; high_priority: {}{sizes}){tool}",
                 self.kernel,
                 yn(self.workqueue_flags()),
                 yn(self.high_priority()),
             ),
-            None => format!("kernel {}, dm-crypt not loaded", self.kernel),
+            None => format!("kernel {}, dm-crypt not loaded{tool}", self.kernel),
         }
     }
 }
@@ -116,8 +134,6 @@ impl Drop for ModuleParams {
         let _ = Self::write(self.old);
     }
 }
-
-impl Features {}
 
 /// The crypt target's version in `dmsetup targets` output
 /// (`crypt            v1.27.0`).
@@ -174,6 +190,29 @@ fn dmsetup_targets() -> String {
         .unwrap_or_default()
 }
 
+/// `cryptsetup --version` (`cryptsetup 2.6.1 flags: …`), when there is one.
+fn cryptsetup_version() -> Option<(u32, u32, u32)> {
+    let out = Command::new(which("cryptsetup")?)
+        .arg("--version")
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    parse_cryptsetup_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The version in `cryptsetup --version`'s output.
+pub fn parse_cryptsetup_version(out: &str) -> Option<(u32, u32, u32)> {
+    let v = out.split_whitespace().nth(1)?;
+    let mut n = v.split('.').map(|p| {
+        p.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse::<u32>()
+            .ok()
+    });
+    Some((n.next()??, n.next()??, n.next().flatten().unwrap_or(0)))
+}
+
 /// Checks every prerequisite and returns what the kernel offers, or one
 /// message naming everything missing.
 pub fn preflight() -> Result<Features, Error> {
@@ -219,6 +258,7 @@ pub fn preflight() -> Result<Features, Error> {
         kernel,
         crypt,
         max_io,
+        cryptsetup: cryptsetup_version(),
     };
     if crypt.is_some() && !features.workqueue_flags() {
         missing.push(format!(
@@ -550,12 +590,40 @@ pub fn run(opts: &Options, req: &Request) -> Result<String, Error> {
             )),
     );
     flag_sets.extend(module_sets);
-    Ok(advisor::render(&header, &labels, &flag_sets, &rounds, name))
+    let applies = |f: &Flags| !f.high_priority || features.refresh_sets_high_priority();
+    Ok(advisor::render_for(
+        &header, &labels, &flag_sets, &rounds, name, &applies,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cryptsetup_versions_decide_whether_refresh_sets_high_priority() {
+        assert_eq!(
+            parse_cryptsetup_version("cryptsetup 2.6.1 flags: UDEV BLKID KEYRING\n"),
+            Some((2, 6, 1))
+        );
+        assert_eq!(
+            parse_cryptsetup_version("cryptsetup 2.7.0-rc1"),
+            Some((2, 7, 0))
+        );
+        assert_eq!(parse_cryptsetup_version("garbage"), None);
+        let f = |v| Features {
+            kernel: "6.12".into(),
+            crypt: crypt_version("crypt v1.27.0"),
+            max_io: None,
+            cryptsetup: v,
+        };
+        assert!(!f(Some((2, 6, 1))).refresh_sets_high_priority());
+        assert!(f(Some((2, 7, 0))).refresh_sets_high_priority());
+        assert!(!f(None).refresh_sets_high_priority());
+        assert!(f(Some((2, 6, 1)))
+            .describe()
+            .ends_with("; cryptsetup 2.6.1 (refresh --perf-high_priority: no)"));
+    }
 
     #[test]
     fn preflight_names_what_is_missing() {
@@ -581,6 +649,7 @@ mod tests {
             kernel: "5.4".into(),
             crypt: crypt_version("crypt v1.19.0"),
             max_io: None,
+            cryptsetup: None,
         };
         assert!(!old.workqueue_flags());
         assert!(
@@ -612,6 +681,7 @@ mod tests {
             kernel: "6.12".into(),
             crypt: crypt_version("crypt v1.27.0"),
             max_io: module_max_io(&dir.join("")),
+            cryptsetup: parse_cryptsetup_version("cryptsetup 2.6.1 flags: UDEV BLKID KEYRING"),
         };
         assert!(f.workqueue_flags() && f.high_priority());
         let d = f.describe();
@@ -620,6 +690,7 @@ mod tests {
         let f610 = Features {
             crypt: crypt_version("crypt v1.25.0"),
             max_io: None,
+            cryptsetup: None,
             ..f
         };
         assert!(!f610.high_priority());
