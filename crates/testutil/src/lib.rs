@@ -11,6 +11,8 @@
 //! - [`ceph::Cluster`]: the RBD tests' throwaway Ceph cluster.
 //! - [`TempDir`], [`LoopDevice`], [`which`], [`ucrypt_bin`], and [`run`] for a program
 //!   (the `ucrypt` under test or a reference tool) with given stdin.
+//! - [`cryptsetup_suite`]: cryptsetup 2.6.1's own test directory (GPL,
+//!   fetched at test time, never stored here).
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -52,6 +54,31 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
         .map(|d| d.join(tool))
         .find(|p| p.is_file())
+}
+
+/// cryptsetup 2.6.1's `tests/` directory (its validation suite, image
+/// suites and scripts; GPL), fetched into `cache` by
+/// `scripts/fetch-cryptsetup-tests.sh` (once: later calls find it there),
+/// or `None` after a skip that says why it could not be fetched.
+pub fn cryptsetup_suite(test: &str, cache: &Path) -> Option<PathBuf> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-cryptsetup-tests.sh");
+    let fetch = Command::new("bash")
+        .arg(script)
+        .arg(cache)
+        .output()
+        .expect("bash runs");
+    if !fetch.status.success() {
+        skip(
+            test,
+            &format!(
+                "cannot fetch cryptsetup's test suite: {}",
+                String::from_utf8_lossy(&fetch.stderr).trim()
+            ),
+        );
+        return None;
+    }
+    Some(PathBuf::from(String::from_utf8_lossy(&fetch.stdout).trim()))
 }
 
 /// A fresh directory under the system temp dir, removed on drop.

@@ -26,10 +26,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// The unpacked `bitlk-images` directory, or `None` (skipped).
 fn images(test: &str) -> Option<PathBuf> {
     for tool in ["apt-get", "xz", "tar", "blkid"] {
@@ -38,22 +34,7 @@ fn images(test: &str) -> Option<PathBuf> {
         }
     }
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let fetch = Command::new("bash")
-        .arg(repo_root().join("scripts/fetch-cryptsetup-tests.sh"))
-        .arg(&cache)
-        .output()
-        .expect("bash runs");
-    if !fetch.status.success() {
-        testutil::skip(
-            test,
-            &format!(
-                "cannot fetch cryptsetup's test suite: {}",
-                String::from_utf8_lossy(&fetch.stderr).trim()
-            ),
-        );
-        return None;
-    }
-    let suite = PathBuf::from(String::from_utf8_lossy(&fetch.stdout).trim());
+    let suite = testutil::cryptsetup_suite(test, &cache)?;
     let dir = cache.join("bitlk-cli").join("bitlk-images");
     if !dir.join("images.conf").exists() {
         std::fs::create_dir_all(dir.parent().expect("parent")).expect("mkdir");

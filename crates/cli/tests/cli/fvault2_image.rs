@@ -11,10 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn image(test: &str) -> Option<PathBuf> {
     for tool in ["apt-get", "xz", "tar", "blkid"] {
         if !testutil::require_tool(test, tool) {
@@ -22,16 +18,7 @@ fn image(test: &str) -> Option<PathBuf> {
         }
     }
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let fetch = Command::new("bash")
-        .arg(repo_root().join("scripts/fetch-cryptsetup-tests.sh"))
-        .arg(&cache)
-        .output()
-        .expect("bash runs");
-    if !fetch.status.success() {
-        testutil::skip(test, "cannot fetch cryptsetup's test suite");
-        return None;
-    }
-    let suite = PathBuf::from(String::from_utf8_lossy(&fetch.stdout).trim());
+    let suite = testutil::cryptsetup_suite(test, &cache)?;
     let dir = cache.join("fvault2-cli");
     let img = dir.join("fvault2-images/small");
     if !img.exists() {

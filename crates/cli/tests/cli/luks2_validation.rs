@@ -9,14 +9,10 @@
 //! source package (apt, private deb-src list) into the target directory
 //! at test time, once.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const CASES: usize = 83;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 #[test]
 fn cryptsetup_luks2_validation_suite_agrees() {
@@ -27,22 +23,9 @@ fn cryptsetup_luks2_validation_suite_agrees() {
         }
     }
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let fetch = Command::new("bash")
-        .arg(repo_root().join("scripts/fetch-cryptsetup-tests.sh"))
-        .arg(&cache)
-        .output()
-        .unwrap();
-    if !fetch.status.success() {
-        testutil::skip(
-            test,
-            &format!(
-                "cannot fetch cryptsetup's test suite: {}",
-                String::from_utf8_lossy(&fetch.stderr).trim()
-            ),
-        );
+    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
         return;
-    }
-    let suite = PathBuf::from(String::from_utf8(fetch.stdout).unwrap().trim());
+    };
 
     // A private copy: the generators write next to themselves.
     let dir = testutil::TempDir::new("luks2-validation");

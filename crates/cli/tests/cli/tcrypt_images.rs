@@ -25,7 +25,7 @@
 //! `scripts/fetch-cryptsetup-tests.sh`, never stored here. Images run on
 //! as many threads as there are cores.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -35,10 +35,6 @@ const PASSWORD_HIDDEN: &str = "bbbbbbbbbbbb";
 const PASSWORD_72C: &str =
     "aaaaaaaaaaaabbbbbbbbbbbbccccccccccccddddddddddddeeeeeeeeeeeeffffffffffff";
 const PIM: &str = "1234";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Runs `prog args` with `stdin` piped in (a passphrase line).
 fn run(prog: &Path, args: &[String], stdin: &str) -> Output {
@@ -281,22 +277,9 @@ fn cryptsetup_tcrypt_images_open_as_the_script_expects() {
         }
     }
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let fetch = Command::new("bash")
-        .arg(repo_root().join("scripts/fetch-cryptsetup-tests.sh"))
-        .arg(&cache)
-        .output()
-        .expect("bash");
-    if !fetch.status.success() {
-        testutil::skip(
-            test,
-            &format!(
-                "cannot fetch cryptsetup's test suite: {}",
-                String::from_utf8_lossy(&fetch.stderr).trim()
-            ),
-        );
+    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
         return;
-    }
-    let suite = PathBuf::from(String::from_utf8_lossy(&fetch.stdout).trim());
+    };
     let tmp = testutil::TempDir::new("tcrypt-images");
     let st = Command::new("tar")
         .arg("xJf")
