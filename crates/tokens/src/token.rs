@@ -165,7 +165,7 @@ fn tpm2_fields(obj: &Map<String, Value>) -> Result<Tpm2Token, String> {
         None => Vec::new(),
         Some(v) => v
             .as_str()
-            .and_then(hex_decode)
+            .and_then(|h| hex::decode(h).ok())
             .ok_or("\"tpm2-policy-hash\" is not hex")?,
     };
     let pin = match obj.get("tpm2-pin") {
@@ -196,16 +196,6 @@ fn base64(obj: &Map<String, Value>, key: &str) -> Result<Vec<u8>, String> {
     base64::engine::general_purpose::STANDARD
         .decode(s.as_bytes())
         .map_err(|_| format!("\"{key}\" is not base64"))
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect()
 }
 
 #[cfg(test)]
