@@ -571,23 +571,27 @@ fn essiv_salt(h: EssivHash, key: &[u8]) -> Zeroizing<Vec<u8>> {
     })
 }
 
-/// One XTS data unit of any length (a multiple of 16 bytes) with a raw
-/// 128-bit tweak, for formats whose metadata is encrypted in units larger
-/// than a dm-crypt sector (FileVault 2's 8 KiB metadata blocks).
+/// One data unit of any length (a multiple of the block size) with a raw
+/// IV or tweak, for formats whose metadata is encrypted in units that are
+/// not dm-crypt sectors: FileVault 2's 8 KiB metadata blocks, a
+/// TrueCrypt/VeraCrypt header (448 bytes, data unit 0). The same cipher
+/// code as the data path.
 pub mod unit {
     use crate::cipher::{self, Dir, Provider};
-    use crate::spec::ChainMode;
+    use crate::spec::CipherSpec;
 
-    /// XTS-decrypts `buf` (AES, `key` 32 or 64 bytes) in place as one data
-    /// unit with the tweak `tweak` (IEEE 1619 data unit sequence number,
-    /// LE). `None` for a bad key or a length that is not a multiple of 16.
-    pub fn xts_decrypt(key: &[u8], tweak: [u8; 16], buf: &mut [u8]) -> Option<()> {
+    /// Decrypts `buf` in place as one data unit of `spec`'s cipher and
+    /// chain mode (`aes-xts-plain64`, `serpent-xts-plain64`, …; the IV
+    /// generator is not used: `iv` is the raw IV or XTS tweak). `None` for
+    /// a bad spec, a bad key, or a length that is not whole blocks.
+    pub fn decrypt(spec: &str, key: &[u8], iv: [u8; 16], buf: &mut [u8]) -> Option<()> {
         if buf.is_empty() || buf.len() % 16 != 0 {
             return None;
         }
-        let c = cipher::new_mode(ChainMode::Xts, key, Provider::Auto, buf.len())?;
+        let spec = CipherSpec::parse(spec).ok()?;
+        let c = cipher::new_mode_for(spec.cipher, spec.chain, key, Provider::Auto, buf.len())?;
         let unit = buf.len();
-        c.crypt_run(Dir::Decrypt, buf, unit, &[tweak]);
+        c.crypt_run(Dir::Decrypt, buf, unit, &[iv]);
         Some(())
     }
 }

@@ -275,7 +275,7 @@ impl Metadata {
                 break;
             }
             let tweak = u128::from(i).to_le_bytes();
-            crypto::unit::xts_decrypt(&md_key[..], tweak, &mut b).ok_or_else(not)?;
+            crypto::unit::decrypt("aes-xts-plain64", &md_key[..], tweak, &mut b).ok_or_else(not)?;
             check_crc(&b)?;
             match u16le(&b, 10).unwrap_or(0) {
                 0x0019 => found.0 = Some(parse_0019(&b).ok_or_else(not)?),

@@ -2,14 +2,15 @@
 //! cryptsetup 2.6.1 tries them (`lib/tcrypt/tcrypt.c`), and the
 //! decryption of the 448-byte encrypted header with each.
 //!
-//! The modes here are hand-written over RustCrypto block ciphers, one
-//! block per call: the header is 28 blocks, decrypted once per candidate.
-//! XTS (IEEE 1619, data unit 0), LRW (the kernel's `lrw`, block index 1
-//! for the header), CBC with TrueCrypt's whitening, and the "outer" CBC of
-//! old cascades (each block through every cipher, then one chaining XOR).
-//! The volume data runs through `crypto`'s own sector code instead.
+//! XTS headers (data unit 0) are decrypted by `crypto::unit`, the data
+//! path's own XTS. The legacy modes, which `crypto` does not have, are
+//! hand-written here over RustCrypto block ciphers, one block per call
+//! (the header is 28 blocks, decrypted once per candidate): LRW (the
+//! kernel's `lrw`, block index 1 for the header), CBC with TrueCrypt's
+//! whitening, and the "outer" CBC of old cascades (each block through
+//! every cipher, then one chaining XOR).
 
-use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
+use aes::cipher::{BlockCipherDecrypt, KeyInit};
 use zeroize::Zeroizing;
 
 use crate::{HDR_KEY_LEN, HDR_LEN};
@@ -439,20 +440,13 @@ pub fn mapping_key(alg: &Alg, mode: Mode, key: &[u8]) -> Zeroizing<Vec<u8>> {
     out
 }
 
-/// A block cipher keyed once, one block per call (8 or 16 bytes).
+/// A block cipher keyed once, one block per call (8 or 16 bytes); the
+/// legacy header modes only decrypt.
 trait Block {
-    fn encrypt(&self, b: &mut [u8]);
     fn decrypt(&self, b: &mut [u8]);
 }
 
 struct Rc<C>(C);
-
-fn encrypt_with<C: BlockCipherEncrypt>(c: &C, b: &mut [u8]) {
-    if let Ok(mut blk) = aes::cipher::Block::<C>::try_from(&b[..]) {
-        c.encrypt_block(&mut blk);
-        b.copy_from_slice(&blk);
-    }
-}
 
 fn decrypt_with<C: BlockCipherDecrypt>(c: &C, b: &mut [u8]) {
     if let Ok(mut blk) = aes::cipher::Block::<C>::try_from(&b[..]) {
@@ -461,10 +455,7 @@ fn decrypt_with<C: BlockCipherDecrypt>(c: &C, b: &mut [u8]) {
     }
 }
 
-impl<C: BlockCipherEncrypt + BlockCipherDecrypt> Block for Rc<C> {
-    fn encrypt(&self, b: &mut [u8]) {
-        encrypt_with(&self.0, b);
-    }
+impl<C: BlockCipherDecrypt> Block for Rc<C> {
     fn decrypt(&self, b: &mut [u8]) {
         decrypt_with(&self.0, b);
     }
@@ -480,11 +471,6 @@ fn swab(b: &mut [u8]) {
 }
 
 impl Block for BlowfishLe {
-    fn encrypt(&self, b: &mut [u8]) {
-        swab(b);
-        encrypt_with(&self.0, b);
-        swab(b);
-    }
     fn decrypt(&self, b: &mut [u8]) {
         swab(b);
         decrypt_with(&self.0, b);
@@ -492,9 +478,7 @@ impl Block for BlowfishLe {
     }
 }
 
-fn keyed<C: KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + 'static>(
-    key: &[u8],
-) -> Option<Box<dyn Block>> {
+fn keyed<C: KeyInit + BlockCipherDecrypt + 'static>(key: &[u8]) -> Option<Box<dyn Block>> {
     Some(Box::new(Rc(C::new_from_slice(key).ok()?)))
 }
 
@@ -562,23 +546,9 @@ fn decrypt_one(alg: &Alg, mode: Mode, key: &[u8], buf: &mut [u8]) -> bool {
     let k = mapping_key(alg, mode, key);
     match mode {
         Mode::Xts => {
-            let half = alg.key_size / 2;
-            let (Some(data), Some(tweak)) = (
-                block_cipher(alg.name, &k[..half]),
-                block_cipher(alg.name, &k[half..]),
-            ) else {
-                return false;
-            };
-            let mut t = [0u8; 16];
-            tweak.encrypt(&mut t);
-            let mut tw = u128::from_le_bytes(t);
-            for b in buf.chunks_exact_mut(16) {
-                xor(b, &tw.to_le_bytes());
-                data.decrypt(b);
-                xor(b, &tw.to_le_bytes());
-                tw = mul_alpha(tw);
-            }
-            true
+            // One XTS data unit, tweak 0: crypto's own XTS, as for the data.
+            let spec = format!("{}-xts-plain64", alg.name);
+            crypto::unit::decrypt(&spec, &k[..alg.key_size], [0; 16], buf).is_some()
         }
         Mode::Lrw => {
             let ks = alg.key_size - 16;
