@@ -258,16 +258,32 @@ impl SectorCrypt {
         if self.below.is_empty() {
             return self.convert_layer(dir, sector, out);
         }
-        let layers: Vec<&SectorCrypt> = match dir {
-            Dir::Encrypt => std::iter::once(self).chain(self.below.iter()).collect(),
-            Dir::Decrypt => self
-                .below
-                .iter()
-                .rev()
-                .chain(std::iter::once(self))
-                .collect(),
-        };
-        let (first, rest) = (layers[0], &layers[1..]);
+        // Encrypt top to bottom, decrypt bottom to top.
+        match dir {
+            Dir::Encrypt => Self::convert_through(
+                std::iter::once(self).chain(self.below.iter()),
+                dir,
+                sector,
+                out,
+            ),
+            Dir::Decrypt => Self::convert_through(
+                self.below.iter().rev().chain(std::iter::once(self)),
+                dir,
+                sector,
+                out,
+            ),
+        }
+    }
+
+    /// [`SectorCrypt::convert`] through `layers` in order (no allocation
+    /// per request: this runs for every sector of a cascade).
+    fn convert_through<'a>(
+        mut layers: impl Iterator<Item = &'a SectorCrypt>,
+        dir: Dir,
+        sector: u64,
+        out: Out<'_>,
+    ) {
+        let Some(first) = layers.next() else { return };
         let region: &mut [u8] = match out {
             Out::InPlace(buf) => {
                 first.convert_layer(dir, sector, Out::InPlace(&mut *buf));
@@ -283,7 +299,7 @@ impl SectorCrypt {
                 &mut v[base..]
             }
         };
-        for l in rest {
+        for l in layers {
             l.convert_layer(dir, sector, Out::InPlace(&mut *region));
         }
     }
