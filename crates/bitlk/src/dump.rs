@@ -1,8 +1,9 @@
 //! `bitlkDump`'s text, line for line as cryptsetup 2.6.1 prints it
 //! (`BITLK_dump`), and the `--dump-volume-key` form.
 //!
-//! One difference: the creation time is printed in UTC (cryptsetup uses
-//! the local time zone via `ctime`); both agree where `TZ` is UTC.
+//! The creation time is printed as cryptsetup's `ctime` prints it: in the
+//! local time zone (`TZ`, else `/etc/localtime`), whose offset at that
+//! time comes from the C library's `localtime_r`.
 
 use std::fmt::Write as _;
 
@@ -38,6 +39,34 @@ fn ctime_utc(t: i64) -> String {
     )
 }
 
+/// `ctime`'s text of Unix time `t` in the local time zone.
+fn ctime_local(t: i64) -> String {
+    ctime_utc(t.saturating_add(local_offset(t)))
+}
+
+/// The local time zone's offset from UTC at `t`, in seconds (0 if the C
+/// library cannot tell).
+fn local_offset(t: i64) -> i64 {
+    let Ok(tt) = libc::time_t::try_from(t) else {
+        return 0;
+    };
+    let mut tm = std::mem::MaybeUninit::<libc::tm>::zeroed();
+    // SAFETY: `tzset` takes no arguments (it reads TZ and the zone files);
+    // `localtime_r` reads `tt` and writes only the `tm` it is given, both
+    // live locals here, and is the reentrant form (no shared buffer).
+    let r = unsafe {
+        libc::tzset();
+        libc::localtime_r(&tt, tm.as_mut_ptr())
+    };
+    if r.is_null() {
+        return 0;
+    }
+    // SAFETY: `tm` started zeroed (a valid `libc::tm`: integers and a
+    // null zone pointer) and `localtime_r` succeeded in filling it.
+    let tm = unsafe { tm.assume_init() };
+    i64::from(tm.tm_gmtoff)
+}
+
 impl Metadata {
     /// The `bitlkDump` text for the device `path`.
     pub fn dump(&self, path: &str) -> String {
@@ -48,7 +77,7 @@ impl Metadata {
         let _ = writeln!(o, "GUID:         \t{}", self.guid);
         let _ = writeln!(o, "Sector size:  \t{} [bytes]", self.sector_size);
         let _ = writeln!(o, "Volume size:  \t{} [bytes]", self.volume_size);
-        let _ = writeln!(o, "Created:      \t{}", ctime_utc(self.creation_time));
+        let _ = writeln!(o, "Created:      \t{}", ctime_local(self.creation_time));
         let desc = self.description.as_deref().unwrap_or("(null)");
         let _ = writeln!(o, "Description:  \t{desc}");
         let _ = writeln!(o, "Cipher name:  \t{}", self.cipher);
