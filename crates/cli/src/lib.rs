@@ -182,8 +182,15 @@ pub fn main() -> ExitCode {
     luks::kdf::set_verbose(g.verbose());
     tokens::set_verbose(g.verbose());
     luks::set_metadata_locking(!g.disable_locks);
+    // `map --read` writes the plaintext to stdout: the tool's own lines
+    // go to stderr there.
+    let data_on_stdout = matches!(&cli.command, Command::Crypt(c) if c.stdout_is_data());
     if g.debug {
-        println!("{}", global::processing_line(&args));
+        if data_on_stdout {
+            eprintln!("{}", global::processing_line(&args));
+        } else {
+            println!("{}", global::processing_line(&args));
+        }
     }
     let ceph = cli.ceph;
     ceph.clone().install();
@@ -208,9 +215,13 @@ pub fn main() -> ExitCode {
             f.code
         }
     };
-    // cryptsetup's tools_show_status, on stdout.
+    // cryptsetup's tools_show_status, on stdout unless that is data.
     if g.verbose() {
-        println!("{}", global::status_line(code));
+        if data_on_stdout {
+            eprintln!("{}", global::status_line(code));
+        } else {
+            println!("{}", global::status_line(code));
+        }
     }
     ExitCode::from(code)
 }

@@ -80,6 +80,8 @@ pub enum Source<'a> {
         key_file: Option<&'a Path>,
         /// The part of it that is read.
         range: luks::passphrase::KeyfileRange,
+        /// `--volume-key-file`: the volume key itself, no passphrase.
+        volume_key_file: Option<&'a Path>,
     },
     /// `--fvault2 DEVICE`: the FileVault 2 volume's table (read only).
     Fvault2 {
@@ -89,6 +91,8 @@ pub enum Source<'a> {
         key_file: Option<&'a Path>,
         /// The part of it that is read.
         range: luks::passphrase::KeyfileRange,
+        /// `--volume-key-file`: the volume key itself, no passphrase.
+        volume_key_file: Option<&'a Path>,
     },
     /// `--tcrypt DEVICE`: a TrueCrypt/VeraCrypt volume's table, its
     /// passphrase from a prompt or a line of stdin (read only).
@@ -144,26 +148,29 @@ impl Source<'_> {
                 device,
                 key_file,
                 range,
+                volume_key_file,
             } => {
-                let prompt_reads_stdin = key_file.is_none() && !io::stdin().is_terminal();
+                let prompt_reads_stdin =
+                    key_file.is_none() && volume_key_file.is_none() && !io::stdin().is_terminal();
                 if !stdin_free && (key_file == Some(Path::new("-")) || prompt_reads_stdin) {
                     return Err(invalid(
                         "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
                     ));
                 }
                 let device = crate::resolve::device(device)?;
-                crate::resolve::unlock_bitlk(&device, key_file, range, warn)
+                crate::resolve::unlock_bitlk(&device, key_file, range, volume_key_file, warn)
             }
             Source::Fvault2 {
                 device,
                 key_file,
                 range,
+                volume_key_file,
             } => {
                 if !stdin_free {
                     return Err(invalid("FVAULT2 devices are mapped read-only: use --read"));
                 }
                 let device = crate::resolve::device(device)?;
-                crate::resolve::unlock_fvault2(&device, key_file, range)
+                crate::resolve::unlock_fvault2(&device, key_file, range, volume_key_file)
             }
             Source::Tcrypt(given) => {
                 if !stdin_free && !io::stdin().is_terminal() {

@@ -25,5 +25,9 @@ mod metadata;
 
 pub use metadata::{Error, ErrorKind, Metadata};
 
+/// Bytes of the volume key (AES-128-XTS: data key and tweak key), as
+/// `--dump-volume-key` prints it and `--volume-key-file` holds it.
+pub const VOLUME_KEY_LEN: usize = 32;
+
 /// Result type of this crate.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -23,21 +23,22 @@ pub enum Commands {
 #[derive(Args)]
 pub struct DumpArgs {
     /// The BitLocker device or image.
-    device: PathBuf,
+    pub(crate) device: PathBuf,
     /// The passphrase, recovery password or .BEK startup key for
     /// --dump-volume-key.
     #[command(flatten)]
-    key: KeyFileArgs,
+    pub(crate) key: KeyFileArgs,
     /// Print the volume key (asks for a passphrase; `--dump-master-key`
     /// works too).
     #[arg(long, alias = "dump-master-key")]
-    dump_volume_key: bool,
-    /// With --dump-volume-key: write the key to this file instead.
-    #[arg(long, requires = "dump_volume_key")]
-    volume_key_file: Option<PathBuf>,
+    pub(crate) dump_volume_key: bool,
+    /// With --dump-volume-key: write the key to this file instead
+    /// (`--master-key-file` works too).
+    #[arg(long, alias = "master-key-file", requires = "dump_volume_key")]
+    pub(crate) volume_key_file: Option<PathBuf>,
     /// Read-only (accepted as cryptsetup accepts it: a dump never writes).
     #[arg(long, short = 'r')]
-    readonly: bool,
+    pub(crate) readonly: bool,
 }
 
 impl Commands {
@@ -49,7 +50,8 @@ impl Commands {
     }
 }
 
-fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+/// `bitlkDump` (also `dump` of a BitLocker device).
+pub(crate) fn dump(a: DumpArgs, g: Globals) -> CmdResult {
     let _ = a.readonly;
     let path = a.device.display().to_string();
     if !a.dump_volume_key {
@@ -61,19 +63,7 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         return Ok(());
     }
     let (_, m) = daemon::resolve::load_bitlk_metadata(&a.device)?;
-    if std::io::stdin().is_terminal() && !g.batch_mode {
-        eprintln!(
-            "The header dump with volume key is sensitive information\n\
-             that allows access to encrypted partition without a passphrase.\n\
-             This dump should be stored encrypted in a safe place."
-        );
-        eprint!("Are you sure? (Type 'yes' in capital letters): ");
-        let mut line = String::new();
-        let _ = std::io::stdin().read_line(&mut line);
-        if line.trim_end() != "YES" {
-            return Err(Failure::new(1, "Operation aborted."));
-        }
-    }
+    confirm_key_dump(g)?;
     let prompt = format!("Enter passphrase for {path}: ");
     let key = luks::passphrase::unlock(a.key.key_file.as_deref(), a.key.range(), &prompt, |p| {
         m.volume_key(p).map_err(daemon::resolve::bitlk_as_luks)
@@ -90,8 +80,27 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         .map_err(|e| Failure::new(1, format!("Cannot write to standard output: {e}")))
 }
 
+/// cryptsetup's question before a volume key dump of a BitLocker or
+/// FileVault 2 device, asked at a terminal unless `--batch-mode`.
+pub(crate) fn confirm_key_dump(g: Globals) -> Result<(), Failure> {
+    if std::io::stdin().is_terminal() && !g.batch_mode {
+        eprintln!(
+            "The header dump with volume key is sensitive information\n\
+             that allows access to encrypted partition without a passphrase.\n\
+             This dump should be stored encrypted in a safe place."
+        );
+        eprint!("Are you sure? (Type 'yes' in capital letters): ");
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        if line.trim_end() != "YES" {
+            return Err(Failure::new(1, "Operation aborted."));
+        }
+    }
+    Ok(())
+}
+
 /// Writes the key to `path` (created 0600, as cryptsetup does).
-fn write_key(path: &std::path::Path, key: &[u8]) -> Result<(), Failure> {
+pub(crate) fn write_key(path: &std::path::Path, key: &[u8]) -> Result<(), Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()

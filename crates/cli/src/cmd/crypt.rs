@@ -18,7 +18,7 @@ use daemon::map::{Direction, Source};
 use luks::ops::Ui as _;
 use zeroize::Zeroizing;
 
-use crate::cmd::luks::{KeyFileArgs, Terminal};
+use crate::cmd::luks::{KeyFilesArgs, Terminal};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -78,9 +78,14 @@ pub struct MapArgs {
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
     /// The key file: with --luks the passphrase (its range as open takes
-    /// it); with --table the raw key for the table's `-` key field.
+    /// it); with --table the raw key for the table's `-` key field; with
+    /// --tcrypt a TrueCrypt keyfile, repeatable.
     #[command(flatten)]
-    pub key: KeyFileArgs,
+    pub key: KeyFilesArgs,
+    /// With --bitlk or --fvault2: the volume key from this file instead of
+    /// a passphrase (`--master-key-file` works too).
+    #[arg(long, alias = "master-key-file")]
+    pub volume_key_file: Option<PathBuf>,
     /// Try only this keyslot (with --luks).
     #[arg(long, short = 'S', requires = "luks")]
     pub key_slot: Option<u32>,
@@ -117,6 +122,12 @@ pub struct BenchmarkArgs {
 }
 
 impl Commands {
+    /// True when the command's standard output is data (`map --read`'s
+    /// plaintext), so status lines must not go there.
+    pub fn stdout_is_data(&self) -> bool {
+        matches!(self, Self::Map(a) if a.read)
+    }
+
     /// Runs the command.
     pub fn run(self) -> CmdResult {
         match self {
@@ -128,23 +139,36 @@ impl Commands {
                 };
                 // The line may hold the key in hex: wipe it once parsed.
                 let line = a.table.map(Zeroizing::new);
-                let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
-                let keyfiles: Vec<PathBuf> = a.key.key_file.iter().cloned().collect();
+                if a.volume_key_file.is_some() && a.bitlk.is_none() && a.fvault2.is_none() {
+                    return Err(Failure::usage(
+                        "--volume-key-file is supported for --bitlk and --fvault2 only.",
+                    ));
+                }
+                // Several key files: TrueCrypt's keyfile pool only.
+                let key = if a.tcrypt.is_some() {
+                    a.key.first()
+                } else {
+                    a.key.one()?
+                };
+                let (key_file, range) = (key.key_file.as_deref(), key.range());
+                let keyfiles = &a.key.key_file;
                 let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
                     (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
                         key_file,
                         range,
+                        volume_key_file: a.volume_key_file.as_deref(),
                     },
                     (_, _, Some(device), None) => Source::Bitlk {
                         device,
                         key_file,
                         range,
+                        volume_key_file: a.volume_key_file.as_deref(),
                     },
                     (None, None, None, None) if a.tcrypt.is_some() => {
                         Source::Tcrypt(daemon::tcrypt::Given {
                             device: a.tcrypt.as_deref().unwrap_or(std::path::Path::new("")),
-                            keyfiles: &keyfiles,
+                            keyfiles,
                             hash: a.hash.as_deref(),
                             cipher: a.cipher.as_deref(),
                             args: &a.tcrypt_args,

@@ -18,7 +18,7 @@ use daemon::open::TypeArg as VolumeType;
 use daemon::resolve::Mapping;
 use daemon::{runtime, OpenOptions};
 
-use crate::cmd::luks::KeyFileArgs;
+use crate::cmd::luks::{KeyFileArgs, KeyFilesArgs};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -133,12 +133,17 @@ pub struct OpenArgs {
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
-    /// The passphrase's (or a table's `-` key's) file and its range.
+    /// The passphrase's (or a table's `-` key's) file and its range;
+    /// TrueCrypt keyfiles, repeatable.
     #[command(flatten)]
-    pub key: KeyFileArgs,
+    pub key: KeyFilesArgs,
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
+    /// BitLocker or FileVault 2: open with the volume key in this file
+    /// instead of a passphrase (`--master-key-file` works too).
+    #[arg(long, alias = "master-key-file")]
+    pub volume_key_file: Option<PathBuf>,
     /// How the volume is served (checked by `OpenOptions::check`).
     #[command(flatten)]
     pub serve: daemon::open::Given,
@@ -261,14 +266,22 @@ fn open(mut a: OpenArgs) -> CmdResult {
     if let Some(file) = a.crypttab.take() {
         apply_crypttab(&mut a, &file)?;
     }
+    // Several key files: TrueCrypt's keyfile pool, refused for the rest.
+    let key = if matches!(a.kind, Some(VolumeType::Tcrypt)) {
+        a.key.first()
+    } else {
+        a.key.one()?
+    };
     let m = Mapping {
         kind: a.kind.map(VolumeType::kind),
         table: a.table.as_deref(),
         table_stdin: a.table_stdin,
         header: a.header.as_deref(),
-        key_file: a.key.key_file.as_deref(),
+        key_file: key.key_file.as_deref(),
+        keyfiles: &a.key.key_file,
+        volume_key_file: a.volume_key_file.as_deref(),
         key_slot: a.key_slot,
-        plain: a.plain.given(&a.key),
+        plain: a.plain.given(&key),
         test_passphrase: a.plain.test_passphrase,
         tokens: a.tokens.clone(),
         tcrypt: a.tcrypt.clone(),
@@ -327,7 +340,9 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
         daemon::crypttab::Kind::Luks => VolumeType::Luks,
         daemon::crypttab::Kind::Plain => VolumeType::Plain,
     });
-    a.key.key_file = a.key.key_file.take().or(e.key_file);
+    if a.key.key_file.is_empty() {
+        a.key.key_file.extend(e.key_file);
+    }
     a.key.keyfile_offset = a.key.keyfile_offset.or(e.keyfile_offset);
     a.key.keyfile_size = a.key.keyfile_size.or(e.keyfile_size);
     a.header = a.header.take().or(e.header);
@@ -358,7 +373,7 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     t.pkcs11_uri = e.pkcs11_uri;
     t.tpm2_pin = e.tpm2_pin;
     t.headless = e.headless;
-    if e.headless && a.key.key_file.is_none() {
+    if e.headless && a.key.key_file.is_empty() {
         // No prompt: the tokens alone, as systemd-cryptsetup's headless.
         t.token_only = a.kind != Some(VolumeType::Plain);
     }

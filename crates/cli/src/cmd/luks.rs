@@ -102,6 +102,51 @@ impl KeyFileArgs {
     }
 }
 
+/// `--key-file` repeatable, as `open` and `map` take it: TrueCrypt mixes
+/// every keyfile into its password pool; every other type takes one
+/// (cryptsetup: "Only one --key-file argument is allowed.").
+#[derive(Args, Clone, Debug, Default)]
+pub struct KeyFilesArgs {
+    /// Read the passphrase (or a --table line's `-` key) from this file
+    /// (`-` = stdin) instead of prompting; with --type tcrypt a TrueCrypt
+    /// keyfile, repeatable (mixed in the order given).
+    #[arg(long, short = 'd', action = clap::ArgAction::Append)]
+    pub key_file: Vec<PathBuf>,
+    /// Skip this many bytes of the key file.
+    #[arg(long, value_name = "BYTES")]
+    pub keyfile_offset: Option<u64>,
+    /// Read only this many bytes of the key file.
+    #[arg(long, short = 'l', value_name = "BYTES")]
+    pub keyfile_size: Option<u64>,
+}
+
+impl KeyFilesArgs {
+    /// The options as a type that takes one key file: refused, with
+    /// cryptsetup's message, when several were given.
+    pub fn one(&self) -> Result<KeyFileArgs, crate::Failure> {
+        if self.key_file.len() > 1 {
+            return Err(crate::Failure::usage(
+                "Only one --key-file argument is allowed.",
+            ));
+        }
+        Ok(KeyFileArgs {
+            key_file: self.key_file.first().cloned(),
+            keyfile_offset: self.keyfile_offset,
+            keyfile_size: self.keyfile_size,
+        })
+    }
+
+    /// The one-file view with the first key file, for a type that takes
+    /// them all besides (TrueCrypt: `key_file` lists every keyfile).
+    pub fn first(&self) -> KeyFileArgs {
+        KeyFileArgs {
+            key_file: self.key_file.first().cloned(),
+            keyfile_offset: self.keyfile_offset,
+            keyfile_size: self.keyfile_size,
+        }
+    }
+}
+
 /// A size in cryptsetup's syntax (`luks::ops::parse_size`).
 fn size_arg(s: &str) -> Result<u64, String> {
     ops::parse_size(s).ok_or_else(|| format!("invalid size {s:?}"))
@@ -189,6 +234,110 @@ pub struct DumpArgs {
     /// Print the header as ucrypt's JSON document (docs/JSON.md).
     #[arg(long, conflicts_with_all = ["dump_volume_key", "dump_json_metadata"])]
     json: bool,
+    /// The header type: luks (LUKS1 or LUKS2), luks1, luks2, bitlk,
+    /// fvault2 or tcrypt (default: LUKS, BitLocker or FileVault 2 by its
+    /// signature; a TrueCrypt/VeraCrypt header has none: give tcrypt).
+    #[arg(long = "type", value_parser = ["luks", "luks1", "luks2", "bitlk", "fvault2", "tcrypt"])]
+    kind: Option<String>,
+    /// BitLocker and FileVault 2 with --dump-volume-key: write the volume
+    /// key to this file (`--master-key-file` works too).
+    #[arg(long, alias = "master-key-file", requires = "dump_volume_key")]
+    volume_key_file: Option<PathBuf>,
+    /// The TCRYPT header options (with --type tcrypt).
+    #[command(flatten)]
+    tcrypt: daemon::tcrypt::TcryptArgs,
+}
+
+/// A header `dump` prints with another verb's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Foreign {
+    Bitlk,
+    Fvault2,
+    Tcrypt,
+}
+
+/// The foreign type `dump` prints: the one `--type` names, else the one
+/// whose metadata the device's signature announces and that parses (a
+/// BitLocker To Go signature is a FAT boot sector's OEM name, so only the
+/// whole metadata tells). `None`: a LUKS dump (which refuses what is no
+/// LUKS header, as cryptsetup's luksDump).
+fn foreign_type(a: &DumpArgs) -> Option<Foreign> {
+    match a.kind.as_deref() {
+        Some("bitlk") => return Some(Foreign::Bitlk),
+        Some("fvault2") => return Some(Foreign::Fvault2),
+        Some("tcrypt") => return Some(Foreign::Tcrypt),
+        Some(_) => return None,
+        None => {}
+    }
+    if a.common.dev.header.is_some() {
+        return None;
+    }
+    let f = std::fs::File::open(&a.common.dev.device).ok()?;
+    let mut head = [0u8; 512];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0).ok()?;
+    if head.starts_with(b"LUKS\xba\xbe") || head.starts_with(b"SKUL\xba\xbe") {
+        return None;
+    }
+    let path = a.common.dev.device.display().to_string();
+    if matches!(&head[3..11], b"-FVE-FS-" | b"MSWIN4.1") && bitlk::Metadata::read(&f, &path).is_ok()
+    {
+        return Some(Foreign::Bitlk);
+    }
+    if &head[88..90] == b"CS" && fvault2::Metadata::read(&f, &path).is_ok() {
+        return Some(Foreign::Fvault2);
+    }
+    None
+}
+
+/// `dump` of a BitLocker, FileVault 2 or TrueCrypt/VeraCrypt device: the
+/// matching `*Dump` verb with the options `dump` shares with it.
+fn dump_foreign(kind: Foreign, a: DumpArgs, g: Globals) -> CmdResult {
+    let c = a.common;
+    if a.json || a.dump_json_metadata || c.key_slot.is_some() || c.dev.header.is_some() {
+        return Err(crate::Failure::usage(
+            "--json, --dump-json-metadata, --key-slot and --header are for LUKS devices",
+        ));
+    }
+    if a.volume_key_file.is_some() && kind == Foreign::Tcrypt {
+        return Err(crate::Failure::usage(
+            "--volume-key-file is for BITLK and FVAULT2 devices",
+        ));
+    }
+    match kind {
+        Foreign::Bitlk => super::bitlk::dump(
+            super::bitlk::DumpArgs {
+                device: c.dev.device,
+                key: c.key,
+                dump_volume_key: a.dump_volume_key,
+                volume_key_file: a.volume_key_file,
+                readonly: false,
+            },
+            g,
+        ),
+        Foreign::Fvault2 => super::fvault2::dump(
+            super::fvault2::DumpArgs {
+                device: c.dev.device,
+                key: c.key,
+                dump_volume_key: a.dump_volume_key,
+                volume_key_file: a.volume_key_file,
+            },
+            g,
+        ),
+        Foreign::Tcrypt => {
+            if c.key.keyfile_offset.is_some() || c.key.keyfile_size.is_some() {
+                return Err(crate::Failure::usage(
+                    "--keyfile-offset and --keyfile-size are not for TCRYPT keyfiles",
+                ));
+            }
+            super::tcrypt::dump_device(
+                &c.dev.device,
+                &c.key.key_file.into_iter().collect::<Vec<_>>(),
+                &a.tcrypt,
+                a.dump_volume_key,
+                g,
+            )
+        }
+    }
 }
 
 /// `ucrypt add-key` / `change-key`.
@@ -430,6 +579,21 @@ fn is_luks(a: IsLuksArgs, g: Globals) -> CmdResult {
 }
 
 fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+    if let Some(kind) = foreign_type(&a) {
+        return dump_foreign(kind, a, g);
+    }
+    let t = &a.tcrypt;
+    if a.volume_key_file.is_some()
+        || t.tcrypt_hidden
+        || t.tcrypt_system
+        || t.tcrypt_backup
+        || t.disable_veracrypt
+        || t.veracrypt_pim.is_some()
+    {
+        return Err(crate::Failure::usage(
+            "--volume-key-file is for BITLK and FVAULT2 devices, the TCRYPT options for --type tcrypt",
+        ));
+    }
     let c = a.common;
     let kind = match (a.json, a.dump_json_metadata, a.dump_volume_key) {
         (true, _, _) => ops::DumpKind::Summary,

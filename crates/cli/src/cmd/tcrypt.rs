@@ -5,7 +5,7 @@
 //! and prints.
 
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use luks::ops::Ui as _;
@@ -65,9 +65,31 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         cipher: a.cipher.as_deref(),
         args: &a.tcrypt,
     };
-    let name = a.device.display().to_string();
+    dump_given(given, a.dump_volume_key, g)
+}
+
+/// `dump --type tcrypt`: `tcryptDump` with every hash and cipher chain.
+pub(crate) fn dump_device(
+    device: &Path,
+    keyfiles: &[PathBuf],
+    args: &daemon::tcrypt::TcryptArgs,
+    dump_volume_key: bool,
+    g: Globals,
+) -> CmdResult {
+    let given = daemon::tcrypt::Given {
+        device,
+        keyfiles,
+        hash: None,
+        cipher: None,
+        args,
+    };
+    dump_given(given, dump_volume_key, g)
+}
+
+fn dump_given(given: daemon::tcrypt::Given<'_>, dump_volume_key: bool, g: Globals) -> CmdResult {
+    let name = given.device.display().to_string();
     // cryptsetup asks only at a terminal (piped stdin holds the passphrase).
-    if a.dump_volume_key
+    if dump_volume_key
         && !g.batch_mode
         && std::io::stdin().is_terminal()
         && !Terminal.confirm(
@@ -80,7 +102,7 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
     }
     let vol = given.load()?;
     let mut out = std::io::stdout().lock();
-    let r = if a.dump_volume_key {
+    let r = if dump_volume_key {
         out.write_all(&vol.dump_volume_key(&name))
     } else {
         out.write_all(vol.dump(&name).as_bytes())

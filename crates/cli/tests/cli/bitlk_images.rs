@@ -329,3 +329,84 @@ fn cryptsetup_bitlk_compat_test() {
         "{opened} opened, {refused} refused"
     );
 }
+
+#[test]
+fn dump_detects_bitlk_prints_local_time_and_a_saved_key_opens_it() {
+    let test = "dump_detects_bitlk_prints_local_time_and_a_saved_key_opens_it";
+    let Some(dir) = images(test) else { return };
+    let img = dir.join("bitlk-aes-xts-128.img");
+    let p = img.display().to_string();
+    let in_zone = |tz: &str, args: &[&str]| {
+        Command::new(testutil::ucrypt_bin())
+            .env("TZ", tz)
+            .args(args)
+            .output()
+            .expect("ucrypt runs")
+    };
+    // ctime's local time, as cryptsetup prints it (checked against
+    // `TZ=… cryptsetup bitlkDump` on this image: 07:01:55 UTC).
+    for (tz, want) in [
+        ("UTC", "Thu Jul  4 07:01:55 2019"),
+        ("Asia/Tokyo", "Thu Jul  4 16:01:55 2019"),
+        ("EST5EDT", "Thu Jul  4 03:01:55 2019"),
+    ] {
+        let o = in_zone(tz, &["bitlkDump", &p]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            text.contains(&format!("Created:      \t{want}\n")),
+            "TZ={tz}: {text}"
+        );
+        if testutil::which("cryptsetup").is_some() {
+            let c = Command::new("cryptsetup")
+                .env("TZ", tz)
+                .args(["bitlkDump", &p])
+                .output()
+                .expect("cryptsetup runs");
+            if c.status.success() {
+                assert_eq!(o.stdout, c.stdout, "TZ={tz}");
+            }
+        }
+        // `dump` finds BitLocker by its signature: the same text.
+        let d = in_zone(tz, &["dump", &p]);
+        assert_eq!(d.stdout, o.stdout, "dump, TZ={tz}");
+    }
+    // The volume key saved by --volume-key-file opens the volume.
+    let c = conf(&dir);
+    let pw = c["bitlk-aes-xts-128"]["PW"].clone();
+    let tmp = testutil::TempDir::new("bitlk-vk");
+    let vk = tmp.join("vk");
+    let v = vk.display().to_string();
+    let o = ucrypt(
+        &[
+            "bitlkDump",
+            "--dump-volume-key",
+            "--volume-key-file",
+            &v,
+            &p,
+        ],
+        Some(format!("{pw}\n").as_bytes()),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("Key stored to file {v}.")));
+    let by_pass = tmp.join("a");
+    let by_key = tmp.join("b");
+    let kf = tmp.join("pw");
+    std::fs::write(&kf, &pw).expect("passphrase file");
+    for (out, extra) in [
+        (&by_pass, ["--key-file", kf.to_str().expect("utf-8")]),
+        (&by_key, ["--volume-key-file", v.as_str()]),
+    ] {
+        let f = std::fs::File::create(out).expect("output");
+        let st = Command::new(testutil::ucrypt_bin())
+            .args(["map", "--read", "--bitlk", &p])
+            .args(extra)
+            .stdout(f)
+            .status()
+            .expect("ucrypt map runs");
+        assert!(st.success(), "{extra:?}");
+    }
+    assert!(
+        std::fs::read(&by_pass).expect("a") == std::fs::read(&by_key).expect("b"),
+        "the volume key maps what the passphrase maps"
+    );
+}

@@ -115,3 +115,93 @@ fn cryptsetup_fvault2_compat_test() {
     );
     assert_eq!(w.status.code(), Some(1), "map --write refused");
 }
+
+#[test]
+fn dump_detects_fvault2_and_a_saved_volume_key_opens_it() {
+    let test = "dump_detects_fvault2_and_a_saved_volume_key_opens_it";
+    let Some(img) = image(test) else { return };
+    let p = img.display().to_string();
+    // `dump` finds the type by its signature and prints fvault2Dump's text.
+    let a = ucrypt(&["fvault2Dump", &p], None);
+    let b = ucrypt(&["dump", &p], None);
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    assert_eq!(a.stdout, b.stdout);
+    // The volume key saved to a file (and still printed), as cryptsetup.
+    let tmp = testutil::TempDir::new("fvault2-vk");
+    let vk = tmp.join("vk");
+    let v = vk.display().to_string();
+    let o = ucrypt(
+        &["dump", "--dump-volume-key", "--volume-key-file", &v, &p],
+        Some(b"heslo123\n"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Volume key:       \t20 73 4d 33"));
+    let key = std::fs::read(&vk).expect("volume key file");
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        hex,
+        "20734d3389212774d7610c29d732880916f3be14c4b12ac7aaf07e5ccc77b319"
+    );
+    // It opens the volume without the passphrase; -v's status line goes to
+    // stderr, as stdout is the data.
+    let out = tmp.join("dec");
+    let file = std::fs::File::create(&out).expect("output");
+    let o = Command::new(testutil::ucrypt_bin())
+        .args([
+            "map",
+            "-v",
+            "--read",
+            "--fvault2",
+            &p,
+            "--volume-key-file",
+            &v,
+        ])
+        .stdout(file)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("ucrypt map runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Command successful."));
+    let sum = testutil::run_ok("sha256sum", &[&out.display().to_string()]);
+    assert!(sum.starts_with("2c662e36c0f7e2f5583e6a939bbcbdc660805692d0fccaa45ad4052beb3b8e18"));
+    let t = ucrypt(
+        &[
+            "open",
+            "--type",
+            "fvault2",
+            "--test-passphrase",
+            "--volume-key-file",
+            &v,
+            &p,
+        ],
+        None,
+    );
+    assert_eq!(
+        t.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&t.stderr)
+    );
+    // A short file is refused with cryptsetup's message.
+    std::fs::write(&vk, [0u8; 16]).expect("short key");
+    let t = ucrypt(
+        &[
+            "open",
+            "--type",
+            "fvault2",
+            "--test-passphrase",
+            "--volume-key-file",
+            &v,
+            &p,
+        ],
+        None,
+    );
+    assert_eq!(t.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&t.stderr).contains("Cannot read 32 bytes from keyfile"));
+    // Only BitLocker and FileVault 2 take a volume key file here.
+    let t = ucrypt(
+        &["open", "--test-passphrase", "--volume-key-file", &v, &p],
+        None,
+    );
+    assert_eq!(t.status.code(), Some(1));
+}

@@ -39,6 +39,28 @@ pub fn bitlk_as_luks(e: bitlk::Error) -> luks::Error {
     luks::Error::new(kind, from_bitlk(e).to_string())
 }
 
+/// The first `len` bytes of `path`: a volume key file, read as
+/// cryptsetup's `tools_read_vk` reads it (and with its messages).
+pub fn read_volume_key(path: &Path, len: usize) -> Result<crypto::Secret> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("Cannot read keyfile {}.", path.display()),
+        )
+        .with_source(e)
+    })?;
+    let mut key = crypto::Secret::zeroed(len);
+    f.read_exact(&mut key[..]).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("Cannot read {len} bytes from keyfile {}.", path.display()),
+        )
+        .with_source(e)
+    })?;
+    Ok(key)
+}
+
 /// Reads the BitLocker metadata of `device` and checks what cryptsetup
 /// checks before it activates.
 pub fn load_bitlk_metadata(device: &Path) -> Result<(std::fs::File, Metadata)> {
@@ -56,19 +78,26 @@ pub fn load_bitlk_metadata(device: &Path) -> Result<(std::fs::File, Metadata)> {
 }
 
 /// The table of the BitLocker volume on `device`, unlocked with the key
-/// file's bytes (a `.BEK` file or a passphrase) or a prompted passphrase.
-/// `say` gets cryptsetup's size warning.
+/// file's bytes (a `.BEK` file or a passphrase) or a prompted passphrase,
+/// or with the volume key read from `volume_key_file` (`--volume-key-file`:
+/// the key's length of bytes, as cryptsetup reads it; BitLocker keeps no
+/// digest, so a wrong key maps garbage, as there). `say` gets cryptsetup's
+/// size warning.
 pub fn unlock_bitlk(
     device: &Path,
     key_file: Option<&Path>,
     range: KeyfileRange,
+    volume_key_file: Option<&Path>,
     mut say: impl FnMut(&str),
 ) -> Result<Targets> {
     let (mut f, m) = load_bitlk_metadata(device)?;
     let prompt = format!("Enter passphrase for {}: ", device.display());
-    let key = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
-        m.volume_key(pass).map_err(bitlk_as_luks)
-    })?;
+    let key = match volume_key_file {
+        Some(vk) => read_volume_key(vk, m.key_len())?,
+        None => luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+            m.volume_key(pass).map_err(bitlk_as_luks)
+        })?,
+    };
     let size = f
         .seek(SeekFrom::End(0))
         .map_err(|e| Error::new(ErrorKind::Io, "Cannot get the device size").with_source(e))?;

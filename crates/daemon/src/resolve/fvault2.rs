@@ -51,17 +51,23 @@ pub fn load_fvault2_metadata(device: &Path) -> Result<(std::fs::File, Metadata)>
 }
 
 /// The table of the FileVault 2 volume on `device`, unlocked with the key
-/// file's bytes or a prompted passphrase.
+/// file's bytes or a prompted passphrase, or with the 32-byte volume key
+/// read from `volume_key_file` (`--volume-key-file`; no digest to check
+/// it against, as in cryptsetup).
 pub fn unlock_fvault2(
     device: &Path,
     key_file: Option<&Path>,
     range: KeyfileRange,
+    volume_key_file: Option<&Path>,
 ) -> Result<Targets> {
     let (mut f, m) = load_fvault2_metadata(device)?;
     let prompt = format!("Enter passphrase for {}: ", device.display());
-    let key = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
-        m.volume_key(pass).map_err(fvault2_as_luks)
-    })?;
+    let key = match volume_key_file {
+        Some(vk) => super::bitlk::read_volume_key(vk, fvault2::VOLUME_KEY_LEN)?,
+        None => luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+            m.volume_key(pass).map_err(fvault2_as_luks)
+        })?,
+    };
     let size = f
         .seek(SeekFrom::End(0))
         .map_err(|e| Error::new(ErrorKind::Io, "Cannot get the device size").with_source(e))?;

@@ -120,6 +120,12 @@ pub struct Mapping<'a> {
     pub header: Option<&'a Path>,
     /// `--key-file`: the passphrase, or a plain table's raw key.
     pub key_file: Option<&'a Path>,
+    /// Every `--key-file` given: a TrueCrypt volume's keyfiles (the other
+    /// types take one, `key_file`).
+    pub keyfiles: &'a [std::path::PathBuf],
+    /// `--volume-key-file`: a BitLocker or FileVault 2 volume key, no
+    /// passphrase.
+    pub volume_key_file: Option<&'a Path>,
     /// `--key-slot`.
     pub key_slot: Option<u32>,
     /// Plain-mode options and the key-file range.
@@ -176,6 +182,13 @@ impl Mapping<'_> {
     fn check(&self, kind: VolumeType) -> Result<()> {
         let p = &self.plain;
         let plain = kind == VolumeType::Plain;
+        if self.volume_key_file.is_some()
+            && !matches!(kind, VolumeType::Bitlk | VolumeType::Fvault2)
+        {
+            return Err(invalid(
+                "--volume-key-file is supported for BITLK and FVAULT2 devices only.",
+            ));
+        }
         if self.test_passphrase && plain {
             return Err(invalid(
                 "Option --test-passphrase is allowed only for open of LUKS, TCRYPT, BITLK and FVAULT2 devices.",
@@ -263,19 +276,18 @@ impl Mapping<'_> {
                 )));
             }
             let range = self.plain.range();
+            let vk = self.volume_key_file;
             let t = if kind == VolumeType::Bitlk {
-                unlock_bitlk(device, self.key_file, range, &mut say)?
+                unlock_bitlk(device, self.key_file, range, vk, &mut say)?
             } else {
-                unlock_fvault2(device, self.key_file, range)?
+                unlock_fvault2(device, self.key_file, range, vk)?
             };
             return Ok((t, kind));
         }
         if kind == VolumeType::Tcrypt {
-            let keyfiles: Vec<std::path::PathBuf> =
-                self.key_file.iter().map(|p| p.to_path_buf()).collect();
             let given = crate::tcrypt::Given {
                 device,
-                keyfiles: &keyfiles,
+                keyfiles: self.keyfiles,
                 hash: self.plain.hash.as_deref(),
                 cipher: self.plain.cipher.as_deref(),
                 args: &self.tcrypt,
