@@ -47,17 +47,13 @@ fn ctime_local(t: i64) -> String {
 /// The local time zone's offset from UTC at `t`, in seconds (0 if the C
 /// library cannot tell).
 fn local_offset(t: i64) -> i64 {
-    let Ok(tt) = libc::time_t::try_from(t) else {
-        return 0;
-    };
+    // time_t is 64 bits on every target ucrypt builds for.
+    let tt = t as libc::time_t;
     let mut tm = std::mem::MaybeUninit::<libc::tm>::zeroed();
-    // SAFETY: `tzset` takes no arguments (it reads TZ and the zone files);
-    // `localtime_r` reads `tt` and writes only the `tm` it is given, both
-    // live locals here, and is the reentrant form (no shared buffer).
-    let r = unsafe {
-        libc::tzset();
-        libc::localtime_r(&tt, tm.as_mut_ptr())
-    };
+    // SAFETY: `localtime_r` reads `tt` and writes only the `tm` it is
+    // given, both live locals here, and is the reentrant form (no shared
+    // buffer); glibc's reads TZ and the zone files on first use.
+    let r = unsafe { libc::localtime_r(&tt, tm.as_mut_ptr()) };
     if r.is_null() {
         return 0;
     }
