@@ -28,35 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::{Backend, Caps, Error, ErrorKind};
-
-/// One kind of backend operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OpKind {
-    /// `read_at`
-    Read,
-    /// `write_at` (FUA or not)
-    Write,
-    /// `flush`
-    Flush,
-    /// `discard`
-    Discard,
-    /// `write_zeroes`
-    WriteZeroes,
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OpKind::Read => "read",
-            OpKind::Write => "write",
-            OpKind::Flush => "flush",
-            OpKind::Discard => "discard",
-            OpKind::WriteZeroes => "write-zeroes",
-        })
-    }
-}
+use crate::{Backend, Caps, Error, ErrorKind, OpKind};
 
 /// A set of [`OpKind`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

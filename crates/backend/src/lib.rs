@@ -71,13 +71,15 @@ mod fault;
 mod file;
 mod lend;
 mod mem;
+mod op;
 mod page_alloc;
 pub mod rbd;
 
 #[cfg(feature = "testing")]
-pub use fault::{FaultBackend, FaultRule, OpCounts, OpKind, OpKinds, RuleId, Trigger};
+pub use fault::{FaultBackend, FaultRule, OpCounts, OpKinds, RuleId, Trigger};
 pub use file::{Claim, DirectIo, FileBackend, FileOptions, FileStats, FuaMode, IoEngine, HOP_MIN};
 pub use mem::MemBackend;
+pub use op::OpKind;
 pub use page_alloc::PageAlignLarge;
 pub use rbd::RbdBackend;
 
@@ -593,7 +595,7 @@ pub enum ErrorKind {
     },
     /// An error injected by `FaultBackend` (the `testing` feature).
     #[cfg(feature = "testing")]
-    #[error("Injected {op} fault at offset {offset} length {len}")]
+    #[error("Injected {} fault at offset {offset} length {len}", op.name())]
     Injected {
         /// Operation that failed.
         op: OpKind,

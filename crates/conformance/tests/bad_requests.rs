@@ -4,7 +4,7 @@
 //! must answer it the same way:
 //!
 //! * NBD, in process over a unix socket with a raw client: the row's errno
-//!   in the protocol's vocabulary (`nbd::proto::error_code`);
+//!   in the protocol's vocabulary (`datapath::nbd_error_of`);
 //! * ublk, through its translation (`ublk::translate`, the engine, then
 //!   `ublk::completion_result`): `-errno`;
 //! * vhost-user-blk, through libblkio's `virtio-blk-vhost-user` client
@@ -204,8 +204,6 @@ impl Frontends {
         let export = nbd::ExportConfig {
             name: "t".into(),
             description: "bad requests".into(),
-            read_only,
-            allow_trim: allow_discards,
         };
         let server =
             nbd::Server::start(engine.clone(), export, nbd::Endpoint::Unix(socket.clone()))
@@ -215,8 +213,6 @@ impl Frontends {
         let fuse = with_fuse.then(|| {
             let cfg = ExportConfig {
                 file_name: "disk".into(),
-                read_only,
-                allow_discards,
                 threads: 1,
             };
             std::fs::create_dir(dir.join("mnt")).expect("mountpoint");
@@ -446,7 +442,7 @@ fn every_frontend_answers_bad_requests_alike() {
         {
             ran += 1;
             cookie += 1;
-            let want = proto::error_code(c.errno);
+            let want = datapath::nbd_error_of(c.errno);
             let got = via_nbd(&mut s, c, cookie);
             if got != want {
                 failures.push(format!("{}: NBD answered {got}, not {want}", c.name));

@@ -92,35 +92,11 @@ pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
         Op::Flush => return Ok(Work::Flush),
     };
     let fail = |e| Err((dir, e));
-    if kind.modifies() && ctx.cfg.read_only {
-        return fail(Error::ReadOnly { op: kind });
+    if let Err(e) = refuse_op(ctx.cfg.read_only, ctx.cfg.allow_discards, kind, len, fua) {
+        return fail(e);
     }
-    if fua && kind == OpKind::Read {
-        return fail(Error::FuaOnRead);
-    }
-    if kind == OpKind::Discard && !ctx.cfg.allow_discards {
-        return fail(Error::DiscardDisabled);
-    }
-    if matches!(kind, OpKind::Read | OpKind::Write) && len > MAX_REQUEST_BYTES {
-        return fail(Error::TooLarge {
-            op: kind,
-            len,
-            max: MAX_REQUEST_BYTES,
-        });
-    }
-    let ss = ctx.sector_size as u64;
-    if offset % ss != 0 || len % ss != 0 {
-        return fail(Error::Misaligned {
-            sector_size: ctx.sector_size,
-        });
-    }
-    if offset.checked_add(len).is_none_or(|end| end > ctx.size) {
-        return fail(Error::OutOfRange {
-            op: kind,
-            offset,
-            len,
-            size: ctx.size,
-        });
+    if let Err(e) = refuse_at(ctx.sector_size, ctx.size, kind, offset, len) {
+        return fail(e);
     }
     let range = SectorRange {
         sector: offset / 512,
@@ -139,4 +115,58 @@ pub(crate) fn check(ctx: &Ctx, req: Request) -> Result<Work, (Dir, Error)> {
         Op::Discard { .. } => Work::Discard(range),
         Op::Flush => Work::Flush,
     })
+}
+
+/// The refusals that depend on the operation and its length only, in the
+/// order the choke point applies them: read-only, FUA on a read, discards
+/// off, too large. Shared with [`Export::check_op`](crate::Export::check_op).
+pub(crate) fn refuse_op(
+    read_only: bool,
+    allow_discards: bool,
+    kind: OpKind,
+    len: u64,
+    fua: bool,
+) -> Result<(), Error> {
+    if kind.modifies() && read_only {
+        return Err(Error::ReadOnly { op: kind });
+    }
+    if fua && kind == OpKind::Read {
+        return Err(Error::FuaOnRead);
+    }
+    if kind == OpKind::Discard && !allow_discards {
+        return Err(Error::DiscardDisabled);
+    }
+    if matches!(kind, OpKind::Read | OpKind::Write) && len > MAX_REQUEST_BYTES {
+        return Err(Error::TooLarge {
+            op: kind,
+            len,
+            max: MAX_REQUEST_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// The refusals that depend on where the request lies, after
+/// [`refuse_op`]'s: misaligned, then out of range. Shared with
+/// [`Export::check`](crate::Export::check).
+pub(crate) fn refuse_at(
+    sector_size: u32,
+    size: u64,
+    kind: OpKind,
+    offset: u64,
+    len: u64,
+) -> Result<(), Error> {
+    let ss = u64::from(sector_size);
+    if offset % ss != 0 || len % ss != 0 {
+        return Err(Error::Misaligned { sector_size });
+    }
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(Error::OutOfRange {
+            op: kind,
+            offset,
+            len,
+            size,
+        });
+    }
+    Ok(())
 }

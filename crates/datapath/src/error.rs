@@ -1,9 +1,11 @@
 //! The engine's one error type, and the one table that turns it into an
-//! errno.
+//! errno, with NBD's codes next to it.
 //!
 //! Every frontend answers a failed request through [`Error::errno`]: FUSE and
-//! ublk reply with it directly, NBD reduces it to the protocol's smaller set
-//! of codes (`nbd::nbd_errno`). The table follows nbdkit's
+//! ublk reply with it directly, vhost-user-blk picks its status by it
+//! (`vhost_blk::request::status_of`), NBD reduces it to the protocol's
+//! smaller set of codes ([`Error::nbd_error`], [`nbd_error_of`]). The table
+//! follows nbdkit's
 //! `server/protocol.c` (`validate_request`) and the NBD protocol document's
 //! "Error values", which agree with what the Linux block layer returns for
 //! the same requests:
@@ -24,6 +26,14 @@
 //! (NBD has no `EROFS` or `EOPNOTSUPP` for these: the protocol says a write
 //! to a read-only export is `NBD_EPERM`, and that `NBD_ENOTSUP` is only for
 //! fast zeroes; an unsupported command is `NBD_EINVAL`.)
+//!
+//! An errno from the backend reaches NBD through [`nbd_error_of`]
+//! (proto.md "Error values"): the codes the protocol has pass through;
+//! `EROFS` and `EACCES` are `EPERM`, `EDQUOT` and `EFBIG` are `ENOSPC`;
+//! `EOPNOTSUPP` and `EOVERFLOW` are `EINVAL` (the protocol keeps
+//! `NBD_ENOTSUP` for fast zeroes and `NBD_EOVERFLOW` for
+//! `NBD_CMD_FLAG_DF`, neither of which is offered); anything else is
+//! `EIO`.
 
 use std::io;
 
@@ -104,6 +114,34 @@ impl Error {
             Error::Io(e) => os_errno(e).unwrap_or(libc::EIO),
         }
     }
+
+    /// The NBD error code a frontend answers this error with: its
+    /// [`errno`](Error::errno) in the protocol's vocabulary
+    /// ([`nbd_error_of`]).
+    pub fn nbd_error(&self) -> u32 {
+        nbd_error_of(self.errno())
+    }
+}
+
+/// The NBD error code for an errno (the table in the module
+/// documentation). The values are the protocol's (`NBD_EPERM` = 1, ...),
+/// which are Linux's numbers.
+pub fn nbd_error_of(errno: i32) -> u32 {
+    const EPERM: u32 = 1;
+    const EIO: u32 = 5;
+    const ENOMEM: u32 = 12;
+    const EINVAL: u32 = 22;
+    const ENOSPC: u32 = 28;
+    const ESHUTDOWN: u32 = 108;
+    match errno {
+        libc::EPERM | libc::EROFS | libc::EACCES => EPERM,
+        libc::EIO => EIO,
+        libc::ENOMEM => ENOMEM,
+        libc::EINVAL | libc::EOPNOTSUPP | libc::EOVERFLOW => EINVAL,
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG => ENOSPC,
+        libc::ESHUTDOWN => ESHUTDOWN,
+        _ => EIO,
+    }
 }
 
 /// The errno carried by an io::Error or by any error in its source chain
@@ -162,6 +200,39 @@ mod tests {
         let wrapped = io::Error::other(io::Error::from_raw_os_error(libc::EROFS));
         assert_eq!(Error::Io(wrapped).errno(), libc::EROFS);
         assert_eq!(Error::Io(io::Error::other("no errno")).errno(), libc::EIO);
+    }
+
+    #[test]
+    fn nbd_codes() {
+        let oor = |op| Error::OutOfRange {
+            op,
+            offset: 0,
+            len: 1,
+            size: 0,
+        };
+        // proto.md "Error values": ENOSPC for writes past the end, EINVAL
+        // for reads and trims past the end and for misaligned requests,
+        // EPERM for writes to a read-only export.
+        assert_eq!(oor(OpKind::Read).nbd_error(), 22);
+        assert_eq!(oor(OpKind::Discard).nbd_error(), 22);
+        assert_eq!(oor(OpKind::Write).nbd_error(), 28);
+        assert_eq!(oor(OpKind::WriteZeroes).nbd_error(), 28);
+        assert_eq!(Error::Misaligned { sector_size: 4096 }.nbd_error(), 22);
+        for op in [OpKind::Write, OpKind::WriteZeroes, OpKind::Discard] {
+            assert_eq!(Error::ReadOnly { op }.nbd_error(), 1);
+        }
+        assert_eq!(Error::DiscardDisabled.nbd_error(), 22);
+        assert_eq!(Error::FuaOnRead.nbd_error(), 22);
+        assert_eq!(Error::Shutdown.nbd_error(), 108);
+        let os = |n| Error::Io(io::Error::from_raw_os_error(n)).nbd_error();
+        assert_eq!(os(libc::ENOSPC), 28);
+        assert_eq!(os(libc::EDQUOT), 28);
+        assert_eq!(os(libc::EFBIG), 28);
+        assert_eq!(os(libc::EACCES), 1);
+        assert_eq!(os(libc::ENOMEM), 12);
+        assert_eq!(os(libc::EOVERFLOW), 22);
+        assert_eq!(os(libc::ENXIO), 5);
+        assert_eq!(Error::Io(io::Error::other("x")).nbd_error(), 5);
     }
 
     #[test]

@@ -42,6 +42,11 @@
 //!      then the caller's `done`
 //! ```
 //!
+//! Frontends ask an [`Export`] (built once per export from the engine and
+//! the serving options) what they may advertise, and refuse a request
+//! before submitting it only through it: its refusals are the choke
+//! point's own (`check.rs`), so no frontend builds an [`Error`] itself.
+//!
 //! A volume without a cipher (`crypt: None`, the raw baseline) is a plain
 //! linear mapping: every mode passes it straight to the backend inline.
 //!
@@ -74,6 +79,7 @@ mod config;
 mod cpu;
 mod engine;
 mod error;
+mod export;
 mod gate;
 mod mode;
 mod queue;
@@ -85,7 +91,8 @@ pub use config::{
     CryptMode, EngineConfig, Mapping, PerfFlags, Target, Volume, DEFAULT_MAX_IO_SIZE,
 };
 pub use engine::Engine;
-pub use error::Error;
+pub use error::{nbd_error_of, Error};
+pub use export::Export;
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};
 pub use request::{Completion, Hint, Op, OpKind, Request};
 pub use stats::{DirStats, Latency, ModeCounts, Stats};

@@ -1,7 +1,7 @@
 //! What a frontend hands the engine: a [`Request`] (an [`Op`] at a byte
 //! offset) and what it gets back, a [`Completion`].
 
-use std::fmt;
+pub use backend::OpKind;
 
 use crate::Error;
 
@@ -43,48 +43,6 @@ impl Op {
             Op::Discard { .. } => OpKind::Discard,
             Op::WriteZeroes { .. } => OpKind::WriteZeroes,
         }
-    }
-}
-
-/// An [`Op`] without its payload, as errors report it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OpKind {
-    /// [`Op::Read`]
-    Read,
-    /// [`Op::Write`]
-    Write,
-    /// [`Op::Flush`]
-    Flush,
-    /// [`Op::Discard`]
-    Discard,
-    /// [`Op::WriteZeroes`]
-    WriteZeroes,
-}
-
-impl OpKind {
-    /// True for the operations that store data (write, write-zeroes): the
-    /// ones that answer "no space" past the end of the device.
-    pub fn writes_data(self) -> bool {
-        matches!(self, OpKind::Write | OpKind::WriteZeroes)
-    }
-
-    /// True for the operations that change the device (refused on a
-    /// read-only engine).
-    pub fn modifies(self) -> bool {
-        matches!(self, OpKind::Write | OpKind::WriteZeroes | OpKind::Discard)
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OpKind::Read => "Read",
-            OpKind::Write => "Write",
-            OpKind::Flush => "Flush",
-            OpKind::Discard => "Discard",
-            OpKind::WriteZeroes => "Write-zeroes",
-        })
     }
 }
 

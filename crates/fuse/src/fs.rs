@@ -8,14 +8,14 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use datapath::{Engine, Error as DpError, Op, OpKind, Request as IoRequest};
+use datapath::{Engine, Export as View, Op, OpKind, Request as IoRequest};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
 
-use crate::{fuse_errno, ExportConfig};
+use crate::ExportConfig;
 
 const ROOT: INodeNo = INodeNo::ROOT;
 const FILE: INodeNo = INodeNo(2);
@@ -23,6 +23,8 @@ const TTL: Duration = Duration::from_secs(1);
 
 pub(crate) struct Fs {
     engine: Arc<Engine>,
+    /// What the export allows, and its refusals.
+    view: View,
     cfg: ExportConfig,
     sector: u64,
     uid: u32,
@@ -94,11 +96,12 @@ impl WriteGate {
 }
 
 impl Fs {
-    pub(crate) fn new(engine: Arc<Engine>, cfg: ExportConfig) -> Self {
-        let sector = u64::from(engine.sector_size().max(512));
+    pub(crate) fn new(view: View, cfg: ExportConfig) -> Self {
+        let sector = u64::from(view.sector_size().max(512));
         let (uid, gid) = owner();
         Self {
-            engine,
+            engine: Arc::clone(view.engine()),
+            view,
             cfg,
             sector,
             uid,
@@ -111,12 +114,12 @@ impl Fs {
     /// The device's size now (a live `resize` shows once the kernel's
     /// attribute cache, [`TTL`], expires).
     fn size(&self) -> u64 {
-        self.engine.size()
+        self.view.size()
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
         let file = ino == FILE;
-        let write_bits = if self.cfg.read_only { 0 } else { 0o200 };
+        let write_bits = if self.view.read_only() { 0 } else { 0o200 };
         FileAttr {
             ino,
             size: if file { self.size() } else { 0 },
@@ -154,7 +157,7 @@ impl Fs {
                 start,
                 u32::try_from(end - start).map_err(|_| Errno::EINVAL)?,
             )
-            .map_err(|e| fuse_errno(&e))?;
+            .map_err(|e| errno(&e))?;
         all.truncate((offset + len - start) as usize);
         Ok(all.split_off((offset - start) as usize))
     }
@@ -172,12 +175,10 @@ impl Fs {
                 start,
                 u32::try_from(end - start).map_err(|_| Errno::EINVAL)?,
             )
-            .map_err(|e| fuse_errno(&e))?;
+            .map_err(|e| errno(&e))?;
         let at = (offset - start) as usize;
         buf[at..at + data.len()].copy_from_slice(data);
-        self.engine
-            .write(start, buf, fua)
-            .map_err(|e| fuse_errno(&e))
+        self.engine.write(start, buf, fua).map_err(|e| errno(&e))
     }
 
     // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
@@ -185,6 +186,26 @@ impl Fs {
     fn aligned(&self, offset: u64, len: u64) -> bool {
         offset % self.sector == 0 && len % self.sector == 0
     }
+
+    /// The whole sectors `offset..offset + len` touches, as `(start, len)`:
+    /// the request as it reaches the engine (widened, or read-modify-
+    /// written). A range past `u64::MAX` ends at the last whole sector,
+    /// so it is out of range, not misaligned.
+    fn widen(&self, offset: u64, len: u64) -> (u64, u64) {
+        let s = self.sector;
+        let start = offset / s * s;
+        let end = offset
+            .checked_add(len)
+            .and_then(|e| e.checked_next_multiple_of(s))
+            .unwrap_or(u64::MAX / s * s);
+        (start, end - start)
+    }
+}
+
+/// The errno of an engine error as fuser's type ([`datapath::Error::errno`],
+/// the table every frontend shares).
+fn errno(e: &datapath::Error) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 fn owner() -> (u32, u32) {
@@ -254,8 +275,10 @@ impl Filesystem for Fs {
         if ino != FILE {
             return reply.error(Errno::EISDIR);
         }
-        if self.cfg.read_only && flags.acc_mode() != OpenAccMode::O_RDONLY {
-            return reply.error(fuse_errno(&DpError::ReadOnly { op: OpKind::Write }));
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            if let Err(e) = self.view.check_op(OpKind::Write, 0) {
+                return reply.error(errno(&e));
+            }
         }
         let mut f = FopenFlags::empty();
         if flags.0 & libc::O_DIRECT != 0 {
@@ -297,7 +320,7 @@ impl Filesystem for Fs {
         self.engine.submit(req, move |res| match res {
             Ok(Some(d)) => reply.data(&d),
             Ok(None) => reply.error(Errno::EIO),
-            Err(e) => reply.error(fuse_errno(&e)),
+            Err(e) => reply.error(errno(&e)),
         });
     }
 
@@ -316,23 +339,25 @@ impl Filesystem for Fs {
         if ino != FILE {
             return reply.error(Errno::EISDIR);
         }
-        if self.cfg.read_only {
-            return reply.error(fuse_errno(&DpError::ReadOnly { op: OpKind::Write }));
+        if let Err(e) = self.view.check_op(OpKind::Write, data.len() as u64) {
+            return reply.error(errno(&e));
         }
         if data.is_empty() {
             return reply.written(0);
         }
+        // A write running past the end is shortened, as on a block device;
+        // one starting at or past the end is refused as the engine refuses
+        // the sectors it would write.
         let end = self.size();
-        if offset >= end {
-            return reply.error(fuse_errno(&DpError::OutOfRange {
-                op: OpKind::Write,
-                offset,
-                len: data.len() as u64,
-                size: end,
-            }));
+        let len = if offset < end {
+            (data.len() as u64).min(end - offset) as usize
+        } else {
+            data.len()
+        };
+        let (start, whole) = self.widen(offset, len as u64);
+        if let Err(e) = self.view.check(OpKind::Write, start, whole) {
+            return reply.error(errno(&e));
         }
-        // A write running past the end is shortened, as on a block device.
-        let len = (data.len() as u64).min(end - offset) as usize;
         let data = &data[..len];
         let fua = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         if !self.aligned(offset, len as u64) {
@@ -354,7 +379,7 @@ impl Filesystem for Fs {
             gate.leave();
             match res {
                 Ok(_) => reply.written(len as u32),
-                Err(e) => reply.error(fuse_errno(&e)),
+                Err(e) => reply.error(errno(&e)),
             }
         });
     }
@@ -386,7 +411,7 @@ impl Filesystem for Fs {
         };
         self.engine.submit(req, move |res| match res {
             Ok(_) => reply.ok(),
-            Err(e) => reply.error(fuse_errno(&e)),
+            Err(e) => reply.error(errno(&e)),
         });
     }
 
@@ -458,34 +483,22 @@ impl Filesystem for Fs {
         } else {
             return reply.error(Errno::EOPNOTSUPP);
         };
-        // Refused as the engine refuses them (one errno table); a
-        // preallocation counts as a write.
-        let refuse = |reply: ReplyEmpty, e: DpError| reply.error(fuse_errno(&e));
-        let op = kind.unwrap_or(OpKind::Write);
-        if self.cfg.read_only {
-            return refuse(reply, DpError::ReadOnly { op });
+        // Refused as the engine refuses the sectors they cover (the size
+        // is fixed: growing is impossible); a preallocation is refused as
+        // a write-zeroes is (a write's errno, and no request-size limit).
+        let (start, whole) = self.widen(offset, length);
+        if let Err(e) = self
+            .view
+            .check(kind.unwrap_or(OpKind::WriteZeroes), start, whole)
+        {
+            return reply.error(errno(&e));
         }
-        if kind == Some(OpKind::Discard) && !self.cfg.allow_discards {
-            return refuse(reply, DpError::DiscardDisabled);
-        }
-        let Some(end) = offset.checked_add(length).filter(|&e| e <= self.size()) else {
-            // The size is fixed: growing is impossible.
-            return refuse(
-                reply,
-                DpError::OutOfRange {
-                    op,
-                    offset,
-                    len: length,
-                    size: self.size(),
-                },
-            );
-        };
         let Some(kind) = kind else {
             // Everything inside the device is already allocated.
             return reply.ok();
         };
         // Only whole sectors; the kernel (loop) falls back to writing zeroes.
-        if !self.aligned(offset, end - offset) || length > u64::from(u32::MAX) / 2 {
+        if !self.aligned(offset, length) || length > u64::from(u32::MAX) / 2 {
             return reply.error(Errno::EOPNOTSUPP);
         }
         let len = length as u32;
@@ -505,7 +518,7 @@ impl Filesystem for Fs {
                 gate.leave();
                 match res {
                     Ok(_) => reply.ok(),
-                    Err(e) => reply.error(fuse_errno(&e)),
+                    Err(e) => reply.error(errno(&e)),
                 }
             },
         );

@@ -19,18 +19,20 @@
 //! `fallocate` punch-hole / zero-range map to discard / write-zeroes.
 //!
 //! Built on the `fuser` crate (pure-Rust mount; no libfuse needed). This
-//! file mounts and unmounts; `fs.rs` answers the kernel's requests. Errors
-//! reach the kernel as [`datapath::Error::errno`], the table every frontend
-//! shares, through [`fuse_errno`].
+//! file mounts and unmounts; `fs.rs` answers the kernel's requests. What
+//! the file allows (read-only, punch-hole) is the [`datapath::Export`] it
+//! serves, and every refusal before submission is that view's
+//! ([`datapath::Export::check`] on the whole sectors a request covers), so
+//! it is the engine's own. Errors reach the kernel as
+//! [`datapath::Error::errno`], the table every frontend shares.
 #![forbid(unsafe_code)]
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
-use datapath::Engine;
-use fuser::{BackgroundSession, Config, Errno, MountOption};
+use datapath::Export as View;
+use fuser::{BackgroundSession, Config, MountOption};
 
 mod fs;
 
@@ -74,15 +76,13 @@ pub enum Error {
     },
 }
 
-/// How the export looks.
+/// How the export looks. What it allows (read-only: writes refused with
+/// `EROFS` and a read-only mount; punch-hole passed down as discards) is
+/// the [`datapath::Export`] given to [`Export::mount`].
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
     /// Name of the single file inside the mountpoint.
     pub file_name: String,
-    /// Refuse writes (`EROFS`) and mount read-only.
-    pub read_only: bool,
-    /// Pass `fallocate(PUNCH_HOLE)` down as discards.
-    pub allow_discards: bool,
     /// FUSE session threads (each with its own cloned /dev/fuse fd).
     pub threads: usize,
 }
@@ -99,7 +99,12 @@ impl Export {
     /// directory ([`Error::NoMountpoint`], [`Error::Occupied`] otherwise:
     /// nothing is created, and nothing is hidden under the mount). A stale
     /// mount left there by a crashed daemon is detached first.
-    pub fn mount(engine: Arc<Engine>, mountpoint: &Path, cfg: ExportConfig) -> Result<Self, Error> {
+    pub fn mount(
+        view: impl Into<View>,
+        mountpoint: &Path,
+        cfg: ExportConfig,
+    ) -> Result<Self, Error> {
+        let view = view.into();
         let merr = |source| Error::Mount {
             path: mountpoint.to_owned(),
             source,
@@ -125,7 +130,7 @@ impl Export {
             MountOption::NoDev,
             MountOption::NoSuid,
         ];
-        options.push(if cfg.read_only {
+        options.push(if view.read_only() {
             MountOption::RO
         } else {
             MountOption::RW
@@ -134,7 +139,7 @@ impl Export {
         config.mount_options = options;
         config.n_threads = Some(cfg.threads.max(1));
         config.clone_fd = cfg.threads > 1;
-        let fs = Fs::new(engine, cfg);
+        let fs = Fs::new(view, cfg);
         let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(merr)?;
         Ok(Self {
             mountpoint: mountpoint.to_owned(),
@@ -248,12 +253,6 @@ fn unmount(path: &Path, lazy: bool) -> Result<(), Error> {
     })
 }
 
-/// Maps an engine error to the errno returned to the kernel:
-/// [`datapath::Error::errno`], the table every frontend shares.
-pub fn fuse_errno(err: &datapath::Error) -> Errno {
-    Errno::from_i32(err.errno())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,25 +279,5 @@ mod tests {
         std::fs::create_dir(&empty).unwrap();
         check_mountpoint(&empty).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn errno_mapping() {
-        use datapath::{Error as E, OpKind};
-        let oor = |op| E::OutOfRange {
-            op,
-            offset: 0,
-            len: 1,
-            size: 0,
-        };
-        assert_eq!(fuse_errno(&oor(OpKind::Write)), Errno::ENOSPC);
-        assert_eq!(fuse_errno(&oor(OpKind::Read)), Errno::EINVAL);
-        assert_eq!(fuse_errno(&E::ReadOnly { op: OpKind::Write }), Errno::EROFS);
-        assert_eq!(
-            fuse_errno(&E::Io(io::Error::from_raw_os_error(libc::ENOSPC))),
-            Errno::ENOSPC
-        );
-        assert_eq!(fuse_errno(&E::Io(io::Error::other("x"))), Errno::EIO);
-        assert_eq!(fuse_errno(&E::DiscardDisabled), Errno::EOPNOTSUPP);
     }
 }

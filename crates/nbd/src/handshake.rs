@@ -123,7 +123,7 @@ pub(crate) fn options(
                     ));
                 }
                 let mut b = Vec::with_capacity(134);
-                b.extend_from_slice(&shared.engine.size().to_be_bytes());
+                b.extend_from_slice(&shared.view.size().to_be_bytes());
                 b.extend_from_slice(&flags.to_be_bytes());
                 if !no_zeroes {
                     b.extend_from_slice(&[0u8; 124]);
@@ -228,10 +228,10 @@ fn transmission_flags(shared: &Shared) -> u16 {
         | proto::FLAG_SEND_FUA
         | proto::FLAG_SEND_WRITE_ZEROES
         | proto::FLAG_CAN_MULTI_CONN;
-    if shared.export.read_only {
+    if shared.view.read_only() {
         f |= proto::FLAG_READ_ONLY;
     }
-    if shared.export.allow_trim && !shared.export.read_only {
+    if shared.view.allows_discards() {
         f |= proto::FLAG_SEND_TRIM;
     }
     f
@@ -243,15 +243,15 @@ fn info_items(req: &proto::InfoRequest, flags: u16, shared: &Shared) -> Vec<Vec<
     let mut items = Vec::new();
     let mut export = Vec::with_capacity(12);
     export.extend_from_slice(&proto::INFO_EXPORT.to_be_bytes());
-    export.extend_from_slice(&shared.engine.size().to_be_bytes());
+    export.extend_from_slice(&shared.view.size().to_be_bytes());
     export.extend_from_slice(&flags.to_be_bytes());
     items.push(export);
 
-    let ss = shared.engine.sector_size();
+    let v = &shared.view;
     let mut bs = Vec::with_capacity(14);
     bs.extend_from_slice(&proto::INFO_BLOCK_SIZE.to_be_bytes());
-    bs.extend_from_slice(&ss.to_be_bytes()); // minimum: the volume's sector size
-    bs.extend_from_slice(&ss.max(4096).to_be_bytes()); // preferred
+    bs.extend_from_slice(&v.sector_size().to_be_bytes()); // minimum: the volume's sector size
+    bs.extend_from_slice(&v.preferred_block_size().to_be_bytes()); // preferred
     bs.extend_from_slice(&proto::MAX_PAYLOAD.to_be_bytes()); // maximum
     items.push(bs);
 

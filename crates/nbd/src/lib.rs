@@ -18,10 +18,12 @@
 //!                               ◄──── completion: simple reply ────┘
 //! ```
 //!
-//! Errors from the engine become NBD error codes in one function,
-//! [`nbd_errno`]: the engine's errno ([`datapath::Error::errno`], whose
-//! table is the one every frontend shares) reduced to the protocol's codes
-//! by [`proto::error_code`].
+//! What the export allows (read-only, trim, block sizes, the request size
+//! limit) is the [`datapath::Export`] it serves: advertised in the
+//! handshake, and every refusal before submission is the view's
+//! ([`datapath::Export::check_op`]), so it is the engine's own. Errors
+//! become NBD error codes by [`datapath::Error::nbd_error`], next to the
+//! errno table every frontend shares.
 //!
 //! Modules: `server` (listener, connections, shutdown), `handshake` (the
 //! option phase), `tls` (credentials, handshake, the TLS pump), `transmit`
@@ -69,7 +71,8 @@ pub mod internal {
         /// Plays `data[1..]` as everything a client sends after the
         /// greeting (flags, options, and requests if it gets that far)
         /// against `engine`, and returns what the server sent. `data[0]`
-        /// picks the export: bit 0 read-only, bit 1 trim, bit 2 `tls`
+        /// picks the export: bit 0 read-only, bit 1 trim (where the engine
+        /// allows discards), bit 2 `tls`
         /// (whose mode is then in force) instead of plaintext.
         pub fn session(engine: &Arc<Engine>, tls: &TlsConfig, data: &[u8]) -> Vec<u8> {
             let Some((&sel, client)) = data.split_first() else {
@@ -99,9 +102,10 @@ pub mod internal {
             let export = ExportConfig {
                 name: "fuzz".into(),
                 description: "fuzz".into(),
-                read_only: sel & 1 != 0,
-                allow_trim: sel & 2 != 0,
             };
+            let view = datapath::Export::new(Arc::clone(engine))
+                .with_read_only(sel & 1 != 0)
+                .with_discards(sel & 2 != 0);
             let opts = ServerOptions {
                 tls: if sel & 4 != 0 {
                     tls.clone()
@@ -122,7 +126,7 @@ pub mod internal {
             if sent == client.len() {
                 let _ = peer.shutdown(Shutdown::Write);
                 let d = Drain::register(peer);
-                let _ = serve_one(Arc::clone(engine), export, opts, server, true);
+                let _ = serve_one(view, export, opts, server, true);
                 return d.finish();
             }
             // Rare (an input larger than the socket buffer): a thread
@@ -139,7 +143,7 @@ pub mod internal {
                 let _ = r.read_to_end(&mut out);
                 out
             });
-            let _ = serve_one(Arc::clone(engine), export, opts, server, true);
+            let _ = serve_one(view, export, opts, server, true);
             let _ = writer.join();
             reader.join().unwrap_or_default()
         }
@@ -258,52 +262,5 @@ impl Error {
             endpoint: endpoint.to_owned(),
             source,
         }
-    }
-}
-
-/// Maps an engine error to the NBD error code sent to the client: its
-/// errno ([`datapath::Error::errno`]) in the protocol's vocabulary
-/// ([`proto::error_code`]). The one place this translation lives.
-pub fn nbd_errno(err: &datapath::Error) -> u32 {
-    proto::error_code(err.errno())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errno_mapping() {
-        use datapath::{Error as E, OpKind};
-        let oor = |op| E::OutOfRange {
-            op,
-            offset: 0,
-            len: 1,
-            size: 0,
-        };
-        // proto.md "Error values": ENOSPC for writes past the end, EINVAL
-        // for reads and trims past the end and for misaligned requests,
-        // EPERM for writes to a read-only export.
-        assert_eq!(nbd_errno(&oor(OpKind::Read)), proto::EINVAL);
-        assert_eq!(nbd_errno(&oor(OpKind::Discard)), proto::EINVAL);
-        assert_eq!(nbd_errno(&oor(OpKind::Write)), proto::ENOSPC);
-        assert_eq!(nbd_errno(&oor(OpKind::WriteZeroes)), proto::ENOSPC);
-        assert_eq!(
-            nbd_errno(&E::Misaligned { sector_size: 4096 }),
-            proto::EINVAL
-        );
-        for op in [OpKind::Write, OpKind::WriteZeroes, OpKind::Discard] {
-            assert_eq!(nbd_errno(&E::ReadOnly { op }), proto::EPERM);
-        }
-        assert_eq!(nbd_errno(&E::DiscardDisabled), proto::EINVAL);
-        assert_eq!(nbd_errno(&E::FuaOnRead), proto::EINVAL);
-        assert_eq!(nbd_errno(&E::Shutdown), proto::ESHUTDOWN);
-        let nospc = E::Io(io::Error::from_raw_os_error(libc::ENOSPC));
-        assert_eq!(nbd_errno(&nospc), proto::ENOSPC);
-        let quota = E::Io(io::Error::from_raw_os_error(libc::EDQUOT));
-        assert_eq!(nbd_errno(&quota), proto::ENOSPC);
-        let denied = E::Io(io::Error::from_raw_os_error(libc::EACCES));
-        assert_eq!(nbd_errno(&denied), proto::EPERM);
-        assert_eq!(nbd_errno(&E::Io(io::Error::other("x"))), proto::EIO);
     }
 }

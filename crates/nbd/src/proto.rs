@@ -116,24 +116,6 @@ pub const ENOTSUP: u32 = 95;
 /// `ESHUTDOWN`
 pub const ESHUTDOWN: u32 = 108;
 
-/// The NBD error code for an errno (proto.md "Error values"): the codes
-/// the protocol has pass through; `EROFS` and `EACCES` are `EPERM`,
-/// `EDQUOT` and `EFBIG` are `ENOSPC`; `EOPNOTSUPP` and `EOVERFLOW` are
-/// `EINVAL` (the protocol keeps `NBD_ENOTSUP` for fast zeroes and
-/// `NBD_EOVERFLOW` for `NBD_CMD_FLAG_DF`, neither of which is offered);
-/// anything else is `EIO`.
-pub fn error_code(errno: i32) -> u32 {
-    match errno {
-        libc::EPERM | libc::EROFS | libc::EACCES => EPERM,
-        libc::EIO => EIO,
-        libc::ENOMEM => ENOMEM,
-        libc::EINVAL | libc::EOPNOTSUPP | libc::EOVERFLOW => EINVAL,
-        libc::ENOSPC | libc::EDQUOT | libc::EFBIG => ENOSPC,
-        libc::ESHUTDOWN => ESHUTDOWN,
-        _ => EIO,
-    }
-}
-
 /// Largest request payload we accept (the protocol's customary 32 MiB).
 pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// Largest option payload we read; bigger options end the session.

@@ -45,7 +45,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use datapath::Engine;
+use datapath::{Engine, Export};
 
 use crate::handshake::{greet, options, Outcome};
 use crate::reuse::Writer;
@@ -73,17 +73,14 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// What the export looks like to clients.
+/// What the export is called. What it allows (read-only, trim, sizes) is
+/// the [`datapath::Export`] it serves.
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
     /// Export name; clients may also use the default (empty) name.
     pub name: String,
     /// Human-readable description (`NBD_INFO_DESCRIPTION`, `NBD_OPT_LIST`).
     pub description: String,
-    /// Advertise `NBD_FLAG_READ_ONLY` and refuse writes with `EPERM`.
-    pub read_only: bool,
-    /// Advertise `NBD_FLAG_SEND_TRIM` (the volume allows discards).
-    pub allow_trim: bool,
 }
 
 /// How the server runs: TLS and limits. `Default` is plaintext with the
@@ -192,6 +189,9 @@ pub struct Server {
 
 pub(crate) struct Shared {
     pub(crate) engine: Arc<Engine>,
+    /// What the export allows: advertised in the handshake, asked for
+    /// every request's refusals.
+    pub(crate) view: Export,
     pub(crate) export: ExportConfig,
     pub(crate) tls: TlsConfig,
     pub(crate) limits: Limits,
@@ -212,9 +212,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(engine: Arc<Engine>, export: ExportConfig, opts: ServerOptions) -> Self {
+    fn new(view: Export, export: ExportConfig, opts: ServerOptions) -> Self {
         Self {
-            engine,
+            engine: Arc::clone(view.engine()),
+            view,
             export,
             tls: opts.tls,
             limits: opts.limits,
@@ -237,47 +238,48 @@ impl Shared {
 /// every reply is sent. For a socket handed over by a supervisor, and for
 /// the fuzz targets.
 pub fn serve_connection(
-    engine: Arc<Engine>,
+    view: impl Into<Export>,
     export: ExportConfig,
     opts: ServerOptions,
     stream: UnixStream,
 ) -> Result<(), Error> {
-    serve_one(engine, export, opts, stream, false)
+    serve_one(view.into(), export, opts, stream, false)
 }
 
 /// [`serve_connection`], with the reply writer on a reused thread when
 /// `reuse_threads` (the fuzz entry points).
 pub(crate) fn serve_one(
-    engine: Arc<Engine>,
+    view: Export,
     export: ExportConfig,
     opts: ServerOptions,
     stream: UnixStream,
     reuse_threads: bool,
 ) -> Result<(), Error> {
-    let mut shared = Shared::new(engine, export, opts);
+    let mut shared = Shared::new(view, export, opts);
     shared.reuse_threads = reuse_threads;
     serve_client(Stream::Unix(stream), &shared, 0)
 }
 
 impl Server {
-    /// Binds `endpoint` and starts accepting clients for `engine`, in
-    /// plaintext with the default [`Limits`].
+    /// Binds `endpoint` and starts accepting clients for `view` (an
+    /// [`Export`], or an engine exported as configured), in plaintext with
+    /// the default [`Limits`].
     ///
     /// A unix socket path must not exist (`AddrInUse` otherwise: nothing is
     /// ever removed to make room); the socket is removed at shutdown if the
     /// path still names it. The daemon binds its sockets itself, with their
     /// final mode and its stale-socket rules, and uses [`Server::start_on`].
     pub fn start(
-        engine: Arc<Engine>,
+        view: impl Into<Export>,
         export: ExportConfig,
         endpoint: Endpoint,
     ) -> Result<Self, Error> {
-        Self::start_with(engine, export, endpoint, ServerOptions::default())
+        Self::start_with(view, export, endpoint, ServerOptions::default())
     }
 
     /// [`Server::start`] with TLS and limits.
     pub fn start_with(
-        engine: Arc<Engine>,
+        view: impl Into<Export>,
         export: ExportConfig,
         endpoint: Endpoint,
         opts: ServerOptions,
@@ -298,21 +300,21 @@ impl Server {
                 (Listener::Tcp(l), Endpoint::Tcp(local))
             }
         };
-        Self::launch(engine, export, listener, endpoint, socket_file, opts)
+        Self::launch(view.into(), export, listener, endpoint, socket_file, opts)
     }
 
     /// [`Server::start_with`] on a unix socket the caller bound (and owns:
     /// the server never removes its file); `endpoint` is where clients
     /// find it, for [`Server::uri`].
     pub fn start_on(
-        engine: Arc<Engine>,
+        view: impl Into<Export>,
         export: ExportConfig,
         listener: UnixListener,
         endpoint: Endpoint,
         opts: ServerOptions,
     ) -> Result<Self, Error> {
         Self::launch(
-            engine,
+            view.into(),
             export,
             Listener::Unix(listener),
             endpoint,
@@ -322,7 +324,7 @@ impl Server {
     }
 
     fn launch(
-        engine: Arc<Engine>,
+        view: Export,
         export: ExportConfig,
         listener: Listener,
         endpoint: Endpoint,
@@ -336,7 +338,7 @@ impl Server {
             Listener::Tcp(l) => l.set_nonblocking(true)?,
         }
         let (wake, woken) = UnixStream::pair()?;
-        let shared = Arc::new(Shared::new(engine, export, opts));
+        let shared = Arc::new(Shared::new(view, export, opts));
         let s = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
             .name("nbd-accept".into())

@@ -39,7 +39,7 @@ use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
 use crate::server::{lock, Shared};
 use crate::stream::{self, Deadline, Stream};
-use crate::{nbd_errno, Error};
+use crate::Error;
 
 /// How long a connection's replies may wait for a client that reads
 /// nothing at all; then the connection is closed.
@@ -448,8 +448,15 @@ pub(crate) fn transmit(
     shared: &Shared,
     neg: Negotiated,
 ) -> Result<(), Error> {
-    let read_only = neg.flags & proto::FLAG_READ_ONLY != 0;
-    let trim = neg.flags & proto::FLAG_SEND_TRIM != 0;
+    // What the client was told is what the export view refuses by.
+    debug_assert_eq!(
+        neg.flags & proto::FLAG_READ_ONLY != 0,
+        shared.view.read_only()
+    );
+    debug_assert_eq!(
+        neg.flags & proto::FLAG_SEND_TRIM != 0,
+        shared.view.allows_discards()
+    );
     let known_flags = proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE;
     let mut poller = Poller::new();
     // The last request was a large write: read the next header on its own
@@ -511,57 +518,45 @@ pub(crate) fn transmit(
         };
 
         // Well-framed but invalid requests: unknown flags and commands are
-        // protocol errors (EINVAL); the rest are refused as the engine
-        // would refuse them, so they answer through the one mapping.
+        // protocol errors (EINVAL); the rest are refused by the export
+        // view, as the engine would refuse them (read-only, trim not
+        // advertised, too large), so they answer through the one mapping.
         // Refusals go through the same reply path (and count against the
         // cap) so they cannot interleave with, or overtake, queued replies.
         let err = |e: u32| {
             conn.begin(0, &shared.engine);
             conn.reply(e, h.cookie, Vec::new(), 0);
         };
-        let refuse = |e: datapath::Error| err(nbd_errno(&e));
+        let refuse = |e: datapath::Error| err(e.nbd_error());
         if h.flags & !known_flags != 0 {
             err(proto::EINVAL);
             continue;
         }
-        let op = match h.kind {
-            proto::CMD_READ => {
-                if h.len > proto::MAX_PAYLOAD {
-                    refuse(datapath::Error::TooLarge {
-                        op: OpKind::Read,
-                        len: h.len.into(),
-                        max: proto::MAX_PAYLOAD.into(),
-                    });
-                    continue;
-                }
-                Op::Read { len: h.len }
-            }
-            proto::CMD_WRITE | proto::CMD_WRITE_ZEROES | proto::CMD_TRIM if read_only => {
-                let op = match h.kind {
-                    proto::CMD_WRITE => OpKind::Write,
-                    proto::CMD_WRITE_ZEROES => OpKind::WriteZeroes,
-                    _ => OpKind::Discard,
-                };
-                refuse(datapath::Error::ReadOnly { op });
-                continue;
-            }
-            proto::CMD_WRITE => Op::Write {
-                data: payload.unwrap_or_default(),
-            },
-            proto::CMD_WRITE_ZEROES => Op::WriteZeroes { len: h.len },
-            proto::CMD_TRIM if trim => Op::Discard { len: h.len },
-            // TRIM not advertised (the volume does not allow discards).
-            proto::CMD_TRIM => {
-                refuse(datapath::Error::DiscardDisabled);
-                continue;
-            }
-            proto::CMD_FLUSH => Op::Flush,
+        let kind = match h.kind {
+            proto::CMD_READ => OpKind::Read,
+            proto::CMD_WRITE => OpKind::Write,
+            proto::CMD_WRITE_ZEROES => OpKind::WriteZeroes,
+            proto::CMD_TRIM => OpKind::Discard,
+            proto::CMD_FLUSH => OpKind::Flush,
             proto::CMD_DISC => return Ok(()),
             // CACHE, BLOCK_STATUS, unknown types.
             _ => {
                 err(proto::EINVAL);
                 continue;
             }
+        };
+        if let Err(e) = shared.view.check_op(kind, h.len.into()) {
+            refuse(e);
+            continue;
+        }
+        let op = match kind {
+            OpKind::Read => Op::Read { len: h.len },
+            OpKind::Write => Op::Write {
+                data: payload.unwrap_or_default(),
+            },
+            OpKind::WriteZeroes => Op::WriteZeroes { len: h.len },
+            OpKind::Discard => Op::Discard { len: h.len },
+            _ => Op::Flush,
         };
         if shared.stopping.load(Ordering::Relaxed) {
             refuse(datapath::Error::Shutdown);
@@ -609,7 +604,7 @@ pub(crate) fn transmit(
                     // A read without data would desynchronise the stream.
                     Ok(_) if kind == proto::CMD_READ => (proto::EIO, Vec::new()),
                     Ok(_) => (0, Vec::new()),
-                    Err(e) => (nbd_errno(&e), Vec::new()),
+                    Err(e) => (e.nbd_error(), Vec::new()),
                 };
                 c.reply(error, cookie, data, bytes);
             });

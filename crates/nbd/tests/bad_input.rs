@@ -43,8 +43,6 @@ impl Fixture {
         let export = ExportConfig {
             name: "t".into(),
             description: "test".into(),
-            read_only,
-            allow_trim: false,
         };
         let server = Server::start(engine, export, Endpoint::Unix(path.clone())).unwrap();
         Self {

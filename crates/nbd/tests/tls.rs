@@ -181,8 +181,6 @@ impl Fixture {
         let export = ExportConfig {
             name: "t".into(),
             description: "tls test".into(),
-            read_only: false,
-            allow_trim: false,
         };
         let ep = if tcp {
             Endpoint::Tcp("127.0.0.1:0".parse().unwrap())

@@ -27,8 +27,8 @@
 //! every frontend shares (see [`completion_result`]). The device advertises
 //! the volume's sector size as its logical block size, a volatile write
 //! cache with FUA (so flush and FUA reach the engine), discard when the
-//! engine allows discards, write-zeroes always, and read-only when the engine
-//! is read-only.
+//! export allows discards, write-zeroes always, and read-only when the
+//! export is read-only: what the [`datapath::Export`] it serves allows.
 //!
 //! Needs the `ublk_drv` kernel module (`/dev/ublk-control`) and, normally,
 //! root; [`serve`] fails early with [`ErrorKind::Unavailable`] without it.
@@ -41,7 +41,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datapath::Engine;
+use datapath::Export;
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::UblkFlags;
@@ -148,23 +148,25 @@ pub fn available() -> bool {
     Path::new(CONTROL_PATH).exists()
 }
 
-/// Serves `engine` as a new `/dev/ublkbN` until the device is stopped
-/// ([`stop`], `ublk del`); see [`serve_with`].
-pub fn serve(engine: Arc<Engine>, opts: &Options) -> Result<(), Error> {
-    serve_with(engine, opts, |_| {})
+/// Serves `view` (an [`Export`], or an engine exported as configured) as
+/// a new `/dev/ublkbN` until the device is stopped ([`stop`], `ublk del`);
+/// see [`serve_with`].
+pub fn serve(view: impl Into<Export>, opts: &Options) -> Result<(), Error> {
+    serve_with(view, opts, |_| {})
 }
 
-/// Serves `engine` as a new `/dev/ublkbN`, calling `ready` once the block
+/// Serves `view` as a new `/dev/ublkbN`, calling `ready` once the block
 /// device exists, and returns when the device has been stopped.
 ///
 /// Requests still inside the engine when the device goes away complete into
 /// the void; the caller flushes and shuts the engine down afterwards.
 pub fn serve_with(
-    engine: Arc<Engine>,
+    view: impl Into<Export>,
     opts: &Options,
     ready: impl FnOnce(Device) + Send + Sync + 'static,
 ) -> Result<(), Error> {
-    let params = DeviceParams::new(&engine, opts)?;
+    let view = view.into();
+    let params = DeviceParams::new(&view, opts)?;
     if !available() {
         return Err(Error::new(ErrorKind::Unavailable(CONTROL_PATH)));
     }
@@ -187,7 +189,7 @@ pub fn serve_with(
         params.apply(&mut dev.tgt.params);
         Ok(())
     };
-    let q_engine = engine.clone();
+    let q_engine = Arc::clone(view.engine());
     let queue_fn = move |qid: u16, dev: &UblkDev| serve_queue(qid, dev, &q_engine);
     let on_start = move |c: &UblkCtrl| {
         let id = c.dev_info().dev_id;

@@ -1,13 +1,13 @@
 //! The block device's parameters (size, logical block size, discard,
-//! write-zeroes, read-only, FUA), derived from the engine and checked
+//! write-zeroes, read-only, FUA), derived from the export view and checked
 //! against the [`Options`].
 
-use datapath::Engine;
+use datapath::Export;
 use libublk::sys;
 
 use crate::{Error, ErrorKind, Options};
 
-/// Block-device parameters derived from the engine.
+/// Block-device parameters derived from the export view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceParams {
     /// Device size in bytes.
@@ -27,14 +27,14 @@ pub struct DeviceParams {
 const MAX_DISCARD_SECTORS: u32 = (1 << 30) >> 9;
 
 impl DeviceParams {
-    /// Checks `opts` against the engine and derives the parameters.
-    pub fn new(engine: &Engine, opts: &Options) -> Result<Self, Error> {
-        let cfg = engine.config();
+    /// Checks `opts` against what the export allows and derives the
+    /// parameters.
+    pub fn new(view: &Export, opts: &Options) -> Result<Self, Error> {
         Self::from_parts(
-            engine.size(),
-            engine.sector_size(),
-            cfg.allow_discards,
-            cfg.read_only,
+            view.size(),
+            view.sector_size(),
+            view.allows_discards(),
+            view.read_only(),
             opts,
         )
     }

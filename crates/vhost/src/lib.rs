@@ -32,7 +32,8 @@
 //! threads with the connection, before the guest enables any queue, so
 //! a guest using fewer queues than T leaves threads idle in epoll), CONFIG_WCE (write-through turns every
 //! write into FUA), DISCARD when discards are allowed, WRITE_ZEROES unless
-//! read-only, RO for a read-only engine, EVENT_IDX and INDIRECT_DESC; the
+//! read-only, RO for a read-only export (what its [`datapath::Export`]
+//! allows), EVENT_IDX and INDIRECT_DESC; the
 //! vhost-user protocol features CONFIG, REPLY_ACK, MQ and
 //! CONFIGURE_MEM_SLOTS (libblkio requires it). GET_ID answers
 //! the serial given in [`Options::serial`] (the daemon passes the LUKS
@@ -65,7 +66,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use datapath::Engine;
+use datapath::Export;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
@@ -164,10 +165,11 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Binds `opts.socket` (which must not exist: nothing is removed to
-    /// make room) with mode 0600 and serves `engine` on it
+    /// make room) with mode 0600 and serves `view` (an [`Export`], or an
+    /// engine exported as configured) on it
     /// ([`Server::start_on`]); the socket is removed at shutdown if the
     /// path still names it.
-    pub fn start(engine: Arc<Engine>, opts: &Options) -> Result<Self, Error> {
+    pub fn start(view: impl Into<Export>, opts: &Options) -> Result<Self, Error> {
         let listen_err = |source| Error::Listen {
             path: opts.socket.clone(),
             source,
@@ -175,28 +177,28 @@ impl Server {
         let listener = UnixListener::bind(&opts.socket).map_err(listen_err)?;
         std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
             .map_err(listen_err)?;
-        let mut s = Self::start_on(engine, listener, opts)?;
+        let mut s = Self::start_on(view, listener, opts)?;
         s.socket_file = std::fs::symlink_metadata(&opts.socket)
             .ok()
             .map(|m| (m.dev(), m.ino()));
         Ok(s)
     }
 
-    /// Serves `engine` on `listener` (bound by the caller, who owns its
+    /// Serves `view` on `listener` (bound by the caller, who owns its
     /// file; `opts.socket` only names it) to one hypervisor at a time,
     /// accepting the next when one disconnects, until [`Server::shutdown`].
     pub fn start_on(
-        engine: Arc<Engine>,
+        view: impl Into<Export>,
         listener: UnixListener,
         opts: &Options,
     ) -> Result<Self, Error> {
-        let cfg = engine.config();
+        let view = view.into();
         let config = DeviceConfig {
-            size: engine.size(),
-            sector_size: engine.sector_size(),
+            size: view.size(),
+            sector_size: view.sector_size(),
             num_queues: opts.num_queues,
-            discard: cfg.allow_discards,
-            read_only: cfg.read_only,
+            discard: view.allows_discards(),
+            read_only: view.read_only(),
         };
         validate(&config, opts)?;
         let mut serial = [0u8; 20];
@@ -205,7 +207,7 @@ impl Server {
         serial[..n].copy_from_slice(&s[..n]);
         let shared = Arc::new(Shared::new(opts.num_queues));
         let dev = Arc::new(Device {
-            engine,
+            engine: Arc::clone(view.engine()),
             config,
             serial,
             queue_size: opts.queue_size,

@@ -1,6 +1,11 @@
 //! Starting the one frontend a daemon serves (NBD on a unix socket or TCP,
 //! FUSE, ublk or vhost-user-blk) over its engine.
 //!
+//! What the export allows is built here once, as a [`datapath::Export`]
+//! of the engine narrowed by the serving options (`read_only`,
+//! `allow_discards`), and handed to the frontend, which advertises and
+//! refuses by it.
+//!
 //! Paths are the daemon's business, not the frontends': the NBD and
 //! vhost-user sockets are bound here ([`SocketFile::bind`]: nothing but a
 //! stale socket of ours is replaced) and handed over as listeners; a FUSE
@@ -12,7 +17,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use crypto::table::Targets;
-use datapath::{Engine, EngineConfig};
+use datapath::{Engine, EngineConfig, Export};
 
 use super::ExportSpec;
 use crate::control::ExportKind;
@@ -44,16 +49,19 @@ pub(super) fn start_frontend(
     table: &Targets,
 ) -> Result<Started> {
     let no_socket = |(f, k, e): (Frontend, ExportKind, String)| (f, k, e, None);
+    let view = Export::new(Arc::clone(engine))
+        .with_read_only(cfg.read_only)
+        .with_discards(cfg.allow_discards);
     match export {
         ExportSpec::NbdUnix(p) => {
             let path = p.unwrap_or(paths.nbd.clone());
             let (listener, file) = SocketFile::bind(&path)?;
             let ep = nbd::Endpoint::Unix(path);
-            let (f, k, e) = start_nbd(engine, name, cfg, Bound::Unix(listener, ep), tls)?;
+            let (f, k, e) = start_nbd(view, name, Bound::Unix(listener, ep), tls)?;
             Ok((f, k, e, Some(file)))
         }
         ExportSpec::NbdTcp(a) => {
-            start_nbd(engine, name, cfg, Bound::Tcp(nbd::Endpoint::Tcp(a)), tls).map(no_socket)
+            start_nbd(view, name, Bound::Tcp(nbd::Endpoint::Tcp(a)), tls).map(no_socket)
         }
         ExportSpec::Fuse(p) => {
             let mnt = match p {
@@ -77,11 +85,9 @@ pub(super) fn start_frontend(
             };
             let fcfg = fuse::ExportConfig {
                 file_name: name.to_owned(),
-                read_only: cfg.read_only,
-                allow_discards: cfg.allow_discards,
                 threads: 4,
             };
-            let e = fuse::Export::mount(Arc::clone(engine), &mnt, fcfg).map_err(|e| {
+            let e = fuse::Export::mount(view, &mnt, fcfg).map_err(|e| {
                 let kind = match e {
                     fuse::Error::Occupied { .. } => ErrorKind::Busy,
                     _ => ErrorKind::NoDevice,
@@ -91,7 +97,7 @@ pub(super) fn start_frontend(
             let file = e.file().display().to_string();
             Ok((Frontend::Fuse(e), ExportKind::Fuse, file, None))
         }
-        ExportSpec::Ublk => start_ublk(engine).map(no_socket),
+        ExportSpec::Ublk => start_ublk(view).map(no_socket),
         ExportSpec::VhostUserBlk { socket, num_queues } => {
             let (listener, file) = SocketFile::bind(&socket)?;
             let opts = vhost_blk::Options {
@@ -99,7 +105,7 @@ pub(super) fn start_frontend(
                 serial: volume_uuid(table),
                 ..vhost_blk::Options::new(socket)
             };
-            let s = vhost_blk::Server::start_on(Arc::clone(engine), listener, &opts)
+            let s = vhost_blk::Server::start_on(view, listener, &opts)
                 .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
             let sock = s.socket().display().to_string();
             Ok((
@@ -128,9 +134,8 @@ enum Bound {
 }
 
 fn start_nbd(
-    engine: &Arc<Engine>,
+    view: Export,
     name: &str,
-    cfg: &EngineConfig,
     at: Bound,
     spec: &TlsSpec,
 ) -> Result<(Frontend, ExportKind, String)> {
@@ -152,16 +157,14 @@ fn start_nbd(
     let export = nbd::ExportConfig {
         name: name.to_owned(),
         description: format!("ucrypt volume {name}"),
-        read_only: cfg.read_only,
-        allow_trim: cfg.allow_discards,
     };
     let opts = nbd::ServerOptions {
         tls,
         ..nbd::ServerOptions::default()
     };
     let s = match at {
-        Bound::Unix(l, ep) => nbd::Server::start_on(Arc::clone(engine), export, l, ep, opts),
-        Bound::Tcp(ep) => nbd::Server::start_with(Arc::clone(engine), export, ep, opts),
+        Bound::Unix(l, ep) => nbd::Server::start_on(view, export, l, ep, opts),
+        Bound::Tcp(ep) => nbd::Server::start_with(view, export, ep, opts),
     }
     .map_err(|e| Error::transparent(ErrorKind::Busy, e))?;
     let uri = s.uri();
@@ -169,12 +172,11 @@ fn start_nbd(
 }
 
 /// Starts `/dev/ublkbN` on its own thread and waits until it exists.
-fn start_ublk(engine: &Arc<Engine>) -> Result<(Frontend, ExportKind, String)> {
+fn start_ublk(view: Export) -> Result<(Frontend, ExportKind, String)> {
     let (tx, rx) = mpsc::channel();
-    let e = Arc::clone(engine);
     let thread = std::thread::Builder::new()
         .name("ublk".into())
-        .spawn(move || ublk::serve_with(e, &ublk::Options::default(), move |d| drop(tx.send(d))))
+        .spawn(move || ublk::serve_with(view, &ublk::Options::default(), move |d| drop(tx.send(d))))
         .map_err(|e| Error::new(ErrorKind::Io, "Cannot start the ublk thread").with_source(e))?;
     match rx.recv() {
         Ok(dev) => Ok((

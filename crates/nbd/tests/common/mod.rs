@@ -84,8 +84,6 @@ impl Fixture {
         let export = ExportConfig {
             name: "t".into(),
             description: "test".into(),
-            read_only: false,
-            allow_trim: false,
         };
         let opts = ServerOptions {
             limits,
