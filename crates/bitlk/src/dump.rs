@@ -60,7 +60,7 @@ fn local_offset(t: i64) -> i64 {
     // SAFETY: `tm` started zeroed (a valid `libc::tm`: integers and a
     // null zone pointer) and `localtime_r` succeeded in filling it.
     let tm = unsafe { tm.assume_init() };
-    i64::from(tm.tm_gmtoff)
+    tm.tm_gmtoff
 }
 
 impl Metadata {
