@@ -86,11 +86,15 @@ if [ -z "$BIN" ]; then
 fi
 [ -x "$BIN" ] || fatal "ucrypt binary not found at $BIN"
 # The ublk crate's own kernel tests (they skip on a host without ublk_drv) run
-# in the guest too. Same selection as scripts/test.sh's `cargo test`: no rebuild.
-UBLK_TESTS=$(cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null \
-  | grep '"src_path":"[^"]*/crates/ublk/tests/ublk.rs"' \
-  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
-[ -n "$UBLK_TESTS" ] && [ -x "$UBLK_TESTS" ] || fatal "cannot build the ublk crate's test binary (cargo test --no-run)"
+# in the guest too (part ublk only). Same selection as scripts/test.sh's
+# `cargo test`: no rebuild.
+UBLK_TESTS=""
+if [[ " $PARTS " == *" ublk "* ]]; then
+  UBLK_TESTS=$(cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null \
+    | grep '"src_path":"[^"]*/crates/ublk/tests/ublk.rs"' \
+    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+  [ -n "$UBLK_TESTS" ] && [ -x "$UBLK_TESTS" ] || fatal "cannot build the ublk crate's test binary (cargo test --no-run)"
+fi
 
 # 4. Initramfs: a cached base (busybox, tools, libs, modules) + a small overlay
 #    (ucrypt, the suite) rebuilt every run. The base key covers the builder, the
@@ -112,7 +116,9 @@ BENCH_BIN="$(dirname "$BIN")/ucrypt-bench"
 [ -x "$BENCH_BIN" ] || fatal "ucrypt-bench not found beside $BIN"
 objcopy --strip-debug "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench" 2>/dev/null || cp "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench"
 mkdir -p "$RUN/overlay/vm/bin"
-objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
+if [ -n "$UBLK_TESTS" ]; then
+  objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
+fi
 # The shared libraries these binaries load (tpm2-tss for the token code, …),
 # at the paths ldd names; the base archive has only the reference tools' own.
 # usr/lib is a link to lib in the guest, as in the base archive.
@@ -124,7 +130,7 @@ overlay_libs() {
     cp -L "$lib" "$RUN/overlay$lib"
   done
 }
-for b in "$BIN" "$BENCH_BIN" "$UBLK_TESTS"; do overlay_libs "$b"; done
+for b in "$BIN" "$BENCH_BIN" $UBLK_TESTS; do overlay_libs "$b"; done
 # The tpm part's tools, at their host paths with their libraries: systemd's
 # enrollment tool and cryptsetup token plugin (the reference), tpm2-tools'
 # tpm2_pcrextend, and the tpm2-tss libraries loaded with dlopen (systemd opens
