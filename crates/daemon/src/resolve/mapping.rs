@@ -271,8 +271,12 @@ impl Mapping<'_> {
             return Ok((t, kind));
         }
         if kind == VolumeType::Tcrypt {
-            let keyfiles: Vec<std::path::PathBuf> =
-                self.key_file.iter().map(|p| p.to_path_buf()).collect();
+            let keyfiles: Vec<std::path::PathBuf> = self
+                .key_file
+                .iter()
+                .map(|p| p.to_path_buf())
+                .chain(self.tcrypt.keyfiles.iter().cloned())
+                .collect();
             let given = crate::tcrypt::Given {
                 device,
                 keyfiles: &keyfiles,
