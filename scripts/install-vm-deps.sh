@@ -4,7 +4,9 @@
 #
 # Host packages: qemu (the guest), busybox-static (the guest's userland), and the
 # tools copied into the guest's initramfs with their shared libraries (nbd-client,
-# cryptsetup, dmsetup, e2fsprogs, fio, kmod for module dependency order).
+# cryptsetup, dmsetup, e2fsprogs, fio, kmod for module dependency order; for the
+# tpm part swtpm, which runs on the host, and systemd-cryptenroll, systemd's
+# cryptsetup token plugin and tpm2-tools, which run in the guest).
 #
 # Kernel: Debian 12's `linux-image-6.12-amd64` (6.12 ships ublk_drv; the default
 # 6.1 kernel does not). The versioned package it depends on is fetched with
@@ -37,6 +39,8 @@ PKGS=(
   nbd-client                      # the kernel NBD client, run in the guest
   cryptsetup-bin dmsetup          # dm-crypt side by side in the guest
   e2fsprogs fio kmod cpio         # mkfs/fsck, IO verification, modprobe --show-depends, initramfs
+  swtpm systemd tpm2-tools        # the tpm part: the guest's TPM2, systemd-cryptenroll and its token
+  libtss2-tcti-device0            #   plugin, tpm2_pcrextend; tpm2-tss's /dev/tpmrm0 TCTI
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -6,8 +6,12 @@
 #   share/bash-completion/completions/ucrypt
 #   share/zsh/site-functions/_ucrypt (share/zsh/vendor-completions with --prefix /usr)
 #   share/fish/vendor_completions.d/ucrypt.fish
-# These are the places Debian's man-db, bash-completion, zsh and fish read
-# for /usr/local (and for /usr with --prefix /usr). Man pages and
+#   lib/systemd/system/ucrypt@.service (contrib/systemd/, its ExecStart and
+#     ExecStop naming PREFIX/bin/ucrypt)
+# These are the places Debian's man-db, bash-completion, zsh, fish and systemd
+# read for /usr/local (and for /usr with --prefix /usr). Nothing is enabled:
+# `systemctl daemon-reload && systemctl enable --now ucrypt@NAME` serves the
+# /etc/crypttab line NAME (docs/GUIDE.md). Man pages and
 # completions are generated from the binary's own clap definition
 # (`ucrypt man --dir`, `ucrypt completions SHELL`).
 #
@@ -24,7 +28,7 @@ while [ $# -gt 0 ]; do
     --root) root="${2:?--root needs a directory}"; shift 2 ;;
     --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
     --bin-dir) bindir="${2:?--bin-dir needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -40,8 +44,9 @@ dest="$root$prefix"
 share="$dest/share"
 zsh="$share/zsh/site-functions"
 [ "$prefix" != /usr ] || zsh="$share/zsh/vendor-completions"
+units="$dest/lib/systemd/system"
 install -d "$dest/bin" "$share/man/man8" "$share/bash-completion/completions" \
-  "$zsh" "$share/fish/vendor_completions.d"
+  "$zsh" "$share/fish/vendor_completions.d" "$units"
 install -m 0755 "$bindir/ucrypt" "$bindir/ucrypt-bench" "$dest/bin/"
 ucrypt="$dest/bin/ucrypt"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -57,4 +62,7 @@ done
 "$ucrypt" completions fish >"$share/fish/vendor_completions.d/ucrypt.fish"
 chmod 0644 "$share/bash-completion/completions/ucrypt" "$zsh/_ucrypt" \
   "$share/fish/vendor_completions.d/ucrypt.fish"
+# The unit as shipped names /usr/local/bin/ucrypt; it runs the one installed here.
+sed "s|/usr/local/bin/ucrypt |$prefix/bin/ucrypt |" contrib/systemd/ucrypt@.service >"$units/ucrypt@.service"
+chmod 0644 "$units/ucrypt@.service"
 echo "installed ucrypt $("$ucrypt" --version | awk '{print $2}') under $dest"

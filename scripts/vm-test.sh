@@ -13,7 +13,7 @@
 #                      cache default target/vm-cache-SUITE
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live reencrypt (default: all)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live reencrypt tpm (default: all)
 #   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
 #   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
 #   UCRYPT_BIN         ucrypt binary, ucrypt-bench beside it (default: cargo build --release, target/release/ucrypt)
@@ -26,7 +26,7 @@ REPO=$(pwd)
 # cache, so the default kernel's stays.
 CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache${UCRYPT_VM_KERNEL_SUITE:+-$UCRYPT_VM_KERNEL_SUITE}}"
 TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
-PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live reencrypt}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live reencrypt tpm}"
 CPUS="${UCRYPT_VM_CPUS:-2}"
 MEM="${UCRYPT_VM_MEM:-2048}"
 T0=$(date +%s)
@@ -86,11 +86,15 @@ if [ -z "$BIN" ]; then
 fi
 [ -x "$BIN" ] || fatal "ucrypt binary not found at $BIN"
 # The ublk crate's own kernel tests (they skip on a host without ublk_drv) run
-# in the guest too. Same selection as scripts/test.sh's `cargo test`: no rebuild.
-UBLK_TESTS=$(cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null \
-  | grep '"src_path":"[^"]*/crates/ublk/tests/ublk.rs"' \
-  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
-[ -n "$UBLK_TESTS" ] && [ -x "$UBLK_TESTS" ] || fatal "cannot build the ublk crate's test binary (cargo test --no-run)"
+# in the guest too (part ublk only). Same selection as scripts/test.sh's
+# `cargo test`: no rebuild.
+UBLK_TESTS=""
+if [[ " $PARTS " == *" ublk "* ]]; then
+  UBLK_TESTS=$(cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null \
+    | grep '"src_path":"[^"]*/crates/ublk/tests/ublk.rs"' \
+    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+  [ -n "$UBLK_TESTS" ] && [ -x "$UBLK_TESTS" ] || fatal "cannot build the ublk crate's test binary (cargo test --no-run)"
+fi
 
 # 4. Initramfs: a cached base (busybox, tools, libs, modules) + a small overlay
 #    (ucrypt, the suite) rebuilt every run. The base key covers the builder, the
@@ -112,16 +116,43 @@ BENCH_BIN="$(dirname "$BIN")/ucrypt-bench"
 [ -x "$BENCH_BIN" ] || fatal "ucrypt-bench not found beside $BIN"
 objcopy --strip-debug "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench" 2>/dev/null || cp "$BENCH_BIN" "$RUN/overlay/usr/bin/ucrypt-bench"
 mkdir -p "$RUN/overlay/vm/bin"
-objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
+if [ -n "$UBLK_TESTS" ]; then
+  objcopy --strip-debug "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests" 2>/dev/null || cp "$UBLK_TESTS" "$RUN/overlay/vm/bin/ublk-tests"
+fi
 # The shared libraries these binaries load (tpm2-tss for the token code, …),
 # at the paths ldd names; the base archive has only the reference tools' own.
-for b in "$BIN" "$BENCH_BIN" "$UBLK_TESTS"; do
-  ldd "$b" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
+# usr/lib is a link to lib in the guest, as in the base archive.
+mkdir -p "$RUN/overlay/lib"; ln -s ../lib "$RUN/overlay/usr/lib"
+overlay_libs() {
+  ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
     [ -e "$RUN/overlay$lib" ] && continue
     mkdir -p "$RUN/overlay$(dirname "$lib")"
     cp -L "$lib" "$RUN/overlay$lib"
   done
-done
+}
+for b in "$BIN" "$BENCH_BIN" $UBLK_TESTS; do overlay_libs "$b"; done
+# The tpm part's tools, at their host paths with their libraries: systemd's
+# enrollment tool and cryptsetup token plugin (the reference), tpm2-tools'
+# tpm2_pcrextend, and the tpm2-tss libraries loaded with dlopen (systemd opens
+# esys/rc/mu, the TCTI loader opens the device TCTI for /dev/tpmrm0).
+# vmtest.tpm= tells the guest whether it has a TPM, or why not.
+TPM_STATE=""
+if [[ " $PARTS " == *" tpm "* ]]; then
+  TPM_STATE=swtpm
+  command -v swtpm >/dev/null || TPM_STATE=no-swtpm-on-the-host
+  command -v systemd-cryptenroll >/dev/null || TPM_STATE=no-systemd-cryptenroll-on-the-host
+fi
+if [ "$TPM_STATE" = swtpm ]; then
+  L=/usr/lib/x86_64-linux-gnu
+  for f in "$(command -v systemd-cryptenroll)" /lib/systemd/systemd-cryptsetup \
+      "$(command -v tpm2_pcrextend || true)" "$L/cryptsetup/libcryptsetup-token-systemd-tpm2.so" \
+      "$L"/libtss2-{esys,rc,mu,tctildr,tcti-device}.so.0; do
+    [ -n "$f" ] && [ -e "$f" ] || continue
+    mkdir -p "$RUN/overlay$(dirname "$f")"
+    cp -L "$f" "$RUN/overlay$f"
+    overlay_libs "$f"
+  done
+fi
 cp tests/vm/init "$RUN/overlay/init"
 cp tests/vm/*.sh "$RUN/overlay/vm/"
 rm -f "$RUN/overlay/vm/mkinitramfs.sh"
@@ -160,9 +191,25 @@ if [[ " $PARTS " == *" vhost "* ]]; then
               -device vhost-user-blk-pci,chardev=vh0,num-queues=2,addr=0x10)
 fi
 
+# 5c. The tpm part: a swtpm (TPM2) on a unix socket, which qemu offers the
+#     guest as a TIS device (the kernel's /dev/tpm0 and /dev/tpmrm0). It ends
+#     when qemu closes the connection.
+TPM_ARGS=()
+SWTPM_PID=""
+if [ "$TPM_STATE" = swtpm ]; then
+  mkdir -p "$RUN/tpm"
+  swtpm socket --tpm2 --tpmstate "dir=$RUN/tpm" --ctrl "type=unixio,path=$RUN/swtpm.sock" \
+    --terminate --log "file=$RUN/swtpm.log" </dev/null >/dev/null 2>&1 &
+  SWTPM_PID=$!
+  for _ in $(seq 1 50); do [ -S "$RUN/swtpm.sock" ] && break; sleep 0.1; done
+  [ -S "$RUN/swtpm.sock" ] || fatal "swtpm did not create $RUN/swtpm.sock (see $RUN/swtpm.log)"
+  TPM_ARGS=(-chardev "socket,id=chrtpm,path=$RUN/swtpm.sock"
+            -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0)
+fi
+
 # 6. Boot. The guest prints @@VMTEST lines on the serial console and powers off.
 LOG="$RUN/console.log"
-APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${VHOST_SERIAL:+ vmtest.vhost_serial=$VHOST_SERIAL}${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}"
+APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${VHOST_SERIAL:+ vmtest.vhost_serial=$VHOST_SERIAL}${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}${TPM_STATE:+ vmtest.tpm=$TPM_STATE}"
 echo "vm-test: booting $KVER ($ACCEL, $CPUS CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
 set +e
 "$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp "$CPUS" -m "$MEM" \
@@ -170,11 +217,11 @@ set +e
   -kernel "$KERNEL" -initrd "$RUN/initrd.cpio" -append "$APPEND" \
   -drive "file=$RUN/vda.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
   -drive "file=$RUN/vdb.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
-  "${VHOST_ARGS[@]}" \
+  "${VHOST_ARGS[@]}" "${TPM_ARGS[@]}" \
   </dev/null >"$RUN/qemu.out" 2>&1 &
 QPID=$!
 # The guest dies with this script (Ctrl-C, a CI kill), and at the timeout.
-trap 'kill -9 "$QPID" 2>/dev/null || true; [ ${#VHOST_ARGS[@]} -eq 0 ] || UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" close vmvhost >/dev/null 2>&1 || true' EXIT
+trap 'kill -9 "$QPID" 2>/dev/null || true; [ -z "$SWTPM_PID" ] || kill "$SWTPM_PID" 2>/dev/null || true; [ ${#VHOST_ARGS[@]} -eq 0 ] || UCRYPT_RUNTIME_DIR="$VH_RT" "$BIN" close vmvhost >/dev/null 2>&1 || true' EXIT
 trap 'kill -9 "$QPID" 2>/dev/null; exit 130' INT TERM HUP
 ( waited=0
   while kill -0 "$QPID" 2>/dev/null; do

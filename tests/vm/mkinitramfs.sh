@@ -66,7 +66,9 @@ MODS=(virtio_blk virtio_console ublk_drv nbd dm_crypt dm_integrity brd null_blk 
       xts essiv aesni_intel crypto_null authenc)
 # Accelerated variants that later kernels fold into built-in library code
 # (6.17+: sha256 lives in lib/crypto, no sha256_ssse3 module): taken when present.
-OPT_MODS=(sha256_ssse3)
+# The TPM's TIS driver (part tpm): built in on Debian's kernels, taken when a
+# kernel has it as a module.
+OPT_MODS=(sha256_ssse3 tpm_tis)
 depmod -b "$KROOT" "$KVER"
 MD="lib/modules/$KVER"
 want=$(mktemp)

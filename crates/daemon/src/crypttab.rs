@@ -2,7 +2,12 @@
 //! `NAME DEVICE [KEYFILE [OPTIONS]]`, `#` comments, blank lines; the
 //! device as a path or `UUID=`/`PARTUUID=`/`LABEL=`/`PARTLABEL=` (their
 //! `/dev/disk/by-*` links); a key file of `-` or `none` means "ask";
-//! options comma-separated, `name=value` or flags.
+//! options comma-separated, `name=value` or flags. The volume types are
+//! crypttab's: `luks` (the default), `plain`, `bitlk` and TrueCrypt's
+//! (`tcrypt`, or implied by `tcrypt-hidden`, `tcrypt-system`,
+//! `tcrypt-veracrypt`, `tcrypt-keyfile=`), whose key file field is a
+//! passphrase file (its first line) and whose TrueCrypt keyfiles are
+//! `tcrypt-keyfile=` options.
 //!
 //! [`parse`] never panics on any text: a line it cannot read is an error
 //! naming the file, the line and what is wrong. Options ucrypt does not
@@ -15,6 +20,7 @@
 //! `x-ucrypt.tls-certificates=`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{invalid, Result};
 
@@ -26,6 +32,11 @@ pub enum Kind {
     Luks,
     /// `plain`: plain dm-crypt from `cipher=`, `size=`, `hash=`, ...
     Plain,
+    /// `bitlk`: BitLocker (the key file holds the passphrase, recovery
+    /// password or `.BEK` startup key).
+    Bitlk,
+    /// `tcrypt` and the options that imply it: TrueCrypt or VeraCrypt.
+    Tcrypt,
 }
 
 /// One crypttab line, parsed.
@@ -63,9 +74,22 @@ pub struct Entry {
     pub tpm2_pin: Option<bool>,
     /// `pkcs11-uri=`.
     pub pkcs11_uri: Option<String>,
-    /// `token-timeout=` (seconds; ucrypt does not wait for tokens to be
-    /// plugged in: kept for the record).
-    pub token_timeout: Option<String>,
+    /// `token-timeout=`: how long to wait for the TPM2 to show up (zero:
+    /// for ever).
+    pub token_timeout: Option<Duration>,
+    /// `try-empty-password`: an empty passphrase is tried before asking.
+    pub try_empty_password: bool,
+    /// `tcrypt-hidden`: the hidden volume's header.
+    pub tcrypt_hidden: bool,
+    /// `tcrypt-system`: the system encryption header.
+    pub tcrypt_system: bool,
+    /// `tcrypt-veracrypt`: VeraCrypt's KDFs too (systemd tries only
+    /// TrueCrypt's without it).
+    pub tcrypt_veracrypt: bool,
+    /// `veracrypt-pim=` (used with `tcrypt-veracrypt` only).
+    pub veracrypt_pim: Option<u32>,
+    /// `tcrypt-keyfile=` (repeatable): TrueCrypt keyfiles.
+    pub tcrypt_keyfiles: Vec<PathBuf>,
     /// `headless=`: never ask (no passphrase or PIN prompt).
     pub headless: bool,
     /// `tries=`.
@@ -202,9 +226,29 @@ fn option(e: &mut Entry, o: &str) -> std::result::Result<(), String> {
     match k {
         "luks" => e.kind = Kind::Luks,
         "plain" => e.kind = Kind::Plain,
-        "tcrypt" | "bitlk" | "fvault2" => {
-            return Err(format!("volume type {k} is not supported by ucrypt"))
+        "bitlk" => e.kind = Kind::Bitlk,
+        "tcrypt" => e.kind = Kind::Tcrypt,
+        "tcrypt-hidden" => {
+            e.kind = Kind::Tcrypt;
+            e.tcrypt_hidden = true;
         }
+        "tcrypt-system" => {
+            e.kind = Kind::Tcrypt;
+            e.tcrypt_system = true;
+        }
+        "tcrypt-veracrypt" => {
+            e.kind = Kind::Tcrypt;
+            e.tcrypt_veracrypt = true;
+        }
+        "tcrypt-keyfile" => {
+            let f = text(k, v)?;
+            if !f.starts_with('/') {
+                return Err(format!("option {k}= needs an absolute path"));
+            }
+            e.kind = Kind::Tcrypt;
+            e.tcrypt_keyfiles.push(PathBuf::from(f));
+        }
+        "veracrypt-pim" => e.veracrypt_pim = Some(num(k, v)?),
         "keyfile-offset" => e.keyfile_offset = Some(num(k, v)?),
         "keyfile-size" => e.keyfile_size = Some(num(k, v)?),
         "header" => e.header = Some(PathBuf::from(text(k, v)?)),
@@ -217,7 +261,10 @@ fn option(e: &mut Entry, o: &str) -> std::result::Result<(), String> {
         "tpm2-device" => e.tpm2_device = Some(text(k, v)?),
         "tpm2-pin" => e.tpm2_pin = Some(boolean(k, v)?),
         "pkcs11-uri" => e.pkcs11_uri = Some(text(k, v)?),
-        "token-timeout" => e.token_timeout = Some(text(k, v)?),
+        "token-timeout" => {
+            e.token_timeout = Some(span(v).ok_or("option token-timeout= needs a time span")?)
+        }
+        "try-empty-password" => e.try_empty_password = boolean(k, v)?,
         "headless" => e.headless = boolean(k, v)?,
         "tries" => e.tries = Some(num(k, v)?),
         "timeout" => e.timeout = Some(seconds(v).ok_or("option timeout= needs seconds")?),
@@ -235,11 +282,25 @@ fn option(e: &mut Entry, o: &str) -> std::result::Result<(), String> {
         "x-ucrypt.tls-certificates" => e.tls_certificates = Some(PathBuf::from(text(k, v)?)),
         // For systemd's generator and fstab-like tools, not for unlocking.
         "noauto" | "auto" | "nofail" | "_netdev" | "force" | "swap" | "tmp" | "noearly"
-        | "verify" | "try-empty-password" => {}
+        | "verify" => {}
         _ if k.starts_with("x-systemd.") || k.starts_with("x-initrd.") => {}
         _ => e.unknown.push(o.to_string()),
     }
     Ok(())
+}
+
+/// systemd's time spans as crypttab takes them: `N` (seconds), `Nms`,
+/// `Ns`, `Nmin`, `Nh`.
+fn span(v: Option<&str>) -> Option<Duration> {
+    let v = v?;
+    for (unit, ms) in [("ms", 1), ("min", 60_000), ("s", 1000), ("h", 3_600_000)] {
+        if let Some(n) = v.strip_suffix(unit) {
+            return Some(Duration::from_millis(
+                n.parse::<u64>().ok()?.checked_mul(ms)?,
+            ));
+        }
+    }
+    Some(Duration::from_secs(v.parse().ok()?))
 }
 
 /// systemd's time spans as crypttab takes them: `N`, `Ns`, `Nmin`.
@@ -258,7 +319,7 @@ mod tests {
     #[test]
     fn every_option() {
         let t = "# comment\n\n\
-            data UUID=1234-abcd /etc/keys/data.key luks,keyfile-offset=16,keyfile-size=32,header=/h.img,discard,readonly,no-read-workqueue,no-write-workqueue,same-cpu-crypt,submit-from-crypt-cpus,tpm2-device=auto,tpm2-pin=yes,pkcs11-uri=auto,token-timeout=30,headless=true,tries=5,timeout=2min,key-slot=1,x-ucrypt.export=fuse=/mnt/x,x-ucrypt.mode=classic,nofail,x-systemd.device-timeout=0,frobnicate\n\
+            data UUID=1234-abcd /etc/keys/data.key luks,keyfile-offset=16,keyfile-size=32,header=/h.img,discard,readonly,no-read-workqueue,no-write-workqueue,same-cpu-crypt,submit-from-crypt-cpus,tpm2-device=auto,tpm2-pin=yes,pkcs11-uri=auto,token-timeout=30,try-empty-password,headless=true,tries=5,timeout=2min,key-slot=1,x-ucrypt.export=fuse=/mnt/x,x-ucrypt.mode=classic,nofail,x-systemd.device-timeout=0,frobnicate\n\
             swap /dev/sdb2 /dev/urandom plain,cipher=aes-xts-plain64,size=512,hash=sha256,offset=8,skip=4,sector-size=4096,read-only\n\
             home PARTUUID=\"0f-1\" -\n";
         let v = parse(t, "ct").unwrap();
@@ -273,6 +334,8 @@ mod tests {
         assert_eq!(d.tpm2_device.as_deref(), Some("auto"));
         assert_eq!(d.tpm2_pin, Some(true));
         assert_eq!(d.pkcs11_uri.as_deref(), Some("auto"));
+        assert_eq!(d.token_timeout, Some(Duration::from_secs(30)));
+        assert!(d.try_empty_password);
         assert_eq!(
             (d.tries, d.timeout, d.key_slot),
             (Some(5), Some(120), Some(1))
@@ -303,12 +366,50 @@ mod tests {
             ),
             ("a /dev/x - header=\n", "option header= needs a value"),
             ("a UUID= -\n", "bad device"),
-            ("a /dev/x - tcrypt\n", "tcrypt is not supported"),
+            ("a /dev/x - tcrypt-keyfile=k\n", "needs an absolute path"),
+            (
+                "a /dev/x - veracrypt-pim=x\n",
+                "veracrypt-pim= needs a number",
+            ),
+            ("a /dev/x - token-timeout=soon\n", "needs a time span"),
             ("a /dev/x - headless=maybe\n", "needs a boolean"),
         ] {
             let e = parse(t, "ct").unwrap_err().to_string();
             assert!(e.contains(what), "{t:?}: {e}");
         }
+    }
+
+    #[test]
+    fn foreign_types_and_their_options() {
+        let t = "win /dev/sdc1 /etc/bek/win.BEK bitlk,discard\n\
+            tc /dev/sdd /etc/tc.pass tcrypt,tcrypt-keyfile=/k/1,tcrypt-keyfile=/k/2\n\
+            hid /dev/sdd - tcrypt-hidden\n\
+            sys /dev/sde /dev/null tcrypt-system,token-timeout=0\n\
+            vc /dev/sdf /p tcrypt-veracrypt,veracrypt-pim=485,token-timeout=1500ms\n\
+            l /dev/sdg - try-empty-password=no,token-timeout=2min\n";
+        let v = parse(t, "ct").unwrap();
+        assert_eq!(v[0].kind, Kind::Bitlk);
+        assert!(v[0].discard);
+        assert_eq!(
+            v[0].key_file.as_deref(),
+            Some(Path::new("/etc/bek/win.BEK"))
+        );
+        assert_eq!(v[1].kind, Kind::Tcrypt);
+        assert_eq!(
+            v[1].tcrypt_keyfiles,
+            vec![PathBuf::from("/k/1"), PathBuf::from("/k/2")]
+        );
+        assert!(!v[1].tcrypt_veracrypt && !v[1].tcrypt_hidden);
+        assert_eq!((v[2].kind, v[2].tcrypt_hidden), (Kind::Tcrypt, true));
+        assert_eq!((v[3].kind, v[3].tcrypt_system), (Kind::Tcrypt, true));
+        assert_eq!(v[3].token_timeout, Some(Duration::ZERO));
+        assert_eq!((v[4].kind, v[4].tcrypt_veracrypt), (Kind::Tcrypt, true));
+        assert_eq!(v[4].veracrypt_pim, Some(485));
+        assert_eq!(v[4].token_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(v[5].kind, Kind::Luks);
+        assert!(!v[5].try_empty_password);
+        assert_eq!(v[5].token_timeout, Some(Duration::from_secs(120)));
+        assert!(v.iter().all(|e| e.unknown.is_empty()));
     }
 
     #[test]

@@ -41,6 +41,14 @@ pub struct TcryptArgs {
     /// VeraCrypt Personal Iteration Multiplier.
     #[arg(long, value_name = "PIM")]
     pub veracrypt_pim: Option<u32>,
+    /// crypttab's key file field for a TCRYPT line: the passphrase is its
+    /// first line (without the newline), as systemd-cryptsetup reads it.
+    #[arg(skip)]
+    pub passphrase_file: Option<PathBuf>,
+    /// crypttab's `tcrypt-keyfile=` options: TrueCrypt keyfiles after
+    /// `--key-file`'s.
+    #[arg(skip)]
+    pub keyfiles: Vec<PathBuf>,
 }
 
 /// Everything a TCRYPT header search takes.
@@ -71,6 +79,28 @@ fn error(e: tcrypt::Error) -> Error {
 /// Longest passphrase read (VeraCrypt's 128 is the format's limit; longer
 /// ones are refused by the header search with cryptsetup's message).
 const MAX_LINE: usize = 512;
+
+/// The first line of a passphrase file (crypttab's key file field).
+fn read_passphrase_file(path: &Path) -> Result<Secret> {
+    let f = std::fs::File::open(path).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("Cannot open the passphrase file {}", path.display()),
+        )
+        .with_source(e)
+    })?;
+    let mut all = Secret::read_from(f, luks::passphrase::MAX_KEYFILE as usize).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("Cannot read the passphrase file {}", path.display()),
+        )
+        .with_source(e)
+    })?;
+    if let Some(end) = all.iter().position(|&b| b == b'\n') {
+        all.truncate(end);
+    }
+    Ok(all)
+}
 
 /// One passphrase: a prompt at a terminal, else one line of stdin (empty
 /// allowed: a volume may open by keyfiles alone).
@@ -134,6 +164,17 @@ impl Given<'_> {
         }
         let device = crate::resolve::device(self.device)?;
         let req = self.request();
+        if let Some(f) = &self.args.passphrase_file {
+            let pass = read_passphrase_file(f)?;
+            return tcrypt::load(&device, &pass, &req).map_err(error);
+        }
+        // crypttab's try-empty-password: an empty passphrase first.
+        if luks::passphrase::try_empty() {
+            match tcrypt::load(&device, &Secret::from_slice(b""), &req) {
+                Err(e) if e.kind() == tcrypt::ErrorKind::NoHeader => {}
+                r => return r.map_err(error),
+            }
+        }
         let typed = std::io::stdin().is_terminal();
         let mut left = if typed { luks::passphrase::tries() } else { 1 };
         loop {

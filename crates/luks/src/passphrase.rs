@@ -6,7 +6,7 @@
 use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crypto::Secret;
@@ -51,6 +51,21 @@ pub fn set_timeout(secs: u64) {
     TIMEOUT.store(secs, Ordering::Relaxed);
 }
 
+/// This process's `try-empty-password` (see [`set_try_empty`]).
+static TRY_EMPTY: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether [`unlock`] tries an empty passphrase before it asks for
+/// one (crypttab's `try-empty-password`, as systemd-cryptsetup acts on
+/// it), once for the process. A key file given is used as it is.
+pub fn set_try_empty(on: bool) {
+    TRY_EMPTY.store(on, Ordering::Relaxed);
+}
+
+/// Whether an empty passphrase is tried before asking ([`set_try_empty`]).
+pub fn try_empty() -> bool {
+    TRY_EMPTY.load(Ordering::Relaxed)
+}
+
 /// Whether a passphrase typed at the terminal is asked for twice, for
 /// the process (cryptsetup's `verify_passphrase`; see [`set_verify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,13 +104,21 @@ pub fn set_verify(v: Verify) {
 /// (a keyslot unlock). When the passphrase was typed at the terminal and
 /// `open` finds it wrong, says so on stderr and asks again, up to the
 /// process's tries ([`set_tries`], default [`DEFAULT_TRIES`]) in all, as
-/// cryptsetup does; a key file or piped stdin gets one try.
+/// cryptsetup does; a key file or piped stdin gets one try. Without a
+/// key file and with [`set_try_empty`], an empty passphrase is tried
+/// first (a wrong one is not reported).
 pub fn unlock<T>(
     key_file: Option<&Path>,
     range: KeyfileRange,
     prompt: &str,
-    open: impl FnMut(&Secret) -> Result<T>,
+    mut open: impl FnMut(&Secret) -> Result<T>,
 ) -> Result<T> {
+    if key_file.is_none() && try_empty() {
+        match open(&Secret::from_slice(b"")) {
+            Err(e) if e.kind() == ErrorKind::WrongPassphrase => {}
+            r => return r,
+        }
+    }
     let typed = key_file.is_none() && std::io::stdin().is_terminal();
     let tries = if typed {
         TRIES.load(Ordering::Relaxed)

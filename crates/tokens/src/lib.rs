@@ -105,6 +105,15 @@ pub struct TokenArgs {
     /// asked for follows the token's own `tpm2-pin` field.
     #[arg(skip)]
     pub tpm2_pin: Option<bool>,
+    /// crypttab's `token-timeout=` (with `tpm2-device=`): how long a
+    /// systemd-tpm2 token waits for a TPM2 that is not there yet when the
+    /// device is `auto` (zero: for ever; `None`: no wait), as
+    /// systemd-cryptsetup waits ([`tpm2::wait_for_device`]).
+    #[arg(skip)]
+    pub token_timeout: Option<std::time::Duration>,
+    /// The volume's name, for the waiting message.
+    #[arg(skip)]
+    pub volume_name: Option<String>,
 }
 
 impl TokenArgs {
@@ -201,6 +210,13 @@ fn try_token<T>(
     match &token.kind {
         Kind::Keyring { description } => attempt(keyring::passphrase(description)?),
         Kind::Tpm2(t) => loop {
+            if let Some(timeout) = args.token_timeout {
+                let auto = matches!(args.tpm2_device.as_deref(), None | Some("auto"));
+                let name = args.volume_name.as_deref().unwrap_or("the volume");
+                if auto && !tpm2::wait_for_device(name, timeout) {
+                    return Err(Error::Unavailable("No TPM2 (tpmrm) device found.".into()));
+                }
+            }
             let pin = if t.pin {
                 Some(pins.next("Please enter TPM2 PIN: ")?)
             } else {

@@ -55,14 +55,59 @@ pub fn tcti(device: Option<&str>) -> Result<TctiNameConf, Error> {
         .map_err(|_| Error::Failed(format!("Cannot use TPM2 device \"{spec}\"")))
 }
 
-/// systemd's `tpm2_find_device_auto`: the one entry of `/sys/class/tpmrm`.
-fn auto_device() -> Result<String, Error> {
-    let mut found = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/sys/class/tpmrm") {
-        for e in dir.flatten() {
-            found.push(format!("device:/dev/{}", e.file_name().to_string_lossy()));
+/// Waits, as systemd-cryptsetup does for crypttab's `token-timeout=`, for
+/// a TPM2 to show up in `/sys/class/tpmrm` (at most `timeout`; zero: for
+/// ever). Returns at once when one is there, and without waiting on an
+/// EFI system whose firmware saw no TPM2 either (systemd's check: no
+/// ACPI `TPM2` table and no `tpm0` event log). systemd watches udev for
+/// the device; this looks at the class directory every 100 ms, which
+/// needs no udev. Says what it does on stderr in systemd's words; returns
+/// whether a device is there.
+pub fn wait_for_device(volume: &str, timeout: std::time::Duration) -> bool {
+    let present = || !tpmrm_entries().is_empty();
+    if present() {
+        return true;
+    }
+    let efi = std::path::Path::new("/sys/firmware/efi").exists();
+    let firmware_tpm2 = std::path::Path::new("/sys/firmware/acpi/tables/TPM2").exists()
+        || std::path::Path::new("/sys/kernel/security/tpm0/binary_bios_measurements").exists();
+    if efi && !firmware_tpm2 {
+        eprintln!("No TPM2 hardware discovered and EFI firmware does not see it either, falling back to traditional unlocking.");
+        return false;
+    }
+    eprintln!(
+        "TPM2 device not present for unlocking {volume}, waiting for it to become available."
+    );
+    let deadline = (!timeout.is_zero()).then(|| std::time::Instant::now() + timeout);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if present() {
+            return true;
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            eprintln!("Timed out waiting for security device, aborting security device based authentication attempt.");
+            return false;
         }
     }
+}
+
+/// The entries of `/sys/class/tpmrm` (`tpmrm0`, ...).
+fn tpmrm_entries() -> Vec<String> {
+    std::fs::read_dir("/sys/class/tpmrm")
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// systemd's `tpm2_find_device_auto`: the one entry of `/sys/class/tpmrm`.
+fn auto_device() -> Result<String, Error> {
+    let mut found: Vec<String> = tpmrm_entries()
+        .into_iter()
+        .map(|e| format!("device:/dev/{e}"))
+        .collect();
     match found.len() {
         0 => Err(Error::Unavailable("No TPM2 (tpmrm) device found.".into())),
         1 => Ok(found.remove(0)),

@@ -11,6 +11,7 @@
 //! returns once the daemon answers on its control socket.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use daemon::control::{self, Flags};
@@ -320,6 +321,10 @@ fn open(mut a: OpenArgs) -> CmdResult {
 
 /// `open --crypttab[=FILE] NAME`: the line for NAME sets the device, key
 /// file and options (unknown options warned as systemd-cryptsetup does).
+/// As systemd-cryptsetup: a TCRYPT line's key file is its passphrase file
+/// and `tcrypt-keyfile=` its keyfiles, VeraCrypt is tried only with
+/// `tcrypt-veracrypt`; cipher options apply to plain lines only;
+/// `tpm2-device=` waits up to `token-timeout=` (default 30 s) for the TPM2.
 fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     if a.name.is_some() {
         return Err(Failure::usage(
@@ -334,26 +339,45 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
             file.display()
         );
     }
-    a.name = Some(e.name);
+    use daemon::crypttab::Kind;
+    a.name = Some(e.name.clone());
     a.device = e.device;
     a.kind = Some(match e.kind {
-        daemon::crypttab::Kind::Luks => VolumeType::Luks,
-        daemon::crypttab::Kind::Plain => VolumeType::Plain,
+        Kind::Luks => VolumeType::Luks,
+        Kind::Plain => VolumeType::Plain,
+        Kind::Bitlk => VolumeType::Bitlk,
+        Kind::Tcrypt => VolumeType::Tcrypt,
     });
-    if a.key.key_file.is_empty() {
-        a.key.key_file.extend(e.key_file);
+    if e.kind == Kind::Tcrypt {
+        let t = &mut a.tcrypt;
+        t.passphrase_file = e.key_file;
+        t.keyfiles = e.tcrypt_keyfiles;
+        t.tcrypt_hidden |= e.tcrypt_hidden;
+        t.tcrypt_system |= e.tcrypt_system;
+        if e.tcrypt_veracrypt {
+            // PIM 0 is VeraCrypt's default.
+            t.veracrypt_pim = t.veracrypt_pim.or(e.veracrypt_pim.filter(|&p| p != 0));
+        } else if !t.veracrypt {
+            t.disable_veracrypt = true;
+        }
+    } else {
+        if a.key.key_file.is_empty() {
+            a.key.key_file.extend(e.key_file);
+        }
+        a.key.keyfile_offset = a.key.keyfile_offset.or(e.keyfile_offset);
+        a.key.keyfile_size = a.key.keyfile_size.or(e.keyfile_size);
     }
-    a.key.keyfile_offset = a.key.keyfile_offset.or(e.keyfile_offset);
-    a.key.keyfile_size = a.key.keyfile_size.or(e.keyfile_size);
     a.header = a.header.take().or(e.header);
     a.key_slot = a.key_slot.or(e.key_slot);
-    let p = &mut a.plain.plain;
-    p.cipher = p.cipher.take().or(e.cipher);
-    p.key_bits = p.key_bits.or(e.key_bits);
-    p.hash = p.hash.take().or(e.hash);
-    p.offset = p.offset.or(e.offset);
-    p.skip = p.skip.or(e.skip);
-    p.sector_size = p.sector_size.or(e.sector_size);
+    if e.kind == Kind::Plain {
+        let p = &mut a.plain.plain;
+        p.cipher = p.cipher.take().or(e.cipher);
+        p.key_bits = p.key_bits.or(e.key_bits);
+        p.hash = p.hash.take().or(e.hash);
+        p.offset = p.offset.or(e.offset);
+        p.skip = p.skip.or(e.skip);
+        p.sector_size = p.sector_size.or(e.sector_size);
+    }
     let s = &mut a.serve;
     s.allow_discards |= e.discard;
     s.readonly |= e.read_only;
@@ -369,14 +393,20 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     s.tls_psk = s.tls_psk.take().or(e.tls_psk);
     s.tls_certificates = s.tls_certificates.take().or(e.tls_certificates);
     let t = &mut a.tokens;
+    let tpm2_given = e.tpm2_device.is_some();
     t.tpm2_device = t.tpm2_device.take().or(e.tpm2_device);
     t.pkcs11_uri = e.pkcs11_uri;
     t.tpm2_pin = e.tpm2_pin;
     t.headless = e.headless;
+    if tpm2_given {
+        t.token_timeout = Some(e.token_timeout.unwrap_or(Duration::from_secs(30)));
+        t.volume_name = Some(e.name);
+    }
     if e.headless && a.key.key_file.is_empty() {
         // No prompt: the tokens alone, as systemd-cryptsetup's headless.
-        t.token_only = a.kind != Some(VolumeType::Plain);
+        t.token_only = e.kind == Kind::Luks;
     }
+    luks::passphrase::set_try_empty(e.try_empty_password);
     if let Some(n) = e.tries {
         luks::passphrase::set_tries(n);
     }

@@ -298,6 +298,79 @@ fn tpm2_token_needs_its_tpm() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
+/// crypttab's `tpm2-device=auto` with `token-timeout=`: with no TPM2 on
+/// this machine the token waits for one as systemd-cryptsetup does, gives
+/// up at the timeout in systemd's words, and the passphrase opens; a line
+/// without `tpm2-device=` does not wait.
+#[test]
+fn crypttab_token_timeout_waits_for_the_tpm_then_asks() {
+    let test = "crypttab_token_timeout_waits_for_the_tpm_then_asks";
+    if !tpm_tools() {
+        return;
+    }
+    if std::fs::read_dir("/sys/class/tpmrm").is_ok_and(|mut d| d.next().is_some()) {
+        testutil::skip(
+            test,
+            "this machine has a TPM2 (/sys/class/tpmrm): nothing to wait for",
+        );
+        return;
+    }
+    let dir = TempDir::new("tok-timeout");
+    let tpm = Swtpm::start(dir.path());
+    let (img, pass, _) = volume(&dir);
+    enroll(
+        &img,
+        &pass,
+        &[&format!("--tpm2-device={}", tpm.device()), "--tpm2-pcrs=7"],
+        &[],
+    );
+    let pid = std::process::id();
+    let ct = dir.join("crypttab");
+    std::fs::write(
+        &ct,
+        format!(
+            "tt-wait-{pid} {img} - tpm2-device=auto,token-timeout=1\n\
+             tt-nowait-{pid} {img} - token-timeout=1\n",
+            img = img.display()
+        ),
+    )
+    .unwrap();
+    let ct_arg = format!("--crypttab={}", ct.display());
+    let mut line = PASS.to_vec();
+    line.push(b'\n');
+    let name = format!("tt-wait-{pid}");
+    let out = run(
+        "ucrypt",
+        &["open", "--test-passphrase", &ct_arg, &name],
+        Some(&line),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let waited = err.contains(&format!(
+        "TPM2 device not present for unlocking {name}, waiting for it to become available."
+    )) && err.contains(
+        "Timed out waiting for security device, aborting security device based authentication attempt.",
+    );
+    // An EFI machine whose firmware saw no TPM2 does not wait (systemd's check).
+    let efi_without_tpm =
+        err.contains("No TPM2 hardware discovered and EFI firmware does not see it either");
+    assert!(waited || efi_without_tpm, "{err}");
+
+    let out = run(
+        "ucrypt",
+        &[
+            "open",
+            "--test-passphrase",
+            &ct_arg,
+            &format!("tt-nowait-{pid}"),
+        ],
+        Some(&line),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("waiting"), "{err}");
+}
+
 #[test]
 fn pkcs11_token_on_softhsm_opens() {
     if !require_all(

@@ -1,7 +1,9 @@
 //! `scripts/install.sh` into a scratch root: the installed `ucrypt` runs,
 //! `man` finds its pages there through MANPATH, `ucrypt bench` reaches the
 //! installed `ucrypt-bench`, and the completions are where bash, zsh and
-//! fish look. The binaries are the ones this test run built (`--bin-dir`).
+//! fish look, and the systemd unit is where systemd looks, naming the
+//! installed binary. The binaries are the ones this test run built
+//! (`--bin-dir`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,6 +12,13 @@ use testutil::TempDir;
 
 /// Installs into a fresh root with `--prefix /usr/local`: the prefix dir.
 fn install(root: &Path) -> PathBuf {
+    install_with(&["--root".as_ref(), root.as_os_str()]);
+    root.join("usr/local")
+}
+
+/// Runs `scripts/install.sh ARGS --bin-dir DIR` (the binaries this test
+/// run built).
+fn install_with(args: &[&std::ffi::OsStr]) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_ucrypt"))
         .parent()
@@ -17,8 +26,7 @@ fn install(root: &Path) -> PathBuf {
         .to_path_buf();
     let out = Command::new("bash")
         .arg(repo.join("scripts/install.sh"))
-        .arg("--root")
-        .arg(root)
+        .args(args)
         .arg("--bin-dir")
         .arg(&bin_dir)
         .output()
@@ -29,7 +37,6 @@ fn install(root: &Path) -> PathBuf {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    root.join("usr/local")
 }
 
 #[test]
@@ -73,6 +80,21 @@ fn install_puts_binaries_man_pages_and_completions_in_place() {
         );
     }
 
+    // The unit, in systemd's unit path for /usr/local, runs the installed
+    // binary (the shipped file names /usr/local/bin/ucrypt as well).
+    let unit = std::fs::read_to_string(prefix.join("lib/systemd/system/ucrypt@.service"))
+        .expect("lib/systemd/system/ucrypt@.service");
+    assert!(
+        unit.contains(
+            "\nExecStart=/usr/local/bin/ucrypt open --crypttab=/etc/crypttab --foreground %I\n"
+        ),
+        "{unit}"
+    );
+    assert!(
+        unit.contains("\nExecStop=/usr/local/bin/ucrypt close %I\n"),
+        "{unit}"
+    );
+
     if !testutil::require_tool(test, "man") {
         return;
     }
@@ -105,4 +127,43 @@ fn install_puts_binaries_man_pages_and_completions_in_place() {
     assert!(page.contains("format"), "{page}");
     let page = man(&["ucrypt-bench"]);
     assert!(page.contains("--profile"), "{page}");
+}
+
+/// Another prefix: the unit's commands follow it, and systemd itself
+/// (`systemd-analyze verify`, which also checks that the commands are
+/// executable) accepts an instance of it.
+#[test]
+fn install_unit_follows_the_prefix_and_systemd_accepts_it() {
+    let test = "install_unit_follows_the_prefix_and_systemd_accepts_it";
+    if !testutil::require_tool(test, "gzip") {
+        return;
+    }
+    let dir = TempDir::new("install-unit");
+    let prefix = dir.join("opt");
+    install_with(&["--prefix".as_ref(), prefix.as_os_str()]);
+    let unit_path = prefix.join("lib/systemd/system/ucrypt@.service");
+    let unit = std::fs::read_to_string(&unit_path).expect("the unit");
+    let bin = prefix.join("bin/ucrypt");
+    assert!(
+        unit.contains(&format!(
+            "\nExecStart={} open --crypttab=/etc/crypttab --foreground %I\n",
+            bin.display()
+        )),
+        "{unit}"
+    );
+    assert!(!unit.contains("/usr/local/"), "{unit}");
+    if !testutil::require_tool(test, "systemd-analyze") {
+        return;
+    }
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(unit_path.with_file_name("ucrypt@vol.service"))
+        .output()
+        .expect("run systemd-analyze");
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -18,6 +18,7 @@ mod bitlk_images;
 mod close_bounded;
 mod crypt_benchmark;
 mod crypt_map;
+mod crypttab_foreign;
 mod cryptsetup_defects;
 mod cryptsetup_format_options;
 mod cryptsetup_header_verbs;

@@ -285,9 +285,15 @@ impl Mapping<'_> {
             return Ok((t, kind));
         }
         if kind == VolumeType::Tcrypt {
+            let keyfiles: Vec<std::path::PathBuf> = self
+                .keyfiles
+                .iter()
+                .chain(self.tcrypt.keyfiles.iter())
+                .cloned()
+                .collect();
             let given = crate::tcrypt::Given {
                 device,
-                keyfiles: self.keyfiles,
+                keyfiles: &keyfiles,
                 hash: self.plain.hash.as_deref(),
                 cipher: self.plain.cipher.as_deref(),
                 args: &self.tcrypt,
