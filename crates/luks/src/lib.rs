@@ -262,5 +262,12 @@ pub mod internal {
             // The JSON parser on its own.
             let _ = crate::luks2::Metadata::parse(data, 16384);
         }
+
+        /// Parses `data` as the header image of a volume in reencryption
+        /// (both copies) and loads its reencryption state, as `reencrypt`
+        /// and `open` do before anything else. Must never panic.
+        pub fn reencrypt_state(data: &[u8]) {
+            crate::reencrypt::fuzz_state(data);
+        }
     }
 }

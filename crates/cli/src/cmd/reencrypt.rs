@@ -1,7 +1,7 @@
 //! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (a new
 //! volume key; optionally a new cipher, key size or sector size; or
-//! `--decrypt` with a detached `--header`) over
-//! `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
+//! `--decrypt` with a detached `--header`; `--encrypt` of a plaintext
+//! device with a detached `--header`) over `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -95,12 +95,21 @@ pub struct ReencryptArgs {
     /// Device or file with the detached LUKS2 header.
     #[arg(long)]
     pub(super) header: Option<PathBuf>,
-    /// In-place encryption of a plaintext device (not done by ucrypt yet).
-    #[arg(long, hide = true)]
+    /// Encrypt a plaintext device in place (LUKS2, the header in the
+    /// detached --header file, as in cryptsetup 2.6).
+    #[arg(long)]
     pub(super) encrypt: bool,
-    /// See `--encrypt`.
-    #[arg(long, hide = true, value_parser = size_arg)]
+    /// With --encrypt and no --header: the header goes inside the
+    /// device, the data moves by half of SIZE (the device's last SIZE
+    /// bytes must be unused).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub(super) reduce_device_size: Option<u64>,
+    /// With --encrypt: the LUKS type (luks2 only).
+    #[arg(long = "type", short = 'M', value_name = "TYPE")]
+    pub(super) luks_type: Option<String>,
+    /// With --encrypt: the new volume's UUID.
+    #[arg(long)]
+    pub(super) uuid: Option<String>,
     #[command(flatten)]
     pub(super) kdf: ops::KdfChoice,
 }
@@ -119,10 +128,7 @@ impl Commands {
 
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if a.encrypt || a.reduce_device_size.is_some() {
-        return Err(Failure::usage(
-            "LUKS2 encryption (--encrypt, --reduce-device-size) \
-             is not supported by ucrypt reencrypt yet.",
-        ));
+        return encrypt_cmd(a, g);
     }
     if let Some(name) = a.active_name.clone() {
         return super::reencrypt_online::run(a, &name, g);
@@ -155,7 +161,108 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             return Ok(());
         }
     }
-    if a.force_offline_reencrypt && state.is_some() {
+    run_steps(&a, dev, &pass, state.is_some())
+}
+
+/// `--encrypt`: checks the options as cryptsetup does, starts the
+/// encryption (or resumes the one the header records) and runs it.
+fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+    if let Some(r) = a.reduce_device_size {
+        if r > 1 << 30 {
+            return Err(Failure::usage("Maximum device reduce size is 1 GiB."));
+        }
+        if r % 512 != 0 {
+            return Err(Failure::usage(
+                "Reduce size must be multiple of 512 bytes sector.",
+            ));
+        }
+        if a.header.is_some() {
+            return Err(Failure::usage(
+                "LUKS2 encryption with a detached header and a data shift is not supported by ucrypt.",
+            ));
+        }
+    }
+    match a.luks_type.as_deref() {
+        None | Some("luks2") => {}
+        Some("luks" | "luks1") => {
+            return Err(Failure::usage(
+                "LUKS1 encryption is not supported by ucrypt reencrypt: use --type luks2.",
+            ))
+        }
+        Some(t) => return Err(Failure::usage(format!("Invalid device type {t}."))),
+    }
+    if a.active_name.is_some() {
+        return Err(Failure::usage(
+            "Online encryption (--encrypt with --active-name) is not supported by ucrypt.",
+        ));
+    }
+    let Some(dev) = a.device.as_ref() else {
+        return Err(Failure::usage("Command requires device as argument."));
+    };
+    if a.header.is_none() && a.reduce_device_size.is_none() && !a.resume_only {
+        return Err(Failure::usage(
+            "Encryption without detached header (--header) is not possible without data \
+             device size reduction (--reduce-device-size).",
+        ));
+    }
+    // The header: the detached file, or (a data shift) the device.
+    let hdr = a.header.clone().unwrap_or_else(|| dev.clone());
+    // A header already recording an encryption is resumed (cryptsetup
+    // does the same); any other LUKS header is refused by the init.
+    let state = if hdr.exists() {
+        match reencrypt::status(&hdr) {
+            Ok(s) => s,
+            Err(e) if e.kind() == luks::ErrorKind::NotLuks => None,
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        None
+    };
+    if state.is_some() && a.init_only {
+        return Err(Failure::usage(
+            "LUKS2 reencryption already initialized. Aborting operation.",
+        ));
+    }
+    if state.is_none() && a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    if state.is_some() && !a.resume_only && !g.batch_mode {
+        let q = format!(
+            "Device {} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?",
+            dev.display()
+        );
+        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
+            return Err(Failure::usage("Operation aborted."));
+        }
+    }
+    let pass = a.key.source().read(&prompt(&a, dev), state.is_none())?;
+    if state.is_none() {
+        let hash = luks::Hash::parse(&a.kdf.hash)?;
+        let req = reencrypt::EncryptRequest {
+            cipher: a.cipher.clone(),
+            key_bits: a.key_size,
+            sector_size: a.sector_size,
+            resilience: a.resilience.clone(),
+            resilience_hash: a.resilience_hash.clone(),
+            hash,
+            kdf: a.kdf.request(2)?,
+            key_slot: a.key_slot,
+            uuid: a.uuid.clone(),
+            header: a.header.clone(),
+            reduce: a.reduce_device_size,
+        };
+        reencrypt::init_encrypt(dev, &pass, &req)?;
+        if a.init_only {
+            return Ok(());
+        }
+    }
+    run_steps(&a, dev, &pass, state.is_some())
+}
+
+/// Runs (or resumes, `resumed`) the data steps, with cryptsetup's
+/// progress and its handling of SIGINT/SIGTERM (stop after the hotzone).
+fn run_steps(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8], resumed: bool) -> CmdResult {
+    if a.force_offline_reencrypt && resumed {
         println!("Resuming LUKS reencryption in forced offline mode.");
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -168,7 +275,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         hotzone: a.hotzone_size.unwrap_or(0),
         header: a.header.clone(),
     };
-    let out = reencrypt::run(dev, &pass, a.key_slot, &opts, &stop, &mut |d, t| {
+    let out = reencrypt::run(dev, pass, a.key_slot, &opts, &stop, &mut |d, t| {
         pr.update(d, t)
     })?;
     pr.finish();

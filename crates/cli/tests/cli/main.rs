@@ -47,6 +47,7 @@ mod rbd;
 mod rbd_faults;
 mod rbd_interop;
 mod reencrypt;
+mod reencrypt_encrypt;
 mod reencrypt_online;
 mod runtime_dir;
 mod tables;

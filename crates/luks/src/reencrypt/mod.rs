@@ -1,7 +1,8 @@
 //! LUKS2 reencryption (a new volume key, optionally a new cipher, key
-//! size or sector size) and decryption (`--decrypt`, detached header)
-//! offline, in cryptsetup's own metadata format, so either tool resumes
-//! what the other started.
+//! size or sector size), decryption (`--decrypt`, detached header) and
+//! encryption (`--encrypt`: detached header, or the header inside the
+//! device with the data shifted, `encrypt.rs`) offline, in cryptsetup's
+//! own metadata format, so either tool resumes what the other started.
 //!
 //! ```text
 //!   status()  header → Option<State>          (state.rs: strict load,
@@ -11,10 +12,14 @@
 //! ```
 //!
 //! One step reencrypts a hotzone of the data area, from the start
-//! (direction forward; a decryption goes backward, from the end): read
+//! (direction forward; a decryption goes backward, from the end, and so
+//! does an encryption with a data shift, each hotzone written `shift`
+//! bytes further on than it was read, its first `shift` bytes read from
+//! the moved segment at the end of the device): read
 //! the old ciphertext; protect it (checksum: a hash per block in the
 //! reencrypt keyslot's area; journal: the ciphertext itself there; none:
-//! nothing), write the header naming the hotzone (`in-reencryption`),
+//! nothing; datashift: nothing, the source stays intact), write the
+//! header naming the hotzone (`in-reencryption`),
 //! decrypt with the old key and encrypt with the new one (a `linear`
 //! side, plaintext, skips its cipher), write and sync the data, then
 //! write the header that moves the boundary past it. Every header write
@@ -48,11 +53,13 @@ use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
 
 pub(crate) mod crash;
+mod encrypt;
 pub mod fence;
 mod header;
 mod mover;
 mod state;
 
+pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
@@ -112,6 +119,19 @@ pub enum Outcome {
     Finished,
     /// Stopped between two hotzones (`stop` set); resumable.
     Interrupted,
+}
+
+/// The fuzzing entry point: `data` as a header image, its reencryption
+/// state loaded (and its progress and hotzone asked).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_state(data: &[u8]) {
+    let mut c = std::io::Cursor::new(data.to_vec());
+    if let Ok(h) = RawHeader::read(&mut c, data.len() as u64) {
+        if let Ok(Some(st)) = State::load(&h) {
+            let total = st.old.fixed_size().ok().flatten().unwrap_or(1 << 20);
+            let _ = (st.progress_of(total), st.hotzone(), st.progress());
+        }
+    }
 }
 
 /// The reencryption state of `device`'s header, `None` when not in
@@ -468,7 +488,7 @@ fn run_loop(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let len = m.hotzone.min(m.size - done);
+        let len = m.next_len(done);
         let off = if st.backward {
             m.size - done - len
         } else {
@@ -496,6 +516,7 @@ fn run_loop(
         post_segments_mem(&mut h, st, done, m.size)?;
     }
     finalize(meta, &mut h, st)?;
+    m.wipe_moved()?;
     advance(fence, &o, done, m.size)?;
     Ok(Outcome::Finished)
 }
@@ -807,6 +828,9 @@ fn make_segments(
     hot: Option<u64>,
     total: u64,
 ) -> Result<()> {
+    if st.moved.is_some() {
+        return make_shift_segments(h, st, done, hot, total);
+    }
     let base = st.old.offset;
     let seg = |like: &Segment, start: u64, size: Option<u64>, flags: Option<&str>| -> Value {
         let size = size
@@ -927,6 +951,93 @@ fn make_segments(
     let nn: Vec<&str> = new_ids.iter().map(String::as_str).collect();
     set_digest_segments(h, &st.old_digest, &o);
     set_digest_segments(h, &st.new_digest, &nn);
+    Ok(())
+}
+
+/// [`make_segments`] for an encryption with a data shift, in
+/// cryptsetup's order: the moved segment (the data's first `shift`
+/// bytes, plaintext), the rest of the plaintext in place, the hotzone,
+/// the encrypted part `shift` bytes further on (fixed size until the
+/// end, then one dynamic segment); then backup-previous, backup-final
+/// and backup-moved-segment.
+fn make_shift_segments(
+    h: &mut RawHeader,
+    st: &State,
+    done: u64,
+    hot: Option<u64>,
+    total: u64,
+) -> Result<()> {
+    let moved = st
+        .moved
+        .as_ref()
+        .ok_or_else(|| corrupt("backup-moved-segment vanished"))?;
+    let shift = st.new.offset;
+    let hl = hot.unwrap_or(0);
+    let plain = total.saturating_sub(done + hl);
+    let crypt = |start: u64, size: Option<u64>, flag: Option<&str>| {
+        let mut v = json!({
+            "type": "crypt",
+            "offset": (shift + start).to_string(),
+            "size": size.map(|s| s.to_string()).unwrap_or_else(|| "dynamic".into()),
+            "iv_tweak": (st.new.iv_tweak + start / 512).to_string(),
+            "encryption": st.new.encryption,
+            "sector_size": st.new.sector_size,
+        });
+        if let Some(f) = flag {
+            v["flags"] = json!([f]);
+        }
+        v
+    };
+    let mut out: Vec<(Value, bool)> = Vec::new();
+    if plain > 0 {
+        out.push((
+            json!({"type": "linear", "offset": moved.offset.to_string(),
+                   "size": plain.min(shift).to_string()}),
+            false,
+        ));
+    }
+    if plain > shift {
+        out.push((
+            json!({"type": "linear", "offset": shift.to_string(),
+                   "size": (plain - shift).to_string()}),
+            false,
+        ));
+    }
+    if let Some(len) = hot {
+        out.push((crypt(plain, Some(len), Some("in-reencryption")), true));
+    }
+    if done > 0 {
+        let size = (plain + hl > 0 || hot.is_some()).then_some(done);
+        out.push((crypt(plain + hl, size, None), true));
+    }
+    let backup = |flag: &str| {
+        h.obj("segments")
+            .values()
+            .find(|s| has_flag(s, flag))
+            .cloned()
+            .ok_or_else(|| corrupt(format!("{flag} segment vanished")))
+    };
+    let (prev, fin, mv) = (
+        backup("backup-previous")?,
+        backup("backup-final")?,
+        backup("backup-moved-segment")?,
+    );
+    let n = out.len();
+    let mut new_ids = Vec::new();
+    let segs = h.obj_mut("segments");
+    segs.clear();
+    for (i, (v, is_new)) in out.into_iter().enumerate() {
+        segs.insert(i.to_string(), v);
+        if is_new {
+            new_ids.push(i.to_string());
+        }
+    }
+    segs.insert(n.to_string(), prev);
+    segs.insert((n + 1).to_string(), fin);
+    segs.insert((n + 2).to_string(), mv);
+    new_ids.push((n + 1).to_string());
+    let ids: Vec<&str> = new_ids.iter().map(String::as_str).collect();
+    set_digest_segments(h, &st.new_digest, &ids);
     Ok(())
 }
 

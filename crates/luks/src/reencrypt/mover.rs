@@ -26,7 +26,13 @@ pub(super) struct Mover {
     old: Option<crypto::SectorCrypt>,
     new: Option<crypto::SectorCrypt>,
     backward: bool,
+    /// Where the data area starts before and after (they differ by the
+    /// shift of a data shift).
     base: u64,
+    target: u64,
+    /// A data shift: where the data's first `shift` bytes wait.
+    moved: Option<u64>,
+    shift: u64,
     pub(super) size: u64,
     pub(super) hotzone: u64,
     buf: Vec<u8>,
@@ -74,6 +80,12 @@ impl Mover {
             _ => MIN_ALIGNMENT,
         }
         .max(u64::from(st.old.sector_size.max(st.new.sector_size)));
+        if let Resilience::Datashift { shift } = st.resilience {
+            // cryptsetup's hotzone with a data shift is the shift itself
+            // (`--hotzone-size` does not apply).
+            let _ = want;
+            return Self::open(device, meta, dev_size, st, old_vk, new_vk, shift, &mk);
+        }
         let max = match st.resilience {
             Resilience::Checksum { hash, block } => {
                 st.area.1 / hash.digest_len() as u64 * u64::from(block)
@@ -86,6 +98,7 @@ impl Mover {
                     DEFAULT_NONE_HOTZONE
                 }
             }
+            Resilience::Datashift { shift } => shift,
         }
         .min(MAX_HOTZONE);
         if want % align != 0 {
@@ -98,6 +111,20 @@ impl Mover {
         if hotzone == 0 {
             return Err(invalid("Invalid reencryption length."));
         }
+        Self::open(device, meta, dev_size, st, old_vk, new_vk, hotzone, &mk)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        device: &Path,
+        meta: &Path,
+        dev_size: u64,
+        st: &State,
+        old_vk: &[u8],
+        new_vk: &[u8],
+        hotzone: u64,
+        mk: &dyn Fn(&Segment, &[u8]) -> Result<Option<crypto::SectorCrypt>>,
+    ) -> Result<Self> {
         let data = OpenOptions::new()
             .read(true)
             .write(true)
@@ -111,16 +138,47 @@ impl Mover {
             new: mk(&st.new, new_vk)?,
             backward: st.backward,
             base: st.old.offset,
+            target: st.new.offset,
+            moved: st.moved.as_ref().map(|m| m.offset),
+            shift: match st.resilience {
+                Resilience::Datashift { shift } => shift,
+                _ => 0,
+            },
             size,
             hotzone,
             buf: Vec::new(),
         })
     }
 
+    /// The length of the hotzone after `done` bytes. With a data shift
+    /// the data's first `shift` bytes (read from the moved segment) are
+    /// one hotzone of their own, the last, as cryptsetup cuts them.
+    pub(super) fn next_len(&self, done: u64) -> u64 {
+        let left = self.size - done;
+        if self.moved.is_none() {
+            return self.hotzone.min(left);
+        }
+        match left.checked_sub(self.shift) {
+            Some(0) | None => left,
+            Some(rest) if rest < self.shift => rest,
+            Some(_) => self.shift,
+        }
+    }
+
+    /// Where the old bytes at `off` of the data area are: in place, or
+    /// for a data shift's first hotzone in the moved segment.
+    fn source(&self, off: u64) -> u64 {
+        match self.moved {
+            Some(m) if off == 0 => m,
+            _ => self.base + off,
+        }
+    }
+
     fn read(&mut self, off: u64, len: u64) -> Result<()> {
         self.buf.resize(len as usize, 0);
+        let at = self.source(off);
         self.data
-            .read_exact_at(&mut self.buf, self.base + off)
+            .read_exact_at(&mut self.buf, at)
             .map_err(|e| Error::io(format!("Failed to read hotzone area starting at {off}."), e))
     }
 
@@ -132,7 +190,7 @@ impl Mover {
         while at < to {
             let end = (at + PIECE).min(to);
             self.data
-                .write_all_at(&self.buf[at..end], self.base + off + at as u64)
+                .write_all_at(&self.buf[at..end], self.target + off + at as u64)
                 .map_err(|e| {
                     Error::io(
                         format!("Failed to write hotzone area starting at {off}."),
@@ -154,6 +212,28 @@ impl Mover {
         if let Some(n) = &self.new {
             n.encrypt(sector, &mut self.buf[from..to]);
         }
+    }
+
+    /// Overwrites the moved segment (plaintext) with random bytes, as
+    /// cryptsetup does once an encryption with a data shift is done.
+    pub(super) fn wipe_moved(&mut self) -> Result<()> {
+        let Some(m) = self.moved else {
+            return Ok(());
+        };
+        let mut left = self.shift;
+        let mut at = m;
+        let mut chunk = vec![0u8; (1 << 20).min(self.shift as usize)];
+        while left > 0 {
+            let n = (chunk.len() as u64).min(left) as usize;
+            getrandom::fill(&mut chunk[..n])
+                .map_err(|e| crate::error::random_error(ErrorKind::Corrupt, "No randomness", e))?;
+            self.data
+                .write_all_at(&chunk[..n], at)
+                .map_err(|e| Error::io("Failed to wipe unused data device area.", e))?;
+            at += n as u64;
+            left -= n as u64;
+        }
+        self.sync()
     }
 
     fn sync(&self) -> Result<()> {
@@ -190,7 +270,9 @@ impl Mover {
                     write_at(&mut *f, st.area.0, &sums)?;
                 }
                 Resilience::Journal => write_at(&mut *f, st.area.0, &self.buf)?,
-                Resilience::None => {}
+                // The source stays where it is: the header naming the
+                // hotzone is the whole protection.
+                Resilience::None | Resilience::Datashift { .. } => {}
             }
             sync(&*f)?;
             crash::point();
@@ -255,6 +337,17 @@ impl Mover {
                 return Err(corrupt(
                     "LUKS2 hotzone with resilience none cannot be recovered",
                 ))
+            }
+            Resilience::Datashift { shift } => {
+                // The hotzone's source is untouched (its target lies
+                // `shift` bytes further on): do it again.
+                if len > shift {
+                    return Err(corrupt("LUKS2 hotzone is larger than its data shift"));
+                }
+                self.read(off, len)?;
+                let n = self.buf.len();
+                self.reencrypt_buf(off, 0, n);
+                self.write(off, 0, n)?;
             }
         }
         self.sync()

@@ -3,9 +3,12 @@
 //!
 //! ```text
 //! keyslots: {.., "N": {type: reencrypt, key_size: 1, mode, direction,
-//!                      area: {type: checksum|journal|none, offset, size, [hash, sector_size]}}}
+//!                      area: {type: checksum|journal|none|datashift, offset, size,
+//!                             [hash, sector_size] | [shift_size]}}}
 //! segments: data segments (new | [in-reencryption] | old), then
-//!           backup-previous (old layout) and backup-final (new layout)
+//!           backup-previous (old layout) and backup-final (new layout);
+//!           an encryption with a data shift: moved | plaintext |
+//!           [in-reencryption] | new, and a backup-moved-segment
 //! digests:  old key → old segments + backup-previous; new key → new
 //!           segments + backup-final; a hotzone segment → both;
 //!           verification digest → the reencrypt keyslot only
@@ -14,9 +17,10 @@
 //!
 //! The verification digest is a PBKDF2 digest (as of a volume key) over
 //! `0x76, 0x30 + version, old key, new key, mode, direction, area type,
-//! area offset and size (big-endian u64), [hash, sector_size (u32)]`,
-//! then the backup-previous and backup-final segments (type, offset,
-//! size or `dynamic`, iv_tweak, encryption, sector_size) — the layout of
+//! area offset and size (big-endian u64), [hash, sector_size (u32)] or
+//! [shift_size (u64)]`, then the backup-previous, backup-final and (if
+//! any) backup-moved-segment segments (type, offset, size or `dynamic`,
+//! iv_tweak, encryption, sector_size) — the layout of
 //! cryptsetup's `luks2_reencrypt_digest.c`, written here from that
 //! description. A header whose digest does not match the unlocked keys
 //! was changed by someone without them and is refused.
@@ -44,6 +48,13 @@ pub enum Resilience {
     Journal,
     /// Nothing: a crash mid-hotzone loses that hotzone's data.
     None,
+    /// The data moves by `shift` bytes toward the end of the device while
+    /// it is encrypted (`--reduce-device-size`): a hotzone's source is
+    /// never its target, so a torn hotzone is simply done again.
+    Datashift {
+        /// `shift_size`: the distance in bytes (the new data offset).
+        shift: u64,
+    },
 }
 
 impl Resilience {
@@ -53,6 +64,7 @@ impl Resilience {
             Resilience::Checksum { .. } => "checksum",
             Resilience::Journal => "journal",
             Resilience::None => "none",
+            Resilience::Datashift { .. } => "datashift",
         }
     }
 }
@@ -62,8 +74,10 @@ impl Resilience {
 pub enum Mode {
     /// Old key to new key (direction forward).
     Reencrypt,
-    /// Plaintext (a `linear` segment) to a new key, with a detached
-    /// header (direction forward, no data shift).
+    /// Plaintext (a `linear` segment) to a new key: with a detached
+    /// header (direction forward, no data shift), or with the header
+    /// inside the device (direction backward, resilience `datashift`, the
+    /// first `shift` bytes moved to the end of the device first).
     Encrypt,
     /// Old key to plaintext (a `linear` segment), with a detached header
     /// (direction backward, no data shift).
@@ -109,6 +123,9 @@ pub struct State {
     pub verify_digest: String,
     /// Data segments in id order (no backups).
     pub data: Vec<(String, Segment)>,
+    /// The `backup-moved-segment` (a data shift only): where the data's
+    /// first `shift` bytes wait, plaintext, until the last hotzone.
+    pub moved: Option<Segment>,
     /// Every byte is under the new key (the run stopped before its
     /// final header write).
     pub all_new: bool,
@@ -124,6 +141,14 @@ fn flagged<'a>(segs: &'a [(String, Segment)], flag: &str) -> Vec<&'a (String, Se
                 .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(flag)))
         })
         .collect()
+}
+
+/// The id of the `backup-moved-segment` (empty when there is none).
+fn moved_id(segs: &[(String, Segment)]) -> String {
+    flagged(segs, "backup-moved-segment")
+        .first()
+        .map(|x| x.0.clone())
+        .unwrap_or_default()
 }
 
 fn is_backup(s: &Segment) -> bool {
@@ -214,9 +239,16 @@ impl State {
             "backward" => true,
             _ => return Err(corrupt(format!("Illegal reencrypt direction {direction}"))),
         };
-        // The combinations without a data shift (a shift is refused
-        // below with its own reason).
-        if backward != (mode == Mode::Decrypt) {
+        let datashift = ks
+            .get("area")
+            .and_then(|a| a.get("type"))
+            .and_then(Value::as_str)
+            == Some("datashift");
+        // The combinations ucrypt runs: reencrypt and encrypt forward,
+        // decrypt backward, and encrypt backward with a data shift.
+        if backward != (mode == Mode::Decrypt || (mode == Mode::Encrypt && datashift))
+            || (datashift && mode != Mode::Encrypt)
+        {
             return Err(unsupported(format!(
                 "LUKS2 reencryption mode {} with direction {direction} is not supported by ucrypt",
                 mode.name()
@@ -247,6 +279,13 @@ impl State {
             }
             "journal" => Resilience::Journal,
             "none" => Resilience::None,
+            "datashift" => {
+                let shift = num("shift_size")?;
+                if shift == 0 || shift % 4096 != 0 {
+                    return Err(corrupt("LUKS2 reencrypt keyslot shift_size is invalid"));
+                }
+                Resilience::Datashift { shift }
+            }
             t if t.starts_with("datashift") => {
                 return Err(unsupported(format!(
                     "LUKS2 reencryption resilience {t} is not supported by ucrypt"
@@ -294,11 +333,15 @@ impl State {
         let kind = |plain: bool| if plain { "linear" } else { "crypt" };
         let (old_id, old) = one("backup-previous", kind(mode == Mode::Encrypt))?;
         let (new_id, new) = one("backup-final", kind(mode == Mode::Decrypt))?;
-        if !flagged(&segs, "backup-moved-segment").is_empty() {
-            return Err(unsupported(
-                "LUKS2 reencryption with a moved segment is not supported by ucrypt",
-            ));
-        }
+        let moved = match (resilience, &flagged(&segs, "backup-moved-segment")[..]) {
+            (Resilience::Datashift { .. }, [x]) if x.1.kind == "linear" => Some(x.1.clone()),
+            (_, []) if !matches!(resilience, Resilience::Datashift { .. }) => None,
+            _ => {
+                return Err(unsupported(
+                    "LUKS2 reencryption with this moved segment is not supported by ucrypt",
+                ))
+            }
+        };
         let digest_of = |sid: &str, linear: bool| -> Result<String> {
             let d: Vec<&String> = h
                 .meta
@@ -347,10 +390,28 @@ impl State {
                 ))
             }
         };
-        if old.offset != new.offset {
+        let shift = match resilience {
+            Resilience::Datashift { shift } => shift,
+            _ => 0,
+        };
+        if old.offset + shift != new.offset {
             return Err(unsupported(
-                "LUKS2 reencryption with a data shift is not supported by ucrypt",
+                "LUKS2 reencryption with this data shift is not supported by ucrypt",
             ));
+        }
+        if let Some(m) = &moved {
+            // The first `shift` bytes wait at the end of the device.
+            let size = old.fixed_size()?.unwrap_or(0);
+            if old.offset != 0
+                || m.fixed_size()? != Some(shift)
+                || size < shift
+                || m.offset < new.offset + size
+                || !digest_of(&moved_id(&segs), true).is_ok_and(|d| d.is_empty())
+            {
+                return Err(unsupported(
+                    "LUKS2 encryption with this moved segment is not supported by ucrypt",
+                ));
+            }
         }
         let data: Vec<(String, Segment)> =
             segs.into_iter().filter(|(_, s)| !is_backup(s)).collect();
@@ -376,6 +437,7 @@ impl State {
             new_digest,
             verify_digest,
             data,
+            moved,
         };
         st.check_layout(h)?;
         Ok(Some(st))
@@ -386,6 +448,9 @@ impl State {
     /// its layout's type, cipher and IVs and bound to its layout's digest
     /// (a `linear` one to none; a `crypt` hotzone to every key's).
     fn check_layout(&self, h: &RawHeader) -> Result<()> {
+        if let Some(m) = &self.moved {
+            return self.check_shift_layout(h, m);
+        }
         let base = self.old.offset;
         let mut at = base;
         // Forward: 0 new, 1 after the hotzone, 2 old. Backward: 0 old,
@@ -475,6 +540,68 @@ impl State {
         Ok(())
     }
 
+    /// The data segments of an encryption with a data shift, in the
+    /// order cryptsetup writes them: the moved segment (the data's first
+    /// `shift` bytes, plaintext, at the end of the device), the rest of
+    /// the plaintext in place, at most one hotzone, then the encrypted
+    /// part `shift` bytes further on, each bound to its key's digest.
+    fn check_shift_layout(&self, h: &RawHeader, moved: &Segment) -> Result<()> {
+        let shift = self.new.offset;
+        let total = self.old.fixed_size()?.unwrap_or(0);
+        let mut at = 0u64; // logical position in the plaintext
+        let mut phase = 0; // 0 linear, 1 after the hotzone / encrypted
+        let n = self.data.len();
+        if n == 0 || n > 4 {
+            return Err(corrupt(format!(
+                "LUKS2 reencryption with {n} data segments"
+            )));
+        }
+        for (i, (id, s)) in self.data.iter().enumerate() {
+            let bad = || {
+                corrupt(format!(
+                    "LUKS2 segment {id} does not continue the reencryption layout"
+                ))
+            };
+            let digests: Vec<&String> = h
+                .meta
+                .digests
+                .iter()
+                .filter(|(_, d)| d.segments.iter().any(|x| x == id))
+                .map(|(k, _)| k)
+                .collect();
+            let size = s.fixed_size()?;
+            if s.kind == "linear" {
+                let place = if at == 0 { moved.offset } else { at };
+                let want = if at == 0 { Some(shift) } else { size };
+                if phase != 0 || !digests.is_empty() || s.offset != place || size != want {
+                    return Err(bad());
+                }
+            } else {
+                let hot = in_reencryption(s);
+                if (hot && phase != 0)
+                    || digests != [&self.new_digest]
+                    || s.kind != "crypt"
+                    || s.offset != shift + at
+                    || s.encryption != self.new.encryption
+                    || s.sector_size != self.new.sector_size
+                    || s.iv_tweak != self.new.iv_tweak + at / 512
+                {
+                    return Err(bad());
+                }
+                phase = 1;
+            }
+            match size {
+                Some(sz) => at += sz,
+                None if i + 1 == n && s.kind == "crypt" && at == 0 => at = total,
+                None => return Err(bad()),
+            }
+        }
+        if at != total {
+            return Err(corrupt("LUKS2 reencryption segments do not cover the data"));
+        }
+        Ok(())
+    }
+
     /// The hotzone segment a crash left: `(offset from the data start,
     /// length)` in bytes.
     pub fn hotzone(&self) -> Option<(u64, u64)> {
@@ -483,7 +610,7 @@ impl State {
             .find(|(_, s)| in_reencryption(s))
             .map(|(_, s)| {
                 (
-                    s.offset - self.old.offset,
+                    s.offset.saturating_sub(self.new.offset),
                     s.fixed_size().ok().flatten().unwrap_or(0),
                 )
             })
@@ -492,6 +619,16 @@ impl State {
     /// Bytes already reencrypted of `total`, when clean (forward: from
     /// the data start; backward: from its end).
     pub fn progress_of(&self, total: u64) -> u64 {
+        if self.moved.is_some() {
+            // A data shift: what is not plaintext any more.
+            let plain: u64 = self
+                .data
+                .iter()
+                .filter(|(_, s)| s.kind == "linear")
+                .filter_map(|(_, s)| s.fixed_size().ok().flatten())
+                .sum();
+            return total.saturating_sub(plain);
+        }
         let first = match &self.data[..] {
             [] | [_] => return if self.all_new { total } else { 0 },
             [(_, first), ..] => first.fixed_size().ok().flatten().unwrap_or(0),
@@ -564,16 +701,20 @@ impl State {
             sstr(&mut out, area, "hash")?;
             su32(&mut out, area, "sector_size")?;
         }
-        for flag in ["backup-previous", "backup-final"] {
-            let seg = h
-                .obj("segments")
-                .values()
-                .find(|s| {
-                    s.get("flags")
-                        .and_then(Value::as_array)
-                        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(flag)))
-                })
-                .ok_or_else(bad)?;
+        if area.get("type").and_then(Value::as_str) == Some("datashift") {
+            su64(&mut out, area, "shift_size", false)?;
+        }
+        for flag in ["backup-previous", "backup-final", "backup-moved-segment"] {
+            let found = h.obj("segments").values().find(|s| {
+                s.get("flags")
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(flag)))
+            });
+            let seg = match found {
+                Some(seg) => seg,
+                None if flag == "backup-moved-segment" => continue,
+                None => return Err(bad()),
+            };
             sstr(&mut out, seg, "type")?;
             su64(&mut out, seg, "offset", false)?;
             su64(&mut out, seg, "size", true)?;

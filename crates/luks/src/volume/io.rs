@@ -51,6 +51,13 @@ pub(crate) trait Device: Read + Write + Seek {
     fn sync_dev(&self) -> std::io::Result<()>;
 }
 
+/// An image in memory (the fuzzing entry points).
+impl Device for std::io::Cursor<Vec<u8>> {
+    fn sync_dev(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Device for File {
     fn sync_dev(&self) -> std::io::Result<()> {
         self.sync_all()
