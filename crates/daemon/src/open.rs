@@ -239,9 +239,6 @@ pub struct Target<'a> {
     pub device: &'a Path,
     /// Detached LUKS header.
     pub header: Option<&'a Path>,
-    /// This process is the detached daemon (`--table-stdin`): it re-checks
-    /// its parent's claim.
-    pub detached: bool,
 }
 
 impl OpenOptions {
@@ -251,11 +248,13 @@ impl OpenOptions {
     /// runtime directory (`stale_mount` hears of a dead daemon's FUSE
     /// mount that had to be detached) and finds the device. The mode
     /// defaults to adaptive, or classic when dm-crypt's flags are being
-    /// modelled (`--perf-*`).
+    /// modelled (`--perf-*`). Ceph's settings are the process's
+    /// ([`Ceph::current`]).
     pub fn check(g: &Given, v: Target<'_>, stale_mount: impl FnOnce(&Path)) -> Result<Self> {
         runtime::check_name(v.name)?;
         let perf = g.perf.flags();
-        let classic = perf != PerfFlags::default() || g.perf.max_io() != (0, 0);
+        let (max_read_size, max_write_size) = g.perf.max_io();
+        let classic = perf != PerfFlags::default() || (max_read_size, max_write_size) != (0, 0);
         let mode = g
             .mode
             .as_deref()
@@ -267,60 +266,46 @@ impl OpenOptions {
         let (certs, psk) = (g.tls_certificates.as_deref(), g.tls_psk.as_deref());
         let tls = TlsSpec::new(g.tls.as_deref(), certs, psk, g.tls_verify_peer, &export)?;
         tls.load()?;
-        let claim = runtime::claim(v.name, v.detached)?;
+        let io_engine = parse_io_engine(&g.io_engine)?;
+        let direct = parse_direct_io(&g.direct_io)?;
+        let claim = runtime::claim(v.name, false)?;
         if claim.detached_stale_mount {
             stale_mount(&claim.paths.fuse);
         }
-        Ok(Self {
+        let header = v
+            .header
+            .map(|h| std::path::absolute(h).unwrap_or_else(|_| h.to_path_buf()));
+        let spec = VolumeSpec {
             name: v.name.to_owned(),
+            volume_type: VolumeType::Luks,
             device: resolve::device(v.device)?,
-            header: v.header.map(Path::to_path_buf),
+            header,
             export,
             tls,
             mode,
-            perf,
-            max_io: g.perf.max_io(),
+            perf: Flags {
+                max_read_size,
+                max_write_size,
+                ..Flags::from(perf)
+            },
             allow_discards: g.allow_discards,
             read_only: g.readonly,
-            io_engine: match g.io_engine.as_str() {
-                "syscalls" => backend::IoEngine::Syscalls,
-                "uring" => backend::IoEngine::Uring,
-                _ => backend::IoEngine::Auto,
-            },
-            direct: match g.direct_io.as_str() {
-                "never" => backend::DirectIo::Never,
-                "required" => backend::DirectIo::Required,
-                _ => backend::DirectIo::Auto,
-            },
-            lock: Some(Arc::new(claim.lock)),
+            io_engine,
+            direct,
+            ceph: Ceph::current(),
+        };
+        Ok(Self {
+            spec,
+            lock: Arc::new(claim.lock),
         })
     }
 
-    /// The daemon's [`Spec`] for `table`: its device becomes
-    /// [`OpenOptions::device`] and the given flags are merged into it
-    /// ([`resolve::engine_config`]).
-    pub fn spec(self, mut table: Targets, volume_type: VolumeType) -> Spec {
-        table.set_device(&self.device.display().to_string());
-        let mut engine = resolve::engine_config(
-            &mut table,
-            self.mode,
-            self.perf,
-            self.allow_discards,
-            self.read_only,
-        );
-        (engine.max_read_size, engine.max_write_size) = self.max_io;
-        Spec {
-            name: self.name,
-            volume_type,
-            table,
-            export: self.export,
-            tls: self.tls,
-            engine,
-            io_engine: self.io_engine,
-            direct: self.direct,
-            header: self.header,
-            lock: self.lock,
-        }
+    /// The spec for a mapping resolved as `volume_type` (FileVault 2 is
+    /// served read-only, as cryptsetup maps it).
+    pub fn resolved(mut self, volume_type: VolumeType) -> (VolumeSpec, Arc<NameLock>) {
+        self.spec.volume_type = volume_type;
+        self.spec.read_only |= volume_type == VolumeType::Fvault2;
+        (self.spec, self.lock)
     }
 
     /// Serves `table` in this process until `close` or a signal; `ready`
@@ -331,93 +316,16 @@ impl OpenOptions {
         volume_type: VolumeType,
         ready: impl FnOnce(&Ping),
     ) -> Result<()> {
-        serve::run(self.spec(table, volume_type), ready)
+        let (spec, lock) = self.resolved(volume_type);
+        serve::run(spec.into_spec(table, Some(lock)), ready)
     }
 
-    /// Starts the daemon detached (`exe` is this binary), hands it `table`
-    /// on stdin and returns its first ping answer ([`crate::detach::spawn`]).
+    /// Starts the daemon detached (`exe` is this binary), hands it the
+    /// spec and `table` over a pipe and returns its first ping answer
+    /// ([`crate::detach::spawn`]).
     pub fn detach(self, exe: &Path, table: Targets, volume_type: VolumeType) -> Result<Ping> {
-        let mut args = self.child_args(volume_type == VolumeType::Plain);
-        // The child serves the parent's table; the type is for `status`.
-        let foreign = match volume_type {
-            VolumeType::Bitlk => Some("--type=bitlk"),
-            VolumeType::Fvault2 => Some("--type=fvault2"),
-            VolumeType::Tcrypt => Some("--type=tcrypt"),
-            _ => None,
-        };
-        if let Some(t) = foreign {
-            for a in args.iter_mut().filter(|a| *a == "--type=luks") {
-                *a = t.into();
-            }
-        }
-        let lock = match &self.lock {
-            Some(l) => Arc::clone(l),
-            None => Arc::new(runtime::claim(&self.name, false)?.lock),
-        };
-        let spec = self.spec(table, volume_type);
-        crate::detach::spawn(exe, &args, &spec.name, &spec.table, &lock)
-    }
-
-    /// The detached daemon's command line: `open --foreground
-    /// --table-stdin` with every option (paths absolute: it runs in `/`);
-    /// `plain` picks `--type=plain` over `--type=luks`.
-    pub fn child_args(&self, plain: bool) -> Vec<String> {
-        let mut v: Vec<String> = vec!["open".into(), "--foreground".into(), "--table-stdin".into()];
-        v.push(format!("--type={}", if plain { "plain" } else { "luks" }));
-        if let Some(h) = &self.header {
-            let h = std::path::absolute(h).unwrap_or_else(|_| h.clone());
-            v.push(format!("--header={}", h.display()));
-        }
-        let queues = self.export.num_queues();
-        let (export, listen) = self.export.to_args();
-        v.push(format!("--export={export}"));
-        if let Some(l) = listen {
-            v.push(format!("--listen={l}"));
-        }
-        if let Some(n) = queues {
-            v.push(format!("--num-queues={n}"));
-        }
-        v.extend(self.tls.to_args());
-        let p = &self.perf;
-        for (on, f) in [
-            (p.no_read_workqueue, "--perf-no_read_workqueue"),
-            (p.no_write_workqueue, "--perf-no_write_workqueue"),
-            (p.same_cpu_crypt, "--perf-same_cpu_crypt"),
-            (p.submit_from_crypt_cpus, "--perf-submit_from_crypt_cpus"),
-            (p.high_priority, "--perf-high_priority"),
-            (self.allow_discards, "--allow-discards"),
-            (self.read_only, "--readonly"),
-        ] {
-            if on {
-                v.push(f.into());
-            }
-        }
-        let (r, w) = self.max_io;
-        if r != 0 {
-            v.push(format!("--max-read-size={r}"));
-        }
-        if w != 0 {
-            v.push(format!("--max-write-size={w}"));
-        }
-        v.push(format!("--mode={}", mode_name(self.mode)));
-        let io = match self.io_engine {
-            backend::IoEngine::Uring => "uring",
-            backend::IoEngine::Auto => "auto",
-            _ => "syscalls",
-        };
-        v.push(format!("--io-engine={io}"));
-        let direct = match self.direct {
-            backend::DirectIo::Never => "never",
-            backend::DirectIo::Required => "required",
-            _ => "auto",
-        };
-        v.push(format!("--direct-io={direct}"));
-        // How an rbd: device reaches its cluster (nothing for a path).
-        v.extend(backend::rbd::RbdConfig::current().to_args());
-        v.push("--".into());
-        v.push(self.device.display().to_string());
-        v.push(self.name.clone());
-        v
+        let (spec, lock) = self.resolved(volume_type);
+        crate::detach::spawn(exe, &spec, &table, &lock)
     }
 }
 
@@ -425,74 +333,33 @@ impl OpenOptions {
 mod tests {
     use super::*;
 
-    fn options() -> OpenOptions {
-        OpenOptions {
-            name: "v".into(),
-            device: "/img".into(),
-            header: None,
-            export: ExportSpec::NbdUnix(None),
-            tls: TlsSpec::default(),
-            mode: CryptMode::Classic,
-            perf: PerfFlags::default(),
-            max_io: (0, 0),
-            allow_discards: false,
-            read_only: false,
-            io_engine: backend::IoEngine::Syscalls,
-            direct: backend::DirectIo::Auto,
-            lock: None,
-        }
-    }
-
     #[test]
-    fn child_args_of_the_defaults() {
-        assert_eq!(
-            options().child_args(true).join(" "),
-            "open --foreground --table-stdin --type=plain --export=nbd --mode=classic \
-             --io-engine=syscalls --direct-io=auto -- /img v"
-        );
-    }
-
-    #[test]
-    fn child_args_carry_every_option() {
+    fn fvault2_is_served_read_only() {
+        let dir = std::env::temp_dir().join(format!("ucrypt-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = "open-resolved";
+        let lock = runtime::NameLock::acquire(&dir.join("n.lock"), name).unwrap();
         let o = OpenOptions {
-            header: Some("/h".into()),
-            export: ExportSpec::Fuse(Some("/mnt".into())),
-            mode: CryptMode::Adaptive,
-            perf: PerfFlags {
-                no_read_workqueue: true,
-                submit_from_crypt_cpus: true,
-                high_priority: true,
-                ..PerfFlags::default()
+            spec: VolumeSpec {
+                name: name.into(),
+                volume_type: VolumeType::Luks,
+                device: "/img".into(),
+                header: None,
+                export: ExportSpec::NbdUnix(None),
+                tls: TlsSpec::default(),
+                mode: datapath::CryptMode::Adaptive,
+                perf: Flags::default(),
+                allow_discards: false,
+                read_only: false,
+                io_engine: backend::IoEngine::Auto,
+                direct: backend::DirectIo::Auto,
+                ceph: Ceph::default(),
             },
-            max_io: (65536, 0),
-            allow_discards: true,
-            read_only: true,
-            io_engine: backend::IoEngine::Uring,
-            direct: backend::DirectIo::Required,
-            ..options()
+            lock: Arc::new(lock),
         };
-        assert_eq!(
-            o.child_args(false).join(" "),
-            "open --foreground --table-stdin --type=luks --header=/h --export=fuse=/mnt \
-             --perf-no_read_workqueue --perf-submit_from_crypt_cpus --perf-high_priority \
-             --allow-discards --readonly --max-read-size=65536 --mode=adaptive --io-engine=uring --direct-io=required -- /img v"
-        );
-    }
-
-    #[test]
-    fn spec_merges_the_given_flags_into_the_table() {
-        let t = resolve::plain_targets(
-            "0 8 crypt aes-xts-plain64 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 /x 0",
-        )
-        .unwrap();
-        let o = OpenOptions {
-            allow_discards: true,
-            ..options()
-        };
-        let s = o.spec(t, VolumeType::Plain);
-        assert_eq!(s.table.device(), "/img");
-        let t = s.table.as_single().unwrap();
-        assert!(s.engine.allow_discards && t.options.allow_discards);
-        assert_eq!(s.name, "v");
+        let (s, _) = o.resolved(VolumeType::Fvault2);
+        assert!(s.read_only);
+        assert_eq!(s.volume_type, VolumeType::Fvault2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,9 +6,11 @@
 //!
 //! `open` resolves the mapping (a dm table line for `--type plain`, the LUKS
 //! header for `--type luks`, prompting for the passphrase) in the calling
-//! process, then either serves in the foreground or re-executes itself
-//! detached with `--foreground --table-stdin` ([`OpenOptions::detach`]). It
-//! returns once the daemon answers on its control socket.
+//! process and checks its serving options into one `daemon::VolumeSpec`,
+//! then either serves it in the foreground or re-executes itself detached
+//! ([`OpenOptions::detach`]: the hidden `serve --spec-stdin NAME` reads the
+//! spec and the table from a pipe and parses no options). It returns once
+//! the daemon answers on its control socket.
 
 use std::path::{Path, PathBuf};
 
@@ -95,6 +97,16 @@ pub enum Commands {
         #[arg(long)]
         json: bool,
     },
+    /// The detached daemon `open` starts: serves the volume spec and table
+    /// its parent writes to stdin (nothing else is read from the command line).
+    #[command(hide = true)]
+    Serve {
+        /// Read the spec and the table from standard input (required).
+        #[arg(long, required = true)]
+        spec_stdin: bool,
+        /// Volume name (checked against the spec).
+        name: String,
+    },
 }
 
 /// Arguments of `resume`: where the key comes from, as for `open`.
@@ -127,9 +139,6 @@ pub struct OpenArgs {
     /// `ps`); <device> is replaced by DEVICE, a <key> of `-` read from --key-file.
     #[arg(long)]
     pub table: Option<String>,
-    /// Read the table line from standard input (used by the detached daemon).
-    #[arg(long, hide = true)]
-    pub table_stdin: bool,
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
@@ -253,6 +262,10 @@ impl Commands {
                 Ok(control::suspend(&name, control::DRAIN_TIMEOUT)?)
             }
             Commands::Resume(a) => resume(a),
+            Commands::Serve {
+                spec_stdin: _,
+                name,
+            } => Ok(daemon::detach::serve_stdin(&name, print_ping)?),
         }
     }
 }
@@ -264,7 +277,6 @@ fn open(mut a: OpenArgs) -> CmdResult {
     let m = Mapping {
         kind: a.kind.map(VolumeType::kind),
         table: a.table.as_deref(),
-        table_stdin: a.table_stdin,
         header: a.header.as_deref(),
         key_file: a.key.key_file.as_deref(),
         key_slot: a.key_slot,
@@ -282,23 +294,17 @@ fn open(mut a: OpenArgs) -> CmdResult {
         name: a.name.as_deref().unwrap_or_default(),
         device: &a.device,
         header: a.header.as_deref(),
-        detached: a.table_stdin,
     };
-    let mut opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
+    let opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
     // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
-    let (table, volume_type) = m.resolve(&opts.device, say)?;
-    // cryptsetup maps FileVault 2 volumes read-only.
-    opts.read_only |= volume_type == daemon::resolve::VolumeType::Fvault2;
+    let (table, volume_type) = m.resolve(&opts.spec.device, say)?;
     if a.serve.foreground {
-        opts.serve(table, volume_type, |p| {
-            println!("{p}");
-            let _ = std::io::Write::flush(&mut std::io::stdout());
-        })?;
+        opts.serve(table, volume_type, print_ping)?;
         return Ok(());
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
-    if let Some(warning) = opts.tls.tcp_warning(&opts.export) {
+    if let Some(warning) = opts.spec.tls.tcp_warning(&opts.spec.export) {
         eprintln!("{warning}");
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
@@ -379,6 +385,12 @@ fn resume(a: ResumeArgs) -> CmdResult {
     Ok(daemon::volumes::resume_luks(
         &a.name, version, header, key_file, range, slot,
     )?)
+}
+
+/// A serving daemon's first line: where clients connect.
+fn print_ping(p: &control::Ping) {
+    println!("{p}");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
 }
 
 /// Says so when a dead daemon's FUSE mount had to be detached.

@@ -5,8 +5,7 @@
 //! `--test-passphrase`.
 //!
 //! ```text
-//!  Mapping ─ resolve ─┬─ --table-stdin: the parent's table (detached daemon)
-//!                     ├─ plain: --table line, or PlainOptions::open
+//!  Mapping ─ resolve ─┬─ plain: --table line, or PlainOptions::open
 //!                     ├─ LUKS: load header ─ tokens ─ passphrase ─ unlock
 //!                     ├─ BITLK: read metadata ─ passphrase/.BEK ─ unlock
 //!                     └─ FVAULT2: read metadata ─ passphrase ─ unlock
@@ -113,9 +112,6 @@ pub struct Mapping<'a> {
     pub kind: Option<VolumeType>,
     /// `--table` (plain only).
     pub table: Option<&'a str>,
-    /// The table comes from standard input, resolved by the parent
-    /// (a detached daemon's `--table-stdin`).
-    pub table_stdin: bool,
     /// The detached LUKS header.
     pub header: Option<&'a Path>,
     /// `--key-file`: the passphrase, or a plain table's raw key.
@@ -137,9 +133,6 @@ impl Mapping<'_> {
     /// ([`device`]). A LUKS volume is unlocked here, prompting. `say` gets
     /// each warning line (plain options ignored, LUKS header warnings).
     pub fn resolve(&self, device: &Path, say: impl FnMut(&str)) -> Result<(Targets, VolumeType)> {
-        if self.table_stdin {
-            return self.parent_table(device);
-        }
         let table = self.table.is_some();
         let kind = self.kind.unwrap_or(if table {
             VolumeType::Plain
@@ -157,19 +150,6 @@ impl Mapping<'_> {
         self.check(kind)?;
         let device = device(device_arg)?;
         self.unlock(kind, &device, say).map(|_| ())
-    }
-
-    /// The detached daemon's mapping: the table its parent resolved, from
-    /// standard input; the volume type from the header for LUKS.
-    fn parent_table(&self, device: &Path) -> Result<(Targets, VolumeType)> {
-        let table = crate::detach::read_table_stdin()?;
-        let kind = match self.kind {
-            None | Some(VolumeType::Plain) => VolumeType::Plain,
-            Some(k @ (VolumeType::Bitlk | VolumeType::Fvault2)) => k,
-            Some(VolumeType::Tcrypt) => VolumeType::Tcrypt,
-            _ => VolumeType::of_header(self.header.unwrap_or(device)),
-        };
-        Ok((table, kind))
     }
 
     /// The option combinations cryptsetup refuses for `open` of `kind`.
@@ -191,7 +171,7 @@ impl Mapping<'_> {
                 "Large IV sectors option is supported only for opening plain type device with sector size larger than 512 bytes.",
             ));
         }
-        let table = self.table.is_some() || self.table_stdin;
+        let table = self.table.is_some();
         if plain && self.tokens.asked() {
             return Err(invalid(
                 "--token-id, --token-only and --token-type are for LUKS2 devices.",
