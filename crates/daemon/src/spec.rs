@@ -1,14 +1,17 @@
 //! [`VolumeSpec`]: the one value that crosses from the command line to
-//! the daemon. The cli resolves everything a user typed (options,
-//! prompts, keys) and checks it ([`crate::open::OpenOptions::check`]);
-//! what the serving daemon needs besides the table is this serde value.
-//! In the foreground it is served in the same process; a detached daemon
-//! reads it from its parent over a pipe ([`crate::detach`]) and never
-//! parses a command line.
+//! the daemon. The cli (the only crate that knows clap) parses and checks
+//! what a user typed into it, with the parsers this crate offers
+//! ([`crate::ExportSpec::parse`], [`crate::TlsSpec::new`],
+//! [`crate::control::parse_mode`], [`parse_io_engine`],
+//! [`parse_direct_io`]); [`crate::open::OpenOptions::claim`] claims its
+//! name and finds its device. What the serving daemon needs besides the
+//! table is this serde value. In the foreground it is served in the same
+//! process; a detached daemon reads it from its parent over a pipe
+//! ([`crate::detach`]) and never parses a command line.
 //!
 //! ```text
-//!  cli: clap ─ Given ─ check ─► VolumeSpec ─┬─ serve (this process)
-//!                       resolve ─► Targets ─┘  or detach: pipe ─► child:
+//!  cli: clap ─ check ─► VolumeSpec ─ claim ─┬─ serve (this process)
+//!           resolve ─► Targets ─────────────┘  or detach: pipe ─► child:
 //!                                              JSON line, then the table
 //!                                              with its key (locked memory)
 //! ```

@@ -73,7 +73,7 @@ pub struct MapArgs {
     pub cipher: Option<String>,
     /// TCRYPT header options (with --tcrypt).
     #[command(flatten)]
-    pub tcrypt_args: daemon::tcrypt::TcryptArgs,
+    pub tcrypt_args: super::tcrypt::TcryptArgs,
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
@@ -130,6 +130,7 @@ impl Commands {
                 let line = a.table.map(Zeroizing::new);
                 let (key_file, range) = (a.key.key_file.as_deref(), a.key.range());
                 let keyfiles: Vec<PathBuf> = a.key.key_file.iter().cloned().collect();
+                let switches = a.tcrypt_args.given();
                 let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
                     (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
@@ -147,7 +148,7 @@ impl Commands {
                             keyfiles: &keyfiles,
                             hash: a.hash.as_deref(),
                             cipher: a.cipher.as_deref(),
-                            args: &a.tcrypt_args,
+                            args: &switches,
                         })
                     }
                     (Some(line), _, _, _) => Source::Table {

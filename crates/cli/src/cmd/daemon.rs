@@ -15,12 +15,13 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use daemon::control::{self, Flags};
-use daemon::open::TypeArg as VolumeType;
+use daemon::control;
+use daemon::open::OpenOptions;
 use daemon::resolve::Mapping;
-use daemon::{runtime, OpenOptions};
+use daemon::runtime;
 
 use crate::cmd::luks::KeyFileArgs;
+use crate::cmd::serve::{PerfArgs, ServeArgs, TypeArg as VolumeType};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -148,9 +149,9 @@ pub struct OpenArgs {
     /// Only try this key slot.
     #[arg(long, short = 'S')]
     pub key_slot: Option<u32>,
-    /// How the volume is served (checked by `OpenOptions::check`).
+    /// How the volume is served (checked into a `daemon::VolumeSpec`).
     #[command(flatten)]
-    pub serve: daemon::open::Given,
+    pub serve: ServeArgs,
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
@@ -169,7 +170,7 @@ pub struct OpenArgs {
     pub crypttab: Option<PathBuf>,
     /// cryptsetup's TCRYPT options (--type tcrypt).
     #[command(flatten)]
-    pub tcrypt: daemon::tcrypt::TcryptArgs,
+    pub tcrypt: super::tcrypt::TcryptArgs,
     /// Backing device or file (with --crypttab: the volume name).
     pub device: PathBuf,
     /// Volume name.
@@ -182,7 +183,7 @@ pub struct OpenArgs {
 pub struct RefreshArgs {
     /// The new performance flags (flags not given are cleared, as in cryptsetup).
     #[command(flatten)]
-    pub perf: daemon::open::PerfArgs,
+    pub perf: PerfArgs,
     /// New data-path mode (unchanged if omitted).
     #[arg(long)]
     pub mode: Option<String>,
@@ -220,12 +221,7 @@ impl Commands {
             Commands::Refresh(a) => {
                 runtime::check_name(&a.name)?;
                 let mode = a.mode.as_deref().map(control::parse_mode).transpose()?;
-                let (max_read_size, max_write_size) = a.perf.max_io();
-                let flags = Flags {
-                    max_read_size,
-                    max_write_size,
-                    ..Flags::from(a.perf.flags())
-                };
+                let flags = a.perf.flags();
                 let r = control::refresh(&a.name, mode, flags, control::REFRESH_TIMEOUT)?;
                 println!("{}", r.line(&a.name));
                 Ok(())
@@ -283,19 +279,16 @@ fn open(mut a: OpenArgs) -> CmdResult {
         plain: a.plain.given(&a.key),
         test_passphrase: a.plain.test_passphrase,
         tokens: a.tokens.clone(),
-        tcrypt: a.tcrypt.clone(),
+        tcrypt: a.tcrypt.given(),
     };
     let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {
         return Ok(m.test_passphrase(&a.device, say)?);
     }
-    let target = daemon::open::Target {
-        // clap requires NAME unless --test-passphrase.
-        name: a.name.as_deref().unwrap_or_default(),
-        device: &a.device,
-        header: a.header.as_deref(),
-    };
-    let opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
+    // clap requires NAME unless --test-passphrase.
+    let name = a.name.as_deref().unwrap_or_default();
+    let spec = a.serve.spec(name, &a.device, a.header.as_deref())?;
+    let opts = OpenOptions::claim(spec, report_stale_mount)?;
     // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
     let (table, volume_type) = m.resolve(&opts.spec.device, say)?;
     if a.serve.foreground {

@@ -102,7 +102,7 @@ pub struct ReencryptArgs {
     #[arg(long, hide = true, value_parser = size_arg)]
     pub(super) reduce_device_size: Option<u64>,
     #[command(flatten)]
-    pub(super) kdf: ops::KdfChoice,
+    pub(super) kdf: super::kdf::KdfArgs,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {

@@ -24,42 +24,31 @@ use crate::error::{invalid, Result};
 use crate::plain::PlainOptions;
 
 /// cryptsetup's plain-mode and key-file options as given (`None`: not
-/// given), before defaults are applied. clap parses the plain-mode ones
-/// straight into this struct (the `ucrypt` binary flattens it into
-/// `open`'s arguments; the field docs are their help); the key-file range
-/// comes from the key-file options every verb shares.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+/// given), before defaults are applied (the cli's `--cipher`, `--key-size`,
+/// `--hash`, `--offset`, `--skip`, `--size`, `--sector-size`,
+/// `--iv-large-sectors`, `--keyfile-offset`, `--keyfile-size`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlainGiven {
     /// Plain mode: cipher (default aes-cbc-essiv:sha256).
-    #[arg(long, short = 'c')]
     pub cipher: Option<String>,
     /// Plain mode: key size in bits (default 256).
-    #[arg(long = "key-size", short = 's', value_name = "BITS")]
     pub key_bits: Option<u32>,
     /// Plain mode: passphrase hash, HASH[:LEN] or `plain` (default ripemd160;
     /// a --key-file other than `-` is never hashed, as in cryptsetup).
-    #[arg(long, short = 'h')]
     pub hash: Option<String>,
     /// Plain mode: start of the data on the device, in 512-byte sectors.
-    #[arg(long, short = 'o', value_name = "SECTORS")]
     pub offset: Option<u64>,
     /// Plain mode: IV offset, in 512-byte sectors.
-    #[arg(long, short = 'p', value_name = "SECTORS")]
     pub skip: Option<u64>,
     /// Plain mode: size of the device, in 512-byte sectors (default: the rest).
-    #[arg(long, short = 'b', value_name = "SECTORS")]
     pub size: Option<u64>,
     /// Plain mode: encryption sector size in bytes (default 512).
-    #[arg(long, value_name = "BYTES")]
     pub sector_size: Option<u32>,
     /// Plain mode: IVs count sectors of --sector-size, not 512 bytes.
-    #[arg(long)]
     pub iv_large_sectors: bool,
     /// `--keyfile-offset`, bytes.
-    #[arg(skip)]
     pub keyfile_offset: Option<u64>,
     /// `--keyfile-size`, bytes.
-    #[arg(skip)]
     pub keyfile_size: Option<u64>,
 }
 
