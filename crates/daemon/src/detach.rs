@@ -220,7 +220,10 @@ mod tests {
             ([head.as_bytes(), LINE.as_bytes()].concat(), "w"),
             ([head.as_bytes(), b"0 8 crypt\n"].concat(), "v"),
             ([head.as_bytes(), b"\xff\xfe"].concat(), "v"),
-            ([&head.as_bytes()[..10], b"\n", LINE.as_bytes()].concat(), "v"),
+            (
+                [&head.as_bytes()[..10], b"\n", LINE.as_bytes()].concat(),
+                "v",
+            ),
         ] {
             let e = read_handover(&bytes[..], name).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bytes:?}");

@@ -68,7 +68,8 @@ fn write_pages(cmd: clap::Command, dir: &std::path::Path) -> CmdResult {
     let mut pages = vec![("ucrypt".to_string(), cmd.clone())];
     for sub in cmd
         .get_subcommands()
-        .filter(|s| s.get_name() != "help" && !s.is_hide_set()) {
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+    {
         let name = format!("ucrypt-{}", sub.get_name());
         pages.push((name, sub.clone()));
     }

@@ -28,7 +28,11 @@ pub struct KdfArgs {
     )]
     pub force_iterations: Option<u32>,
     /// Argon2 memory cost in KiB.
-    #[arg(id = "pbkdf_memory", long = "pbkdf-memory", value_name = "PBKDF_MEMORY")]
+    #[arg(
+        id = "pbkdf_memory",
+        long = "pbkdf-memory",
+        value_name = "PBKDF_MEMORY"
+    )]
     pub memory_kib: Option<u32>,
     /// Argon2 threads.
     #[arg(
@@ -69,7 +73,11 @@ pub struct KeyslotCipherArgs {
     )]
     pub cipher: Option<String>,
     /// LUKS2 keyslot: the size of the encryption key, bits.
-    #[arg(id = "keyslot_key_size", long = "keyslot-key-size", value_name = "BITS")]
+    #[arg(
+        id = "keyslot_key_size",
+        long = "keyslot-key-size",
+        value_name = "BITS"
+    )]
     pub key_bits: Option<u32>,
 }
 

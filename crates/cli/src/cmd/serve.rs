@@ -207,7 +207,13 @@ impl ServeArgs {
             .with_num_queues(self.num_queues)?;
         export.check_available()?;
         let (certs, psk) = (self.tls_certificates.as_deref(), self.tls_psk.as_deref());
-        let tls = TlsSpec::new(self.tls.as_deref(), certs, psk, self.tls_verify_peer, &export)?;
+        let tls = TlsSpec::new(
+            self.tls.as_deref(),
+            certs,
+            psk,
+            self.tls_verify_peer,
+            &export,
+        )?;
         tls.load()?;
         Ok(VolumeSpec {
             name: name.to_owned(),
