@@ -10,8 +10,9 @@
 //!            │             ─► frontend: nbd | fuse | ublk               │
 //!            │ control   typed Request/Reply on NAME.ctl.sock ◄── client│
 //!            │ runtime   runtime dir, pid file, sockets, stale cleanup  │
-//!            │ detach    re-exec detached, table on stdin, wait for ping│
-//!            │ open      OpenOptions ─► Spec (serve here) | child argv  │
+//!            │ spec      VolumeSpec: the one serde value the cli hands │
+//!            │ open      options checked ─► VolumeSpec ─► serve here or │
+//!            │ detach    re-exec detached, spec + table on stdin, ping  │
 //!            │ volumes   close-and-wait, list (client side)             │
 //!            │ map       Table applied to its device through the Engine │
 //!            └──────────────────────────────────────────────────────────┘
@@ -23,7 +24,7 @@
 //!
 //! Keys: a [`Table`](crypto::table::Table) wipes its key on drop; lines
 //! that carry a key (`table --showkeys`, the detach pipe) are held in
-//! zeroizing buffers.
+//! zeroizing buffers; a [`VolumeSpec`] never holds a key.
 #![forbid(unsafe_code)]
 
 pub mod control;
@@ -36,6 +37,7 @@ pub mod plain;
 pub mod resolve;
 pub mod runtime;
 pub mod serve;
+pub mod spec;
 mod targets;
 pub mod tcrypt;
 pub mod tls;
@@ -44,4 +46,5 @@ pub mod volumes;
 pub use error::{chain, Error, ErrorKind, Result};
 pub use open::OpenOptions;
 pub use serve::{run, ExportSpec, Spec};
+pub use spec::VolumeSpec;
 pub use tls::TlsSpec;

@@ -20,26 +20,22 @@ use crypto::Secret;
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// cryptsetup's TCRYPT options (`open`, `map`, `tcryptDump`).
-#[derive(clap::Args, Clone, Debug, Default)]
+/// cryptsetup's TCRYPT switches (`open`, `map`, `tcryptDump`; the cli's
+/// `--tcrypt-hidden`, `--tcrypt-system`, `--tcrypt-backup`,
+/// `--veracrypt`, `--disable-veracrypt`, `--veracrypt-pim`).
+#[derive(Clone, Debug, Default)]
 pub struct TcryptArgs {
-    /// Use the hidden volume's header (TrueCrypt/VeraCrypt).
-    #[arg(long)]
+    /// Use the hidden volume's header.
     pub tcrypt_hidden: bool,
-    /// Use the system encryption header (TrueCrypt/VeraCrypt).
-    #[arg(long)]
+    /// Use the system encryption header.
     pub tcrypt_system: bool,
-    /// Use the backup header at the device's end (TrueCrypt/VeraCrypt).
-    #[arg(long)]
+    /// Use the backup header at the device's end.
     pub tcrypt_backup: bool,
-    /// Scan for VeraCrypt headers too (the default; accepted as cryptsetup 2.6 does).
-    #[arg(long, hide = true)]
+    /// `--veracrypt` (the default; accepted as cryptsetup 2.6 does).
     pub veracrypt: bool,
     /// Do not try VeraCrypt's KDFs and header magic.
-    #[arg(long, conflicts_with = "veracrypt")]
     pub disable_veracrypt: bool,
     /// VeraCrypt Personal Iteration Multiplier.
-    #[arg(long, value_name = "PIM")]
     pub veracrypt_pim: Option<u32>,
     /// crypttab's key file field for a TCRYPT line: the passphrase is its
     /// first line (without the newline), as systemd-cryptsetup reads it.

@@ -25,14 +25,19 @@
 use std::path::{Path, PathBuf};
 
 use nbd::{TlsConfig, TlsMode};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, Result};
 use crate::serve::ExportSpec;
 
-/// The NBD TLS options of `ucrypt open`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The NBD TLS options of `ucrypt open`, checked (part of a
+/// [`crate::VolumeSpec`]: peer verification is always spelled out, so a
+/// detached daemon never falls back on a default).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TlsSpec {
     /// `--tls`, if given.
+    #[serde(with = "opt_mode")]
     pub mode: Option<TlsMode>,
     /// `--tls-certificates`: a qemu/nbdkit-layout directory (absolute).
     pub certificates: Option<PathBuf>,
@@ -172,27 +177,28 @@ impl TlsSpec {
         };
         loaded.map_err(|e| invalid(e.to_string()))
     }
+}
 
-    /// The `open` arguments that parse back to `self` (peer verification
-    /// spelled out whenever there are certificates, so the detached
-    /// daemon never falls back on a default).
-    pub fn to_args(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        if let Some(m) = self.mode {
-            v.push(format!("--tls={m}"));
+/// An optional [`TlsMode`] in a [`crate::VolumeSpec`]: its `--tls` word
+/// (`off`, `on`, `require`) or `null`.
+mod opt_mode {
+    use nbd::TlsMode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &Option<TlsMode>, s: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => s.serialize_some(&m.to_string()),
+            None => s.serialize_none(),
         }
-        if let Some(d) = &self.certificates {
-            v.push(format!("--tls-certificates={}", d.display()));
-            v.push(if self.verify_peer {
-                "--tls-verify-peer".into()
-            } else {
-                "--tls-verify-peer=no".into()
-            });
-        }
-        if let Some(f) = &self.psk {
-            v.push(format!("--tls-psk={}", f.display()));
-        }
-        v
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TlsMode>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|m| {
+                m.parse::<TlsMode>()
+                    .map_err(|_| serde::de::Error::custom(format!("unknown TLS mode {m:?}")))
+            })
+            .transpose()
     }
 }
 
@@ -285,53 +291,22 @@ mod tests {
         // The plain unix socket needs nothing.
         let none = TlsSpec::new(None, None, None, None, &unix()).unwrap();
         assert_eq!(none.effective_mode(), TlsMode::Off);
-        assert!(none.to_args().is_empty());
     }
 
     #[test]
-    fn args_round_trip() {
-        let parse = |args: &[String], export: &ExportSpec| {
-            let val = |flag: &str| {
-                args.iter()
-                    .find_map(|a| a.strip_prefix(flag).map(str::to_owned))
-            };
-            let verify = val("--tls-verify-peer").map(|v| v != "=no");
-            let (mode, certs, psk) = (val("--tls="), val("--tls-certificates="), val("--tls-psk="));
-            TlsSpec::new(
-                mode.as_deref(),
-                certs.as_deref().map(Path::new),
-                psk.as_deref().map(Path::new),
-                verify,
-                export,
-            )
-            .unwrap()
-        };
+    fn the_checked_options_cross_json_unchanged() {
         let d = Some(Path::new("/c"));
-        for (s, export, want) in [
-            (
-                TlsSpec::new(Some("on"), d, None, Some(true), &unix()).unwrap(),
-                unix(),
-                "--tls=on --tls-certificates=/c --tls-verify-peer",
-            ),
-            (
-                TlsSpec::new(None, d, None, None, &tcp()).unwrap(),
-                tcp(),
-                "--tls-certificates=/c --tls-verify-peer",
-            ),
-            (
-                TlsSpec::new(None, d, None, Some(false), &tcp()).unwrap(),
-                tcp(),
-                "--tls-certificates=/c --tls-verify-peer=no",
-            ),
-            (
-                TlsSpec::new(None, None, Some(Path::new("/k")), None, &tcp()).unwrap(),
-                tcp(),
-                "--tls-psk=/k",
-            ),
+        for s in [
+            TlsSpec::new(Some("on"), d, None, Some(true), &unix()).unwrap(),
+            TlsSpec::new(None, d, None, None, &tcp()).unwrap(),
+            TlsSpec::new(None, d, None, Some(false), &tcp()).unwrap(),
+            TlsSpec::new(None, None, Some(Path::new("/k")), None, &tcp()).unwrap(),
+            TlsSpec::new(Some("off"), None, None, None, &tcp()).unwrap(),
         ] {
-            let args = s.to_args();
-            assert_eq!(args.join(" "), want);
-            assert_eq!(parse(&args, &export), s, "{want}");
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<TlsSpec>(&json).unwrap(), s, "{json}");
         }
+        let bad = r#"{"mode":"maybe","certificates":null,"psk":null,"verify_peer":false}"#;
+        assert!(serde_json::from_str::<TlsSpec>(bad).is_err());
     }
 }

@@ -67,52 +67,23 @@ impl KeySource {
     }
 }
 
-/// Key-derivation choices as cryptsetup names them; the kind defaults by
-/// LUKS version (argon2id for LUKS2, pbkdf2 for LUKS1). With the `clap`
-/// feature (the `ucrypt` binary's) clap parses them straight into this
-/// struct; the field docs are their help.
+/// Key-derivation choices as cryptsetup names them (`--pbkdf`, `--hash`,
+/// `--iter-time`, `--pbkdf-force-iterations`, `--pbkdf-memory`,
+/// `--pbkdf-parallel`); the kind defaults by LUKS version (argon2id for
+/// LUKS2, pbkdf2 for LUKS1).
 #[derive(Debug, Clone)]
-#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct KdfChoice {
     /// pbkdf2, argon2i or argon2id (default: argon2id for LUKS2, pbkdf2 for LUKS1).
-    #[cfg_attr(feature = "clap", arg(long))]
     pub pbkdf: Option<String>,
-    /// Hash for PBKDF2, AF and the digest (`-h`, as in cryptsetup).
-    #[cfg_attr(feature = "clap", arg(long, short = 'h', default_value = "sha256"))]
+    /// Hash for PBKDF2, AF and the digest.
     pub hash: String,
     /// Unlock time to aim for, milliseconds.
-    #[cfg_attr(feature = "clap", arg(id = "iter_time", long = "iter-time", short = 'i',
-        value_name = "ITER_TIME", default_value_t = crate::kdf::DEFAULT_ITER_TIME_MS))]
     pub iter_time_ms: u32,
     /// Fixed iterations (PBKDF2) or time cost (Argon2), no benchmark.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            id = "pbkdf_force_iterations",
-            long = "pbkdf-force-iterations",
-            value_name = "PBKDF_FORCE_ITERATIONS"
-        )
-    )]
     pub force_iterations: Option<u32>,
     /// Argon2 memory cost in KiB.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            id = "pbkdf_memory",
-            long = "pbkdf-memory",
-            value_name = "PBKDF_MEMORY"
-        )
-    )]
     pub memory_kib: Option<u32>,
     /// Argon2 threads.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            id = "pbkdf_parallel",
-            long = "pbkdf-parallel",
-            value_name = "PBKDF_PARALLEL"
-        )
-    )]
     pub parallel: Option<u32>,
 }
 
@@ -168,30 +139,12 @@ pub fn parse_size(s: &str) -> Option<u64> {
 }
 
 /// `--keyslot-cipher` and `--keyslot-key-size` (bits): both or neither,
-/// as cryptsetup requires. With the `clap` feature clap parses them
-/// straight into this struct; the field docs are their help.
+/// as cryptsetup requires.
 #[derive(Debug, Clone, Default)]
-#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct KeyslotCipher {
     /// LUKS2 keyslot: the cipher used for keyslot encryption.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            id = "keyslot_cipher",
-            long = "keyslot-cipher",
-            value_name = "KEYSLOT_CIPHER"
-        )
-    )]
     pub cipher: Option<String>,
     /// LUKS2 keyslot: the size of the encryption key, bits.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            id = "keyslot_key_size",
-            long = "keyslot-key-size",
-            value_name = "BITS"
-        )
-    )]
     pub key_bits: Option<u32>,
 }
 

@@ -306,7 +306,8 @@ pub(super) fn spawn_ucrypt(
         "--type",
         "plain",
         "--foreground",
-        "--table-stdin",
+        "--table",
+        "-",
         "--mode",
         mode,
     ]);

@@ -73,7 +73,7 @@ pub struct MapArgs {
     pub cipher: Option<String>,
     /// TCRYPT header options (with --tcrypt).
     #[command(flatten)]
-    pub tcrypt_args: daemon::tcrypt::TcryptArgs,
+    pub tcrypt_args: super::tcrypt::TcryptArgs,
     /// Detached LUKS header file (with --luks).
     #[arg(long, requires = "luks")]
     pub header: Option<PathBuf>,
@@ -152,6 +152,7 @@ impl Commands {
                 };
                 let (key_file, range) = (key.key_file.as_deref(), key.range());
                 let keyfiles = &a.key.key_file;
+                let switches = a.tcrypt_args.given();
                 let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
                     (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
@@ -171,7 +172,7 @@ impl Commands {
                             keyfiles,
                             hash: a.hash.as_deref(),
                             cipher: a.cipher.as_deref(),
-                            args: &a.tcrypt_args,
+                            args: &switches,
                         })
                     }
                     (Some(line), _, _, _) => Source::Table {

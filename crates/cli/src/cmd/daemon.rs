@@ -6,20 +6,23 @@
 //!
 //! `open` resolves the mapping (a dm table line for `--type plain`, the LUKS
 //! header for `--type luks`, prompting for the passphrase) in the calling
-//! process, then either serves in the foreground or re-executes itself
-//! detached with `--foreground --table-stdin` ([`OpenOptions::detach`]). It
-//! returns once the daemon answers on its control socket.
+//! process and checks its serving options into one `daemon::VolumeSpec`,
+//! then either serves it in the foreground or re-executes itself detached
+//! ([`OpenOptions::detach`]: the hidden `serve --spec-stdin NAME` reads the
+//! spec and the table from a pipe and parses no options). It returns once
+//! the daemon answers on its control socket.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use daemon::control::{self, Flags};
-use daemon::open::TypeArg as VolumeType;
+use daemon::control;
+use daemon::open::OpenOptions;
 use daemon::resolve::Mapping;
-use daemon::{runtime, OpenOptions};
+use daemon::runtime;
 
 use crate::cmd::luks::{KeyFileArgs, KeyFilesArgs};
+use crate::cmd::serve::{PerfArgs, ServeArgs, TypeArg as VolumeType};
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -96,6 +99,16 @@ pub enum Commands {
         #[arg(long)]
         json: bool,
     },
+    /// The detached daemon `open` starts: serves the volume spec and table
+    /// its parent writes to stdin (nothing else is read from the command line).
+    #[command(hide = true)]
+    Serve {
+        /// Read the spec and the table from standard input (required).
+        #[arg(long, required = true)]
+        spec_stdin: bool,
+        /// Volume name (checked against the spec).
+        name: String,
+    },
 }
 
 /// Arguments of `resume`: where the key comes from, as for `open`.
@@ -128,9 +141,6 @@ pub struct OpenArgs {
     /// `ps`); <device> is replaced by DEVICE, a <key> of `-` read from --key-file.
     #[arg(long)]
     pub table: Option<String>,
-    /// Read the table line from standard input (used by the detached daemon).
-    #[arg(long, hide = true)]
-    pub table_stdin: bool,
     /// Detached LUKS header file.
     #[arg(long)]
     pub header: Option<PathBuf>,
@@ -145,9 +155,9 @@ pub struct OpenArgs {
     /// instead of a passphrase (`--master-key-file` works too).
     #[arg(long, alias = "master-key-file")]
     pub volume_key_file: Option<PathBuf>,
-    /// How the volume is served (checked by `OpenOptions::check`).
+    /// How the volume is served (checked into a `daemon::VolumeSpec`).
     #[command(flatten)]
-    pub serve: daemon::open::Given,
+    pub serve: ServeArgs,
     /// cryptsetup's plain-mode, key-file range and --test-passphrase options.
     #[command(flatten)]
     pub plain: super::plain::PlainArgs,
@@ -166,7 +176,7 @@ pub struct OpenArgs {
     pub crypttab: Option<PathBuf>,
     /// cryptsetup's TCRYPT options (--type tcrypt).
     #[command(flatten)]
-    pub tcrypt: daemon::tcrypt::TcryptArgs,
+    pub tcrypt: super::tcrypt::TcryptArgs,
     /// Backing device or file (with --crypttab: the volume name).
     pub device: PathBuf,
     /// Volume name.
@@ -179,7 +189,7 @@ pub struct OpenArgs {
 pub struct RefreshArgs {
     /// The new performance flags (flags not given are cleared, as in cryptsetup).
     #[command(flatten)]
-    pub perf: daemon::open::PerfArgs,
+    pub perf: PerfArgs,
     /// New data-path mode (unchanged if omitted).
     #[arg(long)]
     pub mode: Option<String>,
@@ -217,12 +227,7 @@ impl Commands {
             Commands::Refresh(a) => {
                 runtime::check_name(&a.name)?;
                 let mode = a.mode.as_deref().map(control::parse_mode).transpose()?;
-                let (max_read_size, max_write_size) = a.perf.max_io();
-                let flags = Flags {
-                    max_read_size,
-                    max_write_size,
-                    ..Flags::from(a.perf.flags())
-                };
+                let flags = a.perf.flags();
                 let r = control::refresh(&a.name, mode, flags, control::REFRESH_TIMEOUT)?;
                 println!("{}", r.line(&a.name));
                 Ok(())
@@ -259,6 +264,10 @@ impl Commands {
                 Ok(control::suspend(&name, control::DRAIN_TIMEOUT)?)
             }
             Commands::Resume(a) => resume(a),
+            Commands::Serve {
+                spec_stdin: _,
+                name,
+            } => Ok(daemon::detach::serve_stdin(&name, print_ping)?),
         }
     }
 }
@@ -276,7 +285,6 @@ fn open(mut a: OpenArgs) -> CmdResult {
     let m = Mapping {
         kind: a.kind.map(VolumeType::kind),
         table: a.table.as_deref(),
-        table_stdin: a.table_stdin,
         header: a.header.as_deref(),
         key_file: key.key_file.as_deref(),
         keyfiles: &a.key.key_file,
@@ -285,34 +293,25 @@ fn open(mut a: OpenArgs) -> CmdResult {
         plain: a.plain.given(&key),
         test_passphrase: a.plain.test_passphrase,
         tokens: a.tokens.clone(),
-        tcrypt: a.tcrypt.clone(),
+        tcrypt: a.tcrypt.given(),
     };
     let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {
         return Ok(m.test_passphrase(&a.device, say)?);
     }
-    let target = daemon::open::Target {
-        // clap requires NAME unless --test-passphrase.
-        name: a.name.as_deref().unwrap_or_default(),
-        device: &a.device,
-        header: a.header.as_deref(),
-        detached: a.table_stdin,
-    };
-    let mut opts = OpenOptions::check(&a.serve, target, report_stale_mount)?;
+    // clap requires NAME unless --test-passphrase.
+    let name = a.name.as_deref().unwrap_or_default();
+    let spec = a.serve.spec(name, &a.device, a.header.as_deref())?;
+    let opts = OpenOptions::claim(spec, report_stale_mount)?;
     // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
-    let (table, volume_type) = m.resolve(&opts.device, say)?;
-    // cryptsetup maps FileVault 2 volumes read-only.
-    opts.read_only |= volume_type == daemon::resolve::VolumeType::Fvault2;
+    let (table, volume_type) = m.resolve(&opts.spec.device, say)?;
     if a.serve.foreground {
-        opts.serve(table, volume_type, |p| {
-            println!("{p}");
-            let _ = std::io::Write::flush(&mut std::io::stdout());
-        })?;
+        opts.serve(table, volume_type, print_ping)?;
         return Ok(());
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
-    if let Some(warning) = opts.tls.tcp_warning(&opts.export) {
+    if let Some(warning) = opts.spec.tls.tcp_warning(&opts.spec.export) {
         eprintln!("{warning}");
     }
     println!("{}", opts.detach(&exe, table, volume_type)?);
@@ -424,6 +423,12 @@ fn resume(a: ResumeArgs) -> CmdResult {
     Ok(daemon::volumes::resume_luks(
         &a.name, version, header, key_file, range, slot,
     )?)
+}
+
+/// A serving daemon's first line: where clients connect.
+fn print_ping(p: &control::Ping) {
+    println!("{p}");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
 }
 
 /// Says so when a dead daemon's FUSE mount had to be detached.

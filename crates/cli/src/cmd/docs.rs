@@ -61,12 +61,15 @@ impl Commands {
     }
 }
 
-/// ucrypt.8 plus ucrypt-VERB.8 for every verb into `dir`.
+/// ucrypt.8 plus ucrypt-VERB.8 for every verb (not the hidden ones) into `dir`.
 fn write_pages(cmd: clap::Command, dir: &std::path::Path) -> CmdResult {
     let io = |e: std::io::Error| Failure::usage(format!("Cannot write to {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut pages = vec![("ucrypt".to_string(), cmd.clone())];
-    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+    {
         let name = format!("ucrypt-{}", sub.get_name());
         pages.push((name, sub.clone()));
     }

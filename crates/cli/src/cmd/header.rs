@@ -121,7 +121,7 @@ pub struct ConvertKeyArgs {
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     help: Option<bool>,
     #[command(flatten)]
-    kdf: ops::KdfChoice,
+    kdf: super::kdf::KdfArgs,
     #[command(flatten)]
     key: KeyFileArgs,
     /// Convert only this keyslot.
@@ -161,7 +161,7 @@ impl Commands {
                 let req = ops::ConvertKeyRequest {
                     key: a.key.source(),
                     key_slot: a.key_slot,
-                    kdf: a.kdf,
+                    kdf: a.kdf.choice(),
                 };
                 admin::convert_key(&a.base.target(g), &req, ui)
             }

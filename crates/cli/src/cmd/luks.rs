@@ -162,7 +162,7 @@ pub struct FormatArgs {
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     help: Option<bool>,
     #[command(flatten)]
-    kdf: ops::KdfChoice,
+    kdf: super::kdf::KdfArgs,
     /// luks2 (default) or luks1.
     #[arg(long = "type", short = 'M', default_value = "luks2")]
     luks_type: String,
@@ -197,7 +197,7 @@ pub struct FormatArgs {
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     luks2_keyslots_size: Option<u64>,
     #[command(flatten)]
-    keyslot: ops::KeyslotCipher,
+    keyslot: super::kdf::KeyslotCipherArgs,
     /// Use the volume key from this file instead of a random one
     /// (`--master-key-file`, cryptsetup's older name, works too).
     #[arg(long, alias = "master-key-file")]
@@ -350,7 +350,7 @@ pub struct AddKeyArgs {
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     help: Option<bool>,
     #[command(flatten)]
-    kdf: ops::KdfChoice,
+    kdf: super::kdf::KdfArgs,
     /// File with the new passphrase (`-` = stdin); prompts if absent.
     new_key_file: Option<PathBuf>,
     /// The same as the NEW_KEY_FILE argument (cryptsetup's `--new-keyfile`).
@@ -374,7 +374,7 @@ pub struct AddKeyArgs {
     #[arg(long, value_name = "SLOT")]
     new_key_slot: Option<u32>,
     #[command(flatten)]
-    keyslot: ops::KeyslotCipher,
+    keyslot: super::kdf::KeyslotCipherArgs,
 }
 
 /// `ucrypt remove-key`.
@@ -444,7 +444,7 @@ impl Commands {
                     batch: g.batch_mode,
                     force: a.force,
                     luks_type: a.luks_type,
-                    kdf: a.kdf,
+                    kdf: a.kdf.choice(),
                     cipher: a.cipher,
                     key_bits: a.key_size,
                     sector_size: a.sector_size,
@@ -456,7 +456,7 @@ impl Commands {
                     align_payload: a.align_payload,
                     metadata_size: a.luks2_metadata_size,
                     keyslots_size: a.luks2_keyslots_size,
-                    keyslot_cipher: a.keyslot,
+                    keyslot_cipher: a.keyslot.cipher(),
                 };
                 let vol = ops::format(&req, ui)?;
                 for w in vol.header().warnings() {
@@ -554,7 +554,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
         header: a.common.dev.header,
         key_slot: a.common.key_slot,
         new_key_slot: a.new_key_slot,
-        kdf: a.kdf,
+        kdf: a.kdf.choice(),
         new_key: ops::KeySource {
             file: a.new_key_file.or(a.new_keyfile),
             range: luks::passphrase::KeyfileRange {
@@ -563,7 +563,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
             },
         },
         volume_key_file: a.volume_key_file,
-        keyslot_cipher: a.keyslot,
+        keyslot_cipher: a.keyslot.cipher(),
     };
     eprintln!("{}", ops::add_key(&req, change, &mut Terminal)?);
     Ok(())

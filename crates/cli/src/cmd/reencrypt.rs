@@ -111,7 +111,7 @@ pub struct ReencryptArgs {
     #[arg(long)]
     pub(super) uuid: Option<String>,
     #[command(flatten)]
-    pub(super) kdf: ops::KdfChoice,
+    pub(super) kdf: super::kdf::KdfArgs,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {

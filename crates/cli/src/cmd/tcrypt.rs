@@ -40,12 +40,49 @@ pub struct DumpArgs {
     cipher: Option<String>,
     /// The header options.
     #[command(flatten)]
-    tcrypt: daemon::tcrypt::TcryptArgs,
+    tcrypt: TcryptArgs,
     /// Print the volume key (`--dump-master-key` as cryptsetup spells it too).
     #[arg(long, alias = "dump-master-key")]
     dump_volume_key: bool,
     /// The TrueCrypt/VeraCrypt device or image file.
     device: PathBuf,
+}
+
+/// cryptsetup's TCRYPT options (`open`, `map`, `tcryptDump`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct TcryptArgs {
+    /// Use the hidden volume's header (TrueCrypt/VeraCrypt).
+    #[arg(long)]
+    pub tcrypt_hidden: bool,
+    /// Use the system encryption header (TrueCrypt/VeraCrypt).
+    #[arg(long)]
+    pub tcrypt_system: bool,
+    /// Use the backup header at the device's end (TrueCrypt/VeraCrypt).
+    #[arg(long)]
+    pub tcrypt_backup: bool,
+    /// Scan for VeraCrypt headers too (the default; accepted as cryptsetup 2.6 does).
+    #[arg(long, hide = true)]
+    pub veracrypt: bool,
+    /// Do not try VeraCrypt's KDFs and header magic.
+    #[arg(long, conflicts_with = "veracrypt")]
+    pub disable_veracrypt: bool,
+    /// VeraCrypt Personal Iteration Multiplier.
+    #[arg(long, value_name = "PIM")]
+    pub veracrypt_pim: Option<u32>,
+}
+
+impl TcryptArgs {
+    /// The switches as the daemon's header search takes them.
+    pub fn given(&self) -> daemon::tcrypt::TcryptArgs {
+        daemon::tcrypt::TcryptArgs {
+            tcrypt_hidden: self.tcrypt_hidden,
+            tcrypt_system: self.tcrypt_system,
+            tcrypt_backup: self.tcrypt_backup,
+            veracrypt: self.veracrypt,
+            disable_veracrypt: self.disable_veracrypt,
+            veracrypt_pim: self.veracrypt_pim,
+        }
+    }
 }
 
 impl Commands {
@@ -58,12 +95,13 @@ impl Commands {
 }
 
 fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+    let switches = a.tcrypt.given();
     let given = daemon::tcrypt::Given {
         device: &a.device,
         keyfiles: &a.key_file,
         hash: a.hash.as_deref(),
         cipher: a.cipher.as_deref(),
-        args: &a.tcrypt,
+        args: &switches,
     };
     dump_given(given, a.dump_volume_key, g)
 }

@@ -174,7 +174,7 @@ fn daemon_keeps_the_key_in_locked_undumpable_pages_and_showkeys_leaves_no_copy()
 
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-    assert!(cmdline.contains("--table-stdin"), "{cmdline}");
+    assert!(cmdline.contains("serve --spec-stdin"), "{cmdline}");
     assert!(!cmdline.contains(&key_hex[..16]), "key on argv: {cmdline}");
 
     assert!(status_field(pid, "VmLck:") > 0, "no locked memory");

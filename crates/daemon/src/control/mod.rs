@@ -330,7 +330,7 @@ pub fn parse_mode(s: &str) -> Result<CryptMode> {
 }
 
 /// A [`CryptMode`] on the wire: its [`mode_name`].
-mod mode {
+pub(crate) mod mode {
     use datapath::CryptMode;
     use serde::{Deserialize, Deserializer, Serializer};
 

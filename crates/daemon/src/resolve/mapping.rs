@@ -5,8 +5,7 @@
 //! `--test-passphrase`.
 //!
 //! ```text
-//!  Mapping ─ resolve ─┬─ --table-stdin: the parent's table (detached daemon)
-//!                     ├─ plain: --table line, or PlainOptions::open
+//!  Mapping ─ resolve ─┬─ plain: --table line, or PlainOptions::open
 //!                     ├─ LUKS: load header ─ tokens ─ passphrase ─ unlock
 //!                     ├─ BITLK: read metadata ─ passphrase/.BEK ─ unlock
 //!                     └─ FVAULT2: read metadata ─ passphrase ─ unlock
@@ -25,42 +24,31 @@ use crate::error::{invalid, Result};
 use crate::plain::PlainOptions;
 
 /// cryptsetup's plain-mode and key-file options as given (`None`: not
-/// given), before defaults are applied. clap parses the plain-mode ones
-/// straight into this struct (the `ucrypt` binary flattens it into
-/// `open`'s arguments; the field docs are their help); the key-file range
-/// comes from the key-file options every verb shares.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+/// given), before defaults are applied (the cli's `--cipher`, `--key-size`,
+/// `--hash`, `--offset`, `--skip`, `--size`, `--sector-size`,
+/// `--iv-large-sectors`, `--keyfile-offset`, `--keyfile-size`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlainGiven {
     /// Plain mode: cipher (default aes-cbc-essiv:sha256).
-    #[arg(long, short = 'c')]
     pub cipher: Option<String>,
     /// Plain mode: key size in bits (default 256).
-    #[arg(long = "key-size", short = 's', value_name = "BITS")]
     pub key_bits: Option<u32>,
     /// Plain mode: passphrase hash, HASH[:LEN] or `plain` (default ripemd160;
     /// a --key-file other than `-` is never hashed, as in cryptsetup).
-    #[arg(long, short = 'h')]
     pub hash: Option<String>,
     /// Plain mode: start of the data on the device, in 512-byte sectors.
-    #[arg(long, short = 'o', value_name = "SECTORS")]
     pub offset: Option<u64>,
     /// Plain mode: IV offset, in 512-byte sectors.
-    #[arg(long, short = 'p', value_name = "SECTORS")]
     pub skip: Option<u64>,
     /// Plain mode: size of the device, in 512-byte sectors (default: the rest).
-    #[arg(long, short = 'b', value_name = "SECTORS")]
     pub size: Option<u64>,
     /// Plain mode: encryption sector size in bytes (default 512).
-    #[arg(long, value_name = "BYTES")]
     pub sector_size: Option<u32>,
     /// Plain mode: IVs count sectors of --sector-size, not 512 bytes.
-    #[arg(long)]
     pub iv_large_sectors: bool,
     /// `--keyfile-offset`, bytes.
-    #[arg(skip)]
     pub keyfile_offset: Option<u64>,
     /// `--keyfile-size`, bytes.
-    #[arg(skip)]
     pub keyfile_size: Option<u64>,
 }
 
@@ -113,9 +101,6 @@ pub struct Mapping<'a> {
     pub kind: Option<VolumeType>,
     /// `--table` (plain only).
     pub table: Option<&'a str>,
-    /// The table comes from standard input, resolved by the parent
-    /// (a detached daemon's `--table-stdin`).
-    pub table_stdin: bool,
     /// The detached LUKS header.
     pub header: Option<&'a Path>,
     /// `--key-file`: the passphrase, or a plain table's raw key.
@@ -143,9 +128,6 @@ impl Mapping<'_> {
     /// ([`device`]). A LUKS volume is unlocked here, prompting. `say` gets
     /// each warning line (plain options ignored, LUKS header warnings).
     pub fn resolve(&self, device: &Path, say: impl FnMut(&str)) -> Result<(Targets, VolumeType)> {
-        if self.table_stdin {
-            return self.parent_table(device);
-        }
         let table = self.table.is_some();
         let kind = self.kind.unwrap_or(if table {
             VolumeType::Plain
@@ -163,19 +145,6 @@ impl Mapping<'_> {
         self.check(kind)?;
         let device = device(device_arg)?;
         self.unlock(kind, &device, say).map(|_| ())
-    }
-
-    /// The detached daemon's mapping: the table its parent resolved, from
-    /// standard input; the volume type from the header for LUKS.
-    fn parent_table(&self, device: &Path) -> Result<(Targets, VolumeType)> {
-        let table = crate::detach::read_table_stdin()?;
-        let kind = match self.kind {
-            None | Some(VolumeType::Plain) => VolumeType::Plain,
-            Some(k @ (VolumeType::Bitlk | VolumeType::Fvault2)) => k,
-            Some(VolumeType::Tcrypt) => VolumeType::Tcrypt,
-            _ => VolumeType::of_header(self.header.unwrap_or(device)),
-        };
-        Ok((table, kind))
     }
 
     /// The option combinations cryptsetup refuses for `open` of `kind`.
@@ -204,7 +173,7 @@ impl Mapping<'_> {
                 "Large IV sectors option is supported only for opening plain type device with sector size larger than 512 bytes.",
             ));
         }
-        let table = self.table.is_some() || self.table_stdin;
+        let table = self.table.is_some();
         if plain && self.tokens.asked() {
             return Err(invalid(
                 "--token-id, --token-only and --token-type are for LUKS2 devices.",

@@ -5,7 +5,7 @@
 //! ```text
 //!  open NAME (parent) ── NameLock::acquire ── prompt, resolve ── spawn ─┐
 //!        the lock's descriptor, inherited (UCRYPT_NAME_LOCK_FD) ◄───────┘
-//!  open --foreground --table-stdin (child) ── NameLock::adopt ── serve ── release
+//!  serve --spec-stdin NAME (child) ──── NameLock::adopt ── serve ── release
 //!  status, list, close ── NameLock::held (F_OFD_GETLK: asks, never takes)
 //! ```
 //!

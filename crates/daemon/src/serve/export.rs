@@ -4,10 +4,14 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{invalid, Error, ErrorKind, Result};
 
-/// Which frontend serves the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which frontend serves the device (in a [`crate::VolumeSpec`] as
+/// `{"nbd_unix": null}`, `"ublk"`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ExportSpec {
     /// NBD on a unix socket (`NAME.nbd.sock` in the runtime dir if `None`).
@@ -93,29 +97,11 @@ impl ExportSpec {
         }
     }
 
-    /// The queue count of a vhost-user-blk export (for a re-executed
-    /// daemon's `--num-queues`).
+    /// The queue count of a vhost-user-blk export.
     pub fn num_queues(&self) -> Option<u16> {
         match self {
             Self::VhostUserBlk { num_queues, .. } => Some(*num_queues),
             _ => None,
-        }
-    }
-
-    /// The inverse of [`ExportSpec::parse`]: the `export` and `listen`
-    /// strings that parse back to `self` (for a re-executed daemon; the
-    /// queue count travels as [`ExportSpec::num_queues`]).
-    pub fn to_args(&self) -> (String, Option<String>) {
-        match self {
-            Self::NbdUnix(None) => ("nbd".into(), None),
-            Self::NbdUnix(Some(p)) => (format!("nbd={}", p.display()), None),
-            Self::NbdTcp(a) => ("nbd".into(), Some(a.to_string())),
-            Self::Fuse(None) => ("fuse".into(), None),
-            Self::Fuse(Some(p)) => (format!("fuse={}", p.display()), None),
-            Self::Ublk => ("ublk".into(), None),
-            Self::VhostUserBlk { socket, .. } => {
-                (format!("vhost-user-blk={}", socket.display()), None)
-            }
         }
     }
 
