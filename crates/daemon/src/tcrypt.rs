@@ -39,11 +39,9 @@ pub struct TcryptArgs {
     pub veracrypt_pim: Option<u32>,
     /// crypttab's key file field for a TCRYPT line: the passphrase is its
     /// first line (without the newline), as systemd-cryptsetup reads it.
-    #[arg(skip)]
     pub passphrase_file: Option<PathBuf>,
     /// crypttab's `tcrypt-keyfile=` options: TrueCrypt keyfiles after
     /// `--key-file`'s.
-    #[arg(skip)]
     pub keyfiles: Vec<PathBuf>,
 }
 

@@ -172,7 +172,9 @@ mod tests {
                 offset,
                 fua: false,
             },
-            move |c| drop(tx.send(c.err().map(|e| e.errno()))),
+            move |c| {
+                let _ = tx.send(c.err().map(|e| e.errno()));
+            },
         );
         rx.recv().expect("completion")
     }

@@ -245,7 +245,7 @@ pub struct DumpArgs {
     volume_key_file: Option<PathBuf>,
     /// The TCRYPT header options (with --type tcrypt).
     #[command(flatten)]
-    tcrypt: daemon::tcrypt::TcryptArgs,
+    tcrypt: super::tcrypt::TcryptArgs,
 }
 
 /// A header `dump` prints with another verb's text.
@@ -332,7 +332,7 @@ fn dump_foreign(kind: Foreign, a: DumpArgs, g: Globals) -> CmdResult {
             super::tcrypt::dump_device(
                 &c.dev.device,
                 &c.key.key_file.into_iter().collect::<Vec<_>>(),
-                &a.tcrypt,
+                &a.tcrypt.given(),
                 a.dump_volume_key,
                 g,
             )

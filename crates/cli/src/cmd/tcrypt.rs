@@ -69,6 +69,14 @@ pub struct TcryptArgs {
     /// VeraCrypt Personal Iteration Multiplier.
     #[arg(long, value_name = "PIM")]
     pub veracrypt_pim: Option<u32>,
+    /// crypttab's key file field for a TCRYPT line (not an option): the
+    /// passphrase is its first line.
+    #[arg(skip)]
+    pub passphrase_file: Option<PathBuf>,
+    /// crypttab's `tcrypt-keyfile=` options (not an option): keyfiles
+    /// after `--key-file`'s.
+    #[arg(skip)]
+    pub keyfiles: Vec<PathBuf>,
 }
 
 impl TcryptArgs {
@@ -81,6 +89,8 @@ impl TcryptArgs {
             veracrypt: self.veracrypt,
             disable_veracrypt: self.disable_veracrypt,
             veracrypt_pim: self.veracrypt_pim,
+            passphrase_file: self.passphrase_file.clone(),
+            keyfiles: self.keyfiles.clone(),
         }
     }
 }

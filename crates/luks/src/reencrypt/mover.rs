@@ -17,6 +17,10 @@ use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
 use crate::luks2::json::Segment;
 use crate::volume::io::{open_ro, open_rw, read_exact_at, sync, write_at};
 
+/// Builds a segment's sector crypto from its volume key (`None`: a
+/// `linear` segment, plaintext).
+type MakeCrypt<'a> = dyn Fn(&Segment, &[u8]) -> Result<Option<crypto::SectorCrypt>> + 'a;
+
 /// Moves the data: the old and the new sector ciphers, the device, the
 /// hotzone size.
 pub(super) struct Mover {
@@ -123,7 +127,7 @@ impl Mover {
         old_vk: &[u8],
         new_vk: &[u8],
         hotzone: u64,
-        mk: &dyn Fn(&Segment, &[u8]) -> Result<Option<crypto::SectorCrypt>>,
+        mk: &MakeCrypt<'_>,
     ) -> Result<Self> {
         let data = OpenOptions::new()
             .read(true)
