@@ -656,8 +656,13 @@ fn crash_point(
 
 /// Whether process `pid` is (still) a ucrypt serving `img`.
 fn serves(pid: i32, img: &Path) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(img.to_str().unwrap()))
+    // The detached daemon's argv names only the volume (`serve --spec-stdin
+    // v`, the same name in every lane): it is the one holding `img` open.
+    let real = std::fs::canonicalize(img).unwrap_or_else(|_| img.to_path_buf());
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == img || t == real))
+    })
 }
 
 /// `kill -9 pid` if it is still the daemon serving `img` (a pid freed by
