@@ -126,6 +126,36 @@ impl Commands {
     }
 }
 
+/// cryptsetup's rules for a device whose header is (`in_progress`) or is
+/// not in reencryption: `--init-only` needs a fresh one, `--resume-only`
+/// one in progress, and resuming without `--resume-only` asks first
+/// (unless `--batch-mode`).
+pub(super) fn check_progress(
+    in_progress: bool,
+    a: &ReencryptArgs,
+    g: Globals,
+    dev: &std::path::Path,
+) -> CmdResult {
+    if in_progress && a.init_only {
+        return Err(Failure::usage(
+            "LUKS2 reencryption already initialized. Aborting operation.",
+        ));
+    }
+    if !in_progress && a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    if in_progress && !a.resume_only && !g.batch_mode {
+        let q = format!(
+            "Device {} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?",
+            dev.display()
+        );
+        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
+            return Err(Failure::usage("Operation aborted."));
+        }
+    }
+    Ok(())
+}
+
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if a.encrypt || a.reduce_device_size.is_some() {
         return encrypt_cmd(a, g);
@@ -137,23 +167,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         return Err(Failure::usage("Command requires device as argument."));
     };
     let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
-    if state.is_some() && a.init_only {
-        return Err(Failure::usage(
-            "LUKS2 reencryption already initialized. Aborting operation.",
-        ));
-    }
-    if state.is_none() && a.resume_only {
-        return Err(Failure::usage("Device reencryption not in progress."));
-    }
-    if state.is_some() && !a.resume_only && !g.batch_mode {
-        let q = format!(
-            "Device {} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?",
-            dev.display()
-        );
-        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
-            return Err(Failure::usage("Operation aborted."));
-        }
-    }
+    check_progress(state.is_some(), &a, g, dev)?;
     let pass = a.key.source().read(&prompt(&a, dev), false)?;
     if state.is_none() {
         reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
@@ -218,23 +232,7 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     } else {
         None
     };
-    if state.is_some() && a.init_only {
-        return Err(Failure::usage(
-            "LUKS2 reencryption already initialized. Aborting operation.",
-        ));
-    }
-    if state.is_none() && a.resume_only {
-        return Err(Failure::usage("Device reencryption not in progress."));
-    }
-    if state.is_some() && !a.resume_only && !g.batch_mode {
-        let q = format!(
-            "Device {} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?",
-            dev.display()
-        );
-        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
-            return Err(Failure::usage("Operation aborted."));
-        }
-    }
+    check_progress(state.is_some(), &a, g, dev)?;
     let pass = a.key.source().read(&prompt(&a, dev), state.is_none())?;
     if state.is_none() {
         let hash = luks::Hash::parse(&a.kdf.hash)?;

@@ -14,7 +14,7 @@ use daemon::control::{
     self, InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption, DRAIN_TIMEOUT,
     QUERY_TIMEOUT,
 };
-use luks::{ops, reencrypt};
+use luks::reencrypt;
 
 use super::reencrypt::{init_request, prompt, Progress, ReencryptArgs};
 use crate::global::Globals;
@@ -93,23 +93,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         ));
     }
     let state = reencrypt::status(&dev)?;
-    if state.is_some() && a.init_only {
-        return Err(Failure::usage(
-            "LUKS2 reencryption already initialized. Aborting operation.",
-        ));
-    }
-    if state.is_none() && a.resume_only {
-        return Err(Failure::usage("Device reencryption not in progress."));
-    }
-    if state.is_some() && !a.resume_only && !g.batch_mode {
-        let q = format!(
-            "Device {} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?",
-            dev.display()
-        );
-        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
-            return Err(Failure::usage("Operation aborted."));
-        }
-    }
+    super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let init = if state.is_none() {
         let req = init_request(&a)?;
         Some(InitParams {

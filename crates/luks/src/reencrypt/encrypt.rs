@@ -283,6 +283,22 @@ impl Drop for TempHeader {
     }
 }
 
+/// The freshly formatted header's one crypt segment (its JSON, to become
+/// the final segment) and the id of the digest bound to it.
+fn formatted_segment(h: &RawHeader) -> Result<(String, serde_json::Value)> {
+    let did = h
+        .meta
+        .segment_digest()
+        .map(|(i, _)| i.clone())
+        .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
+    let fin = h
+        .obj("segments")
+        .get(h.meta.segment().0.as_str())
+        .cloned()
+        .ok_or_else(|| corrupt("segment"))?;
+    Ok((did, fin))
+}
+
 /// Rewrites a header formatted with data offset `shift` as an
 /// encryption with a data shift in progress (cryptsetup's layout).
 fn shift_layout(
@@ -292,16 +308,7 @@ fn shift_layout(
     data: u64,
     shift: u64,
 ) -> Result<()> {
-    let (did, _) = h
-        .meta
-        .segment_digest()
-        .map(|(i, d)| (i.clone(), d.clone()))
-        .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
-    let mut fin = h
-        .obj("segments")
-        .get(h.meta.segment().0.as_str())
-        .cloned()
-        .ok_or_else(|| corrupt("segment"))?;
+    let (did, mut fin) = formatted_segment(h)?;
     let rslot = free_slot(h)?;
     let (alo, asz) = largest_gap(h);
     if asz < 4096 {
@@ -408,16 +415,7 @@ fn encrypt_layout(
     rhash: Hash,
     sector_size: u32,
 ) -> Result<()> {
-    let (did, _) = h
-        .meta
-        .segment_digest()
-        .map(|(i, d)| (i.clone(), d.clone()))
-        .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
-    let mut fin = h
-        .obj("segments")
-        .get(h.meta.segment().0.as_str())
-        .cloned()
-        .ok_or_else(|| corrupt("segment"))?;
+    let (did, mut fin) = formatted_segment(h)?;
     if h.meta.segment().1.offset != 0 {
         return Err(unsupported(
             "LUKS2 encryption without a data shift needs data offset 0",
