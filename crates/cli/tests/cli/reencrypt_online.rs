@@ -17,7 +17,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -177,6 +177,29 @@ impl Vol {
             .unwrap();
         let end = json.iter().position(|&b| b == 0).unwrap_or(json.len());
         String::from_utf8_lossy(&json[..end]).contains("online-reencrypt")
+    }
+}
+
+impl Vol {
+    /// The header's segments and the reencryption keyslot's resilience
+    /// (for a failure message).
+    fn status_of_header(&self) -> String {
+        let mut json = vec![0u8; 12 << 10];
+        if std::fs::File::open(&self.img)
+            .and_then(|f| f.read_exact_at(&mut json, 4096))
+            .is_err()
+        {
+            return "unreadable".into();
+        }
+        let end = json.iter().position(|&b| b == 0).unwrap_or(json.len());
+        let Ok(v) = serde_json::from_slice::<Value>(&json[..end]) else {
+            return "not JSON".into();
+        };
+        let rs = v["keyslots"]
+            .as_object()
+            .and_then(|k| k.values().find(|k| k["type"] == "reencrypt"))
+            .map(|k| k["area"].to_string());
+        format!("segments {}, reencrypt area {rs:?}", v["segments"])
     }
 }
 
@@ -596,11 +619,30 @@ fn crash_point(
     testutil::wait_until(Duration::from_secs(30), "the killed daemon", || {
         !serves(pid, &v.img)
     });
+    // The kernel lets go of a killed process's files after it is gone from
+    // /proc: a multi-threaded exit and io_uring's ring teardown finish
+    // asynchronously. Until then the image is (rightly) in use.
+    testutil::wait_until(Duration::from_secs(30), "the killed daemon's lock", || {
+        !locked(&v.img)
+    });
     let copy = cryptsetup.then(|| Vol::copy_of(&v, &format!("crash{i}cs"), &base()));
     let got = v.read_plain();
     if let Some(at) = lost_write(&got, &seen) {
+        let bad = got
+            .chunks(512)
+            .zip(seen.model.chunks(512))
+            .filter(|(g, m)| g != m)
+            .count();
+        let inflight = seen
+            .inflight
+            .as_ref()
+            .map(|(off, d)| (*off, d.len()));
         return Err(format!(
-            "point {i} ({hook:?}, {delay:?}): byte {at} lost an acknowledged write"
+            "point {i} ({hook:?}, {delay:?}): byte {at} lost an acknowledged write \
+             ({bad} sectors differ from the model; the write in flight (offset, length): \
+             {inflight:?}; {} writer ops; header: {})",
+            seen.ops,
+            v.status_of_header()
         ));
     }
     if v.in_reencryption() {
@@ -620,6 +662,13 @@ fn crash_point(
         return Err(format!("point {i}: the plaintext changed when finished"));
     }
     if let Some(c) = copy {
+        // Every lane's volume is a copy of one template, so all share one
+        // UUID, and cryptsetup locks reencryption per UUID
+        // (/run/cryptsetup/LUKS2-reencryption-UUID): two lanes' cryptsetup
+        // at once would see each other's lock ("Reencryption in-progress.
+        // Cannot perform recovery."). One lane at a time runs it.
+        static CRYPTSETUP: Mutex<()> = Mutex::new(());
+        let _one = CRYPTSETUP.lock().unwrap_or_else(|e| e.into_inner());
         if c.in_reencryption() {
             // cryptsetup 2.6.1 repairs a torn hotzone with `repair` first.
             ok(
@@ -663,6 +712,24 @@ fn serves(pid: i32, img: &Path) -> bool {
         fds.flatten()
             .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == img || t == real))
     })
+}
+
+/// Whether any process (or a killed one's leftover io_uring) holds a
+/// POSIX, OFD or flock lock on `img`, from /proc/locks
+/// ("N: OFDLCK ADVISORY WRITE -1 MAJ:MIN:INODE 0 EOF").
+fn locked(img: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(img) else {
+        return false;
+    };
+    let dev = m.dev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let id = format!("{major:02x}:{minor:02x}:{}", m.ino());
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().any(|w| w == id))
 }
 
 /// `kill -9 pid` if it is still the daemon serving `img` (a pid freed by
