@@ -17,7 +17,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -400,25 +400,25 @@ fn verifying_writer(dev: &mut dyn Dev, mut model: Vec<u8>, seed: u64, stop: &Ato
     }
 }
 
-/// Every 512-byte sector of `got` is the model's, or (inside the write in
-/// flight) that write's. The first sector that is neither, if any.
+/// Every 512-byte sector of `got` outside the write in flight is the
+/// model's: the first that is not, if any. The write in flight when the
+/// daemon died was never acknowledged, and its range may hold anything:
+/// old bytes, new ones, or a sector torn part-way (a killed process's
+/// write to a file stops at any byte, as an aborted write leaves a
+/// disk's blocks indeterminate).
 fn lost_write(got: &[u8], seen: &Seen) -> Option<u64> {
     assert_eq!(got.len(), seen.model.len());
-    for (i, (g, m)) in got.chunks(512).zip(seen.model.chunks(512)).enumerate() {
-        if g == m {
-            continue;
-        }
-        let at = i as u64 * 512;
-        let ok = seen.inflight.as_ref().is_some_and(|(off, d)| {
-            at >= *off
-                && at < off + d.len() as u64
-                && g == &d[(at - off) as usize..(at - off) as usize + 512]
-        });
-        if !ok {
-            return Some(at);
-        }
-    }
-    None
+    let inflight = |at: u64| {
+        seen.inflight
+            .as_ref()
+            .is_some_and(|(off, d)| at >= *off && at < off + d.len() as u64)
+    };
+    got.chunks(512)
+        .zip(seen.model.chunks(512))
+        .enumerate()
+        .map(|(i, (g, m))| (i as u64 * 512, g == m))
+        .find(|&(at, same)| !same && !inflight(at))
+        .map(|(at, _)| at)
 }
 
 fn volume_key(img: &Path, key: &Path) -> Vec<u8> {
@@ -633,10 +633,7 @@ fn crash_point(
             .zip(seen.model.chunks(512))
             .filter(|(g, m)| g != m)
             .count();
-        let inflight = seen
-            .inflight
-            .as_ref()
-            .map(|(off, d)| (*off, d.len()));
+        let inflight = seen.inflight.as_ref().map(|(off, d)| (*off, d.len()));
         return Err(format!(
             "point {i} ({hook:?}, {delay:?}): byte {at} lost an acknowledged write \
              ({bad} sectors differ from the model; the write in flight (offset, length): \
@@ -662,13 +659,6 @@ fn crash_point(
         return Err(format!("point {i}: the plaintext changed when finished"));
     }
     if let Some(c) = copy {
-        // Every lane's volume is a copy of one template, so all share one
-        // UUID, and cryptsetup locks reencryption per UUID
-        // (/run/cryptsetup/LUKS2-reencryption-UUID): two lanes' cryptsetup
-        // at once would see each other's lock ("Reencryption in-progress.
-        // Cannot perform recovery."). One lane at a time runs it.
-        static CRYPTSETUP: Mutex<()> = Mutex::new(());
-        let _one = CRYPTSETUP.lock().unwrap_or_else(|e| e.into_inner());
         if c.in_reencryption() {
             // cryptsetup 2.6.1 repairs a torn hotzone with `repair` first.
             ok(
@@ -747,10 +737,18 @@ fn crash_matrix_kill_9_under_a_verifying_writer() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
     let cryptsetup = testutil::which("cryptsetup").is_some();
-    let (template, plain) = Vol::new("crash_template", &base(), 0xc4a5);
+    // One template per lane: the lanes run at once, and a reencryption
+    // (ucrypt's or cryptsetup's) holds a lock per volume UUID
+    // (/run/cryptsetup/LN_LUKS2-reencryption-UUID), which copies of one
+    // image would share.
+    let lanes = 4;
+    let templates: Vec<(Vol, Vec<u8>)> = (0..lanes)
+        .map(|l| Vol::new(&format!("crash_template{l}"), &base(), 0xc4a5 + l))
+        .collect();
+    let (template, plain) = &templates[0];
     // One clean run: how long the reencryption takes and how many writes
     // its crash points count, to spread the kills over.
-    let t = Vol::copy_of(&template, "crash_clean", &base());
+    let t = Vol::copy_of(template, "crash_clean", &base());
     t.open(&[]);
     let t0 = Instant::now();
     wait_child(
@@ -759,7 +757,7 @@ fn crash_matrix_kill_9_under_a_verifying_writer() {
     );
     let span = t0.elapsed();
     t.close();
-    assert_eq!(t.read_plain(), plain);
+    assert_eq!(&t.read_plain(), plain);
     // 64 hotzones of 256 KiB: a checksum write, the hotzone's header
     // (two copies), the data, the header past it (two copies).
     let writes = (DATA / (256 << 10)) * 6;
@@ -775,12 +773,11 @@ fn crash_matrix_kill_9_under_a_verifying_writer() {
         })
         .collect();
     let started = Instant::now();
-    let lanes = 4;
     let failures: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..lanes)
             .map(|lane| {
                 let plan = &plan;
-                let (template, plain) = (&template, &plain);
+                let (template, plain) = &templates[lane as usize];
                 s.spawn(move || {
                     plan.iter()
                         .filter(|(i, ..)| i % lanes == lane)
@@ -805,4 +802,110 @@ fn crash_matrix_kill_9_under_a_verifying_writer() {
         testutil::rng::base_seed()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// cryptsetup's reencryption lock (`/run/cryptsetup/LN_LUKS2-reencryption-
+/// UUID`, an exclusive `flock`) is the one ucrypt takes: while another
+/// process holds it ucrypt refuses to move the data, with cryptsetup's
+/// message and exit code, and writes nothing; while a ucrypt daemon
+/// reencrypts online, cryptsetup refuses in turn.
+#[test]
+fn the_reencryption_lock_is_cryptsetups() {
+    let test = "the_reencryption_lock_is_cryptsetups";
+    if !require_tool(test, "cryptsetup")
+        || !require_tool(test, "flock")
+        || !testutil::require(test, testutil::Capability::Root)
+    {
+        return;
+    }
+    let (v, plain) = Vol::new(test, &base(), 0x10c4);
+    ok(
+        v.ucrypt(&["reencrypt", "-q", "--init-only", "--key-file", v.k(), v.i()]),
+        "reencrypt --init-only",
+    );
+    let uuid = ok(
+        Command::new("cryptsetup")
+            .arg("luksUUID")
+            .arg(&v.img)
+            .output()
+            .unwrap(),
+        "cryptsetup luksUUID",
+    );
+    let lock = PathBuf::from(format!(
+        "/run/cryptsetup/LN_LUKS2-reencryption-{}",
+        String::from_utf8_lossy(&uuid.stdout).trim()
+    ));
+    std::fs::create_dir_all("/run/cryptsetup").unwrap();
+    let held = || {
+        !Command::new("flock")
+            .args(["-n", "-x"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+
+    // Another process holds it: ucrypt refuses, the image is untouched.
+    let mut holder = Command::new("flock")
+        .args(["-x", "-o"])
+        .arg(&lock)
+        .args(["sleep", "120"])
+        .spawn()
+        .unwrap();
+    testutil::wait_until(Duration::from_secs(30), "flock to hold the lock", held);
+    let before = std::fs::read(&v.img).unwrap();
+    let o = v.ucrypt(&[
+        "reencrypt",
+        "-q",
+        "--resume-only",
+        "--key-file",
+        v.k(),
+        v.i(),
+    ]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Reencryption process is already running."),
+        "{o:?}"
+    );
+    assert!(
+        std::fs::read(&v.img).unwrap() == before,
+        "the image changed"
+    );
+
+    // A daemon reencrypts online (slowly): cryptsetup refuses to resume
+    // the same reencryption meanwhile.
+    v.open(&[]);
+    let child = v.reencrypt_online(&["--hotzone-size", "256K", "--rate", "0.5"]);
+    testutil::wait_until(Duration::from_secs(30), "the daemon to hold the lock", held);
+    let o = Command::new("cryptsetup")
+        .args([
+            "reencrypt",
+            "-q",
+            "--resume-only",
+            "--force-offline-reencrypt",
+            "--key-file",
+        ])
+        .arg(&v.key)
+        .arg(&v.img)
+        .output()
+        .unwrap();
+    ok(
+        v.ucrypt(&["reencrypt", "-q", "--active-name", "v", "--rate", "0"]),
+        "reencrypt --rate 0",
+    );
+    wait_child(child, "reencrypt --active-name");
+    v.close();
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Reencryption process is already running."),
+        "{o:?}"
+    );
+    assert!(!v.in_reencryption());
+    assert!(v.read_plain() == plain, "the plaintext changed");
+    // The lock is let go at the end (and its file removed, as cryptsetup
+    // removes it).
+    assert!(!held());
 }
