@@ -34,6 +34,7 @@ mod error;
 pub mod hash;
 pub mod kdf;
 pub mod keyslot;
+mod lockfile;
 pub mod luks1;
 pub mod luks2;
 pub mod ops;

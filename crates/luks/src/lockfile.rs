@@ -1,7 +1,11 @@
-//! The metadata lock of a block device, where cryptsetup takes it: a
-//! `flock` on `/run/cryptsetup/L_MAJOR:MINOR`, not on the device node, so
-//! ucrypt and cryptsetup (and systemd-cryptsetup) take turns on one
-//! device's header as they do on a header file.
+//! cryptsetup's lock files in `/run/cryptsetup`, taken as cryptsetup takes
+//! them so that ucrypt, cryptsetup and systemd-cryptsetup take turns:
+//! - a block device's metadata lock, a `flock` on `L_MAJOR:MINOR` (not on
+//!   the device node), shared while its header is read and exclusive
+//!   while it is written ([`LockFile::bdev`]);
+//! - a named lock `LN_NAME`, such as a LUKS2 reencryption's
+//!   `LN_LUKS2-reencryption-UUID`, held exclusively by the one process
+//!   moving the data ([`LockFile::named`]).
 //!
 //! The lock file is shared by every process that locks the device and is
 //! removed by the last one out, so taking it must check, once the `flock`
@@ -27,27 +31,32 @@ use rustix::fs::{
 /// default `DEFAULT_LUKS2_LOCK_PATH`).
 const LOCK_DIR: &str = "/run/cryptsetup";
 
-/// The lock file's name for block device `rdev`.
-fn lock_name(rdev: u64) -> String {
-    format!("L_{}:{}", major(rdev), minor(rdev))
-}
-
-/// A held lock on a block device's lock file; released (and the file
+/// A held lock on one of cryptsetup's lock files; released (and the file
 /// removed when no one else uses it) on drop.
-pub(super) struct BdevLock {
+pub(crate) struct LockFile {
     dir: OwnedFd,
     name: String,
     file: File,
 }
 
-impl BdevLock {
+impl LockFile {
     /// Takes `op` (shared or exclusive, waiting) on the lock file of block
     /// device `rdev`; `Ok(None)` when the lock directory cannot be used.
-    pub(super) fn take(rdev: u64, op: FlockOperation) -> io::Result<Option<Self>> {
+    pub(crate) fn bdev(rdev: u64, op: FlockOperation) -> io::Result<Option<Self>> {
+        Self::take(format!("L_{}:{}", major(rdev), minor(rdev)), op)
+    }
+
+    /// Takes `op` on cryptsetup's named lock `name` (file `LN_name`); with
+    /// a non-blocking `op`, an error of kind `WouldBlock` while another
+    /// process holds it. `Ok(None)` when the lock directory cannot be used.
+    pub(crate) fn named(name: &str, op: FlockOperation) -> io::Result<Option<Self>> {
+        Self::take(format!("LN_{name}"), op)
+    }
+
+    fn take(name: String, op: FlockOperation) -> io::Result<Option<Self>> {
         let Some(dir) = open_dir() else {
             return Ok(None);
         };
-        let name = lock_name(rdev);
         loop {
             let fd = openat(
                 &dir,
@@ -55,7 +64,7 @@ impl BdevLock {
                 OFlags::CREATE | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o644),
             )?;
-            super::flock_waiting(&fd, op)?;
+            crate::volume::io::flock_waiting(&fd, op)?;
             if names(&dir, &name, &fd) {
                 return Ok(Some(Self {
                     dir,
@@ -69,7 +78,7 @@ impl BdevLock {
     }
 }
 
-impl Drop for BdevLock {
+impl Drop for LockFile {
     fn drop(&mut self) {
         if flock(&self.file, FlockOperation::NonBlockingLockExclusive).is_ok()
             && names(&self.dir, &self.name, self.file.as_fd())

@@ -61,6 +61,12 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         return Ok(());
     }
     let st = control::status(name, QUERY_TIMEOUT)?;
+    if a.rate.is_some() && st.reencryption.as_ref().is_some_and(|r| r.running) {
+        // `--rate` alone steers the one running.
+        let r = control::reencrypt_set(name, ReencryptAction::Rate(rate), QUERY_TIMEOUT)?;
+        println!("{name}: reencryption {r}");
+        return Ok(());
+    }
     if st.volume_type != daemon::resolve::VolumeType::Luks2 {
         return Err(Failure::usage(format!(
             "Device {name} is not a LUKS2 volume: online reencryption is for LUKS2 only."

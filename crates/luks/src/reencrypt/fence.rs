@@ -23,6 +23,7 @@ use crypto::table::Table;
 use crypto::Secret;
 
 use super::header::RawHeader;
+use super::lock::ReencryptLock;
 use super::{data_size, read_header_of, unlock_both, Mode, Outcome, RunOptions, State};
 use crate::error::{invalid, Error, ErrorKind, Result};
 
@@ -73,6 +74,8 @@ pub struct Online {
     pub(super) state: State,
     pub(super) old_key: Secret,
     pub(super) new_key: Secret,
+    /// cryptsetup's reencryption lock, held until the run ends.
+    pub(super) _lock: Option<ReencryptLock>,
 }
 
 impl Online {
@@ -90,6 +93,10 @@ impl Online {
         pass: &[u8],
         key_slot: Option<u32>,
     ) -> Result<Self> {
+        let (first, _) = read_header_of(meta, device)?;
+        // Under the lock, the header again: another process may have moved
+        // the reencryption on (or ended it) before the lock was had.
+        let lock = ReencryptLock::take(&first.bin.uuid)?;
         let (header, dev_size) = read_header_of(meta, device)?;
         let state =
             State::load(&header)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
@@ -103,6 +110,7 @@ impl Online {
             state,
             old_key,
             new_key,
+            _lock: lock,
         })
     }
 

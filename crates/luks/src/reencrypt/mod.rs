@@ -56,6 +56,7 @@ pub(crate) mod crash;
 mod encrypt;
 pub mod fence;
 mod header;
+mod lock;
 mod mover;
 mod state;
 

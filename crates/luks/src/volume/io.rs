@@ -12,7 +12,7 @@
 //! and cryptsetup (2.x locks a LUKS2 header file the same way) never
 //! write one header at once, nor read one half written. On a block device
 //! the lock is cryptsetup's lock file, `/run/cryptsetup/L_MAJOR:MINOR`
-//! (`bdev_lock.rs`), or the device node where that directory cannot be
+//! ([`crate::lockfile`]), or the device node where that directory cannot be
 //! used. `--disable-locks` turns it off ([`set_metadata_locking`]). The
 //! daemon's data path holds its own, separate lock (backend's OFD `fcntl`
 //! lock), which `flock` does not see on a local file system, so a key can
@@ -36,8 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{flock, FlockOperation};
 
-mod bdev_lock;
-use bdev_lock::BdevLock;
+use crate::lockfile::LockFile;
 
 use backend::rbd::{RbdBackend, RbdOptions, RbdSpec};
 use backend::Backend;
@@ -209,6 +208,12 @@ pub fn set_metadata_locking(on: bool) {
     LOCKING.store(on, Ordering::Relaxed);
 }
 
+/// Whether metadata locking is on (cryptsetup's reencryption lock is off
+/// with it, as `crypt_metadata_locking_enabled` turns both off).
+pub(crate) fn metadata_locking() -> bool {
+    LOCKING.load(Ordering::Relaxed)
+}
+
 /// Opens `path` to read headers, under a shared lock.
 pub(crate) fn open_ro(path: &Path) -> Result<Dev> {
     if let Some(r) = open_rbd(path, true) {
@@ -244,7 +249,7 @@ fn locked(f: File, path: &Path, op: FlockOperation) -> Result<Dev> {
     }
     if let Ok(m) = f.metadata() {
         if m.file_type().is_block_device() {
-            match BdevLock::take(m.rdev(), op) {
+            match LockFile::bdev(m.rdev(), op) {
                 Ok(Some(lock)) => return Ok(Box::new(BdevLocked { f, _lock: lock })),
                 Ok(None) => {}
                 Err(e) => {
@@ -263,7 +268,7 @@ fn locked(f: File, path: &Path, op: FlockOperation) -> Result<Dev> {
 /// A block device whose metadata lock is a lock file, held until dropped.
 struct BdevLocked {
     f: File,
-    _lock: BdevLock,
+    _lock: LockFile,
 }
 
 impl Read for BdevLocked {
@@ -308,7 +313,10 @@ fn lock(f: &File, path: &Path, op: FlockOperation) -> Result<()> {
 }
 
 /// `flock(fd, op)`, taken again when a signal interrupts the wait.
-fn flock_waiting(fd: impl std::os::fd::AsFd, op: FlockOperation) -> rustix::io::Result<()> {
+pub(crate) fn flock_waiting(
+    fd: impl std::os::fd::AsFd,
+    op: FlockOperation,
+) -> rustix::io::Result<()> {
     loop {
         match flock(&fd, op) {
             Err(rustix::io::Errno::INTR) => continue,
