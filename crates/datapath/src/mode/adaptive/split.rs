@@ -277,3 +277,31 @@ pub(super) fn run_chunks(ctx: &Ctx, job: &SplitJob) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::chunks_do_io;
+    use crate::{Engine, EngineConfig};
+
+    fn on(backend: Arc<dyn backend::Backend>) -> bool {
+        let v = crate::Volume {
+            backend,
+            ..crate::test_volume(true)
+        };
+        let e = Engine::new(v, EngineConfig::default()).expect("engine");
+        let io = e.current_gen().map(|g| chunks_do_io(&g.ctx));
+        e.shutdown().expect("shutdown");
+        io.expect("a generation")
+    }
+
+    #[test]
+    fn chunks_do_their_own_io_only_on_a_backend_in_memory() {
+        let mem = || backend::MemBackend::new(64 << 20).expect("ramdisk");
+        assert!(on(Arc::new(mem())), "the ramdisk lends its bytes");
+        // The same ramdisk behind a wrapper that lends nothing, as a file
+        // or block device lends nothing: one IO per request.
+        assert!(!on(Arc::new(backend::FaultBackend::new(mem()))));
+    }
+}
