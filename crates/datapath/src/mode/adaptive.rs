@@ -32,8 +32,8 @@
 //!                 submitter reads the whole request before posting it, or
 //!                 writes it whole (FUA kept) once every chunk is encrypted:
 //!                 one backend IO per request, as classic does, since at low
-//!                 queue depth a disk serves one large IO far faster than
-//!                 several pieces of it.
+//!                 queue depth a disk serves one large IO faster than
+//!                 several pieces of it (see split.rs).
 //! ```
 //!
 //! A frontend that knows its caller's queue says so

@@ -14,7 +14,7 @@
 //!   one backend IO for the whole request and the chunks split only the
 //!   crypto: a read is read whole, then its chunks are decrypted in
 //!   parallel; a write's chunks are encrypted in parallel, then it is
-//!   written whole (with its FUA). On real storage one 1 MiB IO costs far
+//!   written whole (with its FUA). On real storage one 1 MiB IO costs
 //!   less than several 128 KiB ones at low queue depth, and the crypto is
 //!   all that parallelism has to win.
 
