@@ -44,7 +44,8 @@ pub struct DirStats {
     pub inline: u64,
     /// Requests handled through worker queues.
     pub queued: u64,
-    /// Requests whose IO and crypto were split across cores (adaptive).
+    /// Requests whose crypto was split across cores (adaptive; on a backend
+    /// that keeps its bytes in memory, their IO too).
     pub split: u64,
     /// Requests handed whole to a warm helper on another core (adaptive).
     pub offloaded: u64,

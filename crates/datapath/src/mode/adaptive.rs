@@ -22,9 +22,18 @@
 //!     └─ split (large request and an idle core):
 //!           the buffer is cut into chunks (BytesMut::split_to, no copy),
 //!           posted on the board; the submitter and any awake helper claim
-//!           chunks with one atomic counter, each doing backend IO + crypto
-//!           for its chunk; the submitter waits for the last chunk, glues
-//!           the chunks back (unsplit, no copy) and completes in place.
+//!           chunks with one atomic counter; the submitter waits for the
+//!           last chunk, glues the chunks back (unsplit, no copy) and
+//!           completes in place. What a chunk does depends on the backend:
+//!           ├─ in memory (it lends its bytes: the ramdisk, a mapped tmpfs
+//!           │     file): backend IO + crypto for its chunk (an IO there is
+//!           │     a copy or the fused crypto itself, so it splits for free);
+//!           └─ real storage (files, block devices, RBD): crypto only; the
+//!                 submitter reads the whole request before posting it, or
+//!                 writes it whole (FUA kept) once every chunk is encrypted:
+//!                 one backend IO per request, as classic does, since at low
+//!                 queue depth a disk serves one large IO faster than
+//!                 several pieces of it (see split.rs).
 //! ```
 //!
 //! A frontend that knows its caller's queue says so
