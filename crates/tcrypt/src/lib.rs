@@ -427,14 +427,22 @@ impl Volume {
     }
 
     /// Length of the mapping in 512-byte sectors: the header's size, or
-    /// for system encryption the device from the data offset on.
+    /// the device from the data offset on for system encryption and where
+    /// the header's size is 0 (TrueCrypt 1.x to 4.x headers leave it 0;
+    /// cryptsetup's `device_block_adjust` then maps the rest of the device).
     pub fn size_sectors(&self) -> u64 {
-        if self.request.system {
-            (self.device_size / 512).saturating_sub(self.data_offset())
+        let rest = || (self.device_size / 512).saturating_sub(self.data_offset());
+        let size = if self.request.system {
+            0
         } else if self.request.hidden {
             self.header.hidden_volume_size / 512
         } else {
             self.header.volume_size / 512
+        };
+        if size == 0 {
+            rest()
+        } else {
+            size
         }
     }
 
@@ -450,9 +458,10 @@ impl Volume {
 
     /// The mapping as cryptsetup activates it over `device`: the top layer
     /// (the chain's first cipher) carrying the ones below it, each a
-    /// dm-crypt line at the same IV offset. Refused, with cryptsetup's
-    /// message, for the modes the kernel cannot map and the ones this
-    /// engine lacks (LRW, TrueCrypt's CBC).
+    /// dm-crypt line at the same IV offset (`xts-plain64`, `lrw-benbi`,
+    /// `cbc-tcw`). Refused, with cryptsetup's message, for the legacy
+    /// modes cryptsetup cannot activate: the CBC cascades (`cbci-tcrypt`)
+    /// and Blowfish chains (`cbc-tcrypt`).
     pub fn table(&self, device: &str) -> Result<Table> {
         let mode = self.chain.mode;
         if matches!(mode, Mode::CbciTcrypt | Mode::CbcTcrypt) {
