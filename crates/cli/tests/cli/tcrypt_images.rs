@@ -19,7 +19,12 @@
 //! its message, "Kernel does not support activation for this TCRYPT
 //! legacy mode." (the script accepts that refusal as N/A). All 28 legacy
 //! images run in `legacy_images_map_or_are_refused_as_cryptsetup_does`
-//! (TrueCrypt KDFs only: fast).
+//! (TrueCrypt KDFs only: fast), which checks beyond the UUID: the boot
+//! sector, reserved sector and both FATs must equal those of a TrueCrypt 5
+//! XTS image's plaintext (byte-identical across the images; the sectors
+//! after them hold each volume's random fill, so they cannot be compared).
+//! `legacy_volumes_are_writable_as_cryptsetup_maps_them` writes through
+//! NBD to a `cbc-tcw` (cast5) and an `lrw-benbi` cascade copy.
 //!
 //! Where cryptsetup can decrypt headers here (it needs the kernel's
 //! AF_ALG `algif_skcipher`), `tcryptDump`'s output is compared with its
@@ -430,6 +435,26 @@ fn legacy_images_map_or_are_refused_as_cryptsetup_does() {
         .collect();
     names.sort();
     assert_eq!(names.len(), 28, "legacy images: {names:?}");
+    // The reference plaintexts: a TrueCrypt 5 XTS image of the same
+    // filesystem (outer and hidden), which map already decrypts.
+    let reference = |img: &str, hash: &str, hid: bool| -> Vec<u8> {
+        let out = dir.join(format!("{img}-{hid}.reference"));
+        let mut args = vec!["--disable-veracrypt", "--hash", hash, "-c", "aes"];
+        if hid {
+            args.push("--tcrypt-hidden");
+        }
+        let pw = if hid { PASSWORD_HIDDEN } else { PASSWORD };
+        let o = map_to_file(&dir.join(img), &args, pw, &out);
+        assert!(o.status.success(), "reference {img}: {o:?}");
+        std::fs::read(&out).expect("reference plaintext")
+    };
+    let refs = [
+        reference("tc_3-ripemd160-xts-aes", "ripemd160", false),
+        reference("tc_3-sha512-xts-aes-hidden", "sha512", true),
+    ];
+    for r in &refs {
+        assert!(r.len() >= FS_SECTORS, "reference too short");
+    }
     let mut jobs: Vec<(String, bool)> = names.iter().map(|n| (n.clone(), false)).collect();
     jobs.extend(
         names
@@ -450,7 +475,7 @@ fn legacy_images_map_or_are_refused_as_cryptsetup_does() {
                     return;
                 };
                 let (hash, cipher, _) = hash_cipher_mode(name);
-                let mut args = vec!["--disable-veracrypt", "-h", &hash, "-c", &cipher];
+                let mut args = vec!["--disable-veracrypt", "--hash", &hash, "-c", &cipher];
                 let (pw, uuid) = if *hid {
                     args.push("--tcrypt-hidden");
                     (PASSWORD_HIDDEN, "CAFE-BABE")
@@ -480,11 +505,17 @@ fn legacy_images_map_or_are_refused_as_cryptsetup_does() {
                         .output()
                         .expect("blkid");
                     let got = String::from_utf8_lossy(&b.stdout).trim().to_owned();
-                    if got == uuid {
+                    let plain = std::fs::read(&out).unwrap_or_default();
+                    let want = &refs[usize::from(*hid)][..FS_SECTORS];
+                    if got != uuid {
+                        Some(format!("{what}: UUID {got:?}, expected {uuid}"))
+                    } else if plain.get(..FS_SECTORS) != Some(want) {
+                        Some(format!(
+                            "{what}: the boot sector and FATs differ from the XTS image's"
+                        ))
+                    } else {
                         mapped.fetch_add(1, Ordering::SeqCst);
                         None
-                    } else {
-                        Some(format!("{what}: UUID {got:?}, expected {uuid}"))
                     }
                 };
                 let _ = std::fs::remove_file(&out);
@@ -504,6 +535,12 @@ fn legacy_images_map_or_are_refused_as_cryptsetup_does() {
     );
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
+
+/// Bytes at the start of every image's plaintext that the filesystem
+/// wrote: the FAT12 boot sector, a reserved sector and the two FATs
+/// (identical in every image of one kind; the root directory and data
+/// sectors after them hold the random fill the volumes were created with).
+const FS_SECTORS: usize = 4 * 512;
 
 /// Runs `ucrypt ARGS` with `stdin` piped in.
 fn ucrypt(args: &[&str], stdin: &str) -> Output {
@@ -541,7 +578,7 @@ fn several_keyfiles_open_and_map_a_truecrypt_volume() {
         dir.join("keyfile2").display().to_string(),
     );
     // TrueCrypt's KDF only (fast): the image is a TrueCrypt one.
-    let base = ["--disable-veracrypt", "-h", "sha512", "-c", "aes"];
+    let base = ["--disable-veracrypt", "--hash", "sha512", "-c", "aes"];
     // map with both keyfiles: the filesystem cryptsetup's script expects.
     let out = dir.join("tck.plain");
     let mut args: Vec<&str> = base.to_vec();
@@ -601,4 +638,125 @@ fn several_keyfiles_open_and_map_a_truecrypt_volume() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// cryptsetup 2.6.1 activates `cbc-tcw` and `lrw-benbi` volumes
+/// read-write (TCRYPT_activate forces no read-only): a copy of a legacy
+/// image opened through NBD takes the plaintext back unchanged (the same
+/// ciphertext, byte for byte) and a changed root directory, which reads
+/// back and changes only those sectors of the image.
+#[test]
+fn legacy_volumes_are_writable_as_cryptsetup_maps_them() {
+    let test = "legacy_volumes_are_writable_as_cryptsetup_maps_them";
+    for tool in ["apt-get", "xz", "tar", "bash", "nbdcopy"] {
+        if !testutil::require_tool(test, tool) {
+            return;
+        }
+    }
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
+    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
+        return;
+    };
+    let tmp = testutil::TempDir::new("tcrypt-legacy-rw");
+    let st = Command::new("tar")
+        .arg("xJf")
+        .arg(suite.join("tcrypt-images.tar.xz"))
+        .arg("-C")
+        .arg(tmp.path())
+        .args([
+            "--no-same-owner",
+            "--wildcards",
+            "*/tc_1-sha1-cbc-cast5",
+            "*/tc_2-ripemd160-lrw-aes-twofish",
+        ])
+        .status()
+        .expect("tar");
+    assert!(st.success(), "tar");
+    let dir = tmp.join("tcrypt-images");
+    for (img, hash, cipher) in [
+        ("tc_1-sha1-cbc-cast5", "sha1", "cast5"),
+        ("tc_2-ripemd160-lrw-aes-twofish", "ripemd160", "aes"),
+    ] {
+        let orig = std::fs::read(dir.join(img)).expect("image");
+        let copy = tmp.join(&format!("{img}.rw"));
+        std::fs::write(&copy, &orig).expect("copy");
+        let copy_s = copy.display().to_string();
+        let sock = tmp.join(&format!("{img}.sock"));
+        let name = format!("tclegacy-rw-{}-{cipher}", std::process::id());
+        let export = format!("nbd={}", sock.display());
+        let o = ucrypt(
+            &[
+                "open",
+                "--type",
+                "tcrypt",
+                "--disable-veracrypt",
+                "--hash",
+                hash,
+                "-c",
+                cipher,
+                "--export",
+                &export,
+                &copy_s,
+                &name,
+            ],
+            &format!("{PASSWORD}\n"),
+        );
+        assert!(o.status.success(), "open {img}: {o:?}");
+        let uri = format!("nbd+unix:///?socket={}", sock.display());
+        let plain = tmp.join(&format!("{img}.plain"));
+        let nbdcopy = |from: &str, to: &str| {
+            Command::new("nbdcopy")
+                .args([from, to])
+                .stdin(Stdio::null())
+                .output()
+                .expect("nbdcopy runs")
+        };
+        let plain_s = plain.display().to_string();
+        let read = nbdcopy(&uri, &plain_s);
+        // The same plaintext written back, then a changed root directory.
+        let same = nbdcopy(&plain_s, &uri);
+        let before = std::fs::read(&copy).expect("image after rewrite");
+        let mut changed = std::fs::read(&plain).expect("plaintext");
+        for (i, b) in changed[FS_SECTORS..FS_SECTORS + 1024]
+            .iter_mut()
+            .enumerate()
+        {
+            *b = (i * 7 + 3) as u8;
+        }
+        std::fs::write(&plain, &changed).expect("changed plaintext");
+        let write = nbdcopy(&plain_s, &uri);
+        let close = ucrypt(&["close", &name], "");
+        assert!(read.status.success(), "{img}: nbdcopy out: {read:?}");
+        assert!(same.status.success(), "{img}: nbdcopy back: {same:?}");
+        assert!(write.status.success(), "{img}: nbdcopy changed: {write:?}");
+        assert!(close.status.success(), "{img}: close: {close:?}");
+        assert!(
+            before == orig,
+            "{img}: the unchanged plaintext written back changed the ciphertext"
+        );
+        let after = std::fs::read(&copy).expect("image after write");
+        // The data starts one sector in: sectors 4 and 5 are bytes
+        // 2560..3584 of the image.
+        let (lo, hi) = (512 + FS_SECTORS, 512 + FS_SECTORS + 1024);
+        assert!(
+            after[..lo] == orig[..lo] && after[hi..] == orig[hi..],
+            "{img}: only the written sectors change"
+        );
+        assert!(
+            after[lo..hi] != orig[lo..hi],
+            "{img}: the written sectors change"
+        );
+        let back = tmp.join(&format!("{img}.back"));
+        let o = map_to_file(
+            &copy,
+            &["--disable-veracrypt", "--hash", hash, "-c", cipher],
+            PASSWORD,
+            &back,
+        );
+        assert!(o.status.success(), "{img}: map: {o:?}");
+        assert!(
+            std::fs::read(&back).expect("read back") == changed,
+            "{img}: the written plaintext reads back"
+        );
+    }
 }
