@@ -608,6 +608,64 @@ mod tests {
         }
     }
 
+    /// A TrueCrypt 1.x header (version 1, volume size 0) over a 38-sector
+    /// image, as the suite's `tc_1-*`/`tc_2-*` images have it: the mapping
+    /// runs from sector 1 to the end, `cbc-tcw` counts IVs from the data
+    /// offset and `lrw-benbi` from 0, as cryptsetup 2.6.1 maps them.
+    #[test]
+    fn legacy_headers_of_size_zero_map_the_rest_of_the_device() {
+        let mut d = vec![0u8; HDR_LEN];
+        d[..4].copy_from_slice(b"TRUE");
+        d[4..6].copy_from_slice(&1u16.to_be_bytes());
+        for (i, b) in d[192..].iter_mut().enumerate() {
+            *b = (i * 13) as u8;
+        }
+        let kc = crc32(&d[192..]);
+        d[8..12].copy_from_slice(&kc.to_be_bytes());
+        let header = Header::parse(&d, false).expect("a version 1 header");
+        assert_eq!((header.volume_size, header.mk_offset), (0, 512));
+        for (name, mode, iv, spec) in [
+            ("aes", Mode::CbcTcw, 1, "aes-cbc-tcw"),
+            ("cast5", Mode::CbcTcw, 1, "cast5-cbc-tcw"),
+            ("aes", Mode::Lrw, 0, "aes-lrw-benbi"),
+        ] {
+            let v = Volume {
+                header: header.clone(),
+                hash: "sha1",
+                chain: algs::find(name, mode).expect("chain"),
+                request: Request::default(),
+                device_size: 38 * 512,
+            };
+            assert_eq!(
+                (v.data_offset(), v.iv_offset(), v.size_sectors()),
+                (1, iv, 37),
+                "{spec}"
+            );
+            let t = v.table("/dev/loop0").expect("table");
+            assert_eq!((t.len_bytes(), t.offset_bytes()), (37 * 512, 512), "{spec}");
+            assert!(
+                t.format(false).contains(spec),
+                "{spec}: {}",
+                t.format(false)
+            );
+        }
+        // The CBC cascades and Blowfish: cryptsetup's refusal.
+        for (name, mode) in [
+            ("twofish-aes", Mode::CbciTcrypt),
+            ("blowfish_le", Mode::CbcTcrypt),
+        ] {
+            let v = Volume {
+                header: header.clone(),
+                hash: "sha1",
+                chain: algs::find(name, mode).expect("chain"),
+                request: Request::default(),
+                device_size: 38 * 512,
+            };
+            let e = v.table("/dev/loop0").expect_err("refused");
+            assert!(e.to_string().contains("legacy mode"), "{name}: {e}");
+        }
+    }
+
     #[test]
     fn random_sectors_never_decrypt_nor_panic() {
         let mut rng = testutil::Rng::new(11);
