@@ -34,6 +34,7 @@ pub mod secret;
 pub mod spec;
 pub mod speed;
 pub mod table;
+mod tcw;
 
 use cipher::{Dir, NullCipher, Prim, SectorCipher};
 pub use cipher::{
@@ -89,6 +90,8 @@ pub struct SectorCrypt {
     tfms: Vec<Tfm>,
     /// The Elephant key's AES (IV mode `elephant` only).
     elephant: Option<Prim>,
+    /// The IV seed and whitening (IV mode `tcw` only).
+    tcw: Option<tcw::Tcw>,
     /// A cascade's lower layers, top to bottom ([`SectorCrypt::stacked`]);
     /// empty for an ordinary cipher.
     below: Vec<SectorCrypt>,
@@ -130,10 +133,22 @@ impl SectorCrypt {
             )));
         }
         spec.check_key_len(cfg.key.len())?;
+        if spec.iv == IvMode::Tcw && ss != 512 {
+            return Err(error::sector_size(format!(
+                "Unsupported sector size for TCW: {ss} (512 only)"
+            )));
+        }
+        // tcw: the cipher's key, then the IV seed and the whitening.
+        let (key, tcw) = if spec.iv == IvMode::Tcw {
+            let (k, extra) = cfg.key.split_at(cfg.key.len() - spec.key_extra_size());
+            (k, Some(tcw::Tcw::new(extra, spec.iv_size())))
+        } else {
+            (&cfg.key[..], None)
+        };
         // elephant: the chain mode's key, then the Elephant key
         // (dm-crypt's `key_extra_size`, half the key).
         let (key, elephant) = if spec.iv == IvMode::Elephant {
-            let (k, e) = cfg.key.split_at(cfg.key.len() / 2);
+            let (k, e) = key.split_at(key.len() / 2);
             let bad = || {
                 error::key(format!(
                     "Error decoding and setting key for {}",
@@ -142,7 +157,7 @@ impl SectorCrypt {
             };
             (k, Some(Prim::aes(e).ok_or_else(bad)?))
         } else {
-            (&cfg.key[..], None)
+            (key, None)
         };
         let n = spec.key_count as usize;
         let sub = key.len() / n;
@@ -159,6 +174,7 @@ impl SectorCrypt {
             iv_large_sectors: cfg.iv_large_sectors,
             tfms,
             elephant,
+            tcw,
             below: Vec::new(),
         })
     }
@@ -306,9 +322,32 @@ impl SectorCrypt {
 
     /// Converts `out`'s bytes with this layer's cipher alone.
     fn convert_layer(&self, dir: Dir, sector: u64, out: Out<'_>) {
-        match &self.elephant {
-            None => self.convert_chain(dir, sector, out),
-            Some(key) => self.convert_elephant(key, dir, sector, out),
+        if let Some(key) = &self.elephant {
+            return self.convert_elephant(key, dir, sector, out);
+        }
+        if let Some(t) = &self.tcw {
+            return self.convert_tcw(t, dir, sector, out);
+        }
+        self.convert_chain(dir, sector, out)
+    }
+
+    /// IV mode `tcw`: the whitening is removed from each 512-byte
+    /// ciphertext sector before the chain mode decrypts it and applied
+    /// after it encrypts (dm-crypt's `crypt_iv_tcw_gen` and `_post`).
+    fn convert_tcw(&self, t: &tcw::Tcw, dir: Dir, sector: u64, out: Out<'_>) {
+        let buf = out.into_buf();
+        let base = sector.wrapping_add(self.iv_offset);
+        let whiten = |buf: &mut [u8]| {
+            for (i, s) in buf.chunks_exact_mut(512).enumerate() {
+                t.whiten(base.wrapping_add(i as u64), s);
+            }
+        };
+        if dir == Dir::Decrypt {
+            whiten(buf);
+        }
+        self.convert_chain(dir, sector, Out::InPlace(buf));
+        if dir == Dir::Encrypt {
+            whiten(buf);
         }
     }
 
@@ -316,23 +355,7 @@ impl SectorCrypt {
     /// chain mode encrypts it and after it decrypts it, in place (the
     /// output is first made a copy of the input).
     fn convert_elephant(&self, key: &Prim, dir: Dir, sector: u64, out: Out<'_>) {
-        let buf: &mut [u8] = match out {
-            Out::InPlace(b) => b,
-            Out::To(src, dst) => {
-                assert_eq!(
-                    src.len(),
-                    dst.len(),
-                    "source and destination differ in length"
-                );
-                dst.copy_from_slice(src);
-                dst
-            }
-            Out::Append(src, v) => {
-                let at = v.len();
-                v.extend_from_slice(src);
-                &mut v[at..]
-            }
-        };
+        let buf = out.into_buf();
         let ss = self.sector_size;
         let step = (ss / 512) as u64;
         let shift = if self.iv_large_sectors { self.shift } else { 0 };
@@ -454,6 +477,11 @@ impl SectorCrypt {
             IvMode::Eboiv | IvMode::Elephant => fill_with(ivs, at, |s, ss| {
                 u128::from(s.wrapping_mul(ss)).to_le_bytes()
             }),
+            // The seed XOR the sector number (in each 8-byte half).
+            IvMode::Tcw => match &self.tcw {
+                Some(t) => fill_with(ivs, at, |s, _| t.iv(s)),
+                None => ivs.fill([0u8; 16]),
+            },
         }
         match self.spec.iv {
             IvMode::Essiv(_) => {
@@ -486,7 +514,29 @@ enum Out<'a> {
     Append(&'a [u8], &'a mut Vec<u8>),
 }
 
-impl Out<'_> {
+impl<'a> Out<'a> {
+    /// The output made a copy of the input (in place: the buffer itself),
+    /// for modes that work on it in place around the chain mode.
+    fn into_buf(self) -> &'a mut [u8] {
+        match self {
+            Out::InPlace(b) => b,
+            Out::To(src, dst) => {
+                assert_eq!(
+                    src.len(),
+                    dst.len(),
+                    "source and destination differ in length"
+                );
+                dst.copy_from_slice(src);
+                dst
+            }
+            Out::Append(src, v) => {
+                let at = v.len();
+                v.extend_from_slice(src);
+                &mut v[at..]
+            }
+        }
+    }
+
     /// Bytes converted.
     fn len(&self) -> usize {
         match self {
@@ -790,6 +840,110 @@ mod tests {
             })
             .collect();
         assert!(handles.into_iter().all(|h| h.join().unwrap()));
+    }
+
+    #[test]
+    fn legacy_modes_round_trip_and_depend_on_the_sector() {
+        for (spec, klen) in [
+            ("aes-lrw-benbi", 48),
+            ("twofish-lrw-benbi", 48),
+            ("aes-cbc-tcw", 64),
+            ("serpent-cbc-tcw", 64),
+            ("cast5-cbc-tcw", 40),
+            ("des3_ede-cbc-tcw", 48),
+        ] {
+            let key: Vec<u8> = (0..klen as u8).map(|b| b.wrapping_mul(29)).collect();
+            let c = SectorCrypt::new(&cfg(spec, key)).unwrap();
+            let orig: Vec<u8> = (0..2048u32).map(|i| (i % 251) as u8).collect();
+            let mut a = orig.clone();
+            c.encrypt(8, &mut a);
+            assert_ne!(a[..512], a[512..1024], "{spec}: sectors differ");
+            let mut b = vec![0u8; 2048];
+            c.decrypt_to(8, &a, &mut b);
+            assert_eq!(b, orig, "{spec}");
+            c.decrypt(8, &mut a);
+            assert_eq!(a, orig, "{spec}");
+        }
+        let mut c = cfg("aes-cbc-tcw", vec![1; 64]);
+        c.sector_size = 4096;
+        assert!(matches!(SectorCrypt::new(&c), Err(Error::SectorSize(_))));
+    }
+
+    /// Sector 1 of TrueCrypt 1.x/4.x volumes from cryptsetup's test images
+    /// (`tc_1-*`, `tc_2-*`): the mapping key as `tcryptDump
+    /// --dump-volume-key` gives it, and the SHA-256 of the sector's
+    /// ciphertext, whose plaintext is 512 zero bytes (the FAT's reserved
+    /// sector). Encryption must give exactly that ciphertext, and
+    /// decrypting it the zeros back.
+    #[test]
+    fn truecrypt_legacy_sectors_known_answers() {
+        use sha2::Digest;
+        let hex = |t: &str| -> Vec<u8> {
+            (0..t.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&t[i..i + 2], 16).expect("hex"))
+                .collect()
+        };
+        // (spec, iv_offset, key, sha256 of the ciphertext)
+        let cases = [
+            (
+                "aes-cbc-tcw",
+                1,
+                "276038af631d03d895e8c3f07f98d5d888ee9c746424edddab250db8b730007d298b5803c9300acb63203ee7a2a06ab28c216278851039cee0f25843a42a9689",
+                "e12b43f1264cb00df625ce3c08bb1753d41b115c116adfd195a0203e59eeab58",
+            ),
+            (
+                "twofish-cbc-tcw",
+                1,
+                "f5c1ba02b4c1bb97d7e72a3b22bf860e5122b3ef914466c5b42af7b6d37e2e54efaa7a4a5179937ca79943721dcdae1709e63603ea21a30cf4bbebea5b34b7c6",
+                "eeeb23911f74cdbbee0331fe1797f1032000e15be690c2fae74c3b04a33b5cf9",
+            ),
+            (
+                "cast5-cbc-tcw",
+                1,
+                "15cef2a761c6a2d43493f74c97e3d86cd5c90c120c40de731b6ef020f76524c79ca4fabe2c371109",
+                "4bc857e210cd441a2afc829b0728d6000179080c7196d41f1463a6c72688ca87",
+            ),
+            (
+                "des3_ede-cbc-tcw",
+                1,
+                "39b9585cb68b811b1df0026e06026d94596651d3ad340758e4aa8e44227f9a4442fa96684f504e1e751ddd699dd1b6cd",
+                "8afca66794af9963b6bda1d0a38fe653e4d06ff004877286a1ff107625dbb7bc",
+            ),
+            (
+                "aes-lrw-benbi",
+                0,
+                "91dcd0bc0970af45b0002370fef285825de56e5f9acd3594ed213b26e86b47be418729d87f65b8c6605d8a75a2615d0d",
+                "5cf1e3ebb0c03ab4a4a982ba301088ee89b2c5aa3565c6882a8a5c75b2c1722c",
+            ),
+            (
+                "serpent-lrw-benbi",
+                0,
+                "9cd81944450ac3818c3054c07ac330bddc6bb712bc3db81e277ede56e3c62ba28b07d87580185803b440f2775f48cd7e",
+                "ebd2ca9db18967fbd2ba67928061ff6ac1d2ca7e7b232d5fafb31e1ab1d7897e",
+            ),
+            (
+                "twofish-lrw-benbi",
+                0,
+                "4fb5ec30d4a726ff789045b57afc828af3d3d69fb263fc232d91ac85872fe49e1d022d60b4f310eaadc701a5bee5f34e",
+                "90be80fdf286572c35c90abc19795e4e7f20afa1ad63663ee065ef5cfc287541",
+            ),
+        ];
+        for (spec, iv_offset, key, digest) in cases {
+            let mut c = cfg(spec, hex(key));
+            c.iv_offset = iv_offset;
+            let c = SectorCrypt::new(&c).unwrap();
+            let mut b = vec![0u8; 512];
+            c.encrypt(1, &mut b);
+            let got: Vec<u8> = sha2::Sha256::digest(&b).to_vec();
+            assert_eq!(got, hex(digest), "{spec}: ciphertext of sector 1");
+            c.decrypt(1, &mut b);
+            assert_eq!(b, vec![0u8; 512], "{spec}: decrypts to the zeros");
+            // Another sector gives another ciphertext (IV and whitening).
+            let mut other = vec![0u8; 512];
+            c.encrypt(2, &mut other);
+            assert_ne!(sha2::Sha256::digest(&other).to_vec(), hex(digest), "{spec}");
+        }
     }
 
     #[test]

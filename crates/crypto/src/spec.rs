@@ -33,6 +33,12 @@ pub enum BlockCipher {
     Camellia,
     /// Kuznyechik (GOST R 34.12-2015); 256-bit keys only.
     Kuznyechik,
+    /// CAST5 (RFC 2144), 8-byte blocks, 40- to 128-bit keys: TrueCrypt's
+    /// legacy `cbc-tcw` volumes; CBC and ECB only.
+    Cast5,
+    /// Triple DES (EDE, three keys), 8-byte blocks: TrueCrypt's legacy
+    /// `cbc-tcw` volumes; CBC and ECB only.
+    Des3Ede,
     /// `cipher_null`: no key, data is copied unchanged.
     Null,
 }
@@ -46,7 +52,19 @@ impl BlockCipher {
             Self::Twofish => "twofish",
             Self::Camellia => "camellia",
             Self::Kuznyechik => "kuznyechik",
+            Self::Cast5 => "cast5",
+            Self::Des3Ede => "des3_ede",
             Self::Null => "cipher_null",
+        }
+    }
+
+    /// Block size in bytes (8 for CAST5 and Triple DES, else 16;
+    /// `cipher_null` has none).
+    pub fn block_size(self) -> usize {
+        match self {
+            Self::Cast5 | Self::Des3Ede => 8,
+            Self::Null => 0,
+            _ => 16,
         }
     }
 
@@ -58,6 +76,8 @@ impl BlockCipher {
             Self::Twofish => "Twofish",
             Self::Camellia => "Camellia",
             Self::Kuznyechik => "Kuznyechik",
+            Self::Cast5 => "CAST5",
+            Self::Des3Ede => "Triple DES",
             Self::Null => "cipher_null",
         }
     }
@@ -73,6 +93,10 @@ pub enum ChainMode {
     Cbc,
     /// ECB: no IV at all.
     Ecb,
+    /// LRW (the kernel's `lrw`): the key holds the data key then a 16-byte
+    /// tweak key; the IV is the big-endian index of the sector's first
+    /// block (with `benbi`, as TrueCrypt 4 volumes use it).
+    Lrw,
 }
 
 /// Hash used by ESSIV to derive the IV key from the volume key.
@@ -155,6 +179,12 @@ pub enum IvMode {
     /// `eboiv` plus BitLocker's Elephant diffuser: the second half of the
     /// key keys the sector key, the first half the chain mode.
     Elephant,
+    /// TrueCrypt's legacy CBC (dm-crypt's `tcw`): the key ends with an IV
+    /// seed (one block) and 16 whitening bytes; the IV is the seed XOR
+    /// the sector number, and the ciphertext is XORed with a whitening
+    /// value made from the sector number and CRC-32 (512-byte sectors,
+    /// one key, CBC only).
+    Tcw,
 }
 
 /// A parsed cipher spec. `Display` gives back the text it was parsed from.
@@ -206,6 +236,8 @@ impl CipherSpec {
             "twofish" => BlockCipher::Twofish,
             "camellia" => BlockCipher::Camellia,
             "kuznyechik" => BlockCipher::Kuznyechik,
+            "cast5" => BlockCipher::Cast5,
+            "des3_ede" => BlockCipher::Des3Ede,
             "cipher_null" => BlockCipher::Null,
             "" => return Err(alloc_error(text, "empty cipher name")),
             other => {
@@ -221,11 +253,12 @@ impl CipherSpec {
             "xts" => ChainMode::Xts,
             "cbc" => ChainMode::Cbc,
             "ecb" => ChainMode::Ecb,
+            "lrw" => ChainMode::Lrw,
             "" => return Err(alloc_error(text, "empty chain mode")),
             other => {
                 if KNOWN_KERNEL_MODES.contains(&other) {
                     return Err(error::unsupported(format!(
-                        "Chain mode {other:?} (in {text:?}) is not supported yet; use xts, cbc or ecb"
+                        "Chain mode {other:?} (in {text:?}) is not supported yet; use xts, cbc, ecb or lrw"
                     )));
                 }
                 return Err(alloc_error(text, &format!("unknown chain mode {other:?}")));
@@ -236,7 +269,14 @@ impl CipherSpec {
                 "Cipher {text:?}: cipher_null is supported with ecb only"
             )));
         }
-        // Every cipher but cipher_null has 16-byte blocks.
+        // XTS and LRW are defined over 16-byte blocks only (the kernel's
+        // templates refuse other ciphers).
+        if cipher.block_size() == 8 && matches!(chain, ChainMode::Xts | ChainMode::Lrw) {
+            return Err(alloc_error(
+                text,
+                &format!("{} has 8-byte blocks", cipher.title()),
+            ));
+        }
         let has_iv = cipher != BlockCipher::Null && chain != ChainMode::Ecb;
         // ESSIV is built as the essiv(chain(cipher),hash) template, which
         // needs an IV as wide as the cipher block: ECB cannot have one.
@@ -295,7 +335,15 @@ impl CipherSpec {
                     }
                     IvMode::Elephant
                 }
-                Some(m @ ("lmk" | "tcw" | "random")) => {
+                Some("tcw") => {
+                    if chain != ChainMode::Cbc || key_count != 1 {
+                        return Err(error::unsupported(format!(
+                            "IV mode \"tcw\" (in {text:?}) needs cbc with one key"
+                        )));
+                    }
+                    IvMode::Tcw
+                }
+                Some(m @ ("lmk" | "random")) => {
                     return Err(error::unsupported(format!(
                         "IV mode {m:?} (in {text:?}) is not supported yet"
                     )));
@@ -307,6 +355,20 @@ impl CipherSpec {
                 }
             }
         };
+        // The 8-byte-block ciphers take the IV modes whose 8-byte IV is
+        // the 16-byte one cut short (the others scale with the block size
+        // or key a second cipher).
+        if cipher.block_size() == 8
+            && !matches!(
+                iv,
+                IvMode::None | IvMode::Plain | IvMode::Plain64 | IvMode::Null | IvMode::Tcw
+            )
+        {
+            return Err(error::unsupported(format!(
+                "{} (in {text:?}) is supported with the plain, plain64, null and tcw IV modes only",
+                cipher.title()
+            )));
+        }
         Ok(Self {
             cipher,
             key_count,
@@ -322,29 +384,48 @@ impl CipherSpec {
         &self.text
     }
 
-    /// IV size in bytes: 16 (the block size of every cipher but
-    /// cipher_null) with an IV-taking chain mode, else 0.
+    /// IV size in bytes: the cipher's block size with an IV-taking chain
+    /// mode, else 0.
     pub fn iv_size(&self) -> usize {
-        if self.cipher != BlockCipher::Null && self.chain != ChainMode::Ecb {
-            16
+        if self.chain != ChainMode::Ecb {
+            self.cipher.block_size()
+        } else {
+            0
+        }
+    }
+
+    /// Bytes at the end of the key that key the IV generator, not the
+    /// cipher (dm-crypt's `key_extra_size` for `tcw`: IV seed and
+    /// whitening; `elephant`'s half is counted in
+    /// [`CipherSpec::subkey_sizes`]).
+    pub fn key_extra_size(&self) -> usize {
+        if self.iv == IvMode::Tcw {
+            self.iv_size() + TCW_WHITENING_SIZE
         } else {
             0
         }
     }
 
     /// Valid lengths of one key part (one `keycount` share) in bytes.
-    pub fn subkey_sizes(&self) -> &'static [usize] {
+    pub fn subkey_sizes(&self) -> Vec<usize> {
         if self.iv == IvMode::Elephant {
             // Chain-mode key and Elephant key of the same size.
-            return &[32, 48, 64];
+            return vec![32, 48, 64];
         }
-        match (self.cipher, self.chain) {
-            (BlockCipher::Null, _) => &[0],
-            (BlockCipher::Kuznyechik, ChainMode::Xts) => &[64],
-            (BlockCipher::Kuznyechik, _) => &[32],
-            (_, ChainMode::Xts) => &[32, 48, 64],
-            (_, _) => &[16, 24, 32],
-        }
+        let cipher: Vec<usize> = match (self.cipher, self.chain) {
+            (BlockCipher::Null, _) => vec![0],
+            (BlockCipher::Kuznyechik, ChainMode::Xts) => vec![64],
+            (BlockCipher::Kuznyechik, ChainMode::Lrw) => vec![48],
+            (BlockCipher::Kuznyechik, _) => vec![32],
+            (BlockCipher::Cast5, _) => (5..=16).collect(),
+            (BlockCipher::Des3Ede, _) => vec![24],
+            (_, ChainMode::Xts) => vec![32, 48, 64],
+            // The cipher key, then LRW's 16-byte tweak key.
+            (_, ChainMode::Lrw) => vec![32, 40, 48],
+            (_, _) => vec![16, 24, 32],
+        };
+        let extra = self.key_extra_size();
+        cipher.into_iter().map(|k| k + extra).collect()
     }
 
     /// Checks a whole key's length against the spec; the message explains
@@ -378,14 +459,14 @@ impl std::str::FromStr for CipherSpec {
     }
 }
 
+/// Bytes of `tcw`'s whitening value at the end of the key (dm-crypt's
+/// `TCW_WHITENING_SIZE`).
+pub const TCW_WHITENING_SIZE: usize = 16;
+
 /// Ciphers the kernel knows but ucrypt does not implement (clearer error).
-const KNOWN_KERNEL_CIPHERS: &[&str] = &[
-    "cast5", "cast6", "des", "des3_ede", "blowfish", "sm4", "aria", "adiantum",
-];
+const KNOWN_KERNEL_CIPHERS: &[&str] = &["cast6", "des", "blowfish", "sm4", "aria", "adiantum"];
 /// Chain modes the kernel knows but ucrypt does not implement.
-const KNOWN_KERNEL_MODES: &[&str] = &[
-    "lrw", "ctr", "cts", "pcbc", "ofb", "cfb", "gcm", "ccm", "hctr2",
-];
+const KNOWN_KERNEL_MODES: &[&str] = &["ctr", "cts", "pcbc", "ofb", "cfb", "gcm", "ccm", "hctr2"];
 
 struct Parts<'a> {
     cipher: &'a str,
@@ -586,7 +667,7 @@ mod tests {
         assert_eq!(el.iv, IvMode::Elephant);
         assert!(el.check_key_len(32).is_ok() && el.check_key_len(64).is_ok());
         assert!(el.check_key_len(16).is_err());
-        for m in ["lmk", "tcw", "random"] {
+        for m in ["lmk", "random"] {
             assert!(
                 e(&format!("aes-cbc-{m}")).contains("not supported yet"),
                 "{m}"
@@ -595,6 +676,32 @@ mod tests {
         assert!(e("cast6-xts-plain64").contains("not supported yet"));
         assert!(e("capi:gcm(aes)-random").contains("not supported yet"));
         assert!(e("capi:authenc(hmac(sha256),xts(aes))-random").contains("not supported yet"));
+    }
+
+    #[test]
+    fn truecrypt_legacy_specs() {
+        let s = CipherSpec::parse("aes-lrw-benbi").unwrap();
+        assert_eq!((s.chain, s.iv), (ChainMode::Lrw, IvMode::Benbi));
+        assert!(s.check_key_len(48).is_ok() && s.check_key_len(32).is_ok());
+        assert!(s.check_key_len(64).is_err());
+        let s = CipherSpec::parse("aes-cbc-tcw").unwrap();
+        assert_eq!((s.iv, s.key_extra_size()), (IvMode::Tcw, 32));
+        assert!(s.check_key_len(64).is_ok() && s.check_key_len(32).is_err());
+        let s = CipherSpec::parse("cast5-cbc-tcw").unwrap();
+        assert_eq!((s.iv_size(), s.key_extra_size()), (8, 24));
+        assert!(s.check_key_len(40).is_ok() && s.check_key_len(28).is_err());
+        let s = CipherSpec::parse("des3_ede-cbc-tcw").unwrap();
+        assert!(s.check_key_len(48).is_ok() && s.check_key_len(40).is_err());
+        let e = |t: &str| CipherSpec::parse(t).unwrap_err().to_string();
+        assert!(e("cast5-xts-plain64").contains("8-byte blocks"));
+        assert!(e("des3_ede-lrw-benbi").contains("8-byte blocks"));
+        assert!(
+            e("cast5-cbc-essiv:sha256").contains("Error allocating")
+                || e("cast5-cbc-essiv:sha256").contains("supported with")
+        );
+        assert!(e("cast5-cbc-benbi").contains("supported with"));
+        assert!(e("aes-xts-tcw").contains("needs cbc with one key"));
+        assert!(e("aes:2-cbc-tcw").contains("needs cbc with one key"));
     }
 
     #[test]

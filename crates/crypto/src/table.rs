@@ -646,7 +646,12 @@ mod tests {
             "0 8 crypt aes:64-cbc-lmk {K64} 0 /d 0 1 sector_size:4096"
         ))
         .contains("Unsupported sector size for LMK"));
-        assert!(e(&format!("0 8 crypt aes-cbc-tcw {K64} 0 /d 0")).contains("not supported yet"));
+        assert!(e(&format!(
+            "0 8 crypt aes-cbc-tcw {K64} 0 /d 0 1 sector_size:4096"
+        ))
+        .contains("Unsupported sector size for TCW"));
+        assert!(Table::parse(&format!("0 8 crypt aes-cbc-tcw {K64} 1 /d 1")).is_ok());
+        assert!(e(&format!("0 8 crypt aes-cbc-lmk {K64} 0 /d 0")).contains("not supported yet"));
         // Case-insensitive flags, like strcasecmp in the kernel.
         assert!(
             Table::parse(&base("0", "0", " 1 ALLOW_DISCARDS"))

@@ -427,14 +427,22 @@ impl Volume {
     }
 
     /// Length of the mapping in 512-byte sectors: the header's size, or
-    /// for system encryption the device from the data offset on.
+    /// the device from the data offset on for system encryption and where
+    /// the header's size is 0 (TrueCrypt 1.x to 4.x headers leave it 0;
+    /// cryptsetup's `device_block_adjust` then maps the rest of the device).
     pub fn size_sectors(&self) -> u64 {
-        if self.request.system {
-            (self.device_size / 512).saturating_sub(self.data_offset())
+        let rest = || (self.device_size / 512).saturating_sub(self.data_offset());
+        let size = if self.request.system {
+            0
         } else if self.request.hidden {
             self.header.hidden_volume_size / 512
         } else {
             self.header.volume_size / 512
+        };
+        if size == 0 {
+            rest()
+        } else {
+            size
         }
     }
 
@@ -450,9 +458,10 @@ impl Volume {
 
     /// The mapping as cryptsetup activates it over `device`: the top layer
     /// (the chain's first cipher) carrying the ones below it, each a
-    /// dm-crypt line at the same IV offset. Refused, with cryptsetup's
-    /// message, for the modes the kernel cannot map and the ones this
-    /// engine lacks (LRW, TrueCrypt's CBC).
+    /// dm-crypt line at the same IV offset (`xts-plain64`, `lrw-benbi`,
+    /// `cbc-tcw`). Refused, with cryptsetup's message, for the legacy
+    /// modes cryptsetup cannot activate: the CBC cascades (`cbci-tcrypt`)
+    /// and Blowfish chains (`cbc-tcrypt`).
     pub fn table(&self, device: &str) -> Result<Table> {
         let mode = self.chain.mode;
         if matches!(mode, Mode::CbciTcrypt | Mode::CbcTcrypt) {
@@ -596,6 +605,64 @@ mod tests {
             let mut e = d.clone();
             e[at] ^= 1;
             assert!(Header::parse(&e, true).is_none(), "bit flip at {at}");
+        }
+    }
+
+    /// A TrueCrypt 1.x header (version 1, volume size 0) over a 38-sector
+    /// image, as the suite's `tc_1-*`/`tc_2-*` images have it: the mapping
+    /// runs from sector 1 to the end, `cbc-tcw` counts IVs from the data
+    /// offset and `lrw-benbi` from 0, as cryptsetup 2.6.1 maps them.
+    #[test]
+    fn legacy_headers_of_size_zero_map_the_rest_of_the_device() {
+        let mut d = vec![0u8; HDR_LEN];
+        d[..4].copy_from_slice(b"TRUE");
+        d[4..6].copy_from_slice(&1u16.to_be_bytes());
+        for (i, b) in d[192..].iter_mut().enumerate() {
+            *b = (i * 13) as u8;
+        }
+        let kc = crc32(&d[192..]);
+        d[8..12].copy_from_slice(&kc.to_be_bytes());
+        let header = Header::parse(&d, false).expect("a version 1 header");
+        assert_eq!((header.volume_size, header.mk_offset), (0, 512));
+        for (name, mode, iv, spec) in [
+            ("aes", Mode::CbcTcw, 1, "aes-cbc-tcw"),
+            ("cast5", Mode::CbcTcw, 1, "cast5-cbc-tcw"),
+            ("aes", Mode::Lrw, 0, "aes-lrw-benbi"),
+        ] {
+            let v = Volume {
+                header: header.clone(),
+                hash: "sha1",
+                chain: algs::find(name, mode).expect("chain"),
+                request: Request::default(),
+                device_size: 38 * 512,
+            };
+            assert_eq!(
+                (v.data_offset(), v.iv_offset(), v.size_sectors()),
+                (1, iv, 37),
+                "{spec}"
+            );
+            let t = v.table("/dev/loop0").expect("table");
+            assert_eq!((t.len_bytes(), t.offset_bytes()), (37 * 512, 512), "{spec}");
+            assert!(
+                t.format(false).contains(spec),
+                "{spec}: {}",
+                t.format(false)
+            );
+        }
+        // The CBC cascades and Blowfish: cryptsetup's refusal.
+        for (name, mode) in [
+            ("twofish-aes", Mode::CbciTcrypt),
+            ("blowfish_le", Mode::CbcTcrypt),
+        ] {
+            let v = Volume {
+                header: header.clone(),
+                hash: "sha1",
+                chain: algs::find(name, mode).expect("chain"),
+                request: Request::default(),
+                device_size: 38 * 512,
+            };
+            let e = v.table("/dev/loop0").expect_err("refused");
+            assert!(e.to_string().contains("legacy mode"), "{name}: {e}");
         }
     }
 

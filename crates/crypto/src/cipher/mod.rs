@@ -53,12 +53,15 @@
 //!   twofish.rs  Twofish with key-dependent tables, 4 blocks interleaved
 //!   camellia.rs Camellia with S-box/P tables, 4 blocks interleaved
 //!   evp.rs    the OpenSSL EVP provider (and one unsafe function)
+//!   legacy.rs TrueCrypt's legacy modes: LRW over Prim, CBC/ECB over the
+//!             8-byte CAST5 and Triple DES
 //! ```
 
 #[cfg(target_arch = "x86_64")]
 mod aesni;
 mod camellia;
 mod evp;
+mod legacy;
 mod rust;
 mod serpent;
 mod twofish;
@@ -188,6 +191,14 @@ pub(crate) fn new_mode_for(
     unit: usize,
 ) -> Option<Box<dyn SectorCipher>> {
     use crate::spec::{BlockCipher, ChainMode};
+    if cipher.block_size() == 8 {
+        let p = legacy::Prim64::new(cipher, key)?;
+        return match chain {
+            ChainMode::Cbc => Some(Box::new(legacy::Cbc64(p))),
+            ChainMode::Ecb => Some(Box::new(legacy::Ecb64(p))),
+            ChainMode::Xts | ChainMode::Lrw => None,
+        };
+    }
     if cipher == BlockCipher::Aes {
         return new_mode(chain, key, choice, unit);
     }
@@ -200,6 +211,7 @@ pub(crate) fn new_mode_for(
         ChainMode::Xts => Box::new(XtsRust::with(cipher, key, portable)?),
         ChainMode::Cbc => Box::new(Cbc(Prim::with(cipher, key, portable)?)),
         ChainMode::Ecb => Box::new(Ecb(Prim::with(cipher, key, portable)?)),
+        ChainMode::Lrw => Box::new(legacy::Lrw::new(cipher, key, portable)?),
     })
 }
 
@@ -213,6 +225,11 @@ pub(crate) fn new_mode(
     unit: usize,
 ) -> Option<Box<dyn SectorCipher>> {
     use crate::spec::ChainMode;
+    if chain == ChainMode::Lrw {
+        // No OpenSSL or AES-NI LRW: the hand-written one over `aes`.
+        let l = legacy::Lrw::new(crate::spec::BlockCipher::Aes, key, false)?;
+        return Some(Box::new(l));
+    }
     let choice = match choice {
         Provider::Auto => match std::env::var("UCRYPT_CRYPTO").as_deref() {
             Ok("rust") => Provider::Rust,
@@ -249,6 +266,7 @@ pub(crate) fn new_mode(
         ChainMode::Xts => (Box::new(XtsRust::new(key)?), evp::EvpMode::Xts),
         ChainMode::Cbc => (Box::new(Cbc(Prim::aes(key)?)), evp::EvpMode::Cbc),
         ChainMode::Ecb => (Box::new(Ecb(Prim::aes(key)?)), evp::EvpMode::Ecb),
+        ChainMode::Lrw => return None,
     };
     if choice == Provider::OpenSsl {
         // `Evp::new` takes the fallback; rebuild it if OpenSSL declines.

@@ -74,7 +74,7 @@ impl Prim {
                 Self::Kuznyechik(Box::new(kuznyechik::Kuznyechik::new_from_slice(key).ok()?))
             }
             (BlockCipher::Kuznyechik, _) => return None,
-            (BlockCipher::Null, _) => return None,
+            (BlockCipher::Null | BlockCipher::Cast5 | BlockCipher::Des3Ede, _) => return None,
         })
     }
 
@@ -94,12 +94,12 @@ impl Prim {
         matches!(self, Self::Serpent(s) if s.wide())
     }
 
-    fn encrypt_blocks(&self, b: &mut [Block]) {
+    pub(crate) fn encrypt_blocks(&self, b: &mut [Block]) {
         each!(self, c => c.encrypt_blocks(b),
             o => o.encrypt_blocks(Block::cast_slice_to_core_mut(b)))
     }
 
-    fn decrypt_blocks(&self, b: &mut [Block]) {
+    pub(crate) fn decrypt_blocks(&self, b: &mut [Block]) {
         each!(self, c => c.decrypt_blocks(b),
             o => o.decrypt_blocks(Block::cast_slice_to_core_mut(b)))
     }
