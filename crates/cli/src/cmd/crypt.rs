@@ -37,7 +37,11 @@ pub enum Commands {
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("direction").required(true).args(["read", "write"])))]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["table", "luks", "bitlk", "fvault2", "tcrypt"])))]
+#[command(disable_help_flag = true)]
 pub struct MapArgs {
+    /// Print help (`-h` is `--hash`, as in cryptsetup).
+    #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
+    help: Option<bool>,
     /// dm-crypt table line: `<start> <len> crypt <cipher> <key> <iv_offset>
     /// <device> <offset> [<#opt> <opt>...]`; <device> is a file or block device.
     /// `-` reads the table from stdin (--read only), a path without blanks reads
@@ -66,7 +70,7 @@ pub struct MapArgs {
     #[arg(long, value_name = "DEVICE")]
     pub tcrypt: Option<PathBuf>,
     /// Only this PBKDF2 hash (with --tcrypt).
-    #[arg(long, requires = "tcrypt")]
+    #[arg(long, short = 'h', requires = "tcrypt")]
     pub hash: Option<String>,
     /// Only cipher chains containing this (with --tcrypt).
     #[arg(long, short = 'c', requires = "tcrypt")]

@@ -475,7 +475,8 @@ fn legacy_images_map_or_are_refused_as_cryptsetup_does() {
                     return;
                 };
                 let (hash, cipher, _) = hash_cipher_mode(name);
-                let mut args = vec!["--disable-veracrypt", "--hash", &hash, "-c", &cipher];
+                // `-h` is `--hash` for `map` as for cryptsetup.
+                let mut args = vec!["--disable-veracrypt", "-h", &hash, "-c", &cipher];
                 let (pw, uuid) = if *hid {
                     args.push("--tcrypt-hidden");
                     (PASSWORD_HIDDEN, "CAFE-BABE")
