@@ -79,7 +79,8 @@ pub struct ReencryptArgs {
     /// With --active-name: continue a paused reencryption.
     #[arg(long, requires = "active_name", conflicts_with_all = ["init_only", "resume_only"])]
     pub(super) resume: bool,
-    /// With --active-name: limit the data moved to MiB/s (0: no limit).
+    /// With --active-name: limit the data moved to MiB/s (0: no limit);
+    /// alone, while one runs, its new limit.
     #[arg(long, requires = "active_name", value_name = "MIB_PER_SEC")]
     pub(super) rate: Option<f64>,
     /// Seconds between progress lines.
