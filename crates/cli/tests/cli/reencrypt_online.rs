@@ -836,15 +836,10 @@ fn the_reencryption_lock_is_cryptsetups() {
         String::from_utf8_lossy(&uuid.stdout).trim()
     ));
     std::fs::create_dir_all("/run/cryptsetup").unwrap();
-    let held = || {
-        !Command::new("flock")
-            .args(["-n", "-x"])
-            .arg(&lock)
-            .arg("true")
-            .status()
-            .unwrap()
-            .success()
-    };
+    // Whether someone holds it, read from /proc/locks: a probe that took
+    // the lock itself, however briefly, would make the daemon's
+    // non-blocking attempt fail.
+    let held = || locked(&lock);
 
     // Another process holds it: ucrypt refuses, the image is untouched.
     let mut holder = Command::new("flock")
@@ -878,8 +873,23 @@ fn the_reencryption_lock_is_cryptsetups() {
     // A daemon reencrypts online (slowly): cryptsetup refuses to resume
     // the same reencryption meanwhile.
     v.open(&[]);
-    let child = v.reencrypt_online(&["--hotzone-size", "256K", "--rate", "0.5"]);
-    testutil::wait_until(Duration::from_secs(30), "the daemon to hold the lock", held);
+    let mut child = v.reencrypt_online(&["--hotzone-size", "256K", "--rate", "0.5"]);
+    let t0 = Instant::now();
+    while !held() {
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("reencrypt --active-name ended early ({st}): {err}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the daemon did not take the lock in 30 s; status {:?}",
+            v.status()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let o = Command::new("cryptsetup")
         .args([
             "reencrypt",
@@ -905,7 +915,8 @@ fn the_reencryption_lock_is_cryptsetups() {
     );
     assert!(!v.in_reencryption());
     assert!(v.read_plain() == plain, "the plaintext changed");
-    // The lock is let go at the end (and its file removed, as cryptsetup
+    // The lock is let go at the end, and its file removed (as cryptsetup
     // removes it).
     assert!(!held());
+    assert!(!lock.exists(), "{} left behind", lock.display());
 }
