@@ -624,18 +624,19 @@ mod tests {
         d[8..12].copy_from_slice(&kc.to_be_bytes());
         let header = Header::parse(&d, false).expect("a version 1 header");
         assert_eq!((header.volume_size, header.mk_offset), (0, 512));
+        let vol = |name, mode| Volume {
+            header: header.clone(),
+            hash: "sha1",
+            chain: algs::find(name, mode).expect("chain"),
+            request: Request::default(),
+            device_size: 38 * 512,
+        };
         for (name, mode, iv, spec) in [
             ("aes", Mode::CbcTcw, 1, "aes-cbc-tcw"),
             ("cast5", Mode::CbcTcw, 1, "cast5-cbc-tcw"),
             ("aes", Mode::Lrw, 0, "aes-lrw-benbi"),
         ] {
-            let v = Volume {
-                header: header.clone(),
-                hash: "sha1",
-                chain: algs::find(name, mode).expect("chain"),
-                request: Request::default(),
-                device_size: 38 * 512,
-            };
+            let v = vol(name, mode);
             assert_eq!(
                 (v.data_offset(), v.iv_offset(), v.size_sectors()),
                 (1, iv, 37),
@@ -654,13 +655,7 @@ mod tests {
             ("twofish-aes", Mode::CbciTcrypt),
             ("blowfish_le", Mode::CbcTcrypt),
         ] {
-            let v = Volume {
-                header: header.clone(),
-                hash: "sha1",
-                chain: algs::find(name, mode).expect("chain"),
-                request: Request::default(),
-                device_size: 38 * 512,
-            };
+            let v = vol(name, mode);
             let e = v.table("/dev/loop0").expect_err("refused");
             assert!(e.to_string().contains("legacy mode"), "{name}: {e}");
         }

@@ -181,6 +181,23 @@ impl Vol {
 }
 
 impl Vol {
+    /// `cryptsetup reencrypt --resume-only --force-offline-reencrypt` of
+    /// this volume.
+    fn cryptsetup_resume(&self) -> Output {
+        Command::new("cryptsetup")
+            .args([
+                "reencrypt",
+                "-q",
+                "--resume-only",
+                "--force-offline-reencrypt",
+                "--key-file",
+            ])
+            .arg(&self.key)
+            .arg(&self.img)
+            .output()
+            .unwrap()
+    }
+
     /// The header's segments and the reencryption keyslot's resilience
     /// (for a failure message).
     fn status_of_header(&self) -> String {
@@ -670,21 +687,7 @@ fn crash_point(
                     .unwrap(),
                 "cryptsetup repair",
             );
-            ok(
-                Command::new("cryptsetup")
-                    .args([
-                        "reencrypt",
-                        "-q",
-                        "--resume-only",
-                        "--force-offline-reencrypt",
-                        "--key-file",
-                    ])
-                    .arg(&c.key)
-                    .arg(&c.img)
-                    .output()
-                    .unwrap(),
-                "cryptsetup reencrypt --resume-only",
-            );
+            ok(c.cryptsetup_resume(), "cryptsetup reencrypt --resume-only");
         }
         if c.read_plain() != got {
             return Err(format!("point {i}: cryptsetup's finish differs"));
@@ -890,18 +893,7 @@ fn the_reencryption_lock_is_cryptsetups() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = Command::new("cryptsetup")
-        .args([
-            "reencrypt",
-            "-q",
-            "--resume-only",
-            "--force-offline-reencrypt",
-            "--key-file",
-        ])
-        .arg(&v.key)
-        .arg(&v.img)
-        .output()
-        .unwrap();
+    let o = v.cryptsetup_resume();
     ok(
         v.ucrypt(&["reencrypt", "-q", "--active-name", "v", "--rate", "0"]),
         "reencrypt --rate 0",

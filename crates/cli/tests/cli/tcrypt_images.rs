@@ -33,7 +33,7 @@
 //! `scripts/fetch-cryptsetup-tests.sh`, never stored here. Images run on
 //! as many threads as there are cores.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -283,29 +283,50 @@ fn check_image(dir: &Path, name: &str, cs_dump: bool) -> (Vec<String>, bool) {
     (fails, mapped)
 }
 
-#[test]
-fn cryptsetup_tcrypt_images_open_as_the_script_expects() {
-    let test = "cryptsetup_tcrypt_images_open_as_the_script_expects";
-    for tool in ["apt-get", "xz", "tar", "blkid", "bash"] {
+/// The prologue every test here shares: `tools` present (else a skip
+/// line), cryptsetup 2.6.1's test suite fetched (cached), and its
+/// `tcrypt-images.tar.xz` unpacked into a new temp dir named after `tag`
+/// (only the members `only` matches, tar wildcards, when given). The temp
+/// dir (kept alive by the caller) and its `tcrypt-images` directory.
+fn unpack_images(
+    test: &str,
+    tools: &[&str],
+    tag: &str,
+    only: &[&str],
+) -> Option<(testutil::TempDir, PathBuf)> {
+    for tool in tools {
         if !testutil::require_tool(test, tool) {
-            return;
+            return None;
         }
     }
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
-        return;
-    };
-    let tmp = testutil::TempDir::new("tcrypt-images");
-    let st = Command::new("tar")
-        .arg("xJf")
+    let suite = testutil::cryptsetup_suite(test, &cache)?;
+    let tmp = testutil::TempDir::new(tag);
+    let mut tar = Command::new("tar");
+    tar.arg("xJf")
         .arg(suite.join("tcrypt-images.tar.xz"))
         .arg("-C")
         .arg(tmp.path())
-        .arg("--no-same-owner")
-        .status()
-        .expect("tar");
-    assert!(st.success(), "tar");
+        .arg("--no-same-owner");
+    if !only.is_empty() {
+        tar.arg("--wildcards").args(only);
+    }
+    assert!(tar.status().expect("tar").success(), "tar");
     let dir = tmp.join("tcrypt-images");
+    Some((tmp, dir))
+}
+
+#[test]
+fn cryptsetup_tcrypt_images_open_as_the_script_expects() {
+    let test = "cryptsetup_tcrypt_images_open_as_the_script_expects";
+    let Some((_tmp, dir)) = unpack_images(
+        test,
+        &["apt-get", "xz", "tar", "blkid", "bash"],
+        "tcrypt-images",
+        &[],
+    ) else {
+        return;
+    };
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("images")
         .filter_map(|e| e.ok())
@@ -407,26 +428,14 @@ fn map_to_file(file: &Path, args: &[&str], pw: &str, out: &Path) -> Output {
 #[test]
 fn legacy_images_map_or_are_refused_as_cryptsetup_does() {
     let test = "legacy_images_map_or_are_refused_as_cryptsetup_does";
-    for tool in ["apt-get", "xz", "tar", "blkid", "bash"] {
-        if !testutil::require_tool(test, tool) {
-            return;
-        }
-    }
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
+    let Some((_tmp, dir)) = unpack_images(
+        test,
+        &["apt-get", "xz", "tar", "blkid", "bash"],
+        "tcrypt-legacy",
+        &[],
+    ) else {
         return;
     };
-    let tmp = testutil::TempDir::new("tcrypt-legacy");
-    let st = Command::new("tar")
-        .arg("xJf")
-        .arg(suite.join("tcrypt-images.tar.xz"))
-        .arg("-C")
-        .arg(tmp.path())
-        .arg("--no-same-owner")
-        .status()
-        .expect("tar");
-    assert!(st.success(), "tar");
-    let dir = tmp.join("tcrypt-images");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("images")
         .filter_map(|e| e.ok())
@@ -552,26 +561,14 @@ fn ucrypt(args: &[&str], stdin: &str) -> Output {
 #[test]
 fn several_keyfiles_open_and_map_a_truecrypt_volume() {
     let test = "several_keyfiles_open_and_map_a_truecrypt_volume";
-    for tool in ["apt-get", "xz", "tar", "blkid", "bash"] {
-        if !testutil::require_tool(test, tool) {
-            return;
-        }
-    }
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
+    let Some((_tmp, dir)) = unpack_images(
+        test,
+        &["apt-get", "xz", "tar", "blkid", "bash"],
+        "tcrypt-keyfiles",
+        &["*/tck_*", "*/keyfile*"],
+    ) else {
         return;
     };
-    let tmp = testutil::TempDir::new("tcrypt-keyfiles");
-    let st = Command::new("tar")
-        .arg("xJf")
-        .arg(suite.join("tcrypt-images.tar.xz"))
-        .arg("-C")
-        .arg(tmp.path())
-        .args(["--no-same-owner", "--wildcards", "*/tck_*", "*/keyfile*"])
-        .status()
-        .expect("tar");
-    assert!(st.success(), "tar");
-    let dir = tmp.join("tcrypt-images");
     let img = dir.join("tck_5-sha512-xts-aes");
     let (img, k1, k2) = (
         img.to_str().expect("utf-8"),
@@ -649,31 +646,14 @@ fn several_keyfiles_open_and_map_a_truecrypt_volume() {
 #[test]
 fn legacy_volumes_are_writable_as_cryptsetup_maps_them() {
     let test = "legacy_volumes_are_writable_as_cryptsetup_maps_them";
-    for tool in ["apt-get", "xz", "tar", "bash", "nbdcopy"] {
-        if !testutil::require_tool(test, tool) {
-            return;
-        }
-    }
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cryptsetup-2.6.1");
-    let Some(suite) = testutil::cryptsetup_suite(test, &cache) else {
+    let Some((tmp, dir)) = unpack_images(
+        test,
+        &["apt-get", "xz", "tar", "bash", "nbdcopy"],
+        "tcrypt-legacy-rw",
+        &["*/tc_1-sha1-cbc-cast5", "*/tc_2-ripemd160-lrw-aes-twofish"],
+    ) else {
         return;
     };
-    let tmp = testutil::TempDir::new("tcrypt-legacy-rw");
-    let st = Command::new("tar")
-        .arg("xJf")
-        .arg(suite.join("tcrypt-images.tar.xz"))
-        .arg("-C")
-        .arg(tmp.path())
-        .args([
-            "--no-same-owner",
-            "--wildcards",
-            "*/tc_1-sha1-cbc-cast5",
-            "*/tc_2-ripemd160-lrw-aes-twofish",
-        ])
-        .status()
-        .expect("tar");
-    assert!(st.success(), "tar");
-    let dir = tmp.join("tcrypt-images");
     for (img, hash, cipher) in [
         ("tc_1-sha1-cbc-cast5", "sha1", "cast5"),
         ("tc_2-ripemd160-lrw-aes-twofish", "ripemd160", "aes"),
