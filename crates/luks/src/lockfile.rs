@@ -64,7 +64,7 @@ impl LockFile {
                 OFlags::CREATE | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o644),
             )?;
-            crate::volume::io::flock_waiting(&fd, op)?;
+            flock_waiting(&fd, op)?;
             if names(&dir, &name, &fd) {
                 return Ok(Some(Self {
                     dir,
@@ -110,5 +110,18 @@ fn open_dir() -> Option<OwnedFd> {
             openat(CWD, LOCK_DIR, flags, Mode::empty()).ok()
         }
         Err(_) => None,
+    }
+}
+
+/// `flock(fd, op)`, taken again when a signal interrupts the wait.
+pub(crate) fn flock_waiting(
+    fd: impl std::os::fd::AsFd,
+    op: FlockOperation,
+) -> rustix::io::Result<()> {
+    loop {
+        match flock(&fd, op) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => return r,
+        }
     }
 }

@@ -34,9 +34,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::fs::{flock, FlockOperation};
+use rustix::fs::FlockOperation;
 
-use crate::lockfile::LockFile;
+use crate::lockfile::{flock_waiting, LockFile};
 
 use backend::rbd::{RbdBackend, RbdOptions, RbdSpec};
 use backend::Backend;
@@ -309,19 +309,6 @@ fn lock(f: &File, path: &Path, op: FlockOperation) -> Result<()> {
             format!("Cannot lock the metadata of {}", path.display()),
             e.into(),
         )),
-    }
-}
-
-/// `flock(fd, op)`, taken again when a signal interrupts the wait.
-pub(crate) fn flock_waiting(
-    fd: impl std::os::fd::AsFd,
-    op: FlockOperation,
-) -> rustix::io::Result<()> {
-    loop {
-        match flock(&fd, op) {
-            Err(rustix::io::Errno::INTR) => continue,
-            r => return r,
-        }
     }
 }
 
