@@ -15,9 +15,20 @@ UCRYPT_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/ucrypt-skips.XXXXXX")"
 export UCRYPT_SKIP_LOG
 fuzz_out="$(mktemp "${TMPDIR:-/tmp}/ucrypt-fuzz.XXXXXX")"
 
+# Wall time of each step, printed at the end (where CI's time goes).
+STEPS=()
+step_name=
+step_t0=$SECONDS
+step() {
+  [ -z "$step_name" ] || STEPS+=("$step_name=$((SECONDS - step_t0))")
+  step_name=$1
+  step_t0=$SECONDS
+}
+
 report_skips() {
   local rc=$?
   set +e
+  step ""
   # scripts/fuzz.sh prints `SKIP fuzz: <why>` and exits 0 without nightly.
   sed -n 's/^SKIP fuzz: \(.*\)$/scripts\/fuzz.sh\t\1\tprerequisite/p' "$fuzz_out" >>"$UCRYPT_SKIP_LOG"
   local n
@@ -40,6 +51,8 @@ report_skips() {
     echo "== misuse matrix: $(grep -c "^\(ok\|FAIL\|skip\)" "$misuse") rows =="
     cat "$misuse"
   fi
+  echo
+  echo "== wall time per step (s): ${STEPS[*]}, total ${SECONDS} =="
   stop_ceph
   exit "$rc"
 }
@@ -60,13 +73,16 @@ stop_ceph() {
 trap report_skips EXIT
 rm -f target/tmp/misuse-report.txt # this run's report only
 
+step install-deps
 bash scripts/install-test-deps.sh
 export UCRYPT_REQUIRE_TOOLS=1
+step build
 cargo build --release --workspace --locked
 bash scripts/ceph-test-cluster.sh start "$ceph_dir/ceph" >"$ceph_dir/conf" 2>"$ceph_dir/start.log" &
 ceph_pid=$!
 # cargo-fuzz over the LUKS header parsers, briefly, on the seed corpus of real
 # cryptsetup headers (SKIP line if this machine has no nightly toolchain).
+step fuzz
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz.sh 2>&1 | tee "$fuzz_out"
 if wait "$ceph_pid"; then
   UCRYPT_CEPH_CONF="$(cat "$ceph_dir/conf")"
@@ -77,6 +93,8 @@ else
   cat "$ceph_dir/start.log" >&2
 fi
 ceph_pid=
+step cargo-test
 cargo test --release --workspace --locked --no-fail-fast
 stop_ceph
+step guest
 bash scripts/vm-test.sh
