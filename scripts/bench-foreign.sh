@@ -49,6 +49,12 @@ tar -xJf "$SUITE/fvault2-images.tar.xz" -C "$WORK"
 RP=$(grep -A8 '^\[bitlk-aes-xts-128\]' "$WORK/bitlk-images/images.conf" | sed -n 's/^RP=//p')
 printf '%s' "$RP" >"$WORK/rp"
 FV_PASS=heslo123
+# Every job stays below the image's first FVE metadata area: dislocker fails a
+# write there (EFAULT) where cryptsetup and ucrypt map the area out, so the
+# peers are measured on the same plaintext range.
+SPAN=$("$UCRYPT" bitlkDump "$WORK/bitlk-images/bitlk-aes-xts-128.img" |
+  awk '/FVE metadata area/ { getline; print $2 }' | sort -n | head -n1)
+[ -n "$SPAN" ] || { echo "bench-foreign: no FVE metadata offset in bitlkDump's output" >&2; exit 1; }
 for p in uc-fuse uc-nbd dislocker bde; do cp "$WORK/bitlk-images/bitlk-aes-xts-128.img" "$WORK/$p.img"; done
 mkdir -p "$WORK/mnt"/{uc,dis,bde,fvde}
 
@@ -87,9 +93,10 @@ fio_run() {
     --runtime="$RUNTIME" --randrepeat=0 --output-format=json)
   if [ "$kind" = nbd ]; then
     how=nbd
-    out=$(fio "${common[@]}" --ioengine=nbd --uri="$where" 2>/dev/null) || { echo "n/a -"; return; }
+    out=$(fio "${common[@]}" --ioengine=nbd --uri="$where" --size="$SPAN" 2>/dev/null) || { echo "n/a -"; return; }
   else
     local size; size=$(stat -c %s "$where")
+    [ "$size" -le "$SPAN" ] || size=$SPAN
     how=direct
     if ! out=$(fio "${common[@]}" --ioengine=libaio --direct=1 --filename="$where" --size="$size" 2>/dev/null); then
       how=buffered
@@ -124,7 +131,7 @@ done
 
 # ---- report -------------------------------------------------------------------
 echo "bench-foreign: MiB/s, median of $ROUNDS x ${RUNTIME}s, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "BitLocker: cryptsetup's bitlk-aes-xts-128.img (100 MiB); FileVault 2: fvault2-images/small (160 MiB volume)"
+echo "BitLocker: cryptsetup's bitlk-aes-xts-128.img (100 MiB; jobs span its first $((SPAN >> 20)) MiB, below the FVE metadata); FileVault 2: fvault2-images/small (160 MiB volume)"
 printf '%-16s' job; for p in "${PEERS[@]}"; do printf ' %16s' "$p"; done
 printf ' %14s %14s %14s\n' fuse/dislocker fuse/bdemount nbd/dislocker
 ratio() { python3 -c 'import sys; a, b = sys.argv[1:]; print("%.2fx" % (float(a) / float(b)) if "n/a" not in (a, b) and float(b) > 0 else "-")' "$1" "$2"; }
