@@ -1,7 +1,7 @@
 //! What the NBD targets share: one engine over a 64 KiB mem backend (no
-//! cipher, so requests complete inline and runs are deterministic) and a
-//! PSK TLS configuration for `--tls=require` sessions; and the targets'
-//! allocator ([`Recycle`]).
+//! cipher, so requests complete inline and runs are deterministic; discards
+//! allowed, so TRIM is fuzzed too) and a PSK TLS configuration for
+//! `--tls=require` sessions; and the targets' allocator ([`Recycle`]).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -28,7 +28,10 @@ pub fn setup() -> (&'static Arc<Engine>, &'static TlsConfig) {
             size,
             sector_size: 512,
         };
-        let engine = Arc::new(Engine::new(vol, EngineConfig::default()).expect("engine"));
+        // Discards on, so TRIM is advertised and reaches the engine too.
+        let mut cfg = EngineConfig::default();
+        cfg.allow_discards = true;
+        let engine = Arc::new(Engine::new(vol, cfg).expect("engine"));
         let psk = std::env::temp_dir().join(format!("ucrypt-fuzz-{}.psk", std::process::id()));
         std::fs::write(&psk, "fuzz:000102030405060708090a0b0c0d0e0f\n").expect("psk file");
         let tls = TlsConfig::psk(TlsMode::Require, &psk).expect("psk config");
