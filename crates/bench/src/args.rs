@@ -178,6 +178,8 @@ impl BenchArgs {
             Ok(Via::File(crate::runner::file::FilePlan {
                 path: self.file.clone(),
                 size: self.file_size().map_err(std::io::Error::other)?,
+                shapes_given: self.overrides.bs.is_some() || self.overrides.qd.is_some(),
+                rw_given: self.overrides.rw.is_some(),
             }))
         } else if self.via.as_deref() == Some("fio") || self.peers {
             Ok(Via::Fio {

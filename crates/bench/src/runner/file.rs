@@ -48,19 +48,39 @@ pub struct FilePlan {
     pub path: Option<PathBuf>,
     /// Its size; None: an existing file's size, else [`DEFAULT_SIZE`].
     pub size: Option<u64>,
+    /// `--bs`/`--qd` were given: the cells are their product instead of
+    /// the three headline cells.
+    pub shapes_given: bool,
+    /// `--rw` was given: its directions instead of random read and write.
+    pub rw_given: bool,
 }
 
 /// The options the file runner runs with: the file's size, and the
-/// headline cells 4k QD1, 4k QD32 and 1M QD8, random reads and writes.
-pub fn file_options(opts: &Options, size: u64) -> Options {
-    Options {
-        size,
-        headline: vec![
+/// headline cells 4k QD1, 4k QD32 and 1M QD8, random reads and writes;
+/// or, where `plan` says they were given, every `--bs` × `--qd` and the
+/// `--rw` directions.
+pub fn file_options(opts: &Options, size: u64, plan: &FilePlan) -> Options {
+    let headline = if plan.shapes_given {
+        opts.bs
+            .iter()
+            .flat_map(|&bs| opts.qd.iter().map(move |&qd| Shape { bs, qd }))
+            .collect()
+    } else {
+        vec![
             Shape { bs: 4096, qd: 1 },
             Shape { bs: 4096, qd: 32 },
             Shape { bs: 1 << 20, qd: 8 },
-        ],
-        headline_rw: vec![Rw::RandRead, Rw::RandWrite],
+        ]
+    };
+    let headline_rw = if plan.rw_given {
+        opts.rw.clone()
+    } else {
+        vec![Rw::RandRead, Rw::RandWrite]
+    };
+    Options {
+        size,
+        headline,
+        headline_rw,
         ..opts.clone()
     }
 }
@@ -75,7 +95,7 @@ pub fn run(opts: &Options, plan: &FilePlan) -> Result<Report, Error> {
     }
     super::watch_interrupts();
     let file = BenchFile::prepare(plan)?;
-    let opts = file_options(opts, file.size);
+    let opts = file_options(opts, file.size, plan);
     eprintln!(
         "bench: file {} ({} MiB){}",
         file.path.display(),
@@ -496,7 +516,7 @@ mod tests {
 
     #[test]
     fn file_options_keep_the_issue_cells() {
-        let o = file_options(&Options::standard(), 64 << 20);
+        let o = file_options(&Options::standard(), 64 << 20, &FilePlan::default());
         assert_eq!(o.size, 64 << 20);
         assert_eq!(
             o.headline,
@@ -521,6 +541,7 @@ mod tests {
         let plan = FilePlan {
             path: Some(named.clone()),
             size: Some((3 << 20) + 5),
+            ..FilePlan::default()
         };
         let f = BenchFile::prepare(&plan).unwrap();
         assert_eq!(f.size, 3 << 20, "whole MiB");
@@ -531,6 +552,7 @@ mod tests {
         let again = FilePlan {
             path: Some(named.clone()),
             size: None,
+            ..FilePlan::default()
         };
         assert_eq!(BenchFile::prepare(&again).unwrap().size, 3 << 20);
         let bigger = FilePlan {
@@ -542,12 +564,14 @@ mod tests {
         let not_file = FilePlan {
             path: Some(dir.clone()),
             size: None,
+            ..FilePlan::default()
         };
         let e = BenchFile::prepare(&not_file).err().unwrap();
         assert!(crate::error_chain(&e).contains("not a regular file"), "{e}");
         let tiny = FilePlan {
             path: Some(dir.join("tiny.img")),
             size: Some(1000),
+            ..FilePlan::default()
         };
         let e = BenchFile::prepare(&tiny).err().unwrap();
         assert!(crate::error_chain(&e).contains("smaller than 1 MiB"), "{e}");
@@ -556,6 +580,7 @@ mod tests {
         let made = BenchFile::prepare(&FilePlan {
             path: None,
             size: Some(1 << 20),
+            ..FilePlan::default()
         })
         .unwrap();
         let at = made.path.clone();
@@ -592,6 +617,31 @@ mod tests {
         ]);
         let o = told.options().unwrap();
         assert_eq!((o.targets.len(), o.sector_size), (1, 512));
+        // --bs/--qd/--rw choose the cells (each size at each depth).
+        let cells = parse(&[
+            "--via", "file", "--bs", "64k,1M", "--qd", "1,4", "--rw", "randread",
+        ]);
+        let crate::Via::File(plan) = cells.via(Err(std::io::ErrorKind::NotFound.into())).unwrap()
+        else {
+            panic!("not a file plan")
+        };
+        let o = file_options(&cells.options().unwrap(), 64 << 20, &plan);
+        let shapes: Vec<(u32, usize)> = o.headline.iter().map(|s| (s.bs, s.qd)).collect();
+        assert_eq!(
+            shapes,
+            [(64 << 10, 1), (64 << 10, 4), (1 << 20, 1), (1 << 20, 4)]
+        );
+        assert_eq!(o.headline_rw, [Rw::RandRead]);
+        let only_qd = parse(&["--via", "file", "--qd", "2"]);
+        let crate::Via::File(plan) = only_qd
+            .via(Err(std::io::ErrorKind::NotFound.into()))
+            .unwrap()
+        else {
+            panic!("not a file plan")
+        };
+        let o = file_options(&only_qd.options().unwrap(), 64 << 20, &plan);
+        assert!(o.headline.iter().all(|s| s.qd == 2), "{:?}", o.headline);
+        assert_eq!(o.headline_rw, [Rw::RandRead, Rw::RandWrite]);
         let bad = parse(&["--via", "file", "--file-size", "lots"]);
         let e = bad.options().unwrap_err();
         assert_eq!(e.to_string(), "Invalid file size `lots` (e.g. 256M, 1G)");
