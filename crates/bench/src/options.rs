@@ -286,7 +286,8 @@ pub struct Overrides {
     /// Adaptive hands off and splits whatever the load.
     #[arg(long)]
     pub force_split: bool,
-    /// Print each engine's per-path request counts after every cell (stderr).
+    /// Print each engine's per-path request counts after every cell (stderr;
+    /// with `--via fio`, each served ucrypt's `status` counters).
     #[arg(long)]
     pub engine_stats: bool,
     /// Ramdisk size (e.g. 512M, 1G; at most 2G by default profiles).

@@ -123,6 +123,7 @@ pub struct FioRunner {
     size: u64,
     ramp: Duration,
     via: String,
+    engine_stats: bool,
 }
 
 impl FioRunner {
@@ -211,6 +212,7 @@ impl FioRunner {
             size: opts.size,
             ramp: opts.warmup,
             via: via.into(),
+            engine_stats: opts.engine_stats,
         };
         for starter in starters {
             if super::interrupted() {
@@ -288,6 +290,30 @@ impl Runner for FioRunner {
                 error: Some(crate::error_chain(&e)),
                 ..Rep::default()
             },
+        }
+    }
+
+    fn after_cell(&mut self, w: &Workload) {
+        if !self.engine_stats {
+            return;
+        }
+        for (t, srv) in self.targets.iter().zip(&self.servers) {
+            let Some(stats) = srv.as_ref().and_then(Server::engine_stats) else {
+                continue;
+            };
+            let dir = if w.rw.is_write() { "write" } else { "read" };
+            eprintln!(
+                "engine {} after {} bs={} QD{} jobs={} (cumulative, ucrypt status): {} {}",
+                t.name,
+                w.rw.name(),
+                crate::report::fmt_bs(w.bs),
+                w.qd,
+                w.jobs,
+                stats[dir],
+                stats["in_flight"]
+                    .as_u64()
+                    .map_or(String::new(), |n| format!("in_flight={n}")),
+            );
         }
     }
 }

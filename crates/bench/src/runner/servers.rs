@@ -31,6 +31,9 @@ pub(super) struct Server {
     pub cipher: Option<Cipher>,
     /// ucrypt's mode (None for peers).
     pub mode: Option<Mode>,
+    /// A ucrypt server's binary, runtime directory and volume name, for
+    /// `ucrypt status` (None for peers).
+    status: Option<(PathBuf, PathBuf, String)>,
     files: Vec<PathBuf>,
 }
 
@@ -38,6 +41,21 @@ impl Server {
     /// CPU time the server has used so far.
     pub fn cpu(&self) -> Duration {
         process_cpu(self.child.id())
+    }
+
+    /// A ucrypt server's engine counters (`ucrypt status --json`'s
+    /// `stats` object); None for peers or when status does not answer.
+    pub fn engine_stats(&self) -> Option<serde_json::Value> {
+        let (exe, run_dir, name) = self.status.as_ref()?;
+        let out = Command::new(exe)
+            .env("UCRYPT_RUNTIME_DIR", run_dir)
+            .args(["status", "--json", name])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(v.get_mut("stats")?.take())
     }
 }
 
@@ -179,6 +197,7 @@ fn spawn_with_input(
         uri: format!("nbd+unix:///{export}?socket={}", sock.display()),
         cipher: None,
         mode: None,
+        status: None,
         files,
     })
 }
@@ -299,6 +318,7 @@ pub(super) fn spawn_ucrypt(
         _ => "classic",
     };
     let run_dir = so.with_extension("run");
+    let volume = format!("bench-{t}");
     let mut c = Command::new(exe);
     c.env("UCRYPT_RUNTIME_DIR", &run_dir);
     c.args([
@@ -318,17 +338,18 @@ pub(super) fn spawn_ucrypt(
         c.arg("--perf-no_write_workqueue");
     }
     c.args(export);
-    c.arg(im).arg(format!("bench-{t}"));
+    c.arg(im).arg(&volume);
     let mut srv = spawn_with_input(
         name,
         c,
         Some(table.as_str()),
         so,
         "",
-        vec![so.to_path_buf(), im.to_path_buf(), run_dir],
+        vec![so.to_path_buf(), im.to_path_buf(), run_dir.clone()],
     )?;
     srv.cipher = t.cipher;
     srv.mode = Some(t.mode);
+    srv.status = Some((exe.to_path_buf(), run_dir, volume));
     Ok(srv)
 }
 

@@ -392,7 +392,7 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
     }
     let tmp = TempDir::new("bench-fio");
     let out_dir = tmp.join("results");
-    let (stdout, v) = bench_common::run(
+    let (stdout, stderr, v) = bench_common::run_with_stderr(
         Command::new(ucrypt_bin())
             .args([
                 "bench",
@@ -400,6 +400,7 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
                 "fio",
                 "--no-sweep",
                 "--no-progress",
+                "--engine-stats",
                 "--targets",
                 "aes-inline",
             ])
@@ -453,6 +454,20 @@ fn via_fio_drives_ucrypt_open_over_nbd() {
     assert!(
         enc["pct_raw"].is_number() && enc["pct_bound"].is_number(),
         "{enc}"
+    );
+    // --engine-stats: the served ucrypt's counters after each cell, from
+    // `ucrypt status`; its inline mode answered every 4k read inline.
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("engine ucrypt-aes-inline after read bs=4k QD1"))
+        .unwrap_or_else(|| panic!("no engine counters after the 4k read cell: {stderr}"));
+    let counters: serde_json::Value =
+        serde_json::from_str(&line[line.find('{').unwrap()..line.rfind('}').unwrap() + 1]).unwrap();
+    let requests = counters["requests"].as_u64().unwrap();
+    assert!(requests > 0 && counters["inline"] == requests, "{line}");
+    assert!(
+        !stderr.contains("engine raw after"),
+        "raw is not a ucrypt server: {stderr}"
     );
 }
 

@@ -9,16 +9,19 @@ use std::process::Command;
 /// succeeded (its stdout and stderr in the message otherwise); returns its
 /// stdout and `OUT_DIR/results.json`.
 pub fn run(cmd: &mut Command, out_dir: &Path) -> (String, serde_json::Value) {
+    let (stdout, _, v) = run_with_stderr(cmd, out_dir);
+    (stdout, v)
+}
+
+/// [`run`], also returning what the bench printed on stderr.
+pub fn run_with_stderr(cmd: &mut Command, out_dir: &Path) -> (String, String, serde_json::Value) {
     let out = cmd.output().expect("run ucrypt bench");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
     let json = std::fs::read_to_string(out_dir.join("results.json")).expect("results.json");
     let v = serde_json::from_str(&json).expect("results.json parses");
-    (stdout, v)
+    (stdout, stderr, v)
 }
 
 /// Runs `cmd` (a `ucrypt bench …` that must refuse to start) and asserts
