@@ -451,7 +451,7 @@ impl Daemon {
             },
             mode: cfg.mode,
             uptime_s: self.started.elapsed().as_secs(),
-            stats: (&self.engine.stats()).into(),
+            stats: self.engine.stats(),
             nbd,
             vhost,
             io: Some(self.backend.io_path().into()),

@@ -18,10 +18,12 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+use serde::{Deserialize, Serialize};
+
 use crate::CryptMode;
 
 /// Latency percentiles in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// Median.
     pub p50_us: f64,
@@ -31,8 +33,9 @@ pub struct Latency {
     pub p999_us: f64,
 }
 
-/// Per-direction counters.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Per-direction counters. Serialized as `ucrypt status --json` shows
+/// them: the latency percentiles flattened in, without the per-mode counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct DirStats {
     /// Completed requests.
     pub requests: u64,
@@ -50,13 +53,17 @@ pub struct DirStats {
     /// Requests handed whole to a warm helper on another core (adaptive).
     pub offloaded: u64,
     /// Requests per mode they ran under.
+    #[serde(skip)]
     pub by_mode: ModeCounts,
     /// Latency percentiles since start.
+    #[serde(flatten)]
     pub latency: Latency,
 }
 
-/// Engine statistics snapshot.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Engine statistics snapshot: what `ucrypt status` reports (serialized
+/// without the failed flush/discard count and the mode, which status
+/// shows elsewhere).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     /// Reads.
     pub read: DirStats,
@@ -73,8 +80,10 @@ pub struct Stats {
     /// Live reconfigurations performed.
     pub reconfigurations: u64,
     /// Flushes and discards that failed.
+    #[serde(skip)]
     pub other_errors: u64,
     /// The mode now configured.
+    #[serde(skip)]
     pub mode: CryptMode,
 }
 

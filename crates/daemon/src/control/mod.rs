@@ -45,8 +45,7 @@ pub use client::{
 pub use reencrypt::{InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption};
 pub use server::{serve, Handled};
 pub use status::{
-    DirStats, IoStatus, NbdStats, Stats, Status, TargetStatus, VhostQueueStats, VhostStats,
-    JSON_SCHEMA,
+    IoStatus, NbdStats, Status, TargetStatus, VhostQueueStats, VhostStats, JSON_SCHEMA,
 };
 
 /// How long a client waits for a reply: a ping (`list`, start-up).

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use datapath::{CryptMode, EngineConfig};
+use datapath::{CryptMode, EngineConfig, Stats};
 use serde::{Deserialize, Serialize};
 
 use super::{flag_words, mode, mode_name, Flags, Ping};
@@ -302,7 +302,7 @@ impl fmt::Display for Status {
             writeln!(
                 f,
                 "  {dir}s:   {} requests, {} bytes, {} errors, {} inline, {} queued, p50 {:.1} us, p99 {:.1} us",
-                d.requests, d.bytes, d.errors, d.inline, d.queued, d.p50_us, d.p99_us
+                d.requests, d.bytes, d.errors, d.inline, d.queued, d.latency.p50_us, d.latency.p99_us
             )?;
         }
         let st = &self.stats;
@@ -311,81 +311,6 @@ impl fmt::Display for Status {
             "  flushes: {}, discards: {}, in flight: {} (max {}), reconfigurations: {}",
             st.flushes, st.discards, st.in_flight, st.max_in_flight, st.reconfigurations
         )
-    }
-}
-
-/// Engine counters of one direction.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct DirStats {
-    /// Requests completed.
-    pub requests: u64,
-    /// Bytes moved.
-    pub bytes: u64,
-    /// Requests that failed.
-    pub errors: u64,
-    /// Requests run on the submitting thread.
-    pub inline: u64,
-    /// Requests that went through a queue.
-    pub queued: u64,
-    /// Requests split across threads.
-    pub split: u64,
-    /// Requests handed off whole to a helper.
-    pub offloaded: u64,
-    /// Median latency, microseconds.
-    pub p50_us: f64,
-    /// 99th percentile latency, microseconds.
-    pub p99_us: f64,
-    /// 99.9th percentile latency, microseconds.
-    pub p999_us: f64,
-}
-
-impl From<&datapath::DirStats> for DirStats {
-    fn from(d: &datapath::DirStats) -> Self {
-        Self {
-            requests: d.requests,
-            bytes: d.bytes,
-            errors: d.errors,
-            inline: d.inline,
-            queued: d.queued,
-            split: d.split,
-            offloaded: d.offloaded,
-            p50_us: d.latency.p50_us,
-            p99_us: d.latency.p99_us,
-            p999_us: d.latency.p999_us,
-        }
-    }
-}
-
-/// Engine counters.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Stats {
-    /// Reads.
-    pub read: DirStats,
-    /// Writes (write-zeroes included).
-    pub write: DirStats,
-    /// Flushes completed.
-    pub flushes: u64,
-    /// Discards completed.
-    pub discards: u64,
-    /// Requests in flight now.
-    pub in_flight: u64,
-    /// Most requests ever in flight at once.
-    pub max_in_flight: u64,
-    /// Live reconfigurations done.
-    pub reconfigurations: u64,
-}
-
-impl From<&datapath::Stats> for Stats {
-    fn from(s: &datapath::Stats) -> Self {
-        Self {
-            read: (&s.read).into(),
-            write: (&s.write).into(),
-            flushes: s.flushes,
-            discards: s.discards,
-            in_flight: s.in_flight,
-            max_in_flight: s.max_in_flight,
-            reconfigurations: s.reconfigurations,
-        }
     }
 }
 

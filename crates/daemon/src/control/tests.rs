@@ -1,6 +1,7 @@
 //! Round trips and refusals of the control protocol's messages.
 
 use super::*;
+use datapath::{DirStats, Latency, Stats};
 
 pub(super) fn sample_status() -> Status {
     Status {
@@ -30,7 +31,10 @@ pub(super) fn sample_status() -> Status {
         stats: Stats {
             read: DirStats {
                 requests: 7,
-                p50_us: 1.5,
+                latency: Latency {
+                    p50_us: 1.5,
+                    ..Latency::default()
+                },
                 ..DirStats::default()
             },
             ..Stats::default()
