@@ -359,13 +359,13 @@ mod tests {
         assert_eq!(d.tpm2_device.as_deref(), Some("auto"));
         assert_eq!(d.tpm2_pin, Some(true));
         assert_eq!(d.tpm2_signature.as_deref(), Some(Path::new("/run/s.json")));
-        let v = parse(
+        let esc = parse(
             "a /dev/x - tpm2-device=swtpm:host=h\\,port=1,headless\n",
             "ct",
         )
         .unwrap();
-        assert_eq!(v[0].tpm2_device.as_deref(), Some("swtpm:host=h,port=1"));
-        assert!(v[0].headless);
+        assert_eq!(esc[0].tpm2_device.as_deref(), Some("swtpm:host=h,port=1"));
+        assert!(esc[0].headless);
         assert_eq!(d.pkcs11_uri.as_deref(), Some("auto"));
         assert_eq!(d.token_timeout, Some(Duration::from_secs(30)));
         assert!(d.try_empty_password);
