@@ -252,11 +252,12 @@ fn try_token<T>(
         Kind::Pkcs11(t) => {
             let uri = args.pkcs11_uri.as_deref().filter(|u| *u != "auto");
             let mut waiting = args.pkcs11_timeout.map(|timeout| {
-                let token = uri.map_or("with PKCS#11 support".to_string(), str::to_string);
+                // systemd names the URI it was given, none for `auto`.
+                let token = uri.map_or(String::new(), |u| format!(" {u}"));
                 let name = args.volume_name.as_deref().unwrap_or("the volume");
                 Waiting::new(
                     timeout,
-                    format!("Security token {token} not present for unlocking volume {name}, please plug it in."),
+                    format!("Security token{token} not present for unlocking volume {name}, please plug it in."),
                 )
             });
             loop {
