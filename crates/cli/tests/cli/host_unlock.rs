@@ -923,8 +923,8 @@ fn tpm2_signed_pcr_policy_opens_with_a_signature() {
 /// crypttab's `pkcs11-uri=` with `token-timeout=`: a token that never
 /// shows up is waited for until the timeout, in systemd's words, then the
 /// passphrase opens; a token initialised (the enrolled key imported into
-/// a fresh SoftHSM2 token) while ucrypt waits is used, no passphrase
-/// asked (stdin is empty).
+/// a fresh SoftHSM2 token) and plugged in while ucrypt waits is used, no
+/// passphrase asked (stdin is empty).
 #[test]
 fn crypttab_pkcs11_token_timeout_waits_for_the_token() {
     if !softhsm_tools("host_unlock pkcs11 token-timeout") {
@@ -1002,7 +1002,11 @@ fn crypttab_pkcs11_token_timeout_waits_for_the_token() {
         first.contains("Security token pkcs11:token=ucrypt not present"),
         "{first}"
     );
-    softhsm_token(d, &later);
+    // The token is made aside and moved in whole (one rename), so ucrypt
+    // never sees it initialised but without its key.
+    let staging = softhsm_conf(d, "staging");
+    softhsm_token(d, &staging);
+    sh_in(d, "for t in staging/*; do mv \"$t\" later/; done", &[]);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     let status = child.wait().unwrap();
