@@ -5,8 +5,9 @@
 # cryptsetup-made LUKS2 volume to it (PCR 7; then PCR 7 + a PIN); ucrypt
 # unseals through /dev/tpmrm0 (`--tpm2-device` auto and named) and reads
 # exactly what dm-crypt reads after cryptsetup opened the volume with
-# systemd's own token plugin (or systemd-cryptsetup attach without it). A PCR
-# extended after enrollment makes both refuse the token. Sourced by suite.sh.
+# systemd's own token plugin, and after systemd-cryptsetup attach opened it
+# through its own TPM2 code (the second reference). A PCR extended after
+# enrollment makes all of them refuse the token. Sourced by suite.sh.
 
 W=/tmp/tpm
 mkdir -p "$W"
@@ -52,9 +53,23 @@ rc=$?
 cryptsetup close tpmref
 exit $rc
 SH
+# systemd_reads: dm-crypt reads exactly the pattern after systemd-cryptsetup
+# attach unsealed a token itself (SYSTEMD_CRYPTSETUP_USE_TOKEN_MODULE=0 keeps
+# it off cryptsetup's plugin), headless: the tokens alone, in header order.
+cat > "$W/systemd_reads" <<'SH'
+SYSTEMD_CRYPTSETUP_USE_TOKEN_MODULE=0 /lib/systemd/systemd-cryptsetup attach tpmsd "$IMG" - \
+  tpm2-device=auto,headless </dev/null || exit 1
+dd if=/dev/mapper/tpmsd bs=1M count="$SIZE_MIB" iflag=direct 2>/dev/null | cmp - "$W/pat"
+rc=$?
+cryptsetup close tpmsd
+exit $rc
+SH
 ucrypt_reads="sh $W/ucrypt_reads"
 reference_reads="sh $W/reference_reads"
-info "tpm: reference: $([ -e "$PLUGIN" ] && echo "cryptsetup + systemd's token plugin" || echo "systemd-cryptsetup attach")"
+systemd_reads="sh $W/systemd_reads"
+# The second reference only where the first is the plugin (else it is the same).
+[ -e "$PLUGIN" ] && [ -x /lib/systemd/systemd-cryptsetup ] || systemd_reads=""
+info "tpm: reference: $([ -e "$PLUGIN" ] && echo "cryptsetup + systemd's token plugin" || echo "systemd-cryptsetup attach")${systemd_reads:+, and systemd-cryptsetup attach}"
 
 check "tpm: cryptsetup luksFormat (LUKS2)" cryptsetup luksFormat -q --type luks2 $FAST_KDF --key-file "$KEY" "$IMG"
 check "tpm: dm-crypt writes the data" sh -c "
@@ -69,6 +84,8 @@ check "tpm: ucrypt with --tpm2-device=/dev/tpmrm0 --token-type systemd-tpm2" \
 check "tpm: ucrypt open --test-passphrase --token-only" \
   ucrypt open --test-passphrase --token-only "$IMG" </dev/null
 check "tpm: dm-crypt reads the same data after the reference unsealed token 0" $reference_reads "" --token-id 0
+[ -n "$systemd_reads" ] &&
+  check "tpm: dm-crypt reads the same data after systemd-cryptsetup attach unsealed token 0" $systemd_reads
 
 # Served: open --token-only over ublk, the device read back.
 before=$(echo /dev/ublkb*)
@@ -104,6 +121,8 @@ if command -v tpm2_pcrextend >/dev/null; then
     rc=\$?; cat '$W/fallback.err';
     [ \$rc = 0 ] && grep -q 'No TPM2 metadata matching the current system state found in LUKS2 header, falling back to traditional unlocking.' '$W/fallback.err'"
   expect_fail "tpm: the reference refuses too after PCR 7 changed" $reference_reads "" --token-id 0
+  [ -n "$systemd_reads" ] &&
+    expect_fail "tpm: systemd-cryptsetup attach refuses too after PCR 7 changed (headless)" $systemd_reads
 else
   echo "@@VMTEST SKIP tpm: the PCR case (no tpm2_pcrextend in the guest: the host lacks tpm2-tools)"
 fi

@@ -72,10 +72,13 @@ pub struct Entry {
     pub tpm2_device: Option<String>,
     /// `tpm2-pin=`.
     pub tpm2_pin: Option<bool>,
+    /// `tpm2-signature=`: the signature JSON of a signed PCR policy.
+    pub tpm2_signature: Option<PathBuf>,
     /// `pkcs11-uri=`.
     pub pkcs11_uri: Option<String>,
-    /// `token-timeout=`: how long to wait for the TPM2 to show up (zero:
-    /// for ever).
+    /// `token-timeout=`: how long to wait for the TPM2 (with
+    /// `tpm2-device=`) or the PKCS#11 token (with `pkcs11-uri=`) to show
+    /// up (zero: for ever).
     pub token_timeout: Option<Duration>,
     /// `try-empty-password`: an empty passphrase is tried before asking.
     pub try_empty_password: bool,
@@ -176,11 +179,32 @@ fn parse_line(line: &str, file: &str, n: usize) -> Result<Option<Entry>> {
         Some(k) => Some(PathBuf::from(k)),
     };
     if let Some(opts) = fields.get(3) {
-        for o in opts.split(',').filter(|o| !o.is_empty()) {
+        for o in split_options(opts).iter().filter(|o| !o.is_empty()) {
             option(&mut e, o).map_err(at)?;
         }
     }
     Ok(Some(e))
+}
+
+/// The options field split at commas; `\,` is a comma inside a value (as
+/// systemd-cryptsetup unescapes separators, e.g. in a TCTI spec:
+/// `tpm2-device=swtpm:host=127.0.0.1\,port=2321`).
+fn split_options(opts: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = opts.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&',') => {
+                chars.next();
+                cur.push(',');
+            }
+            ',' => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
 }
 
 /// `UUID=…` and its kin as `/dev/disk/by-*` links; a path as it is.
@@ -260,6 +284,7 @@ fn option(e: &mut Entry, o: &str) -> std::result::Result<(), String> {
         "submit-from-crypt-cpus" => e.submit_from_crypt_cpus = true,
         "tpm2-device" => e.tpm2_device = Some(text(k, v)?),
         "tpm2-pin" => e.tpm2_pin = Some(boolean(k, v)?),
+        "tpm2-signature" => e.tpm2_signature = Some(PathBuf::from(text(k, v)?)),
         "pkcs11-uri" => e.pkcs11_uri = Some(text(k, v)?),
         "token-timeout" => {
             e.token_timeout = Some(span(v).ok_or("option token-timeout= needs a time span")?)
@@ -319,7 +344,7 @@ mod tests {
     #[test]
     fn every_option() {
         let t = "# comment\n\n\
-            data UUID=1234-abcd /etc/keys/data.key luks,keyfile-offset=16,keyfile-size=32,header=/h.img,discard,readonly,no-read-workqueue,no-write-workqueue,same-cpu-crypt,submit-from-crypt-cpus,tpm2-device=auto,tpm2-pin=yes,pkcs11-uri=auto,token-timeout=30,try-empty-password,headless=true,tries=5,timeout=2min,key-slot=1,x-ucrypt.export=fuse=/mnt/x,x-ucrypt.mode=classic,nofail,x-systemd.device-timeout=0,frobnicate\n\
+            data UUID=1234-abcd /etc/keys/data.key luks,keyfile-offset=16,keyfile-size=32,header=/h.img,discard,readonly,no-read-workqueue,no-write-workqueue,same-cpu-crypt,submit-from-crypt-cpus,tpm2-device=auto,tpm2-pin=yes,tpm2-signature=/run/s.json,pkcs11-uri=auto,token-timeout=30,try-empty-password,headless=true,tries=5,timeout=2min,key-slot=1,x-ucrypt.export=fuse=/mnt/x,x-ucrypt.mode=classic,nofail,x-systemd.device-timeout=0,frobnicate\n\
             swap /dev/sdb2 /dev/urandom plain,cipher=aes-xts-plain64,size=512,hash=sha256,offset=8,skip=4,sector-size=4096,read-only\n\
             home PARTUUID=\"0f-1\" -\n";
         let v = parse(t, "ct").unwrap();
@@ -333,6 +358,14 @@ mod tests {
         assert!(d.same_cpu_crypt && d.submit_from_crypt_cpus && d.headless);
         assert_eq!(d.tpm2_device.as_deref(), Some("auto"));
         assert_eq!(d.tpm2_pin, Some(true));
+        assert_eq!(d.tpm2_signature.as_deref(), Some(Path::new("/run/s.json")));
+        let esc = parse(
+            "a /dev/x - tpm2-device=swtpm:host=h\\,port=1,headless\n",
+            "ct",
+        )
+        .unwrap();
+        assert_eq!(esc[0].tpm2_device.as_deref(), Some("swtpm:host=h,port=1"));
+        assert!(esc[0].headless);
         assert_eq!(d.pkcs11_uri.as_deref(), Some("auto"));
         assert_eq!(d.token_timeout, Some(Duration::from_secs(30)));
         assert!(d.try_empty_password);

@@ -4,15 +4,19 @@
 //!
 //! ```text
 //!  header tokens (id order; --token-id / --token-type narrow them)
-//!    ├─ systemd-tpm2   ─ tpm2::unseal   (tss-esapi: PCR policy [+ PIN])  ┐
-//!    ├─ systemd-pkcs11 ─ pkcs11::decrypt (cryptoki: RSA key on a token)  ├─ passphrase
-//!    ├─ luks2-keyring  ─ keyring::passphrase (request_key + KEYCTL_READ)  ┘   → its keyslots
+//!    ├─ systemd-tpm2   ─ tpm2::unseal    (tss-esapi: [signed] PCR policy [+ PIN]) ┐
+//!    ├─ systemd-pkcs11 ─ pkcs11::decrypt (cryptoki: RSA key on a token)          ├─ passphrase
+//!    ├─ luks2-keyring  ─ keyring::passphrase (request_key + KEYCTL_READ)         ┘   → its keyslots
 //!    └─ systemd-fido2, clevis, others: reported, skipped
 //!  none opened → the caller's passphrase prompt, unless --token-only
 //! ```
 //!
-//! A token that fails (malformed JSON, keyslot gone, no TPM, a policy the
-//! TPM refuses, a wrong PIN) is skipped with its reason (shown with `-v`,
+//! A signed PCR policy's signature JSON (`systemd-measure sign`'s) is read
+//! and matched in [`signature`]. With crypttab's `token-timeout=` a TPM2
+//! or a PKCS#11 token that is not there yet is waited for, as
+//! systemd-cryptsetup waits. A token that fails (malformed JSON, keyslot
+//! gone, no TPM, a policy the TPM refuses, no signature for this state, a
+//! wrong PIN) is skipped with its reason (shown with `-v`,
 //! [`set_verbose`]); nothing is written to the header. The daemon's
 //! `resolve` (for `open`, `open --test-passphrase`) and `map --luks` call
 //! [`unlock`]; the options are [`TokenArgs`], clap-derived here and
@@ -26,6 +30,7 @@ use crypto::Secret;
 
 pub mod keyring;
 pub mod pkcs11;
+pub mod signature;
 pub mod token;
 pub mod tpm2;
 
@@ -37,9 +42,12 @@ pub use token::{parse, Kind, Token};
 pub enum Error {
     /// The token (or a field of it: blob, URI) is not what its type says.
     Malformed(String),
-    /// What the token needs is not here: no TPM, no PKCS#11 token or
-    /// module, no key in the keyring, no PIN to give.
+    /// What the token needs is not here: no TPM, no PKCS#11 module, no
+    /// key in the keyring, no PIN to give, no signature file.
     Unavailable(String),
+    /// No PKCS#11 token matching the URI is plugged in (yet): waited for
+    /// with crypttab's `token-timeout=`.
+    Absent(String),
     /// The TPM's policy does not match this system's state (PCRs changed).
     Policy(String),
     /// The PIN was refused.
@@ -57,6 +65,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Malformed(s)
             | Error::Unavailable(s)
+            | Error::Absent(s)
             | Error::Policy(s)
             | Error::WrongPin(s)
             | Error::Failed(s)
@@ -86,6 +95,11 @@ pub struct TokenArgs {
     /// TCTI spec such as swtpm:host=127.0.0.1,port=2321.
     #[arg(long, value_name = "DEVICE")]
     pub tpm2_device: Option<String>,
+    /// The signature JSON of a signed TPM2 PCR policy (systemd-measure sign's
+    /// output; default: tpm2-pcr-signature.json in /etc/systemd, /run/systemd,
+    /// /usr/local/lib/systemd, /usr/lib/systemd).
+    #[arg(long, value_name = "PATH")]
+    pub tpm2_signature: Option<PathBuf>,
     /// The PKCS#11 module for systemd-pkcs11 tokens (default: p11-kit's proxy,
     /// which offers every module p11-kit knows).
     #[arg(long, value_name = "PATH")]
@@ -110,7 +124,13 @@ pub struct TokenArgs {
     /// device is `auto` (zero: for ever; `None`: no wait), as
     /// systemd-cryptsetup waits ([`tpm2::wait_for_device`]).
     #[arg(skip)]
-    pub token_timeout: Option<std::time::Duration>,
+    pub tpm2_timeout: Option<std::time::Duration>,
+    /// crypttab's `token-timeout=` (with `pkcs11-uri=`): how long a
+    /// systemd-pkcs11 token waits for a matching PKCS#11 token to be
+    /// plugged in (zero: for ever; `None`: no wait), as systemd-cryptsetup
+    /// waits; the module is loaded afresh for each look.
+    #[arg(skip)]
+    pub pkcs11_timeout: Option<std::time::Duration>,
     /// The volume's name, for the waiting message.
     #[arg(skip)]
     pub volume_name: Option<String>,
@@ -210,7 +230,7 @@ fn try_token<T>(
     match &token.kind {
         Kind::Keyring { description } => attempt(keyring::passphrase(description)?),
         Kind::Tpm2(t) => loop {
-            if let Some(timeout) = args.token_timeout {
+            if let Some(timeout) = args.tpm2_timeout {
                 let auto = matches!(args.tpm2_device.as_deref(), None | Some("auto"));
                 let name = args.volume_name.as_deref().unwrap_or("the volume");
                 if auto && !tpm2::wait_for_device(name, timeout) {
@@ -222,21 +242,35 @@ fn try_token<T>(
             } else {
                 None
             };
-            match tpm2::unseal(t, args.tpm2_device.as_deref(), pin.as_ref()) {
+            let device = args.tpm2_device.as_deref();
+            let signature = args.tpm2_signature.as_deref();
+            match tpm2::unseal(t, device, pin.as_ref(), signature) {
                 Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
                 r => break attempt(r?),
             }
         },
-        Kind::Pkcs11(t) => loop {
+        Kind::Pkcs11(t) => {
             let uri = args.pkcs11_uri.as_deref().filter(|u| *u != "auto");
-            let r = pkcs11::decrypt(t, uri, args.pkcs11_module.as_deref(), &mut |label| {
-                pins.next(&format!("Please enter security token PIN for '{label}': "))
+            let mut waiting = args.pkcs11_timeout.map(|timeout| {
+                // systemd names the URI it was given, none for `auto`.
+                let token = uri.map_or(String::new(), |u| format!(" {u}"));
+                let name = args.volume_name.as_deref().unwrap_or("the volume");
+                Waiting::new(
+                    timeout,
+                    format!("Security token{token} not present for unlocking volume {name}, please plug it in."),
+                )
             });
-            match r {
-                Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
-                r => break attempt(r?),
+            loop {
+                let r = pkcs11::decrypt(t, uri, args.pkcs11_module.as_deref(), &mut |label| {
+                    pins.next(&format!("Please enter security token PIN for '{label}': "))
+                });
+                match r {
+                    Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
+                    Err(Error::Absent(_)) if waiting.as_mut().is_some_and(Waiting::again) => {}
+                    r => break attempt(r?),
+                }
             }
-        },
+        }
         Kind::Fido2 => Err(Error::Unsupported(
             "systemd-fido2 tokens are not supported (ucrypt has no FIDO2 stack); use the passphrase or another token".into(),
         )),
@@ -246,6 +280,45 @@ fn try_token<T>(
         Kind::Other(ty) => Err(Error::Unsupported(format!(
             "token type {ty} is not supported"
         ))),
+    }
+}
+
+/// Waiting for a security device, as systemd-cryptsetup waits for one
+/// with `token-timeout=`: the first miss says so, each later look comes
+/// after [`Waiting::POLL`], and the deadline (none for a zero timeout)
+/// ends it in systemd's words. systemd is woken by udev; this looks
+/// again on a timer, which needs no udev.
+struct Waiting {
+    deadline: Option<std::time::Instant>,
+    notice: Option<String>,
+}
+
+impl Waiting {
+    const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+    fn new(timeout: std::time::Duration, notice: String) -> Self {
+        let deadline = (!timeout.is_zero()).then(|| std::time::Instant::now() + timeout);
+        Self {
+            deadline,
+            notice: Some(notice),
+        }
+    }
+
+    /// After a miss: whether to look again (having waited), or give up.
+    fn again(&mut self) -> bool {
+        if let Some(n) = self.notice.take() {
+            eprintln!("{n}");
+            return true;
+        }
+        if self
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            eprintln!("Timed out waiting for security device, aborting security device based authentication attempt.");
+            return false;
+        }
+        std::thread::sleep(Self::POLL);
+        true
     }
 }
 

@@ -111,8 +111,10 @@ fn module(given: Option<&Path>, uri: &Uri) -> Result<PathBuf, Error> {
 }
 
 /// Decrypts `t`'s key on the token its URI names; `pin` is asked for
-/// (with the token's label) only when a matching token is present.
-/// Returns the keyslot passphrase.
+/// (with the token's label) only when a matching token is present (none:
+/// [`Error::Absent`]). The module is loaded and initialised for this call
+/// alone, so a token plugged in since the last call is seen. Returns the
+/// keyslot passphrase.
 pub fn decrypt(
     t: &Pkcs11Token,
     uri_override: Option<&str>,
@@ -144,7 +146,7 @@ pub fn decrypt(
                     && matches(&uri.serial, i.serial_number())
             })
         })
-        .ok_or_else(|| Error::Unavailable("No matching PKCS#11 token present".into()))?;
+        .ok_or_else(|| Error::Absent("No matching PKCS#11 token present".into()))?;
     let label = p11
         .get_token_info(slot)
         .map(|i| i.label().trim_end().to_string())

@@ -55,8 +55,12 @@ pub struct Tpm2Token {
     pub policy_hash: Vec<u8>,
     /// `tpm2-pin`: the policy includes the PIN (PolicyAuthValue).
     pub pin: bool,
-    /// `tpm2_pubkey` and `tpm2_pubkey_pcrs`: a signed PCR policy.
-    pub pubkey: bool,
+    /// `tpm2_pubkey`: the PEM public key (SubjectPublicKeyInfo, RSA) whose
+    /// signatures authorize a PCR policy (systemd-measure's key).
+    pub pubkey: Option<Vec<u8>>,
+    /// `tpm2_pubkey_pcrs`: the PCR indexes of the signed policy (bit
+    /// mask); zero: no signed policy.
+    pub pubkey_pcr_mask: u32,
 }
 
 /// A PCR bank.
@@ -138,17 +142,7 @@ pub fn parse(id: u32, json: &[u8]) -> Result<Token, Error> {
 
 fn tpm2_fields(obj: &Map<String, Value>) -> Result<Tpm2Token, String> {
     let blob = base64(obj, "tpm2-blob")?;
-    let mut pcr_mask = 0u32;
-    let pcrs = obj
-        .get("tpm2-pcrs")
-        .and_then(Value::as_array)
-        .ok_or("no \"tpm2-pcrs\" array")?;
-    for p in pcrs {
-        match p.as_u64() {
-            Some(n) if n < 24 => pcr_mask |= 1 << n,
-            _ => return Err("a PCR index that is not 0…23".into()),
-        }
-    }
+    let pcr_mask = pcr_array(obj.get("tpm2-pcrs").ok_or("no \"tpm2-pcrs\" array")?)?;
     let pcr_bank = match obj.get("tpm2-pcr-bank").map(Value::as_str) {
         None => None,
         Some(Some("sha256")) => Some(PcrBank::Sha256),
@@ -172,7 +166,17 @@ fn tpm2_fields(obj: &Map<String, Value>) -> Result<Tpm2Token, String> {
         None => false,
         Some(v) => v.as_bool().ok_or("\"tpm2-pin\" is not a boolean")?,
     };
-    let pubkey = obj.contains_key("tpm2_pubkey") || obj.contains_key("tpm2_pubkey_pcrs");
+    let pubkey = match obj.get("tpm2_pubkey") {
+        None => None,
+        Some(_) => Some(base64(obj, "tpm2_pubkey")?),
+    };
+    let pubkey_pcr_mask = match obj.get("tpm2_pubkey_pcrs") {
+        None => 0,
+        Some(v) => pcr_array(v)?,
+    };
+    if pubkey_pcr_mask != 0 && pubkey.is_none() {
+        return Err("\"tpm2_pubkey_pcrs\" without \"tpm2_pubkey\"".into());
+    }
     Ok(Tpm2Token {
         blob,
         pcr_mask,
@@ -181,7 +185,20 @@ fn tpm2_fields(obj: &Map<String, Value>) -> Result<Tpm2Token, String> {
         policy_hash,
         pin,
         pubkey,
+        pubkey_pcr_mask,
     })
+}
+
+/// A JSON array of PCR indexes (0…23) as a bit mask.
+pub(crate) fn pcr_array(v: &Value) -> Result<u32, String> {
+    let mut mask = 0u32;
+    for p in v.as_array().ok_or("PCRs are not a JSON array")? {
+        match p.as_u64() {
+            Some(n) if n < 24 => mask |= 1 << n,
+            _ => return Err("a PCR index that is not 0…23".into()),
+        }
+    }
+    Ok(mask)
 }
 
 fn string(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
@@ -217,7 +234,22 @@ mod tests {
         assert_eq!(t.pcr_bank, Some(PcrBank::Sha256));
         assert_eq!(t.primary_alg, Some(PrimaryAlg::Ecc));
         assert_eq!(t.policy_hash, vec![0x0a, 0xff]);
-        assert!(t.pin && !t.pubkey);
+        assert!(t.pin && t.pubkey.is_none() && t.pubkey_pcr_mask == 0);
+    }
+
+    #[test]
+    fn signed_policy_fields() {
+        let json = TPM2.replace(
+            "\"tpm2-pin\":true",
+            "\"tpm2-pin\":false,\"tpm2_pubkey\":\"UEVN\",\"tpm2_pubkey_pcrs\":[11]",
+        );
+        let Kind::Tpm2(t) = parse(0, json.as_bytes()).unwrap().kind else {
+            panic!("not tpm2")
+        };
+        assert_eq!(t.pubkey.as_deref(), Some(&b"PEM"[..]));
+        assert_eq!(t.pubkey_pcr_mask, 1 << 11);
+        let json = TPM2.replace("\"tpm2-pin\":true", "\"tpm2_pubkey_pcrs\":[11]");
+        assert!(parse(0, json.as_bytes()).is_err());
     }
 
     #[test]

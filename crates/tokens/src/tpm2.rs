@@ -4,7 +4,11 @@
 //! ```text
 //!  CreatePrimary (systemd's ECC P-256 or RSA 2048 template, owner hierarchy)
 //!   ├─ HMAC session salted with the primary (parameter encryption)
-//!   ├─ policy session: PolicyPCR(mask, bank) [+ PolicyAuthValue with a PIN]
+//!   ├─ policy session, in systemd 252's order:
+//!   │     [signed: PolicyPCR(tpm2_pubkey_pcrs) → PolicyGetDigest → the
+//!   │      signature JSON's entry for it → LoadExternal(tpm2_pubkey, owner)
+//!   │      → VerifySignature → PolicyAuthorize(digest, key name, ticket)]
+//!   │     [PolicyPCR(tpm2-pcrs, bank)] [PolicyAuthValue with a PIN]
 //!   │     PolicyGetDigest ≠ tpm2-policy-hash → refused before Unseal
 //!   ├─ Load(tpm2-blob: TPM2B_PRIVATE ‖ TPM2B_PUBLIC) [+ auth = SHA-256(PIN)]
 //!   └─ Unseal → secret; the keyslot passphrase is its base64
@@ -12,9 +16,13 @@
 //!
 //! The TPM is chosen as systemd chooses it (`--tpm2-device=`): `auto` (the
 //! one `/sys/class/tpmrm` entry), a device path, or a TCTI spec such as
-//! `swtpm:host=127.0.0.1,port=2321`. Signed PCR policies (`tpm2_pubkey`)
-//! are reported as unsupported.
+//! `swtpm:host=127.0.0.1,port=2321`. A signed PCR policy (`tpm2_pubkey`,
+//! enrolled by `systemd-cryptenroll --tpm2-public-key=`) needs the
+//! signature JSON of `systemd-measure sign` ([`crate::signature`]): a
+//! missing file, no entry for this state and key, or a signature the TPM
+//! refuses skip the token.
 
+use std::path::Path;
 use std::str::FromStr;
 
 use crypto::Secret;
@@ -28,14 +36,15 @@ use tss_esapi::interface_types::key_bits::RsaKeyBits;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
 use tss_esapi::structures::{
-    Auth, Digest, EccPoint, EccScheme, KeyDerivationFunctionScheme, PcrSelectionListBuilder,
+    Auth, Digest, EccPoint, EccScheme, KeyDerivationFunctionScheme, Nonce, PcrSelectionListBuilder,
     PcrSlot, Private, Public, PublicBuilder, PublicEccParametersBuilder, PublicKeyRsa,
-    PublicRsaParametersBuilder, RsaExponent, RsaScheme, SymmetricDefinition,
-    SymmetricDefinitionObject,
+    PublicRsaParametersBuilder, RsaExponent, RsaScheme, RsaSignature, Signature,
+    SymmetricDefinition, SymmetricDefinitionObject,
 };
 use tss_esapi::traits::UnMarshall;
 use tss_esapi::{Context, TctiNameConf};
 
+use crate::signature::{self, PublicKey};
 use crate::token::{PcrBank, PrimaryAlg, Tpm2Token};
 use crate::Error;
 
@@ -118,13 +127,23 @@ fn auto_device() -> Result<String, Error> {
 }
 
 /// Unseals `t`'s secret on the TPM `device`, with `pin` when the policy
-/// has one. Returns the keyslot passphrase (the secret's base64).
-pub fn unseal(t: &Tpm2Token, device: Option<&str>, pin: Option<&Secret>) -> Result<Secret, Error> {
-    if t.pubkey {
-        return Err(Error::Unsupported(
-            "signed PCR policies (tpm2_pubkey) are not supported".into(),
-        ));
-    }
+/// has one and the signature JSON at `signature` (systemd's search when
+/// `None`) when the policy is signed. Returns the keyslot passphrase
+/// (the secret's base64).
+pub fn unseal(
+    t: &Tpm2Token,
+    device: Option<&str>,
+    pin: Option<&Secret>,
+    signature: Option<&Path>,
+) -> Result<Secret, Error> {
+    let signed = match (&t.pubkey, t.pubkey_pcr_mask) {
+        (Some(pem), mask) if mask != 0 => Some(Signed {
+            key: PublicKey::from_pem(pem)?,
+            mask,
+            json: signature::load(signature)?.1,
+        }),
+        _ => None,
+    };
     let (private, public) = split_blob(&t.blob)?;
     // tpm2-tss logs every TPM error response to stderr; the reason is
     // reported here instead (a user's own TSS2_LOG wins).
@@ -134,15 +153,23 @@ pub fn unseal(t: &Tpm2Token, device: Option<&str>, pin: Option<&Secret>) -> Resu
     let mut ctx = Context::new(tcti(device)?)
         .map_err(|e| Error::Unavailable(format!("Failed to connect to the TPM2: {e}")))?;
     let primary = primary(&mut ctx, t.primary_alg)?;
-    let result = unseal_under(&mut ctx, primary, t, private, public, pin);
+    let result = unseal_under(&mut ctx, primary, t, signed.as_ref(), private, public, pin);
     let _ = ctx.flush_context(primary.into());
     Ok(crate::encode_passphrase(&result?))
+}
+
+/// A signed policy's inputs: the key, its PCRs, the signature JSON.
+struct Signed {
+    key: PublicKey,
+    mask: u32,
+    json: Vec<u8>,
 }
 
 fn unseal_under(
     ctx: &mut Context,
     primary: KeyHandle,
     t: &Tpm2Token,
+    signed: Option<&Signed>,
     private: Private,
     public: Public,
     pin: Option<&Secret>,
@@ -159,20 +186,19 @@ fn unseal_under(
     let result = (|| {
         let policy = PolicySession::try_from(session)
             .map_err(|e| fail("Failed to open session in TPM", e))?;
-        let bank = match t.pcr_bank {
-            Some(PcrBank::Sha1) => HashingAlgorithm::Sha1,
-            _ => HashingAlgorithm::Sha256,
+        let (bank, bank_name) = match t.pcr_bank {
+            Some(PcrBank::Sha1) => (HashingAlgorithm::Sha1, "sha1"),
+            _ => (HashingAlgorithm::Sha256, "sha256"),
         };
-        let slots: Vec<PcrSlot> = (0..24)
-            .filter(|i| t.pcr_mask & (1 << i) != 0)
-            .filter_map(|i| PcrSlot::try_from(1u32 << i).ok())
-            .collect();
-        let selection = PcrSelectionListBuilder::new()
-            .with_selection(bank, &slots)
-            .build()
-            .map_err(|e| fail("Failed to add PCR policy to TPM", e))?;
-        ctx.execute_without_session(|c| c.policy_pcr(policy, Digest::default(), selection))
-            .map_err(|e| fail("Failed to add PCR policy to TPM", e))?;
+        if let Some(s) = signed {
+            authorize(ctx, policy, bank, bank_name, s)?;
+        }
+        // systemd adds the literal PCR policy only for a non-empty mask (a
+        // signed-only token has none; an empty PolicyPCR would change the
+        // digest).
+        if t.pcr_mask != 0 {
+            policy_pcr(ctx, policy, bank, t.pcr_mask)?;
+        }
         if t.pin {
             ctx.execute_without_session(|c| c.policy_auth_value(policy))
                 .map_err(|e| fail("Failed to add authValue policy to TPM", e))?;
@@ -219,6 +245,108 @@ fn unseal_under(
     let _ = ctx.flush_context(SessionHandle::from(session).into());
     let _ = ctx.flush_context(SessionHandle::from(hmac).into());
     result
+}
+
+/// PolicyPCR over the PCRs of `mask` in `bank`.
+fn policy_pcr(
+    ctx: &mut Context,
+    policy: PolicySession,
+    bank: HashingAlgorithm,
+    mask: u32,
+) -> Result<(), Error> {
+    let slots: Vec<PcrSlot> = (0..24)
+        .filter(|i| mask & (1 << i) != 0)
+        .filter_map(|i| PcrSlot::try_from(1u32 << i).ok())
+        .collect();
+    let selection = PcrSelectionListBuilder::new()
+        .with_selection(bank, &slots)
+        .build()
+        .map_err(|e| fail("Failed to add PCR policy to TPM", e))?;
+    ctx.execute_without_session(|c| c.policy_pcr(policy, Digest::default(), selection))
+        .map_err(|e| fail("Failed to add PCR policy to TPM", e))
+}
+
+/// The signed part of the policy, as systemd 252's
+/// `tpm2_make_policy_session`: PolicyPCR over the signed PCRs, its digest
+/// looked up in the signature JSON, the signature checked by the TPM
+/// against the public key (loaded under the owner hierarchy, so the
+/// ticket is a real one), then PolicyAuthorize with that ticket.
+fn authorize(
+    ctx: &mut Context,
+    policy: PolicySession,
+    bank: HashingAlgorithm,
+    bank_name: &str,
+    s: &Signed,
+) -> Result<(), Error> {
+    policy_pcr(ctx, policy, bank, s.mask)?;
+    let approved = ctx
+        .execute_without_session(|c| c.policy_get_digest(policy))
+        .map_err(|e| fail("Failed to get policy digest from TPM", e))?;
+    let sig = signature::find(
+        &s.json,
+        bank_name,
+        s.mask,
+        &s.key.fingerprint,
+        approved.value(),
+    )?;
+    let public = rsa_public(&s.key)?;
+    let key = ctx
+        .execute_without_session(|c| c.load_external_public(public, Hierarchy::Owner))
+        .map_err(|e| fail("Failed to load public key into TPM", e))?;
+    let result = (|| {
+        let name = ctx
+            .tr_get_name(key.into())
+            .map_err(|e| fail("Failed to get name of public key from TPM", e))?;
+        let hash = Digest::try_from(Sha256::digest(approved.value()).to_vec())
+            .map_err(|e| fail("Failed to validate signature in TPM", e))?;
+        let sig = PublicKeyRsa::try_from(sig)
+            .and_then(|sig| RsaSignature::create(HashingAlgorithm::Sha256, sig))
+            .map_err(|_| Error::Failed("Signature larger than buffer.".into()))?;
+        let ticket = ctx
+            .execute_without_session(|c| c.verify_signature(key, hash, Signature::RsaSsa(sig)))
+            .map_err(|e| fail("Failed to validate signature in TPM", e))?;
+        ctx.execute_without_session(|c| {
+            c.policy_authorize(policy, approved, Nonce::default(), &name, ticket)
+        })
+        .map_err(|e| fail("Failed to push Authorize policy into TPM", e))
+    })();
+    let _ = ctx.flush_context(key.into());
+    result
+}
+
+/// systemd 252's TPM2B_PUBLIC for a PEM key: RSA, SHA-256 name,
+/// decrypt + sign + user-with-auth, no scheme, no symmetric algorithm.
+/// Its name goes into the policy, so every field must be systemd's.
+fn rsa_public(key: &PublicKey) -> Result<Public, Error> {
+    let bad = |e: tss_esapi::Error| fail("Failed to load public key into TPM", e);
+    let bits = u16::try_from(key.modulus.len() * 8)
+        .ok()
+        .and_then(|b| RsaKeyBits::try_from(b).ok())
+        .ok_or_else(|| Error::Malformed("RSA key size not supported by the TPM".into()))?;
+    let attrs = ObjectAttributesBuilder::new()
+        .with_decrypt(true)
+        .with_sign_encrypt(true)
+        .with_user_with_auth(true)
+        .build()
+        .map_err(bad)?;
+    let params = PublicRsaParametersBuilder::new()
+        .with_symmetric(SymmetricDefinitionObject::Null)
+        .with_scheme(RsaScheme::Null)
+        .with_key_bits(bits)
+        .with_exponent(RsaExponent::create(key.exponent).map_err(bad)?)
+        .with_is_signing_key(true)
+        .with_is_decryption_key(true)
+        .with_restricted(false)
+        .build()
+        .map_err(bad)?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Rsa)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attrs)
+        .with_rsa_parameters(params)
+        .with_rsa_unique_identifier(PublicKeyRsa::try_from(key.modulus.clone()).map_err(bad)?)
+        .build()
+        .map_err(bad)
 }
 
 fn start_session(

@@ -323,7 +323,9 @@ fn open(mut a: OpenArgs) -> CmdResult {
 /// As systemd-cryptsetup: a TCRYPT line's key file is its passphrase file
 /// and `tcrypt-keyfile=` its keyfiles, VeraCrypt is tried only with
 /// `tcrypt-veracrypt`; cipher options apply to plain lines only;
-/// `tpm2-device=` waits up to `token-timeout=` (default 30 s) for the TPM2.
+/// `tpm2-device=` waits up to `token-timeout=` (default 30 s) for the TPM2,
+/// `pkcs11-uri=` as long for a matching PKCS#11 token; `tpm2-signature=`
+/// is `--tpm2-signature`.
 fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     if a.name.is_some() {
         return Err(Failure::usage(
@@ -392,15 +394,19 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     s.tls_psk = s.tls_psk.take().or(e.tls_psk);
     s.tls_certificates = s.tls_certificates.take().or(e.tls_certificates);
     let t = &mut a.tokens;
-    let tpm2_given = e.tpm2_device.is_some();
+    let timeout = e.token_timeout.unwrap_or(Duration::from_secs(30));
+    if e.tpm2_device.is_some() {
+        t.tpm2_timeout = Some(timeout);
+    }
+    if e.pkcs11_uri.is_some() {
+        t.pkcs11_timeout = Some(timeout);
+    }
+    t.volume_name = Some(e.name);
     t.tpm2_device = t.tpm2_device.take().or(e.tpm2_device);
+    t.tpm2_signature = t.tpm2_signature.take().or(e.tpm2_signature);
     t.pkcs11_uri = e.pkcs11_uri;
     t.tpm2_pin = e.tpm2_pin;
     t.headless = e.headless;
-    if tpm2_given {
-        t.token_timeout = Some(e.token_timeout.unwrap_or(Duration::from_secs(30)));
-        t.volume_name = Some(e.name);
-    }
     if e.headless && a.key.key_file.is_empty() {
         // No prompt: the tokens alone, as systemd-cryptsetup's headless.
         t.token_only = e.kind == Kind::Luks;
