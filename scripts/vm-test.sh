@@ -13,7 +13,9 @@
 #                      cache default target/vm-cache-SUITE
 #   UCRYPT_VM_ACCEL    kvm | tcg (default: kvm when /dev/kvm opens, else tcg)
 #   UCRYPT_VM_TIMEOUT  seconds before a hung guest is killed (default 900)
-#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live reencrypt tpm (default: all)
+#   UCRYPT_VM_PARTS    parts to run: ublk nbd dmcrypt plain advisor seeds vhost live reencrypt tpm foreign (default: all)
+#   UCRYPT_VM_FOREIGN_ALL=1  foreign part: also the slow images (million-iteration
+#                      KDFs, minutes under TCG; always run under KVM)
 #   UCRYPT_VM_SEEDS    seeds part: <ramdisk MiB>:<seconds per cell> (default 64:0.5)
 #   UCRYPT_VM_CPUS, UCRYPT_VM_MEM  guest vCPUs and MiB of RAM (default 2, 2048)
 #   UCRYPT_BIN         ucrypt binary, ucrypt-bench beside it (default: cargo build --release, target/release/ucrypt)
@@ -26,7 +28,7 @@ REPO=$(pwd)
 # cache, so the default kernel's stays.
 CACHE="${UCRYPT_VM_CACHE:-$REPO/target/vm-cache${UCRYPT_VM_KERNEL_SUITE:+-$UCRYPT_VM_KERNEL_SUITE}}"
 TIMEOUT="${UCRYPT_VM_TIMEOUT:-900}"
-PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live reencrypt tpm}"
+PARTS="${UCRYPT_VM_PARTS:-ublk nbd dmcrypt plain advisor seeds vhost live reencrypt tpm foreign}"
 CPUS="${UCRYPT_VM_CPUS:-2}"
 MEM="${UCRYPT_VM_MEM:-2048}"
 T0=$(date +%s)
@@ -153,8 +155,13 @@ if [ "$TPM_STATE" = swtpm ]; then
     overlay_libs "$f"
   done
 fi
+# The foreign part: GNU cmp (block compares; busybox's byte loop is slow
+# under TCG) for the whole-device comparisons.
+if [[ " $PARTS " == *" foreign "* ]]; then
+  cp -L "$(command -v cmp)" "$RUN/overlay/vm/bin/cmp" || fatal "GNU cmp (diffutils) not found"
+fi
 cp tests/vm/init "$RUN/overlay/init"
-cp tests/vm/*.sh "$RUN/overlay/vm/"
+cp tests/vm/*.sh tests/vm/foreign.list "$RUN/overlay/vm/"
 rm -f "$RUN/overlay/vm/mkinitramfs.sh"
 chmod +x "$RUN/overlay/init"
 ( cd "$RUN/overlay" && find . | LC_ALL=C sort | cpio -o -H newc --quiet ) > "$RUN/overlay.cpio"
@@ -207,9 +214,57 @@ if [ "$TPM_STATE" = swtpm ]; then
             -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0)
 fi
 
+# 5d. The foreign part: the images of tests/vm/foreign.list from cryptsetup
+#     2.6.1's suite (GPL test data: fetched here, never kept in the
+#     repository), with tcrypt's keyfiles and bitlk's .BEK files and
+#     images.conf, on an ext4 disk the guest finds by its serial. The images
+#     are sparse (100-512 MiB, a few MiB of data): on a disk they cost no
+#     guest RAM. Built once per sample; qemu's snapshot=on discards the
+#     guest's writes.
+FOREIGN_ARGS=()
+if [[ " $PARTS " == *" foreign "* ]]; then
+  CST=$(bash scripts/fetch-cryptsetup-tests.sh "$CACHE/cryptsetup-2.6.1" | tail -n1) \
+    || fatal "scripts/fetch-cryptsetup-tests.sh failed (cryptsetup 2.6.1's test images)"
+  fkey=$( { cat tests/vm/foreign.list; ls -l "$CST"/{tcrypt,bitlk,fvault2}-images.tar.xz; } | sha256sum | cut -c1-16)
+  FIMG="$CACHE/foreign-$fkey.img"
+  if [ ! -f "$FIMG" ]; then
+    echo "vm-test: building the foreign image disk (cached as $FIMG)" >&2
+    rm -f "$CACHE"/foreign-*.img
+    fstage=$(mktemp -d "$CACHE/foreign.stage.XXXXXX")
+    for t in tcrypt bitlk fvault2; do
+      members=$(awk -v t="$t" '$1 == t || $1 == "+" t {print t "-images/" $2}' tests/vm/foreign.list | sort -u)
+      case $t in
+        tcrypt) members="$members tcrypt-images/keyfile1 tcrypt-images/keyfile2" ;;
+        bitlk) members="$members bitlk-images/images.conf $(tar -tJf "$CST/bitlk-images.tar.xz" | grep '\.BEK$' | tr '\n' ' ')" ;;
+      esac
+      # shellcheck disable=SC2086 # members: archive paths, one per word
+      tar -xJSf "$CST/$t-images.tar.xz" -C "$fstage" --no-same-owner $members \
+        || { rm -rf "$fstage"; fatal "cannot unpack the sample from $CST/$t-images.tar.xz"; }
+    done
+    # The volume keys the list names (`--volume-key-file X.vk`), as the
+    # host's cryptsetup dumps them with the list's secret.
+    grep -v '^#' tests/vm/foreign.list | while read -r t img sec _ opts; do
+      vk=$(printf '%s\n' "$opts" | sed -n 's/.*--volume-key-file \([^ ]*\).*/\1/p')
+      [ -n "$vk" ] || continue
+      t=${t#+}
+      printf '%s\n' "$sec" | cryptsetup "${t}Dump" -q --dump-volume-key --volume-key-file "$fstage/$t-images/$vk" \
+        "$fstage/$t-images/$img" >/dev/null \
+        || { rm -rf "$fstage"; fatal "cryptsetup ${t}Dump --dump-volume-key of $img failed on the host"; }
+    done
+    # Holes stay holes on the disk (mke2fs -d copies data extents only).
+    size_mib=$(( $(du -s --apparent-size -m "$fstage" | cut -f1) * 5 / 4 + 64 ))
+    mke2fs -q -t ext4 -L ucrypt-foreign -d "$fstage" "$FIMG.tmp" "${size_mib}M" >/dev/null \
+      || { rm -rf "$fstage"; fatal "mke2fs -d of the foreign image disk failed"; }
+    rm -rf "$fstage"
+    mv "$FIMG.tmp" "$FIMG"
+  fi
+  FOREIGN_ARGS=(-drive "file=$FIMG,if=none,id=foreign,format=raw,snapshot=on"
+                -device virtio-blk-pci,drive=foreign,serial=ucrypt-foreign,addr=0x11)
+fi
+
 # 6. Boot. The guest prints @@VMTEST lines on the serial console and powers off.
 LOG="$RUN/console.log"
-APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${VHOST_SERIAL:+ vmtest.vhost_serial=$VHOST_SERIAL}${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}${TPM_STATE:+ vmtest.tpm=$TPM_STATE}"
+APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init vmtest.parts=${PARTS// /,} vmtest.accel=$ACCEL${VHOST_SERIAL:+ vmtest.vhost_serial=$VHOST_SERIAL}${UCRYPT_VM_SEEDS:+ vmtest.seeds=$UCRYPT_VM_SEEDS}${TPM_STATE:+ vmtest.tpm=$TPM_STATE}${UCRYPT_VM_FOREIGN_ALL:+ vmtest.foreign=all}"
 echo "vm-test: booting $KVER ($ACCEL, $CPUS CPUs, timeout ${TIMEOUT}s); console: $LOG" >&2
 set +e
 "$QEMU" "${ACCEL_ARGS[@]}" -machine q35 -smp "$CPUS" -m "$MEM" \
@@ -217,7 +272,7 @@ set +e
   -kernel "$KERNEL" -initrd "$RUN/initrd.cpio" -append "$APPEND" \
   -drive "file=$RUN/vda.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
   -drive "file=$RUN/vdb.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
-  "${VHOST_ARGS[@]}" "${TPM_ARGS[@]}" \
+  "${VHOST_ARGS[@]}" "${TPM_ARGS[@]}" "${FOREIGN_ARGS[@]}" \
   </dev/null >"$RUN/qemu.out" 2>&1 &
 QPID=$!
 # The guest dies with this script (Ctrl-C, a CI kill), and at the timeout.

@@ -12,7 +12,8 @@ Usage:
         [--start-sector S] < in > out
 
   SPEC            legacy `cipher[:keycount]-chain-ivmode[:ivopts]` (aes-xts-plain64,
-                  aes:2-cbc-essiv:sha256, aes-ecb, cipher_null-ecb) or capi form
+                  aes:2-cbc-essiv:sha256, aes-ecb, cipher_null-ecb, aes-lrw-benbi,
+                  cast5-cbc-tcw) or capi form
                   (capi:xts(aes)-plain64, capi:ecb(cipher_null), capi:cbc(aes)-essiv:sha256)
   HEX             the key in hex; `-` for cipher_null
   --sector-size   encryption sector size, 512..4096 (default 512)
@@ -32,6 +33,25 @@ in xts/cbc/ecb, cipher_null-ecb, IV modes plain, plain64, plain64be,
 essiv:<hash>, benbi, null, eboiv. XTS keys with equal halves and AES-192-XTS
 (which OpenSSL, and so `cryptography`, refuses) go through an XTS built on
 AES-ECB here.
+
+TrueCrypt's legacy modes, as dm-crypt maps them (cryptsetup's tcrypt code):
+  lrw-benbi  the kernel's `lrw` template (crypto/lrw.c): the key is the cipher
+             key then a 16-byte tweak key K2; block j of a sector is
+             E(P xor T) xor T with T = K2 * (I + j) in GF(2^128) (big-endian
+             bits, x^128 + x^7 + x^2 + x + 1), I the benbi IV as a big-endian
+             128-bit number (the sector's 1-based first block index). Built
+             here on ECB, since `cryptography` has no LRW.
+  cbc-tcw    dm-crypt's `tcw` IV (crypt_iv_tcw_*): the key is the cipher key,
+             an IV seed (one cipher block) and 16 bytes of whitening. IV =
+             seed xor the little-endian sector number (repeated over a
+             16-byte block); the ciphertext of a 512-byte sector is then
+             xored with 8 bytes of whitening: whitening xor the sector number
+             (both halves), each 4-byte word replaced by its CRC-32 as the
+             kernel's `crc32` shash gives it (seed ~0, no final inversion,
+             little-endian), then words 0 ^ 3 and 1 ^ 2.
+Ciphers beside AES for these and plain CBC/ECB (plain, plain64, plain64be,
+null, benbi, tcw IVs): cast5 and des3_ede (64-bit blocks) and camellia, from
+`cryptography` (its `decrepit` module where the version has one).
 Exit status 2 with a message on stderr for anything it cannot compute.
 """
 
@@ -39,8 +59,14 @@ import argparse
 import hashlib
 import json
 import sys
+import zlib
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+try:  # cryptography 43+ keeps the old ciphers here
+    from cryptography.hazmat.decrepit.ciphers import algorithms as old_algorithms
+except ImportError:  # older versions (Debian 12: 38) have them in `algorithms`
+    old_algorithms = algorithms
 
 
 class OracleError(Exception):
@@ -82,10 +108,77 @@ def parse_spec(spec):
     return head, keycount, chain, ivmode, ivopts
 
 
-def aes_ecb(key, data, encrypt=True):
-    c = Cipher(algorithms.AES(key), modes.ECB())
+def algorithm(cipher, key):
+    """The `cryptography` block cipher for a dm-crypt cipher name."""
+    if cipher == "aes":
+        return algorithms.AES(key)
+    if cipher == "camellia":
+        return old_algorithms.Camellia(key)
+    if cipher == "cast5":
+        return old_algorithms.CAST5(key)
+    if cipher == "des3_ede":
+        if len(key) != 24:
+            fail("des3_ede takes a 24-byte key")
+        return old_algorithms.TripleDES(key)
+    fail("unsupported cipher " + cipher)
+
+
+def block_size(cipher):
+    return 8 if cipher in ("cast5", "des3_ede") else 16
+
+
+def ecb(cipher, key, data, encrypt=True):
+    c = Cipher(algorithm(cipher, key), modes.ECB())
     op = c.encryptor() if encrypt else c.decryptor()
     return op.update(data) + op.finalize()
+
+
+def aes_ecb(key, data, encrypt=True):
+    return ecb("aes", key, data, encrypt)
+
+
+def gf128_mul(a, b):
+    """Product in GF(2^128), bit i of the big-endian number = coefficient of x^i."""
+    r = 0
+    while b:
+        if b & 1:
+            r ^= a
+        b >>= 1
+        a <<= 1
+        if a >> 128:
+            a ^= (1 << 128) | 0x87
+    return r
+
+
+def lrw(cipher, key, iv, data, encrypt):
+    """The kernel's lrw(cipher) over whole 16-byte blocks."""
+    if block_size(cipher) != 16:
+        fail("lrw needs a 16-byte block cipher")
+    if len(key) <= 16:
+        fail("lrw key too short")
+    k1, k2 = key[:-16], int.from_bytes(key[-16:], "big")
+    index = int.from_bytes(iv, "big")
+    tweaks = b"".join(
+        gf128_mul(k2, (index + j) % (1 << 128)).to_bytes(16, "big")
+        for j in range(len(data) // 16)
+    )
+    x = bytes(a ^ b for a, b in zip(data, tweaks))
+    y = ecb(cipher, k1, x, encrypt)
+    return bytes(a ^ b for a, b in zip(y, tweaks))
+
+
+def kernel_crc32(data):
+    """The kernel's `crc32` shash: CRC-32 (IEEE) seeded with ~0, not inverted."""
+    return (zlib.crc32(data) ^ 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def tcw_whitening(whitening, sector):
+    """The 8 bytes dm-crypt's tcw xors over each 8 bytes of a sector."""
+    s = sector.to_bytes(8, "little")
+    buf = bytes(a ^ b for a, b in zip(whitening, s + s))
+    buf = b"".join(kernel_crc32(buf[i:i + 4]) for i in range(0, 16, 4))
+    return bytes(buf[i] ^ buf[12 + i] for i in range(4)) + bytes(
+        buf[4 + i] ^ buf[8 + i] for i in range(4))
 
 
 def xts_by_ecb(key, tweak_iv, data, encrypt):
@@ -104,7 +197,19 @@ def xts_by_ecb(key, tweak_iv, data, encrypt):
     return bytes(out)
 
 
-def chain_crypt(chain, key, iv, data, encrypt):
+def chain_crypt(chain, key, iv, data, encrypt, cipher="aes"):
+    if chain == "lrw":
+        return lrw(cipher, key, iv, data, encrypt)
+    if cipher != "aes":
+        if chain == "cbc":
+            mode = modes.CBC(iv)
+        elif chain == "ecb":
+            mode = modes.ECB()
+        else:
+            fail("%s supports cbc, ecb and lrw here, not %s" % (cipher, chain))
+        c = Cipher(algorithm(cipher, key), mode)
+        op = c.encryptor() if encrypt else c.decryptor()
+        return op.update(data) + op.finalize()
     if chain == "xts":
         half = len(key) // 2
         # OpenSSL (behind `cryptography`) refuses equal halves and has no
@@ -138,10 +243,22 @@ def convert(direction, spec, key, ss=512, iv_offset=0, large=False, start=0, dat
         if chain != "ecb" or key:
             fail("cipher_null needs ecb and key -")
         return bytes(data)
-    if cipher != "aes":
+    if cipher not in ("aes", "camellia", "cast5", "des3_ede"):
         fail("unsupported cipher " + cipher)
+    if cipher != "aes" and ivmode in ("essiv", "eboiv"):
+        fail("IV mode %s is AES-only here" % ivmode)
+    bs = block_size(cipher)
     if keycount < 1 or len(key) % keycount:
         fail("key does not split into keycount parts")
+    tcw = None
+    if ivmode == "tcw":
+        # The cipher key, then the IV seed and the whitening.
+        if chain != "cbc" or keycount != 1 or ss != 512:
+            fail("tcw needs cbc, one key and 512-byte sectors")
+        if len(key) <= bs + 16:
+            fail("tcw key too short")
+        tcw = (key[-(bs + 16):-16], key[-16:])
+        key = key[:-(bs + 16)]
     sub = len(key) // keycount
     subkeys = [key[i * sub:(i + 1) * sub] for i in range(keycount)]
     has_iv = chain != "ecb"
@@ -152,21 +269,26 @@ def convert(direction, spec, key, ss=512, iv_offset=0, large=False, start=0, dat
         s = (cc_sector >> shift) if large else cc_sector
         m = 1 << 64
         if ivmode == "plain":
-            return (s & 0xFFFFFFFF).to_bytes(4, "little") + bytes(12)
+            return (s & 0xFFFFFFFF).to_bytes(4, "little") + bytes(bs - 4)
         if ivmode == "plain64":
-            return (s % m).to_bytes(8, "little") + bytes(8)
+            return (s % m).to_bytes(8, "little") + bytes(bs - 8)
         if ivmode == "plain64be":
-            return bytes(8) + (s % m).to_bytes(8, "big")
+            return bytes(bs - 8) + (s % m).to_bytes(8, "big")
         if ivmode == "essiv":
             salt = hashlib.new(ivopts, subkeys[k]).digest()
             return aes_ecb(salt, (s % m).to_bytes(8, "little") + bytes(8))
         if ivmode == "benbi":
-            return bytes(8) + (((s << 5) + 1) % m).to_bytes(8, "big")
+            # The 1-based index of the sector's first cipher block.
+            blocks_per_sector_shift = 9 - (bs.bit_length() - 1)
+            return bytes(bs - 8) + (((s << blocks_per_sector_shift) + 1) % m).to_bytes(8, "big")
         if ivmode == "null":
-            return bytes(16)
+            return bytes(bs)
         if ivmode == "eboiv":
             off = ((s * ss) % m).to_bytes(8, "little") + bytes(8)
             return chain_crypt(chain, subkeys[0], off, bytes(16), True)
+        if ivmode == "tcw":
+            le = (s % m).to_bytes(8, "little")
+            return bytes(a ^ b for a, b in zip(tcw[0], (le + le)[:bs]))
         fail("unsupported IV mode %s" % ivmode)
 
     out = bytearray()
@@ -174,7 +296,14 @@ def convert(direction, spec, key, ss=512, iv_offset=0, large=False, start=0, dat
         cc_sector = start + i * step + iv_offset
         k = cc_sector & (keycount - 1)
         iv = iv_for(cc_sector, k) if has_iv else None
-        out += chain_crypt(chain, subkeys[k], iv, data[i * ss:(i + 1) * ss], encrypt)
+        sector = data[i * ss:(i + 1) * ss]
+        white = tcw_whitening(tcw[1], cc_sector % (1 << 64)) * (ss // 8) if tcw else None
+        if white and not encrypt:
+            sector = bytes(a ^ b for a, b in zip(sector, white))
+        conv = chain_crypt(chain, subkeys[k], iv, sector, encrypt, cipher)
+        if white and encrypt:
+            conv = bytes(a ^ b for a, b in zip(conv, white))
+        out += conv
     return bytes(out)
 
 

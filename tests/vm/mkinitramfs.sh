@@ -62,7 +62,8 @@ echo "root:x:0:" > "$STAGE/etc/group"
 
 # Kernel modules: whole crypto dirs (dm-crypt loads ciphers on demand) plus the
 # dependency closure of the drivers the suite uses.
-MODS=(virtio_blk virtio_console ublk_drv nbd dm_crypt dm_integrity brd null_blk ext4 loop
+# dm_zero: cryptsetup maps a BitLocker volume's metadata areas to zero targets.
+MODS=(virtio_blk virtio_console ublk_drv nbd dm_crypt dm_integrity dm_zero brd null_blk ext4 loop
       xts essiv aesni_intel crypto_null authenc)
 # Accelerated variants that later kernels fold into built-in library code
 # (6.17+: sha256 lives in lib/crypto, no sha256_ssse3 module): taken when present.

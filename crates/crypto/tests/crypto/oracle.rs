@@ -1,7 +1,9 @@
 //! Every supported cipher/IV combination against the independent Python
 //! oracle (`tests/oracle/dmcrypt.py`, python3 + `cryptography`): sector sizes
 //! 512 and 4096, with and without `iv_large_sectors`, a non-zero `iv_offset`
-//! and a non-zero start sector; our ciphertext must equal the oracle's, our
+//! and a non-zero start sector, and TrueCrypt's legacy `lrw-benbi` and
+//! `cbc-tcw` (aes, camellia, cast5, des3_ede) at sector numbers beyond 2^32;
+//! our ciphertext must equal the oracle's, our
 //! decryption must invert the oracle's encryption, and the oracle's
 //! decryption must invert ours. All conversions go through one
 //! `dmcrypt.py batch` process.
@@ -156,6 +158,39 @@ fn cases() -> Vec<Case> {
             start: 16,
             xts: Provider::OpenSsl,
         });
+    }
+    // TrueCrypt's legacy modes (dm-crypt's tcw takes 512-byte sectors only),
+    // at sector numbers from 0 to beyond 2^32 (the IVs, the LRW tweak and the
+    // tcw whitening all take the 64-bit sector number).
+    for (spec, len) in [
+        ("aes-lrw-benbi", 32),
+        ("aes-lrw-benbi", 48),
+        ("aes-lrw-benbi", 40),
+        ("camellia-lrw-benbi", 48),
+        ("aes-cbc-tcw", 48),
+        ("aes-cbc-tcw", 64),
+        ("cast5-cbc-tcw", 40),
+        ("des3_ede-cbc-tcw", 48),
+    ] {
+        for (iv_offset, start) in [
+            (0, 0),
+            (0, 13),
+            (256, (1 << 32) + 3),
+            ((1 << 33) + 5, 9),
+            // LRW's 128-bit block index carries out of its low 64 bits
+            // within sector 2^59 - 1.
+            (0, (1 << 59) - 2),
+        ] {
+            v.push(Case {
+                cipher: spec.into(),
+                key: key_bytes(len, start as u8 ^ len as u8),
+                sector_size: 512,
+                large: false,
+                iv_offset,
+                start,
+                xts: Provider::Auto,
+            });
+        }
     }
     // The pure-Rust modes on ordinary keys too.
     for ss in [512u32, 4096] {
