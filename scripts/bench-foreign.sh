@@ -5,8 +5,8 @@
 #
 #   BitLocker : ucrypt FUSE export, ucrypt NBD export (fio's nbd engine),
 #               dislocker (FUSE, read-write), bdemount (libbde, FUSE, read-only)
-#   FileVault2: fvdemount (libfvde, FUSE, read-only); ucrypt opens no FileVault 2
-#               volume yet, so its rows are the peer's alone
+#   FileVault2: fvdemount (libfvde, FUSE, read-only), when it opens the image
+#               (Debian 12's libfvde refuses the suite's: then no FileVault row)
 #
 # and runs fio 4k QD1, 4k QD32 and 1M QD8 random reads (and random writes where
 # the peer writes), printing MiB/s side by side and ucrypt's ratio to each peer.
