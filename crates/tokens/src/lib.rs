@@ -160,9 +160,6 @@ fn note(line: &str) {
     }
 }
 
-/// How many times a PIN typed at the terminal is asked for.
-const PIN_TRIES: u32 = 3;
-
 /// Tries the header's `tokens` (id and JSON text) as `args` allow; `open`
 /// tries a passphrase on the given keyslots (a wrong one is an `Err` with
 /// the reason). Returns what `open` returned for the first token that
@@ -324,7 +321,9 @@ impl Waiting {
 
 /// Where a token's PIN comes from: `--token-pin-file`, `$PIN` (as
 /// systemd's tools read it), or the terminal (not when headless), asked
-/// again after a wrong PIN up to [`PIN_TRIES`] times.
+/// again after a wrong PIN: each wrong one counts as a try of the
+/// process's `--tries` (crypttab's `tries=`), as systemd-cryptsetup counts
+/// it, default 3.
 struct PinSource<'a> {
     args: &'a TokenArgs,
     asked: u32,
@@ -368,7 +367,7 @@ impl<'a> PinSource<'a> {
     /// After a wrong PIN: ask again? Only a typed PIN is, and each wrong
     /// one counts as a try.
     fn again(&self) -> bool {
-        self.typed && self.asked < PIN_TRIES
+        self.typed && self.asked < luks::passphrase::tries()
     }
 }
 

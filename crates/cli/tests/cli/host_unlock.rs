@@ -207,6 +207,37 @@ fn tpm2_pcr_token_opens_without_and_with_pin() {
     );
     assert!(out.status.success(), "{out:?}");
 
+    // A PIN typed at the terminal: a wrong one is asked again, each
+    // counting as one of --tries (crypttab's tries=), as systemd-cryptsetup
+    // counts them. Two wrong PINs in all: swtpm locks a key out at three.
+    if testutil::require_tool(
+        "tpm2_pcr_token_opens_without_and_with_pin typed PIN",
+        "script",
+    ) {
+        let img_s = img.display().to_string();
+        let args = |tries: &'static str| {
+            vec![
+                "open",
+                "--test-passphrase",
+                "--token-only",
+                "--token-id",
+                "1",
+                "--tries",
+                tries,
+            ]
+        };
+        let mut a = args("2");
+        a.extend([dev.as_str(), img_s.as_str()]);
+        let (rc, shown) = crate::prompt::on_tty(&a, &["0000", "4711"]);
+        assert_eq!(rc, 0, "{shown}");
+        assert_eq!(shown.matches("Please enter TPM2 PIN").count(), 2, "{shown}");
+        let mut a = args("1");
+        a.extend([dev.as_str(), img_s.as_str()]);
+        let (rc, shown) = crate::prompt::on_tty(&a, &["0000", "4711"]);
+        assert_eq!(rc, 2, "{shown}");
+        assert_eq!(shown.matches("Please enter TPM2 PIN").count(), 1, "{shown}");
+    }
+
     // A wrong PIN: that token fails, no passphrase is asked (exit 2).
     let out = read_through_tokens(&img, &[&dev, "--token-id", "1", "-v"], &[("PIN", "0000")]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");

@@ -35,10 +35,11 @@ fn image(dir: &TempDir) -> std::path::PathBuf {
 const ECHO_ON: &str = "tty-echo=on";
 
 /// Runs `ucrypt ARGS` on a pty, typing `typed` one line per prompt (any
-/// "Enter passphrase…", "Verify passphrase:" or "Are you sure?"); returns
+/// "Enter passphrase…", "Verify passphrase:", "Are you sure?" or a
+/// token's "Please enter … PIN"); returns
 /// the exit code and everything the terminal showed, which ends with
 /// [`ECHO_ON`] if the run left the terminal's echo on.
-fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
+pub(crate) fn on_tty(args: &[&str], typed: &[&str]) -> (i32, String) {
     on_tty_with(args, |n, stdin, _| {
         if let Some(line) = typed.get(n) {
             stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
@@ -90,10 +91,15 @@ fn on_tty_with(
         if text.contains("rc=") {
             break;
         }
-        let prompts: usize = ["Enter passphrase", "Verify passphrase", "Are you sure?"]
-            .iter()
-            .map(|p| text.matches(p).count())
-            .sum();
+        let prompts: usize = [
+            "Enter passphrase",
+            "Verify passphrase",
+            "Are you sure?",
+            "Please enter TPM2 PIN",
+        ]
+        .iter()
+        .map(|p| text.matches(p).count())
+        .sum();
         if prompts > sent {
             at_prompt(sent, &mut stdin, child.id());
             sent += 1;
