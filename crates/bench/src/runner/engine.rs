@@ -115,12 +115,8 @@ impl Runner for EngineRunner {
             let s = e.stats();
             let dir = if w.rw.is_write() { s.write } else { s.read };
             eprintln!(
-                "engine {} after {} bs={} QD{} jobs={} (cumulative): {dir:?}",
-                t.name,
-                w.rw.name(),
-                crate::report::fmt_bs(w.bs),
-                w.qd,
-                w.jobs
+                "{} (cumulative): {dir:?}",
+                super::engine_stats_head(&t.name, w)
             );
         }
     }

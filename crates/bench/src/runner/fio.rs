@@ -303,12 +303,8 @@ impl Runner for FioRunner {
             };
             let dir = if w.rw.is_write() { "write" } else { "read" };
             eprintln!(
-                "engine {} after {} bs={} QD{} jobs={} (cumulative, ucrypt status): {} {}",
-                t.name,
-                w.rw.name(),
-                crate::report::fmt_bs(w.bs),
-                w.qd,
-                w.jobs,
+                "{} (cumulative, ucrypt status): {} {}",
+                super::engine_stats_head(&t.name, w),
                 stats[dir],
                 stats["in_flight"]
                     .as_u64()

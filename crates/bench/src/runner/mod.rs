@@ -111,6 +111,18 @@ pub trait Runner {
     fn after_cell(&mut self, _w: &Workload) {}
 }
 
+/// The head of an `--engine-stats` line: `engine NAME after RW bs=BS
+/// QDn jobs=n`.
+fn engine_stats_head(name: &str, w: &Workload) -> String {
+    format!(
+        "engine {name} after {} bs={} QD{} jobs={}",
+        w.rw.name(),
+        crate::report::fmt_bs(w.bs),
+        w.qd,
+        w.jobs
+    )
+}
+
 /// Runs `opts`' plan through `runner` and returns the report (not yet
 /// written). `opts` should be the runner's own view (e.g. fio's smaller
 /// images), as it is recorded in the report.

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use testutil::{require_all, run, Capability, TempDir};
 
+use crate::nbd_client::{NbdClient, FLAG_SEND_FUA};
+
 const PASS: &[u8] = b"correct horse";
 
 /// A swtpm listening on a free TCP port pair, killed on drop.
@@ -656,6 +658,25 @@ fn crypttab_lines_open_with_their_options() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
+/// A crypttab in `dir` with one line, `TAG-PID` serving `img` (key file
+/// `pass`) over NBD on `dir/nbd.sock`: (the socket, the crypttab, the name).
+fn nbd_crypttab(dir: &TempDir, img: &Path, pass: &Path, tag: &str) -> (PathBuf, PathBuf, String) {
+    let sock = dir.join("nbd.sock");
+    let ct = dir.join("crypttab");
+    let name = format!("{tag}-{}", std::process::id());
+    std::fs::write(
+        &ct,
+        format!(
+            "{name} {} {} x-ucrypt.export=nbd={}\n",
+            img.display(),
+            pass.display(),
+            sock.display()
+        ),
+    )
+    .unwrap();
+    (sock, ct, name)
+}
+
 /// The foreground daemon under a notify-aware supervisor (a unix datagram
 /// listener standing in for systemd): READY=1 comes once the NBD export
 /// answers, STOPPING=1 when `close` begins, with STATUS= text.
@@ -669,19 +690,7 @@ fn foreground_daemon_notifies_readiness_and_stopping() {
 
     let dir = TempDir::new("notify");
     let (img, pass, _) = volume(&dir);
-    let sock = dir.join("nbd.sock");
-    let ct = dir.join("crypttab");
-    let name = format!("notify-{}", std::process::id());
-    std::fs::write(
-        &ct,
-        format!(
-            "{name} {} {} x-ucrypt.export=nbd={}\n",
-            img.display(),
-            pass.display(),
-            sock.display()
-        ),
-    )
-    .unwrap();
+    let (sock, ct, name) = nbd_crypttab(&dir, &img, &pass, "notify");
     let notify = dir.join("notify.sock");
     let listener = UnixDatagram::bind(&notify).unwrap();
     listener
@@ -1224,83 +1233,15 @@ impl Drop for Supervisor {
     }
 }
 
-/// A minimal NBD client for the restart test: fixed newstyle, the default
-/// export, one request at a time, FUA when asked.
-struct NbdClient {
-    s: std::os::unix::net::UnixStream,
-    cookie: u64,
-    size: u64,
-}
-
-impl NbdClient {
-    fn connect(sock: &Path) -> std::io::Result<Self> {
-        use std::io::{Read, Write};
-        let mut s = std::os::unix::net::UnixStream::connect(sock)?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
-        let mut hello = [0u8; 18];
-        s.read_exact(&mut hello)?;
-        assert_eq!(&hello[..8], b"NBDMAGIC");
-        // FIXED_NEWSTYLE | NO_ZEROES, then NBD_OPT_EXPORT_NAME "".
-        s.write_all(&3u32.to_be_bytes())?;
-        let mut opt = b"IHAVEOPT".to_vec();
-        opt.extend_from_slice(&1u32.to_be_bytes());
-        opt.extend_from_slice(&0u32.to_be_bytes());
-        s.write_all(&opt)?;
-        let mut export = [0u8; 10];
-        s.read_exact(&mut export)?;
-        let flags = u16::from_be_bytes([export[8], export[9]]);
-        assert!(flags & (1 << 3) != 0, "the export takes FUA: {flags:#x}");
-        Ok(Self {
-            s,
-            cookie: 0,
-            size: u64::from_be_bytes(export[..8].try_into().unwrap()),
-        })
-    }
-
-    fn request(
-        &mut self,
-        kind: u16,
-        flags: u16,
-        off: u64,
-        data: &[u8],
-        len: u32,
-    ) -> std::io::Result<()> {
-        use std::io::{Read, Write};
-        self.cookie += 1;
-        let mut h = Vec::with_capacity(28 + data.len());
-        h.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-        h.extend_from_slice(&flags.to_be_bytes());
-        h.extend_from_slice(&kind.to_be_bytes());
-        h.extend_from_slice(&self.cookie.to_be_bytes());
-        h.extend_from_slice(&off.to_be_bytes());
-        h.extend_from_slice(&len.to_be_bytes());
-        h.extend_from_slice(data);
-        self.s.write_all(&h)?;
-        let mut r = [0u8; 16];
-        self.s.read_exact(&mut r)?;
-        assert_eq!(&r[..4], &0x6744_6698u32.to_be_bytes());
-        assert_eq!(u64::from_be_bytes(r[8..].try_into().unwrap()), self.cookie);
-        match u32::from_be_bytes(r[4..8].try_into().unwrap()) {
-            0 => Ok(()),
-            e => Err(std::io::Error::other(format!("NBD error {e}"))),
-        }
-    }
-
-    fn write(&mut self, off: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
-        self.request(1, u16::from(fua), off, data, data.len() as u32)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.request(3, 0, 0, &[], 0)
-    }
-
-    fn read(&mut self, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        use std::io::Read;
-        self.request(0, 0, off, &[], len as u32)?;
-        let mut buf = vec![0u8; len];
-        self.s.read_exact(&mut buf)?;
-        Ok(buf)
-    }
+/// An NBD client of the export at `sock`, which takes FUA.
+fn connect_fua(sock: &Path) -> NbdClient {
+    let c = NbdClient::connect(sock).unwrap();
+    assert!(
+        c.flags & FLAG_SEND_FUA != 0,
+        "the export takes FUA: {:#x}",
+        c.flags
+    );
+    c
 }
 
 /// The shipped unit under a supervisor that does what systemd does: the
@@ -1320,25 +1261,13 @@ fn unit_restarts_after_kill_and_keeps_acknowledged_writes() {
 
     let dir = TempDir::new("unit-restart");
     let (img, pass, _) = volume(&dir);
-    let sock = dir.join("nbd.sock");
-    let ct = dir.join("crypttab");
-    let name = format!("restart-{}", std::process::id());
-    std::fs::write(
-        &ct,
-        format!(
-            "{name} {} {} x-ucrypt.export=nbd={}\n",
-            img.display(),
-            pass.display(),
-            sock.display()
-        ),
-    )
-    .unwrap();
+    let (sock, ct, name) = nbd_crypttab(&dir, &img, &pass, "restart");
     let unit = UnitFile::load(&testutil::ucrypt_bin(), &ct, &name);
     let mut sup = Supervisor::new(unit, dir.path());
     let first = sup.start();
 
     const BLOCK: usize = 4096;
-    let mut client = NbdClient::connect(&sock).unwrap();
+    let mut client = connect_fua(&sock);
     let blocks = client.size / BLOCK as u64;
     assert!(blocks >= 256, "{blocks}");
     // Acknowledged writes: offset → the data last acknowledged there.
@@ -1386,7 +1315,7 @@ fn unit_restarts_after_kill_and_keeps_acknowledged_writes() {
     assert_ne!(first, second);
 
     // Every acknowledged write, through the successor's export.
-    let mut client = NbdClient::connect(&sock).unwrap();
+    let mut client = connect_fua(&sock);
     let acked = acked.lock().unwrap();
     let mut checked = 0;
     for (off, data) in acked.iter() {

@@ -7,6 +7,7 @@
 
 mod bench_common;
 mod frontends_common;
+mod nbd_client;
 mod rbd_common;
 
 mod backing_lock;

@@ -13,7 +13,6 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
+
+use crate::nbd_client::NbdClient;
 
 /// Data area of the test volumes (the LUKS2 header takes 16 MiB before it).
 const DATA: u64 = 16 << 20;
@@ -260,75 +261,25 @@ trait Dev {
     fn flush(&mut self) -> std::io::Result<()>;
 }
 
-/// A minimal NBD client (fixed newstyle, the default export, one request
-/// at a time).
-struct Nbd {
-    s: UnixStream,
-    cookie: u64,
-}
-
-const NBD_REQUEST_MAGIC: u32 = 0x2560_9513;
-const NBD_REPLY_MAGIC: u32 = 0x6744_6698;
-
-impl Nbd {
-    fn connect(sock: &Path) -> std::io::Result<Self> {
-        let mut s = UnixStream::connect(sock)?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
-        let mut hello = [0u8; 18];
-        s.read_exact(&mut hello)?;
-        assert_eq!(&hello[..8], b"NBDMAGIC");
-        // FIXED_NEWSTYLE | NO_ZEROES, then NBD_OPT_EXPORT_NAME "".
-        s.write_all(&3u32.to_be_bytes())?;
-        let mut opt = b"IHAVEOPT".to_vec();
-        opt.extend_from_slice(&1u32.to_be_bytes());
-        opt.extend_from_slice(&0u32.to_be_bytes());
-        s.write_all(&opt)?;
-        let mut export = [0u8; 10];
-        s.read_exact(&mut export)?;
-        assert_eq!(u64::from_be_bytes(export[..8].try_into().unwrap()), DATA);
-        Ok(Nbd { s, cookie: 0 })
-    }
-
-    fn request(&mut self, kind: u16, off: u64, len: u32, data: &[u8]) -> std::io::Result<()> {
-        self.cookie += 1;
-        let mut h = Vec::with_capacity(28 + data.len());
-        h.extend_from_slice(&NBD_REQUEST_MAGIC.to_be_bytes());
-        h.extend_from_slice(&0u16.to_be_bytes());
-        h.extend_from_slice(&kind.to_be_bytes());
-        h.extend_from_slice(&self.cookie.to_be_bytes());
-        h.extend_from_slice(&off.to_be_bytes());
-        h.extend_from_slice(&len.to_be_bytes());
-        h.extend_from_slice(data);
-        self.s.write_all(&h)?;
-        let mut r = [0u8; 16];
-        self.s.read_exact(&mut r)?;
-        assert_eq!(
-            u32::from_be_bytes(r[..4].try_into().unwrap()),
-            NBD_REPLY_MAGIC
-        );
-        assert_eq!(u64::from_be_bytes(r[8..].try_into().unwrap()), self.cookie);
-        match u32::from_be_bytes(r[4..8].try_into().unwrap()) {
-            0 => Ok(()),
-            e => Err(std::io::Error::other(format!("NBD error {e}"))),
-        }
-    }
-}
-
-impl Dev for Nbd {
+impl Dev for NbdClient {
     fn write(&mut self, off: u64, data: &[u8]) -> std::io::Result<()> {
-        self.request(1, off, data.len() as u32, data)
+        NbdClient::write(self, off, data, false)
     }
 
     fn read(&mut self, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        self.request(0, off, len as u32, &[])?;
-        let mut buf = vec![0u8; len];
-        self.s.read_exact(&mut buf)?;
-        Ok(buf)
+        NbdClient::read(self, off, len)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.request(3, 0, 0, &[])
+        NbdClient::flush(self)
     }
+}
+
+/// An NBD client of `v`'s export, which is [`DATA`] bytes.
+fn nbd(v: &Vol) -> NbdClient {
+    let c = NbdClient::connect(&v.socket()).unwrap();
+    assert_eq!(c.size, DATA);
+    c
 }
 
 impl Dev for std::fs::File {
@@ -489,7 +440,7 @@ fn online_under_writer(test: &str, fuse: bool) {
             .unwrap();
         start_writer(f, plain, 7)
     } else {
-        start_writer(Nbd::connect(&v.socket()).unwrap(), plain, 7)
+        start_writer(nbd(&v), plain, 7)
     };
     let t0 = Instant::now();
     let out = wait_child(
@@ -552,7 +503,7 @@ fn online_reencryption_under_a_verifying_fuse_writer() {
 fn close_midway_then_open_continues() {
     let (v, plain) = Vol::new("close_midway", &base(), 0xc105e);
     v.open(&[]);
-    let (stop, writer) = start_writer(Nbd::connect(&v.socket()).unwrap(), plain, 11);
+    let (stop, writer) = start_writer(nbd(&v), plain, 11);
     // Slow enough to be caught in the middle.
     let child = v.reencrypt_online(&["--hotzone-size", "1M", "--rate", "8"]);
     testutil::wait_until(Duration::from_secs(60), "two hotzones", || {
@@ -581,7 +532,7 @@ fn close_midway_then_open_continues() {
     v.open(&[]);
     let st = v.status().unwrap();
     assert_eq!(st["targets"].as_array().map(Vec::len), Some(2), "{st}");
-    let (stop, writer) = start_writer(Nbd::connect(&v.socket()).unwrap(), seen.model, 13);
+    let (stop, writer) = start_writer(nbd(&v), seen.model, 13);
     wait_child(v.reencrypt_online(&[]), "continue online");
     stop.store(true, Ordering::Relaxed);
     let seen = writer.join().unwrap();
@@ -619,7 +570,7 @@ fn crash_point(
             v.pid()
         ));
     }
-    let (stop, writer) = start_writer(Nbd::connect(&v.socket()).unwrap(), plain.to_vec(), 100 + i);
+    let (stop, writer) = start_writer(nbd(&v), plain.to_vec(), 100 + i);
     let child = v.reencrypt_online(&["--hotzone-size", "256K", "--rate", "64"]);
     if hook.is_none() {
         std::thread::sleep(delay);
