@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Foreign-format peers side by side: one BitLocker image and one FileVault 2
 # image (both from cryptsetup 2.6.1's test suite, fetched by
-# scripts/fetch-cryptsetup-tests.sh; copied to tmpfs) behind
+# scripts/fetch-cryptsetup-tests.sh; copied to tmpfs, or to $DIR) behind
 #
 #   BitLocker : ucrypt FUSE export, ucrypt NBD export (fio's nbd engine),
 #               dislocker (FUSE, read-write), bdemount (libbde, FUSE, read-only)
@@ -13,7 +13,9 @@
 # Files behind FUSE are read with O_DIRECT (libaio) where the mount allows it,
 # else buffered with the cache dropped first (the row says which).
 #
-# Usage: scripts/bench-foreign.sh   (env: RUNTIME=10 s per run, ROUNDS=3)
+# Usage: scripts/bench-foreign.sh   (env: RUNTIME=10 s per run, ROUNDS=3,
+#        DIR=/dev/shm where the images live: a directory on a real disk
+#        measures that disk)
 # A small check that it works: RUNTIME=1 ROUNDS=1 scripts/bench-foreign.sh
 # Needs: fio cryptsetup's test images, dislocker libbde-utils libfvde-utils fuse3
 # (scripts/install-test-deps.sh). Run it on an idle machine for real figures.
@@ -30,7 +32,7 @@ done
 
 CACHE=$(realpath -m "${CACHE:-${CARGO_TARGET_DIR:-target}/tmp/cryptsetup-2.6.1}")
 SUITE=$(bash scripts/fetch-cryptsetup-tests.sh "$CACHE")
-WORK=$(mktemp -d /dev/shm/ucrypt-foreign.XXXXXX)
+WORK=$(mktemp -d "${DIR:-/dev/shm}/ucrypt-foreign.XXXXXX")
 export UCRYPT_RUNTIME_DIR=$WORK/run
 PIDS=()
 MOUNTS=()
@@ -130,7 +132,7 @@ for job in "${JOBS[@]}"; do
 done
 
 # ---- report -------------------------------------------------------------------
-echo "bench-foreign: MiB/s, median of $ROUNDS x ${RUNTIME}s, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-foreign: MiB/s, median of $ROUNDS x ${RUNTIME}s, images in ${DIR:-/dev/shm} ($(stat -f -c %T "$WORK")), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "BitLocker: cryptsetup's bitlk-aes-xts-128.img (100 MiB; jobs span its first $((SPAN >> 20)) MiB, below the FVE metadata); FileVault 2: fvault2-images/small (160 MiB volume)"
 printf '%-16s' job; for p in "${PEERS[@]}"; do printf ' %16s' "$p"; done
 printf ' %14s %14s %14s\n' fuse/dislocker fuse/bdemount nbd/dislocker
