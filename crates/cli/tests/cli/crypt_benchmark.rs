@@ -1,8 +1,31 @@
 //! `ucrypt benchmark`: the cryptsetup-style table and `--json` output.
 
+use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use testutil::ucrypt_bin;
+
+/// `ucrypt benchmark ARGS`'s standard output (the command must succeed).
+/// Each argument list runs once per test binary and its output is shared:
+/// a full benchmark (every KDF and cipher row) takes many seconds, and
+/// several tests check the layout of the same run.
+pub(crate) fn benchmark(args: &[&str]) -> String {
+    type Runs = BTreeMap<Vec<String>, Arc<OnceLock<String>>>;
+    static RUNS: Mutex<Runs> = Mutex::new(BTreeMap::new());
+    let key = args.iter().map(|a| a.to_string()).collect();
+    let run = RUNS.lock().unwrap().entry(key).or_default().clone();
+    run.get_or_init(|| {
+        let o = Command::new(ucrypt_bin())
+            .arg("benchmark")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    })
+    .clone()
+}
 
 #[test]
 fn benchmark_json_parses() {
@@ -38,16 +61,7 @@ fn benchmark_json_parses() {
 
 #[test]
 fn benchmark_default_table_layout() {
-    let out = Command::new(ucrypt_bin())
-        .args(["benchmark", "--no-openssl"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = benchmark(&["--no-openssl"]);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],

@@ -16,6 +16,8 @@ use std::process::Command;
 
 use testutil::TempDir;
 
+use crate::crypt_benchmark::benchmark;
+
 const UUID: &str = "11111111-2222-3333-4444-555555555555";
 const UUID2: &str = "66666666-7777-8888-9999-aaaaaaaaaaaa";
 const FAST_ARGON: &[&str] = &[
@@ -754,16 +756,6 @@ fn normalise_masks_only_trailing_hex_bytes() {
 }
 
 // ----------------------------------------------------------- benchmark
-
-fn benchmark(args: &[&str]) -> String {
-    let o = Command::new(testutil::ucrypt_bin())
-        .arg("benchmark")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap()
-}
 
 fn num<T: std::str::FromStr>(field: Option<&str>, line: &str) -> T {
     field
