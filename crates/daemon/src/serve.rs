@@ -475,11 +475,7 @@ impl Daemon {
         // Every crypt target shows the flags now in effect.
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         for t in table.tables_mut() {
-            t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
-            t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
-            t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
-            t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
-            t.options.high_priority = cfg.flags.high_priority;
+            t.options.perf = cfg.flags;
         }
         Ok(Reply::Refreshed {
             mode: cfg.mode,
