@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use crypto::SectorCrypt;
 
-use super::generation::{Gen, Layout};
+use super::generation::Gen;
+use crate::layout::Layout;
 use super::submit::replay;
 use super::{catch, Engine};
 use crate::mode;
