@@ -35,6 +35,7 @@ use crate::error::{invalid, Error, ErrorKind, Result};
 mod bitlk;
 mod fvault2;
 mod mapping;
+pub mod tcrypt;
 pub use bitlk::{bitlk_as_luks, load_bitlk_metadata, unlock_bitlk};
 pub use fvault2::{fvault2_as_luks, load_fvault2_metadata, unlock_fvault2};
 pub use mapping::{Mapping, PlainGiven};
