@@ -127,7 +127,7 @@ mod tests {
     use super::*;
     use crate::driver::{Rw, Workload};
     use crate::report::Phase;
-    use crate::runner::{Rep, RunTarget};
+    use crate::record::{Rep, RunTarget};
     use crate::stats::MIB;
 
     fn cell(name: &str, cipher: Option<Cipher>, mode: Mode, bs: u32, rounds: &[f64]) -> CellResult {
