@@ -312,7 +312,10 @@ mod tests {
         };
         let o = crate::runner::file::file_options(&only_qd.options().unwrap(), 64 << 20, &plan);
         assert!(o.headline.iter().all(|s| s.qd == 2), "{:?}", o.headline);
-        assert_eq!(o.headline_rw, [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]);
+        assert_eq!(
+            o.headline_rw,
+            [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]
+        );
         let bad = parse(&["--via", "file", "--file-size", "lots"]);
         let e = bad.options().unwrap_err();
         assert_eq!(e.to_string(), "Invalid file size `lots` (e.g. 256M, 1G)");
@@ -330,7 +333,10 @@ mod tests {
         let a = parse(&["--via", "vhost", "--peers", "--qd", "4"]);
         let o = a.options().unwrap();
         assert_eq!((o.bs, o.qd, o.jobs), (vec![4096], vec![4], vec![2]));
-        assert_eq!(o.rw, [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]);
+        assert_eq!(
+            o.rw,
+            [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]
+        );
         match a.via(Ok("/bin/ucrypt".into())).unwrap() {
             crate::Via::Vhost(p) => assert!(p.peers),
             v => panic!("{v:?}"),
@@ -340,5 +346,4 @@ mod tests {
         assert_eq!(fio.bs, crate::Options::standard().bs);
         assert_eq!(fio.jobs, crate::Options::standard().jobs);
     }
-
 }

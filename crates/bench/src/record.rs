@@ -308,4 +308,3 @@ pub struct Report {
 
 /// The name of the storage's own rate under `--dir` ([`io_target`]).
 pub const DISK_TARGET: &str = "disk";
-

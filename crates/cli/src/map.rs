@@ -277,7 +277,6 @@ fn read_stdin_pos() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-
 /// An inline engine over the table's device, read-only for reads.
 fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
     let path = table.device();

@@ -259,7 +259,10 @@ mod tests {
             assert!(p.set_table_word(w));
         }
         assert!(!p.set_table_word("sector_size:4096"));
-        assert_eq!(p.to_string(), "same_cpu_crypt high_priority no_write_workqueue");
+        assert_eq!(
+            p.to_string(),
+            "same_cpu_crypt high_priority no_write_workqueue"
+        );
         assert_eq!(
             p.status_words().collect::<Vec<_>>(),
             ["same_cpu_crypt", "no_write_workqueue", "high_priority"]

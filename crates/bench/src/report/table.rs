@@ -8,7 +8,6 @@ use crate::stats;
 use crate::target::Mode;
 use crate::CryptoSpeed;
 
-
 fn opt(v: Option<f64>, prec: usize, suffix: &str) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x:.prec$}{suffix}"),

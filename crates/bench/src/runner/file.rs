@@ -588,6 +588,4 @@ mod tests {
         drop(made);
         assert!(!at.exists(), "a made file is removed");
     }
-
-
 }

@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::plan::{round_order, Plan};
-use crate::report::{self, CellResult, Phase, Report, Skipped};
 pub use crate::record::{DiskReqs, Rep, RunTarget};
+use crate::report::{self, CellResult, Phase, Report, Skipped};
 use crate::target::{Cipher, Mode};
 use crate::{Error, Options, Workload};
 

@@ -13,8 +13,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
 use crate::map::{Direction, Source};
+use clap::{Args, Subcommand};
 use luks::ops::Ui as _;
 use zeroize::Zeroizing;
 

@@ -11,11 +11,11 @@ use backend::Backend;
 use super::submit::replay;
 use super::{catch, Core};
 use crate::gate;
+use crate::layout::Layout;
 use crate::mode::adaptive::Adaptive;
 use crate::mode::classic::Classic;
 use crate::segments::{Cipher, Segs};
 use crate::stats::{Dir, Path};
-use crate::layout::Layout;
 use crate::{Completion, CryptMode, EngineConfig, Error};
 
 /// One volume + configuration, with the mode's threads: what a table swap

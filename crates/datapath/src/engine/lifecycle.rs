@@ -9,9 +9,9 @@ use std::sync::Arc;
 use crypto::SectorCrypt;
 
 use super::generation::Gen;
-use crate::layout::Layout;
 use super::submit::replay;
 use super::{catch, Engine};
+use crate::layout::Layout;
 use crate::mode;
 use crate::segments::Cipher;
 use crate::{EngineConfig, Error, Mapping, Volume};
