@@ -21,6 +21,8 @@
 
 use std::fmt::Write as _;
 
+use crypto::perf::Flag;
+
 use crate::error::OptionsError;
 use crate::Error;
 
@@ -30,7 +32,10 @@ pub use workload::{job_file_for, AdvisorWorkload, CellSpec, Preset, DEFAULT_PRES
 
 /// The two dm-crypt flags the seeds measure; the candidates are their four
 /// combinations.
-pub const WORKQUEUE_FLAGS: [&str; 2] = ["no_read_workqueue", "no_write_workqueue"];
+pub const WORKQUEUE_FLAGS: [&str; 2] = [
+    Flag::NoReadWorkqueue.table_word(),
+    Flag::NoWriteWorkqueue.table_word(),
+];
 
 /// A mapping's activation flags, split into the ones the advisor decides
 /// and the rest, which every candidate keeps; and, for a candidate that
@@ -62,15 +67,24 @@ pub const HIGH_PRIORITY_CRYPTSETUP: (u32, u32, u32) = (2, 7, 0);
 pub const MODULE_PARAMETERS: &str = "/sys/module/dm_crypt/parameters";
 
 impl Flags {
+    /// The flags the advisor decides, in the order a line gets them.
+    fn decided(&self) -> [(bool, Flag); 3] {
+        [
+            (self.no_read_wq, Flag::NoReadWorkqueue),
+            (self.no_write_wq, Flag::NoWriteWorkqueue),
+            (self.high_priority, Flag::HighPriority),
+        ]
+    }
+
     /// Parses the optional parameters of a dm-crypt table line.
     pub fn parse(words: &[&str]) -> Self {
         let mut f = Flags::default();
         for w in words {
-            match *w {
-                "no_read_workqueue" => f.no_read_wq = true,
-                "no_write_workqueue" => f.no_write_wq = true,
-                "high_priority" => f.high_priority = true,
-                other => f.kept.push(other.to_string()),
+            match Flag::from_table_word(w) {
+                Some(Flag::NoReadWorkqueue) => f.no_read_wq = true,
+                Some(Flag::NoWriteWorkqueue) => f.no_write_wq = true,
+                Some(Flag::HighPriority) => f.high_priority = true,
+                _ => f.kept.push(w.to_string()),
             }
         }
         f
@@ -82,8 +96,8 @@ impl Flags {
     pub fn name(&self) -> String {
         let mut s = match (self.no_read_wq, self.no_write_wq) {
             (false, false) => "none",
-            (true, false) => "no_read_workqueue",
-            (false, true) => "no_write_workqueue",
+            (true, false) => Flag::NoReadWorkqueue.table_word(),
+            (false, true) => Flag::NoWriteWorkqueue.table_word(),
             (true, true) => "both",
         }
         .to_string();
@@ -137,14 +151,10 @@ impl Flags {
     /// empty when there are none.
     pub fn table_words(&self) -> String {
         let mut w: Vec<&str> = self.kept.iter().map(String::as_str).collect();
-        if self.no_read_wq {
-            w.push("no_read_workqueue");
-        }
-        if self.no_write_wq {
-            w.push("no_write_workqueue");
-        }
-        if self.high_priority {
-            w.push("high_priority");
+        for (on, f) in self.decided() {
+            if on {
+                w.push(f.table_word());
+            }
         }
         if w.is_empty() {
             String::new()
@@ -172,21 +182,16 @@ impl Flags {
         }
         s.push_str("cryptsetup refresh");
         for k in &self.kept {
-            match k.as_str() {
-                "allow_discards" => s.push_str(" --allow-discards"),
-                "same_cpu_crypt" => s.push_str(" --perf-same_cpu_crypt"),
-                "submit_from_crypt_cpus" => s.push_str(" --perf-submit_from_crypt_cpus"),
-                _ => {}
+            if k == "allow_discards" {
+                s.push_str(" --allow-discards");
+            } else if let Some(f) = Flag::from_table_word(k) {
+                let _ = write!(s, " {}", f.cli_option());
             }
         }
-        if self.no_read_wq {
-            s.push_str(" --perf-no_read_workqueue");
-        }
-        if self.no_write_wq {
-            s.push_str(" --perf-no_write_workqueue");
-        }
-        if self.high_priority {
-            s.push_str(" --perf-high_priority");
+        for (on, f) in self.decided() {
+            if on {
+                let _ = write!(s, " {}", f.cli_option());
+            }
         }
         let _ = write!(s, " {name}");
         s

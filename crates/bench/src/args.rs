@@ -208,7 +208,7 @@ impl BenchArgs {
 }
 
 /// The [`BenchArgs`] of a `ucrypt bench ARGS…` command line, for the
-/// runners' tests of what their `--via` fills in.
+/// tests of what each `--via` fills in (the runners' plans and defaults).
 #[cfg(test)]
 pub(crate) fn parse_for_test(args: &[&str]) -> BenchArgs {
     use clap::Parser;
@@ -257,5 +257,93 @@ mod tests {
             Via::Fio { dir, .. } => assert_eq!(dir, None),
             other => panic!("{other:?}"),
         }
+    }
+
+    // What each `--via` fills in (the runners' plans and option defaults).
+    use parse_for_test as parse;
+
+    #[test]
+    fn via_file_defaults_to_the_modes_on_4k_sectors_without_a_sweep() {
+        let a = parse(&["--via", "file", "--file", "/x/f.img", "--file-size", "256M"]);
+        let o = a.options().unwrap();
+        let names: Vec<String> = o.targets.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["raw", "aes-classic", "aes-inline", "aes-adaptive"]);
+        assert_eq!(o.sector_size, 4096);
+        assert!(o.sweep_targets.is_empty());
+        match a.via(Err(std::io::ErrorKind::NotFound.into())).unwrap() {
+            crate::Via::File(p) => {
+                assert_eq!(p.path, Some(std::path::PathBuf::from("/x/f.img")));
+                assert_eq!(p.size, Some(256 << 20));
+            }
+            v => panic!("{v:?}"),
+        }
+        // What the command line says wins.
+        let told = parse(&[
+            "--via",
+            "file",
+            "--targets",
+            "aes-inline",
+            "--sector-size",
+            "512",
+        ]);
+        let o = told.options().unwrap();
+        assert_eq!((o.targets.len(), o.sector_size), (1, 512));
+        // --bs/--qd/--rw choose the cells (each size at each depth).
+        let cells = parse(&[
+            "--via", "file", "--bs", "64k,1M", "--qd", "1,4", "--rw", "randread",
+        ]);
+        let crate::Via::File(plan) = cells.via(Err(std::io::ErrorKind::NotFound.into())).unwrap()
+        else {
+            panic!("not a file plan")
+        };
+        let o = crate::runner::file::file_options(&cells.options().unwrap(), 64 << 20, &plan);
+        let shapes: Vec<(u32, usize)> = o.headline.iter().map(|s| (s.bs, s.qd)).collect();
+        assert_eq!(
+            shapes,
+            [(64 << 10, 1), (64 << 10, 4), (1 << 20, 1), (1 << 20, 4)]
+        );
+        assert_eq!(o.headline_rw, [crate::driver::Rw::RandRead]);
+        let only_qd = parse(&["--via", "file", "--qd", "2"]);
+        let crate::Via::File(plan) = only_qd
+            .via(Err(std::io::ErrorKind::NotFound.into()))
+            .unwrap()
+        else {
+            panic!("not a file plan")
+        };
+        let o = crate::runner::file::file_options(&only_qd.options().unwrap(), 64 << 20, &plan);
+        assert!(o.headline.iter().all(|s| s.qd == 2), "{:?}", o.headline);
+        assert_eq!(
+            o.headline_rw,
+            [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]
+        );
+        let bad = parse(&["--via", "file", "--file-size", "lots"]);
+        let e = bad.options().unwrap_err();
+        assert_eq!(e.to_string(), "Invalid file size `lots` (e.g. 256M, 1G)");
+        for other in [
+            &["--via", "fio", "--file", "/x"][..],
+            &["--file-size", "1G"],
+        ] {
+            let e = parse(other).options().unwrap_err();
+            assert_eq!(e.to_string(), "--file and --file-size go with --via file");
+        }
+    }
+
+    #[test]
+    fn via_vhost_fills_in_its_sweep_where_the_command_line_is_silent() {
+        let a = parse(&["--via", "vhost", "--peers", "--qd", "4"]);
+        let o = a.options().unwrap();
+        assert_eq!((o.bs, o.qd, o.jobs), (vec![4096], vec![4], vec![2]));
+        assert_eq!(
+            o.rw,
+            [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]
+        );
+        match a.via(Ok("/bin/ucrypt".into())).unwrap() {
+            crate::Via::Vhost(p) => assert!(p.peers),
+            v => panic!("{v:?}"),
+        }
+        // fio and in-process keep the profile's sweep.
+        let fio = parse(&["--via", "fio"]).options().unwrap();
+        assert_eq!(fio.bs, crate::Options::standard().bs);
+        assert_eq!(fio.jobs, crate::Options::standard().jobs);
     }
 }

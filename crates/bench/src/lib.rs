@@ -40,6 +40,7 @@ mod error;
 pub mod heatmap;
 pub mod options;
 pub mod plan;
+pub mod record;
 pub mod report;
 pub mod runner;
 pub mod stats;

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use crate::driver::Workload;
-use crate::report::Phase;
+use crate::record::Phase;
 use crate::Options;
 
 /// A headline workload shape: block size and queue depth, one job.

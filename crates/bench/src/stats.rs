@@ -191,6 +191,17 @@ pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
         .then(|| std::time::Duration::from_secs_f64(v * scale))
 }
 
+/// `4k`, `64k`, `1M`.
+pub fn fmt_bs(bs: u32) -> String {
+    if bs >= 1 << 20 && bs % (1 << 20) == 0 {
+        format!("{}M", bs >> 20)
+    } else if bs >= 1024 && bs % 1024 == 0 {
+        format!("{}k", bs >> 10)
+    } else {
+        bs.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

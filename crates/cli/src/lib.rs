@@ -2,8 +2,10 @@
 //! formatting and one mapping from the libraries' typed errors to
 //! cryptsetup's exit codes ([`Failure`]). Each subcommand group lives in its
 //! own module under `cmd/`; the work is done by the library crates (the
-//! daemon, its control protocol and `map` by `ucrypt-daemon`, LUKS by
-//! `ucrypt-luks`; `benchmark`'s cipher table in [`benchmark`]).
+//! daemon and its control protocol by `ucrypt-daemon`, LUKS by
+//! `ucrypt-luks`, plain mode by `ucrypt-plain`), except `map` (which runs no
+//! daemon: [`map`], the table through an inline engine) and `benchmark`'s
+//! cipher table ([`benchmark`]).
 //!
 //! `ucrypt bench` runs in a binary of its own, `ucrypt-bench`
 //! (`src/bin/ucrypt-bench.rs`, over the `ucrypt-bench` crate), which
@@ -18,6 +20,7 @@ use clap::{Parser, Subcommand};
 pub mod benchmark;
 pub mod cmd;
 pub mod global;
+pub mod map;
 
 /// A failed command: the message for stderr and cryptsetup's exit code
 /// (1 wrong parameters, 2 no permission / bad passphrase, 3 out of memory,

@@ -30,6 +30,7 @@ use zeroize::Zeroizing;
 mod cipher;
 mod elephant;
 mod error;
+pub mod perf;
 pub mod secret;
 pub mod spec;
 pub mod speed;
@@ -42,6 +43,7 @@ pub use cipher::{
     RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
 };
 pub use error::Error;
+pub use perf::PerfFlags;
 pub use secret::Secret;
 pub use spec::CipherSpec;
 use spec::{BlockCipher, ChainMode, EssivHash, IvMode};

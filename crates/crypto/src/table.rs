@@ -7,9 +7,9 @@
 //! Parsing follows `crypt_ctr()` and `crypt_ctr_optional()` in Linux
 //! `drivers/md/dm-crypt.c` and refuses what the kernel refuses, with the
 //! kernel's reason text plus the offending field. Options are matched
-//! case-insensitively as the kernel does. The out-of-tree `force_inline`
-//! flag from the original workqueue-bypass patch means both
-//! `no_read_workqueue` and `no_write_workqueue`.
+//! case-insensitively as the kernel does; the performance flags (and the
+//! out-of-tree `force_inline`, both workqueue flags) are
+//! [`crate::perf::PerfFlags`].
 //!
 //! Formatting writes the options in the kernel's `crypt_status()` order and,
 //! like `dmsetup table` without `--showkeys`, masks the key as zeros of the
@@ -27,6 +27,7 @@ use std::fmt::{self, Write as _};
 use zeroize::Zeroizing;
 
 use crate::error;
+use crate::perf::PerfFlags;
 use crate::{CipherSpec, CryptConfig, Error, Secret, SectorCrypt};
 
 mod targets;
@@ -37,16 +38,9 @@ pub use targets::{Linear, Target, Targets, Zero};
 pub struct Options {
     /// Pass discards through (`allow_discards`).
     pub allow_discards: bool,
-    /// Encrypt on the submitting CPU (`same_cpu_crypt`).
-    pub same_cpu_crypt: bool,
-    /// Submit writes from the crypt threads (`submit_from_crypt_cpus`).
-    pub submit_from_crypt_cpus: bool,
-    /// Decrypt reads inline, without the kcryptd queue (`no_read_workqueue`).
-    pub no_read_workqueue: bool,
-    /// Encrypt writes inline, without the kcryptd queue (`no_write_workqueue`).
-    pub no_write_workqueue: bool,
-    /// High-priority workqueues (`high_priority`).
-    pub high_priority: bool,
+    /// The performance flags (`same_cpu_crypt`, `high_priority`, …); the
+    /// options read as them too (`options.no_read_workqueue`).
+    pub perf: PerfFlags,
     /// Encryption sector size in bytes (`sector_size:N`, default 512).
     pub sector_size: u32,
     /// IVs count `sector_size` units (`iv_large_sectors`).
@@ -57,14 +51,23 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             allow_discards: false,
-            same_cpu_crypt: false,
-            submit_from_crypt_cpus: false,
-            no_read_workqueue: false,
-            no_write_workqueue: false,
-            high_priority: false,
+            perf: PerfFlags::default(),
             sector_size: 512,
             iv_large_sectors: false,
         }
+    }
+}
+
+impl std::ops::Deref for Options {
+    type Target = PerfFlags;
+    fn deref(&self) -> &PerfFlags {
+        &self.perf
+    }
+}
+
+impl std::ops::DerefMut for Options {
+    fn deref_mut(&mut self) -> &mut PerfFlags {
+        &mut self.perf
     }
 }
 
@@ -72,19 +75,10 @@ impl Options {
     /// The option words in the kernel's status order (empty when none).
     pub fn words(&self) -> Vec<String> {
         let mut w = Vec::new();
-        let flags = [
-            (self.allow_discards, "allow_discards"),
-            (self.same_cpu_crypt, "same_cpu_crypt"),
-            (self.high_priority, "high_priority"),
-            (self.submit_from_crypt_cpus, "submit_from_crypt_cpus"),
-            (self.no_read_workqueue, "no_read_workqueue"),
-            (self.no_write_workqueue, "no_write_workqueue"),
-        ];
-        for (on, name) in flags {
-            if on {
-                w.push(name.to_owned());
-            }
+        if self.allow_discards {
+            w.push("allow_discards".to_owned());
         }
+        w.extend(self.perf.table_words().map(str::to_owned));
         if self.sector_size != 512 {
             w.push(format!("sector_size:{}", self.sector_size));
         }
@@ -499,17 +493,9 @@ fn parse_options(rest: &[&str]) -> Result<Options, Error> {
         let lower = opt.to_ascii_lowercase();
         match lower.as_str() {
             "allow_discards" => o.allow_discards = true,
-            "same_cpu_crypt" => o.same_cpu_crypt = true,
-            "submit_from_crypt_cpus" => o.submit_from_crypt_cpus = true,
-            "no_read_workqueue" => o.no_read_workqueue = true,
-            "no_write_workqueue" => o.no_write_workqueue = true,
-            "high_priority" => o.high_priority = true,
             "iv_large_sectors" => o.iv_large_sectors = true,
-            // Out-of-tree flag of the original workqueue-bypass patch.
-            "force_inline" => {
-                o.no_read_workqueue = true;
-                o.no_write_workqueue = true;
-            }
+            // The performance flags, `force_inline` included.
+            _ if o.perf.set_table_word(&lower) => {}
             _ => {
                 if lower.starts_with("integrity:") {
                     return Err(error::unsupported(format!(

@@ -22,6 +22,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crypto::PerfFlags;
+
 use crate::error::{invalid, Result};
 
 /// The volume type crypttab names (`luks` when none is given).
@@ -60,14 +62,9 @@ pub struct Entry {
     pub discard: bool,
     /// `readonly`, `read-only`.
     pub read_only: bool,
-    /// `no-read-workqueue`.
-    pub no_read_workqueue: bool,
-    /// `no-write-workqueue`.
-    pub no_write_workqueue: bool,
-    /// `same-cpu-crypt`.
-    pub same_cpu_crypt: bool,
-    /// `submit-from-crypt-cpus`.
-    pub submit_from_crypt_cpus: bool,
+    /// `no-read-workqueue`, `no-write-workqueue`, `same-cpu-crypt`,
+    /// `submit-from-crypt-cpus` (`crypto::perf::Flag::crypttab_option`).
+    pub perf: PerfFlags,
     /// `tpm2-device=`.
     pub tpm2_device: Option<String>,
     /// `tpm2-pin=`.
@@ -278,10 +275,7 @@ fn option(e: &mut Entry, o: &str) -> std::result::Result<(), String> {
         "header" => e.header = Some(PathBuf::from(text(k, v)?)),
         "discard" => e.discard = true,
         "readonly" | "read-only" => e.read_only = true,
-        "no-read-workqueue" => e.no_read_workqueue = true,
-        "no-write-workqueue" => e.no_write_workqueue = true,
-        "same-cpu-crypt" => e.same_cpu_crypt = true,
-        "submit-from-crypt-cpus" => e.submit_from_crypt_cpus = true,
+        _ if e.perf.set_crypttab_option(k) => {}
         "tpm2-device" => e.tpm2_device = Some(text(k, v)?),
         "tpm2-pin" => e.tpm2_pin = Some(boolean(k, v)?),
         "tpm2-signature" => e.tpm2_signature = Some(PathBuf::from(text(k, v)?)),
@@ -354,8 +348,8 @@ mod tests {
         assert_eq!(d.key_file.as_deref(), Some(Path::new("/etc/keys/data.key")));
         assert_eq!((d.keyfile_offset, d.keyfile_size), (Some(16), Some(32)));
         assert_eq!(d.header.as_deref(), Some(Path::new("/h.img")));
-        assert!(d.discard && d.read_only && d.no_read_workqueue && d.no_write_workqueue);
-        assert!(d.same_cpu_crypt && d.submit_from_crypt_cpus && d.headless);
+        assert!(d.discard && d.read_only && d.perf.no_read_workqueue && d.perf.no_write_workqueue);
+        assert!(d.perf.same_cpu_crypt && d.perf.submit_from_crypt_cpus && d.headless);
         assert_eq!(d.tpm2_device.as_deref(), Some("auto"));
         assert_eq!(d.tpm2_pin, Some(true));
         assert_eq!(d.tpm2_signature.as_deref(), Some(Path::new("/run/s.json")));

@@ -174,3 +174,44 @@ impl From<luks::Error> for Error {
         Self::transparent(kind, e)
     }
 }
+
+impl From<plain::Error> for Error {
+    /// A plain-mode failure keeps its text and cause; one that is a LUKS
+    /// (key reading) or backend (`rbd:` image) error converts as those do.
+    fn from(e: plain::Error) -> Self {
+        let (kind, message, source) = e.into_parts();
+        let source = match source.map(|s| s.downcast::<luks::Error>()) {
+            Some(Ok(l)) => return Self::from(*l),
+            Some(Err(s)) => match s.downcast::<backend::Error>() {
+                Ok(b) => return backend_error(*b),
+                Err(s) => Some(s),
+            },
+            None => None,
+        };
+        let kind = match kind {
+            plain::ErrorKind::NoDevice => ErrorKind::NoDevice,
+            _ => ErrorKind::InvalidInput,
+        };
+        Self {
+            kind,
+            message,
+            exit_code: None,
+            source,
+        }
+    }
+}
+
+/// A backend's failure to open a device: [`ErrorKind::Busy`] when someone
+/// else uses it (a regular file's lock, a block device's exclusive claim),
+/// else [`ErrorKind::NoDevice`]; shown as itself.
+pub fn backend_error(e: backend::Error) -> Error {
+    let kind = if matches!(
+        e.kind(),
+        backend::ErrorKind::Locked { .. } | backend::ErrorKind::InUse { .. }
+    ) {
+        ErrorKind::Busy
+    } else {
+        ErrorKind::NoDevice
+    };
+    Error::transparent(kind, e)
+}

@@ -14,13 +14,17 @@
 //!            │ open      options checked ─► VolumeSpec ─► serve here or │
 //!            │ detach    re-exec detached, spec + table on stdin, ping  │
 //!            │ volumes   close-and-wait, list (client side)             │
-//!            │ map       Table applied to its device through the Engine │
+//!            │ targets   a table's targets as the engine serves them    │
 //!            └──────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! Every fallible function returns [`Error`], whose [`ErrorKind`] is
 //! stable (and survives the control socket); callers map kinds to their
 //! own outcomes (the `ucrypt` binary: cryptsetup's exit codes).
+//!
+//! Plain mode's key derivation and table are the `plain` crate's (a
+//! volume format beside `luks`); `ucrypt map`, which runs no daemon, is
+//! the cli's (`cli::map`), over [`resolve`] and [`targets`].
 //!
 //! Keys: a [`Table`](crypto::table::Table) wipes its key on drop; lines
 //! that carry a key (`table --showkeys`, the detach pipe) are held in
@@ -31,20 +35,19 @@ pub mod control;
 pub mod crypttab;
 pub mod detach;
 mod error;
-pub mod map;
+pub mod export;
 pub mod open;
-pub mod plain;
 pub mod resolve;
 pub mod runtime;
 pub mod serve;
 pub mod spec;
-mod targets;
-pub mod tcrypt;
+pub mod targets;
 pub mod tls;
 pub mod volumes;
 
-pub use error::{chain, Error, ErrorKind, Result};
+pub use error::{backend_error, chain, Error, ErrorKind, Result};
 pub use open::OpenOptions;
+pub use resolve::tcrypt;
 pub use serve::{run, ExportSpec, Spec};
 pub use spec::VolumeSpec;
 pub use tls::TlsSpec;

@@ -25,7 +25,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crypto::table::{Options, Table, Targets};
+use crypto::table::{Table, Targets};
 use crypto::Secret;
 use datapath::{CryptMode, EngineConfig, PerfFlags};
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,7 @@ use crate::error::{invalid, Error, ErrorKind, Result};
 mod bitlk;
 mod fvault2;
 mod mapping;
+pub mod tcrypt;
 pub use bitlk::{bitlk_as_luks, load_bitlk_metadata, unlock_bitlk};
 pub use fvault2::{fvault2_as_luks, load_fvault2_metadata, unlock_fvault2};
 pub use mapping::{Mapping, PlainGiven};
@@ -443,40 +444,22 @@ pub fn engine_config(
     allow_discards: bool,
     read_only: bool,
 ) -> EngineConfig {
-    let mut o = table
-        .tables_mut()
-        .map(|t| t.options)
-        .fold(Options::default(), |a, b| Options {
-            same_cpu_crypt: a.same_cpu_crypt | b.same_cpu_crypt,
-            submit_from_crypt_cpus: a.submit_from_crypt_cpus | b.submit_from_crypt_cpus,
-            no_read_workqueue: a.no_read_workqueue | b.no_read_workqueue,
-            no_write_workqueue: a.no_write_workqueue | b.no_write_workqueue,
-            allow_discards: a.allow_discards | b.allow_discards,
-            ..a
-        });
-    o.same_cpu_crypt |= given.same_cpu_crypt;
-    o.submit_from_crypt_cpus |= given.submit_from_crypt_cpus;
-    o.no_read_workqueue |= given.no_read_workqueue;
-    o.no_write_workqueue |= given.no_write_workqueue;
-    o.high_priority |= given.high_priority;
-    o.allow_discards |= allow_discards;
+    // The engine takes the lines' workqueue flags; `high_priority` only
+    // as given (a line keeps its own word).
+    let mut flags = given;
+    let mut discards = allow_discards;
     for t in table.tables_mut() {
-        t.options.same_cpu_crypt = o.same_cpu_crypt;
-        t.options.submit_from_crypt_cpus = o.submit_from_crypt_cpus;
-        t.options.no_read_workqueue = o.no_read_workqueue;
-        t.options.no_write_workqueue = o.no_write_workqueue;
-        t.options.allow_discards = o.allow_discards;
+        flags = flags.union(PerfFlags::default().with_workqueue_flags_of(t.options.perf));
+        discards |= t.options.allow_discards;
+    }
+    for t in table.tables_mut() {
+        t.options.perf = t.options.perf.with_workqueue_flags_of(flags);
+        t.options.allow_discards = discards;
     }
     EngineConfig {
         mode,
-        flags: PerfFlags {
-            same_cpu_crypt: o.same_cpu_crypt,
-            submit_from_crypt_cpus: o.submit_from_crypt_cpus,
-            no_read_workqueue: o.no_read_workqueue,
-            no_write_workqueue: o.no_write_workqueue,
-            high_priority: o.high_priority,
-        },
-        allow_discards: o.allow_discards,
+        flags,
+        allow_discards: discards,
         read_only,
         ..EngineConfig::default()
     }

@@ -30,13 +30,12 @@ use crate::resolve::VolumeType;
 use crate::runtime::{self, NameLock, Paths, SocketFile};
 use crate::tls::TlsSpec;
 
-mod export;
 mod frontend;
 mod live;
 pub mod notify;
 mod reencrypt;
 
-pub use export::ExportSpec;
+pub use crate::export::ExportSpec;
 use frontend::{start_frontend, Frontend};
 pub use reencrypt::DEFAULT_HOTZONE;
 
@@ -192,7 +191,7 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
 /// daemon, `map`): no core dumps, and no ptrace or /proc/PID/mem reads by
 /// other processes of the same uid. For the rest of the process's life,
 /// which ends soon after the key goes. `who` names it in the error.
-pub(crate) fn non_dumpable(who: &str) -> Result<()> {
+pub fn non_dumpable(who: &str) -> Result<()> {
     nix::sys::prctl::set_dumpable(false).map_err(|e| {
         Error::new(ErrorKind::Io, format!("Cannot make {who} non-dumpable"))
             .with_source(std::io::Error::from(e))
@@ -234,7 +233,7 @@ fn build_engine(
     };
     let backend: Arc<dyn backend::Backend> = Arc::from(
         backend::open_device(std::path::Path::new(table.device()), &opts)
-            .map_err(crate::map::backend_error)?,
+            .map_err(crate::error::backend_error)?,
     );
     let engine =
         crate::targets::engine(table, backend.clone(), cfg.clone()).map_err(|e| match e {
@@ -475,11 +474,7 @@ impl Daemon {
         // Every crypt target shows the flags now in effect.
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         for t in table.tables_mut() {
-            t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
-            t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
-            t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
-            t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
-            t.options.high_priority = cfg.flags.high_priority;
+            t.options.perf = cfg.flags;
         }
         Ok(Reply::Refreshed {
             mode: cfg.mode,

@@ -260,9 +260,12 @@ mod tests {
                 export: ExportSpec::Fuse(Some("/mnt".into())),
                 mode: CryptMode::Adaptive,
                 perf: Flags {
-                    no_read_workqueue: true,
-                    submit_from_crypt_cpus: true,
-                    high_priority: true,
+                    perf: PerfFlags {
+                        no_read_workqueue: true,
+                        submit_from_crypt_cpus: true,
+                        high_priority: true,
+                        ..PerfFlags::default()
+                    },
                     max_read_size: 65536,
                     ..Flags::default()
                 },

@@ -30,7 +30,7 @@ pub(crate) fn mapping(table: &Targets, backend: Arc<dyn backend::Backend>) -> Re
 }
 
 /// An engine serving `table` over `backend`.
-pub(crate) fn engine(
+pub fn engine(
     table: &Targets,
     backend: Arc<dyn backend::Backend>,
     cfg: EngineConfig,
@@ -51,8 +51,10 @@ pub(crate) fn engine(
 
 /// Why [`engine`] failed: the table (a cipher that does not build) or the
 /// engine (the mapping does not fit the device, …).
-pub(crate) enum EngineError {
+pub enum EngineError {
+    /// A crypt line whose cipher does not build.
     Table(Error),
+    /// The engine refused the mapping.
     Engine(datapath::Error),
 }
 

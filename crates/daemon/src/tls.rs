@@ -28,7 +28,7 @@ use nbd::{TlsConfig, TlsMode};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, Result};
-use crate::serve::ExportSpec;
+use crate::export::ExportSpec;
 
 /// The NBD TLS options of `ucrypt open`, checked (part of a
 /// [`crate::VolumeSpec`]: peer verification is always spelled out, so a

@@ -34,22 +34,10 @@ impl CryptMode {
     }
 }
 
-/// dm-crypt's performance flags (table optional parameters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PerfFlags {
-    /// `same_cpu_crypt`
-    pub same_cpu_crypt: bool,
-    /// `submit_from_crypt_cpus`
-    pub submit_from_crypt_cpus: bool,
-    /// `no_read_workqueue`
-    pub no_read_workqueue: bool,
-    /// `no_write_workqueue`
-    pub no_write_workqueue: bool,
-    /// `high_priority` (dm-crypt 1.26, Linux 6.10): the classic pipeline's
-    /// threads run at nice -20, as the kernel's `WQ_HIGHPRI` workqueues
-    /// and its `dmcrypt_write` thread do (see `mode::classic`).
-    pub high_priority: bool,
-}
+/// dm-crypt's performance flags (table optional parameters), defined
+/// once in `crypto::perf`; `high_priority` runs the classic pipeline's
+/// threads at nice -20 (see `mode::classic`).
+pub use crypto::perf::PerfFlags;
 
 /// dm-crypt's default `max_read_size` and `max_write_size` module
 /// parameters (Linux 6.11): 128 KiB.

@@ -81,6 +81,7 @@ mod engine;
 mod error;
 mod export;
 mod gate;
+mod layout;
 mod mode;
 mod queue;
 mod request;

@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 
 use crate::proto;
-use crate::server::Shared;
+use crate::session::Shared;
 use crate::tls::TlsMode;
 use crate::Error;
 

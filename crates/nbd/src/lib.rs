@@ -38,14 +38,14 @@ mod handshake;
 pub mod proto;
 mod reuse;
 mod server;
+mod session;
 #[allow(unsafe_code)] // recv(MSG_PEEK) and poll(2), with their SAFETY notes
 mod stream;
 mod tls;
 mod transmit;
 
-pub use server::{
-    serve_connection, Endpoint, ExportConfig, Limits, Server, ServerOptions, ServerStats,
-};
+pub use server::{serve_connection, Endpoint, Server, ServerStats};
+pub use session::{ExportConfig, Limits, ServerOptions};
 pub use tls::{TlsConfig, TlsMode};
 
 /// Entry points for the cargo-fuzz targets in `fuzz/` (not a stable API):
@@ -65,7 +65,8 @@ pub mod internal {
 
         use datapath::Engine;
 
-        use crate::server::{lock, serve_one};
+        use crate::server::serve_one;
+        use crate::session::lock;
         use crate::{proto, ExportConfig, ServerOptions, TlsConfig};
 
         /// Plays `data[1..]` as everything a client sends after the

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use crate::server::lock;
+use crate::session::lock;
 
 type Job = Box<dyn FnOnce() + Send>;
 /// A job and where to report that it returned.

@@ -37,7 +37,7 @@ use datapath::{Hint, Op, OpKind, Request};
 
 use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
-use crate::server::{lock, Shared};
+use crate::session::{lock, Shared};
 use crate::stream::{self, Deadline, Stream};
 use crate::Error;
 

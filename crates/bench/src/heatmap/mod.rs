@@ -15,7 +15,7 @@
 pub mod render;
 
 use crate::driver::Rw;
-use crate::report::{CellResult, Phase, Report};
+use crate::record::{CellResult, Phase, Report};
 use crate::target::{Cipher, Mode};
 use crate::Error;
 

@@ -22,7 +22,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontDesc, FontFamily, FontStyle};
 
 use super::{Heatmap, Panel, Rgb, Scale, BLACK, DARK, GREY, WHITE};
-use crate::report::fmt_bs;
+use crate::stats::fmt_bs;
 use crate::Error;
 
 /// The font family registered with plotters and named in the SVG.

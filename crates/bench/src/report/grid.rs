@@ -126,8 +126,8 @@ pub fn table(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::driver::{Rw, Workload};
+    use crate::record::{Rep, RunTarget};
     use crate::report::Phase;
-    use crate::runner::{Rep, RunTarget};
     use crate::stats::MIB;
 
     fn cell(name: &str, cipher: Option<Cipher>, mode: Mode, bs: u32, rounds: &[f64]) -> CellResult {

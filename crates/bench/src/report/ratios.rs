@@ -130,7 +130,7 @@ pub fn table(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::driver::{Rw, Workload};
-    use crate::runner::{Rep, RunTarget};
+    use crate::record::{Rep, RunTarget};
     use crate::target::{Cipher, Mode};
     use crate::CryptoSpeed;
 

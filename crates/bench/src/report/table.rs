@@ -3,21 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{CellResult, Phase, Report};
+use super::{fmt_bs, CellResult, Phase, Report};
 use crate::stats;
 use crate::target::Mode;
 use crate::CryptoSpeed;
-
-/// `4k`, `64k`, `1M`.
-pub fn fmt_bs(bs: u32) -> String {
-    if bs >= 1 << 20 && bs % (1 << 20) == 0 {
-        format!("{}M", bs >> 20)
-    } else if bs >= 1024 && bs % 1024 == 0 {
-        format!("{}k", bs >> 10)
-    } else {
-        bs.to_string()
-    }
-}
 
 fn opt(v: Option<f64>, prec: usize, suffix: &str) -> String {
     match v {

@@ -38,57 +38,10 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::plan::{round_order, Plan};
+pub use crate::record::{DiskReqs, Rep, RunTarget};
 use crate::report::{self, CellResult, Phase, Report, Skipped};
-use crate::stats::Percentiles;
 use crate::target::{Cipher, Mode};
 use crate::{Error, Options, Workload};
-
-/// Something a runner can measure.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunTarget {
-    /// Name in the tables (`raw`, `aes-inline`, `ucrypt-aes-inline`, `qsd-luks` …).
-    pub name: String,
-    /// Cipher (None for raw baselines).
-    pub cipher: Option<Cipher>,
-    /// Data-path mode (None for raw and for peers).
-    pub mode: Option<Mode>,
-    /// Takes part in the headline.
-    pub headline: bool,
-    /// Takes part in the sweep.
-    pub swept: bool,
-}
-
-/// One measured repetition, whatever ran it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Rep {
-    /// Requests completed successfully.
-    pub ops: u64,
-    /// Bytes per second.
-    pub bytes_per_s: f64,
-    /// Requests per second.
-    pub iops: f64,
-    /// Completion latency percentiles of this repetition.
-    pub lat: Option<Percentiles>,
-    /// CPU seconds per GiB moved (client and server).
-    pub cpu_s_per_gib: Option<f64>,
-    /// Failed requests (or 1 for a failed fio run).
-    pub errors: u64,
-    /// The first error message.
-    pub error: Option<String>,
-    /// What reached the block device under the file (`--via file` on a
-    /// disk), measured around this repetition.
-    pub disk: Option<DiskReqs>,
-}
-
-/// Requests a block device completed during a repetition (from
-/// `/sys/block/DEV/stat`; the whole device, so other IO on it counts).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct DiskReqs {
-    /// Average KiB per read request (None: no reads).
-    pub read_kib: Option<f64>,
-    /// Average KiB per write request (None: no writes).
-    pub write_kib: Option<f64>,
-}
 
 /// Measures repetitions on its targets.
 pub trait Runner {

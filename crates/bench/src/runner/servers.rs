@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crypto::perf::Flag;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{sysconf, Pid, SysconfVar};
 
@@ -332,10 +333,10 @@ pub(super) fn spawn_ucrypt(
         mode,
     ]);
     if t.mode == Mode::InlineRead {
-        c.arg("--perf-no_read_workqueue");
+        c.arg(Flag::NoReadWorkqueue.cli_option());
     }
     if t.mode == Mode::InlineWrite {
-        c.arg("--perf-no_write_workqueue");
+        c.arg(Flag::NoWriteWorkqueue.cli_option());
     }
     c.args(export);
     c.arg(im).arg(&volume);

@@ -545,24 +545,6 @@ mod tests {
         assert_eq!((none.ops, none.cpu_s_per_gib), (0, None));
     }
 
-    use crate::args::parse_for_test as parse;
-
-    #[test]
-    fn via_vhost_fills_in_its_sweep_where_the_command_line_is_silent() {
-        let a = parse(&["--via", "vhost", "--peers", "--qd", "4"]);
-        let o = a.options().unwrap();
-        assert_eq!((o.bs, o.qd, o.jobs), (vec![4096], vec![4], vec![2]));
-        assert_eq!(o.rw, [Rw::RandRead, Rw::RandWrite]);
-        match a.via(Ok("/bin/ucrypt".into())).unwrap() {
-            crate::Via::Vhost(p) => assert!(p.peers),
-            v => panic!("{v:?}"),
-        }
-        // fio and in-process keep the profile's sweep.
-        let fio = parse(&["--via", "fio"]).options().unwrap();
-        assert_eq!(fio.bs, Options::standard().bs);
-        assert_eq!(fio.jobs, Options::standard().jobs);
-    }
-
     #[test]
     fn vhost_options_keep_images_small_and_add_the_1m_headline() {
         let o = vhost_options(&Options::standard());

@@ -8,13 +8,13 @@
 //! ```
 //!
 //! The map core (and where its table comes from) lives in
-//! [`daemon::map`], the benchmark in [`crate::benchmark`]; this module reads
+//! [`crate::map`], the benchmark in [`crate::benchmark`]; this module reads
 //! the arguments and prints.
 
 use std::path::PathBuf;
 
+use crate::map::{Direction, Source};
 use clap::{Args, Subcommand};
-use daemon::map::{Direction, Source};
 use luks::ops::Ui as _;
 use zeroize::Zeroizing;
 
@@ -200,7 +200,7 @@ impl Commands {
                     }
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;
-                daemon::map::map_stdio(&table, dir)?;
+                crate::map::map_stdio(&table, dir)?;
                 Ok(())
             }
             Self::Benchmark(a) => benchmark(&a),

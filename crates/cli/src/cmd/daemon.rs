@@ -382,10 +382,7 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     let s = &mut a.serve;
     s.allow_discards |= e.discard;
     s.readonly |= e.read_only;
-    s.perf.no_read_workqueue |= e.no_read_workqueue;
-    s.perf.no_write_workqueue |= e.no_write_workqueue;
-    s.perf.same_cpu_crypt |= e.same_cpu_crypt;
-    s.perf.submit_from_crypt_cpus |= e.submit_from_crypt_cpus;
+    s.perf.add(e.perf);
     if let Some(x) = e.export {
         s.export = x;
     }

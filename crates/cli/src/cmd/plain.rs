@@ -1,5 +1,5 @@
 //! cryptsetup's `open` options beyond a table line: plain mode as
-//! `cryptsetup open --type plain` builds it (`daemon::plain`; parsed here,
+//! `cryptsetup open --type plain` builds it (the `plain` crate; parsed here,
 //! handed on as `daemon::resolve::PlainGiven`) and `--test-passphrase`
 //! (the key-file range is `cmd::luks::KeyFileArgs`, shared by every verb
 //! that reads a key file). cryptsetup's checks on their combinations and

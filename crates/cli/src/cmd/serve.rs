@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use crypto::perf::{Flag, PerfFlags};
 use daemon::control::{parse_mode, Flags};
 use daemon::resolve::VolumeType;
 use daemon::spec::{parse_direct_io, parse_io_engine, Ceph};
@@ -66,24 +67,24 @@ impl TypeArg {
 }
 
 /// dm-crypt performance flags as `open` and `refresh` take them
-/// (`cryptsetup --perf-*`).
+/// (`cryptsetup --perf-*`, spelt by `crypto::perf::Flag::cli_long`).
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct PerfArgs {
     /// Decrypt reads inline (no read workqueue).
-    #[arg(long = "perf-no_read_workqueue")]
+    #[arg(long = Flag::NoReadWorkqueue.cli_long())]
     pub no_read_workqueue: bool,
     /// Encrypt writes inline (no write workqueue).
-    #[arg(long = "perf-no_write_workqueue")]
+    #[arg(long = Flag::NoWriteWorkqueue.cli_long())]
     pub no_write_workqueue: bool,
     /// Encrypt on the submitting CPU.
-    #[arg(long = "perf-same_cpu_crypt")]
+    #[arg(long = Flag::SameCpuCrypt.cli_long())]
     pub same_cpu_crypt: bool,
     /// Submit writes from the crypt threads.
-    #[arg(long = "perf-submit_from_crypt_cpus")]
+    #[arg(long = Flag::SubmitFromCryptCpus.cli_long())]
     pub submit_from_crypt_cpus: bool,
     /// Run the classic pipeline's threads at high priority (nice -20; the
     /// kernel's WQ_HIGHPRI workqueues, dm-crypt 1.26, Linux 6.10).
-    #[arg(long = "perf-high_priority")]
+    #[arg(long = Flag::HighPriority.cli_long())]
     pub high_priority: bool,
     /// Classic mode: cut queued reads into pieces of at most BYTES that
     /// the crypt threads take on their own, as Linux 6.11's dm-crypt does
@@ -100,15 +101,33 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
-    /// The flags and piece sizes (0 when not given) as they cross to the
-    /// daemon (`open`'s spec, `refresh`'s request).
-    pub fn flags(&self) -> Flags {
-        Flags {
+    /// The flags given.
+    pub fn perf_flags(&self) -> PerfFlags {
+        PerfFlags {
             same_cpu_crypt: self.same_cpu_crypt,
             submit_from_crypt_cpus: self.submit_from_crypt_cpus,
             no_read_workqueue: self.no_read_workqueue,
             no_write_workqueue: self.no_write_workqueue,
             high_priority: self.high_priority,
+        }
+    }
+
+    /// Turns on every flag set in `more` (crypttab's options beside the
+    /// command line's).
+    pub fn add(&mut self, more: PerfFlags) {
+        let u = self.perf_flags().union(more);
+        self.same_cpu_crypt = u.same_cpu_crypt;
+        self.submit_from_crypt_cpus = u.submit_from_crypt_cpus;
+        self.no_read_workqueue = u.no_read_workqueue;
+        self.no_write_workqueue = u.no_write_workqueue;
+        self.high_priority = u.high_priority;
+    }
+
+    /// The flags and piece sizes (0 when not given) as they cross to the
+    /// daemon (`open`'s spec, `refresh`'s request).
+    pub fn flags(&self) -> Flags {
+        Flags {
+            perf: self.perf_flags(),
             max_read_size: self.max_read_size.unwrap_or(0),
             max_write_size: self.max_write_size.unwrap_or(0),
         }

@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use daemon::map::{map as map_device_io, Direction as MapDirection};
 use daemon::resolve::luks_table;
 use testutil::TempDir;
+use ucrypt_cli::map::{map as map_device_io, Direction as MapDirection};
 
 const FAST_ARGON: &[&str] = &[
     "--pbkdf",

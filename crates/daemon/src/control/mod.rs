@@ -249,17 +249,10 @@ impl ExportKind {
 /// dm-crypt's performance flags, as they cross the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Flags {
-    /// `same_cpu_crypt`
-    pub same_cpu_crypt: bool,
-    /// `submit_from_crypt_cpus`
-    pub submit_from_crypt_cpus: bool,
-    /// `no_read_workqueue`
-    pub no_read_workqueue: bool,
-    /// `no_write_workqueue`
-    pub no_write_workqueue: bool,
-    /// `high_priority`
-    #[serde(default)]
-    pub high_priority: bool,
+    /// The flags (`same_cpu_crypt`, …, `high_priority`), as fields of
+    /// this object on the wire.
+    #[serde(flatten)]
+    pub perf: PerfFlags,
     /// Classic mode's read piece size (`--max-read-size`; 0: dm-crypt's
     /// default). Not a flag, but `refresh` replaces it with the flags.
     #[serde(default)]
@@ -270,13 +263,9 @@ pub struct Flags {
 }
 
 impl From<PerfFlags> for Flags {
-    fn from(f: PerfFlags) -> Self {
+    fn from(perf: PerfFlags) -> Self {
         Self {
-            same_cpu_crypt: f.same_cpu_crypt,
-            submit_from_crypt_cpus: f.submit_from_crypt_cpus,
-            no_read_workqueue: f.no_read_workqueue,
-            no_write_workqueue: f.no_write_workqueue,
-            high_priority: f.high_priority,
+            perf,
             max_read_size: 0,
             max_write_size: 0,
         }
@@ -285,30 +274,18 @@ impl From<PerfFlags> for Flags {
 
 impl From<Flags> for PerfFlags {
     fn from(f: Flags) -> Self {
-        Self {
-            same_cpu_crypt: f.same_cpu_crypt,
-            submit_from_crypt_cpus: f.submit_from_crypt_cpus,
-            no_read_workqueue: f.no_read_workqueue,
-            no_write_workqueue: f.no_write_workqueue,
-            high_priority: f.high_priority,
-        }
+        f.perf
     }
 }
 
 /// `cryptsetup status` flag words, in its order: `discards` (when
 /// `allow_discards`), then the performance flags that are set.
 pub fn flag_words(allow_discards: bool, f: &Flags) -> Vec<&'static str> {
-    [
-        (allow_discards, "discards"),
-        (f.same_cpu_crypt, "same_cpu_crypt"),
-        (f.submit_from_crypt_cpus, "submit_from_crypt_cpus"),
-        (f.no_read_workqueue, "no_read_workqueue"),
-        (f.no_write_workqueue, "no_write_workqueue"),
-        (f.high_priority, "high_priority"),
-    ]
-    .into_iter()
-    .filter_map(|(on, w)| on.then_some(w))
-    .collect()
+    allow_discards
+        .then_some("discards")
+        .into_iter()
+        .chain(f.perf.status_words())
+        .collect()
 }
 
 /// The data-path mode's name: `classic`, `inline` or `adaptive`.

@@ -23,7 +23,10 @@ pub(super) fn sample_status() -> Status {
         suspended: false,
         allow_discards: true,
         flags: Flags {
-            no_read_workqueue: true,
+            perf: PerfFlags {
+                no_read_workqueue: true,
+                ..PerfFlags::default()
+            },
             ..Flags::default()
         },
         mode: CryptMode::Adaptive,
@@ -131,7 +134,10 @@ fn requests_round_trip() {
         Request::Refresh {
             mode: Some(CryptMode::Inline),
             flags: Flags {
-                same_cpu_crypt: true,
+                perf: PerfFlags {
+                    same_cpu_crypt: true,
+                    ..PerfFlags::default()
+                },
                 ..Flags::default()
             },
         },

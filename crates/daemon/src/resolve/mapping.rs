@@ -21,7 +21,7 @@ use super::{
     device, plain_table_arg, unlock_bitlk, unlock_fvault2, unlock_reencrypting, Luks, VolumeType,
 };
 use crate::error::{invalid, Result};
-use crate::plain::PlainOptions;
+use plain::PlainOptions;
 
 /// cryptsetup's plain-mode and key-file options as given (`None`: not
 /// given), before defaults are applied (the cli's `--cipher`, `--key-size`,
@@ -120,7 +120,7 @@ pub struct Mapping<'a> {
     /// The LUKS2 token options (`--token-id`, `--token-only`, ...).
     pub tokens: tokens::TokenArgs,
     /// The TCRYPT switches (`--type tcrypt`).
-    pub tcrypt: crate::tcrypt::TcryptArgs,
+    pub tcrypt: super::tcrypt::TcryptArgs,
 }
 
 impl Mapping<'_> {
@@ -260,7 +260,7 @@ impl Mapping<'_> {
                 .chain(self.tcrypt.keyfiles.iter())
                 .cloned()
                 .collect();
-            let given = crate::tcrypt::Given {
+            let given = super::tcrypt::Given {
                 device,
                 keyfiles: &keyfiles,
                 hash: self.plain.hash.as_deref(),

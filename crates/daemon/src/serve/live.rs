@@ -195,10 +195,7 @@ impl Daemon {
         new.set_device(table.device());
         let cfg = self.engine.config();
         for t in new.tables_mut() {
-            t.options.same_cpu_crypt = cfg.flags.same_cpu_crypt;
-            t.options.submit_from_crypt_cpus = cfg.flags.submit_from_crypt_cpus;
-            t.options.no_read_workqueue = cfg.flags.no_read_workqueue;
-            t.options.no_write_workqueue = cfg.flags.no_write_workqueue;
+            t.options.perf = t.options.perf.with_workqueue_flags_of(cfg.flags);
             t.options.allow_discards = cfg.allow_discards;
         }
         let m = crate::targets::mapping(&new, self.backend.clone())?;

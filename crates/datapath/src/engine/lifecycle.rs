@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use crypto::SectorCrypt;
 
-use super::generation::{Gen, Layout};
+use super::generation::Gen;
 use super::submit::replay;
 use super::{catch, Engine};
+use crate::layout::Layout;
 use crate::mode;
 use crate::segments::Cipher;
 use crate::{EngineConfig, Error, Mapping, Volume};

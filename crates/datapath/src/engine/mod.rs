@@ -21,11 +21,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::gate::Gate;
+use crate::layout::Layout;
 use crate::stats::StatsCore;
 use crate::{cpu, mode};
 use crate::{CryptMode, EngineConfig, Error, Mapping, Stats, Volume};
 
-pub(crate) use generation::Layout;
 pub(crate) use generation::{Ctx, Done, Gen};
 
 /// Resolution of [`Core::contended_at`] in ns: a sighting is recorded

@@ -632,7 +632,7 @@ fn test_engine(ncpu: usize) -> crate::Engine {
         ..crate::EngineConfig::default()
     };
     crate::Engine::with_cpus(
-        crate::engine::Layout::volume(crate::test_volume(true)).unwrap(),
+        crate::layout::Layout::volume(crate::test_volume(true)).unwrap(),
         cfg,
         ncpu,
     )

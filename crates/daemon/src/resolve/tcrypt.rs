@@ -156,7 +156,7 @@ impl Given<'_> {
         if self.args.veracrypt_pim == Some(0) {
             return Err(Error::new(ErrorKind::InvalidInput, "Invalid PIM value: 0."));
         }
-        let device = crate::resolve::device(self.device)?;
+        let device = super::device(self.device)?;
         let req = self.request();
         if let Some(f) = &self.args.passphrase_file {
             let pass = read_passphrase_file(f)?;

@@ -20,6 +20,11 @@
 //!
 //! The result is the [`Table`] dm-crypt would get:
 //! `0 SIZE crypt CIPHER KEY SKIP DEVICE OFFSET [sector_size:N iv_large_sectors]`.
+//!
+//! A volume format beside `luks`, `tcrypt`, `bitlk` and `fvault2`: the
+//! daemon's `resolve` turns `open --type plain`'s options into
+//! [`PlainOptions`] and serves the table. The key stays in a [`Secret`].
+#![forbid(unsafe_code)]
 
 use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -29,7 +34,11 @@ use crypto::table::{Options, Table};
 use crypto::Secret;
 use luks::passphrase::KeyfileRange;
 
-use crate::error::{invalid, Error, ErrorKind, Result};
+mod error;
+
+pub use error::{Error, ErrorKind};
+
+use error::{invalid, Result};
 
 /// cryptsetup 2.6's plain-mode cipher.
 pub const DEFAULT_CIPHER: &str = "aes-cbc-essiv:sha256";
@@ -160,12 +169,8 @@ impl PlainOptions {
         let prompt = format!("Enter passphrase for {}: ", device.display());
         // A piped passphrase takes the range too; a terminal refuses an
         // offset (luks::passphrase::read_range), as cryptsetup does.
-        Ok(luks::passphrase::read_range(
-            plan.key_file.as_deref(),
-            plan.range,
-            &prompt,
-            false,
-        )?)
+        luks::passphrase::read_range(plan.key_file.as_deref(), plan.range, &prompt, false)
+            .map_err(Error::key)
     }
 
     /// The volume key from the key material (cryptsetup's `process_key`).
@@ -274,7 +279,7 @@ fn device_bytes(device: &Path) -> Result<u64> {
         };
         return backend::open_device(device, &ro)
             .map(|b| b.size())
-            .map_err(crate::map::backend_error);
+            .map_err(Error::backend);
     }
     std::fs::File::open(device)
         .and_then(|mut f| f.seek(SeekFrom::End(0)))
@@ -432,7 +437,7 @@ mod tests {
 
     #[test]
     fn tables_fit_the_device() {
-        let dir = testutil::TempDir::new("daemon-plain");
+        let dir = testutil::TempDir::new("plain");
         let dev = dir.join("dev");
         std::fs::write(&dev, vec![0u8; 64 * 512]).unwrap();
         let o = PlainOptions {

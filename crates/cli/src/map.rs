@@ -1,4 +1,5 @@
-//! `ucrypt map`: a dm-crypt table applied to its file or block device with
+//! `ucrypt map` (the cli's library side; `cmd::crypt` parses and prints):
+//! a dm-crypt table applied to its file or block device with
 //! no frontend, every byte going through [`datapath::Engine`] so the same
 //! single check point (range, alignment, read-only) guards it as any
 //! frontend's requests.
@@ -23,7 +24,12 @@ use crypto::table::Targets;
 use datapath::{CryptMode, Engine, EngineConfig};
 use zeroize::Zeroizing;
 
-use crate::error::{invalid, Error, ErrorKind, Result};
+use daemon::{Error, ErrorKind, Result};
+
+/// An [`ErrorKind::InvalidInput`] error.
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidInput, msg)
+}
 
 /// Which way [`map`] moves data.
 ///
@@ -43,7 +49,7 @@ pub enum Direction {
 #[non_exhaustive]
 pub enum Source<'a> {
     /// `--table LINE` (`-` = stdin), with `--key-file` for a `-` key field
-    /// (see [`crate::resolve::plain_table_arg`]).
+    /// (see [`daemon::resolve::plain_table_arg`]).
     Table {
         /// The table line.
         line: &'a str,
@@ -96,7 +102,7 @@ pub enum Source<'a> {
     },
     /// `--tcrypt DEVICE`: a TrueCrypt/VeraCrypt volume's table, its
     /// passphrase from a prompt or a line of stdin (read only).
-    Tcrypt(crate::tcrypt::Given<'a>),
+    Tcrypt(daemon::tcrypt::Given<'a>),
 }
 
 impl Source<'_> {
@@ -109,7 +115,7 @@ impl Source<'_> {
     /// The process is made non-dumpable first: from here on it holds the
     /// key (as the daemon does).
     pub fn table(&self, dir: Direction, warn: impl FnMut(&str)) -> Result<Targets> {
-        crate::serve::non_dumpable("map")?;
+        daemon::serve::non_dumpable("map")?;
         let stdin_free = dir == Direction::Read;
         match *self {
             Source::Table {
@@ -122,7 +128,7 @@ impl Source<'_> {
                         "--keyfile-offset and --keyfile-size do not apply to --table (its key file is the raw key)",
                     ));
                 }
-                crate::resolve::plain_table_arg(line, key_file, stdin_free)
+                daemon::resolve::plain_table_arg(line, key_file, stdin_free)
             }
             Source::Luks {
                 device,
@@ -139,7 +145,7 @@ impl Source<'_> {
                         "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
                     ));
                 }
-                let (table, _) = crate::resolve::unlock_luks(
+                let (table, _) = daemon::resolve::unlock_luks(
                     device, header, key_file, range, key_slot, None, tokens, warn,
                 )?;
                 Ok(table)
@@ -157,8 +163,8 @@ impl Source<'_> {
                         "--write reads plaintext from stdin: give the passphrase with --key-file FILE",
                     ));
                 }
-                let device = crate::resolve::device(device)?;
-                crate::resolve::unlock_bitlk(&device, key_file, range, volume_key_file, warn)
+                let device = daemon::resolve::device(device)?;
+                daemon::resolve::unlock_bitlk(&device, key_file, range, volume_key_file, warn)
             }
             Source::Fvault2 {
                 device,
@@ -169,8 +175,8 @@ impl Source<'_> {
                 if !stdin_free {
                     return Err(invalid("FVAULT2 devices are mapped read-only: use --read"));
                 }
-                let device = crate::resolve::device(device)?;
-                crate::resolve::unlock_fvault2(&device, key_file, range, volume_key_file)
+                let device = daemon::resolve::device(device)?;
+                daemon::resolve::unlock_fvault2(&device, key_file, range, volume_key_file)
             }
             Source::Tcrypt(given) => {
                 if !stdin_free && !io::stdin().is_terminal() {
@@ -178,7 +184,7 @@ impl Source<'_> {
                         "--write reads plaintext from stdin: a TCRYPT passphrase must be typed at the terminal",
                     ));
                 }
-                let device = crate::resolve::device(given.device)?;
+                let device = daemon::resolve::device(given.device)?;
                 given.targets(&device)
             }
         }
@@ -208,7 +214,7 @@ pub fn map(
     input_len: Option<u64>,
     output: &mut dyn Write,
 ) -> Result<()> {
-    crate::serve::non_dumpable("map")?;
+    daemon::serve::non_dumpable("map")?;
     check_device(table, dir)?;
     // Writes: the whole input is sized (and checked) before the device is
     // touched.
@@ -271,27 +277,6 @@ fn read_stdin_pos() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// A backing device that cannot be opened: [`ErrorKind::Busy`] (exit 5)
-/// when another open holds its lock or claim (or it is mounted), else
-/// [`ErrorKind::NoDevice`].
-pub(crate) fn backend_error(e: backend::Error) -> Error {
-    let kind = if in_use(e.kind()) {
-        ErrorKind::Busy
-    } else {
-        ErrorKind::NoDevice
-    };
-    Error::transparent(kind, e)
-}
-
-/// Whether a backend's open was refused because someone else uses the
-/// device: a regular file's lock, a block device's exclusive claim.
-fn in_use(kind: &backend::ErrorKind) -> bool {
-    matches!(
-        kind,
-        backend::ErrorKind::Locked { .. } | backend::ErrorKind::InUse { .. }
-    )
-}
-
 /// An inline engine over the table's device, read-only for reads.
 fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
     let path = table.device();
@@ -309,8 +294,11 @@ fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
         },
     )
     .map_err(|e| {
-        if in_use(e.kind()) {
-            backend_error(e)
+        if matches!(
+            e.kind(),
+            backend::ErrorKind::Locked { .. } | backend::ErrorKind::InUse { .. }
+        ) {
+            daemon::backend_error(e)
         } else {
             Error::new(ErrorKind::NoDevice, format!("Cannot open device {path}")).with_source(e)
         }
@@ -322,9 +310,9 @@ fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
         workers: 1,
         ..EngineConfig::default()
     };
-    crate::targets::engine(table, Arc::from(backend), cfg).map_err(|e| match e {
-        crate::targets::EngineError::Table(e) => invalid("Invalid table").with_source(e),
-        crate::targets::EngineError::Engine(e) => {
+    daemon::targets::engine(table, Arc::from(backend), cfg).map_err(|e| match e {
+        daemon::targets::EngineError::Table(e) => invalid("Invalid table").with_source(e),
+        daemon::targets::EngineError::Engine(e) => {
             Error::new(ErrorKind::NoDevice, format!("Cannot map device {path}")).with_source(e)
         }
     })
@@ -509,7 +497,7 @@ mod tests {
     }
 
     fn plain(line: &str) -> Targets {
-        crate::resolve::plain_targets(line).unwrap()
+        daemon::resolve::plain_targets(line).unwrap()
     }
 
     #[test]

@@ -1,17 +1,18 @@
 //! `map` holds a volume key in the foreground: from the moment it builds
 //! the table the process is non-dumpable, as the daemon is. (Its own test
-//! binary: dumpability is process-wide.)
+//! binary, apart from the cli's one `cli` binary: dumpability is
+//! process-wide.)
 
 use std::io;
 
-use ucrypt_daemon::map::{self, Direction, Source};
+use ucrypt_cli::map::{self, Direction, Source};
 
 const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
                    f0e1d2c3b4a5968778695a4b3c2d1e0fffeeddccbbaa99887766554433221100";
 
 #[test]
 fn map_makes_the_process_non_dumpable_before_it_holds_the_key() {
-    let dir = testutil::TempDir::new("daemon-map-keys");
+    let dir = testutil::TempDir::new("cli-map-keys");
     let img = dir.join("vol.img");
     std::fs::File::create(&img)
         .unwrap()
