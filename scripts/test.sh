@@ -76,6 +76,8 @@ rm -f target/tmp/misuse-report.txt # this run's report only
 step install-deps
 bash scripts/install-test-deps.sh
 export UCRYPT_REQUIRE_TOOLS=1
+# No crate may grow a module cycle (docs/ARCHITECTURE.md, "Layout").
+python3 scripts/module-cycles.py
 step build
 cargo build --release --workspace --locked
 bash scripts/ceph-test-cluster.sh start "$ceph_dir/ceph" >"$ceph_dir/conf" 2>"$ceph_dir/start.log" &
