@@ -444,12 +444,14 @@ pub fn engine_config(
     allow_discards: bool,
     read_only: bool,
 ) -> EngineConfig {
-    // The engine takes the lines' workqueue flags; `high_priority` only
-    // as given (a line keeps its own word).
+    // One engine serves every line: it takes each flag any line (or the
+    // command line) sets. The lines then share the workqueue flags, while
+    // `high_priority` stays on the lines that named it, as dm-crypt keeps
+    // it per target.
     let mut flags = given;
     let mut discards = allow_discards;
     for t in table.tables_mut() {
-        flags = flags.union(PerfFlags::default().with_workqueue_flags_of(t.options.perf));
+        flags = flags.union(t.options.perf);
         discards |= t.options.allow_discards;
     }
     for t in table.tables_mut() {
@@ -468,6 +470,7 @@ pub fn engine_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crypto::perf::Flag;
 
     #[test]
     fn volume_type_from_the_header_magic() {
@@ -513,6 +516,28 @@ mod tests {
             e.to_string().ends_with("zeros is not a valid LUKS device"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_engine_takes_every_lines_flags_and_high_priority_stays_on_its_line() {
+        const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+        let mut t = plain_targets(&format!(
+            "0 8 crypt aes-xts-plain64 {KEY} 0 /x 0 1 high_priority\n\
+             8 8 crypt aes-xts-plain64 {KEY} 0 /x 8 1 no_read_workqueue"
+        ))
+        .unwrap();
+        let cfg = engine_config(
+            &mut t,
+            CryptMode::Classic,
+            PerfFlags::default(),
+            false,
+            false,
+        );
+        assert!(cfg.flags.get(Flag::HighPriority), "{:?}", cfg.flags);
+        assert!(cfg.flags.get(Flag::NoReadWorkqueue), "{:?}", cfg.flags);
+        let lines: Vec<PerfFlags> = t.tables_mut().map(|l| l.options.perf).collect();
+        assert!(lines[0].get(Flag::HighPriority) && lines[0].get(Flag::NoReadWorkqueue));
+        assert!(!lines[1].get(Flag::HighPriority) && lines[1].get(Flag::NoReadWorkqueue));
     }
 
     #[test]
