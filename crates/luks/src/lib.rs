@@ -274,7 +274,8 @@ pub mod internal {
         /// Parses `data` as the log of a LUKS1 reencryption
         /// (`LUKS-<uuid>.log`). Must never panic.
         pub fn reencrypt_luks1_log(data: &[u8]) {
-            let _ = crate::reencrypt::luks1::parse_log(data, "cafecafe-cafe-cafe-cafe-cafecafeeeee");
+            let _ =
+                crate::reencrypt::luks1::parse_log(data, "cafecafe-cafe-cafe-cafe-cafecafeeeee");
         }
     }
 }

@@ -153,7 +153,11 @@ impl Vol {
         );
         assert_ne!(self.volume_key(), old_key, "{what}: a new volume key");
         assert!(self.read_plain() == self.plain, "{what}: plaintext");
-        assert!(self.leftovers().is_empty(), "{what}: {:?}", self.leftovers());
+        assert!(
+            self.leftovers().is_empty(),
+            "{what}: {:?}",
+            self.leftovers()
+        );
     }
 }
 
@@ -182,7 +186,10 @@ fn a_luks1_volume_gets_a_new_key_cryptsetup_opens() {
     // A new cipher and key size.
     let key = v.volume_key();
     ok(
-        v.reencrypt(None, &["--cipher", "aes-cbc-essiv:sha256", "--key-size", "256"]),
+        v.reencrypt(
+            None,
+            &["--cipher", "aes-cbc-essiv:sha256", "--key-size", "256"],
+        ),
         "ucrypt reencrypt --cipher",
     );
     v.check_done(&id, &key, "new cipher");

@@ -139,14 +139,7 @@ impl Vol {
         match self.case {
             Case::Encrypt => a.extend(["--encrypt", "--type", "luks2"].map(Into::into)),
             Case::EncryptShift => a.extend(
-                [
-                    "--encrypt",
-                    "--type",
-                    "luks2",
-                    "--reduce-device-size",
-                    "4M",
-                ]
-                .map(Into::into),
+                ["--encrypt", "--type", "luks2", "--reduce-device-size", "4M"].map(Into::into),
             ),
             Case::Decrypt => a.push("--decrypt".into()),
         }
@@ -329,12 +322,7 @@ fn a_torn_decryption_is_refused_unrepaired_and_repaired_by_map() {
     {
         return;
     }
-    let v = Vol::new(
-        "plaintext-torn",
-        &std::env::temp_dir(),
-        Case::Decrypt,
-        230,
-    );
+    let v = Vol::new("plaintext-torn", &std::env::temp_dir(), Case::Decrypt, 230);
     ok(v.cryptsetup(&["--init-only"]), "cryptsetup --init-only");
     v.cryptsetup_stopped(3, true);
     assert!(v.in_reencryption());

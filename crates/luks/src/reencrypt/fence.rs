@@ -24,8 +24,8 @@ use crypto::Secret;
 use super::header::RawHeader;
 use super::lock::ReencryptLock;
 use super::{
-    data_size, post_segments_mem, read_header_of, segment_targets, unlock_both, Outcome, RunOptions,
-    State,
+    data_size, post_segments_mem, read_header_of, segment_targets, unlock_both, Outcome,
+    RunOptions, State,
 };
 use crate::error::{invalid, Result};
 

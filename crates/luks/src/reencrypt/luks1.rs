@@ -283,10 +283,7 @@ fn init(
     let opts = FormatOptions {
         version: 1,
         cipher: req.cipher.clone().unwrap_or_else(|| opened.cipher.clone()),
-        key_bits: Some(
-            req.key_bits
-                .unwrap_or(opened.volume_key.len() as u32 * 8),
-        ),
+        key_bits: Some(req.key_bits.unwrap_or(opened.volume_key.len() as u32 * 8)),
         hash: req.hash.unwrap_or(Hash::Sha256),
         kdf: req.kdf.clone(),
         uuid: Some(uuid.clone()),

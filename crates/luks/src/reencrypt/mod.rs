@@ -624,8 +624,7 @@ fn segment_targets(
             continue;
         }
         let is_old = !st.old_digest.is_empty()
-            && h
-                .meta
+            && h.meta
                 .digests
                 .get(&st.old_digest)
                 .is_some_and(|d| d.segments.contains(id))
