@@ -373,16 +373,19 @@ pub fn unlock_luks(
     ))
 }
 
-/// A LUKS2 volume stopped in the middle of a reencryption (by ucrypt or
-/// cryptsetup, between two hotzones): the multi-target table cryptsetup
-/// would load for it, the new key below the reencryption point and the
-/// old one above ([`luks::reencrypt::tables`]; the passphrase must open
-/// both). `None` when `device` holds no such volume, so the ordinary LUKS
-/// path answers (and names what is wrong). A hotzone a crash tore is
-/// repaired first when `repair` (as cryptsetup recovers it at
-/// activation: the resilience data says which blocks are still old), and
-/// refused otherwise (`open --test-passphrase` writes nothing). Detached
-/// headers are not handled here.
+/// A LUKS2 volume stopped in the middle of a reencryption, encryption or
+/// decryption (by ucrypt or cryptsetup, between two hotzones): the
+/// multi-target table cryptsetup would load for it, one target per data
+/// segment — dm-crypt under the new key on the moved side and the old
+/// key on the other, dm-linear where a side is plaintext, read at its
+/// offset (an encryption with a data shift reads its first bytes from
+/// the moved segment at the device's end) — ([`luks::reencrypt::tables`];
+/// the passphrase must open every key in use). The header is `header`
+/// (detached) or on `device`. `None` when it holds no such volume, so
+/// the ordinary LUKS path answers (and names what is wrong). A hotzone a
+/// crash tore is repaired first when `repair` (as cryptsetup recovers it
+/// at activation: the resilience data says which blocks are still old),
+/// and refused otherwise (`open --test-passphrase` writes nothing).
 pub fn unlock_reencrypting(
     device: &Path,
     header: Option<&Path>,
@@ -392,10 +395,11 @@ pub fn unlock_reencrypting(
     want: Option<VolumeType>,
     repair: bool,
 ) -> Result<Option<Targets>> {
-    if header.is_some() || want.is_some_and(|w| w != VolumeType::Luks2) {
+    if want.is_some_and(|w| w != VolumeType::Luks2) {
         return Ok(None);
     }
-    let torn = match luks::reencrypt::status(device) {
+    let meta = header.unwrap_or(device);
+    let torn = match luks::reencrypt::status(meta) {
         Ok(Some(st)) => st.hotzone().is_some(),
         _ => return Ok(None),
     };
@@ -403,7 +407,10 @@ pub fn unlock_reencrypting(
     let tables = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
         if torn && repair {
             let stop = std::sync::atomic::AtomicBool::new(true);
-            let opts = luks::reencrypt::RunOptions::default();
+            let opts = luks::reencrypt::RunOptions {
+                header: header.map(Path::to_path_buf),
+                ..Default::default()
+            };
             let done = luks::reencrypt::run(device, pass, key_slot, &opts, &stop, &mut |_, _| {})?;
             if done == luks::reencrypt::Outcome::Finished {
                 // The torn hotzone was the last: the volume is an
@@ -411,10 +418,10 @@ pub fn unlock_reencrypting(
                 return Ok(None);
             }
         }
-        luks::reencrypt::tables(device, pass, key_slot).map(Some)
+        luks::reencrypt::tables_at(device, meta, pass, key_slot).map(Some)
     })?;
     match tables {
-        Some(t) => Targets::from_tables(t)
+        Some(t) => Targets::new(t)
             .map(Some)
             .map_err(|e| invalid("Invalid reencryption table").with_source(e)),
         None => Ok(None),

@@ -57,8 +57,8 @@ pub struct Spec {
     pub io_engine: backend::IoEngine,
     /// O_DIRECT policy for the backing file.
     pub direct: backend::DirectIo,
-    /// The detached LUKS header, if any (online reencryption refuses
-    /// one).
+    /// The detached LUKS header, if any (online reencryption writes its
+    /// progress there).
     pub header: Option<std::path::PathBuf>,
     /// The volume's name, already claimed ([`runtime::claim`]); `None`:
     /// [`run`] claims it (refused while anyone holds it).

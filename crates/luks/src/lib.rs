@@ -270,5 +270,12 @@ pub mod internal {
         pub fn reencrypt_state(data: &[u8]) {
             crate::reencrypt::fuzz_state(data);
         }
+
+        /// Parses `data` as the log of a LUKS1 reencryption
+        /// (`LUKS-<uuid>.log`). Must never panic.
+        pub fn reencrypt_luks1_log(data: &[u8]) {
+            let _ =
+                crate::reencrypt::luks1::parse_log(data, "cafecafe-cafe-cafe-cafe-cafecafeeeee");
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (a new
+//! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (LUKS1:
+//! `reencrypt_luks1.rs`) (a new
 //! volume key; optionally a new cipher, key size or sector size; or
 //! `--decrypt` with a detached `--header`; `--encrypt` of a plaintext
 //! device with a detached `--header`) over `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
@@ -158,15 +159,18 @@ pub(super) fn check_progress(
 }
 
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
-    if a.encrypt || a.reduce_device_size.is_some() {
-        return encrypt_cmd(a, g);
-    }
     if let Some(name) = a.active_name.clone() {
         return super::reencrypt_online::run(a, &name, g);
+    }
+    if a.encrypt || a.reduce_device_size.is_some() {
+        return encrypt_cmd(a, g);
     }
     let Some(dev) = a.device.as_ref() else {
         return Err(Failure::usage("Command requires device as argument."));
     };
+    if a.header.is_none() && super::reencrypt_luks1::is_luks1(dev) {
+        return super::reencrypt_luks1::run(&a, dev);
+    }
     let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
     check_progress(state.is_some(), &a, g, dev)?;
     let pass = a.key.source().read(&prompt(&a, dev), false)?;
@@ -205,11 +209,6 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             ))
         }
         Some(t) => return Err(Failure::usage(format!("Invalid device type {t}."))),
-    }
-    if a.active_name.is_some() {
-        return Err(Failure::usage(
-            "Online encryption (--encrypt with --active-name) is not supported by ucrypt.",
-        ));
     }
     let Some(dev) = a.device.as_ref() else {
         return Err(Failure::usage("Command requires device as argument."));

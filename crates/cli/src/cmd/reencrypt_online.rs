@@ -1,5 +1,6 @@
 //! `ucrypt reencrypt --active-name NAME`: the online reencryption of a
-//! volume ucrypt serves. The passphrase is read here and crosses the
+//! volume ucrypt serves, or the continuation (`--resume-only`) of an
+//! encryption or decryption it serves mid-way. The passphrase is read here and crosses the
 //! control socket in locked memory; the daemon moves the data in the
 //! background while this command shows its progress (polling `status`)
 //! until it ends. `--pause`, `--resume` and `--rate` steer a running one;
@@ -86,19 +87,25 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             )));
         }
     }
-    if a.encrypt || a.decrypt || a.reduce_device_size.is_some() {
-        return Err(Failure::usage(
-            "LUKS2 encryption and decryption (--encrypt, --decrypt, --reduce-device-size) \
-             are not supported online by ucrypt reencrypt.",
-        ));
-    }
     if st.reencryption.as_ref().is_some_and(|r| r.running) {
         return Err(Failure::new(
             5,
             format!("Reencryption of device {name} is already running."),
         ));
     }
-    let state = reencrypt::status(&dev)?;
+    // The header: the detached one (`--header`, as the daemon serves it)
+    // or on the device.
+    let meta = a.header.clone().unwrap_or_else(|| dev.clone());
+    let state = reencrypt::status(&meta)?;
+    if state.is_none() && (a.encrypt || a.decrypt || a.reduce_device_size.is_some()) {
+        // An encryption or decryption in progress (started offline, by
+        // either tool) continues online; starting one online does not.
+        return Err(Failure::usage(
+            "Starting LUKS2 encryption or decryption (--encrypt, --decrypt, \
+             --reduce-device-size) online is not supported by ucrypt reencrypt: start it \
+             offline (or with --init-only), then continue it with --resume-only --active-name.",
+        ));
+    }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let init = if state.is_none() {
         let req = init_request(&a)?;

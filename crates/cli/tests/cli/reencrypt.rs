@@ -394,7 +394,7 @@ fn sha256(b: &[u8]) -> [u8; 32] {
 /// a hotzone), then SIGINT (`kill` false: it stops after that hotzone as
 /// on Ctrl-C) or killed there (`kill` true: a crash mid-hotzone, the
 /// hotzone's header written, the data synced, the next header not).
-fn under_gdb(hits: usize, kill: bool, prog: &Path, args: &[&std::ffi::OsStr]) -> String {
+pub(crate) fn under_gdb(hits: usize, kill: bool, prog: &Path, args: &[&std::ffi::OsStr]) -> String {
     let mut c = Command::new("gdb");
     c.args([
         "-q",

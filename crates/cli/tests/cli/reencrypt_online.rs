@@ -246,7 +246,7 @@ fn wait_child(c: Child, what: &str) -> Output {
 
 /// Where the images live: /dev/shm when it is a tmpfs (syncs cost
 /// nothing there), else the temp dir.
-fn base() -> PathBuf {
+pub(crate) fn base() -> PathBuf {
     if testutil::Capability::ShmTmpfs.missing().is_none() {
         PathBuf::from("/dev/shm")
     } else {
@@ -255,7 +255,7 @@ fn base() -> PathBuf {
 }
 
 /// A block device's three operations, as the verifying writer needs them.
-trait Dev {
+pub(crate) trait Dev {
     fn write(&mut self, off: u64, data: &[u8]) -> std::io::Result<()>;
     fn read(&mut self, off: u64, len: usize) -> std::io::Result<Vec<u8>>;
     fn flush(&mut self) -> std::io::Result<()>;
@@ -302,11 +302,11 @@ impl Dev for std::fs::File {
 /// acknowledged write applied), the write in flight when the device went
 /// away (it may or may not have landed), the operations done, and the
 /// first read that disagreed with the model.
-struct Seen {
-    model: Vec<u8>,
+pub(crate) struct Seen {
+    pub(crate) model: Vec<u8>,
     inflight: Option<(u64, Vec<u8>)>,
-    ops: u64,
-    mismatch: Option<String>,
+    pub(crate) ops: u64,
+    pub(crate) mismatch: Option<String>,
 }
 
 /// Random writes (4 KiB aligned, 4–64 KiB) and reads checked against the
@@ -403,7 +403,7 @@ fn volume_key(img: &Path, key: &Path) -> Vec<u8> {
 }
 
 /// The writer on its own thread over a device `connect` makes.
-fn start_writer<D: Dev + Send + 'static>(
+pub(crate) fn start_writer<D: Dev + Send + 'static>(
     dev: D,
     model: Vec<u8>,
     seed: u64,

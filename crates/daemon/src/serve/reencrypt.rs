@@ -1,5 +1,6 @@
 //! Online reencryption of the served volume (`ucrypt reencrypt
-//! --active-name`): the LUKS2 reencryption loop
+//! --active-name`), and the continuation of an encryption or decryption
+//! it serves mid-way (`--resume-only`): the LUKS2 reencryption loop
 //! ([`luks::reencrypt::Online`]) runs on a thread of its own while the
 //! frontend keeps serving, the engine held for each hotzone.
 //!
@@ -10,7 +11,8 @@
 //!                  drain (a FLUSH in flight completes first)
 //!   mover          read, protect (checksum/journal), header, reencrypt,
 //!                  write, sync, header past the hotzone (durable)
-//!   fence.advanced engine.reload_mapping(new | old at the new boundary):
+//!   fence.advanced engine.reload_mapping(the header's segments at the
+//!                  new boundary: new key or plaintext | old key or plaintext):
 //!                  admitted again; then the rate limit's sleep, a pause
 //! ```
 //!
@@ -35,7 +37,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crypto::table::{Table, Targets};
+use crypto::table::{Target, Targets};
 use luks::reencrypt::{self, Fence, Online, Outcome, Resilience, RunOptions};
 
 use super::Daemon;
@@ -78,11 +80,6 @@ impl Daemon {
                 "Device {name} is not a LUKS2 volume: online reencryption is for LUKS2 only."
             )));
         }
-        if self.header.is_some() {
-            return Err(invalid(format!(
-                "Device {name} uses a detached header: online reencryption needs the header on the device."
-            )));
-        }
         let mut slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
         if slot.as_ref().is_some_and(|r| r.shared.lock().running) {
             return Err(Error::new(
@@ -99,7 +96,8 @@ impl Daemon {
             )));
         }
         let device = self.device_path();
-        let state = reencrypt::status(&device)?;
+        let meta = self.header.clone().unwrap_or_else(|| device.clone());
+        let state = reencrypt::status(&meta)?;
         let pass = &start.passphrase;
         match (&state, &start.init) {
             (None, None) => return Err(invalid("Device reencryption not in progress.")),
@@ -120,28 +118,22 @@ impl Daemon {
                     resilience_hash: p.resilience_hash.clone(),
                     kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
                     decrypt: false,
-                    header: None,
+                    header: self.header.clone(),
                 };
                 reencrypt::init_held(&device, pass, start.key_slot, &req)?;
             }
             _ => {}
         }
-        let online = Online::unlock(&device, pass, start.key_slot)?;
+        let online = Online::unlock_at(&device, &meta, pass, start.key_slot)?;
         let st = online.state();
         if st.resilience == Resilience::None {
             return Err(refuse_none());
         }
-        if st.mode != reencrypt::Mode::Reencrypt {
-            return Err(invalid(format!(
-                "Online LUKS2 {} is not supported.",
-                st.mode.name()
-            )));
-        }
         let total = online.total()?;
         let progress = Reencryption {
-            done: if st.all_new { total } else { st.progress() },
+            done: st.progress_of(total),
             total,
-            direction: "forward".into(),
+            direction: if st.backward { "backward" } else { "forward" }.into(),
             resilience: st.resilience.name().into(),
             hotzone: if start.hotzone > 0 {
                 start.hotzone
@@ -171,7 +163,7 @@ impl Daemon {
         let sh = Arc::clone(&shared);
         let opts = RunOptions {
             hotzone: progress.hotzone,
-            header: None,
+            header: self.header.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("reencrypt".into())
@@ -254,10 +246,10 @@ impl Daemon {
         Ok(())
     }
 
-    /// The reencryption's tables as the served mapping: our device, the
+    /// The reencryption's targets as the served mapping: our device, the
     /// engine's flags on every crypt line.
-    fn targets(&self, tables: Vec<Table>) -> Result<Targets> {
-        let mut t = Targets::from_tables(tables)
+    fn targets(&self, tables: Vec<Target>) -> Result<Targets> {
+        let mut t = Targets::new(tables)
             .map_err(|e| invalid("Invalid reencryption table").with_source(e))?;
         let have = self.table.lock().unwrap_or_else(|e| e.into_inner());
         t.set_device(have.device());
@@ -275,8 +267,10 @@ impl Daemon {
     }
 
     /// Installs `t` in the held engine and lets IO through: several
-    /// targets as a mapping; one (the end) as the one-key volume `open`
-    /// would have built, so `resize` and `luksSuspend` work on it again.
+    /// targets (or one plaintext target, the end of a decryption) as a
+    /// mapping; one crypt target (the end of a reencryption or
+    /// encryption) as the one-key volume `open` would have built, so
+    /// `resize` and `luksSuspend` work on it again.
     fn install(&self, t: &Targets) -> Result<()> {
         let e = |e: datapath::Error| Error::transparent(ErrorKind::Io, e);
         let Some(one) = t.as_single() else {
@@ -358,7 +352,7 @@ impl Fence for EngineFence<'_> {
         Ok(())
     }
 
-    fn advanced(&mut self, done: u64, total: u64, tables: Vec<Table>) -> luks::Result<()> {
+    fn advanced(&mut self, done: u64, total: u64, tables: Vec<Target>) -> luks::Result<()> {
         let new = self.d.targets(tables).map_err(luks_err)?;
         {
             let mut t = self.d.table.lock().unwrap_or_else(|e| e.into_inner());

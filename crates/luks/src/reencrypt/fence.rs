@@ -15,17 +15,19 @@
 //! here claims it again. Offline `run` goes through the same loop with
 //! [`Unfenced`].
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use crypto::table::Table;
+use crypto::table::Target;
 use crypto::Secret;
 
 use super::header::RawHeader;
 use super::lock::ReencryptLock;
-use super::{data_size, read_header_of, unlock_both, Mode, Outcome, RunOptions, State};
-use crate::error::{invalid, Error, ErrorKind, Result};
+use super::{
+    data_size, post_segments_mem, read_header_of, segment_targets, unlock_both, Outcome,
+    RunOptions, State,
+};
+use crate::error::{invalid, Result};
 
 /// What the reencryption loop needs from whoever serves the volume
 /// meanwhile.
@@ -34,11 +36,12 @@ pub trait Fence {
     /// now until [`Fence::advanced`], no request may touch them (the data
     /// moves under a new key, the header changes).
     fn hold(&mut self, off: u64, len: u64) -> Result<()>;
-    /// The header on the device now says the first `done` bytes use the
-    /// new key (`done == total`: the reencryption is finalized); `tables`
-    /// is the mapping that serves this (new key below `done`, old key
-    /// above). The hold ends here.
-    fn advanced(&mut self, done: u64, total: u64, tables: Vec<Table>) -> Result<()>;
+    /// The header on the device now says `done` bytes are moved (forward:
+    /// from the data start; backward: from its end; `done == total`: the
+    /// reencryption is finalized); `tables`
+    /// is the mapping that serves this (the moved side under the new
+    /// key or plaintext, the rest as before). The hold ends here.
+    fn advanced(&mut self, done: u64, total: u64, tables: Vec<Target>) -> Result<()>;
     /// Whether a volume is served meanwhile, so [`Fence::advanced`] needs
     /// the mapping (offline: no tables are built).
     fn serves(&self) -> bool {
@@ -54,7 +57,7 @@ impl Fence for Unfenced {
         Ok(())
     }
 
-    fn advanced(&mut self, _done: u64, _total: u64, _tables: Vec<Table>) -> Result<()> {
+    fn advanced(&mut self, _done: u64, _total: u64, _tables: Vec<Target>) -> Result<()> {
         Ok(())
     }
 
@@ -137,73 +140,23 @@ impl Online {
         super::run_loop(self, opts, stop, progress, fence)
     }
 
-    /// The mapping after the first `done` bytes: the new key below, the
-    /// old above (one target when either side is empty), as cryptsetup's
-    /// multi-target table for a volume mid-reencryption.
-    pub fn tables(&self, done: u64) -> Result<Vec<Table>> {
-        if self.state.mode != Mode::Reencrypt || self.state.backward {
-            return Err(invalid(format!(
-                "Serving a volume during LUKS2 {} is not supported.",
-                self.state.mode.name()
-            )));
-        }
-        tables_at(
-            &self.device,
+    /// The mapping after the first `done` bytes moved (forward: from
+    /// the data start; backward: from its end), as [`super::tables`]
+    /// builds it from the segments the header names at that point: the
+    /// new key (or plaintext, for a decryption) on the moved side, the
+    /// old key (or plaintext, for an encryption) on the other; one target
+    /// when either side is empty.
+    pub fn tables(&self, done: u64) -> Result<Vec<Target>> {
+        let total = self.total()?;
+        let mut h = self.header.clone();
+        post_segments_mem(&mut h, &self.state, done.min(total), total)?;
+        segment_targets(
+            &h,
             &self.state,
-            self.total()?,
-            done,
+            &self.device,
+            total,
             &self.old_key,
             &self.new_key,
         )
     }
-}
-
-/// The dm-crypt lines of a forward reencryption `done` bytes in.
-fn tables_at(
-    device: &Path,
-    st: &State,
-    total: u64,
-    done: u64,
-    old_key: &[u8],
-    new_key: &[u8],
-) -> Result<Vec<Table>> {
-    let done = done.min(total);
-    let base = st.old.offset;
-    let mut out = Vec::new();
-    for (seg, key, start, len) in [
-        (&st.new, new_key, 0, done),
-        (&st.old, old_key, done, total - done),
-    ] {
-        if len == 0 {
-            continue;
-        }
-        let mut line = Secret::with_capacity(512);
-        let _ = write!(
-            line,
-            "{} {} crypt {} ",
-            start / 512,
-            len / 512,
-            seg.encryption
-        );
-        line.push_hex(key);
-        let _ = write!(
-            line,
-            " {} {} {}",
-            seg.iv_tweak + start / 512,
-            device.display(),
-            (base + start) / 512
-        );
-        if seg.sector_size != 512 {
-            let _ = write!(line, " 1 sector_size:{}", seg.sector_size);
-        }
-        let t = Table::parse(line.as_str().unwrap_or_default()).map_err(|e| {
-            Error::crypto(
-                ErrorKind::InvalidArgument,
-                "Cannot build the dm-crypt table",
-                e,
-            )
-        })?;
-        out.push(t);
-    }
-    Ok(out)
 }

@@ -40,6 +40,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crypto::table::{Linear, Table, Target};
 use crypto::Secret;
 use serde_json::{json, Value};
 use zeroize::Zeroizing;
@@ -57,6 +58,7 @@ mod encrypt;
 pub mod fence;
 mod header;
 mod lock;
+pub mod luks1;
 mod mover;
 mod state;
 
@@ -533,24 +535,31 @@ fn advance(fence: &mut dyn Fence, o: &Online, done: u64, total: u64) -> Result<(
     fence.advanced(done, total, tables)
 }
 
-/// The mapping a volume mid-reencryption needs: one dm-crypt table per
-/// data segment (start and length in 512-byte sectors of the mapped
-/// device, IV offset, device offset), as cryptsetup loads them into one
-/// multi-target table, the old or new key in each. `pass` must unlock
-/// both keys; the verification digest is checked first.
-pub fn tables(
+/// The mapping a volume mid-reencryption, mid-encryption or
+/// mid-decryption needs, as cryptsetup 2.6.1 activates it
+/// (`LUKS2_assembly_multisegment_dmd`): one target per data segment, in
+/// segment order, each starting where the previous one ends — a `crypt`
+/// segment as dm-crypt with its key (the old one, or the new one for a
+/// new or hotzone segment), its IV tweak and offset; a `linear` one
+/// (plaintext) as dm-linear at its offset, which for an encryption with
+/// a data shift is the moved segment at the end of the device or the
+/// plaintext still in place. Start, length and offset are in 512-byte
+/// sectors. `pass` must unlock every key the segments use; the
+/// verification digest is checked first.
+pub fn tables(device: &Path, pass: &[u8], key_slot: Option<u32>) -> Result<Vec<Target>> {
+    tables_at(device, device, pass, key_slot)
+}
+
+/// [`tables`] with the header in `meta` (a detached header file, or
+/// `device` itself).
+pub fn tables_at(
     device: &Path,
+    meta: &Path,
     pass: &[u8],
     key_slot: Option<u32>,
-) -> Result<Vec<crypto::table::Table>> {
-    let (h, dev_size) = read_header(device)?;
+) -> Result<Vec<Target>> {
+    let (h, dev_size) = read_header_of(meta, device)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
-    if st.mode != Mode::Reencrypt {
-        return Err(unsupported(format!(
-            "Mapping a LUKS2 volume mid-{} is not supported by ucrypt",
-            st.mode.name()
-        )));
-    }
     if st.hotzone().is_some() {
         // A crash tore a hotzone: some of its blocks are old, some new,
         // and only the resilience data says which. cryptsetup refuses to
@@ -561,19 +570,40 @@ pub fn tables(
             device.display()
         )));
     }
-    let (old_vk, new_vk) = unlock_both(&h, device, pass, key_slot, &st)?;
+    let (old_vk, new_vk) = unlock_both(&h, meta, pass, key_slot, &st)?;
     st.verify(&h, &old_vk, &new_vk)?;
-    let base = st.old.offset;
     let total = data_size(dev_size, &st)?;
+    segment_targets(&h, &st, device, total, &old_vk, &new_vk)
+}
+
+/// The targets of the data segments `h` names (see [`tables`]), the
+/// last one's `dynamic` size running to `total`.
+fn segment_targets(
+    h: &RawHeader,
+    st: &State,
+    device: &Path,
+    total: u64,
+    old_vk: &[u8],
+    new_vk: &[u8],
+) -> Result<Vec<Target>> {
+    let mut segs: Vec<(&String, &Segment)> = h
+        .meta
+        .segments
+        .iter()
+        .filter(|(_, s)| !state::is_backup(s))
+        .collect();
+    segs.sort_by_key(|(k, _)| k.parse::<u32>().unwrap_or(u32::MAX));
+    let table_err = |e| {
+        Error::crypto(
+            ErrorKind::InvalidArgument,
+            "Cannot build the dm-crypt table",
+            e,
+        )
+    };
+    let dev = device.display().to_string();
+    let mut start = 0u64;
     let mut out = Vec::new();
-    for (id, s) in &st.data {
-        let is_old = h
-            .meta
-            .digests
-            .get(&st.old_digest)
-            .is_some_and(|d| d.segments.contains(id))
-            && !state::in_reencryption(s);
-        let start = s.offset - base;
+    for (id, s) in segs {
         let len = match s.fixed_size()? {
             Some(l) => l,
             None => total.saturating_sub(start),
@@ -581,7 +611,25 @@ pub fn tables(
         if len == 0 {
             continue;
         }
-        let key = if is_old { &old_vk } else { &new_vk };
+        if start % 512 != 0 || len % 512 != 0 || s.offset % 512 != 0 {
+            return Err(corrupt(format!(
+                "LUKS2 segment {id} is not aligned to 512-byte sectors"
+            )));
+        }
+        if s.kind == "linear" {
+            let l = Linear::new(start / 512, len / 512, dev.clone(), s.offset / 512)
+                .map_err(table_err)?;
+            out.push(Target::Linear(l));
+            start += len;
+            continue;
+        }
+        let is_old = !st.old_digest.is_empty()
+            && h.meta
+                .digests
+                .get(&st.old_digest)
+                .is_some_and(|d| d.segments.contains(id))
+            && !state::in_reencryption(s);
+        let key = if is_old { old_vk } else { new_vk };
         let mut line = Secret::with_capacity(512);
         use std::fmt::Write as _;
         let _ = write!(
@@ -592,24 +640,18 @@ pub fn tables(
             s.encryption
         );
         line.push_hex(key);
-        let _ = write!(
-            line,
-            " {} {} {}",
-            s.iv_tweak,
-            device.display(),
-            s.offset / 512
-        );
+        let _ = write!(line, " {} {} {}", s.iv_tweak, dev, s.offset / 512);
         if s.sector_size != 512 {
             let _ = write!(line, " 1 sector_size:{}", s.sector_size);
         }
-        let t = crypto::table::Table::parse(line.as_str().unwrap_or_default()).map_err(|e| {
-            Error::crypto(
-                ErrorKind::InvalidArgument,
-                "Cannot build the dm-crypt table",
-                e,
-            )
-        })?;
-        out.push(t);
+        let t = Table::parse(line.as_str().unwrap_or_default()).map_err(table_err)?;
+        out.push(Target::Crypt(t));
+        start += len;
+    }
+    if start != total {
+        return Err(corrupt(format!(
+            "LUKS2 data segments cover {start} bytes of {total}"
+        )));
     }
     Ok(out)
 }

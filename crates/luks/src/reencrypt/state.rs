@@ -151,7 +151,7 @@ fn moved_id(segs: &[(String, Segment)]) -> String {
         .unwrap_or_default()
 }
 
-fn is_backup(s: &Segment) -> bool {
+pub(crate) fn is_backup(s: &Segment) -> bool {
     s.extra
         .get("flags")
         .and_then(Value::as_array)
