@@ -427,8 +427,19 @@ fn clean_files(paths: &Paths) -> bool {
 mod tests {
     use super::*;
 
+    /// Held by each test here while it has a child process: a child
+    /// spawned by one test inherits whatever inheritable descriptor another
+    /// test has open at that moment (the shared name lock below), and
+    /// would keep that lock held after its own test let go.
+    static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn one_child_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn a_zombie_or_reaped_process_has_exited() {
+        let _one = one_child_at_a_time();
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -460,6 +471,7 @@ mod tests {
 
     #[test]
     fn stat_fields_are_counted_after_the_last_parenthesis() {
+        let _one = one_child_at_a_time();
         // A command name with spaces and parentheses, as /proc shows it.
         let dir = std::env::temp_dir().join(format!("ucrypt-stat-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -519,6 +531,7 @@ mod tests {
 
     #[test]
     fn a_lock_passed_to_a_child_keeps_the_name_held() {
+        let _one = one_child_at_a_time();
         // The child inherits the descriptor: the name stays taken while
         // the child lives, after this process let go of its own.
         let dir = testutil::TempDir::new("runtime-lock-child");
