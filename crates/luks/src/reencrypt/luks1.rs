@@ -10,17 +10,24 @@
 //!   cwd/LUKS-<uuid>.org   the old header (luksHeaderBackup format)
 //!   cwd/LUKS-<uuid>.new   the new header: same UUID, data offset and
 //!                         passphrase in the same keyslot, a new key
+//!   cwd/LUKS-<uuid>.sum   ucrypt's: the old ciphertext's sector digests
+//!                         of the block being rewritten (below)
 //!   device                magic "LUKS\xde\xad" while in progress (no
 //!                         LUKS tool opens it), the new header at the end
 //! ```
 //!
 //! The data goes forward in blocks (cryptsetup's `--block-size`, 4 MiB):
 //! read, decrypted with the old key, encrypted with the new one, written
-//! and synced, then the log's offset moves past it (synced). A crash
-//! between a block's write and its log write leaves that block under the
-//! new key while the log says old — the same window cryptsetup's LUKS1
-//! tool has (it writes the log only at the start and at the end unless
-//! `--write-log`); ucrypt writes it after every block. Only the keyslot
+//! and synced, then the log's offset moves past it (synced). The log
+//! alone cannot tell, after a crash between a block's write and its log
+//! write, which of the block's sectors already hold the new ciphertext
+//! (cryptsetup's LUKS1 tool has that window and would decrypt them again
+//! with the old key). So before a block is written, ucrypt syncs a fourth
+//! file beside cryptsetup's, `LUKS-<uuid>.sum`: the block's offset and a
+//! SHA-256 of each of its 512-byte sectors as they were (the old
+//! ciphertext), sealed by a digest of the whole. A resume at that offset
+//! reencrypts only the sectors that still match; a sealed-but-stale or
+//! torn sum (the block not yet written) changes nothing. Only the keyslot
 //! the passphrase opens is carried over, as cryptsetup does with a key
 //! file: a volume with several active keyslots needs `--key-slot`, and
 //! the others are dropped. Data shifts (`--reduce-device-size`),
@@ -87,6 +94,7 @@ struct Files {
     log: PathBuf,
     org: PathBuf,
     new: PathBuf,
+    sum: PathBuf,
 }
 
 impl Files {
@@ -95,8 +103,69 @@ impl Files {
             log: dir.join(format!("LUKS-{uuid}.log")),
             org: dir.join(format!("LUKS-{uuid}.org")),
             new: dir.join(format!("LUKS-{uuid}.new")),
+            sum: dir.join(format!("LUKS-{uuid}.sum")),
         }
     }
+}
+
+/// Magic of `LUKS-<uuid>.sum`.
+const SUM_MAGIC: &[u8; 16] = b"ucrypt-luks1-sum";
+/// Sector the sums are taken over (LUKS1's).
+const SUM_SECTOR: usize = 512;
+
+/// The sum file of the block at data offset `offset` as it is now (its
+/// old ciphertext): magic, offset and length (u64 LE), a SHA-256 per
+/// 512-byte sector, then a SHA-256 of everything before it.
+fn sum_bytes(offset: u64, block: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let sectors = block.len() / SUM_SECTOR;
+    let mut out = Vec::with_capacity(32 + 32 * (sectors + 1));
+    out.extend_from_slice(SUM_MAGIC);
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&(block.len() as u64).to_le_bytes());
+    for sector in block.chunks_exact(SUM_SECTOR) {
+        out.extend_from_slice(&Sha256::digest(sector));
+    }
+    let seal = Sha256::digest(&out);
+    out.extend_from_slice(&seal);
+    out
+}
+
+/// The per-sector digests of a sum file for the block at `offset` of
+/// `len` bytes; `None` if it is for another block, torn or not ours.
+fn parse_sum(bytes: &[u8], offset: u64, len: usize) -> Option<Vec<[u8; 32]>> {
+    use sha2::{Digest, Sha256};
+    let sectors = len / SUM_SECTOR;
+    if bytes.len() != 32 + 32 * (sectors + 1) || &bytes[..16] != SUM_MAGIC {
+        return None;
+    }
+    let (body, seal) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != seal
+        || body[16..24] != offset.to_le_bytes()
+        || body[24..32] != (len as u64).to_le_bytes()
+    {
+        return None;
+    }
+    Some(
+        body[32..]
+            .chunks_exact(32)
+            .map(|d| d.try_into().unwrap_or([0; 32]))
+            .collect(),
+    )
+}
+
+fn write_sum(path: &Path, offset: u64, block: &[u8]) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("Cannot write {}", path.display()), e))?;
+    f.write_all(&sum_bytes(offset, block))
+        .and_then(|_| f.sync_all())
+        .map_err(|e| Error::io(format!("Cannot write {}", path.display()), e))?;
+    crash::point();
+    Ok(())
 }
 
 /// The log as cryptsetup writes it: one 512-byte sector of text.
@@ -204,6 +273,11 @@ pub fn run(
     let mut buf = vec![0u8; BLOCK.min(total.max(align)) as usize];
     let mut done = offset;
     progress(done, total);
+    // A block written (wholly or in part) before a crash, its log not
+    // yet moved: the sectors that no longer match its sum are new already.
+    let mut written: Option<Vec<[u8; 32]>> = std::fs::read(&files.sum)
+        .ok()
+        .and_then(|b| parse_sum(&b, done, (total - done).min(BLOCK) as usize));
     while done < total {
         if stop.load(Ordering::Relaxed) {
             return Ok(Outcome::Interrupted);
@@ -211,8 +285,23 @@ pub fn run(
         let len = (total - done).min(BLOCK) as usize;
         let b = &mut buf[..len];
         read_exact_at(&mut *f, base + done, b)?;
-        old_c.decrypt(done / 512, b);
-        new_c.encrypt(done / 512, b);
+        match written.take() {
+            None => {
+                write_sum(&files.sum, done, b)?;
+                old_c.decrypt(done / 512, b);
+                new_c.encrypt(done / 512, b);
+            }
+            Some(sums) => {
+                use sha2::{Digest, Sha256};
+                for (i, sector) in b.chunks_exact_mut(SUM_SECTOR).enumerate() {
+                    if Sha256::digest(&*sector).as_slice() == sums[i] {
+                        let at = (done + (i * SUM_SECTOR) as u64) / 512;
+                        old_c.decrypt(at, sector);
+                        new_c.encrypt(at, sector);
+                    }
+                }
+            }
+        }
         write_at(&mut *f, base + done, b)?;
         crash::point();
         sync(&*f)?;
@@ -231,7 +320,7 @@ pub fn run(
     write_at(&mut *f, 0, &hdr[..end])?;
     crash::point();
     sync(&*f)?;
-    for p in [&files.log, &files.org, &files.new] {
+    for p in [&files.log, &files.org, &files.new, &files.sum] {
         let _ = std::fs::remove_file(p);
     }
     Ok(Outcome::Finished)
@@ -279,6 +368,7 @@ fn init(
         .map_err(|e| Error::io("Cannot write reencryption log file.", e))?;
     let _ = std::fs::remove_file(&files.org);
     let _ = std::fs::remove_file(&files.new);
+    let _ = std::fs::remove_file(&files.sum);
     vol.header_backup(&files.org)?;
     let opts = FormatOptions {
         version: 1,
@@ -306,6 +396,25 @@ fn init(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_are_for_their_block_only_and_torn_ones_are_ignored() {
+        let block: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let s = sum_bytes(8192, &block);
+        let sums = parse_sum(&s, 8192, block.len()).unwrap();
+        assert_eq!(sums.len(), 8);
+        assert!(parse_sum(&s, 0, block.len()).is_none(), "another block");
+        assert!(parse_sum(&s, 8192, 2048).is_none(), "another length");
+        for n in 0..s.len() {
+            assert!(
+                parse_sum(&s[..n], 8192, block.len()).is_none(),
+                "torn at {n}"
+            );
+        }
+        let mut flipped = s.clone();
+        flipped[40] ^= 1;
+        assert!(parse_sum(&flipped, 8192, block.len()).is_none(), "seal");
+    }
 
     #[test]
     fn the_log_round_trips_and_odd_logs_are_refused() {
