@@ -1,7 +1,7 @@
 //! The `ucrypt` command line's integration tests, one test binary (each
 //! file under `tests/` would be a binary of its own to link). One module per
 //! area, named as its file; the helpers the areas share (`bench_common`,
-//! `frontends_common`, `rbd_common`) are modules of their own here, and the
+//! `frontends_common`, `rbd_common`, `signals_common`) are modules of their own here, and the
 //! misuse matrix keeps its rows in `misuse/`. Run one area with
 //! `cargo test --release -p ucrypt-cli --test cli AREA::`.
 
@@ -9,6 +9,7 @@ mod bench_common;
 mod frontends_common;
 mod nbd_client;
 mod rbd_common;
+mod signals_common;
 
 mod backing_lock;
 mod bench_cli;

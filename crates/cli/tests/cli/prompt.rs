@@ -60,7 +60,9 @@ fn on_tty_with(
     }
     line.push_str("; rc=$?; stty -a | tr ' ;' '\\n\\n' | grep -qx echo && echo tty-echo=on");
     line.push_str("; echo \"rc=$rc\"");
-    let mut child = Command::new("script")
+    let mut script = Command::new("script");
+    crate::signals_common::default_interrupt(&mut script);
+    let mut child = script
         .args(["-qec", &line, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -170,6 +170,7 @@ pub fn rows() -> Vec<Row> {
                     )
                 });
                 let mut cmd = c.command(&["open", "--test-passphrase", &img, "--key-file", &key]);
+                crate::signals_common::default_interrupt(&mut cmd);
                 cmd.stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped());
