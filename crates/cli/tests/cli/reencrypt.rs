@@ -24,7 +24,8 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap()
 }
 
-fn ok(out: Output, what: &str) -> Output {
+/// `out`, after checking that its command succeeded (`what` names it).
+pub(crate) fn ok(out: Output, what: &str) -> Output {
     assert!(
         out.status.success(),
         "{what}: {}{}",

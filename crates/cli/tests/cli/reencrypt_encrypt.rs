@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::reencrypt::ok;
 use serde_json::Value;
 use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
 
@@ -47,16 +48,6 @@ fn plain(tag: &str, seed: u64) -> Plain {
         key,
         plain,
     }
-}
-
-fn ok(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// `TOOL reencrypt --encrypt --header HDR ARGS DATA` (cryptsetup

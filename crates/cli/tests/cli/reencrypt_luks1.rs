@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use crate::reencrypt::ok;
 use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
 
 /// 10 MiB image: 2 MiB LUKS1 header area, 8 MiB of data (two blocks).
@@ -19,16 +20,6 @@ struct Vol {
     img: PathBuf,
     key: PathBuf,
     plain: Vec<u8>,
-}
-
-fn ok(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn cryptsetup(args: &[&str], img: &Path, key: &Path) -> Output {

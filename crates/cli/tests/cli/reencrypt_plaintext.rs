@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
 
 use crate::nbd_client::NbdClient;
+use crate::reencrypt::ok;
 use crate::reencrypt::under_gdb;
 use crate::reencrypt_online::{base, start_writer};
 
@@ -47,16 +48,6 @@ struct Vol {
     key: PathBuf,
     plain: Vec<u8>,
     case: Case,
-}
-
-fn ok(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 impl Vol {
