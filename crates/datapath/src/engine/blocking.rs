@@ -25,6 +25,7 @@ impl Engine {
                 s2.1.notify_one();
             },
             false,
+            None,
         );
         let mut g = slot.0.lock().unwrap_or_else(|e| e.into_inner());
         loop {

@@ -18,9 +18,6 @@ thread_local! {
     static DISPATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Requests submitted by completion callbacks running inside an outer
     /// [`dispatch`] on this thread, run once it returns.
-    /// The hint of the [`Engine::submit_hinted`] call in progress on this
-    /// thread, taken by the first [`dispatch`] (its own request's).
-    static HINT: std::cell::Cell<Option<Hint>> = const { std::cell::Cell::new(None) };
     static TRAMPOLINE: std::cell::RefCell<std::collections::VecDeque<(Arc<Core>, gate::Deferred, bool)>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
@@ -29,15 +26,17 @@ thread_local! {
 /// submits again does not recurse: its request runs after the outer one
 /// returns, so a resubmitting client cannot overflow the stack.
 /// `head`: see [`Gate::admit_or_defer`](gate::Gate::admit_or_defer).
+/// `hint`: the frontend's, for this request only (see
+/// [`Engine::submit_hinted`]); a request queued on the trampoline runs
+/// without it, later, when the caller's queue may look different.
 fn submit_trampolined(
     core: &Arc<Core>,
     req: Request,
     done: impl FnOnce(Completion) + Send + 'static,
     head: bool,
+    hint: Option<Hint>,
 ) {
     if DISPATCHING.with(|d| d.get()) {
-        // Runs later, when the caller's queue may look different.
-        HINT.with(|h| h.set(None));
         TRAMPOLINE.with(|t| {
             t.borrow_mut()
                 .push_back((core.clone(), (req, Box::new(done)), head))
@@ -48,9 +47,9 @@ fn submit_trampolined(
     // A callback panicking in one request must neither strand the requests
     // queued on the trampoline nor leave this thread marked as dispatching
     // (its later submits would only queue): drain, then re-raise the first.
-    let mut panicked = catch(|| dispatch(core, req, done, head));
+    let mut panicked = catch(|| dispatch(core, req, done, head, hint));
     while let Some((core, (req, done), head)) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
-        let p = catch(|| dispatch(&core, req, done, head));
+        let p = catch(|| dispatch(&core, req, done, head, None));
         panicked = panicked.or(p);
     }
     DISPATCHING.with(|d| d.set(false));
@@ -65,8 +64,8 @@ pub(super) fn dispatch(
     req: Request,
     done: impl FnOnce(Completion) + Send + 'static,
     head: bool,
+    hint: Option<Hint>,
 ) {
-    let hint = HINT.with(|h| h.take());
     if gate::on_engine_thread() {
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
@@ -169,7 +168,7 @@ pub(super) fn replay(
 ) {
     let mut panicked = None;
     for (req, done) in items {
-        let p = catch(|| submit_trampolined(core, req, done, head));
+        let p = catch(|| submit_trampolined(core, req, done, head, None));
         panicked = panicked.or(p);
     }
     if let Some(p) = panicked {
@@ -184,7 +183,7 @@ impl Engine {
     /// the calling thread has its panic re-raised from here, once the
     /// requests waiting behind it have been passed on.
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
-        submit_trampolined(&self.core, req, done, false);
+        submit_trampolined(&self.core, req, done, false, None);
     }
 
     /// [`Engine::submit`] with what the frontend knows about its caller's
@@ -197,9 +196,7 @@ impl Engine {
         hint: Hint,
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
-        HINT.with(|h| h.set(Some(hint)));
-        submit_trampolined(&self.core, req, done, false);
-        HINT.with(|h| h.set(None));
+        submit_trampolined(&self.core, req, done, false, Some(hint));
     }
 
     /// Runs the reads and writes this thread's hinted submissions gathered
