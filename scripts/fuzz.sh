@@ -29,14 +29,38 @@ if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir fuzz)
   cargo +nightly fuzz build "${build_opts[@]}" # all at once (one cargo run)
 fi
-for target in "${targets[@]}"; do
-  seeds=fuzz/seeds/$target
+# One target per CPU at a time (each libFuzzer run is single-threaded),
+# each run's output printed whole when it ends; the first failure ends
+# the script with its status once the runs in progress have ended.
+fuzz_one() {
+  local target=$1 seeds=fuzz/seeds/$1
   [ "$target" = luks_header ] && seeds=tests/data/luks
-  [ -d "$seeds" ] || { echo "fuzz: no seed corpus $seeds for $target" >&2; exit 1; }
+  [ -d "$seeds" ] || { echo "fuzz: no seed corpus $seeds for $target" >&2; return 1; }
   mkdir -p "$work/$target"
   # New inputs go to the temp corpus (first dir); the seeds stay read-only.
   echo "fuzz: $target for ${secs}s"
   cargo +nightly fuzz run "${build_opts[@]}" "$target" "$work/$target" "$seeds" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536
+}
+slots=$(nproc 2>/dev/null || echo 1)
+declare -A running=()
+failed=0
+reap() {
+  local pid rc=0
+  wait -n -p pid "${!running[@]}" || rc=$?
+  cat "$work/${running[$pid]}.log"
+  if [ "$rc" -ne 0 ]; then
+    echo "fuzz: ${running[$pid]} failed (exit $rc)" >&2
+    [ "$failed" -ne 0 ] || failed=$rc
+  fi
+  unset "running[$pid]"
+}
+for target in "${targets[@]}"; do
+  [ "$failed" -eq 0 ] || break
+  while [ "${#running[@]}" -ge "$slots" ]; do reap; done
+  fuzz_one "$target" >"$work/$target.log" 2>&1 &
+  running[$!]=$target
 done
+while [ "${#running[@]}" -gt 0 ]; do reap; done
+[ "$failed" -eq 0 ] || exit "$failed"
 echo "fuzz: all targets ran without a crash"
