@@ -1,10 +1,35 @@
 //! `ucrypt reencrypt --active-name NAME`: the online reencryption of a
-//! volume ucrypt serves, or the continuation (`--resume-only`) of an
-//! encryption or decryption it serves mid-way. The passphrase is read here and crosses the
-//! control socket in locked memory; the daemon moves the data in the
-//! background while this command shows its progress (polling `status`)
-//! until it ends. `--pause`, `--resume` and `--rate` steer a running one;
-//! SIGINT/SIGTERM here pause it (IO keeps flowing; `--resume` continues).
+//! volume ucrypt serves, the start of its decryption (`--decrypt`, a
+//! detached header), or the continuation (`--resume-only`) of an
+//! encryption or decryption it serves mid-way. The passphrase is read
+//! here and crosses the control socket in locked memory; the daemon
+//! initializes the metadata (unless it is in reencryption already) and
+//! moves the data in the background while this command shows its
+//! progress (polling `status`) until it ends. `--pause`, `--resume` and
+//! `--rate` steer a running one; SIGINT/SIGTERM here pause it (IO keeps
+//! flowing; `--resume` continues).
+//!
+//! Starting an encryption or decryption on an active LUKS2 device, as
+//! cryptsetup 2.6.1 does it (`src/utils_reencrypt.c`: `reencrypt`,
+//! `_encrypt`, `_decrypt`, `decrypt_luks2_init`,
+//! `decrypt_luks2_datashift_init`, `encrypt_luks2_init`; every refusal
+//! there is `-EINVAL` or `-ENOTSUP`, exit code 1), and what ucrypt does:
+//!
+//! | request on active NAME | cryptsetup 2.6.1 | ucrypt |
+//! |---|---|---|
+//! | `--decrypt --header HDR`, HDR a detached header, data offset 0 | starts online (backward, `checksum` unless `--resilience`) | the same, in the daemon; `--init-only` then `--resume-only` too |
+//! | `--decrypt --header HDR`, header in the device (or offset > 0) | "LUKS2 decryption is supported with detached header device only (with data offset set to 0)." | the same |
+//! | `--decrypt` without `--header` | "LUKS2 decryption requires --header option." | the same |
+//! | `--decrypt --header NEW`, NEW not existing, header in the device | starts online: exports the header to NEW, then decrypts moving the data to offset 0 (`datashift-checksum`) | refused: not supported |
+//! | `--encrypt DEVICE` | "Device HDR-or-DEVICE is already LUKS device. Aborting operation." | the same |
+//! | `--encrypt` without DEVICE | "Command requires device as argument." | the same |
+//! | `--reduce-device-size` without `--encrypt` | handed to libcryptsetup as a `datashift` reencryption or decryption | refused: not supported |
+//!
+//! The online encryption cryptsetup has is of a device not active yet:
+//! `reencrypt --encrypt [--header HDR] DEVICE NAME` formats, activates
+//! NAME itself and encrypts under it. ucrypt's counterpart is the offline
+//! `--encrypt` (or `--init-only`), then `ucrypt open` and
+//! `--resume-only --active-name`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,18 +118,27 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             format!("Reencryption of device {name} is already running."),
         ));
     }
+    if a.encrypt && a.device.is_none() {
+        return Err(Failure::usage("Command requires device as argument."));
+    }
+    if let Some(h) = a.header.as_ref().filter(|h| a.decrypt && !h.exists()) {
+        // cryptsetup exports the device's header to the new file and
+        // decrypts with a data shift.
+        return Err(Failure::usage(format!(
+            "LUKS2 decryption exporting the header to {} (a data shift) is not supported \
+             by ucrypt reencrypt: it decrypts volumes with a detached header only.",
+            h.display()
+        )));
+    }
     // The header: the detached one (`--header`, as the daemon serves it)
     // or on the device.
     let meta = a.header.clone().unwrap_or_else(|| dev.clone());
+    if a.decrypt && !a.resume_only {
+        check_decrypt_header(&a, &dev)?;
+    }
     let state = reencrypt::status(&meta)?;
-    if state.is_none() && (a.encrypt || a.decrypt || a.reduce_device_size.is_some()) {
-        // An encryption or decryption in progress (started offline, by
-        // either tool) continues online; starting one online does not.
-        return Err(Failure::usage(
-            "Starting LUKS2 encryption or decryption (--encrypt, --decrypt, \
-             --reduce-device-size) online is not supported by ucrypt reencrypt: start it \
-             offline (or with --init-only), then continue it with --resume-only --active-name.",
-        ));
+    if state.is_none() {
+        check_start(&a, &dev)?;
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let init = if state.is_none() {
@@ -116,6 +150,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             resilience: req.resilience,
             resilience_hash: req.resilience_hash,
             kdf: req.kdf.as_ref().map(KdfParams::of),
+            decrypt: req.decrypt,
         })
     } else {
         None
@@ -155,6 +190,45 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             )))
         }
     }
+}
+
+/// The refusals of a start on an active device (see the table above):
+/// the volume's LUKS2 header is not in reencryption.
+fn check_start(a: &ReencryptArgs, dev: &Path) -> CmdResult {
+    if a.encrypt {
+        // cryptsetup names the header, or the device argument.
+        let named = a.header.as_ref().or(a.device.as_ref()).map_or(dev, |p| p);
+        return Err(Failure::usage(format!(
+            "Device {} is already LUKS device. Aborting operation.",
+            named.display()
+        )));
+    }
+    if a.reduce_device_size.is_some() {
+        return Err(Failure::usage(
+            "Reencryption or decryption with a data shift (--reduce-device-size) of an \
+             active device is not supported by ucrypt reencrypt.",
+        ));
+    }
+    Ok(())
+}
+
+/// `--decrypt` needs `--header HDR`, a detached header, not the device
+/// (checked before the header is read).
+fn check_decrypt_header(a: &ReencryptArgs, dev: &Path) -> CmdResult {
+    let Some(hdr) = &a.header else {
+        return Err(Failure::usage("LUKS2 decryption requires --header option."));
+    };
+    let same = match (std::fs::canonicalize(hdr), std::fs::canonicalize(dev)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => hdr == dev,
+    };
+    if same {
+        return Err(Failure::usage(
+            "LUKS2 decryption is supported with detached header device only (with data \
+             offset set to 0).",
+        ));
+    }
+    Ok(())
 }
 
 /// Polls the daemon until the reencryption ends (its last progress) or a
