@@ -33,6 +33,10 @@ pub struct ReencryptArgs {
     /// optional, the served volume's device).
     #[arg(required_unless_present = "active_name")]
     pub(super) device: Option<PathBuf>,
+    /// With --encrypt: serve the device as NAME (as `open` does) and
+    /// encrypt it online, as cryptsetup activates NAME.
+    #[arg(value_name = "NAME")]
+    pub(super) name: Option<String>,
     /// Print help (`-h` is `--hash`, as in cryptsetup).
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     pub(super) help: Option<bool>,
@@ -159,6 +163,11 @@ pub(super) fn check_progress(
 }
 
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+    if a.name.is_some() && (!a.encrypt || a.active_name.is_some()) {
+        return Err(Failure::usage(
+            "Only --encrypt (without --active-name) takes a NAME to activate.",
+        ));
+    }
     if let Some(name) = a.active_name.clone() {
         return super::reencrypt_online::run(a, &name, g);
     }
@@ -250,6 +259,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             reduce: a.reduce_device_size,
         };
         reencrypt::init_encrypt(dev, &pass, &req)?;
+        if let Some(name) = &a.name {
+            return super::reencrypt_online::encrypt_as(&a, dev, name, pass);
+        }
         if a.init_only {
             return Ok(());
         }

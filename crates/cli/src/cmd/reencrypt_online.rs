@@ -26,16 +26,18 @@
 //! | `--reduce-device-size` without `--encrypt` | handed to libcryptsetup as a `datashift` reencryption or decryption | refused: not supported |
 //!
 //! The online encryption cryptsetup has is of a device not active yet:
-//! `reencrypt --encrypt [--header HDR] DEVICE NAME` formats, activates
-//! NAME itself and encrypts under it. ucrypt's counterpart is the offline
-//! `--encrypt` (or `--init-only`), then `ucrypt open` and
-//! `--resume-only --active-name`.
+//! `reencrypt --encrypt [--header HDR | --reduce-device-size SIZE]
+//! DEVICE NAME` writes the metadata, activates NAME itself and encrypts
+//! under it (`--init-only`: activates and stops there). ucrypt does the
+//! same ([`encrypt_as`]): the metadata offline, then `ucrypt open` serves
+//! NAME and the daemon encrypts under it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crypto::Secret;
 use daemon::control::{
     self, InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption, DRAIN_TIMEOUT,
     QUERY_TIMEOUT,
@@ -156,6 +158,61 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         None
     };
     let passphrase = a.key.source().read(&prompt(&a, &dev), false)?;
+    start_and_watch(&a, name, &dev, passphrase, init, rate)
+}
+
+/// `reencrypt --encrypt ... DEVICE NAME` after the metadata is written:
+/// serves DEVICE as NAME (`ucrypt open`, the passphrase on its stdin) and
+/// encrypts under it, as cryptsetup activates NAME and encrypts online.
+pub(super) fn encrypt_as(a: &ReencryptArgs, dev: &Path, name: &str, pass: Secret) -> CmdResult {
+    use std::io::Write;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
+    let mut c = std::process::Command::new(exe);
+    c.arg("open");
+    if let Some(h) = &a.header {
+        c.arg("--header").arg(h);
+    }
+    if let Some(s) = a.key_slot {
+        c.arg("--key-slot").arg(s.to_string());
+    }
+    let mut child = c
+        .args(["--key-file", "-"])
+        .arg(dev)
+        .arg(name)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::device(format!("Cannot run ucrypt open: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A failed write shows as open's own error (no passphrase).
+        let _ = stdin.write_all(&pass);
+    }
+    let st = child
+        .wait()
+        .map_err(|e| Failure::device(format!("Cannot run ucrypt open: {e}")))?;
+    if !st.success() {
+        return Err(Failure::new(
+            st.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+            format!("Cannot activate device {name} for online encryption."),
+        ));
+    }
+    println!("{name} is now active and ready for online encryption.");
+    if a.init_only {
+        return Ok(());
+    }
+    start_and_watch(a, name, dev, pass, None, 0)
+}
+
+/// Asks the daemon serving `name` to start (`init`) or resume the
+/// reencryption, then shows its progress until it ends.
+pub(super) fn start_and_watch(
+    a: &ReencryptArgs,
+    name: &str,
+    dev: &Path,
+    passphrase: Secret,
+    init: Option<InitParams>,
+    rate: u64,
+) -> CmdResult {
     let start = ReencryptStart {
         passphrase,
         key_slot: a.key_slot,
@@ -173,7 +230,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Failure::usage(format!("Cannot handle signals: {e}")))?;
     }
-    let mut pr = Progress::new(a.progress_json, a.progress_frequency, &dev);
+    let mut pr = Progress::new(a.progress_json, a.progress_frequency, dev);
     pr.update(first.done, first.total);
     let end = watch(name, &stop, &mut pr)?;
     pr.finish();

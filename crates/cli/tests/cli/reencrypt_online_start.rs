@@ -3,9 +3,12 @@
 //! or `--init-only` then `--resume-only`): a verifying NBD writer runs
 //! throughout, and the data device ends as the plaintext it saw. Stopped
 //! mid-way (`close`, or `kill -9` of the daemon) it is finished offline by
-//! cryptsetup's `--resume-only` and by ucrypt's. The starts cryptsetup
-//! 2.6.1 refuses on an active device (and those ucrypt does not do) are
-//! refused with nothing written.
+//! cryptsetup's `--resume-only` and by ucrypt's. An encryption started
+//! with a NAME (`reencrypt --encrypt --header HDR DEVICE v`, as cryptsetup
+//! activates NAME) is served as `v` and encrypted under a verifying
+//! writer; cryptsetup opens the result. The starts cryptsetup 2.6.1
+//! refuses on an active device (and those ucrypt does not do) are refused
+//! with nothing written.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
@@ -230,6 +233,134 @@ fn a_decryption_killed_midway_is_finished_by_ucrypt() {
     interrupted(test, Stop::Kill9, false, 0x5e06);
 }
 
+/// Fast keyslot parameters.
+const FAST_KDF: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+
+/// `reencrypt --encrypt --header HDR DEVICE v` (with `--init-only` first,
+/// then `--resume-only --active-name`, when `init_only`): `v` is served
+/// from the start; a verifying writer runs while the data moves (in one
+/// go: from when `v` appears); cryptsetup opens the finished volume and
+/// its plaintext is the writer's.
+fn encrypt_as(test: &str, case: Case, init_only: bool, seed: u64) {
+    let v = Vol::new(test, &base(), case, seed);
+    let _closer = Closer(v.dir.join("run"));
+    let mut a: Vec<OsString> = ["reencrypt", "-q", "--encrypt", "--type", "luks2"]
+        .map(Into::into)
+        .to_vec();
+    a.extend(FAST_KDF.iter().map(Into::into));
+    a.extend(v.header_args().into_iter().map(Into::into));
+    if case == Case::EncryptShift {
+        a.extend(["--reduce-device-size", "4M"].map(Into::into));
+    }
+    a.extend(["--hotzone-size", "1M", "--key-file"].map(Into::into));
+    a.push(v.key.clone().into());
+    if init_only {
+        a.push("--init-only".into());
+    }
+    a.extend([v.data.clone().into(), "v".into()]);
+    let sock = v.dir.join("run").join("v.nbd.sock");
+    let seen = if init_only {
+        let o = ok(
+            ucrypt(&v, &a).output().unwrap(),
+            "--encrypt --init-only NAME",
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("ready for online encryption"),
+            "{o:?}"
+        );
+        assert!(v.in_reencryption(), "initialized");
+        let mut c = nbd(&v);
+        assert!(c.read(0, v.plain.len()).unwrap() == v.plain, "served");
+        if case == Case::EncryptShift {
+            // The volume is smaller than the writer's device: one write
+            // before, the data checked after.
+            return encrypt_shift_rest(&v, c, seed);
+        }
+        let (stop, writer) = start_writer(c, v.plain.clone(), seed);
+        ok(
+            online(&v, &["--resume-only", "--hotzone-size", "1M"])
+                .output()
+                .unwrap(),
+            "--resume-only --active-name",
+        );
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    } else {
+        let child = ucrypt(&v, &a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        testutil::wait_until(Duration::from_secs(60), "v served", || sock.exists());
+        let (stop, writer) = start_writer(nbd(&v), v.plain.clone(), seed);
+        ok(child.wait_with_output().unwrap(), "--encrypt NAME");
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    };
+    assert!(seen.mismatch.is_none(), "{test}: {:?}", seen.mismatch);
+    assert!(seen.ops > 0, "the writer did IO");
+    let st = status(&v);
+    assert_eq!(st["reencryption"]["finished"], true, "{st}");
+    let mut c = nbd(&v);
+    assert!(
+        c.read(0, seen.model.len()).unwrap() == seen.model,
+        "served after"
+    );
+    drop(c);
+    ok(ucrypt(&v, &["close", "v"]).output().unwrap(), "close");
+    v.check_finished(&seen.model, test);
+}
+
+/// The data-shift case of [`encrypt_as`] once `v` is served: a write
+/// mid-way, then the encryption online; the plaintext served and opened
+/// by cryptsetup afterwards is the model.
+fn encrypt_shift_rest(v: &Vol, mut c: NbdClient, seed: u64) {
+    let mut model = v.plain.clone();
+    let extra = Rng::new(seed + 1).bytes(64 << 10);
+    c.write(1 << 20, &extra, false).unwrap();
+    c.flush().unwrap();
+    model[1 << 20..(1 << 20) + extra.len()].copy_from_slice(&extra);
+    drop(c);
+    ok(
+        online(v, &["--resume-only", "--hotzone-size", "1M"])
+            .output()
+            .unwrap(),
+        "--resume-only --active-name",
+    );
+    let mut c = nbd(v);
+    assert!(c.read(0, model.len()).unwrap() == model, "served after");
+    drop(c);
+    ok(ucrypt(v, &["close", "v"]).output().unwrap(), "close");
+    v.check_finished(&model, "encrypt with a data shift and a name");
+}
+
+#[test]
+fn encryption_started_with_a_name_is_served_and_encrypted_online() {
+    let test = "encrypt_as_name";
+    if skip(test) {
+        return;
+    }
+    encrypt_as(test, Case::Encrypt, false, 0x5e08);
+}
+
+#[test]
+fn encryption_initialized_with_a_name_then_resumed_online() {
+    let test = "encrypt_as_name_init_only";
+    if skip(test) {
+        return;
+    }
+    encrypt_as(test, Case::Encrypt, true, 0x5e09);
+}
+
+#[test]
+fn encryption_with_a_data_shift_initialized_with_a_name_then_resumed_online() {
+    let test = "encrypt_shift_as_name";
+    if skip(test) {
+        return;
+    }
+    encrypt_as(test, Case::EncryptShift, true, 0x5e0a);
+}
+
 fn sha256(path: &Path) -> String {
     let o = Command::new("sha256sum").arg(path).output().unwrap();
     assert!(o.status.success(), "sha256sum {}", path.display());
@@ -273,6 +404,10 @@ fn starts_refused_online_write_nothing() {
         (
             vec!["--encrypt", "--header", &h],
             "Command requires device as argument.".into(),
+        ),
+        (
+            vec!["--encrypt", "--header", &h, &data, "w"],
+            "Only --encrypt (without --active-name) takes a NAME to activate.".into(),
         ),
         (
             vec!["--reduce-device-size", "4M", "--header", &h],
