@@ -2,7 +2,9 @@
 //! `reencrypt_luks1.rs`) (a new
 //! volume key; optionally a new cipher, key size or sector size; or
 //! `--decrypt` with a detached `--header`; `--encrypt` of a plaintext
-//! device with a detached `--header`) over `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
+//! device with a detached `--header` or a data shift, online under a
+//! NAME it serves when one is given) over `luks::reencrypt`. Options,
+//! messages and exit codes are cryptsetup's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
