@@ -2,7 +2,9 @@
 //! `reencrypt_luks1.rs`) (a new
 //! volume key; optionally a new cipher, key size or sector size; or
 //! `--decrypt` with a detached `--header`; `--encrypt` of a plaintext
-//! device with a detached `--header`) over `luks::reencrypt`. Options, messages and exit codes are cryptsetup's.
+//! device with a detached `--header` or a data shift, online under a
+//! NAME it serves when one is given) over `luks::reencrypt`. Options,
+//! messages and exit codes are cryptsetup's.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -33,6 +35,10 @@ pub struct ReencryptArgs {
     /// optional, the served volume's device).
     #[arg(required_unless_present = "active_name")]
     pub(super) device: Option<PathBuf>,
+    /// With --encrypt: serve the device as NAME (as `open` does) and
+    /// encrypt it online, as cryptsetup activates NAME.
+    #[arg(value_name = "NAME")]
+    pub(super) name: Option<String>,
     /// Print help (`-h` is `--hash`, as in cryptsetup).
     #[arg(long, short_alias = '?', action = clap::ArgAction::Help)]
     pub(super) help: Option<bool>,
@@ -159,6 +165,11 @@ pub(super) fn check_progress(
 }
 
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+    if a.name.is_some() && (!a.encrypt || a.active_name.is_some()) {
+        return Err(Failure::usage(
+            "Only --encrypt (without --active-name) takes a NAME to activate.",
+        ));
+    }
     if let Some(name) = a.active_name.clone() {
         return super::reencrypt_online::run(a, &name, g);
     }
@@ -250,6 +261,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             reduce: a.reduce_device_size,
         };
         reencrypt::init_encrypt(dev, &pass, &req)?;
+        if let Some(name) = &a.name {
+            return super::reencrypt_online::encrypt_as(&a, dev, name, pass);
+        }
         if a.init_only {
             return Ok(());
         }

@@ -1,16 +1,43 @@
 //! `ucrypt reencrypt --active-name NAME`: the online reencryption of a
-//! volume ucrypt serves, or the continuation (`--resume-only`) of an
-//! encryption or decryption it serves mid-way. The passphrase is read here and crosses the
-//! control socket in locked memory; the daemon moves the data in the
-//! background while this command shows its progress (polling `status`)
-//! until it ends. `--pause`, `--resume` and `--rate` steer a running one;
-//! SIGINT/SIGTERM here pause it (IO keeps flowing; `--resume` continues).
+//! volume ucrypt serves, the start of its decryption (`--decrypt`, a
+//! detached header), or the continuation (`--resume-only`) of an
+//! encryption or decryption it serves mid-way. The passphrase is read
+//! here and crosses the control socket in locked memory; the daemon
+//! initializes the metadata (unless it is in reencryption already) and
+//! moves the data in the background while this command shows its
+//! progress (polling `status`) until it ends. `--pause`, `--resume` and
+//! `--rate` steer a running one; SIGINT/SIGTERM here pause it (IO keeps
+//! flowing; `--resume` continues).
+//!
+//! Starting an encryption or decryption on an active LUKS2 device, as
+//! cryptsetup 2.6.1 does it (`src/utils_reencrypt.c`: `reencrypt`,
+//! `_encrypt`, `_decrypt`, `decrypt_luks2_init`,
+//! `decrypt_luks2_datashift_init`, `encrypt_luks2_init`; every refusal
+//! there is `-EINVAL` or `-ENOTSUP`, exit code 1), and what ucrypt does:
+//!
+//! | request on active NAME | cryptsetup 2.6.1 | ucrypt |
+//! |---|---|---|
+//! | `--decrypt --header HDR`, HDR a detached header, data offset 0 | starts online (backward, `checksum` unless `--resilience`) | the same, in the daemon; `--init-only` then `--resume-only` too |
+//! | `--decrypt --header HDR`, header in the device (or offset > 0) | "LUKS2 decryption is supported with detached header device only (with data offset set to 0)." | the same |
+//! | `--decrypt` without `--header` | "LUKS2 decryption requires --header option." | the same |
+//! | `--decrypt --header NEW`, NEW not existing, header in the device | starts online: exports the header to NEW, then decrypts moving the data to offset 0 (`datashift-checksum`) | refused: not supported |
+//! | `--encrypt DEVICE` | "Device HDR-or-DEVICE is already LUKS device. Aborting operation." | the same |
+//! | `--encrypt` without DEVICE | "Command requires device as argument." | the same |
+//! | `--reduce-device-size` without `--encrypt` | handed to libcryptsetup as a `datashift` reencryption or decryption | refused: not supported |
+//!
+//! The online encryption cryptsetup has is of a device not active yet:
+//! `reencrypt --encrypt [--header HDR | --reduce-device-size SIZE]
+//! DEVICE NAME` writes the metadata, activates NAME itself and encrypts
+//! under it (`--init-only`: activates and stops there). ucrypt does the
+//! same ([`encrypt_as`]): the metadata offline, then `ucrypt open` serves
+//! NAME and the daemon encrypts under it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crypto::Secret;
 use daemon::control::{
     self, InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption, DRAIN_TIMEOUT,
     QUERY_TIMEOUT,
@@ -93,18 +120,27 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             format!("Reencryption of device {name} is already running."),
         ));
     }
+    if a.encrypt && a.device.is_none() {
+        return Err(Failure::usage("Command requires device as argument."));
+    }
+    if let Some(h) = a.header.as_ref().filter(|h| a.decrypt && !h.exists()) {
+        // cryptsetup exports the device's header to the new file and
+        // decrypts with a data shift.
+        return Err(Failure::usage(format!(
+            "LUKS2 decryption exporting the header to {} (a data shift) is not supported \
+             by ucrypt reencrypt: it decrypts volumes with a detached header only.",
+            h.display()
+        )));
+    }
     // The header: the detached one (`--header`, as the daemon serves it)
     // or on the device.
     let meta = a.header.clone().unwrap_or_else(|| dev.clone());
+    if a.decrypt && !a.resume_only {
+        check_decrypt_header(&a, &dev)?;
+    }
     let state = reencrypt::status(&meta)?;
-    if state.is_none() && (a.encrypt || a.decrypt || a.reduce_device_size.is_some()) {
-        // An encryption or decryption in progress (started offline, by
-        // either tool) continues online; starting one online does not.
-        return Err(Failure::usage(
-            "Starting LUKS2 encryption or decryption (--encrypt, --decrypt, \
-             --reduce-device-size) online is not supported by ucrypt reencrypt: start it \
-             offline (or with --init-only), then continue it with --resume-only --active-name.",
-        ));
+    if state.is_none() {
+        check_start(&a, &dev)?;
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let init = if state.is_none() {
@@ -116,11 +152,67 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             resilience: req.resilience,
             resilience_hash: req.resilience_hash,
             kdf: req.kdf.as_ref().map(KdfParams::of),
+            decrypt: req.decrypt,
         })
     } else {
         None
     };
     let passphrase = a.key.source().read(&prompt(&a, &dev), false)?;
+    start_and_watch(&a, name, &dev, passphrase, init, rate)
+}
+
+/// `reencrypt --encrypt ... DEVICE NAME` after the metadata is written:
+/// serves DEVICE as NAME (`ucrypt open`, the passphrase on its stdin) and
+/// encrypts under it, as cryptsetup activates NAME and encrypts online.
+pub(super) fn encrypt_as(a: &ReencryptArgs, dev: &Path, name: &str, pass: Secret) -> CmdResult {
+    use std::io::Write;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
+    let mut c = std::process::Command::new(exe);
+    c.arg("open");
+    if let Some(h) = &a.header {
+        c.arg("--header").arg(h);
+    }
+    if let Some(s) = a.key_slot {
+        c.arg("--key-slot").arg(s.to_string());
+    }
+    let mut child = c
+        .args(["--key-file", "-"])
+        .arg(dev)
+        .arg(name)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::device(format!("Cannot run ucrypt open: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A failed write shows as open's own error (no passphrase).
+        let _ = stdin.write_all(&pass);
+    }
+    let st = child
+        .wait()
+        .map_err(|e| Failure::device(format!("Cannot run ucrypt open: {e}")))?;
+    if !st.success() {
+        return Err(Failure::new(
+            st.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+            format!("Cannot activate device {name} for online encryption."),
+        ));
+    }
+    println!("{name} is now active and ready for online encryption.");
+    if a.init_only {
+        return Ok(());
+    }
+    start_and_watch(a, name, dev, pass, None, 0)
+}
+
+/// Asks the daemon serving `name` to start (`init`) or resume the
+/// reencryption, then shows its progress until it ends.
+pub(super) fn start_and_watch(
+    a: &ReencryptArgs,
+    name: &str,
+    dev: &Path,
+    passphrase: Secret,
+    init: Option<InitParams>,
+    rate: u64,
+) -> CmdResult {
     let start = ReencryptStart {
         passphrase,
         key_slot: a.key_slot,
@@ -138,7 +230,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Failure::usage(format!("Cannot handle signals: {e}")))?;
     }
-    let mut pr = Progress::new(a.progress_json, a.progress_frequency, &dev);
+    let mut pr = Progress::new(a.progress_json, a.progress_frequency, dev);
     pr.update(first.done, first.total);
     let end = watch(name, &stop, &mut pr)?;
     pr.finish();
@@ -155,6 +247,45 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             )))
         }
     }
+}
+
+/// The refusals of a start on an active device (see the table above):
+/// the volume's LUKS2 header is not in reencryption.
+fn check_start(a: &ReencryptArgs, dev: &Path) -> CmdResult {
+    if a.encrypt {
+        // cryptsetup names the header, or the device argument.
+        let named = a.header.as_ref().or(a.device.as_ref()).map_or(dev, |p| p);
+        return Err(Failure::usage(format!(
+            "Device {} is already LUKS device. Aborting operation.",
+            named.display()
+        )));
+    }
+    if a.reduce_device_size.is_some() {
+        return Err(Failure::usage(
+            "Reencryption or decryption with a data shift (--reduce-device-size) of an \
+             active device is not supported by ucrypt reencrypt.",
+        ));
+    }
+    Ok(())
+}
+
+/// `--decrypt` needs `--header HDR`, a detached header, not the device
+/// (checked before the header is read).
+fn check_decrypt_header(a: &ReencryptArgs, dev: &Path) -> CmdResult {
+    let Some(hdr) = &a.header else {
+        return Err(Failure::usage("LUKS2 decryption requires --header option."));
+    };
+    let same = match (std::fs::canonicalize(hdr), std::fs::canonicalize(dev)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => hdr == dev,
+    };
+    if same {
+        return Err(Failure::usage(
+            "LUKS2 decryption is supported with detached header device only (with data \
+             offset set to 0).",
+        ));
+    }
+    Ok(())
 }
 
 /// Polls the daemon until the reencryption ends (its last progress) or a

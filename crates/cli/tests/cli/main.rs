@@ -52,6 +52,7 @@ mod reencrypt;
 mod reencrypt_encrypt;
 mod reencrypt_luks1;
 mod reencrypt_online;
+mod reencrypt_online_start;
 mod reencrypt_plaintext;
 mod runtime_dir;
 mod tables;

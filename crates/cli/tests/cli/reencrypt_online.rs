@@ -661,7 +661,7 @@ fn serves(pid: i32, img: &Path) -> bool {
 /// Whether any process (or a killed one's leftover io_uring) holds a
 /// POSIX, OFD or flock lock on `img`, from /proc/locks
 /// ("N: OFDLCK ADVISORY WRITE -1 MAJ:MIN:INODE 0 EOF").
-fn locked(img: &Path) -> bool {
+pub(crate) fn locked(img: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(m) = std::fs::metadata(img) else {
         return false;

@@ -31,7 +31,7 @@ const SHIFT_DEV: usize = 12 << 20;
 const SHIFT_DATA: usize = 8 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Case {
+pub(crate) enum Case {
     /// `--encrypt --header HDR`: forward, plaintext above the boundary.
     Encrypt,
     /// `--encrypt --reduce-device-size 4M`: backward with a data shift.
@@ -40,13 +40,13 @@ enum Case {
     Decrypt,
 }
 
-struct Vol {
-    dir: TempDir,
-    data: PathBuf,
+pub(crate) struct Vol {
+    pub(crate) dir: TempDir,
+    pub(crate) data: PathBuf,
     /// The detached header (`None`: in the device).
-    hdr: Option<PathBuf>,
-    key: PathBuf,
-    plain: Vec<u8>,
+    pub(crate) hdr: Option<PathBuf>,
+    pub(crate) key: PathBuf,
+    pub(crate) plain: Vec<u8>,
     case: Case,
 }
 
@@ -54,7 +54,7 @@ impl Vol {
     /// The device of `case` with seeded plaintext: plain bytes for an
     /// encryption, a LUKS2 volume with a detached header (cryptsetup's
     /// format, the plaintext written through ucrypt) for a decryption.
-    fn new(tag: &str, base: &Path, case: Case, seed: u64) -> Vol {
+    pub(crate) fn new(tag: &str, base: &Path, case: Case, seed: u64) -> Vol {
         let dir = TempDir::new_in(base, tag);
         std::fs::create_dir_all(dir.join("run")).unwrap();
         let data = dir.join("data");
@@ -113,7 +113,7 @@ impl Vol {
     }
 
     /// `--header HDR` when detached.
-    fn header_args(&self) -> Vec<&std::ffi::OsStr> {
+    pub(crate) fn header_args(&self) -> Vec<&std::ffi::OsStr> {
         match &self.hdr {
             Some(h) => vec!["--header".as_ref(), h.as_os_str()],
             None => Vec::new(),
@@ -143,7 +143,7 @@ impl Vol {
         a
     }
 
-    fn cryptsetup(&self, extra: &[&str]) -> Output {
+    pub(crate) fn cryptsetup(&self, extra: &[&str]) -> Output {
         Command::new("cryptsetup")
             .args(self.cryptsetup_args(extra))
             .output()
@@ -171,7 +171,7 @@ impl Vol {
         ok(self.map("--read").output().unwrap(), "map --read").stdout
     }
 
-    fn in_reencryption(&self) -> bool {
+    pub(crate) fn in_reencryption(&self) -> bool {
         let out = Command::new("cryptsetup")
             .args(["luksDump", "--dump-json-metadata"])
             .arg(self.meta())
@@ -217,7 +217,7 @@ impl Vol {
 
     /// The finished volume: plaintext on the data device (decryption),
     /// or a LUKS2 volume cryptsetup opens whose plaintext is `want`.
-    fn check_finished(&self, want: &[u8], what: &str) {
+    pub(crate) fn check_finished(&self, want: &[u8], what: &str) {
         assert!(!self.in_reencryption(), "{what}: finished");
         if self.case == Case::Decrypt {
             let bytes = std::fs::read(&self.data).unwrap();
@@ -421,7 +421,7 @@ fn online_case(case: Case, seed: u64) {
 }
 
 /// Closes the served volume `v` when a test ends, failed or not.
-struct Closer(PathBuf);
+pub(crate) struct Closer(pub(crate) PathBuf);
 
 impl Drop for Closer {
     fn drop(&mut self) {

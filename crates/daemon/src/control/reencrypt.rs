@@ -43,6 +43,10 @@ pub struct InitParams {
     pub resilience_hash: Option<String>,
     /// The new keyslots' KDF; `None` copies the old keyslots'.
     pub kdf: Option<KdfParams>,
+    /// `--decrypt`: the data becomes plaintext (the volume must be served
+    /// with a detached header, data offset 0).
+    #[serde(default)]
+    pub decrypt: bool,
 }
 
 /// `luks::kdf::KdfRequest` on the wire.

@@ -1,5 +1,6 @@
 //! Online reencryption of the served volume (`ucrypt reencrypt
-//! --active-name`), and the continuation of an encryption or decryption
+//! --active-name`), the decryption of one served with a detached header
+//! (`--decrypt`), and the continuation of an encryption or decryption
 //! it serves mid-way (`--resume-only`): the LUKS2 reencryption loop
 //! ([`luks::reencrypt::Online`]) runs on a thread of its own while the
 //! frontend keeps serving, the engine held for each hotzone.
@@ -110,6 +111,14 @@ impl Daemon {
                 if p.resilience.as_deref() == Some("none") {
                     return Err(refuse_none());
                 }
+                if p.decrypt && self.header.is_none() {
+                    // The header is in the device: cryptsetup exports it
+                    // and shifts the data (`--header` naming a new file),
+                    // which ucrypt does not do.
+                    return Err(invalid(
+                        "LUKS2 decryption is supported with detached header device only (with data offset set to 0).",
+                    ));
+                }
                 let req = reencrypt::InitRequest {
                     cipher: p.cipher.clone(),
                     key_bits: p.key_bits,
@@ -117,7 +126,7 @@ impl Daemon {
                     resilience: p.resilience.clone(),
                     resilience_hash: p.resilience_hash.clone(),
                     kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
-                    decrypt: false,
+                    decrypt: p.decrypt,
                     header: self.header.clone(),
                 };
                 reencrypt::init_held(&device, pass, start.key_slot, &req)?;
