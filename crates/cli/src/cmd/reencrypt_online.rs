@@ -120,7 +120,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     } else {
         None
     };
-    let passphrase = a.key.source().read(&prompt(&a, &dev), false)?;
+    let passphrase = a.key.source(g.prompting()).read(&prompt(&a, &dev), false)?;
     let start = ReencryptStart {
         passphrase,
         key_slot: a.key_slot,
