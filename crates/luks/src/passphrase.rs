@@ -1,7 +1,9 @@
 //! Passphrase input as cryptsetup does it: a key file (`-` = all of stdin,
 //! binary-safe), one line from a non-terminal stdin, or a prompt on the
 //! terminal without echo. Every passphrase lands in a [`Secret`] (locked,
-//! non-dumpable memory), read past `Stdin`'s heap buffer.
+//! non-dumpable memory), read past `Stdin`'s heap buffer. How a typed
+//! passphrase is asked for (tries, timeout, asked twice, an empty one
+//! first) is a [`Prompting`] value the caller passes.
 
 use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
