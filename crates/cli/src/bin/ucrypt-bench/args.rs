@@ -11,32 +11,32 @@ pub struct BenchFlags {
     /// Profile: quick, default, full, or grid (the data path's mode grid).
     #[arg(long, value_name = "NAME", value_parser = ["quick", "default", "full", "grid"],
           conflicts_with_all = ["quick", "full"])]
-    pub profile: Option<String>,
+    profile: Option<String>,
     /// Short run for CI (same as --profile quick).
     #[arg(long, conflicts_with = "full")]
-    pub quick: bool,
+    quick: bool,
     /// Long run (same as --profile full).
     #[arg(long)]
-    pub full: bool,
+    full: bool,
     /// Changes to the profile.
     #[command(flatten)]
-    pub overrides: OverrideFlags,
+    overrides: OverrideFlags,
     /// fio over NBD (raw baseline: nbdkit memory), vhost (libblkio over
     /// vhost-user-blk; raw baseline: qemu-storage-daemon), file (the engine
     /// over a file through io_uring and pread/pwrite; raw baseline: fio's
     /// io_uring engine on that file) or in-process (default).
     #[arg(long, value_name = "HOW", value_parser = ["fio", "vhost", "file", "in-process"])]
-    pub via: Option<String>,
+    via: Option<String>,
     /// With --via file: the file to measure, on the disk to be measured
     /// (tmpfs gives the pread-vs-io_uring QD1 cell). Made if missing and
     /// kept; write cells overwrite it. Default: a new file in $TMPDIR (else
     /// /tmp), removed at the end.
     #[arg(long, value_name = "PATH")]
-    pub file: Option<PathBuf>,
+    file: Option<PathBuf>,
     /// With --via file: the file's size (e.g. 1G; default: an existing
     /// file's size, else 1G); a shorter file is extended.
     #[arg(long, value_name = "SIZE")]
-    pub file_size: Option<String>,
+    file_size: Option<String>,
     /// With --via fio or vhost: every server's image in DIR (a directory
     /// on the filesystem or device to measure) instead of /dev/shm, each
     /// server as it runs in production (ucrypt's defaults, O_DIRECT where
@@ -44,23 +44,23 @@ pub struct BenchFlags {
     /// aio=io_uring; nbdkit's file plugin cache=none), plus `disk`: fio's
     /// io_uring engine on a plain file there (O_DIRECT), the io of the bound.
     #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    dir: Option<PathBuf>,
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw,
     /// luks); with --via vhost: qemu-storage-daemon (luks).
     #[arg(long)]
-    pub peers: bool,
+    peers: bool,
     /// fio on Ceph RBD images of the cluster --ceph-conf names: ucrypt
     /// (default aes-adaptive) on LUKS2 from `rbd encryption format`, raw =
     /// qemu-storage-daemon's rbd driver; --peers adds it with librbd's LUKS2.
     #[arg(long, conflicts_with = "dm_crypt")]
-    pub ceph: bool,
+    ceph: bool,
     /// With --ceph: the pool the images are made in (and removed from).
     #[arg(long, value_name = "POOL", requires = "ceph", default_value = "rbd")]
-    pub ceph_pool: String,
+    ceph_pool: String,
     /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
     /// brd (root, fio) and answer one `cryptsetup refresh` line.
     #[arg(long)]
-    pub dm_crypt: bool,
+    dm_crypt: bool,
     /// With --dm-crypt: the workload, db, vm, backup or seeds (default).
     #[arg(
         long,
@@ -68,18 +68,18 @@ pub struct BenchFlags {
         requires = "dm_crypt",
         conflicts_with = "fio_job"
     )]
-    pub workload: Option<String>,
+    workload: Option<String>,
     /// With --dm-crypt: decide for this fio job file instead.
     #[arg(long, value_name = "FILE", requires = "dm_crypt")]
-    pub fio_job: Option<PathBuf>,
+    fio_job: Option<PathBuf>,
     /// With --dm-crypt: the live mapping to start from (cipher, flags).
     #[arg(long, value_name = "NAME", requires = "dm_crypt")]
-    pub mapping: Option<String>,
+    mapping: Option<String>,
     /// No progress bar.
     // Here rather than in `OverrideFlags` only so that `--help` lists it
     // last, as it always has.
     #[arg(long)]
-    pub no_progress: bool,
+    no_progress: bool,
 }
 
 impl BenchFlags {
@@ -112,62 +112,62 @@ impl BenchFlags {
 pub struct OverrideFlags {
     /// Headline targets: names (raw, null-classic, aes-inline …), `null`, `aes`, `all`.
     #[arg(long, value_name = "LIST")]
-    pub targets: Option<String>,
+    targets: Option<String>,
     /// Sweep targets (heatmaps need raw and <cipher>-classic with inline/adaptive).
     #[arg(long, value_name = "LIST")]
-    pub sweep_targets: Option<String>,
+    sweep_targets: Option<String>,
     /// Skip the sweep (headline table only).
     #[arg(long)]
-    pub no_sweep: bool,
+    no_sweep: bool,
     /// Sweep block sizes, e.g. 4k,64k,1M.
     #[arg(long, value_name = "LIST")]
-    pub bs: Option<String>,
+    bs: Option<String>,
     /// Sweep queue depths per job, e.g. 1,4,16,64.
     #[arg(long, value_name = "LIST")]
-    pub qd: Option<String>,
+    qd: Option<String>,
     /// Sweep job (thread) counts, e.g. 1,2,4.
     #[arg(long, value_name = "LIST")]
-    pub jobs: Option<String>,
+    jobs: Option<String>,
     /// Sweep directions: read,write,randread,randwrite.
     #[arg(long, value_name = "LIST")]
-    pub rw: Option<String>,
+    rw: Option<String>,
     /// Length of one headline repetition (e.g. 250ms, 1s).
     #[arg(long, value_name = "TIME")]
-    pub runtime: Option<String>,
+    runtime: Option<String>,
     /// Length of one sweep repetition.
     #[arg(long, value_name = "TIME", conflicts_with = "seconds")]
-    pub sweep_runtime: Option<String>,
+    sweep_runtime: Option<String>,
     /// Length of one sweep repetition in seconds (e.g. 0.25).
     #[arg(long, value_name = "S")]
-    pub seconds: Option<f64>,
+    seconds: Option<f64>,
     /// Warm-up per target before each cell.
     #[arg(long, value_name = "TIME")]
-    pub warmup: Option<String>,
+    warmup: Option<String>,
     /// Headline repetitions.
     #[arg(long, value_name = "N")]
-    pub reps: Option<usize>,
+    reps: Option<usize>,
     /// Sweep repetitions (rounds; their target order rotates per round).
     #[arg(long, value_name = "N", visible_alias = "rounds")]
-    pub sweep_reps: Option<usize>,
+    sweep_reps: Option<usize>,
     /// Sector size of the encrypted in-process targets (512 … 4096).
     #[arg(long, value_name = "BYTES")]
-    pub sector_size: Option<u32>,
+    sector_size: Option<u32>,
     /// Adaptive moves bytes as inline does (no fused copy and crypto pass).
     #[arg(long)]
-    pub no_fuse: bool,
+    no_fuse: bool,
     /// Adaptive hands off and splits whatever the load.
     #[arg(long)]
-    pub force_split: bool,
+    force_split: bool,
     /// Print each engine's per-path request counts after every cell (stderr;
     /// with `--via fio`, each served ucrypt's `status` counters).
     #[arg(long)]
-    pub engine_stats: bool,
+    engine_stats: bool,
     /// Ramdisk size (e.g. 512M, 1G; at most 2G by default profiles).
     #[arg(long, value_name = "SIZE")]
-    pub size: Option<String>,
+    size: Option<String>,
     /// Results folder (default ./results/bench-<UTC time>/).
     #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
+    out: Option<PathBuf>,
 }
 
 impl OverrideFlags {
