@@ -1,45 +1,38 @@
-//! `ucrypt bench`'s command line as clap parses it ([`BenchArgs`]): the
-//! profile (`--profile`, `--quick`, `--full`), its [`Overrides`], where
-//! the jobs run (`--via`, `--peers`, `--ceph`) and the dm-crypt flag advisor's
+//! What `ucrypt bench` is asked for ([`BenchArgs`], plain values the
+//! `ucrypt-bench` binary fills from its command line): the profile
+//! (`--profile`, `--quick`, `--full`), its [`Overrides`], where the jobs
+//! run (`--via`, `--peers`, `--ceph`) and the dm-crypt flag advisor's
 //! options. [`BenchArgs::options`] turns it into [`Options`],
 //! [`BenchArgs::advisor`] and [`BenchArgs::via`] into the run it asks
-//! for; the `ucrypt` binary flattens it, runs and prints.
+//! for; the binary runs and prints.
 
 use std::path::PathBuf;
 
 use crate::{advisor, dmcrypt, Error, Options, OptionsError, Overrides, Via};
 
-/// Options of `ucrypt bench`.
-#[derive(clap::Args, Debug, Clone)]
+/// Options of `ucrypt bench`, as its command line names them.
+#[derive(Debug, Clone)]
 pub struct BenchArgs {
     /// Profile: quick, default, full, or grid (the data path's mode grid).
-    #[arg(long, value_name = "NAME", value_parser = ["quick", "default", "full", "grid"],
-          conflicts_with_all = ["quick", "full"])]
     pub profile: Option<String>,
     /// Short run for CI (same as --profile quick).
-    #[arg(long, conflicts_with = "full")]
     pub quick: bool,
     /// Long run (same as --profile full).
-    #[arg(long)]
     pub full: bool,
     /// Changes to the profile.
-    #[command(flatten)]
     pub overrides: Overrides,
     /// fio over NBD (raw baseline: nbdkit memory), vhost (libblkio over
     /// vhost-user-blk; raw baseline: qemu-storage-daemon), file (the engine
     /// over a file through io_uring and pread/pwrite; raw baseline: fio's
     /// io_uring engine on that file) or in-process (default).
-    #[arg(long, value_name = "HOW", value_parser = ["fio", "vhost", "file", "in-process"])]
     pub via: Option<String>,
     /// With --via file: the file to measure, on the disk to be measured
     /// (tmpfs gives the pread-vs-io_uring QD1 cell). Made if missing and
     /// kept; write cells overwrite it. Default: a new file in $TMPDIR (else
     /// /tmp), removed at the end.
-    #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
     /// With --via file: the file's size (e.g. 1G; default: an existing
     /// file's size, else 1G); a shorter file is extended.
-    #[arg(long, value_name = "SIZE")]
     pub file_size: Option<String>,
     /// With --via fio or vhost: every server's image in DIR (a directory
     /// on the filesystem or device to measure) instead of /dev/shm, each
@@ -47,43 +40,52 @@ pub struct BenchArgs {
     /// the filesystem takes it; qemu-storage-daemon cache.direct=on
     /// aio=io_uring; nbdkit's file plugin cache=none), plus `disk`: fio's
     /// io_uring engine on a plain file there (O_DIRECT), the io of the bound.
-    #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// With --via fio: add nbdkit (luks filter) and qemu-storage-daemon (raw,
     /// luks); with --via vhost: qemu-storage-daemon (luks).
-    #[arg(long)]
     pub peers: bool,
     /// fio on Ceph RBD images of the cluster --ceph-conf names: ucrypt
     /// (default aes-adaptive) on LUKS2 from `rbd encryption format`, raw =
     /// qemu-storage-daemon's rbd driver; --peers adds it with librbd's LUKS2.
-    #[arg(long, conflicts_with = "dm_crypt")]
     pub ceph: bool,
-    /// With --ceph: the pool the images are made in (and removed from).
-    #[arg(long, value_name = "POOL", requires = "ceph", default_value = "rbd")]
+    /// With --ceph: the pool the images are made in (and removed from;
+    /// default `rbd`).
     pub ceph_pool: String,
     /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
     /// brd (root, fio) and answer one `cryptsetup refresh` line.
-    #[arg(long)]
     pub dm_crypt: bool,
     /// With --dm-crypt: the workload, db, vm, backup or seeds (default).
-    #[arg(
-        long,
-        value_name = "PRESET",
-        requires = "dm_crypt",
-        conflicts_with = "fio_job"
-    )]
     pub workload: Option<String>,
     /// With --dm-crypt: decide for this fio job file instead.
-    #[arg(long, value_name = "FILE", requires = "dm_crypt")]
     pub fio_job: Option<PathBuf>,
     /// With --dm-crypt: the live mapping to start from (cipher, flags).
-    #[arg(long, value_name = "NAME", requires = "dm_crypt")]
     pub mapping: Option<String>,
-    /// No progress bar.
-    // Here rather than in `Overrides` (where it is applied) only so that
-    // `--help` lists it last, as it always has.
-    #[arg(long)]
+    /// No progress bar (applied through [`Overrides::no_progress`]).
     pub no_progress: bool,
+}
+
+impl Default for BenchArgs {
+    /// The default profile in process, Ceph's pool `rbd`.
+    fn default() -> Self {
+        Self {
+            profile: None,
+            quick: false,
+            full: false,
+            overrides: Overrides::default(),
+            via: None,
+            file: None,
+            file_size: None,
+            dir: None,
+            peers: false,
+            ceph: false,
+            ceph_pool: "rbd".into(),
+            dm_crypt: false,
+            workload: None,
+            fio_job: None,
+            mapping: None,
+            no_progress: false,
+        }
+    }
 }
 
 impl BenchArgs {
@@ -207,30 +209,26 @@ impl BenchArgs {
     }
 }
 
-/// The [`BenchArgs`] of a `ucrypt bench ARGS…` command line, for the
-/// tests of what each `--via` fills in (the runners' plans and defaults).
-#[cfg(test)]
-pub(crate) fn parse_for_test(args: &[&str]) -> BenchArgs {
-    use clap::Parser;
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        bench: BenchArgs,
-    }
-    Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
-        .unwrap()
-        .bench
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ucrypt bench --via VIA` (none: in process) with `more` changes,
+    /// as the command line would give them.
+    fn args(via: Option<&str>, more: impl FnOnce(&mut BenchArgs)) -> BenchArgs {
+        let mut a = BenchArgs {
+            via: via.map(Into::into),
+            ..BenchArgs::default()
+        };
+        more(&mut a);
+        a
+    }
 
     #[test]
     fn dir_goes_with_the_server_runners_only() {
         let exe = || Ok(PathBuf::from("/bin/ucrypt"));
         for via in ["fio", "vhost"] {
-            let a = parse_for_test(&["--via", via, "--dir", "/var/tmp"]);
+            let a = args(Some(via), |a| a.dir = Some("/var/tmp".into()));
             assert!(a.options().is_ok(), "--via {via}");
             let dir = match a.via(exe()).unwrap() {
                 Via::Fio { dir, .. } => dir,
@@ -239,32 +237,34 @@ mod tests {
             };
             assert_eq!(dir, Some(PathBuf::from("/var/tmp")));
         }
-        let peers = parse_for_test(&["--peers", "--dir", "/var/tmp"]);
+        let peers = args(None, |a| {
+            a.peers = true;
+            a.dir = Some("/var/tmp".into());
+        });
         assert!(peers.options().is_ok(), "--peers alone runs fio");
-        for args in [
-            &["--dir", "/var/tmp"][..],
-            &["--via", "file", "--dir", "/var/tmp"],
-            &["--via", "in-process", "--dir", "/var/tmp"],
-        ] {
-            let e = parse_for_test(args).options().unwrap_err();
+        for via in [None, Some("file"), Some("in-process")] {
+            let a = args(via, |a| a.dir = Some("/var/tmp".into()));
+            let e = a.options().unwrap_err();
             assert_eq!(
                 e.to_string(),
                 "--dir goes with --via fio or --via vhost",
-                "{args:?}"
+                "{via:?}"
             );
         }
-        match parse_for_test(&["--via", "fio"]).via(exe()).unwrap() {
+        match args(Some("fio"), |_| {}).via(exe()).unwrap() {
             Via::Fio { dir, .. } => assert_eq!(dir, None),
             other => panic!("{other:?}"),
         }
     }
 
     // What each `--via` fills in (the runners' plans and option defaults).
-    use parse_for_test as parse;
 
     #[test]
     fn via_file_defaults_to_the_modes_on_4k_sectors_without_a_sweep() {
-        let a = parse(&["--via", "file", "--file", "/x/f.img", "--file-size", "256M"]);
+        let a = args(Some("file"), |a| {
+            a.file = Some("/x/f.img".into());
+            a.file_size = Some("256M".into());
+        });
         let o = a.options().unwrap();
         let names: Vec<String> = o.targets.iter().map(ToString::to_string).collect();
         assert_eq!(names, ["raw", "aes-classic", "aes-inline", "aes-adaptive"]);
@@ -278,20 +278,18 @@ mod tests {
             v => panic!("{v:?}"),
         }
         // What the command line says wins.
-        let told = parse(&[
-            "--via",
-            "file",
-            "--targets",
-            "aes-inline",
-            "--sector-size",
-            "512",
-        ]);
+        let told = args(Some("file"), |a| {
+            a.overrides.targets = Some("aes-inline".into());
+            a.overrides.sector_size = Some(512);
+        });
         let o = told.options().unwrap();
         assert_eq!((o.targets.len(), o.sector_size), (1, 512));
         // --bs/--qd/--rw choose the cells (each size at each depth).
-        let cells = parse(&[
-            "--via", "file", "--bs", "64k,1M", "--qd", "1,4", "--rw", "randread",
-        ]);
+        let cells = args(Some("file"), |a| {
+            a.overrides.bs = Some("64k,1M".into());
+            a.overrides.qd = Some("1,4".into());
+            a.overrides.rw = Some("randread".into());
+        });
         let crate::Via::File(plan) = cells.via(Err(std::io::ErrorKind::NotFound.into())).unwrap()
         else {
             panic!("not a file plan")
@@ -303,7 +301,7 @@ mod tests {
             [(64 << 10, 1), (64 << 10, 4), (1 << 20, 1), (1 << 20, 4)]
         );
         assert_eq!(o.headline_rw, [crate::driver::Rw::RandRead]);
-        let only_qd = parse(&["--via", "file", "--qd", "2"]);
+        let only_qd = args(Some("file"), |a| a.overrides.qd = Some("2".into()));
         let crate::Via::File(plan) = only_qd
             .via(Err(std::io::ErrorKind::NotFound.into()))
             .unwrap()
@@ -316,21 +314,24 @@ mod tests {
             o.headline_rw,
             [crate::driver::Rw::RandRead, crate::driver::Rw::RandWrite]
         );
-        let bad = parse(&["--via", "file", "--file-size", "lots"]);
+        let bad = args(Some("file"), |a| a.file_size = Some("lots".into()));
         let e = bad.options().unwrap_err();
         assert_eq!(e.to_string(), "Invalid file size `lots` (e.g. 256M, 1G)");
         for other in [
-            &["--via", "fio", "--file", "/x"][..],
-            &["--file-size", "1G"],
+            args(Some("fio"), |a| a.file = Some("/x".into())),
+            args(None, |a| a.file_size = Some("1G".into())),
         ] {
-            let e = parse(other).options().unwrap_err();
+            let e = other.options().unwrap_err();
             assert_eq!(e.to_string(), "--file and --file-size go with --via file");
         }
     }
 
     #[test]
     fn via_vhost_fills_in_its_sweep_where_the_command_line_is_silent() {
-        let a = parse(&["--via", "vhost", "--peers", "--qd", "4"]);
+        let a = args(Some("vhost"), |a| {
+            a.peers = true;
+            a.overrides.qd = Some("4".into());
+        });
         let o = a.options().unwrap();
         assert_eq!((o.bs, o.qd, o.jobs), (vec![4096], vec![4], vec![2]));
         assert_eq!(
@@ -342,7 +343,7 @@ mod tests {
             v => panic!("{v:?}"),
         }
         // fio and in-process keep the profile's sweep.
-        let fio = parse(&["--via", "fio"]).options().unwrap();
+        let fio = args(Some("fio"), |_| {}).options().unwrap();
         assert_eq!(fio.bs, crate::Options::standard().bs);
         assert_eq!(fio.jobs, crate::Options::standard().jobs);
     }

@@ -233,71 +233,50 @@ impl Options {
 
 /// Command-line changes to a profile, as typed: lists comma-separated
 /// (`4k,64k`), sizes with a unit (`512M`), durations with one (`250ms`).
-/// [`Options::with_overrides`] parses and applies them. clap parses them
-/// straight into this struct (flattened into [`crate::BenchArgs`]); the
-/// field docs are `ucrypt bench --help`'s text.
-#[derive(Debug, Clone, Default, clap::Args)]
+/// [`Options::with_overrides`] parses and applies them; `ucrypt-bench`
+/// fills them from its command line (part of [`crate::BenchArgs`]).
+#[derive(Debug, Clone, Default)]
 pub struct Overrides {
     /// Headline targets: names (raw, null-classic, aes-inline …), `null`, `aes`, `all`.
-    #[arg(long, value_name = "LIST")]
     pub targets: Option<String>,
     /// Sweep targets (heatmaps need raw and <cipher>-classic with inline/adaptive).
-    #[arg(long, value_name = "LIST")]
     pub sweep_targets: Option<String>,
     /// Skip the sweep (headline table only).
-    #[arg(long)]
     pub no_sweep: bool,
     /// Sweep block sizes, e.g. 4k,64k,1M.
-    #[arg(long, value_name = "LIST")]
     pub bs: Option<String>,
     /// Sweep queue depths per job, e.g. 1,4,16,64.
-    #[arg(long, value_name = "LIST")]
     pub qd: Option<String>,
     /// Sweep job (thread) counts, e.g. 1,2,4.
-    #[arg(long, value_name = "LIST")]
     pub jobs: Option<String>,
     /// Sweep directions: read,write,randread,randwrite.
-    #[arg(long, value_name = "LIST")]
     pub rw: Option<String>,
     /// Length of one headline repetition (e.g. 250ms, 1s).
-    #[arg(long, value_name = "TIME")]
     pub runtime: Option<String>,
     /// Length of one sweep repetition.
-    #[arg(long, value_name = "TIME", conflicts_with = "seconds")]
     pub sweep_runtime: Option<String>,
     /// Length of one sweep repetition in seconds (e.g. 0.25).
-    #[arg(long, value_name = "S")]
     pub seconds: Option<f64>,
     /// Warm-up per target before each cell.
-    #[arg(long, value_name = "TIME")]
     pub warmup: Option<String>,
     /// Headline repetitions.
-    #[arg(long, value_name = "N")]
     pub reps: Option<usize>,
     /// Sweep repetitions (rounds; their target order rotates per round).
-    #[arg(long, value_name = "N", visible_alias = "rounds")]
     pub sweep_reps: Option<usize>,
     /// Sector size of the encrypted in-process targets (512 … 4096).
-    #[arg(long, value_name = "BYTES")]
     pub sector_size: Option<u32>,
     /// Adaptive moves bytes as inline does (no fused copy and crypto pass).
-    #[arg(long)]
     pub no_fuse: bool,
     /// Adaptive hands off and splits whatever the load.
-    #[arg(long)]
     pub force_split: bool,
     /// Print each engine's per-path request counts after every cell (stderr;
     /// with `--via fio`, each served ucrypt's `status` counters).
-    #[arg(long)]
     pub engine_stats: bool,
     /// Ramdisk size (e.g. 512M, 1G; at most 2G by default profiles).
-    #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
     /// Results folder (default ./results/bench-<UTC time>/).
-    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// No progress bar (on the command line: [`crate::BenchArgs::no_progress`]).
-    #[arg(skip)]
+    /// No progress bar (as given: [`crate::BenchArgs::no_progress`]).
     pub no_progress: bool,
 }
 

@@ -65,6 +65,18 @@ impl Globals {
         }
     }
 
+    /// How passphrases are asked for: `--tries`, `--timeout` and
+    /// [`Globals::verify`], handed to whatever reads one (a crypttab line
+    /// may change it for `open`).
+    pub fn prompting(&self) -> luks::passphrase::Prompting {
+        luks::passphrase::Prompting {
+            tries: self.tries,
+            timeout: self.timeout,
+            verify: self.verify(),
+            try_empty: false,
+        }
+    }
+
     /// `-v` or `--debug`.
     pub fn verbose(&self) -> bool {
         self.verbose || self.debug

@@ -179,11 +179,7 @@ pub fn main() -> ExitCode {
         }
     };
     let g = cli.globals;
-    luks::passphrase::set_tries(g.tries);
-    luks::passphrase::set_timeout(g.timeout);
-    luks::passphrase::set_verify(g.verify());
     luks::kdf::set_verbose(g.verbose());
-    tokens::set_verbose(g.verbose());
     luks::set_metadata_locking(!g.disable_locks);
     // `map --read` writes the plaintext to stdout: the tool's own lines
     // go to stderr there.
@@ -200,11 +196,11 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         // cryptsetup's --test-args: the arguments parsed; nothing runs.
         _ if g.test_args => Ok(()),
-        Command::Crypt(c) => c.run(),
+        Command::Crypt(c) => c.run(g),
         Command::Luks(c) => c.run(g),
         Command::Header(c) => c.run(g),
         Command::Docs(c) => c.run(),
-        Command::Daemon(c) => c.run(),
+        Command::Daemon(c) => c.run(g),
         Command::Bench(c) => c.run(&ceph, g),
         Command::Reencrypt(c) => c.run(g),
         Command::Bitlk(c) => c.run(g),

@@ -25,6 +25,7 @@ use datapath::{CryptMode, Engine, EngineConfig};
 use zeroize::Zeroizing;
 
 use daemon::{Error, ErrorKind, Result};
+use luks::passphrase::Prompting;
 
 /// An [`ErrorKind::InvalidInput`] error.
 fn invalid(msg: impl Into<String>) -> Error {
@@ -74,7 +75,9 @@ pub enum Source<'a> {
         /// Only this keyslot.
         key_slot: Option<u32>,
         /// The LUKS2 token options.
-        tokens: &'a tokens::TokenArgs,
+        tokens: &'a tokens::TokenOptions,
+        /// How a passphrase (or PIN) typed at the terminal is asked for.
+        prompting: Prompting,
     },
     /// `--bitlk DEVICE`: the BitLocker volume's table, unlocked with a
     /// passphrase, recovery password or `.BEK` file from `key_file` or a
@@ -88,6 +91,8 @@ pub enum Source<'a> {
         range: luks::passphrase::KeyfileRange,
         /// `--volume-key-file`: the volume key itself, no passphrase.
         volume_key_file: Option<&'a Path>,
+        /// How a passphrase typed at the terminal is asked for.
+        prompting: Prompting,
     },
     /// `--fvault2 DEVICE`: the FileVault 2 volume's table (read only).
     Fvault2 {
@@ -99,6 +104,8 @@ pub enum Source<'a> {
         range: luks::passphrase::KeyfileRange,
         /// `--volume-key-file`: the volume key itself, no passphrase.
         volume_key_file: Option<&'a Path>,
+        /// How a passphrase typed at the terminal is asked for.
+        prompting: Prompting,
     },
     /// `--tcrypt DEVICE`: a TrueCrypt/VeraCrypt volume's table, its
     /// passphrase from a prompt or a line of stdin (read only).
@@ -137,6 +144,7 @@ impl Source<'_> {
                 range,
                 key_slot,
                 tokens,
+                prompting,
             } => {
                 let prompt_reads_stdin =
                     key_file.is_none() && !tokens.token_only && !io::stdin().is_terminal();
@@ -146,7 +154,7 @@ impl Source<'_> {
                     ));
                 }
                 let (table, _) = daemon::resolve::unlock_luks(
-                    device, header, key_file, range, key_slot, None, tokens, warn,
+                    device, header, key_file, range, key_slot, None, tokens, &prompting, warn,
                 )?;
                 Ok(table)
             }
@@ -155,6 +163,7 @@ impl Source<'_> {
                 key_file,
                 range,
                 volume_key_file,
+                prompting,
             } => {
                 let prompt_reads_stdin =
                     key_file.is_none() && volume_key_file.is_none() && !io::stdin().is_terminal();
@@ -164,19 +173,33 @@ impl Source<'_> {
                     ));
                 }
                 let device = daemon::resolve::device(device)?;
-                daemon::resolve::unlock_bitlk(&device, key_file, range, volume_key_file, warn)
+                daemon::resolve::unlock_bitlk(
+                    &device,
+                    key_file,
+                    range,
+                    volume_key_file,
+                    &prompting,
+                    warn,
+                )
             }
             Source::Fvault2 {
                 device,
                 key_file,
                 range,
                 volume_key_file,
+                prompting,
             } => {
                 if !stdin_free {
                     return Err(invalid("FVAULT2 devices are mapped read-only: use --read"));
                 }
                 let device = daemon::resolve::device(device)?;
-                daemon::resolve::unlock_fvault2(&device, key_file, range, volume_key_file)
+                daemon::resolve::unlock_fvault2(
+                    &device,
+                    key_file,
+                    range,
+                    volume_key_file,
+                    &prompting,
+                )
             }
             Source::Tcrypt(given) => {
                 if !stdin_free && !io::stdin().is_terminal() {

@@ -275,14 +275,16 @@ impl Luks {
         Ok(opened.to_table(&self.device)?)
     }
 
-    /// Tries the header's tokens as `args` allow ([`tokens::unlock`]):
+    /// Tries the header's tokens as `args` allow ([`tokens::unlock`]; a
+    /// PIN asked as `prompting` says):
     /// when a key file is given only if `args` names tokens, as
     /// cryptsetup does. `Ok(None)`: no token opened a keyslot and a
     /// passphrase may be asked for; with `--token-only` that is an error
     /// (cryptsetup's "No usable token is available.").
     pub fn unlock_tokens(
         &self,
-        args: &tokens::TokenArgs,
+        args: &tokens::TokenOptions,
+        prompting: &luks::passphrase::Prompting,
         key_file_given: bool,
     ) -> Result<Option<Table>> {
         let ids = self.vol.token_ids();
@@ -299,7 +301,7 @@ impl Luks {
             .filter_map(|&id| self.vol.token_export(id).ok().map(|t| (id, t)))
             .collect();
         let falling_back = !args.token_only;
-        let opened = tokens::unlock(&list, args, falling_back, &mut |pass, slots| {
+        let opened = tokens::unlock(&list, args, prompting, falling_back, &mut |pass, slots| {
             let mut why = String::from("the passphrase opens none of its keyslots");
             for &slot in slots {
                 match self.vol.unlock(pass, Some(slot)) {
@@ -326,15 +328,17 @@ impl Luks {
 
     /// [`Luks::unlock`] with a passphrase from `range` of `key_file` or a
     /// prompt for this device, asked again when one typed at the terminal
-    /// opens nothing (cryptsetup's `--tries`, [`luks::passphrase::unlock`]).
+    /// opens nothing (cryptsetup's `--tries`,
+    /// [`luks::passphrase::Prompting::unlock`]).
     pub fn unlock_asking(
         &self,
         key_file: Option<&Path>,
         range: luks::passphrase::KeyfileRange,
         key_slot: Option<u32>,
+        prompting: &luks::passphrase::Prompting,
     ) -> Result<Table> {
         let prompt = format!("Enter passphrase for {}: ", self.device.display());
-        let opened = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+        let opened = prompting.unlock(key_file, range, &prompt, |pass| {
             self.vol.unlock(pass, key_slot)
         })?;
         Ok(opened.to_table(&self.device)?)
@@ -346,8 +350,8 @@ impl Luks {
 /// `want`ed version) fails before the prompt; `warn` gets the header's
 /// warnings; the header's tokens are tried first ([`Luks::unlock_tokens`]),
 /// then the passphrase comes from `range` of `key_file` (cryptsetup's
-/// `--keyfile-offset`/`--keyfile-size`) or a prompt. Returns the table
-/// cryptsetup would load and the LUKS version.
+/// `--keyfile-offset`/`--keyfile-size`) or a prompt (asked as `prompting`
+/// says). Returns the table cryptsetup would load and the LUKS version.
 #[allow(clippy::too_many_arguments)]
 pub fn unlock_luks(
     device: &Path,
@@ -356,19 +360,24 @@ pub fn unlock_luks(
     range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
     want: Option<VolumeType>,
-    tokens: &tokens::TokenArgs,
+    tokens: &tokens::TokenOptions,
+    prompting: &luks::passphrase::Prompting,
     mut warn: impl FnMut(&str),
 ) -> Result<(Targets, VolumeType)> {
-    if let Some(t) = unlock_reencrypting(device, header, key_file, range, key_slot, want, true)? {
+    let reencrypting = unlock_reencrypting(
+        device, header, key_file, range, key_slot, want, true, prompting,
+    )?;
+    if let Some(t) = reencrypting {
         return Ok((t, VolumeType::Luks2));
     }
     let vol = Luks::load_as(device, header, want)?;
     vol.warnings().iter().for_each(|w| warn(w));
-    if let Some(t) = vol.unlock_tokens(tokens, key_file.is_some())? {
+    if let Some(t) = vol.unlock_tokens(tokens, prompting, key_file.is_some())? {
         return Ok((t.into(), vol.version()));
     }
     Ok((
-        vol.unlock_asking(key_file, range, key_slot)?.into(),
+        vol.unlock_asking(key_file, range, key_slot, prompting)?
+            .into(),
         vol.version(),
     ))
 }
@@ -386,6 +395,7 @@ pub fn unlock_luks(
 /// crash tore is repaired first when `repair` (as cryptsetup recovers it
 /// at activation: the resilience data says which blocks are still old),
 /// and refused otherwise (`open --test-passphrase` writes nothing).
+#[allow(clippy::too_many_arguments)]
 pub fn unlock_reencrypting(
     device: &Path,
     header: Option<&Path>,
@@ -394,6 +404,7 @@ pub fn unlock_reencrypting(
     key_slot: Option<u32>,
     want: Option<VolumeType>,
     repair: bool,
+    prompting: &luks::passphrase::Prompting,
 ) -> Result<Option<Targets>> {
     if want.is_some_and(|w| w != VolumeType::Luks2) {
         return Ok(None);
@@ -404,7 +415,7 @@ pub fn unlock_reencrypting(
         _ => return Ok(None),
     };
     let prompt = format!("Enter passphrase for {}: ", device.display());
-    let tables = luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+    let tables = prompting.unlock(key_file, range, &prompt, |pass| {
         if torn && repair {
             let stop = std::sync::atomic::AtomicBool::new(true);
             let opts = luks::reencrypt::RunOptions {

@@ -85,7 +85,8 @@ pub fn resume(name: &str, unlock: impl FnOnce(&Path, VolumeType) -> Result<Table
 /// [`resume`] with the key from the volume's LUKS header, as `open`
 /// takes it: `version` (`--type luks1|luks2`), if given, must be the
 /// header's; the passphrase comes from `key_file` (its `range`) or a
-/// prompt on the terminal; only `key_slot` is tried if given.
+/// prompt on the terminal (asked as `prompting` says); only `key_slot` is
+/// tried if given.
 pub fn resume_luks(
     name: &str,
     version: Option<VolumeType>,
@@ -93,6 +94,7 @@ pub fn resume_luks(
     key_file: Option<&Path>,
     range: KeyfileRange,
     key_slot: Option<u32>,
+    prompting: &luks::passphrase::Prompting,
 ) -> Result<()> {
     resume(name, |device, found| {
         let vol = crate::resolve::Luks::load(device, header)?;
@@ -100,7 +102,7 @@ pub fn resume_luks(
             let msg = format!("Device {} is not a valid LUKS device.", device.display());
             return Err(invalid(msg));
         }
-        vol.unlock_asking(key_file, range, key_slot)
+        vol.unlock_asking(key_file, range, key_slot, prompting)
     })
 }
 

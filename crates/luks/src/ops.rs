@@ -45,25 +45,29 @@ pub trait Ui {
 }
 
 /// Where a passphrase comes from: a key file (`-` = stdin) and its range,
-/// or a prompt when `file` is `None`.
+/// or a prompt when `file` is `None`, asked as `prompting` says.
 #[derive(Debug, Clone, Default)]
 pub struct KeySource {
     /// `--key-file`.
     pub file: Option<PathBuf>,
     /// `--keyfile-offset` / `--keyfile-size`.
     pub range: KeyfileRange,
+    /// `--tries`, `--timeout`, `-y`/`-q`.
+    pub prompting: passphrase::Prompting,
 }
 
 impl KeySource {
     /// Reads the passphrase (asking twice on a terminal when `verify`).
     pub fn read(&self, prompt: &str, verify: bool) -> Result<Secret> {
-        passphrase::read_range(self.file.as_deref(), self.range, prompt, verify)
+        self.prompting
+            .read_range(self.file.as_deref(), self.range, prompt, verify)
     }
 
     /// Reads a passphrase and hands it to `open`, asking again for a
-    /// wrong one typed at the terminal ([`passphrase::unlock`]).
+    /// wrong one typed at the terminal ([`passphrase::Prompting::unlock`]).
     pub fn unlock<T>(&self, prompt: &str, open: impl FnMut(&Secret) -> Result<T>) -> Result<T> {
-        passphrase::unlock(self.file.as_deref(), self.range, prompt, open)
+        self.prompting
+            .unlock(self.file.as_deref(), self.range, prompt, open)
     }
 }
 

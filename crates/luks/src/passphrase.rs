@@ -1,12 +1,13 @@
 //! Passphrase input as cryptsetup does it: a key file (`-` = all of stdin,
 //! binary-safe), one line from a non-terminal stdin, or a prompt on the
 //! terminal without echo. Every passphrase lands in a [`Secret`] (locked,
-//! non-dumpable memory), read past `Stdin`'s heap buffer.
+//! non-dumpable memory), read past `Stdin`'s heap buffer. How a typed
+//! passphrase is asked for (tries, timeout, asked twice, an empty one
+//! first) is a [`Prompting`] value the caller passes.
 
 use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crypto::Secret;
@@ -25,115 +26,67 @@ pub const MAX_PASSPHRASE: usize = 512;
 /// opens nothing, by default (cryptsetup's `--tries`).
 pub const DEFAULT_TRIES: u32 = 3;
 
-/// This process's `--tries` (see [`set_tries`]).
-static TRIES: AtomicU32 = AtomicU32::new(DEFAULT_TRIES);
-
-/// Sets how often [`unlock`] asks again for a passphrase typed at the
-/// terminal that opens nothing (cryptsetup's `-T`/`--tries`; 0 counts as
-/// 1), once for the process, as the command line gives it.
-pub fn set_tries(tries: u32) {
-    TRIES.store(tries, Ordering::Relaxed);
-}
-
-/// This process's `--tries` (other volume types' prompts ask as often).
-pub fn tries() -> u32 {
-    TRIES.load(Ordering::Relaxed).max(1)
-}
-
-/// This process's `--timeout` in seconds, 0 for none (see [`set_timeout`]).
-static TIMEOUT: AtomicU64 = AtomicU64::new(0);
-
-/// Sets how long a terminal prompt waits for its line, in seconds (0:
-/// for ever), once for the process, as cryptsetup's `-t`/`--timeout`
-/// gives it. A key file or piped stdin is read without a timeout, as
-/// cryptsetup reads them.
-pub fn set_timeout(secs: u64) {
-    TIMEOUT.store(secs, Ordering::Relaxed);
-}
-
-/// This process's `try-empty-password` (see [`set_try_empty`]).
-static TRY_EMPTY: AtomicBool = AtomicBool::new(false);
-
-/// Sets whether [`unlock`] tries an empty passphrase before it asks for
-/// one (crypttab's `try-empty-password`, as systemd-cryptsetup acts on
-/// it), once for the process. A key file given is used as it is.
-pub fn set_try_empty(on: bool) {
-    TRY_EMPTY.store(on, Ordering::Relaxed);
-}
-
-/// Whether an empty passphrase is tried before asking ([`set_try_empty`]).
-pub fn try_empty() -> bool {
-    TRY_EMPTY.load(Ordering::Relaxed)
-}
-
-/// Whether a passphrase typed at the terminal is asked for twice, for
-/// the process (cryptsetup's `verify_passphrase`; see [`set_verify`]).
+/// How passphrases typed at the terminal are asked for: cryptsetup's
+/// `-T`/`--tries`, `-t`/`--timeout`, `-y`/`-q` (when a passphrase is asked
+/// twice) and crypttab's `try-empty-password`. The command line builds one
+/// from its global options (and a crypttab line's) and hands it to
+/// whatever reads a passphrase: [`Prompting::read`], [`Prompting::read_range`],
+/// [`Prompting::unlock`]. Input that is not a terminal is read once,
+/// untimed, never asked twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prompting {
+    /// How often [`Prompting::unlock`] asks for a passphrase typed at the
+    /// terminal that opens nothing (0 counts as 1; default
+    /// [`DEFAULT_TRIES`]). Other volume types' prompts and token PINs ask
+    /// as often ([`Prompting::tries`]).
+    pub tries: u32,
+    /// How long a terminal prompt waits for its line, in seconds (0: for
+    /// ever). A key file or piped stdin is read without a timeout, as
+    /// cryptsetup reads them.
+    pub timeout: u64,
+    /// When a passphrase typed at the terminal is asked twice.
+    pub verify: Verify,
+    /// Whether [`Prompting::unlock`] tries an empty passphrase before it
+    /// asks for one (crypttab's `try-empty-password`, as
+    /// systemd-cryptsetup acts on it). A key file given is used as it is.
+    pub try_empty: bool,
+}
+
+impl Default for Prompting {
+    /// cryptsetup's defaults: three tries, no timeout, each passphrase
+    /// asked as the verb says, no empty passphrase tried.
+    fn default() -> Self {
+        Self {
+            tries: DEFAULT_TRIES,
+            timeout: 0,
+            verify: Verify::AsVerbSays,
+            try_empty: false,
+        }
+    }
+}
+
+impl Prompting {
+    /// The tries, at least one.
+    pub fn tries(&self) -> u32 {
+        self.tries.max(1)
+    }
+}
+
+/// Whether a passphrase typed at the terminal is asked for twice
+/// (cryptsetup's `verify_passphrase`; [`Prompting::verify`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Verify {
     /// As the verb says: a new passphrase (format, a key added or
     /// changed) twice, one that opens a keyslot once.
-    AsVerbSays = 0,
+    #[default]
+    AsVerbSays,
     /// Every typed passphrase twice (`-y`/`--verify-passphrase`).
-    Always = 1,
+    Always,
     /// Each once (`-q`/`--batch-mode` without `-y`).
-    Never = 2,
+    Never,
 }
 
-/// This process's [`Verify`], as a `u8`.
-static VERIFY: AtomicU8 = AtomicU8::new(Verify::AsVerbSays as u8);
-
-impl Verify {
-    /// The setting [`set_verify`] made.
-    fn current() -> Self {
-        match VERIFY.load(Ordering::Relaxed) {
-            1 => Self::Always,
-            2 => Self::Never,
-            _ => Self::AsVerbSays,
-        }
-    }
-}
-
-/// Sets when typed passphrases are asked twice, once for the process, as
-/// cryptsetup's `-y` and `-q` decide it. Input that is not a terminal is
-/// never asked twice.
-pub fn set_verify(v: Verify) {
-    VERIFY.store(v as u8, Ordering::Relaxed);
-}
-
-/// Reads a passphrase as [`read_range`] does and hands it to `open`
-/// (a keyslot unlock). When the passphrase was typed at the terminal and
-/// `open` finds it wrong, says so on stderr and asks again, up to the
-/// process's tries ([`set_tries`], default [`DEFAULT_TRIES`]) in all, as
-/// cryptsetup does; a key file or piped stdin gets one try. Without a
-/// key file and with [`set_try_empty`], an empty passphrase is tried
-/// first (a wrong one is not reported).
-pub fn unlock<T>(
-    key_file: Option<&Path>,
-    range: KeyfileRange,
-    prompt: &str,
-    mut open: impl FnMut(&Secret) -> Result<T>,
-) -> Result<T> {
-    if key_file.is_none() && try_empty() {
-        match open(&Secret::from_slice(b"")) {
-            Err(e) if e.kind() == ErrorKind::WrongPassphrase => {}
-            r => return r,
-        }
-    }
-    let typed = key_file.is_none() && std::io::stdin().is_terminal();
-    let tries = if typed {
-        TRIES.load(Ordering::Relaxed)
-    } else {
-        1
-    };
-    retry(
-        tries,
-        || read_range(key_file, range, prompt, false),
-        open,
-        |e| eprintln!("{e}."),
-    )
-}
-
-/// [`unlock`]'s loop: `read`, then `open`, again while `open` says the
+/// [`Prompting::unlock`]'s loop: `read`, then `open`, again while `open` says the
 /// passphrase is wrong and tries are left (`wrong` hears of each such
 /// failure but the last, which is returned).
 fn retry<T>(
@@ -166,129 +119,165 @@ pub struct KeyfileRange {
     pub size: Option<u64>,
 }
 
-/// [`read`] taking only `range` of the input, as cryptsetup does: of a
-/// key file; of piped stdin (no key file), where the offset skips bytes
-/// and the line ends at a newline or after `size` bytes (fewer is
-/// refused). A terminal prompt ignores the size and refuses an offset.
-pub fn read_range(
-    key_file: Option<&Path>,
-    range: KeyfileRange,
-    prompt: &str,
-    verify: bool,
-) -> Result<Secret> {
-    if range == KeyfileRange::default() {
-        return read(key_file, prompt, verify);
-    }
-    if key_file.is_none() {
-        if !std::io::stdin().is_terminal() {
-            return read_piped(range);
+impl Prompting {
+    /// Reads a passphrase as [`Prompting::read_range`] does and hands it to
+    /// `open` (a keyslot unlock). When the passphrase was typed at the
+    /// terminal and `open` finds it wrong, says so on stderr and asks again,
+    /// up to [`Prompting::tries`] in all, as cryptsetup does; a key file or
+    /// piped stdin gets one try. Without a key file and with
+    /// [`Prompting::try_empty`], an empty passphrase is tried first (a wrong
+    /// one is not reported).
+    pub fn unlock<T>(
+        &self,
+        key_file: Option<&Path>,
+        range: KeyfileRange,
+        prompt: &str,
+        mut open: impl FnMut(&Secret) -> Result<T>,
+    ) -> Result<T> {
+        if key_file.is_none() && self.try_empty {
+            match open(&Secret::from_slice(b"")) {
+                Err(e) if e.kind() == ErrorKind::WrongPassphrase => {}
+                r => return r,
+            }
         }
-        if range.offset != 0 {
-            return Err(invalid("Cannot use offset with terminal input."));
-        }
-        return read(None, prompt, verify);
+        let typed = key_file.is_none() && std::io::stdin().is_terminal();
+        let tries = if typed { self.tries } else { 1 };
+        retry(
+            tries,
+            || self.read_range(key_file, range, prompt, false),
+            open,
+            |e| eprintln!("{e}."),
+        )
     }
-    let all = read(key_file, prompt, verify)?;
-    let start = usize::try_from(range.offset)
-        .ok()
-        .filter(|&o| o <= all.len())
-        .ok_or_else(|| invalid("Cannot seek to requested keyfile offset"))?;
-    let end = match range.size {
-        None => all.len(),
-        Some(n) => usize::try_from(n)
+
+    /// [`Prompting::read`] taking only `range` of the input, as cryptsetup does: of a
+    /// key file; of piped stdin (no key file), where the offset skips bytes
+    /// and the line ends at a newline or after `size` bytes (fewer is
+    /// refused). A terminal prompt ignores the size and refuses an offset.
+    pub fn read_range(
+        &self,
+        key_file: Option<&Path>,
+        range: KeyfileRange,
+        prompt: &str,
+        verify: bool,
+    ) -> Result<Secret> {
+        if range == KeyfileRange::default() {
+            return self.read(key_file, prompt, verify);
+        }
+        if key_file.is_none() {
+            if !std::io::stdin().is_terminal() {
+                return read_piped(range);
+            }
+            if range.offset != 0 {
+                return Err(invalid("Cannot use offset with terminal input."));
+            }
+            return self.read(None, prompt, verify);
+        }
+        let all = self.read(key_file, prompt, verify)?;
+        let start = usize::try_from(range.offset)
             .ok()
-            .and_then(|n| start.checked_add(n))
-            .filter(|&e| e <= all.len())
-            .ok_or_else(|| invalid("Cannot read requested amount of data"))?,
-    };
-    Ok(Secret::from_slice(&all[start..end]))
-}
+            .filter(|&o| o <= all.len())
+            .ok_or_else(|| invalid("Cannot seek to requested keyfile offset"))?;
+        let end = match range.size {
+            None => all.len(),
+            Some(n) => usize::try_from(n)
+                .ok()
+                .and_then(|n| start.checked_add(n))
+                .filter(|&e| e <= all.len())
+                .ok_or_else(|| invalid("Cannot read requested amount of data"))?,
+        };
+        Ok(Secret::from_slice(&all[start..end]))
+    }
 
-/// Reads a passphrase. `key_file` (`-` = stdin) wins; otherwise a terminal
-/// prompt without echo (asked twice when `verify`), or one line of stdin
-/// when stdin is not a terminal.
-pub fn read(key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secret> {
-    match key_file {
-        Some(p) if p == Path::new("-") => {
-            let buf = stdin()
-                .and_then(|f| read_all(f.take(MAX_KEYFILE + 1)))
-                .map_err(|e| Error::io("Cannot read the key from stdin", e))?;
-            check_len(buf)
-        }
-        Some(p) => {
-            let f = std::fs::File::open(p).map_err(|e| {
-                // A key file that cannot be opened is a wrong parameter
-                // (cryptsetup: "Failed to open key file.", exit 1).
-                Error::io_as(
-                    ErrorKind::InvalidArgument,
-                    format!("Cannot open key file {}", p.display()),
-                    e,
-                )
-            })?;
-            let buf = read_all(f.take(MAX_KEYFILE + 1))
-                .map_err(|e| Error::io(format!("Cannot read key file {}", p.display()), e))?;
-            check_len(buf)
-        }
-        None if std::io::stdin().is_terminal() => {
-            let verify = match Verify::current() {
-                Verify::Always => true,
-                Verify::Never => false,
-                Verify::AsVerbSays => verify,
-            };
-            let first = typed(prompt)?;
-            if verify && *typed("Verify passphrase: ")? != *first {
-                // A bad passphrase, as cryptsetup counts it (exit 2); read
-                // errors are not retried.
-                return Err(Error::new(
-                    ErrorKind::WrongPassphrase,
-                    "Passphrases do not match",
-                ));
+    /// Reads a passphrase. `key_file` (`-` = stdin) wins; otherwise a terminal
+    /// prompt without echo (asked twice when `verify`, or as
+    /// [`Prompting::verify`] overrides it), or one line of stdin
+    /// when stdin is not a terminal.
+    pub fn read(&self, key_file: Option<&Path>, prompt: &str, verify: bool) -> Result<Secret> {
+        match key_file {
+            Some(p) if p == Path::new("-") => {
+                let buf = stdin()
+                    .and_then(|f| read_all(f.take(MAX_KEYFILE + 1)))
+                    .map_err(|e| Error::io("Cannot read the key from stdin", e))?;
+                check_len(buf)
             }
-            Ok(first)
-        }
-        None => {
-            // Piped passphrase: one line, newline stripped (cryptsetup).
-            let mut buf = Secret::with_capacity(MAX_PASSPHRASE + 1);
-            let mut byte = [0u8; 1];
-            let mut stdin =
-                stdin().map_err(|e| Error::io("Cannot read the passphrase from stdin", e))?;
-            loop {
-                match stdin.read(&mut byte) {
-                    Ok(0) => break,
-                    Ok(_) if byte[0] == b'\n' => break,
-                    Ok(_) => buf.push(byte[0]),
-                    Err(e) => return Err(Error::io("Cannot read the passphrase from stdin", e)),
+            Some(p) => {
+                let f = std::fs::File::open(p).map_err(|e| {
+                    // A key file that cannot be opened is a wrong parameter
+                    // (cryptsetup: "Failed to open key file.", exit 1).
+                    Error::io_as(
+                        ErrorKind::InvalidArgument,
+                        format!("Cannot open key file {}", p.display()),
+                        e,
+                    )
+                })?;
+                let buf = read_all(f.take(MAX_KEYFILE + 1))
+                    .map_err(|e| Error::io(format!("Cannot read key file {}", p.display()), e))?;
+                check_len(buf)
+            }
+            None if std::io::stdin().is_terminal() => {
+                let verify = match self.verify {
+                    Verify::Always => true,
+                    Verify::Never => false,
+                    Verify::AsVerbSays => verify,
+                };
+                let first = self.typed(prompt)?;
+                if verify && *self.typed("Verify passphrase: ")? != *first {
+                    // A bad passphrase, as cryptsetup counts it (exit 2); read
+                    // errors are not retried.
+                    return Err(Error::new(
+                        ErrorKind::WrongPassphrase,
+                        "Passphrases do not match",
+                    ));
                 }
-                if buf.len() > MAX_PASSPHRASE {
-                    return Err(invalid(format!(
-                        "Passphrase is longer than {MAX_PASSPHRASE} characters"
-                    )));
+                Ok(first)
+            }
+            None => {
+                // Piped passphrase: one line, newline stripped (cryptsetup).
+                let mut buf = Secret::with_capacity(MAX_PASSPHRASE + 1);
+                let mut byte = [0u8; 1];
+                let mut stdin =
+                    stdin().map_err(|e| Error::io("Cannot read the passphrase from stdin", e))?;
+                loop {
+                    match stdin.read(&mut byte) {
+                        Ok(0) => break,
+                        Ok(_) if byte[0] == b'\n' => break,
+                        Ok(_) => buf.push(byte[0]),
+                        Err(e) => {
+                            return Err(Error::io("Cannot read the passphrase from stdin", e))
+                        }
+                    }
+                    if buf.len() > MAX_PASSPHRASE {
+                        return Err(invalid(format!(
+                            "Passphrase is longer than {MAX_PASSPHRASE} characters"
+                        )));
+                    }
                 }
+                if buf.is_empty() {
+                    return Err(invalid("No passphrase given (empty input)"));
+                }
+                Ok(buf)
             }
-            if buf.is_empty() {
-                return Err(invalid("No passphrase given (empty input)"));
-            }
-            Ok(buf)
         }
     }
-}
 
-/// One line typed at the terminal after `prompt`, within the process's
-/// timeout ([`set_timeout`]).
-fn typed(prompt: &str) -> Result<Secret> {
-    let secs = TIMEOUT.load(Ordering::Relaxed);
-    let timeout = (secs > 0).then(|| Duration::from_secs(secs));
-    tty::prompt(prompt, timeout, MAX_PASSPHRASE).map_err(|f| match f {
-        // cryptsetup's words for both.
-        tty::Failure::TimedOut => invalid(format!(
-            "Error reading passphrase from terminal: nothing typed within {secs} s"
-        )),
-        tty::Failure::Eof => invalid("Error reading passphrase from terminal: end of input"),
-        tty::Failure::TooLong => invalid(format!(
-            "Passphrase is longer than {MAX_PASSPHRASE} characters"
-        )),
-        tty::Failure::Io(e) => Error::io("Cannot read the passphrase", e),
-    })
+    /// One line typed at the terminal after `prompt`, within
+    /// [`Prompting::timeout`].
+    fn typed(&self, prompt: &str) -> Result<Secret> {
+        let secs = self.timeout;
+        let timeout = (secs > 0).then(|| Duration::from_secs(secs));
+        tty::prompt(prompt, timeout, MAX_PASSPHRASE).map_err(|f| match f {
+            // cryptsetup's words for both.
+            tty::Failure::TimedOut => invalid(format!(
+                "Error reading passphrase from terminal: nothing typed within {secs} s"
+            )),
+            tty::Failure::Eof => invalid("Error reading passphrase from terminal: end of input"),
+            tty::Failure::TooLong => invalid(format!(
+                "Passphrase is longer than {MAX_PASSPHRASE} characters"
+            )),
+            tty::Failure::Io(e) => Error::io("Cannot read the passphrase", e),
+        })
+    }
 }
 
 /// One passphrase line from piped stdin after skipping `range.offset`

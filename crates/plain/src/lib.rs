@@ -70,6 +70,8 @@ pub struct PlainOptions {
     pub key_file: Option<PathBuf>,
     /// `--keyfile-offset` and `--keyfile-size`.
     pub keyfile: KeyfileRange,
+    /// How a passphrase typed at the terminal is asked for (`--timeout`, `-y`).
+    pub prompting: luks::passphrase::Prompting,
 }
 
 /// Where the key material comes from, and how it becomes the key.
@@ -168,8 +170,9 @@ impl PlainOptions {
         let plan = self.key_plan()?;
         let prompt = format!("Enter passphrase for {}: ", device.display());
         // A piped passphrase takes the range too; a terminal refuses an
-        // offset (luks::passphrase::read_range), as cryptsetup does.
-        luks::passphrase::read_range(plan.key_file.as_deref(), plan.range, &prompt, false)
+        // offset (luks::passphrase::Prompting::read_range), as cryptsetup does.
+        self.prompting
+            .read_range(plan.key_file.as_deref(), plan.range, &prompt, false)
             .map_err(Error::key)
     }
 

@@ -17,16 +17,17 @@
 //! systemd-cryptsetup waits. A token that fails (malformed JSON, keyslot
 //! gone, no TPM, a policy the TPM refuses, no signature for this state, a
 //! wrong PIN) is skipped with its reason (shown with `-v`,
-//! [`set_verbose`]); nothing is written to the header. The daemon's
-//! `resolve` (for `open`, `open --test-passphrase`) and `map --luks` call
-//! [`unlock`]; the options are [`TokenArgs`], clap-derived here and
-//! flattened by the `ucrypt` binary.
+//! [`TokenOptions::verbose`]); nothing is written to the header. The
+//! daemon's `resolve` (for `open`, `open --test-passphrase`) and `map
+//! --luks` call [`unlock`]; the options are [`TokenOptions`], a plain
+//! value the `ucrypt` binary fills from its `--token-*` options and a
+//! crypttab line.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use base64::Engine as _;
 use crypto::Secret;
+use luks::passphrase::Prompting;
 
 pub mod keyring;
 pub mod pkcs11;
@@ -78,65 +79,55 @@ impl std::fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// The token options of `open`, `open --test-passphrase` and `map --luks`
-/// (cryptsetup's and systemd-cryptsetup's spellings). The field docs are
-/// their help text.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
-pub struct TokenArgs {
-    /// LUKS2: try only this token.
-    #[arg(long, value_name = "N")]
+/// (cryptsetup's `--token-*` options and systemd-cryptsetup's crypttab
+/// options).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenOptions {
+    /// Try only this token (`--token-id`).
     pub token_id: Option<u32>,
-    /// LUKS2: unlock through tokens only, never ask for a passphrase.
-    #[arg(long)]
+    /// Unlock through tokens only, never ask for a passphrase
+    /// (`--token-only`).
     pub token_only: bool,
-    /// LUKS2: try only tokens of this type (systemd-tpm2, systemd-pkcs11, luks2-keyring).
-    #[arg(long, value_name = "TYPE")]
+    /// Try only tokens of this type (`--token-type`).
     pub token_type: Option<String>,
     /// The TPM2 for systemd-tpm2 tokens: auto (default), a device path, or a
     /// TCTI spec such as swtpm:host=127.0.0.1,port=2321.
-    #[arg(long, value_name = "DEVICE")]
     pub tpm2_device: Option<String>,
     /// The signature JSON of a signed TPM2 PCR policy (systemd-measure sign's
     /// output; default: tpm2-pcr-signature.json in /etc/systemd, /run/systemd,
     /// /usr/local/lib/systemd, /usr/lib/systemd).
-    #[arg(long, value_name = "PATH")]
     pub tpm2_signature: Option<PathBuf>,
     /// The PKCS#11 module for systemd-pkcs11 tokens (default: p11-kit's proxy,
     /// which offers every module p11-kit knows).
-    #[arg(long, value_name = "PATH")]
     pub pkcs11_module: Option<PathBuf>,
     /// A token's PIN (TPM2 or PKCS#11), read from this file (a trailing
     /// newline is dropped); else $PIN, else a prompt at the terminal.
-    #[arg(long, value_name = "FILE")]
     pub token_pin_file: Option<PathBuf>,
     /// crypttab's `pkcs11-uri=`: the PKCS#11 token to use instead of the
     /// one the token names (`auto`: the token's own).
-    #[arg(skip)]
     pub pkcs11_uri: Option<String>,
     /// crypttab's `headless`: never prompt for a PIN.
-    #[arg(skip)]
     pub headless: bool,
     /// crypttab's `tpm2-pin=`, kept for the record: whether a PIN is
     /// asked for follows the token's own `tpm2-pin` field.
-    #[arg(skip)]
     pub tpm2_pin: Option<bool>,
     /// crypttab's `token-timeout=` (with `tpm2-device=`): how long a
     /// systemd-tpm2 token waits for a TPM2 that is not there yet when the
     /// device is `auto` (zero: for ever; `None`: no wait), as
     /// systemd-cryptsetup waits ([`tpm2::wait_for_device`]).
-    #[arg(skip)]
     pub tpm2_timeout: Option<std::time::Duration>,
     /// crypttab's `token-timeout=` (with `pkcs11-uri=`): how long a
     /// systemd-pkcs11 token waits for a matching PKCS#11 token to be
     /// plugged in (zero: for ever; `None`: no wait), as systemd-cryptsetup
     /// waits; the module is loaded afresh for each look.
-    #[arg(skip)]
     pub pkcs11_timeout: Option<std::time::Duration>,
     /// The volume's name, for the waiting message.
-    #[arg(skip)]
     pub volume_name: Option<String>,
+    /// `-v`: each token tried and why one failed go to stderr.
+    pub verbose: bool,
 }
 
-impl TokenArgs {
+impl TokenOptions {
     /// Whether any option asks for tokens by name.
     pub fn asked(&self) -> bool {
         self.token_id.is_some() || self.token_only || self.token_type.is_some()
@@ -147,30 +138,25 @@ impl TokenArgs {
 /// none opened.
 pub type TryKeyslots<'a, T> = dyn FnMut(&Secret, &[u32]) -> Result<T, String> + 'a;
 
-static VERBOSE: AtomicBool = AtomicBool::new(false);
-
-/// `-v`: each token tried and why one failed go to stderr.
-pub fn set_verbose(on: bool) {
-    VERBOSE.store(on, Ordering::Relaxed);
-}
-
-fn note(line: &str) {
-    if VERBOSE.load(Ordering::Relaxed) {
-        eprintln!("{line}");
-    }
-}
-
 /// Tries the header's `tokens` (id and JSON text) as `args` allow; `open`
 /// tries a passphrase on the given keyslots (a wrong one is an `Err` with
-/// the reason). Returns what `open` returned for the first token that
-/// opened a keyslot, or `None` (each failure noted under `-v`; a TPM2
-/// failure also in systemd's words when `falling_back` to a passphrase).
+/// the reason). A PIN typed at the terminal is asked as `prompting` says
+/// (each wrong one counts as a try). Returns what `open` returned for the
+/// first token that opened a keyslot, or `None` (each failure noted under
+/// `-v`; a TPM2 failure also in systemd's words when `falling_back` to a
+/// passphrase).
 pub fn unlock<T>(
     tokens: &[(u32, String)],
-    args: &TokenArgs,
+    args: &TokenOptions,
+    prompting: &Prompting,
     falling_back: bool,
     open: &mut TryKeyslots<'_, T>,
 ) -> Option<T> {
+    let note = |line: &str| {
+        if args.verbose {
+            eprintln!("{line}");
+        }
+    };
     let mut tpm2_failure = None;
     for (id, json) in tokens {
         if args.token_id.is_some_and(|want| want != *id) {
@@ -191,7 +177,7 @@ pub fn unlock<T>(
             continue;
         }
         note(&format!("Trying token {id} ({}).", token.kind.type_name()));
-        match try_token(&token, args, open) {
+        match try_token(&token, args, prompting, open) {
             Ok(t) => return Some(t),
             Err(e) => {
                 note(&format!(
@@ -216,13 +202,14 @@ pub fn unlock<T>(
 
 fn try_token<T>(
     token: &Token,
-    args: &TokenArgs,
+    args: &TokenOptions,
+    prompting: &Prompting,
     open: &mut TryKeyslots<'_, T>,
 ) -> Result<T, Error> {
     if token.keyslots.is_empty() {
         return Err(Error::Keyslot("the token is assigned to no keyslot".into()));
     }
-    let mut pins = PinSource::new(args);
+    let mut pins = PinSource::new(args, prompting);
     let mut attempt = |pass: Secret| open(&pass, &token.keyslots).map_err(Error::Keyslot);
     match &token.kind {
         Kind::Keyring { description } => attempt(keyring::passphrase(description)?),
@@ -321,19 +308,21 @@ impl Waiting {
 
 /// Where a token's PIN comes from: `--token-pin-file`, `$PIN` (as
 /// systemd's tools read it), or the terminal (not when headless), asked
-/// again after a wrong PIN: each wrong one counts as a try of the
-/// process's `--tries` (crypttab's `tries=`), as systemd-cryptsetup counts
-/// it, default 3.
+/// again after a wrong PIN: each wrong one counts as a try of
+/// `--tries` (crypttab's `tries=`), as systemd-cryptsetup counts it,
+/// default 3.
 struct PinSource<'a> {
-    args: &'a TokenArgs,
+    args: &'a TokenOptions,
+    prompting: &'a Prompting,
     asked: u32,
     typed: bool,
 }
 
 impl<'a> PinSource<'a> {
-    fn new(args: &'a TokenArgs) -> Self {
+    fn new(args: &'a TokenOptions, prompting: &'a Prompting) -> Self {
         Self {
             args,
+            prompting,
             asked: 0,
             typed: false,
         }
@@ -342,7 +331,9 @@ impl<'a> PinSource<'a> {
     fn next(&mut self, prompt: &str) -> Result<Secret, Error> {
         self.asked += 1;
         if let Some(f) = &self.args.token_pin_file {
-            let mut s = luks::passphrase::read(Some(f), "", false)
+            let mut s = self
+                .prompting
+                .read(Some(f), "", false)
                 .map_err(|e| Error::Unavailable(format!("Cannot read the PIN file: {e}")))?;
             while s.last() == Some(&b'\n') {
                 s.truncate(s.len() - 1);
@@ -360,14 +351,15 @@ impl<'a> PinSource<'a> {
             ));
         }
         self.typed = true;
-        luks::passphrase::read(None, prompt, false)
+        self.prompting
+            .read(None, prompt, false)
             .map_err(|e| Error::Unavailable(format!("No PIN: {e}")))
     }
 
     /// After a wrong PIN: ask again? Only a typed PIN is, and each wrong
     /// one counts as a try.
     fn again(&self) -> bool {
-        self.typed && self.asked < luks::passphrase::tries()
+        self.typed && self.asked < self.prompting.tries()
     }
 }
 
@@ -402,10 +394,16 @@ mod tests {
             keyring_token(3, "x", ""),
         ];
         let mut calls = 0;
-        let r: Option<()> = unlock(&tokens, &TokenArgs::default(), false, &mut |_, _| {
-            calls += 1;
-            Ok(())
-        });
+        let r: Option<()> = unlock(
+            &tokens,
+            &TokenOptions::default(),
+            &Prompting::default(),
+            false,
+            &mut |_, _| {
+                calls += 1;
+                Ok(())
+            },
+        );
         assert_eq!(r, None);
         assert_eq!(calls, 0, "no token yields a passphrase");
     }
@@ -413,11 +411,13 @@ mod tests {
     #[test]
     fn token_id_and_type_select() {
         let tokens = vec![keyring_token(4, "a", r#""1""#)];
-        let args = TokenArgs {
+        let args = TokenOptions {
             token_type: Some("systemd-tpm2".into()),
-            ..TokenArgs::default()
+            ..TokenOptions::default()
         };
-        let r: Option<()> = unlock(&tokens, &args, false, &mut |_, _| Ok(()));
+        let r: Option<()> = unlock(&tokens, &args, &Prompting::default(), false, &mut |_, _| {
+            Ok(())
+        });
         assert_eq!(r, None);
     }
 

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!   ucrypt [GLOBALS] bench ARGS ──exec──► ucrypt-bench [GLOBALS] ARGS
-//!                                            │ bench::BenchArgs
+//!                                            │ args::BenchFlags (clap)
+//!                                            │   → bench::BenchArgs
 //!                                            ▼
 //!                      in process | fio, libblkio ──► `ucrypt open` (beside it)
 //! ```
@@ -18,6 +19,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use ucrypt_cli::global::{self, Globals};
 use ucrypt_cli::{CephArgs, Failure};
+
+// Beside this file, in a directory cargo does not take for a binary.
+#[path = "ucrypt-bench/args.rs"]
+mod args;
 
 /// Large buffers page-aligned, as in `ucrypt` itself, so the in-process
 /// engine runs on the same allocator as the daemon it stands for.
@@ -35,7 +40,7 @@ static ALLOC: backend::PageAlignLarge = backend::PageAlignLarge;
 )]
 struct Cli {
     #[command(flatten)]
-    bench: bench::BenchArgs,
+    bench: args::BenchFlags,
     #[command(flatten)]
     ceph: CephArgs,
     #[command(flatten)]
@@ -64,7 +69,7 @@ fn main() -> ExitCode {
     } else if cli.man {
         man()
     } else {
-        run(&cli.bench)
+        run(&cli.bench.request())
     };
     let code = match result {
         Ok(()) => 0,

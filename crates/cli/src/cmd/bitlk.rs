@@ -65,9 +65,11 @@ pub(crate) fn dump(a: DumpArgs, g: Globals) -> CmdResult {
     let (_, m) = daemon::resolve::load_bitlk_metadata(&a.device)?;
     confirm_key_dump(g)?;
     let prompt = format!("Enter passphrase for {path}: ");
-    let key = luks::passphrase::unlock(a.key.key_file.as_deref(), a.key.range(), &prompt, |p| {
-        m.volume_key(p).map_err(daemon::resolve::bitlk_as_luks)
-    })?;
+    let key = g
+        .prompting()
+        .unlock(a.key.key_file.as_deref(), a.key.range(), &prompt, |p| {
+            m.volume_key(p).map_err(daemon::resolve::bitlk_as_luks)
+        })?;
     let stored = match &a.volume_key_file {
         Some(f) => {
             write_key(f, &key)?;

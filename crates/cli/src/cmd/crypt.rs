@@ -19,6 +19,7 @@ use luks::ops::Ui as _;
 use zeroize::Zeroizing;
 
 use crate::cmd::luks::{KeyFilesArgs, Terminal};
+use crate::global::Globals;
 use crate::{CmdResult, Failure};
 
 /// Commands of this group.
@@ -95,7 +96,7 @@ pub struct MapArgs {
     pub key_slot: Option<u32>,
     /// LUKS2 tokens (with --luks): --token-id, --token-only, --token-type and their devices.
     #[command(flatten)]
-    pub tokens: tokens::TokenArgs,
+    pub tokens: super::tokens::TokenUnlockArgs,
     /// Decrypt the whole mapped range to stdout.
     #[arg(long)]
     pub read: bool,
@@ -133,9 +134,10 @@ impl Commands {
     }
 
     /// Runs the command.
-    pub fn run(self) -> CmdResult {
+    pub fn run(self, g: Globals) -> CmdResult {
         match self {
             Self::Map(a) => {
+                let prompting = g.prompting();
                 let dir = if a.read {
                     Direction::Read
                 } else {
@@ -157,18 +159,21 @@ impl Commands {
                 let (key_file, range) = (key.key_file.as_deref(), key.range());
                 let keyfiles = &a.key.key_file;
                 let switches = a.tcrypt_args.given();
+                let tokens = a.tokens.options(g.verbose());
                 let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
                     (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
                         key_file,
                         range,
                         volume_key_file: a.volume_key_file.as_deref(),
+                        prompting,
                     },
                     (_, _, Some(device), None) => Source::Bitlk {
                         device,
                         key_file,
                         range,
                         volume_key_file: a.volume_key_file.as_deref(),
+                        prompting,
                     },
                     (None, None, None, None) if a.tcrypt.is_some() => {
                         Source::Tcrypt(daemon::tcrypt::Given {
@@ -177,6 +182,7 @@ impl Commands {
                             hash: a.hash.as_deref(),
                             cipher: a.cipher.as_deref(),
                             args: &switches,
+                            prompting,
                         })
                     }
                     (Some(line), _, _, _) => Source::Table {
@@ -190,7 +196,8 @@ impl Commands {
                         key_file,
                         range,
                         key_slot: a.key_slot,
-                        tokens: &a.tokens,
+                        tokens: &tokens,
+                        prompting,
                     },
                     // clap's "source" group requires one of them.
                     (None, None, None, None) => {

@@ -23,7 +23,9 @@ use daemon::runtime;
 
 use crate::cmd::luks::{KeyFileArgs, KeyFilesArgs};
 use crate::cmd::serve::{PerfArgs, ServeArgs, TypeArg as VolumeType};
+use crate::global::Globals;
 use crate::{CmdResult, Failure};
+use luks::passphrase::Prompting;
 
 /// Commands of this group.
 // Parsed once per process: the size of `Open` does not matter.
@@ -163,7 +165,7 @@ pub struct OpenArgs {
     pub plain: super::plain::PlainArgs,
     /// LUKS2 tokens: --token-id, --token-only, --token-type and their devices.
     #[command(flatten)]
-    pub tokens: tokens::TokenArgs,
+    pub tokens: super::tokens::TokenUnlockArgs,
     /// Open the volume NAME as crypttab(5) lists it (default file
     /// /etc/crypttab): `ucrypt open --crypttab[=FILE] NAME`.
     #[arg(
@@ -199,9 +201,9 @@ pub struct RefreshArgs {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self) -> CmdResult {
+    pub fn run(self, g: Globals) -> CmdResult {
         match self {
-            Commands::Open(a) => open(a),
+            Commands::Open(a) => open(a, g),
             Commands::Close { name } => {
                 daemon::volumes::close(&name, report_stale_mount)?;
                 Ok(())
@@ -263,7 +265,7 @@ impl Commands {
                 runtime::check_name(&name)?;
                 Ok(control::suspend(&name, control::DRAIN_TIMEOUT)?)
             }
-            Commands::Resume(a) => resume(a),
+            Commands::Resume(a) => resume(a, g),
             Commands::Serve {
                 spec_stdin: _,
                 name,
@@ -272,9 +274,11 @@ impl Commands {
     }
 }
 
-fn open(mut a: OpenArgs) -> CmdResult {
+fn open(mut a: OpenArgs, g: Globals) -> CmdResult {
+    let mut tokens = a.tokens.options(g.verbose());
+    let mut prompting = g.prompting();
     if let Some(file) = a.crypttab.take() {
-        apply_crypttab(&mut a, &file)?;
+        apply_crypttab(&mut a, &mut tokens, &mut prompting, &file)?;
     }
     // Several key files: TrueCrypt's keyfile pool, refused for the rest.
     let key = if matches!(a.kind, Some(VolumeType::Tcrypt)) {
@@ -292,7 +296,8 @@ fn open(mut a: OpenArgs) -> CmdResult {
         key_slot: a.key_slot,
         plain: a.plain.given(&key),
         test_passphrase: a.plain.test_passphrase,
-        tokens: a.tokens.clone(),
+        tokens,
+        prompting,
         tcrypt: a.tcrypt.given(),
     };
     let say = |w: &str| eprintln!("{w}");
@@ -325,8 +330,15 @@ fn open(mut a: OpenArgs) -> CmdResult {
 /// `tcrypt-veracrypt`; cipher options apply to plain lines only;
 /// `tpm2-device=` waits up to `token-timeout=` (default 30 s) for the TPM2,
 /// `pkcs11-uri=` as long for a matching PKCS#11 token; `tpm2-signature=`
-/// is `--tpm2-signature`.
-fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
+/// is `--tpm2-signature`. The token options and how a passphrase is asked
+/// (`tries=`, `timeout=`, `try-empty-password`) go to `tokens` and
+/// `prompting`.
+fn apply_crypttab(
+    a: &mut OpenArgs,
+    tokens: &mut tokens::TokenOptions,
+    prompting: &mut Prompting,
+    file: &Path,
+) -> CmdResult {
     if a.name.is_some() {
         return Err(Failure::usage(
             "With --crypttab give only the volume name (the device comes from the file)",
@@ -390,7 +402,7 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
     s.listen = s.listen.take().or(e.listen);
     s.tls_psk = s.tls_psk.take().or(e.tls_psk);
     s.tls_certificates = s.tls_certificates.take().or(e.tls_certificates);
-    let t = &mut a.tokens;
+    let t = tokens;
     let timeout = e.token_timeout.unwrap_or(Duration::from_secs(30));
     if e.tpm2_device.is_some() {
         t.tpm2_timeout = Some(timeout);
@@ -408,23 +420,29 @@ fn apply_crypttab(a: &mut OpenArgs, file: &Path) -> CmdResult {
         // No prompt: the tokens alone, as systemd-cryptsetup's headless.
         t.token_only = e.kind == Kind::Luks;
     }
-    luks::passphrase::set_try_empty(e.try_empty_password);
+    prompting.try_empty = e.try_empty_password;
     if let Some(n) = e.tries {
-        luks::passphrase::set_tries(n);
+        prompting.tries = n;
     }
     if let Some(secs) = e.timeout {
-        luks::passphrase::set_timeout(secs);
+        prompting.timeout = secs;
     }
     Ok(())
 }
 
 /// `resume`: the key comes from the header as for `open` (prompting).
-fn resume(a: ResumeArgs) -> CmdResult {
+fn resume(a: ResumeArgs, g: Globals) -> CmdResult {
     let version = a.kind.and_then(VolumeType::luks_version);
     let (header, key_file) = (a.header.as_deref(), a.key.key_file.as_deref());
     let (range, slot) = (a.key.range(), a.key_slot);
     Ok(daemon::volumes::resume_luks(
-        &a.name, version, header, key_file, range, slot,
+        &a.name,
+        version,
+        header,
+        key_file,
+        range,
+        slot,
+        &g.prompting(),
     )?)
 }
 

@@ -55,9 +55,11 @@ pub(crate) fn dump(a: DumpArgs, g: Globals) -> CmdResult {
     }
     super::bitlk::confirm_key_dump(g)?;
     let prompt = format!("Enter passphrase for {path}: ");
-    let key = luks::passphrase::unlock(a.key.key_file.as_deref(), a.key.range(), &prompt, |p| {
-        m.volume_key(p).map_err(daemon::resolve::fvault2_as_luks)
-    })?;
+    let key = g
+        .prompting()
+        .unlock(a.key.key_file.as_deref(), a.key.range(), &prompt, |p| {
+            m.volume_key(p).map_err(daemon::resolve::fvault2_as_luks)
+        })?;
     if let Some(f) = &a.volume_key_file {
         super::bitlk::write_key(f, &key)?;
     }

@@ -159,7 +159,7 @@ impl Commands {
             Self::Convert(a) => admin::convert(&a.base.target(g), &a.luks_type, ui),
             Self::ConvertKey(a) => {
                 let req = ops::ConvertKeyRequest {
-                    key: a.key.source(),
+                    key: a.key.source(g.prompting()),
                     key_slot: a.key_slot,
                     kdf: a.kdf.choice(),
                 };

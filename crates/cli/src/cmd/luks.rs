@@ -93,11 +93,13 @@ impl KeyFileArgs {
         }
     }
 
-    /// The key file and its range, as `luks::ops` takes them.
-    pub fn source(&self) -> ops::KeySource {
+    /// The key file and its range, as `luks::ops` takes them, a
+    /// passphrase asked as `prompting` says.
+    pub fn source(&self, prompting: luks::passphrase::Prompting) -> ops::KeySource {
         ops::KeySource {
             file: self.key_file.clone(),
             range: self.range(),
+            prompting,
         }
     }
 }
@@ -437,7 +439,7 @@ impl Commands {
                 let mut c = a.common;
                 c.key.key_file = a.key_file_arg.or(c.key.key_file);
                 let req = ops::FormatRequest {
-                    key: c.key.source(),
+                    key: c.key.source(g.prompting()),
                     device: c.dev.device,
                     header: c.dev.header,
                     key_slot: c.key_slot,
@@ -466,13 +468,14 @@ impl Commands {
                 Ok(())
             }
             Self::Dump(a) => dump(a, g),
-            Self::AddKey(a) => add_key(a, false),
-            Self::ChangeKey(a) => add_key(a, true),
+            Self::AddKey(a) => add_key(a, false, g),
+            Self::ChangeKey(a) => add_key(a, true, g),
             Self::RemoveKey(a) => {
                 let c = a.common;
                 let key = ops::KeySource {
                     file: a.remove_key_file.or(c.key.key_file.clone()),
                     range: c.key.range(),
+                    prompting: g.prompting(),
                 };
                 let req = ops::RemoveRequest {
                     device: c.dev.device,
@@ -489,7 +492,7 @@ impl Commands {
                     device: a.dev.device,
                     header: a.dev.header,
                     slot: a.slot,
-                    key: a.key.source(),
+                    key: a.key.source(g.prompting()),
                     batch: g.batch_mode,
                 };
                 Ok(ops::kill_slot(&req, ui)?)
@@ -547,9 +550,9 @@ impl ops::Ui for Terminal {
     }
 }
 
-fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
+fn add_key(a: AddKeyArgs, change: bool, g: Globals) -> CmdResult {
     let req = ops::KeyRequest {
-        key: a.common.key.source(),
+        key: a.common.key.source(g.prompting()),
         device: a.common.dev.device,
         header: a.common.dev.header,
         key_slot: a.common.key_slot,
@@ -561,6 +564,7 @@ fn add_key(a: AddKeyArgs, change: bool) -> CmdResult {
                 offset: a.new_keyfile_offset.unwrap_or(0),
                 size: a.new_keyfile_size,
             },
+            prompting: g.prompting(),
         },
         volume_key_file: a.volume_key_file,
         keyslot_cipher: a.keyslot.cipher(),
@@ -602,7 +606,7 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         _ => ops::DumpKind::Header,
     };
     let req = ops::DumpRequest {
-        key: c.key.source(),
+        key: c.key.source(g.prompting()),
         device: c.dev.device,
         header: c.dev.header,
         kind,

@@ -14,3 +14,4 @@ mod reencrypt_luks1;
 mod reencrypt_online;
 pub mod serve;
 pub mod tcrypt;
+pub mod tokens;

@@ -180,11 +180,11 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         return Err(Failure::usage("Command requires device as argument."));
     };
     if a.header.is_none() && super::reencrypt_luks1::is_luks1(dev) {
-        return super::reencrypt_luks1::run(&a, dev);
+        return super::reencrypt_luks1::run(&a, dev, g.prompting());
     }
     let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
     check_progress(state.is_some(), &a, g, dev)?;
-    let pass = a.key.source().read(&prompt(&a, dev), false)?;
+    let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
         reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
         if a.init_only {
@@ -244,7 +244,10 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         None
     };
     check_progress(state.is_some(), &a, g, dev)?;
-    let pass = a.key.source().read(&prompt(&a, dev), state.is_none())?;
+    let pass = a
+        .key
+        .source(g.prompting())
+        .read(&prompt(&a, dev), state.is_none())?;
     if state.is_none() {
         let hash = luks::Hash::parse(&a.kdf.hash)?;
         let req = reencrypt::EncryptRequest {

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use luks::passphrase::Prompting;
 use luks::reencrypt::{luks1, Outcome};
 
 use super::reencrypt::{prompt, Progress, ReencryptArgs};
@@ -25,8 +26,9 @@ pub(super) fn is_luks1(dev: &Path) -> bool {
         && head[6..8] == [0, 1]
 }
 
-/// Runs the LUKS1 reencryption of `dev` (or resumes it).
-pub(super) fn run(a: &ReencryptArgs, dev: &Path) -> CmdResult {
+/// Runs the LUKS1 reencryption of `dev` (or resumes it), the passphrase
+/// asked as `prompting` says.
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdResult {
     for (given, what) in [
         (a.init_only, "--init-only"),
         (a.sector_size.is_some(), "--sector-size"),
@@ -60,7 +62,7 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path) -> CmdResult {
             dir.join(format!("LUKS-{uuid}.log")).display()
         );
     }
-    let pass = a.key.source().read(&prompt(a, dev), false)?;
+    let pass = a.key.source(prompting).read(&prompt(a, dev), false)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())

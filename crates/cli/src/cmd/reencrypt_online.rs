@@ -157,7 +157,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     } else {
         None
     };
-    let passphrase = a.key.source().read(&prompt(&a, &dev), false)?;
+    let passphrase = a.key.source(g.prompting()).read(&prompt(&a, &dev), false)?;
     start_and_watch(&a, name, &dev, passphrase, init, rate)
 }
 

@@ -112,6 +112,7 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         hash: a.hash.as_deref(),
         cipher: a.cipher.as_deref(),
         args: &switches,
+        prompting: g.prompting(),
     };
     dump_given(given, a.dump_volume_key, g)
 }
@@ -130,6 +131,7 @@ pub(crate) fn dump_device(
         hash: None,
         cipher: None,
         args,
+        prompting: g.prompting(),
     };
     dump_given(given, dump_volume_key, g)
 }

@@ -29,7 +29,7 @@ fn from_bitlk(e: bitlk::Error) -> Error {
     Error::new(kind, msg)
 }
 
-/// A `bitlk` error as a `luks` one, for `luks::passphrase::unlock`'s
+/// A `bitlk` error as a `luks` one, for `luks::passphrase::Prompting::unlock`'s
 /// retry loop (a wrong key asks again at a terminal).
 pub fn bitlk_as_luks(e: bitlk::Error) -> luks::Error {
     let kind = match e.kind() {
@@ -81,20 +81,21 @@ pub fn load_bitlk_metadata(device: &Path) -> Result<(std::fs::File, Metadata)> {
 /// file's bytes (a `.BEK` file or a passphrase) or a prompted passphrase,
 /// or with the volume key read from `volume_key_file` (`--volume-key-file`:
 /// the key's length of bytes, as cryptsetup reads it; BitLocker keeps no
-/// digest, so a wrong key maps garbage, as there). `say` gets cryptsetup's
-/// size warning.
+/// digest, so a wrong key maps garbage, as there). A passphrase is asked
+/// as `prompting` says; `say` gets cryptsetup's size warning.
 pub fn unlock_bitlk(
     device: &Path,
     key_file: Option<&Path>,
     range: KeyfileRange,
     volume_key_file: Option<&Path>,
+    prompting: &luks::passphrase::Prompting,
     mut say: impl FnMut(&str),
 ) -> Result<Targets> {
     let (mut f, m) = load_bitlk_metadata(device)?;
     let prompt = format!("Enter passphrase for {}: ", device.display());
     let key = match volume_key_file {
         Some(vk) => read_volume_key(vk, m.key_len())?,
-        None => luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+        None => prompting.unlock(key_file, range, &prompt, |pass| {
             m.volume_key(pass).map_err(bitlk_as_luks)
         })?,
     };

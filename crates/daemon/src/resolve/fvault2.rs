@@ -26,7 +26,7 @@ fn from_fvault2(e: fvault2::Error) -> Error {
     Error::new(kind, msg)
 }
 
-/// An `fvault2` error as a `luks` one, for `luks::passphrase::unlock`'s
+/// An `fvault2` error as a `luks` one, for `luks::passphrase::Prompting::unlock`'s
 /// retry loop.
 pub fn fvault2_as_luks(e: fvault2::Error) -> luks::Error {
     let kind = match e.kind() {
@@ -53,18 +53,19 @@ pub fn load_fvault2_metadata(device: &Path) -> Result<(std::fs::File, Metadata)>
 /// The table of the FileVault 2 volume on `device`, unlocked with the key
 /// file's bytes or a prompted passphrase, or with the 32-byte volume key
 /// read from `volume_key_file` (`--volume-key-file`; no digest to check
-/// it against, as in cryptsetup).
+/// it against, as in cryptsetup). A passphrase is asked as `prompting` says.
 pub fn unlock_fvault2(
     device: &Path,
     key_file: Option<&Path>,
     range: KeyfileRange,
     volume_key_file: Option<&Path>,
+    prompting: &luks::passphrase::Prompting,
 ) -> Result<Targets> {
     let (mut f, m) = load_fvault2_metadata(device)?;
     let prompt = format!("Enter passphrase for {}: ", device.display());
     let key = match volume_key_file {
         Some(vk) => super::bitlk::read_volume_key(vk, fvault2::VOLUME_KEY_LEN)?,
-        None => luks::passphrase::unlock(key_file, range, &prompt, |pass| {
+        None => prompting.unlock(key_file, range, &prompt, |pass| {
             m.volume_key(pass).map_err(fvault2_as_luks)
         })?,
     };

@@ -15,7 +15,7 @@
 use std::path::Path;
 
 use crypto::table::Targets;
-use luks::passphrase::KeyfileRange;
+use luks::passphrase::{KeyfileRange, Prompting};
 
 use super::{
     device, plain_table_arg, unlock_bitlk, unlock_fvault2, unlock_reencrypting, Luks, VolumeType,
@@ -75,8 +75,9 @@ impl PlainGiven {
         .find_map(|(set, name)| set.then_some(name))
     }
 
-    /// The options with cryptsetup's defaults, keyed by `key_file`.
-    pub fn options(&self, key_file: Option<&Path>) -> PlainOptions {
+    /// The options with cryptsetup's defaults, keyed by `key_file`, a
+    /// passphrase asked as `prompting` says.
+    pub fn options(&self, key_file: Option<&Path>, prompting: Prompting) -> PlainOptions {
         PlainOptions {
             cipher: self.cipher.clone(),
             key_bits: self.key_bits,
@@ -88,6 +89,7 @@ impl PlainGiven {
             iv_large_sectors: self.iv_large_sectors,
             key_file: key_file.map(Path::to_path_buf),
             keyfile: self.range(),
+            prompting,
         }
     }
 }
@@ -118,7 +120,11 @@ pub struct Mapping<'a> {
     /// `--test-passphrase`.
     pub test_passphrase: bool,
     /// The LUKS2 token options (`--token-id`, `--token-only`, ...).
-    pub tokens: tokens::TokenArgs,
+    pub tokens: tokens::TokenOptions,
+    /// How a passphrase (or a token's PIN) typed at the terminal is asked
+    /// for (`--tries`, `--timeout`, `-y`/`-q`, crypttab's
+    /// `try-empty-password`).
+    pub prompting: Prompting,
     /// The TCRYPT switches (`--type tcrypt`).
     pub tcrypt: super::tcrypt::TcryptArgs,
 }
@@ -230,7 +236,7 @@ impl Mapping<'_> {
                 let table = plain_table_arg(line, self.key_file, true)?;
                 return Ok((table, VolumeType::Plain));
             }
-            let o = self.plain.options(self.key_file);
+            let o = self.plain.options(self.key_file, self.prompting);
             o.warnings().into_iter().for_each(&mut say);
             return Ok((o.open(device)?.into(), VolumeType::Plain));
         }
@@ -247,9 +253,9 @@ impl Mapping<'_> {
             let range = self.plain.range();
             let vk = self.volume_key_file;
             let t = if kind == VolumeType::Bitlk {
-                unlock_bitlk(device, self.key_file, range, vk, &mut say)?
+                unlock_bitlk(device, self.key_file, range, vk, &self.prompting, &mut say)?
             } else {
-                unlock_fvault2(device, self.key_file, range, vk)?
+                unlock_fvault2(device, self.key_file, range, vk, &self.prompting)?
             };
             return Ok((t, kind));
         }
@@ -266,6 +272,7 @@ impl Mapping<'_> {
                 hash: self.plain.hash.as_deref(),
                 cipher: self.plain.cipher.as_deref(),
                 args: &self.tcrypt,
+                prompting: self.prompting,
             };
             return Ok((given.targets(device)?, VolumeType::Tcrypt));
         }
@@ -279,6 +286,7 @@ impl Mapping<'_> {
             self.key_slot,
             want,
             !self.test_passphrase,
+            &self.prompting,
         )? {
             return Ok((t, VolumeType::Luks2));
         }
@@ -286,10 +294,17 @@ impl Mapping<'_> {
         vol.warnings()
             .iter()
             .for_each(|w| say(&format!("WARNING: {w}")));
-        if let Some(t) = vol.unlock_tokens(&self.tokens, self.key_file.is_some())? {
+        if let Some(t) =
+            vol.unlock_tokens(&self.tokens, &self.prompting, self.key_file.is_some())?
+        {
             return Ok((t.into(), vol.version()));
         }
-        let table = vol.unlock_asking(self.key_file, self.plain.range(), self.key_slot)?;
+        let table = vol.unlock_asking(
+            self.key_file,
+            self.plain.range(),
+            self.key_slot,
+            &self.prompting,
+        )?;
         Ok((table.into(), vol.version()))
     }
 }

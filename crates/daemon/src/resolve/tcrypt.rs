@@ -58,6 +58,9 @@ pub struct Given<'a> {
     pub cipher: Option<&'a str>,
     /// The TCRYPT switches.
     pub args: &'a TcryptArgs,
+    /// How a passphrase typed at the terminal is asked for (`--tries`,
+    /// `--timeout`, `-y`, crypttab's `try-empty-password`).
+    pub prompting: luks::passphrase::Prompting,
 }
 
 /// A tcrypt error as this crate's: no header is a wrong passphrase (2),
@@ -98,10 +101,10 @@ fn read_passphrase_file(path: &Path) -> Result<Secret> {
 
 /// One passphrase: a prompt at a terminal, else one line of stdin (empty
 /// allowed: a volume may open by keyfiles alone).
-fn read_passphrase(device: &Path) -> Result<Secret> {
+fn read_passphrase(device: &Path, prompting: &luks::passphrase::Prompting) -> Result<Secret> {
     if std::io::stdin().is_terminal() {
         let prompt = format!("Enter passphrase for {}: ", device.display());
-        return luks::passphrase::read(None, &prompt, false).map_err(Error::from);
+        return prompting.read(None, &prompt, false).map_err(Error::from);
     }
     let mut buf = Secret::with_capacity(MAX_LINE + 1);
     let mut byte = [0u8; 1];
@@ -144,8 +147,9 @@ impl Given<'_> {
     }
 
     /// Reads the passphrase and decrypts the header; a passphrase typed at
-    /// a terminal that finds no header is asked for again, up to the
-    /// process's tries, with cryptsetup's message each time.
+    /// a terminal that finds no header is asked for again, up to
+    /// [`luks::passphrase::Prompting::tries`], with cryptsetup's message
+    /// each time.
     pub fn load(&self) -> Result<tcrypt::Volume> {
         if self.args.tcrypt_hidden && self.args.tcrypt_system {
             return Err(Error::new(
@@ -163,16 +167,16 @@ impl Given<'_> {
             return tcrypt::load(&device, &pass, &req).map_err(error);
         }
         // crypttab's try-empty-password: an empty passphrase first.
-        if luks::passphrase::try_empty() {
+        if self.prompting.try_empty {
             match tcrypt::load(&device, &Secret::from_slice(b""), &req) {
                 Err(e) if e.kind() == tcrypt::ErrorKind::NoHeader => {}
                 r => return r.map_err(error),
             }
         }
         let typed = std::io::stdin().is_terminal();
-        let mut left = if typed { luks::passphrase::tries() } else { 1 };
+        let mut left = if typed { self.prompting.tries() } else { 1 };
         loop {
-            let pass = read_passphrase(&device)?;
+            let pass = read_passphrase(&device, &self.prompting)?;
             match tcrypt::load(&device, &pass, &req) {
                 Err(e) if e.kind() == tcrypt::ErrorKind::NoHeader && left > 1 => {
                     eprintln!("{e}");
