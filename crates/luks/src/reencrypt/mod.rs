@@ -85,7 +85,8 @@ const MIN_ALIGNMENT: u64 = 4096;
 pub struct InitRequest {
     /// New data cipher (default: the current one).
     pub cipher: Option<String>,
-    /// New volume key size in bits (default: the current one).
+    /// New volume key size in bits (default: the current one; with a new
+    /// cipher, cryptsetup's default for that cipher).
     pub key_bits: Option<u32>,
     /// New encryption sector size (default: the current one).
     pub sector_size: Option<u32>,
@@ -334,6 +335,20 @@ fn new_layout(seg: &Segment, old_len: usize, req: &InitRequest) -> Result<(Strin
             return Err(invalid(format!("Invalid key size {b}.")))
         }
         Some(b) => (b / 8) as usize,
+        // A new cipher without `--key-size` gets cryptsetup's default
+        // size for it (`get_adjusted_key_size`: 256 bits, 512 for XTS),
+        // not the old key's size.
+        None if cipher != seg.encryption => {
+            if cipher
+                .split('-')
+                .nth(1)
+                .is_some_and(|m| m.starts_with("xts"))
+            {
+                64
+            } else {
+                32
+            }
+        }
         None => old_len,
     };
     let sector_size = req.sector_size.unwrap_or(seg.sector_size);
