@@ -15,8 +15,8 @@
 //!   `--offset` with `--reduce-device-size` is not accepted by ucrypt (not ported).
 //! - [3] encryption with a detached header: `reencrypt_encrypt::a_whole_ucrypt_run_is_cryptsetups`,
 //!   `misuse_is_refused_and_nothing_is_written`; `--offset` not accepted (not ported).
-//! - [4] reencryption with a detached header: `reencrypt::detached` tests; two
-//!   mappings of one header need dm-crypt.
+//! - [4] reencryption with a detached header: `reencryption_of_a_detached_header`;
+//!   two mappings of one header (`--active-name`) need dm-crypt.
 //! - [5] decryption with a detached header: `reencrypt::decrypt_with_a_detached_header_*`.
 //! - [6]–[15] recovery after dm-error write failures (offline and online):
 //!   `reencrypt::a_crash_at_any_write_is_repaired_by_both_tools`,
@@ -320,6 +320,53 @@ fn reencryption_chain_of_the_script() {
     assert_eq!(j["keyslots"]["1"]["key_size"], 64);
     cs_opens(&img, PW1);
     assert!(read_back(&img, None) == plain, "xts: data");
+}
+
+#[test]
+fn reencryption_of_a_detached_header() {
+    if !require_tool("reencrypt_compat_detached", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("recompat-detached");
+    let dev = dir.join("dev");
+    let hdr = dir.join("hdr");
+    let f = std::fs::File::create(&dev).unwrap();
+    f.set_len(8 << 20).unwrap();
+    let mut fmt = cat(
+        &["-q", "luksFormat", "--type", "luks2", "--header", s(&hdr)],
+        FAST_PBKDF_ARGON,
+    );
+    fmt.push(s(&dev).into());
+    ok(run("cryptsetup", &args(&fmt), PW1), "luksFormat --header");
+    let plain = fill(&dev, Some(&hdr), 90);
+    // [4]: the script's four runs, its options verbatim.
+    for step in [
+        &["-c", "aes-cbc-essiv:sha256", "-s", "128"][..],
+        &["--resilience", "journal"],
+        &[
+            "-c",
+            "twofish-cbc-essiv:sha256",
+            "-s",
+            "128",
+            "--resilience",
+            "none",
+        ],
+        &["-c", "serpent-xts-plain", "--resilience", "checksum"],
+    ] {
+        let mut a = cat(&["reencrypt"], step);
+        a.extend(["--header", s(&hdr), "-q"].map(String::from));
+        a.extend(FAST_PBKDF_ARGON.iter().map(|x| x.to_string()));
+        a.push(s(&dev).into());
+        ok(run("ucrypt", &args(&a), PW1), &format!("{step:?}"));
+        assert!(!in_reencryption(&hdr), "{step:?}");
+        cs_opens(&hdr, PW1);
+        assert!(read_back(&dev, Some(&hdr)) == plain, "{step:?}: data");
+    }
+    let j = json(&hdr);
+    assert_eq!(j["segments"]["0"]["encryption"], "serpent-xts-plain");
+    assert_eq!(j["segments"]["0"]["offset"], "0");
+    let slot = j["keyslots"].as_object().unwrap().values().next().unwrap();
+    assert_eq!(slot["key_size"], 64, "XTS default: 512 bits");
 }
 
 #[test]
