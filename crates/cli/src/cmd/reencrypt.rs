@@ -50,7 +50,8 @@ pub struct ReencryptArgs {
     /// The new data cipher (default: the current one).
     #[arg(long, short = 'c')]
     pub(super) cipher: Option<String>,
-    /// The new volume key size in bits (default: the current one).
+    /// The new volume key size in bits (default: the current one; with a
+    /// new --cipher, cryptsetup's default for it: 256, 512 for XTS).
     #[arg(long, short = 's')]
     pub(super) key_size: Option<u32>,
     /// The new encryption sector size.
@@ -112,7 +113,8 @@ pub struct ReencryptArgs {
     /// bytes must be unused).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub(super) reduce_device_size: Option<u64>,
-    /// With --encrypt: the LUKS type (luks2 only).
+    /// With --encrypt: the LUKS type (luks2 only); otherwise luks1 or
+    /// luks2 must be the volume's version.
     #[arg(long = "type", short = 'M', value_name = "TYPE")]
     pub(super) luks_type: Option<String>,
     /// With --encrypt: the new volume's UUID.
@@ -164,6 +166,38 @@ pub(super) fn check_progress(
     Ok(())
 }
 
+/// cryptsetup's checks of a resumed operation against the options
+/// (`reencrypt_verify_and_update_params`): `--encrypt`/`--decrypt` must
+/// name the operation in progress, and `--resilience` may not switch to
+/// or from a data shift.
+pub(super) fn check_resume(st: &reencrypt::State, a: &ReencryptArgs) -> CmdResult {
+    if a.encrypt && st.mode != reencrypt::Mode::Encrypt {
+        return Err(Failure::usage(
+            "Device is not in LUKS2 encryption. Conflicting option --encrypt.",
+        ));
+    }
+    if a.decrypt && st.mode != reencrypt::Mode::Decrypt {
+        return Err(Failure::usage(
+            "Device is not in LUKS2 decryption. Conflicting option --decrypt.",
+        ));
+    }
+    if let Some(r) = a.resilience.as_deref() {
+        let shifting = matches!(st.resilience, reencrypt::Resilience::Datashift { .. });
+        if shifting && r != "datashift" {
+            return Err(Failure::usage(
+                "Device is in reencryption using datashift resilience. \
+                 Requested --resilience option cannot be applied.",
+            ));
+        }
+        if !shifting && r.starts_with("datashift") {
+            return Err(Failure::usage(
+                "Requested --resilience option cannot be applied to current reencryption operation.",
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if a.name.is_some() && (!a.encrypt || a.active_name.is_some()) {
         return Err(Failure::usage(
@@ -179,11 +213,15 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     let Some(dev) = a.device.as_ref() else {
         return Err(Failure::usage("Command requires device as argument."));
     };
+    check_type(&a, a.header.as_deref().unwrap_or(dev))?;
     if a.header.is_none() && super::reencrypt_luks1::is_luks1(dev) {
         return super::reencrypt_luks1::run(&a, dev, g.prompting());
     }
     let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
     check_progress(state.is_some(), &a, g, dev)?;
+    if let Some(st) = &state {
+        check_resume(st, &a)?;
+    }
     let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
         reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
@@ -192,6 +230,38 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         }
     }
     run_steps(&a, dev, &pass, state.is_some())
+}
+
+/// `--type luks1|luks2` naming the other LUKS version than the header's
+/// is refused, in cryptsetup's words (any other `--type` is ignored
+/// without `--encrypt`, as cryptsetup ignores it).
+fn check_type(a: &ReencryptArgs, hdr: &std::path::Path) -> CmdResult {
+    let want = match a.luks_type.as_deref() {
+        Some("luks1") => 1,
+        Some("luks2") => 2,
+        _ => return Ok(()),
+    };
+    let mut head = [0u8; 8];
+    let read = std::fs::File::open(hdr).and_then(|f| {
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut head, 0)
+    });
+    let is = match (
+        read.is_ok(),
+        &head[..6],
+        u16::from_be_bytes([head[6], head[7]]),
+    ) {
+        (true, b"LUKS\xba\xbe", v @ (1 | 2)) => v,
+        _ if super::reencrypt_luks1::is_luks1(hdr) => 1,
+        _ => return Ok(()),
+    };
+    if is != want {
+        return Err(Failure::usage(format!(
+            "Conflicting versions. Device {} is LUKS{is}.",
+            hdr.display()
+        )));
+    }
+    Ok(())
 }
 
 /// `--encrypt`: checks the options as cryptsetup does, starts the
@@ -244,6 +314,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         None
     };
     check_progress(state.is_some(), &a, g, dev)?;
+    if let Some(st) = &state {
+        check_resume(st, &a)?;
+    }
     let pass = a
         .key
         .source(g.prompting())

@@ -1,5 +1,5 @@
 //! `ucrypt reencrypt` of a LUKS1 volume: cryptsetup 2.6.1's LUKS1
-//! reencryption (a new volume key; `--cipher`, `--key-size`, the new
+//! reencryption (a new volume key; `--cipher`, `--key-size`, `--hash`, the new
 //! keyslot's `--pbkdf-force-iterations`), its `LUKS-<uuid>.log/.org/.new`
 //! files in the working directory, over `luks::reencrypt::luks1`.
 
@@ -42,6 +42,9 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdRes
             )));
         }
     }
+    if a.key_slot.is_some_and(|s| s >= 8) {
+        return Err(Failure::usage("Key slot is invalid."));
+    }
     let resumed = luks1::in_progress(dev)?.is_some();
     if a.resume_only && !resumed {
         return Err(Failure::usage("Device reencryption not in progress."));
@@ -50,7 +53,7 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdRes
     let req = luks1::Luks1Request {
         cipher: a.cipher.clone(),
         key_bits: a.key_size,
-        hash: None,
+        hash: Some(luks::Hash::parse(&a.kdf.hash)?),
         kdf,
     };
     let dir = std::env::current_dir()

@@ -51,7 +51,7 @@ use crate::kdf::{Kdf, KdfRequest};
 use crate::keyslot::{self, material_len};
 use crate::luks2::json::{self, Segment};
 use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
-use crate::volume::keyslots::{allocate_area, area_size_v2, keyslot_cipher, SealV2};
+use crate::volume::keyslots::{allocate_area, area_size_v2, SealV2};
 
 pub(crate) mod crash;
 mod encrypt;
@@ -85,7 +85,8 @@ const MIN_ALIGNMENT: u64 = 4096;
 pub struct InitRequest {
     /// New data cipher (default: the current one).
     pub cipher: Option<String>,
-    /// New volume key size in bits (default: the current one).
+    /// New volume key size in bits (default: the current one; with a new
+    /// cipher, cryptsetup's default for that cipher).
     pub key_bits: Option<u32>,
     /// New encryption sector size (default: the current one).
     pub sector_size: Option<u32>,
@@ -233,7 +234,7 @@ pub fn init_held(
         String::new()
     } else {
         let old_ks = meta_slot(&h, slot)?;
-        new_keyslot(&mut h, &mut *f, old_ks, slot, pass, &new_vk, &cipher, req)?
+        new_keyslot(&mut h, &mut *f, old_ks, slot, pass, &new_vk, req)?
     };
     let free_slot = |h: &RawHeader| {
         (0..json::MAX_KEYSLOTS)
@@ -334,6 +335,20 @@ fn new_layout(seg: &Segment, old_len: usize, req: &InitRequest) -> Result<(Strin
             return Err(invalid(format!("Invalid key size {b}.")))
         }
         Some(b) => (b / 8) as usize,
+        // A new cipher without `--key-size` gets cryptsetup's default
+        // size for it (`get_adjusted_key_size`: 256 bits, 512 for XTS),
+        // not the old key's size.
+        None if cipher != seg.encryption => {
+            if cipher
+                .split('-')
+                .nth(1)
+                .is_some_and(|m| m.starts_with("xts"))
+            {
+                64
+            } else {
+                32
+            }
+        }
         None => old_len,
     };
     let sector_size = req.sector_size.unwrap_or(seg.sector_size);
@@ -373,7 +388,6 @@ fn meta_slot(h: &RawHeader, slot: u32) -> Result<json::Keyslot> {
 /// Seals `new_vk` with `pass` in a free keyslot like `old_ks` (slot
 /// `slot`; its tokens name the new one too), bound to a new digest;
 /// returns the digest's id.
-#[allow(clippy::too_many_arguments)]
 fn new_keyslot(
     h: &mut RawHeader,
     f: &mut dyn io::Device,
@@ -381,7 +395,6 @@ fn new_keyslot(
     slot: u32,
     pass: &[u8],
     new_vk: &Secret,
-    cipher: &str,
     req: &InitRequest,
 ) -> Result<String> {
     let key_len = new_vk.len();
@@ -402,11 +415,23 @@ fn new_keyslot(
     let new_slot = free_slot(h, &[])?;
     let area_size = area_size_v2(key_len);
     let offset = allocate_area(&h.meta, h.bin.hdr_size, area_size)?;
+    // The area cipher is the unlocked keyslot's, as cryptsetup's
+    // `set_keyslot_params` takes it (`crypt_keyslot_get_encryption` of
+    // that keyslot), not the new data cipher; `cipher_null` becomes the
+    // default keyslot cipher.
+    let (area_cipher, area_key_size) = if old_ks.area.encryption.starts_with("cipher_null") {
+        ("aes-xts-plain64".to_string(), 64)
+    } else {
+        (
+            old_ks.area.encryption.clone(),
+            old_ks.area.key_size as usize,
+        )
+    };
     let sealed = SealV2 {
         vk: new_vk,
         af_hash: kdf.hash.name().to_string(),
-        cipher: keyslot_cipher(cipher, key_len).0,
-        area_key_size: keyslot_cipher(cipher, key_len).1,
+        cipher: area_cipher,
+        area_key_size,
         offset,
         area_size,
     };
