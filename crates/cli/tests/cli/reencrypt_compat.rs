@@ -71,6 +71,25 @@ fn run(prog: &str, args: &[&str], stdin: &[u8]) -> Output {
     testutil::run(prog, args, Some(stdin))
 }
 
+/// `ucrypt ARGS` run in `dir` (where LUKS1 reencryption keeps its
+/// `LUKS-<uuid>` files) with `stdin`.
+fn ucrypt_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    Command::new(testutil::ucrypt_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(stdin)?;
+            c.wait_with_output()
+        })
+        .unwrap()
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -717,19 +736,7 @@ fn luks1_chain_and_keyslot_choice() {
     ] {
         let mut a = cat(&["reencrypt", s(&img), "-q"], &fast);
         a.extend(step.iter().map(|x| x.to_string()));
-        let out = std::process::Command::new(testutil::ucrypt_bin())
-            .args(args(&a))
-            .current_dir(dir.path())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(PW1)?;
-                c.wait_with_output()
-            })
-            .unwrap();
+        let out = ucrypt_in(dir.path(), &args(&a), PW1);
         ok(out, &format!("{step:?}"));
         cs_opens(&img, PW1);
         assert!(read_back(&img, None) == plain, "{step:?}: data");
@@ -775,19 +782,7 @@ fn luks1_chain_and_keyslot_choice() {
     assert!(refuse.contains("Key slot is invalid."), "{refuse}");
     let mut a = cat(&["reencrypt"], &fast);
     a.extend(["-S", "1", "-q", s(&img)].map(String::from));
-    let out = std::process::Command::new(testutil::ucrypt_bin())
-        .args(args(&a))
-        .current_dir(dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(PW1)?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let out = ucrypt_in(dir.path(), &args(&a), PW1);
     ok(out, "-S 1");
     let dump = testutil::run_ok("cryptsetup", &["luksDump", s(&img)]);
     let enabled: Vec<&str> = dump
