@@ -19,7 +19,7 @@
 //!     │     submitter runs the caller's next request itself; the helper
 //!     │     completes this one. dm-crypt's workqueue spread, minus the
 //!     │     wake-up: the helper is already running.
-//!     └─ split (large request and an idle core):
+//!     └─ split (large request, an idle core, a backend in memory):
 //!           the buffer is cut into chunks (BytesMut::split_to, no copy),
 //!           posted on the board; the submitter and any awake helper claim
 //!           chunks with one atomic counter; the submitter waits for the
@@ -28,12 +28,12 @@
 //!           ├─ in memory (it lends its bytes: the ramdisk, a mapped tmpfs
 //!           │     file): backend IO + crypto for its chunk (an IO there is
 //!           │     a copy or the fused crypto itself, so it splits for free);
-//!           └─ real storage (files, block devices, RBD): crypto only; the
-//!                 submitter reads the whole request before posting it, or
-//!                 writes it whole (FUA kept) once every chunk is encrypted:
-//!                 one backend IO per request, as classic does, since at low
-//!                 queue depth a disk serves one large IO faster than
-//!                 several pieces of it (see split.rs).
+//!           └─ real storage (files, block devices, RBD), only when forced
+//!                 (`Engine::force_split`): crypto only; the submitter reads
+//!                 the whole request before posting it, or writes it whole
+//!                 (FUA kept) once every chunk is encrypted. Unforced, such
+//!                 a request runs inline: there the IO dominates, and the
+//!                 split cost more than the crypto it spread (see split.rs).
 //! ```
 //!
 //! A frontend that knows its caller's queue says so

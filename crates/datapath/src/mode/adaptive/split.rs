@@ -16,7 +16,15 @@
 //!   parallel; a write's chunks are encrypted in parallel, then it is
 //!   written whole (with its FUA). On real storage one 1 MiB IO costs
 //!   less than several 128 KiB ones at low queue depth, and the crypto is
-//!   all that parallelism has to win.
+//!   all that parallelism has to win. That is too little: [`Adaptive::plan`]
+//!   splits there only when forced (`Engine::force_split`, tests and
+//!   `ucrypt bench --force-split`). Measured on the development VM's
+//!   virtio disk (ext4, O_DIRECT, 1 MiB at QD1, idle): the crypto it could
+//!   save is about 55 µs of a 400-700 µs request, and splitting put
+//!   adaptive at 0.67-0.96 of inline on writes and 0.77 on reads in
+//!   process, 0.79 on vhost-user-blk writes; without it adaptive is at
+//!   0.92-1.07 of inline in the same cells (docs/bench/HISTORY.md,
+//!   2026-11-29).
 
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
@@ -101,7 +109,9 @@ impl Adaptive {
         if ctx.crypt.as_ref().is_some_and(|c| c.is_null()) {
             return false;
         }
-        if len < SPLIT_MIN {
+        // On real storage the IO dominates a large request and the split
+        // costs more than the crypto it spreads (see the module doc).
+        if len < SPLIT_MIN || !chunks_do_io(ctx) {
             return false;
         }
         let now = ctx.core.nanos(t0);
