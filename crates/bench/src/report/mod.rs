@@ -3,6 +3,7 @@
 //! ([`table`] renders the text and CSV, [`grid`] the grid profile's table,
 //! [`crate::heatmap`] the pictures).
 
+pub mod device;
 pub mod grid;
 pub mod ratios;
 pub mod table;

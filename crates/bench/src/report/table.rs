@@ -194,6 +194,11 @@ impl Report {
             let _ = writeln!(s);
             s.push_str(&verdict);
         }
+        let device = super::device::table(self);
+        if !device.is_empty() {
+            let _ = writeln!(s);
+            s.push_str(&device);
+        }
         if o.profile == "grid" {
             let grid = super::grid::table(self);
             if !grid.is_empty() {
