@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 
 use super::ratios::per_round;
-use super::{fmt_bs, num, CellResult, Report, DISK_TARGET};
+use super::{num, CellResult, Report, DISK_TARGET};
 use crate::stats;
 use crate::target::{Cipher, Mode};
 
@@ -62,13 +62,7 @@ pub fn table(report: &Report) -> String {
                 "  cell", "disk", "classic", "inline", "adaptive"
             );
         }
-        let label = format!(
-            "  aes {:<9} {} QD{} j{}",
-            a.rw.name(),
-            fmt_bs(a.bs),
-            a.qd,
-            a.jobs
-        );
+        let label = super::verdict::cell_label(Cipher::AesXts, a);
         let _ = writeln!(
             s,
             "{:<28} {:>8} {:>8} {:>8} {:>8}  {med:.2} ({lo:.2}-{hi:.2})",
@@ -85,10 +79,7 @@ pub fn table(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::{Rw, Workload};
-    use crate::record::{Rep, RunTarget};
-    use crate::report::Phase;
-    use crate::stats::MIB;
+    use crate::driver::Rw;
 
     fn cell(
         name: &str,
@@ -97,29 +88,7 @@ mod tests {
         qd: usize,
         rounds: &[f64],
     ) -> CellResult {
-        let t = RunTarget {
-            name: name.into(),
-            cipher,
-            mode,
-            headline: false,
-            swept: true,
-        };
-        let w = Workload {
-            rw: Rw::RandRead,
-            bs: 4096,
-            qd,
-            jobs: 1,
-            runtime: std::time::Duration::from_millis(1),
-        };
-        let reps = rounds
-            .iter()
-            .map(|&m| Rep {
-                ops: 1,
-                bytes_per_s: m * MIB,
-                ..Rep::default()
-            })
-            .collect();
-        CellResult::from_reps(Phase::Sweep, &t, &w, reps)
+        crate::report::tests::sweep_cell(name, cipher, mode, Rw::RandRead, 4096, qd, rounds)
     }
 
     #[test]

@@ -125,35 +125,10 @@ pub fn table(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::{Rw, Workload};
-    use crate::record::{Rep, RunTarget};
-    use crate::report::Phase;
-    use crate::stats::MIB;
+    use crate::driver::Rw;
 
     fn cell(name: &str, cipher: Option<Cipher>, mode: Mode, bs: u32, rounds: &[f64]) -> CellResult {
-        let t = RunTarget {
-            name: name.into(),
-            cipher,
-            mode: Some(mode),
-            headline: false,
-            swept: true,
-        };
-        let w = Workload {
-            rw: Rw::Read,
-            bs,
-            qd: 1,
-            jobs: 1,
-            runtime: std::time::Duration::from_millis(1),
-        };
-        let reps = rounds
-            .iter()
-            .map(|&m| Rep {
-                ops: 1,
-                bytes_per_s: m * MIB,
-                ..Rep::default()
-            })
-            .collect();
-        CellResult::from_reps(Phase::Sweep, &t, &w, reps)
+        crate::report::tests::sweep_cell(name, cipher, Some(mode), Rw::Read, bs, 1, rounds)
     }
 
     #[test]

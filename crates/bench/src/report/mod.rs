@@ -317,6 +317,42 @@ pub(crate) mod tests {
         assert_eq!(cells[1].ceiling_mib_s, None);
     }
 
+    /// A sweep cell of `target` with one repetition per round at `rounds`
+    /// MiB/s, for the renderers' tests.
+    pub(crate) fn sweep_cell(
+        target: &str,
+        cipher: Option<Cipher>,
+        mode: Option<Mode>,
+        rw: Rw,
+        bs: u32,
+        qd: usize,
+        rounds: &[f64],
+    ) -> CellResult {
+        let t = RunTarget {
+            name: target.into(),
+            cipher,
+            mode,
+            headline: false,
+            swept: true,
+        };
+        let w = Workload {
+            rw,
+            bs,
+            qd,
+            jobs: 1,
+            runtime: Duration::from_millis(1),
+        };
+        let reps = rounds
+            .iter()
+            .map(|&m| Rep {
+                ops: 1,
+                bytes_per_s: m * crate::stats::MIB,
+                ..Rep::default()
+            })
+            .collect();
+        CellResult::from_reps(Phase::Sweep, &t, &w, reps)
+    }
+
     /// A report with no cells, for the renderers' tests.
     pub(crate) fn empty_report(profile: &str) -> Report {
         let o = Options {

@@ -80,6 +80,18 @@ pub fn band(adaptive: f64, control: f64, rounds: &[(f64, f64)]) -> f64 {
         .fold(dev(adaptive, control), f64::max)
 }
 
+/// A sweep cell's row label: `  aes randread  4k QD32 j1`.
+pub(crate) fn cell_label(cipher: Cipher, c: &CellResult) -> String {
+    format!(
+        "  {} {:<9} {} QD{} j{}",
+        cipher.short(),
+        c.rw.name(),
+        fmt_bs(c.bs),
+        c.qd,
+        c.jobs
+    )
+}
+
 /// The verdict table of `report`'s sweep (empty when no cipher has an
 /// adaptive target, its control, and classic or inline).
 pub fn table(report: &Report) -> String {
@@ -145,14 +157,7 @@ pub fn table(report: &Report) -> String {
                 Verdict::Tie => ties += 1,
                 Verdict::Win => {}
             }
-            let label = format!(
-                "  {} {:<9} {} QD{} j{}",
-                cipher.short(),
-                a.rw.name(),
-                fmt_bs(a.bs),
-                a.qd,
-                a.jobs
-            );
+            let label = cell_label(cipher, a);
             let _ = writeln!(
                 s,
                 "{:<28} {:>8} {:>8} {:>8} {:>8}  {:>13.2} {:>5.1}%  {}",
