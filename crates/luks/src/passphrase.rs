@@ -234,24 +234,12 @@ impl Prompting {
             }
             None => {
                 // Piped passphrase: one line, newline stripped (cryptsetup).
-                let mut buf = Secret::with_capacity(MAX_PASSPHRASE + 1);
-                let mut byte = [0u8; 1];
-                let mut stdin =
-                    stdin().map_err(|e| Error::io("Cannot read the passphrase from stdin", e))?;
-                loop {
-                    match stdin.read(&mut byte) {
-                        Ok(0) => break,
-                        Ok(_) if byte[0] == b'\n' => break,
-                        Ok(_) => buf.push(byte[0]),
-                        Err(e) => {
-                            return Err(Error::io("Cannot read the passphrase from stdin", e))
-                        }
-                    }
-                    if buf.len() > MAX_PASSPHRASE {
-                        return Err(invalid(format!(
-                            "Passphrase is longer than {MAX_PASSPHRASE} characters"
-                        )));
-                    }
+                let buf = stdin_line(MAX_PASSPHRASE)
+                    .map_err(|e| Error::io("Cannot read the passphrase from stdin", e))?;
+                if buf.len() > MAX_PASSPHRASE {
+                    return Err(invalid(format!(
+                        "Passphrase is longer than {MAX_PASSPHRASE} characters"
+                    )));
                 }
                 if buf.is_empty() {
                     return Err(invalid("No passphrase given (empty input)"));
@@ -321,6 +309,24 @@ fn stdin() -> std::io::Result<std::fs::File> {
     Ok(std::fs::File::from(
         std::io::stdin().as_fd().try_clone_to_owned()?,
     ))
+}
+
+/// One line of standard input, newline stripped, read byte by byte into
+/// locked memory past `Stdin`'s buffer (so neither the line nor what
+/// follows it is left behind): up to the newline or the end, or `limit` + 1
+/// bytes, where it stops (the caller refuses or keeps a line that long).
+pub fn stdin_line(limit: usize) -> std::io::Result<Secret> {
+    let mut input = stdin()?;
+    let mut buf = Secret::with_capacity(limit + 1);
+    let mut byte = [0u8; 1];
+    while buf.len() <= limit {
+        match input.read(&mut byte)? {
+            0 => break,
+            _ if byte[0] == b'\n' => break,
+            _ => buf.push(byte[0]),
+        }
+    }
+    Ok(buf)
 }
 
 /// Everything `input` holds, in locked memory.

@@ -12,7 +12,7 @@
 //! stacked `SectorCrypt`, so every frontend, `map` and the choke point
 //! see one device, and `table`/`status` show one line per layer.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use crypto::table::Targets;
@@ -106,27 +106,13 @@ fn read_passphrase(device: &Path, prompting: &luks::passphrase::Prompting) -> Re
         let prompt = format!("Enter passphrase for {}: ", device.display());
         return prompting.read(None, &prompt, false).map_err(Error::from);
     }
-    let mut buf = Secret::with_capacity(MAX_LINE + 1);
-    let mut byte = [0u8; 1];
-    let mut stdin = std::io::stdin().lock();
-    loop {
-        match stdin.read(&mut byte) {
-            Ok(0) => break,
-            Ok(_) if byte[0] == b'\n' => break,
-            Ok(_) => buf.push(byte[0]),
-            Err(e) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidInput,
-                    "Cannot read the passphrase from stdin",
-                )
-                .with_source(e))
-            }
-        }
-        if buf.len() > MAX_LINE {
-            break;
-        }
-    }
-    Ok(buf)
+    luks::passphrase::stdin_line(MAX_LINE).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            "Cannot read the passphrase from stdin",
+        )
+        .with_source(e)
+    })
 }
 
 impl Given<'_> {
