@@ -25,7 +25,7 @@
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use datapath::{Engine, Hint, Op, Request};
+use datapath::{Engine, Hint, Op, Plug, Request};
 
 /// Direction and access pattern, named as fio's `--rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -155,8 +155,9 @@ pub fn run(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
 }
 
 /// [`run`], each job submitting as a frontend with a deep queue does
-/// (`Engine::submit_hinted`, `behind` = QD - 1: the job never waits for a
-/// completion before its next submission; only its QD stops it).
+/// (`Engine::submit_plugged` through the job's own plug, `behind` = QD - 1:
+/// the job never waits for a completion before its next submission; only
+/// its QD stops it).
 pub fn run_hinted(engine: &Arc<Engine>, w: &Workload, size: u64) -> RepResult {
     run_with(engine, w, size, true)
 }
@@ -240,6 +241,8 @@ fn run_job(
         .collect();
     let deadline = start + w.runtime;
     let mut submitted = false;
+    // The job's gathering, as a frontend's submitting context has one.
+    let mut plug = Plug::new();
     loop {
         // At least one request per job, even when the thread was not
         // scheduled before its deadline (a busy machine, a short run).
@@ -247,7 +250,7 @@ fn run_job(
             break;
         }
         submitted = true;
-        take_slot(engine, job, qd);
+        take_slot(engine, &mut plug, job, qd);
         let block = if w.rw.is_random() {
             rng.u64(..blocks.max(1))
         } else {
@@ -303,7 +306,7 @@ fn run_job(
         };
         if hinted {
             let behind = u32::try_from(qd - 1).unwrap_or(u32::MAX);
-            engine.submit_hinted(req, Hint { behind, ready: 0 }, done);
+            engine.submit_plugged(&mut plug, req, Hint { behind, ready: 0 }, done);
         } else {
             engine.submit(req, done);
         }
@@ -333,13 +336,13 @@ const REAP_WAITED: Duration = Duration::from_micros(250);
 /// the one waiting on the ring; one that found nothing at once (no such
 /// backend, nothing in flight there: its callbacks run elsewhere) sleeps
 /// until a callback frees a slot.
-fn take_slot(engine: &Engine, job: &Job, qd: usize) {
+fn take_slot(engine: &Engine, plug: &mut Plug, job: &Job, qd: usize) {
     let lock = || job.state.lock().unwrap_or_else(|p| p.into_inner());
     let mut st = lock();
     while st.in_flight >= qd {
         drop(st);
         let t = Instant::now();
-        let reaped = engine.reap();
+        let reaped = engine.reap(plug);
         let waited = t.elapsed() >= REAP_WAITED;
         st = lock();
         if reaped == 0 && !waited && st.in_flight >= qd {

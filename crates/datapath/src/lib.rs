@@ -3,7 +3,9 @@
 //!
 //! Hand-written pipeline code. Frontends (nbd, fuse), the bench and the CLI
 //! call [`Engine::submit`] (or the blocking [`Engine::read`] /
-//! [`Engine::write`] / [`Engine::flush`]); every request passes one gate and
+//! [`Engine::write`] / [`Engine::flush`]); a frontend that gathers its
+//! requests into backend batches submits through a [`Plug`] it owns
+//! ([`Engine::submit_plugged`]). Every request passes one gate and
 //! one check, then the configured [`CryptMode`] carries it out:
 //!
 //! ```text
@@ -25,7 +27,7 @@
 //!  │ READ  backend read, decrypt in place, complete — all in the submitter  │
 //!  │ WRITE encrypt in place, backend write (FUA passed down), complete      │
 //!  │ (inline and adaptive) reads and writes the frontend says more follow  │
-//!  │ (Hint::ready): gathered, one backend batch, then completed (gather.rs) │
+//!  │ (Hint::ready): gathered in its Plug, one backend batch (gather.rs)     │
 //!  ├─────────────── Adaptive (mode/adaptive.rs, ours) ──────────────────────┤
 //!  │ small / all cores busy: the inline path                                │
 //!  │ caller keeps several in flight + a warm helper idle: hand the whole    │
@@ -95,6 +97,7 @@ pub use engine::Engine;
 pub use error::{nbd_error_of, Error};
 pub use export::Export;
 pub use mode::adaptive::{SPLIT_MIN, WAKE_MIN};
+pub use mode::gather::Plug;
 pub use request::{Completion, Hint, Op, OpKind, Request};
 pub use stats::{DirStats, Latency, ModeCounts, Stats};
 

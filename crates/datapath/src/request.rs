@@ -60,7 +60,8 @@ pub struct Request {
 /// What a frontend knows about its caller's queue and the engine cannot
 /// see: an inline request completes before the caller's next one is
 /// submitted, so the engine alone never observes a queue depth above one.
-/// Passed with [`crate::Engine::submit_hinted`]; the adaptive mode uses it
+/// Passed with [`crate::Engine::submit_plugged`] (or
+/// [`crate::Engine::submit_hinted`]); the adaptive mode uses it
 /// to hand a large request to a helper (the submitter goes back to the
 /// caller's next request) instead of learning the depth from misses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,11 +69,11 @@ pub struct Hint {
     /// Requests of the same caller in flight or already waiting to be read
     /// besides this one (0: the caller waits for this completion).
     pub behind: u32,
-    /// Of those, requests already received (or arriving) that this thread
+    /// Of those, requests already received (or arriving) that the caller
     /// submits right after this one, without waiting for any completion.
-    /// While it is above 0 the engine may hold this read or write to run
-    /// it in one backend batch with the ones that follow (see
-    /// [`crate::Engine::unplug`], which the frontend must call before it
+    /// While it is above 0 the caller's [`crate::Plug`] may hold this read
+    /// or write to run it in one backend batch with the ones that follow
+    /// (see [`crate::Plug::flush`], which the frontend must call before it
     /// blocks).
     pub ready: u32,
 }

@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use backend::{AsyncOp, Backend, Caps, MemBackend, ReadOp, WriteOp};
 use common::*;
-use ucrypt_datapath::{bufpool, Completion, Engine, Hint, Op, Request};
+use ucrypt_datapath::{bufpool, Completion, Engine, Hint, Op, Plug, Request};
 
 #[global_allocator]
 static ALLOC: backend::PageAlignLarge = backend::PageAlignLarge;
@@ -90,13 +90,14 @@ fn payload(len: usize, seed: u64) -> Vec<u8> {
 fn burst(e: &Engine, reqs: Vec<Request>) {
     let n = reqs.len();
     let (tx, rx) = mpsc::channel::<Completion>();
+    let mut plug = Plug::new();
     for (i, req) in reqs.into_iter().enumerate() {
         let tx = tx.clone();
         let hint = Hint {
             behind: (n - 1 - i) as u32,
             ready: 0,
         };
-        e.submit_hinted(req, hint, move |c| tx.send(c).expect("receiver"));
+        e.submit_plugged(&mut plug, req, hint, move |c| tx.send(c).expect("receiver"));
     }
     for _ in 0..n {
         let c = rx.recv_timeout(HANG).expect("request hung");

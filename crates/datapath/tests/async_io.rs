@@ -3,7 +3,7 @@
 //! the test releases them, in reverse order, from its own completion
 //! thread. Completion order then follows the IO, not the submission; a
 //! failed entry fails only its request; a flush waits for the async writes
-//! its thread submitted before it; reconfigure and shutdown drain entries
+//! its plug submitted before it; reconfigure and shutdown drain entries
 //! in flight. Every check is an order or a count, never a time.
 
 mod common;
@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use backend::{AsyncOp, Backend, Caps, MemBackend};
 use common::*;
-use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Request};
+use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Plug, Request};
 
 const SIZE: u64 = 1 << 20;
 
@@ -123,8 +123,9 @@ fn pattern(i: u64) -> Vec<u8> {
 
 type Done = (u64, Completion);
 
-/// Submits as a frontend with other requests of its caller in flight.
-fn deep(e: &Engine, tx: &mpsc::Sender<Done>, tag: u64, op: Op) {
+/// Submits through `plug` as a frontend with other requests of its caller
+/// in flight.
+fn deep(e: &Engine, plug: &mut Plug, tx: &mpsc::Sender<Done>, tag: u64, op: Op) {
     let tx = tx.clone();
     let req = Request {
         op,
@@ -135,7 +136,9 @@ fn deep(e: &Engine, tx: &mpsc::Sender<Done>, tag: u64, op: Op) {
         behind: 1,
         ready: 0,
     };
-    e.submit_hinted(req, hint, move |c| tx.send((tag, c)).expect("receiver"));
+    e.submit_plugged(plug, req, hint, move |c| {
+        tx.send((tag, c)).expect("receiver")
+    });
 }
 
 #[test]
@@ -147,8 +150,9 @@ fn completions_follow_the_io_not_the_submission() {
             e.write(i * 8192, pattern(i), false).expect("write");
         }
         let (tx, rx) = mpsc::channel();
+        let mut plug = Plug::new();
         for i in 0..4 {
-            deep(&e, &tx, i, Op::Read { len: 4096 });
+            deep(&e, &mut plug, &tx, i, Op::Read { len: 4096 });
         }
         assert_eq!(b.held(), 4, "{mode:?}: reads not submitted asynchronously");
         assert!(rx.try_recv().is_err(), "{mode:?}: completed before its IO");
@@ -173,8 +177,9 @@ fn a_failed_entry_fails_only_its_request() {
     let b = Held::new(Some(DATA_OFFSET + 2 * 8192));
     let e = engine(&b, CryptMode::Inline);
     let (tx, rx) = mpsc::channel();
+    let mut plug = Plug::new();
     for i in 0..4 {
-        deep(&e, &tx, i, Op::Write { data: pattern(i) });
+        deep(&e, &mut plug, &tx, i, Op::Write { data: pattern(i) });
     }
     b.release();
     for _ in 0..4 {
@@ -198,6 +203,7 @@ fn a_flush_waits_for_the_writes_submitted_before_it() {
     let t = {
         let (e, writes) = (e.clone(), writes.clone());
         std::thread::spawn(move || {
+            let mut plug = Plug::new();
             for i in 0..3 {
                 let w = writes.clone();
                 let req = Request {
@@ -209,7 +215,7 @@ fn a_flush_waits_for_the_writes_submitted_before_it() {
                     behind: 1,
                     ready: 0,
                 };
-                e.submit_hinted(req, hint, move |c| {
+                e.submit_plugged(&mut plug, req, hint, move |c| {
                     c.expect("write");
                     w.fetch_add(1, Ordering::SeqCst);
                 });
@@ -220,7 +226,13 @@ fn a_flush_waits_for_the_writes_submitted_before_it() {
                 offset: 0,
                 fua: false,
             };
-            e.submit(flush, move |c| tx.send(c).expect("receiver"));
+            let hint = Hint {
+                behind: 1,
+                ready: 0,
+            };
+            e.submit_plugged(&mut plug, flush, hint, move |c| {
+                tx.send(c).expect("receiver")
+            });
             writes.load(Ordering::SeqCst)
         })
     };
@@ -237,7 +249,8 @@ fn reconfigure_and_shutdown_drain_io_in_flight() {
     let b = Held::new(None);
     let e = Arc::new(engine(&b, CryptMode::Inline));
     let done = Arc::new(AtomicUsize::new(0));
-    let submit = |n: u64| {
+    let mut plug = Plug::new();
+    let mut submit = |n: u64| {
         for i in 0..n {
             let d = done.clone();
             let req = Request {
@@ -249,7 +262,7 @@ fn reconfigure_and_shutdown_drain_io_in_flight() {
                 behind: 1,
                 ready: 0,
             };
-            e.submit_hinted(req, hint, move |c| {
+            e.submit_plugged(&mut plug, req, hint, move |c| {
                 c.expect("write");
                 d.fetch_add(1, Ordering::SeqCst);
             });
@@ -308,4 +321,129 @@ fn reconfigure_and_shutdown_drain_io_in_flight() {
         7,
         "shut down with IO in flight"
     );
+}
+
+/// A write through `plug` with another ready behind it: gathered.
+fn gathered_write(e: &Engine, plug: &mut Plug, tx: &mpsc::Sender<Done>, i: u64, ready: u32) {
+    let tx = tx.clone();
+    let req = Request {
+        op: Op::Write { data: pattern(i) },
+        offset: i * 8192,
+        fua: false,
+    };
+    let hint = Hint {
+        behind: ready,
+        ready,
+    };
+    e.submit_plugged(plug, req, hint, move |c| tx.send((i, c)).expect("receiver"));
+}
+
+#[test]
+fn a_dropped_plug_runs_what_it_gathered() {
+    for mode in [CryptMode::Inline, CryptMode::Adaptive] {
+        let b = Held::new(None);
+        let e = engine(&b, mode);
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut plug = Plug::new();
+            for i in 0..3 {
+                gathered_write(&e, &mut plug, &tx, i, 1);
+            }
+            assert_eq!(plug.gathered(), 3, "{mode:?}: {plug:?}");
+            assert_eq!(b.held(), 0, "{mode:?}: ran before the plug said so");
+            assert!(rx.try_recv().is_err(), "{mode:?}");
+        }
+        // The drop ran them: every one reached the backend.
+        let held = b.held();
+        if held != 3 {
+            // Lost requests keep their queue slots: the engine's drop
+            // would wait for them forever.
+            std::mem::forget(e);
+            panic!("{mode:?}: a dropped plug lost its requests ({held} of 3 ran)");
+        }
+        b.release();
+        for _ in 0..3 {
+            let (tag, c) = rx.recv().expect("completion");
+            c.unwrap_or_else(|err| panic!("{mode:?}: write {tag}: {err}"));
+        }
+        for i in 0..3 {
+            assert_eq!(
+                e.read(i * 8192, 4096).expect("read"),
+                pattern(i),
+                "{mode:?}"
+            );
+        }
+        assert_eq!(e.stats().in_flight, 0, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_drain_waits_for_a_pending_plug_and_its_owner_runs_it() {
+    let b = Held::new(None);
+    let e = Arc::new(engine(&b, CryptMode::Inline));
+    let (tx, rx) = mpsc::channel();
+    let (gathered, was_gathered) = mpsc::channel();
+    let (go, on) = mpsc::channel::<()>();
+    // A frontend thread: two writes gathered, then (while a reconfigure
+    // may be draining) a third with nothing more ready.
+    let owner = {
+        let e = e.clone();
+        std::thread::spawn(move || {
+            let mut plug = Plug::new();
+            gathered_write(&e, &mut plug, &tx, 0, 1);
+            gathered_write(&e, &mut plug, &tx, 1, 1);
+            gathered.send(plug.gathered()).expect("receiver");
+            on.recv().expect("go");
+            gathered_write(&e, &mut plug, &tx, 2, 0);
+            plug.gathered()
+        })
+    };
+    assert_eq!(was_gathered.recv().expect("gathered"), 2);
+    assert_eq!(b.held(), 0, "gathered writes ran early");
+    let swap = {
+        let (e, b) = (e.clone(), b.clone());
+        std::thread::spawn(move || {
+            let cfg = EngineConfig {
+                mode: CryptMode::Adaptive,
+                queue_depth: 64,
+                ..EngineConfig::default()
+            };
+            e.reconfigure(cfg).expect("reconfigure");
+            b.completed.load(Ordering::SeqCst)
+        })
+    };
+    // Give the swap a head start into its drain (it may also be later:
+    // either way the plug's writes must complete before it swaps).
+    for _ in 0..10_000 {
+        std::thread::yield_now();
+    }
+    go.send(()).expect("owner");
+    // The owner ran its plug: waiting for a slot while the drain holds
+    // admission, or with its third write (nothing more ready).
+    b.wait_held(2);
+    b.release();
+    assert!(
+        swap.join().expect("reconfigure") >= 2,
+        "swapped with the plug's writes not completed"
+    );
+    assert_eq!(
+        owner.join().expect("owner"),
+        0,
+        "owner left requests gathered"
+    );
+    // The third write: completed with the others, or admitted under the
+    // new generation and held.
+    if b.held() > 0 {
+        b.release();
+    }
+    let mut tags: Vec<u64> = (0..3)
+        .map(|_| rx.recv().expect("completion"))
+        .map(|(t, c)| c.map(|_| t).expect("write"))
+        .collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [0, 1, 2]);
+    assert_eq!(e.config().mode, CryptMode::Adaptive);
+    for i in 0..3 {
+        assert_eq!(e.read(i * 8192, 4096).expect("read"), pattern(i), "{i}");
+    }
 }

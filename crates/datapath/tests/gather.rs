@@ -1,8 +1,8 @@
 //! Gathering (mode/gather.rs): reads and writes a frontend says are
-//! followed by more (`Hint::ready`) wait for the last one and go to the
-//! backend as one batch; flushes, blocking calls, a full queue and
-//! `Engine::unplug` run the batch first. Every check here is an ordering
-//! or a count, never a time.
+//! followed by more (`Hint::ready`) wait in its `Plug` for the last one and
+//! go to the backend as one batch; a flush through the plug, a full queue,
+//! `Plug::flush`, `Plug::settle` and dropping the plug run the batch first.
+//! Every check here is an ordering or a count, never a time.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use backend::{Backend, FileBackend};
 use common::*;
-use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Request};
+use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Plug, Request};
 
 const SIZE: u64 = 4 << 20;
 
@@ -38,13 +38,22 @@ fn pattern(i: u64) -> Vec<u8> {
 
 type Done = (usize, Completion);
 
-fn submit(e: &Engine, tx: &mpsc::Sender<Done>, tag: usize, req: Request, ready: u32) {
+fn submit(
+    e: &Engine,
+    plug: &mut Plug,
+    tx: &mpsc::Sender<Done>,
+    tag: usize,
+    req: Request,
+    ready: u32,
+) {
     let tx = tx.clone();
     let hint = Hint {
         behind: ready,
         ready,
     };
-    e.submit_hinted(req, hint, move |c| tx.send((tag, c)).expect("receiver"));
+    e.submit_plugged(plug, req, hint, move |c| {
+        tx.send((tag, c)).expect("receiver")
+    });
 }
 
 fn write(i: u64, fua: bool) -> Request {
@@ -70,11 +79,13 @@ fn ready_requests_wait_for_the_last_and_run_as_one_batch() {
             return;
         };
         let (tx, rx) = mpsc::channel();
+        let mut plug = Plug::new();
         let n = 8u64;
         let before = fb.stats();
         for i in 0..n {
             // One FUA write in the batch: it must reach the disk durably.
-            submit(&e, &tx, i as usize, write(i, i == 3), (n - 1 - i) as u32);
+            let ready = (n - 1 - i) as u32;
+            submit(&e, &mut plug, &tx, i as usize, write(i, i == 3), ready);
             if i + 1 < n {
                 assert!(rx.try_recv().is_err(), "{mode:?}: write {i} ran alone");
             }
@@ -99,7 +110,7 @@ fn ready_requests_wait_for_the_last_and_run_as_one_batch() {
         );
 
         for i in 0..n {
-            submit(&e, &tx, i as usize, read(i), (n - 1 - i) as u32);
+            submit(&e, &mut plug, &tx, i as usize, read(i), (n - 1 - i) as u32);
         }
         let mut got = 0;
         for (tag, c) in (0..n).map(|_| rx.recv().expect("completion")) {
@@ -122,17 +133,19 @@ fn flush_and_blocking_calls_run_the_gathered_first() {
         return;
     };
     let (tx, rx) = mpsc::channel();
+    let mut plug = Plug::new();
     for i in 0..3 {
-        submit(&e, &tx, i, write(i as u64, false), 5);
+        submit(&e, &mut plug, &tx, i, write(i as u64, false), 5);
     }
     assert!(rx.try_recv().is_err(), "gathered writes ran early");
+    assert_eq!(plug.gathered(), 3);
     let flush = Request {
         op: Op::Flush,
         offset: 0,
         fua: false,
     };
-    let tx2 = tx.clone();
-    e.submit(flush, move |c| tx2.send((99, c)).expect("receiver"));
+    submit(&e, &mut plug, &tx, 99, flush, 0);
+    assert_eq!(plug.gathered(), 0);
     let order: Vec<usize> = rx
         .try_iter()
         .map(|(t, c)| c.map(|_| t).expect("ok"))
@@ -140,24 +153,31 @@ fn flush_and_blocking_calls_run_the_gathered_first() {
     assert_eq!(order.len(), 4, "{order:?}");
     assert_eq!(order[3], 99, "flush completed before the writes: {order:?}");
 
-    // A blocking read sees a write gathered just before it.
-    submit(&e, &tx, 7, write(7, false), 3);
+    // A blocking read after the plug is settled sees a write gathered just
+    // before it.
+    submit(&e, &mut plug, &tx, 7, write(7, false), 3);
+    assert!(rx.try_recv().is_err(), "gathered write ran early");
+    plug.settle();
     assert_eq!(e.read(7 * 8192, 4096).expect("read"), pattern(7));
     assert_eq!(rx.try_iter().count(), 1);
 }
 
 #[test]
-fn a_full_queue_and_unplug_run_the_batch() {
+fn a_full_queue_and_a_flush_of_the_plug_run_the_batch() {
     let Some((e, _fb, _dir)) = engine("gather_full", CryptMode::Adaptive, 4) else {
         return;
     };
     let (tx, rx) = mpsc::channel();
+    let mut plug = Plug::new();
     // Always "more ready": the fifth admission would wait for a slot the
     // gathered four hold, so they must run first (no deadlock).
     for i in 0..10 {
-        submit(&e, &tx, i, write(i as u64, false), 1);
+        submit(&e, &mut plug, &tx, i, write(i as u64, false), 1);
     }
-    e.unplug();
+    // At most a queue's worth is left gathered (the last run's).
+    assert!((1..=4).contains(&plug.gathered()), "{plug:?}");
+    plug.flush();
+    assert_eq!(plug.gathered(), 0);
     // Every write completes (on the completion thread as its IO does).
     for _ in 0..10 {
         rx.recv().expect("completion").1.expect("write");
@@ -177,6 +197,8 @@ fn backends_without_queued_batches_are_not_gathered() {
     };
     let e = Engine::new(volume(b.backend.clone(), XTS, SIZE), cfg).expect("engine");
     let (tx, rx) = mpsc::channel();
-    submit(&e, &tx, 0, write(0, false), 4);
+    let mut plug = Plug::new();
+    submit(&e, &mut plug, &tx, 0, write(0, false), 4);
+    assert_eq!(plug.gathered(), 0);
     assert_eq!(rx.try_iter().count(), 1, "ramdisk request held back");
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use backend::FileBackend;
 use common::*;
-use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Request};
+use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Plug, Request};
 
 const SIZE: u64 = 16 << 20;
 const BIG: usize = 1 << 20;
@@ -51,13 +51,16 @@ fn run_deep(e: &Engine, reqs: Vec<Request>) -> Vec<Completion> {
 fn run_with(e: &Engine, reqs: Vec<Request>, behind: impl Fn(usize) -> u32) -> Vec<Completion> {
     let (tx, rx) = mpsc::channel();
     let n = reqs.len();
+    let mut plug = Plug::new();
     for (i, req) in reqs.into_iter().enumerate() {
         let tx = tx.clone();
         let hint = Hint {
             behind: behind(i),
             ready: 0,
         };
-        e.submit_hinted(req, hint, move |c| tx.send((i, c)).expect("receiver"));
+        e.submit_plugged(&mut plug, req, hint, move |c| {
+            tx.send((i, c)).expect("receiver")
+        });
     }
     let mut out: Vec<Option<Completion>> = (0..n).map(|_| None).collect();
     for _ in 0..n {

@@ -14,7 +14,7 @@ use std::thread::ThreadId;
 
 use backend::{AsyncOp, Backend, Caps, MemBackend};
 use common::*;
-use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Request};
+use ucrypt_datapath::{Completion, CryptMode, Engine, EngineConfig, Hint, Op, Plug, Request};
 
 const SIZE: u64 = 1 << 20;
 const QD: usize = 2;
@@ -100,6 +100,7 @@ fn a_submitter_at_a_full_queue_reaps_instead_of_waiting() {
     let submitter = {
         let e = e.clone();
         std::thread::spawn(move || {
+            let mut plug = Plug::new();
             for i in 0..N {
                 let tx = tx.clone();
                 let req = Request {
@@ -113,7 +114,7 @@ fn a_submitter_at_a_full_queue_reaps_instead_of_waiting() {
                     behind: N as u32,
                     ready: 0,
                 };
-                e.submit_hinted(req, hint, move |c| {
+                e.submit_plugged(&mut plug, req, hint, move |c| {
                     let me = std::thread::current().id();
                     tx.send((i, me, c)).expect("receiver");
                 });

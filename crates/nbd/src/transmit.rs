@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use datapath::{Hint, Op, OpKind, Request};
+use datapath::{Hint, Op, OpKind, Plug, Request};
 
 use crate::handshake::{read_exact, Negotiated};
 use crate::proto::{self, RequestHeader};
@@ -143,14 +143,14 @@ impl Conn {
 
     /// Accounts a request of `bytes` payload (read or write), first waiting
     /// while the connection already has too much in flight.
-    fn begin(&self, bytes: u64, engine: &datapath::Engine) {
+    fn begin(&self, bytes: u64, plug: &mut Plug) {
         let mut n = lock(&self.inflight);
         if n.requests > 0
             && (n.bytes + bytes > self.max_inflight || n.requests >= MAX_INFLIGHT_REQUESTS)
         {
             // Gathered requests hold replies this waits for: run them.
             drop(n);
-            engine.unplug();
+            plug.flush();
             n = lock(&self.inflight);
         }
         while n.requests > 0
@@ -432,15 +432,6 @@ fn read_payload(r: &mut BufReader<Deadline>, len: usize) -> Result<Vec<u8>, Erro
     Ok(data)
 }
 
-/// Runs what the engine gathered on this thread when dropped.
-struct Unplug<'a>(&'a datapath::Engine);
-
-impl Drop for Unplug<'_> {
-    fn drop(&mut self) {
-        self.0.unplug();
-    }
-}
-
 /// The transmission phase: read, check framing, submit, repeat.
 pub(crate) fn transmit(
     r: &mut BufReader<Deadline>,
@@ -462,14 +453,15 @@ pub(crate) fn transmit(
     // The last request was a large write: read the next header on its own
     // (see `read_payload`).
     let mut after_large_write = false;
-    // Requests gathered by the engine (Hint::ready) run before any return.
-    let _unplug = Unplug(&shared.engine);
-    // The last submission said more were ready (the engine may hold it).
+    // The connection's gathering (Hint::ready): what it holds runs before
+    // any return, when the plug is dropped.
+    let mut plug = Plug::new();
+    // The last submission said more were ready (the plug may hold it).
     let mut held = false;
     loop {
         if held && r.buffer().len() < proto::REQUEST_LEN && !r.get_ref().s.readable_now() {
             // About to block on the socket: run what was gathered.
-            shared.engine.unplug();
+            plug.flush();
             held = false;
         }
         if r.buffer().is_empty() {
@@ -523,13 +515,13 @@ pub(crate) fn transmit(
         // advertised, too large), so they answer through the one mapping.
         // Refusals go through the same reply path (and count against the
         // cap) so they cannot interleave with, or overtake, queued replies.
-        let err = |e: u32| {
-            conn.begin(0, &shared.engine);
+        let err = |plug: &mut Plug, e: u32| {
+            conn.begin(0, plug);
             conn.reply(e, h.cookie, Vec::new(), 0);
         };
-        let refuse = |e: datapath::Error| err(e.nbd_error());
+        let refuse = |plug: &mut Plug, e: datapath::Error| err(plug, e.nbd_error());
         if h.flags & !known_flags != 0 {
-            err(proto::EINVAL);
+            err(&mut plug, proto::EINVAL);
             continue;
         }
         let kind = match h.kind {
@@ -541,12 +533,12 @@ pub(crate) fn transmit(
             proto::CMD_DISC => return Ok(()),
             // CACHE, BLOCK_STATUS, unknown types.
             _ => {
-                err(proto::EINVAL);
+                err(&mut plug, proto::EINVAL);
                 continue;
             }
         };
         if let Err(e) = shared.view.check_op(kind, h.len.into()) {
-            refuse(e);
+            refuse(&mut plug, e);
             continue;
         }
         let op = match kind {
@@ -559,7 +551,7 @@ pub(crate) fn transmit(
             _ => Op::Flush,
         };
         if shared.stopping.load(Ordering::Relaxed) {
-            refuse(datapath::Error::Shutdown);
+            refuse(&mut plug, datapath::Error::Shutdown);
             continue;
         }
         let bytes = match &op {
@@ -587,7 +579,7 @@ pub(crate) fn transmit(
             behind: behind.min(u64::from(u32::MAX)) as u32,
             ready: u32::from(ready),
         };
-        conn.begin(bytes, &shared.engine);
+        conn.begin(bytes, &mut plug);
         let c = Arc::clone(conn);
 
         let (cookie, kind) = (h.cookie, h.kind);
@@ -598,7 +590,7 @@ pub(crate) fn transmit(
         };
         shared
             .engine
-            .submit_hinted(Request { op, offset, fua }, hint, move |res| {
+            .submit_plugged(&mut plug, Request { op, offset, fua }, hint, move |res| {
                 let (error, data) = match res {
                     Ok(Some(data)) if kind == proto::CMD_READ => (0, data),
                     // A read without data would desynchronise the stream.

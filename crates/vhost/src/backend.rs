@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use datapath::{Engine, Hint};
+use datapath::{Engine, Hint, Plug};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
@@ -90,6 +90,11 @@ pub struct Conn {
     event_idx: AtomicBool,
     /// Tells this connection's queues from any other's ([`Batch`]).
     id: u64,
+    /// Each queue thread's gathering, by thread index: it counts the
+    /// reads and writes the thread submitted asynchronously, so a flush
+    /// it submits later, in this kick or the next, runs after them. Only
+    /// that thread locks its own.
+    plugs: Vec<Mutex<Plug>>,
 }
 
 /// Connection ids, unique for the process's life.
@@ -144,11 +149,15 @@ impl Drop for Batch<'_> {
 
 impl Conn {
     pub(crate) fn new(dev: Arc<Device>, mem: GuestMemoryAtomic<Mem>) -> Self {
+        let plugs = (0..dev.threads.max(1))
+            .map(|_| Mutex::new(Plug::new()))
+            .collect();
         Self {
             dev,
             mem: Mutex::new(mem),
             event_idx: AtomicBool::new(false),
             id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            plugs,
         }
     }
 
@@ -159,8 +168,9 @@ impl Conn {
         }
     }
 
-    /// Pops every available chain of queue `qi` and starts it.
-    fn process_queue(&self, qi: usize, vring: &Vring) {
+    /// Pops every available chain of queue `qi` and starts it, on queue
+    /// thread `thread`.
+    fn process_queue(&self, qi: usize, vring: &Vring, thread: usize) {
         let mem = self
             .mem
             .lock()
@@ -170,6 +180,11 @@ impl Conn {
         let event_idx = self.event_idx.load(Ordering::Relaxed);
         let ctx = self.ctx();
         let batch = Batch::begin((self.id, qi), vring);
+        // vhost-user-backend's thread indexes are below `threads`, the
+        // plugs' count (which is never 0).
+        let mut plug = self.plugs[thread % self.plugs.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         loop {
             if event_idx {
                 let _ = vring.disable_notification();
@@ -202,7 +217,7 @@ impl Conn {
                     budget.take(held);
                 }
                 p.load(&mem);
-                self.start(qi, vring, &mem, p, left, held);
+                self.start(&mut plug, qi, vring, &mem, p, left, held);
             }
             batch.flush();
             if !event_idx {
@@ -215,11 +230,14 @@ impl Conn {
         }
     }
 
-    /// Starts one parsed (and loaded) chain; `left`: chains of this batch
-    /// still to start after it; `held`: its payload bytes taken from the
-    /// in-flight budget, given back once it is answered.
+    /// Starts one parsed (and loaded) chain through the queue thread's
+    /// `plug`; `left`: chains of this batch still to start after it;
+    /// `held`: its payload bytes taken from the in-flight budget, given
+    /// back once it is answered.
+    #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
+        plug: &mut Plug,
         qi: usize,
         vring: &Vring,
         mem: &Arc<Mem>,
@@ -255,14 +273,14 @@ impl Conn {
         let behind = counters.in_flight().saturating_sub(1) + left as u64;
         let hint = Hint {
             behind: behind.min(u64::from(u32::MAX)) as u32,
-            // Nothing held for a batch: this thread never calls
-            // `Engine::unplug` before it waits for the next kick.
+            // Nothing held for a batch: this thread never flushes its
+            // plug before it waits for the next kick.
             ready: 0,
         };
         let vring = vring.clone();
         let mem = Arc::clone(mem);
         let shared = Arc::clone(&self.dev.shared);
-        self.dev.engine.submit_hinted(req, hint, move |c| {
+        self.dev.engine.submit_plugged(plug, req, hint, move |c| {
             let status = request::status_of(&c);
             let data = match c {
                 Ok(Some(d)) => d,
@@ -392,7 +410,7 @@ impl VhostUserBackend for Conn {
         // a queue event of ours.
         let i = usize::from(device_event);
         if let Some(vring) = vrings.get(i) {
-            self.process_queue(thread_id + i * self.dev.threads.max(1), vring);
+            self.process_queue(thread_id + i * self.dev.threads.max(1), vring, thread_id);
         }
         Ok(())
     }

@@ -1,24 +1,28 @@
 //! The blocking helpers ([`Engine::read`], [`Engine::write`], ...): one
-//! request submitted and waited for. Called from a callback on an engine
-//! thread they can wait on themselves; use `submit` there.
+//! request submitted and waited for, a plug of one. Called from a callback
+//! on an engine thread they can wait on themselves; use `submit` there. A
+//! caller holding a [`Plug`] settles it first ([`Plug::settle`]): what
+//! it gathered holds queue slots, and a helper's request runs after what
+//! the plug submitted only then.
 
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::submit::dispatch;
 use super::Engine;
-use crate::mode;
+use crate::mode::gather::Plug;
 use crate::{Completion, Error, Op, Request};
 
 impl Engine {
     /// Submits and waits for the completion.
     fn run(&self, req: Request) -> Completion {
-        mode::gather::settle();
         let slot = Arc::new((Mutex::new(None), Condvar::new()));
         let s2 = slot.clone();
         // Not trampolined: a blocking helper called from a callback must
         // run now, not after the callback (which is waiting for it).
+        // Without a hint nothing is gathered: the plug stays empty.
         dispatch(
             &self.core,
+            &mut Plug::new(),
             req,
             move |c| {
                 *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);

@@ -2,6 +2,14 @@
 //! generation, resume ([`Engine::reconfigure`], [`Engine::resize`],
 //! [`Engine::reload`], [`Engine::suspend`] / [`Engine::resume`]), and the
 //! end of it all ([`Engine::shutdown`]).
+//!
+//! Each drains: it waits until every admitted request has completed,
+//! including those gathered in a frontend's [`Plug`](crate::Plug) and not
+//! yet run. A plug's owner runs its plug on its own (when it would block,
+//! see the plug), so a drain from another thread waits for it; a thread
+//! that calls one of these itself flushes its plug first
+//! ([`Plug::flush`](crate::Plug::flush)), or it would wait on its own
+//! requests.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -12,7 +20,6 @@ use super::generation::Gen;
 use super::submit::replay;
 use super::{catch, Engine};
 use crate::layout::Layout;
-use crate::mode;
 use crate::segments::Cipher;
 use crate::{EngineConfig, Error, Mapping, Volume};
 
@@ -20,7 +27,6 @@ impl Engine {
     /// Switches mode/flags live: suspend (drain), swap, resume. The volume
     /// stays; its backend and cipher are shared with the new generation.
     pub fn reconfigure(&self, cfg: EngineConfig) -> Result<(), Error> {
-        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         let lay = self.current()?;
         self.swap(lay, cfg)
@@ -117,7 +123,6 @@ impl Engine {
 
     /// Replaces the whole volume (table reload) live: drain, swap, resume.
     pub fn reload(&self, vol: Volume) -> Result<(), Error> {
-        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         self.swap(Layout::volume(vol)?, self.config())
     }
@@ -130,7 +135,6 @@ impl Engine {
     /// installed and the engine resumes, as `dmsetup resume` activates a
     /// loaded table.
     pub fn reload_mapping(&self, m: Mapping) -> Result<(), Error> {
-        mode::gather::unplug();
         let _one = self.core.reconfig.lock().unwrap_or_else(|e| e.into_inner());
         self.swap(Layout::mapping(m)?, self.config())?;
         if self.core.gate.held() {
@@ -165,7 +169,6 @@ impl Engine {
     /// Drains in-flight requests, flushes, stops and joins worker threads.
     /// Later requests fail with [`Error::Shutdown`]. Idempotent.
     pub fn shutdown(&self) -> Result<(), Error> {
-        mode::gather::unplug();
         let res = match self.core.gate.close() {
             Some(last) => {
                 let r = last.ctx.backend.flush().map_err(Error::Io);

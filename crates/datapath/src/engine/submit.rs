@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::generation::Pipe;
 use super::{catch, Core, Engine};
 use crate::gate;
+use crate::mode::gather::{self, Plug};
 use crate::mode::inline::Pass;
 use crate::stats::Path;
 use crate::{check, mode, segments};
@@ -29,8 +30,11 @@ thread_local! {
 /// `hint`: the frontend's, for this request only (see
 /// [`Engine::submit_hinted`]); a request queued on the trampoline runs
 /// without it, later, when the caller's queue may look different.
+/// `plug`: the caller's gathering; the requests queued on the trampoline
+/// meanwhile run through it too (after what it submitted before them).
 fn submit_trampolined(
     core: &Arc<Core>,
+    plug: &mut Plug,
     req: Request,
     done: impl FnOnce(Completion) + Send + 'static,
     head: bool,
@@ -47,9 +51,9 @@ fn submit_trampolined(
     // A callback panicking in one request must neither strand the requests
     // queued on the trampoline nor leave this thread marked as dispatching
     // (its later submits would only queue): drain, then re-raise the first.
-    let mut panicked = catch(|| dispatch(core, req, done, head, hint));
+    let mut panicked = catch(|| dispatch(core, plug, req, done, head, hint));
     while let Some((core, (req, done), head)) = TRAMPOLINE.with(|t| t.borrow_mut().pop_front()) {
-        let p = catch(|| dispatch(&core, req, done, head, None));
+        let p = catch(|| dispatch(&core, plug, req, done, head, None));
         panicked = panicked.or(p);
     }
     DISPATCHING.with(|d| d.set(false));
@@ -58,9 +62,10 @@ fn submit_trampolined(
     }
 }
 
-/// Admission, the choke point, then the mode.
+/// Admission, the choke point, then the mode, gathering into `plug`.
 pub(super) fn dispatch(
     core: &Arc<Core>,
+    plug: &mut Plug,
     req: Request,
     done: impl FnOnce(Completion) + Send + 'static,
     head: bool,
@@ -70,7 +75,7 @@ pub(super) fn dispatch(
         // Never block an engine thread (see gate.rs): park the request on
         // the deferred list instead.
         return match core.gate.admit_or_defer((req, Box::new(done)), head) {
-            Ok(Some(((gen, _), (req, done)))) => run_admitted(gen, req, hint, done),
+            Ok(Some(((gen, _), (req, done)))) => run_admitted(plug, gen, req, hint, done),
             Ok(None) => {}
             Err((e, (_, done))) => done(Err(e)),
         };
@@ -78,14 +83,14 @@ pub(super) fn dispatch(
     let admitted = match core.gate.admit_fast() {
         Some(a) => Ok(a),
         None => {
-            // About to wait for a slot: what this thread gathered holds
+            // About to wait for a slot: what the plug gathered holds
             // slots, so it runs first.
-            mode::gather::unplug();
+            plug.flush();
             reap_then_admit(core)
         }
     };
     match admitted {
-        Ok((gen, _)) => run_admitted(gen, req, hint, done),
+        Ok((gen, _)) => run_admitted(plug, gen, req, hint, done),
         Err(e) => done(Err(e)),
     }
 }
@@ -106,6 +111,7 @@ fn reap_then_admit(core: &Core) -> Result<(Arc<Gen>, usize), crate::Error> {
 
 /// The choke point, then the mode, for a request holding a slot of `gen`.
 fn run_admitted(
+    plug: &mut Plug,
     gen: Arc<Gen>,
     req: Request,
     hint: Option<Hint>,
@@ -122,7 +128,7 @@ fn run_admitted(
     // here, in order, unfused (see `segments`).
     if let Some(segs) = ctx.segs.as_ref().filter(|s| !s.uniform) {
         if segments::crosses(segs, &w) {
-            mode::gather::settle();
+            plug.settle();
             let dir = w.dir();
             let mut bytes = 0;
             let res = segments::run_split(segs, w, |piece| {
@@ -141,13 +147,13 @@ fn run_admitted(
         Pipe::Adaptive(_) => !mode::inline::lends(ctx),
         Pipe::Classic(_) => false,
     };
-    if gathers && mode::gather::wants(&gen, &w, hint) {
+    if gathers && gather::wants(plug, &gen, &w, hint) {
         let last = hint.is_none_or(|h| h.ready == 0);
-        return mode::gather::add(gen.clone(), w, t0, Box::new(done), last);
+        return gather::add(plug, gen.clone(), w, t0, Box::new(done), last);
     }
-    // Whatever this thread gathered was submitted before this request, and
+    // Whatever the plug gathered was submitted before this request, and
     // has completed when it runs.
-    mode::gather::settle();
+    plug.settle();
     match &gen.pipe {
         Pipe::Inline => mode::inline::run(ctx, w, t0, Pass::Two, done),
         Pipe::Classic(c) => c.submit(ctx, w, t0, done),
@@ -168,7 +174,8 @@ pub(super) fn replay(
 ) {
     let mut panicked = None;
     for (req, done) in items {
-        let p = catch(|| submit_trampolined(core, req, done, head, None));
+        // Each a plug of one: replayed without a hint, nothing is gathered.
+        let p = catch(|| submit_trampolined(core, &mut Plug::new(), req, done, head, None));
         panicked = panicked.or(p);
     }
     if let Some(p) = panicked {
@@ -181,31 +188,40 @@ impl Engine {
     /// caller thread. Blocks while `queue_depth` requests are in flight or
     /// a reconfiguration is draining the engine. A callback that panics on
     /// the calling thread has its panic re-raised from here, once the
-    /// requests waiting behind it have been passed on.
+    /// requests waiting behind it have been passed on. Gathers nothing (a
+    /// plug of one, see [`Plug`]).
     pub fn submit(&self, req: Request, done: impl FnOnce(Completion) + Send + 'static) {
-        submit_trampolined(&self.core, req, done, false, None);
+        submit_trampolined(&self.core, &mut Plug::new(), req, done, false, None);
     }
 
     /// [`Engine::submit`] with what the frontend knows about its caller's
     /// queue (see [`Hint`]). The hint applies to this request only; one
     /// deferred by admission or queued behind a callback's own submission
-    /// runs without it.
+    /// runs without it. A plug of one: a request the hint says to gather
+    /// runs as a batch of one before this returns; gathering across calls
+    /// takes a [`Plug`] ([`Engine::submit_plugged`]).
     pub fn submit_hinted(
         &self,
         req: Request,
         hint: Hint,
         done: impl FnOnce(Completion) + Send + 'static,
     ) {
-        submit_trampolined(&self.core, req, done, false, Some(hint));
+        submit_trampolined(&self.core, &mut Plug::new(), req, done, false, Some(hint));
     }
 
-    /// Runs the reads and writes this thread's hinted submissions gathered
-    /// (see [`Hint::ready`]), for every engine; cheap when there are none.
-    /// A frontend that said requests were ready calls it before it blocks
-    /// (on its socket, or on anything those requests' completions release);
-    /// blocking engine calls do it themselves.
-    pub fn unplug(&self) {
-        mode::gather::unplug();
+    /// [`Engine::submit_hinted`] gathering into `plug`, the caller's (one
+    /// per submitting context): reads and writes the hint says more follow
+    /// wait there and run as one backend batch (see [`Plug`] for when).
+    /// A request that is not gathered first runs what `plug` gathered and
+    /// waits for what it submitted asynchronously, so it runs after them.
+    pub fn submit_plugged(
+        &self,
+        plug: &mut Plug,
+        req: Request,
+        hint: Hint,
+        done: impl FnOnce(Completion) + Send + 'static,
+    ) {
+        submit_trampolined(&self.core, plug, req, done, false, Some(hint));
     }
 
     /// Runs the completions of requests in flight on the backend on the
@@ -213,19 +229,20 @@ impl Engine {
     /// found the queue full does: a caller about to wait for one of its
     /// requests to complete calls it instead of sleeping until the
     /// backend's completion thread runs that request's callback and wakes
-    /// it (one cross-core hop per request fewer). Runs what this thread
-    /// gathered first. Returns the requests completed; 0 when the backend
-    /// has no such queue, has nothing in flight, or none completed within
-    /// its short wait (then wait as before: the callbacks run elsewhere).
-    /// Never from a completion callback or an engine thread (returns 0).
-    pub fn reap(&self) -> usize {
+    /// it (one cross-core hop per request fewer). Runs what `plug` (the
+    /// caller's) gathered first. Returns the requests completed; 0 when
+    /// the backend has no such queue, has nothing in flight, or none
+    /// completed within its short wait (then wait as before: the callbacks
+    /// run elsewhere). Never from a completion callback or an engine
+    /// thread (returns 0).
+    pub fn reap(&self, plug: &mut Plug) -> usize {
         if gate::on_engine_thread()
             || backend::on_completion_thread()
             || DISPATCHING.with(|d| d.get())
         {
             return 0;
         }
-        mode::gather::unplug();
+        plug.flush();
         match self.core.gate.current() {
             Some(gen) => gen.ctx.backend.reap(),
             None => 0,

@@ -2,10 +2,15 @@
 //! and writes a frontend submits back to back go to the backend as one
 //! batch instead of one synchronous IO each.
 //!
+//! The gathering is a value the frontend owns, a [`Plug`] per submitting
+//! context (the block layer's on-stack `struct blk_plug`), passed with
+//! each request:
+//!
 //! ```text
-//!  submit_hinted(req, Hint { ready: 2 })  ─► gathered (this thread)
-//!  submit_hinted(req, Hint { ready: 1 })  ─► gathered
-//!  submit_hinted(req, Hint { ready: 0 })  ─► gathered, then run:
+//!  let mut plug = Plug::new();
+//!  submit_plugged(&mut plug, req, Hint { ready: 2 })  ─► gathered in plug
+//!  submit_plugged(&mut plug, req, Hint { ready: 1 })  ─► gathered
+//!  submit_plugged(&mut plug, req, Hint { ready: 0 })  ─► gathered, then run:
 //!     encrypt the writes ─► backend.write_batch ─┐ one io_uring_enter
 //!     backend.read_batch ─► decrypt the reads   ─┘ per batch
 //!     complete each (stats, gate release, done)
@@ -43,28 +48,35 @@
 //! so drains (reconfigure, suspend, shutdown) wait for IO in flight. That
 //! thread is marked an engine thread: a deferred request it replays is
 //! parked, never waited for, and a panicking callback does not kill it.
-//! What a thread submitted this way is counted ([`settle`]): a request
-//! that is not gathered (a flush, discard, write-zeroes, a queue-depth-one
-//! read or write) and the blocking helpers first wait until this thread's
-//! earlier reads and writes completed, so they keep running after what
-//! was submitted before them, as with the synchronous batch.
 //! There, a request also joins when the frontend says others of its
 //! caller are in flight ([`Hint::behind`]) even with nothing ready, so a
 //! queue refilled one request at a time stays deep; a caller at queue
 //! depth one keeps the synchronous path (one positioned syscall, no
 //! thread hop).
+//! What a plug submitted this way is counted in the plug ([`Plug::settle`]):
+//! a request submitted through it that is not gathered (a flush, discard,
+//! write-zeroes, a queue-depth-one read or write) first waits until the
+//! plug's earlier reads and writes completed, so it keeps running after
+//! what was submitted before it, as with the synchronous batch. A caller
+//! without a plug ([`crate::Engine::submit`], the blocking helpers) is a
+//! plug of one: it gathers nothing across calls and waits for nothing of
+//! anyone else's; one that holds a plug settles it first when its next
+//! call must run after what the plug submitted.
 //!
-//! The batch runs, at the latest, when this thread
-//! - submits a request with nothing more ready, or one that is not gathered
+//! The batch runs, at the latest, when its plug
+//! - gets a request with nothing more ready, or one that is not gathered
 //!   (a flush, discard or write-zeroes runs after what was gathered before
 //!   it: FUA and flush semantics are those of each request alone);
-//! - would block in admission (the queue is full), calls a blocking helper,
-//!   reconfigures or shuts the engine down;
+//! - would block in admission (the queue is full: what it gathered holds
+//!   slots), or reaps ([`crate::Engine::reap`] takes the plug);
 //! - reaches [`MAX_ENTRIES`] or [`MAX_BYTES`];
-//! - calls [`crate::Engine::unplug`], which a frontend must do before it
-//!   blocks (on its socket) after saying requests were ready.
+//! - is flushed ([`Plug::flush`]), which a frontend must do before it
+//!   blocks (on its socket) after saying requests were ready, and before
+//!   it calls a blocking helper or drains the engine (reconfigure,
+//!   suspend, reload, shutdown: they wait for the slots gathered requests
+//!   hold, and know nothing of the caller's plug);
+//! - is dropped, so a frontend's way out cannot lose a request.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
@@ -80,7 +92,7 @@ pub(crate) const MAX_ENTRIES: usize = 64;
 /// Most bytes gathered into one batch (the file backend's bounce arena).
 pub(crate) const MAX_BYTES: u64 = 8 << 20;
 
-/// A request waiting in this thread's batch; it holds its queue slot.
+/// A request waiting in a plug's batch; it holds its queue slot.
 struct Pending {
     gen: Arc<Gen>,
     w: Work,
@@ -88,15 +100,98 @@ struct Pending {
     done: Done,
 }
 
-thread_local! {
-    /// This thread's gathered requests and their bytes.
-    static GATHERED: RefCell<(Vec<Pending>, u64)> = const { RefCell::new((Vec::new(), 0)) };
-    /// This thread's requests submitted to a completion-driven backend and
-    /// not yet completed.
-    static INFLIGHT: Arc<Inflight> = Arc::new(Inflight::default());
+/// A submitting context's gathering, as the block layer's on-stack
+/// `struct blk_plug`: the requests gathered and not yet run, and the count
+/// of those it submitted to a completion-driven backend that have not
+/// completed (see the module doc).
+///
+/// A frontend holds one per submitting context (an NBD connection's
+/// thread, a vhost-user queue thread, a bench job) and submits through it
+/// with [`crate::Engine::submit_plugged`]. What it gathered holds queue
+/// slots until it runs: the plug runs it by the rules above, on
+/// [`Plug::flush`], and when dropped, so no request is lost. The engine's
+/// drains and blocking helpers take no plug: a thread that calls them
+/// flushes (or settles) its own first.
+///
+/// A plug gathers for one engine generation at a time: a request of
+/// another engine (or generation) runs what was gathered first.
+#[derive(Default)]
+pub struct Plug {
+    /// The gathered requests, in submission order, and their bytes.
+    gathered: Vec<Pending>,
+    bytes: u64,
+    /// Its requests submitted to a completion-driven backend and not yet
+    /// completed (made by its first such batch: a plug of one that never
+    /// reaches one allocates nothing).
+    inflight: Option<Arc<Inflight>>,
 }
 
-/// A count of requests in flight (one thread's, or an engine's callbacks
+impl Plug {
+    /// An empty plug.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests gathered and not yet run.
+    pub fn gathered(&self) -> usize {
+        self.gathered.len()
+    }
+
+    /// Runs what was gathered, if anything (the blocking point's unplug):
+    /// a frontend that said requests were ready calls it before it blocks
+    /// (on its socket, or on anything those requests' completions
+    /// release), and before a blocking engine call or a drain
+    /// ([`crate::Engine::reconfigure`] and the like wait for the queue
+    /// slots these requests hold). Cheap when there is nothing.
+    pub fn flush(&mut self) {
+        if self.gathered.is_empty() {
+            return;
+        }
+        self.bytes = 0;
+        run(std::mem::take(&mut self.gathered), &mut self.inflight);
+    }
+
+    /// Runs what was gathered and waits until every request this plug
+    /// submitted to a completion-driven backend has completed (never on a
+    /// backend's completion thread, which must not wait for IO): what the
+    /// caller does next runs after all of them, as after a synchronous
+    /// batch.
+    pub fn settle(&mut self) {
+        self.flush();
+        if let Some(i) = self
+            .inflight
+            .as_ref()
+            .filter(|_| !backend::on_completion_thread())
+        {
+            i.wait_zero();
+        }
+    }
+}
+
+impl Drop for Plug {
+    /// Runs what is left (each request's `done` runs as usual).
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl std::fmt::Debug for Plug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plug")
+            .field("gathered", &self.gathered.len())
+            .field("bytes", &self.bytes)
+            .field(
+                "in_flight",
+                &self
+                    .inflight
+                    .as_ref()
+                    .map_or(0, |i| i.n.load(Ordering::Relaxed)),
+            )
+            .finish()
+    }
+}
+
+/// A count of requests in flight (one plug's, or an engine's callbacks
 /// still running), and a way to wait for none.
 #[derive(Default)]
 pub(crate) struct Inflight {
@@ -126,20 +221,10 @@ impl Inflight {
     }
 }
 
-/// Runs this thread's batch and waits until every request this thread
-/// submitted to a completion-driven backend has completed (never on a
-/// backend's completion thread, which must not wait for IO).
-pub(crate) fn settle() {
-    unplug();
-    if !backend::on_completion_thread() {
-        INFLIGHT.with(|i| i.wait_zero());
-    }
-}
-
-/// Whether `w` (admitted under `gen`) joins this thread's batch: a read or
+/// Whether `w` (admitted under `gen`) joins `plug`'s batch: a read or
 /// write the frontend says more follow, or that follows gathered ones, on a
 /// backend whose batches are queued together.
-pub(crate) fn wants(gen: &Gen, w: &Work, hint: Option<Hint>) -> bool {
+pub(crate) fn wants(plug: &Plug, gen: &Gen, w: &Work, hint: Option<Hint>) -> bool {
     let len = match w {
         Work::Read(r) | Work::Write(r, ..) => r.len(),
         _ => return false,
@@ -152,47 +237,34 @@ pub(crate) fn wants(gen: &Gen, w: &Work, hint: Option<Hint>) -> bool {
     let deep = hint.is_some_and(|h| h.behind > 0) && gen.ctx.backend.completes_async();
     ready
         || deep
-        || GATHERED.with(|g| {
-            let g = g.borrow();
-            hint.is_some() && g.0.last().is_some_and(|p| std::ptr::eq(&*p.gen, gen))
-        })
+        || (hint.is_some()
+            && plug
+                .gathered
+                .last()
+                .is_some_and(|p| std::ptr::eq(&*p.gen, gen)))
 }
 
-/// Adds a request to this thread's batch; runs the batch when the frontend
+/// Adds a request to `plug`'s batch; runs the batch when the frontend
 /// has nothing more ready (`last`) or the batch is full.
-pub(crate) fn add(gen: Arc<Gen>, w: Work, t0: Instant, done: Done, last: bool) {
+pub(crate) fn add(plug: &mut Plug, gen: Arc<Gen>, w: Work, t0: Instant, done: Done, last: bool) {
     let len = match &w {
         Work::Read(r) | Work::Write(r, ..) => r.len(),
         _ => 0,
     };
-    let other = GATHERED.with(|g| {
-        let g = g.borrow();
-        g.0.last().is_some_and(|p| !Arc::ptr_eq(&p.gen, &gen)) || g.1 + len > MAX_BYTES
-    });
+    let other = plug
+        .gathered
+        .last()
+        .is_some_and(|p| !Arc::ptr_eq(&p.gen, &gen))
+        || plug.bytes + len > MAX_BYTES;
     if other {
         // Another engine's (or generation's) batch, or no room: run it first.
-        unplug();
+        plug.flush();
     }
-    let full = GATHERED.with(|g| {
-        let mut g = g.borrow_mut();
-        g.0.push(Pending { gen, w, t0, done });
-        g.1 += len;
-        g.0.len() >= MAX_ENTRIES || g.1 >= MAX_BYTES
-    });
+    plug.gathered.push(Pending { gen, w, t0, done });
+    plug.bytes += len;
+    let full = plug.gathered.len() >= MAX_ENTRIES || plug.bytes >= MAX_BYTES;
     if last || full {
-        unplug();
-    }
-}
-
-/// Runs this thread's batch, if any (the blocking point's unplug).
-pub(crate) fn unplug() {
-    let batch = GATHERED.with(|g| {
-        let mut g = g.borrow_mut();
-        g.1 = 0;
-        std::mem::take(&mut g.0)
-    });
-    if !batch.is_empty() {
-        run(batch);
+        plug.flush();
     }
 }
 
@@ -200,12 +272,12 @@ pub(crate) fn unplug() {
 /// together, reads submitted together and decrypted, then every request
 /// completed. A panicking callback does not keep the others from
 /// completing; the first panic is re-raised afterwards.
-fn run(batch: Vec<Pending>) {
+fn run(batch: Vec<Pending>, inflight: &mut Option<Arc<Inflight>>) {
     // `add` keeps one generation per batch.
     let gen = batch[0].gen.clone();
     let ctx = &*gen.ctx;
     if ctx.backend.completes_async() {
-        return run_async(&gen, batch);
+        return run_async(&gen, batch, inflight.get_or_insert_with(Arc::default));
     }
     let mut reads = Vec::new();
     let mut writes = Vec::new();
@@ -273,10 +345,9 @@ fn run(batch: Vec<Pending>) {
 /// Submits a batch and returns: writes encrypted here (or, in the
 /// adaptive mode, by a helper that then submits them), each request
 /// completed by its entry's callback (see the module doc).
-fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>) {
+fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>, inflight: &Arc<Inflight>) {
     let ctx = &gen.ctx;
     let mut ops = Vec::with_capacity(batch.len());
-    let inflight = INFLIGHT.with(Arc::clone);
     inflight.n.fetch_add(batch.len(), Ordering::AcqRel);
     let tails = ctx.core.tails.clone();
     tails.n.fetch_add(batch.len(), Ordering::AcqRel);
@@ -388,19 +459,19 @@ impl Drop for Tail {
     }
 }
 
-/// Runs a request's completion `f` and counts it out of its submitter's
-/// [`Inflight`]: after `f` on any other thread (a completion thread or an
-/// adaptive helper: a settling submitter then sees its `done` has run),
-/// before `f` on the submitter's own thread (entries refused at once),
-/// where `f` may call a blocking helper that settles.
-fn counted(fl: &Arc<Inflight>, f: impl FnOnce()) {
-    if INFLIGHT.with(|own| Arc::ptr_eq(own, fl)) {
-        fl.end();
-        f();
-    } else {
-        f();
-        fl.end();
+/// Runs a request's completion `f`, then counts it out of its plug's
+/// [`Inflight`] (also when `f` panics): a settling plug then sees its
+/// `done` has run. `f` cannot settle that plug itself: the plug is its
+/// owner's, borrowed while its batch runs.
+fn counted(fl: &Inflight, f: impl FnOnce()) {
+    struct End<'a>(&'a Inflight);
+    impl Drop for End<'_> {
+        fn drop(&mut self) {
+            self.0.end();
+        }
     }
+    let _end = End(fl);
+    f();
 }
 
 /// Marks a backend's completion thread as an engine thread (never blocks
