@@ -43,7 +43,7 @@ pub use crypto::perf::PerfFlags;
 /// parameters (Linux 6.11): 128 KiB.
 pub const DEFAULT_MAX_IO_SIZE: u32 = 128 << 10;
 
-/// Engine configuration; can be swapped live with [`Engine::reconfigure`].
+/// Engine configuration; can be swapped live with [`crate::Engine::reconfigure`].
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Pipeline mode.
