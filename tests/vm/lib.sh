@@ -45,6 +45,21 @@ expect_fail() {
   pass "$_name"
 }
 
+# fcheck NAME FUNC ARGS...: check for a part's shell functions (check
+# runs its command under timeout(1), which cannot see them).
+fcheck() {
+  f_name=$1; shift
+  if "$@" >"$LOGDIR/fcheck.log" 2>&1; then pass "$f_name"; return 0; fi
+  tail -n 15 "$LOGDIR/fcheck.log" | sed 's/^/    | /'
+  fail "$f_name" "failed: $*"; return 1
+}
+# fexpect_fail NAME FUNC ARGS...: passes when the function fails.
+fexpect_fail() {
+  f_name=$1; shift
+  if "$@" >"$LOGDIR/fcheck.log" 2>&1; then fail "$f_name" "succeeded but should have failed: $*"; return 1; fi
+  pass "$f_name"
+}
+
 # run CMD...: a setup step; its failure is reported by the caller's next check.
 run() { "$@" >>"$LOGDIR/setup.log" 2>&1; }
 

@@ -32,21 +32,6 @@ fresh_volume() { # IMG: LUKS2 (4096-byte sectors) holding the pattern, written b
     dd if="$W/pat" of=/dev/mapper/fresh bs=1M oflag=direct conv=fsync 2>/dev/null &&
     cryptsetup close fresh
 }
-# fcheck NAME FUNC ARGS...: check for this part's shell functions (check
-# runs its command under timeout(1), which cannot see them).
-fcheck() {
-  f_name=$1; shift
-  if "$@" >"$LOGDIR/fcheck.log" 2>&1; then pass "$f_name"; return 0; fi
-  tail -n 15 "$LOGDIR/fcheck.log" | sed 's/^/    | /'
-  fail "$f_name" "failed: $*"; return 1
-}
-# fexpect_fail NAME FUNC ARGS...: passes when the function fails.
-fexpect_fail() {
-  f_name=$1; shift
-  if "$@" >"$LOGDIR/fcheck.log" 2>&1; then fail "$f_name" "succeeded but should have failed: $*"; return 1; fi
-  pass "$f_name"
-}
-
 # interrupt IMG CMD...: runs CMD and sends it SIGINT as soon as IMG's header
 # shows a data segment of fixed length (the reencryption point has moved),
 # so the interruption lands mid-way however fast the guest runs.
