@@ -30,9 +30,10 @@
 //! `none` the header is written only when the run stops (cryptsetup's
 //! behaviour: fast, unsafe).
 //!
-//! The data mover (`mover.rs`) uses positioned reads and writes on the
-//! data device in hotzone-sized batches, the crypto through
-//! [`crypto::SectorCrypt`] over the whole batch. Hand-written from
+//! The data mover (`mover.rs`) moves a hotzone in 1 MiB pieces spread
+//! over the cores (positioned reads and writes on the data device, the
+//! hashing and [`crypto::SectorCrypt`] per piece), each phase above done
+//! for every piece before the next begins. Hand-written from
 //! cryptsetup's on-disk format (`docs/on-disk-format-luks2.pdf`,
 //! `lib/luks2/luks2_reencrypt*.c` read as documentation); no crate
 //! implements it.
