@@ -41,8 +41,8 @@
 //! - [32]–[37] decryption with a data shift (header inside the device):
 //!   not supported by ucrypt (not ported).
 //! - `reencryption-compat-test` [1], [5] (LUKS1 chain, one keyslot):
-//!   `luks1_chain_and_keyslot_choice`; [2] LUKS1 `--reduce-device-size`, [4],
-//!   [11], [12] LUKS1 `--new`, [6] all keyslots, [8] `--keep-key`, [10]
+//!   `luks1_chain_and_keyslot_choice`, with [6] (all keyslots renewed); [2]
+//!   LUKS1 `--reduce-device-size`, [4], [11], [12] LUKS1 `--new`, [8] `--keep-key`, [10]
 //!   `--decrypt`, `--use-directio`, `--volume-key-file`: not supported by ucrypt;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
@@ -1073,6 +1073,68 @@ fn luks1_chain_and_keyslot_choice() {
     assert_eq!(enabled, ["Key Slot 1: ENABLED"], "{dump}");
     cs_opens(&img, PW1);
     assert!(read_back(&img, None) == plain, "-S 1: data");
+
+    // [6] Reencryption using all active keyslots: each passphrase asked
+    // in slot order, each keyslot renewed in its own number.
+    for (slot, new) in [("0", pw2), ("7", pw3)] {
+        let mut input = PW1.to_vec();
+        input.extend_from_slice(new);
+        let mut a = cat(&["-q", "luksAddKey"], &fast);
+        a.extend(["-S".into(), slot.into(), s(&img).into()]);
+        ok(run("cryptsetup", &args(&a), &input), "luksAddKey");
+    }
+    let old_key = volume_key(&img, PW1);
+    // A wrong passphrase for the second keyslot: refused, nothing
+    // written, no LUKS-<uuid> file left. (cryptsetup's LUKS1 tool reads
+    // `--tries` lines for a keyslot even from a pipe, so its input would
+    // differ: ucrypt alone here.)
+    let before = hashes(&[&img]);
+    let a = cat(&["reencrypt", "-q", s(&img)], &fast);
+    let out = ucrypt_in(dir.path(), &args(&a), &lines(&[pw2, b"wrong\n", pw3]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(hashes(&[&img]) == before, "wrong passphrase: written");
+    let left = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("LUKS-")
+        })
+        .count();
+    assert_eq!(left, 0, "no reencryption files");
+    let a = cat(&["reencrypt", "-q", s(&img)], &fast);
+    ok(
+        ucrypt_in(dir.path(), &args(&a), &lines(&[pw2, PW1, pw3])),
+        "all keyslots",
+    );
+    let dump = testutil::run_ok("cryptsetup", &["luksDump", s(&img)]);
+    let enabled: Vec<&str> = dump
+        .lines()
+        .filter(|l| l.starts_with("Key Slot") && l.ends_with("ENABLED"))
+        .collect();
+    assert_eq!(
+        enabled,
+        [
+            "Key Slot 0: ENABLED",
+            "Key Slot 1: ENABLED",
+            "Key Slot 7: ENABLED"
+        ],
+        "{dump}"
+    );
+    for (slot, p) in [("0", pw2), ("1", PW1), ("7", pw3)] {
+        ok(
+            run(
+                "cryptsetup",
+                &["open", "--test-passphrase", "-S", slot, s(&img)],
+                p,
+            ),
+            "each keyslot renewed",
+        );
+    }
+    assert_ne!(old_key, volume_key(&img, pw3), "the key changed");
+    assert!(read_back(&img, None) == plain, "all keyslots: data");
 }
 
 /// The JSON area of a 16 KiB-metadata LUKS2 header rewritten (both
