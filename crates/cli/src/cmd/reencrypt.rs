@@ -246,8 +246,22 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         if a.init_only {
             return Ok(());
         }
+    } else {
+        change_resilience(&a, dev, &pass)?;
     }
     run_steps(&a, dev, &pass, state.is_some())
+}
+
+/// A resume given `--resilience` switches the reencryption to it (with
+/// `--resilience-hash`), as cryptsetup's resume does; without
+/// `--resilience` the recorded one stays (`--resilience-hash` alone
+/// changes nothing, as in cryptsetup).
+fn change_resilience(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8]) -> CmdResult {
+    if let Some(r) = a.resilience.as_deref() {
+        let meta = a.header.as_deref().unwrap_or(dev);
+        reencrypt::set_resilience(dev, meta, pass, a.key_slot, r, a.resilience_hash.as_deref())?;
+    }
+    Ok(())
 }
 
 /// The passphrase of every active keyslot of the header on `meta`, each
@@ -392,6 +406,8 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         if a.init_only {
             return Ok(());
         }
+    } else {
+        change_resilience(&a, dev, &pass)?;
     }
     run_steps(&a, dev, &pass, state.is_some())
 }

@@ -35,7 +35,9 @@
 //!   device-mapper here (not ported).
 //! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`.
 //! - [28] nested encryption, `--type` mismatch: `nested_encryption_and_type_mismatch_are_refused`.
-//! - [29] conflicting parameters on resume: `conflicting_parameters_are_refused`.
+//! - [29] conflicting parameters on resume: `conflicting_parameters_are_refused`;
+//!   a resume switching `--resilience` (and `--resilience-hash`):
+//!   `resume_with_another_resilience`.
 //! - [30], [31] blkid probes and the dm sector-size check: need blkid's
 //!   superblock probing of a mapped device (not ported).
 //! - [32]–[37] decryption with a data shift (header inside the device):
@@ -1376,4 +1378,157 @@ fn mangled_metadata_is_refused() {
     j["segments"]["1"]["iv_tweak"] = (2048u64).to_string().into();
     mangle(&img, &j);
     check_ok("[7] simulated progress", 1 << 20);
+}
+
+/// The reencrypt keyslot's area of `hdr` (its resilience).
+fn resilience_area(hdr: &Path) -> Value {
+    json(hdr)["keyslots"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|k| k["type"] == "reencrypt")
+        .map(|k| k["area"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// `ucrypt reencrypt --resume-only ARGS` stopped (aborted) right after
+/// its first two writes: the two header copies of a resilience change.
+fn ucrypt_resume_stopped(img: &Path, extra: &[&str]) {
+    let mut a = vec!["reencrypt", "--resume-only", "-q", s(img)];
+    a.extend_from_slice(extra);
+    let out = std::process::Command::new(testutil::ucrypt_bin())
+        .args(&a)
+        .env("UCRYPT_REENCRYPT_CRASH_AFTER", "2")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(PW1)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(!out.status.success(), "aborted: {out:?}");
+}
+
+/// `--resilience` (with `--resilience-hash`) given to a resume switches
+/// the reencryption to it, as cryptsetup's resume does: the header ucrypt
+/// rewrites is one cryptsetup resumes (its verification digest made
+/// again), each tool finishes what the other started with another
+/// resilience, and a switch to a data shift or an unknown mode is refused
+/// by both with nothing written.
+#[test]
+fn resume_with_another_resilience() {
+    if !require_tool("reencrypt_compat_resilience", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("recompat-resil");
+    let img = dir.join("img");
+    format(&img, 24, FAST_PBKDF2);
+    let plain = fill(&img, None, 80);
+    ok(
+        run("ucrypt", &["reencrypt", "--init-only", "-q", s(&img)], PW1),
+        "init-only",
+    );
+    assert_eq!(resilience_area(&img)["type"], "checksum");
+    for bad in ["datashift", "datashift-journal", "bogus"] {
+        both_refuse(
+            &[&img],
+            &[s(&img), "--resume-only", "-q", "--resilience", bad],
+        );
+    }
+    // ucrypt switches to journal; cryptsetup resumes with it.
+    ucrypt_resume_stopped(&img, &["--resilience", "journal"]);
+    let area = resilience_area(&img);
+    assert_eq!(area["type"], "journal", "{area}");
+    assert!(area.get("hash").is_none(), "{area}");
+    ok(
+        run(
+            "cryptsetup",
+            &[
+                "reencrypt",
+                "--resume-only",
+                "-q",
+                "--force-offline-reencrypt",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "cryptsetup resume",
+    );
+    assert!(!in_reencryption(&img));
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "journal: data");
+
+    // cryptsetup's journal init; ucrypt switches to checksum with sha512,
+    // cryptsetup finishes.
+    ok(
+        run(
+            "cryptsetup",
+            &[
+                "reencrypt",
+                "--init-only",
+                "-q",
+                "--resilience",
+                "journal",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "cryptsetup init-only",
+    );
+    ucrypt_resume_stopped(
+        &img,
+        &["--resilience", "checksum", "--resilience-hash", "sha512"],
+    );
+    let area = resilience_area(&img);
+    assert_eq!(area["type"], "checksum", "{area}");
+    assert_eq!(area["hash"], "sha512", "{area}");
+    ok(
+        run(
+            "cryptsetup",
+            &[
+                "reencrypt",
+                "--resume-only",
+                "-q",
+                "--force-offline-reencrypt",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "cryptsetup resume",
+    );
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "checksum: data");
+
+    // cryptsetup's checksum init resumed by ucrypt with none, to the end.
+    ok(
+        run(
+            "cryptsetup",
+            &["reencrypt", "--init-only", "-q", s(&img)],
+            PW1,
+        ),
+        "cryptsetup init-only",
+    );
+    ok(
+        run(
+            "ucrypt",
+            &[
+                "reencrypt",
+                "--resume-only",
+                "-q",
+                "--resilience",
+                "none",
+                "--hotzone-size",
+                "1M",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "ucrypt resume with none",
+    );
+    assert!(!in_reencryption(&img));
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "none: data");
 }

@@ -60,12 +60,14 @@ mod header;
 mod lock;
 pub mod luks1;
 mod mover;
+mod resilience;
 mod state;
 
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
+pub use resilience::set_resilience;
 pub use state::{Mode, Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).
