@@ -143,6 +143,15 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         check_start(&a, &dev)?;
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
+    if let (Some(st), Some(r)) = (&state, a.resilience.as_deref()) {
+        if r != st.resilience.name() {
+            // The daemon resumes with the recorded resilience; the switch
+            // a resume may make (cryptsetup's) is offline only in ucrypt.
+            return Err(Failure::usage(format!(
+                "Switching the resilience of a reencryption resumed with --active-name                  (to {r}) is not supported by ucrypt: resume it offline, or without --resilience."
+            )));
+        }
+    }
     let mut init = if state.is_none() {
         let req = init_request(&a)?;
         Some(InitParams {

@@ -982,3 +982,34 @@ fn online_renews_every_keyslot() {
     }
     assert_ne!(volume_key(&v.img, &v.key), old_key, "the key changed");
 }
+
+/// A resume with `--active-name` given another `--resilience` than the
+/// recorded one is refused with nothing written (ucrypt switches it
+/// offline only); the recorded one is accepted.
+#[test]
+fn online_resume_refuses_another_resilience() {
+    let test = "reencrypt_online_resilience";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let (v, _plain) = Vol::new(test, &base(), 0x5108);
+    v.open(&[]);
+    wait_child(v.reencrypt_online(&["--init-only"]), "init-only");
+    let before = std::fs::read(&v.img).unwrap();
+    let out = v
+        .reencrypt_online(&["--resume-only", "--resilience", "journal"])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not supported by ucrypt"),
+        "{out:?}"
+    );
+    assert!(std::fs::read(&v.img).unwrap() == before, "nothing written");
+    wait_child(
+        v.reencrypt_online(&["--resume-only", "--resilience", "checksum"]),
+        "resume with the recorded resilience",
+    );
+    v.close();
+    assert!(!v.in_reencryption());
+}
