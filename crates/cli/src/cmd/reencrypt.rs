@@ -222,14 +222,77 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if let Some(st) = &state {
         check_resume(st, &a)?;
     }
+    if state.is_none() && a.key_slot.is_none() && !a.decrypt {
+        let req = init_request(&a)?;
+        let meta = a.header.as_deref().unwrap_or(dev);
+        let passes = slot_passphrases(&a, g, meta)?;
+        let slots: Vec<reencrypt::SlotPassphrase<'_>> = passes
+            .iter()
+            .map(|(slot, p)| reencrypt::SlotPassphrase {
+                slot: *slot,
+                pass: p,
+            })
+            .collect();
+        reencrypt::init_slots(dev, &slots, &req)?;
+        if a.init_only {
+            return Ok(());
+        }
+        // The first passphrase opens the old key and the new one.
+        return run_steps(&a, dev, slots[0].pass, false);
+    }
     let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
         reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
         if a.init_only {
             return Ok(());
         }
+    } else {
+        change_resilience(&a, dev, &pass)?;
     }
     run_steps(&a, dev, &pass, state.is_some())
+}
+
+/// A resume given `--resilience` switches the reencryption to it (with
+/// `--resilience-hash`), as cryptsetup's resume does; without
+/// `--resilience` the recorded one stays (`--resilience-hash` alone
+/// changes nothing, as in cryptsetup).
+fn change_resilience(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8]) -> CmdResult {
+    if let Some(r) = a.resilience.as_deref() {
+        let meta = a.header.as_deref().unwrap_or(dev);
+        reencrypt::set_resilience(dev, meta, pass, a.key_slot, r, a.resilience_hash.as_deref())?;
+    }
+    Ok(())
+}
+
+/// The passphrase of every active keyslot of the header on `meta`, each
+/// asked as cryptsetup asks it ("Enter passphrase for key slot N: ", up
+/// to `--tries` times at a terminal) and checked against its keyslot
+/// before the next is asked (never empty). A key file serves a volume
+/// with one active keyslot only, as in cryptsetup.
+pub(super) fn slot_passphrases(
+    a: &ReencryptArgs,
+    g: Globals,
+    meta: &std::path::Path,
+) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
+    let active = reencrypt::active_slots(meta)?;
+    if a.key.key_file.is_some() && active.len() > 1 {
+        return Err(Failure::usage(
+            "Key file can be used only with --key-slot or with exactly one key slot active.",
+        ));
+    }
+    let source = a.key.source(g.prompting());
+    let mut out = Vec::with_capacity(active.len());
+    for slot in active {
+        let pass = source.unlock(&format!("Enter passphrase for key slot {slot}: "), |p| {
+            reencrypt::check_slot(meta, slot, p)?;
+            Ok(p.clone())
+        })?;
+        out.push((slot, pass));
+    }
+    if out.is_empty() {
+        return Err(Failure::usage("No key available with this passphrase."));
+    }
+    Ok(out)
 }
 
 /// `--type luks1|luks2` naming the other LUKS version than the header's
@@ -343,6 +406,8 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         if a.init_only {
             return Ok(());
         }
+    } else {
+        change_resilience(&a, dev, &pass)?;
     }
     run_steps(&a, dev, &pass, state.is_some())
 }

@@ -65,8 +65,31 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdRes
             dir.join(format!("LUKS-{uuid}.log")).display()
         );
     }
-    let pass = a.key.source(prompting).read(&prompt(a, dev), false)?;
     let stop = Arc::new(AtomicBool::new(false));
+    if !resumed && a.key_slot.is_none() && a.key.key_file.is_none() {
+        // Every active keyslot renewed, each passphrase asked for its
+        // keyslot and checked, as cryptsetup's LUKS1 reencryption does.
+        let passes = slot_passphrases(a, dev, prompting)?;
+        let slots: Vec<luks::reencrypt::SlotPassphrase<'_>> = passes
+            .iter()
+            .map(|(slot, p)| luks::reencrypt::SlotPassphrase {
+                slot: *slot,
+                pass: p,
+            })
+            .collect();
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, stop.clone())
+                .map_err(|e| Failure::usage(format!("Cannot handle signals: {e}")))?;
+        }
+        let mut pr = Progress::new(a.progress_json, a.progress_frequency, dev);
+        let out = luks1::run_slots(dev, &dir, &slots, &req, &stop, &mut |d, t| pr.update(d, t))?;
+        pr.finish();
+        return match out {
+            Outcome::Interrupted => Err(Failure::usage("Reencryption interrupted.")),
+            _ => Ok(()),
+        };
+    }
+    let pass = a.key.source(prompting).read(&prompt(a, dev), false)?;
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Failure::usage(format!("Cannot handle signals: {e}")))?;
@@ -80,4 +103,34 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdRes
         Outcome::Interrupted => Err(Failure::usage("Reencryption interrupted.")),
         _ => Ok(()),
     }
+}
+
+/// The passphrase of every active keyslot of the LUKS1 volume on `dev`,
+/// in slot order, each asked as cryptsetup asks it ("Enter passphrase for
+/// key slot N: ") and checked against its keyslot (never empty).
+fn slot_passphrases(
+    a: &ReencryptArgs,
+    dev: &Path,
+    prompting: Prompting,
+) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
+    let vol = luks::Volume::load(dev, None)?;
+    let source = a.key.source(prompting);
+    let mut out = Vec::new();
+    for slot in vol.header().active_slots() {
+        let pass = source.unlock(&format!("Enter passphrase for key slot {slot}: "), |p| {
+            vol.unlock(p, Some(slot)).map_err(|e| match e.kind() {
+                luks::ErrorKind::WrongPassphrase => luks::Error::new(
+                    luks::ErrorKind::WrongPassphrase,
+                    "No key available with this passphrase.",
+                ),
+                _ => e,
+            })?;
+            Ok(p.clone())
+        })?;
+        out.push((slot, pass));
+    }
+    if out.is_empty() {
+        return Err(Failure::usage("No key available with this passphrase."));
+    }
+    Ok(out)
 }

@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use crypto::Secret;
 use daemon::control::{
-    self, InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption, DRAIN_TIMEOUT,
-    QUERY_TIMEOUT,
+    self, InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption, SlotPassphrase,
+    DRAIN_TIMEOUT, QUERY_TIMEOUT,
 };
 use luks::reencrypt;
 
@@ -143,7 +143,16 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         check_start(&a, &dev)?;
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
-    let init = if state.is_none() {
+    if let (Some(st), Some(r)) = (&state, a.resilience.as_deref()) {
+        if r != st.resilience.name() {
+            // The daemon resumes with the recorded resilience; the switch
+            // a resume may make (cryptsetup's) is offline only in ucrypt.
+            return Err(Failure::usage(format!(
+                "Switching the resilience of a reencryption resumed with --active-name                  (to {r}) is not supported by ucrypt: resume it offline, or without --resilience."
+            )));
+        }
+    }
+    let mut init = if state.is_none() {
         let req = init_request(&a)?;
         Some(InitParams {
             cipher: req.cipher,
@@ -153,10 +162,23 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
             resilience_hash: req.resilience_hash,
             kdf: req.kdf.as_ref().map(KdfParams::of),
             decrypt: req.decrypt,
+            slots: Vec::new(),
         })
     } else {
         None
     };
+    if let Some(init) = init.as_mut().filter(|i| !i.decrypt && a.key_slot.is_none()) {
+        // Every active keyslot renewed, each with its passphrase (asked
+        // here, as the offline command asks them); the first one opens
+        // the old and the new key for the run.
+        let passes = super::reencrypt::slot_passphrases(&a, g, &meta)?;
+        let first = passes[0].1.clone();
+        init.slots = passes
+            .into_iter()
+            .map(|(slot, passphrase)| SlotPassphrase { slot, passphrase })
+            .collect();
+        return start_and_watch(&a, name, &dev, first, Some(init.clone()), rate);
+    }
     let passphrase = a.key.source(g.prompting()).read(&prompt(&a, &dev), false)?;
     start_and_watch(&a, name, &dev, passphrase, init, rate)
 }

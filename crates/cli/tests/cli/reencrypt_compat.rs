@@ -24,23 +24,27 @@
 //!   `reencrypt::an_interrupted_or_crashed_decryption_*` (crash points stand in
 //!   for the failing writes); the online variants need dm-crypt.
 //! - [16]–[21] `--device-size`: not accepted by ucrypt (not ported).
-//! - [22] multi-keyslot reencryption: the `-d KEY` refusal with several
-//!   keyslots and `-S0` in `multi_keyslot_volume_needs_a_keyslot_with_a_key_file`;
-//!   one passphrase per keyslot on stdin (all keyslots renewed) is not
-//!   supported by ucrypt (not ported).
+//! - [22] multi-keyslot reencryption (one passphrase per keyslot on stdin,
+//!   every keyslot renewed with its KDF; the `-d KEY` refusal with several
+//!   keyslots, `-S` keeping one keyslot and the unbound ones, the keyslot
+//!   count limits, a wrong passphrase): `multi_keyslot_reencryption_renews_every_keyslot`;
+//!   either tool resuming the other's multi-keyslot `--init-only`:
+//!   `multi_keyslot_init_only_is_resumed_by_the_other_tool`.
 //! - [23] `--volume-key-file`: not accepted by ucrypt (not ported).
 //! - [24]–[26] initial `cipher_null`: cryptsetup cannot format it without
 //!   device-mapper here (not ported).
 //! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`.
 //! - [28] nested encryption, `--type` mismatch: `nested_encryption_and_type_mismatch_are_refused`.
-//! - [29] conflicting parameters on resume: `conflicting_parameters_are_refused`.
+//! - [29] conflicting parameters on resume: `conflicting_parameters_are_refused`;
+//!   a resume switching `--resilience` (and `--resilience-hash`):
+//!   `resume_with_another_resilience`.
 //! - [30], [31] blkid probes and the dm sector-size check: need blkid's
 //!   superblock probing of a mapped device (not ported).
 //! - [32]–[37] decryption with a data shift (header inside the device):
 //!   not supported by ucrypt (not ported).
 //! - `reencryption-compat-test` [1], [5] (LUKS1 chain, one keyslot):
-//!   `luks1_chain_and_keyslot_choice`; [2] LUKS1 `--reduce-device-size`, [4],
-//!   [11], [12] LUKS1 `--new`, [6] all keyslots, [8] `--keep-key`, [10]
+//!   `luks1_chain_and_keyslot_choice`, with [6] (all keyslots renewed); [2]
+//!   LUKS1 `--reduce-device-size`, [4], [11], [12] LUKS1 `--new`, [8] `--keep-key`, [10]
 //!   `--decrypt`, `--use-directio`, `--volume-key-file`: not supported by ucrypt;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
@@ -388,15 +392,162 @@ fn reencryption_of_a_detached_header() {
     assert_eq!(slot["key_size"], 64, "XTS default: 512 bits");
 }
 
+const PW2: &[u8] = b"compat passphrase 2\n";
+const PW3: &[u8] = b"compat passphrase 3\n";
+
+/// The passphrases `p`, one a line (each of `p` ends with its newline).
+fn lines(p: &[&[u8]]) -> Vec<u8> {
+    p.concat()
+}
+
+/// The volume key `cryptsetup luksDump --dump-volume-key` shows with `pass`.
+fn volume_key(img: &Path, pass: &[u8]) -> String {
+    let out = ok(
+        run(
+            "cryptsetup",
+            &["luksDump", "-q", "--dump-volume-key", s(img)],
+            pass,
+        ),
+        "luksDump --dump-volume-key",
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = text.find("MK dump:").expect("MK dump");
+    text[at..].to_string()
+}
+
+/// The KDF of LUKS2 keyslot `slot`.
+fn kdf_of(img: &Path, slot: u32) -> String {
+    json(img)["keyslots"][slot.to_string()]["kdf"]["type"]
+        .as_str()
+        .unwrap_or("none")
+        .to_string()
+}
+
+/// The keyslots of the header, in slot order.
+fn slots(img: &Path) -> Vec<u32> {
+    let mut v: Vec<u32> = json(img)["keyslots"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// `ucrypt reencrypt ARGS` and cryptsetup's are both refused with the same
+/// exit code, `stdin` the passphrases, every file of `files` unchanged.
+fn both_refuse_with(files: &[&Path], a: &[&str], stdin: &[u8]) -> String {
+    let before = hashes(files);
+    let mut ca = vec!["reencrypt", "--force-offline-reencrypt"];
+    ca.extend_from_slice(a);
+    let cs = run("cryptsetup", &ca, stdin);
+    assert!(!cs.status.success(), "cryptsetup accepted {a:?}");
+    assert!(hashes(files) == before, "cryptsetup {a:?} wrote");
+    let mut ua = vec!["reencrypt"];
+    ua.extend_from_slice(a);
+    let u = run("ucrypt", &ua, stdin);
+    let err = String::from_utf8_lossy(&u.stderr).into_owned();
+    assert_eq!(
+        u.status.code(),
+        cs.status.code(),
+        "{a:?}: ucrypt {err} / cryptsetup {}",
+        String::from_utf8_lossy(&cs.stderr)
+    );
+    assert!(hashes(files) == before, "ucrypt {a:?} wrote");
+    err
+}
+
+/// `luksAddKey` `n` times with `PW1` for the new keyslot (argon2, fast).
+fn add_keys(img: &Path, n: usize) {
+    for _ in 0..n {
+        ok(
+            run(
+                "cryptsetup",
+                &args(&cat(&["-q", "luksAddKey", s(img)], FAST_PBKDF_ARGON)),
+                &lines(&[PW1, PW1]),
+            ),
+            "luksAddKey",
+        );
+    }
+}
+
+/// The script's [22]: every active keyslot is renewed, each with its own
+/// passphrase asked in slot order; a key file needs `--key-slot` when
+/// several are active; `-S` keeps only that keyslot (and the unbound
+/// ones); the keyslot count limits and a wrong passphrase refuse with
+/// nothing written.
 #[test]
-fn multi_keyslot_volume_needs_a_keyslot_with_a_key_file() {
+fn multi_keyslot_reencryption_renews_every_keyslot() {
     if !require_tool("reencrypt_compat_keyslots", "cryptsetup") {
         return;
     }
     let dir = TempDir::new("recompat-slots");
     let img = dir.join("img");
-    format(&img, 17, &args(&cat(&["--offset", "32768"], FAST_PBKDF2)));
+    format(
+        &img,
+        17,
+        &args(&cat(&["--offset", "32768"], FAST_PBKDF_ARGON)),
+    );
     let plain = fill(&img, None, 60);
+    ok(
+        run(
+            "cryptsetup",
+            &args(&cat(&["-q", "luksAddKey", s(&img)], FAST_PBKDF2)),
+            &lines(&[PW1, PW2]),
+        ),
+        "luksAddKey 2",
+    );
+    ok(
+        run(
+            "cryptsetup",
+            &args(&cat(&["-q", "luksAddKey", s(&img)], FAST_PBKDF_ARGON)),
+            &lines(&[PW1, PW3]),
+        ),
+        "luksAddKey 3",
+    );
+    let old_key = volume_key(&img, PW1);
+    // A wrong passphrase for the second keyslot: nothing written.
+    let err = both_refuse_with(&[&img], &[s(&img), "-q"], &lines(&[PW1, b"wrong\n", PW3]));
+    assert!(
+        err.contains("No key available with this passphrase."),
+        "{err}"
+    );
+
+    ok(
+        run(
+            "ucrypt",
+            &["reencrypt", s(&img), "-q"],
+            &lines(&[PW1, PW2, PW3]),
+        ),
+        "reencrypt of three keyslots",
+    );
+    assert!(!in_reencryption(&img));
+    assert_eq!(slots(&img), [3, 4, 5]);
+    for p in [PW1, PW2, PW3] {
+        cs_opens(&img, p);
+        let key = img.with_extension("key");
+        std::fs::write(&key, &p[..p.len() - 1]).unwrap();
+        let back = ok(
+            run(
+                "ucrypt",
+                &["map", "--read", "--luks", s(&img), "--key-file", s(&key)],
+                b"",
+            ),
+            "map --read",
+        )
+        .stdout;
+        assert!(back == plain, "data through each passphrase");
+    }
+    let new_key = volume_key(&img, PW2);
+    assert_ne!(old_key, new_key, "the volume key changed");
+    assert_eq!(new_key, volume_key(&img, PW3));
+    // Each twin has its old keyslot's KDF.
+    assert!(kdf_of(&img, 3).starts_with("argon2"));
+    assert_eq!(kdf_of(&img, 4), "pbkdf2");
+    assert!(kdf_of(&img, 5).starts_with("argon2"));
+
+    // With more keyslots, a specific one has to be selected for a key file.
     let key1 = dir.join("key1");
     std::fs::write(&key1, b"key file one").unwrap();
     ok(
@@ -405,21 +556,26 @@ fn multi_keyslot_volume_needs_a_keyslot_with_a_key_file() {
             &args(&cat(&["-q", "luksAddKey", s(&img), s(&key1)], FAST_PBKDF2)),
             PW1,
         ),
-        "luksAddKey",
+        "luksAddKey key1",
     );
-    // With more keyslots, a specific one has to be selected.
-    both_refuse(&[&img], &[s(&img), "-d", s(&key1), "-q"]);
+    let err = both_refuse_with(&[&img], &[s(&img), "-d", s(&key1), "-q"], b"");
+    assert!(
+        err.contains(
+            "Key file can be used only with --key-slot or with exactly one key slot active."
+        ),
+        "{err}"
+    );
     ok(
         run(
             "ucrypt",
-            &["reencrypt", s(&img), "-d", s(&key1), "-q", "-S1"],
+            &["reencrypt", s(&img), "-d", s(&key1), "-q", "-S0"],
             b"",
         ),
-        "reencrypt -S1",
+        "reencrypt -S0",
     );
+    assert!(read_back_with(&img, &key1) == plain, "data after -S0");
     // There is a single keyslot now: the key file alone is enough.
-    let j = json(&img);
-    assert_eq!(j["keyslots"].as_object().unwrap().len(), 1, "{j}");
+    assert_eq!(slots(&img).len(), 1);
     ok(
         run("ucrypt", &["reencrypt", s(&img), "-d", s(&key1), "-q"], b""),
         "reencrypt -d",
@@ -427,23 +583,150 @@ fn multi_keyslot_volume_needs_a_keyslot_with_a_key_file() {
     ok(
         run(
             "cryptsetup",
-            &["open", "--test-passphrase", "-d", s(&key1), s(&img)],
-            b"",
+            &args(&cat(
+                &["-q", "luksAddKey", s(&img), "-S1", "-d", s(&key1)],
+                FAST_PBKDF2,
+            )),
+            PW1,
         ),
-        "open -d",
+        "luksAddKey -S1",
     );
-    let out = run("cryptsetup", &["open", "--test-passphrase", s(&img)], PW1);
-    assert!(!out.status.success(), "the other keyslot is gone");
-    let back = ok(
+    for slot in ["2", "22", "23"] {
+        ok(
+            run(
+                "cryptsetup",
+                &args(&cat(
+                    &[
+                        "-q",
+                        "luksAddKey",
+                        s(&img),
+                        "-S",
+                        slot,
+                        "--unbound",
+                        "--key-size",
+                        "32",
+                    ],
+                    FAST_PBKDF2,
+                )),
+                PW3,
+            ),
+            "luksAddKey --unbound",
+        );
+    }
+    // `-S1`: the other bound keyslot goes, the unbound ones stay.
+    ok(
+        run("ucrypt", &["reencrypt", s(&img), "-S1", "-q"], PW1),
+        "reencrypt -S1",
+    );
+    let out = run(
+        "cryptsetup",
+        &["open", "--test-passphrase", "-d", s(&key1), s(&img)],
+        b"",
+    );
+    assert!(!out.status.success(), "the key file's keyslot is gone");
+    for slot in ["2", "22"] {
+        ok(
+            run(
+                "cryptsetup",
+                &["open", "--test-passphrase", "-S", slot, s(&img)],
+                PW3,
+            ),
+            "unbound keyslot kept",
+        );
+    }
+    assert!(read_back(&img, None) == plain, "data after -S1");
+
+    // 31 keyslots: no room for a twin and the reencrypt keyslot.
+    add_keys(&img, 27);
+    assert_eq!(slots(&img).len(), 31);
+    both_refuse_with(&[&img], &[s(&img), "-S0", "-q"], PW1);
+    ok(
+        run("cryptsetup", &["luksKillSlot", "-q", s(&img), "30"], PW1),
+        "luksKillSlot 30",
+    );
+    ok(
+        run("ucrypt", &["reencrypt", s(&img), "-q", "-S0"], PW1),
+        "reencrypt -S0 with 30 keyslots",
+    );
+    // 15 active and 3 unbound: 2 * 15 + 3 + 1 > 32.
+    add_keys(&img, 14);
+    let fifteen = lines(&[PW1; 15]);
+    both_refuse_with(&[&img], &[s(&img), "-q"], &fifteen);
+    ok(
+        run("cryptsetup", &["luksKillSlot", "-q", s(&img), "1"], PW1),
+        "luksKillSlot 1",
+    );
+    // One wrong passphrase (the last): refused, nothing initialized.
+    let mut wrong = lines(&[PW1; 13]);
+    wrong.extend_from_slice(PW2);
+    both_refuse_with(&[&img], &[s(&img), "-q"], &wrong);
+    both_refuse_with(&[&img], &[s(&img), "--resume-only", "-q"], PW1);
+    ok(
+        run("ucrypt", &["reencrypt", s(&img), "-q"], &lines(&[PW1; 14])),
+        "reencrypt of 14 keyslots",
+    );
+    assert_eq!(slots(&img).len(), 14 + 3);
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "data at the end");
+}
+
+/// The plaintext read back with the key file `key`.
+fn read_back_with(img: &Path, key: &Path) -> Vec<u8> {
+    ok(
         run(
             "ucrypt",
-            &["map", "--read", "--luks", s(&img), "--key-file", s(&key1)],
+            &["map", "--read", "--luks", s(img), "--key-file", s(key)],
             b"",
         ),
         "map --read",
     )
-    .stdout;
-    assert!(back == plain, "data");
+    .stdout
+}
+
+/// A multi-keyslot reencryption either tool initialized (`--init-only`)
+/// is finished by the other with any one of the passphrases, and every
+/// passphrase opens the result.
+#[test]
+fn multi_keyslot_init_only_is_resumed_by_the_other_tool() {
+    if !require_tool("reencrypt_compat_keyslots_cross", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("recompat-slots-x");
+    for (init, resume, with) in [("cryptsetup", "ucrypt", PW2), ("ucrypt", "cryptsetup", PW3)] {
+        let img = dir.join(&format!("img-{init}"));
+        format(&img, 17, &args(&cat(&["--offset", "32768"], FAST_PBKDF2)));
+        let plain = fill(&img, None, 61);
+        for p in [PW2, PW3] {
+            ok(
+                run(
+                    "cryptsetup",
+                    &args(&cat(&["-q", "luksAddKey", s(&img)], FAST_PBKDF2)),
+                    &lines(&[PW1, p]),
+                ),
+                "luksAddKey",
+            );
+        }
+        let old_key = volume_key(&img, PW1);
+        let mut a = vec!["reencrypt", "--init-only", s(&img), "-q"];
+        if init == "cryptsetup" {
+            a.push("--force-offline-reencrypt");
+        }
+        ok(run(init, &a, &lines(&[PW1, PW2, PW3])), "init-only");
+        assert!(in_reencryption(&img));
+        assert_eq!(slots(&img), [0, 1, 2, 3, 4, 5, 6], "{init}");
+        let mut a = vec!["reencrypt", "--resume-only", s(&img), "-q"];
+        if resume == "cryptsetup" {
+            a.push("--force-offline-reencrypt");
+        }
+        ok(run(resume, &a, with), "resume-only");
+        assert!(!in_reencryption(&img));
+        assert_eq!(slots(&img), [3, 4, 5], "{init} then {resume}");
+        for p in [PW1, PW2, PW3] {
+            cs_opens(&img, p);
+        }
+        assert_ne!(old_key, volume_key(&img, PW3));
+        assert!(read_back(&img, None) == plain, "{init} then {resume}");
+    }
 }
 
 #[test]
@@ -792,6 +1075,68 @@ fn luks1_chain_and_keyslot_choice() {
     assert_eq!(enabled, ["Key Slot 1: ENABLED"], "{dump}");
     cs_opens(&img, PW1);
     assert!(read_back(&img, None) == plain, "-S 1: data");
+
+    // [6] Reencryption using all active keyslots: each passphrase asked
+    // in slot order, each keyslot renewed in its own number.
+    for (slot, new) in [("0", pw2), ("7", pw3)] {
+        let mut input = PW1.to_vec();
+        input.extend_from_slice(new);
+        let mut a = cat(&["-q", "luksAddKey"], &fast);
+        a.extend(["-S".into(), slot.into(), s(&img).into()]);
+        ok(run("cryptsetup", &args(&a), &input), "luksAddKey");
+    }
+    let old_key = volume_key(&img, PW1);
+    // A wrong passphrase for the second keyslot: refused, nothing
+    // written, no LUKS-<uuid> file left. (cryptsetup's LUKS1 tool reads
+    // `--tries` lines for a keyslot even from a pipe, so its input would
+    // differ: ucrypt alone here.)
+    let before = hashes(&[&img]);
+    let a = cat(&["reencrypt", "-q", s(&img)], &fast);
+    let out = ucrypt_in(dir.path(), &args(&a), &lines(&[pw2, b"wrong\n", pw3]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(hashes(&[&img]) == before, "wrong passphrase: written");
+    let left = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("LUKS-")
+        })
+        .count();
+    assert_eq!(left, 0, "no reencryption files");
+    let a = cat(&["reencrypt", "-q", s(&img)], &fast);
+    ok(
+        ucrypt_in(dir.path(), &args(&a), &lines(&[pw2, PW1, pw3])),
+        "all keyslots",
+    );
+    let dump = testutil::run_ok("cryptsetup", &["luksDump", s(&img)]);
+    let enabled: Vec<&str> = dump
+        .lines()
+        .filter(|l| l.starts_with("Key Slot") && l.ends_with("ENABLED"))
+        .collect();
+    assert_eq!(
+        enabled,
+        [
+            "Key Slot 0: ENABLED",
+            "Key Slot 1: ENABLED",
+            "Key Slot 7: ENABLED"
+        ],
+        "{dump}"
+    );
+    for (slot, p) in [("0", pw2), ("1", PW1), ("7", pw3)] {
+        ok(
+            run(
+                "cryptsetup",
+                &["open", "--test-passphrase", "-S", slot, s(&img)],
+                p,
+            ),
+            "each keyslot renewed",
+        );
+    }
+    assert_ne!(old_key, volume_key(&img, pw3), "the key changed");
+    assert!(read_back(&img, None) == plain, "all keyslots: data");
 }
 
 /// The JSON area of a 16 KiB-metadata LUKS2 header rewritten (both
@@ -1033,4 +1378,157 @@ fn mangled_metadata_is_refused() {
     j["segments"]["1"]["iv_tweak"] = (2048u64).to_string().into();
     mangle(&img, &j);
     check_ok("[7] simulated progress", 1 << 20);
+}
+
+/// The reencrypt keyslot's area of `hdr` (its resilience).
+fn resilience_area(hdr: &Path) -> Value {
+    json(hdr)["keyslots"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|k| k["type"] == "reencrypt")
+        .map(|k| k["area"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// `ucrypt reencrypt --resume-only ARGS` stopped (aborted) right after
+/// its first two writes: the two header copies of a resilience change.
+fn ucrypt_resume_stopped(img: &Path, extra: &[&str]) {
+    let mut a = vec!["reencrypt", "--resume-only", "-q", s(img)];
+    a.extend_from_slice(extra);
+    let out = std::process::Command::new(testutil::ucrypt_bin())
+        .args(&a)
+        .env("UCRYPT_REENCRYPT_CRASH_AFTER", "2")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(PW1)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(!out.status.success(), "aborted: {out:?}");
+}
+
+/// `--resilience` (with `--resilience-hash`) given to a resume switches
+/// the reencryption to it, as cryptsetup's resume does: the header ucrypt
+/// rewrites is one cryptsetup resumes (its verification digest made
+/// again), each tool finishes what the other started with another
+/// resilience, and a switch to a data shift or an unknown mode is refused
+/// by both with nothing written.
+#[test]
+fn resume_with_another_resilience() {
+    if !require_tool("reencrypt_compat_resilience", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("recompat-resil");
+    let img = dir.join("img");
+    format(&img, 24, FAST_PBKDF2);
+    let plain = fill(&img, None, 80);
+    ok(
+        run("ucrypt", &["reencrypt", "--init-only", "-q", s(&img)], PW1),
+        "init-only",
+    );
+    assert_eq!(resilience_area(&img)["type"], "checksum");
+    for bad in ["datashift", "datashift-journal", "bogus"] {
+        both_refuse(
+            &[&img],
+            &[s(&img), "--resume-only", "-q", "--resilience", bad],
+        );
+    }
+    // ucrypt switches to journal; cryptsetup resumes with it.
+    ucrypt_resume_stopped(&img, &["--resilience", "journal"]);
+    let area = resilience_area(&img);
+    assert_eq!(area["type"], "journal", "{area}");
+    assert!(area.get("hash").is_none(), "{area}");
+    ok(
+        run(
+            "cryptsetup",
+            &[
+                "reencrypt",
+                "--resume-only",
+                "-q",
+                "--force-offline-reencrypt",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "cryptsetup resume",
+    );
+    assert!(!in_reencryption(&img));
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "journal: data");
+
+    // cryptsetup's journal init; ucrypt switches to checksum with sha512,
+    // cryptsetup finishes.
+    ok(
+        run(
+            "cryptsetup",
+            &[
+                "reencrypt",
+                "--init-only",
+                "-q",
+                "--resilience",
+                "journal",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "cryptsetup init-only",
+    );
+    ucrypt_resume_stopped(
+        &img,
+        &["--resilience", "checksum", "--resilience-hash", "sha512"],
+    );
+    let area = resilience_area(&img);
+    assert_eq!(area["type"], "checksum", "{area}");
+    assert_eq!(area["hash"], "sha512", "{area}");
+    ok(
+        run(
+            "cryptsetup",
+            &[
+                "reencrypt",
+                "--resume-only",
+                "-q",
+                "--force-offline-reencrypt",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "cryptsetup resume",
+    );
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "checksum: data");
+
+    // cryptsetup's checksum init resumed by ucrypt with none, to the end.
+    ok(
+        run(
+            "cryptsetup",
+            &["reencrypt", "--init-only", "-q", s(&img)],
+            PW1,
+        ),
+        "cryptsetup init-only",
+    );
+    ok(
+        run(
+            "ucrypt",
+            &[
+                "reencrypt",
+                "--resume-only",
+                "-q",
+                "--resilience",
+                "none",
+                "--hotzone-size",
+                "1M",
+                s(&img),
+            ],
+            PW1,
+        ),
+        "ucrypt resume with none",
+    );
+    assert!(!in_reencryption(&img));
+    cs_opens(&img, PW1);
+    assert!(read_back(&img, None) == plain, "none: data");
 }

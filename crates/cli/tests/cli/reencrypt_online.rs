@@ -880,3 +880,136 @@ fn the_reencryption_lock_is_cryptsetups() {
     assert!(!held());
     assert!(!lock.exists(), "{} left behind", lock.display());
 }
+
+/// `reencrypt --active-name` of a served volume with three keyslots asks
+/// the passphrase of each (stdin, one a line, as cryptsetup reads them)
+/// and renews every one: afterwards each opens the volume with cryptsetup
+/// and ucrypt, the key changed and the plaintext is intact. A wrong
+/// passphrase for the second keyslot is refused first, the image
+/// unchanged.
+#[test]
+fn online_renews_every_keyslot() {
+    let test = "reencrypt_online_keyslots";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let (v, plain) = Vol::new(test, &base(), 0x5107);
+    let passes: [&[u8]; 3] = [
+        PASS,
+        b"second online passphrase",
+        b"third online passphrase",
+    ];
+    for p in &passes[1..] {
+        let nk = v.dir.join("new-key");
+        std::fs::write(&nk, p).unwrap();
+        ok(
+            Command::new("cryptsetup")
+                .args([
+                    "luksAddKey",
+                    "-q",
+                    "--pbkdf",
+                    "pbkdf2",
+                    "--pbkdf-force-iterations",
+                    "1000",
+                    "--key-file",
+                    v.k(),
+                    v.i(),
+                ])
+                .arg(&nk)
+                .output()
+                .unwrap(),
+            "luksAddKey",
+        );
+    }
+    let old_key = volume_key(&v.img, &v.key);
+    v.open(&[]);
+    let stdin_of = |lines: &[&[u8]]| {
+        let mut s = Vec::new();
+        for l in lines {
+            s.extend_from_slice(l);
+            s.push(b'\n');
+        }
+        s
+    };
+    let reencrypt = |input: Vec<u8>| {
+        let mut c = v
+            .cmd(&["reencrypt", "-q", "--active-name", "v"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(&input).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let before = std::fs::read(&v.img).unwrap();
+    let out = reencrypt(stdin_of(&[passes[0], b"wrong", passes[2]]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No key available with this passphrase."),
+        "{out:?}"
+    );
+    assert!(std::fs::read(&v.img).unwrap() == before, "nothing written");
+    ok(reencrypt(stdin_of(&passes)), "reencrypt --active-name");
+    let st = v.status().expect("status");
+    assert_eq!(st["reencryption"]["finished"], true, "{st}");
+    v.close();
+    assert!(!v.in_reencryption());
+    for p in passes {
+        let k = v.dir.join("try-key");
+        std::fs::write(&k, p).unwrap();
+        ok(
+            Command::new("cryptsetup")
+                .args(["open", "--test-passphrase", "--key-file"])
+                .arg(&k)
+                .arg(&v.img)
+                .output()
+                .unwrap(),
+            "cryptsetup open --test-passphrase",
+        );
+        let back = ok(
+            v.ucrypt(&[
+                "map",
+                "--read",
+                "--luks",
+                v.i(),
+                "--key-file",
+                k.to_str().unwrap(),
+            ]),
+            "map --luks",
+        );
+        assert!(back.stdout == plain, "plaintext through each passphrase");
+    }
+    assert_ne!(volume_key(&v.img, &v.key), old_key, "the key changed");
+}
+
+/// A resume with `--active-name` given another `--resilience` than the
+/// recorded one is refused with nothing written (ucrypt switches it
+/// offline only); the recorded one is accepted.
+#[test]
+fn online_resume_refuses_another_resilience() {
+    let test = "reencrypt_online_resilience";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let (v, _plain) = Vol::new(test, &base(), 0x5108);
+    v.open(&[]);
+    wait_child(v.reencrypt_online(&["--init-only"]), "init-only");
+    let before = std::fs::read(&v.img).unwrap();
+    let out = v
+        .reencrypt_online(&["--resume-only", "--resilience", "journal"])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not supported by ucrypt"),
+        "{out:?}"
+    );
+    assert!(std::fs::read(&v.img).unwrap() == before, "nothing written");
+    wait_child(
+        v.reencrypt_online(&["--resume-only", "--resilience", "checksum"]),
+        "resume with the recorded resilience",
+    );
+    v.close();
+    assert!(!v.in_reencryption());
+}

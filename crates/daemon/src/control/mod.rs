@@ -42,7 +42,9 @@ pub use client::{
     call, close, ping, print_table, reencrypt, reencrypt_set, refresh, reload, resize, resume,
     status, suspend, table, Refreshed, Resized,
 };
-pub use reencrypt::{InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption};
+pub use reencrypt::{
+    InitParams, KdfParams, ReencryptAction, ReencryptStart, Reencryption, SlotPassphrase,
+};
 pub use server::{serve, Handled};
 pub use status::{
     IoStatus, NbdStats, Status, TargetStatus, VhostQueueStats, VhostStats, JSON_SCHEMA,

@@ -47,6 +47,22 @@ pub struct InitParams {
     /// with a detached header, data offset 0).
     #[serde(default)]
     pub decrypt: bool,
+    /// The keyslots renewed, each with its passphrase (cryptsetup's
+    /// every active keyslot); empty: the keyslot the start's passphrase
+    /// opens (`key_slot`, or the only active one).
+    #[serde(default)]
+    pub slots: Vec<SlotPassphrase>,
+}
+
+/// The passphrase of one keyslot a new reencryption renews, in locked
+/// memory; hex on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotPassphrase {
+    /// The keyslot.
+    pub slot: u32,
+    /// Its passphrase.
+    #[serde(with = "secret_hex")]
+    pub passphrase: Secret,
 }
 
 /// `luks::kdf::KdfRequest` on the wire.

@@ -129,7 +129,19 @@ impl Daemon {
                     decrypt: p.decrypt,
                     header: self.header.clone(),
                 };
-                reencrypt::init_held(&device, pass, start.key_slot, &req)?;
+                if p.slots.is_empty() {
+                    reencrypt::init_held(&device, pass, start.key_slot, &req)?;
+                } else {
+                    let slots: Vec<reencrypt::SlotPassphrase<'_>> = p
+                        .slots
+                        .iter()
+                        .map(|s| reencrypt::SlotPassphrase {
+                            slot: s.slot,
+                            pass: &s.passphrase,
+                        })
+                        .collect();
+                    reencrypt::init_slots_held(&device, &slots, &req)?;
+                }
             }
             _ => {}
         }

@@ -9,7 +9,7 @@
 //!                         mode, offset (bytes of data done), shift
 //!   cwd/LUKS-<uuid>.org   the old header (luksHeaderBackup format)
 //!   cwd/LUKS-<uuid>.new   the new header: same UUID, data offset and
-//!                         passphrase in the same keyslot, a new key
+//!                         passphrases in the same keyslots, a new key
 //!   cwd/LUKS-<uuid>.sum   ucrypt's: the old ciphertext's sector digests
 //!                         of the block being rewritten (below)
 //!   device                magic "LUKS\xde\xad" while in progress (no
@@ -27,10 +27,12 @@
 //! SHA-256 of each of its 512-byte sectors as they were (the old
 //! ciphertext), sealed by a digest of the whole. A resume at that offset
 //! reencrypts only the sectors that still match; a sealed-but-stale or
-//! torn sum (the block not yet written) changes nothing. Only the keyslot
-//! the passphrase opens is carried over, as cryptsetup does with a key
-//! file: a volume with several active keyslots needs `--key-slot`, and
-//! the others are dropped. Data shifts (`--reduce-device-size`),
+//! torn sum (the block not yet written) changes nothing. Every active
+//! keyslot is carried over in its own number, each with its passphrase
+//! ([`run_slots`]), as cryptsetup asks for them; with `--key-slot` (or a
+//! key file, which cryptsetup allows only for a volume with one active
+//! keyslot or with `--key-slot`) only that keyslot is, and the others
+//! are dropped. Data shifts (`--reduce-device-size`),
 //! `--encrypt`, `--decrypt` and `--keep-key` of the LUKS1 tool are not
 //! implemented. Hand-written: no crate implements this format.
 
@@ -232,6 +234,39 @@ pub fn run(
     stop: &AtomicBool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Outcome> {
+    run_with(device, dir, &[], pass, key_slot, req, stop, progress)
+}
+
+/// [`run`] renewing each keyslot of `slots` when it starts, as
+/// cryptsetup's LUKS1 reencryption does without `--key-slot`: each
+/// passphrase must open its keyslot, and the new header holds the new key
+/// in the same keyslot numbers, each with its passphrase. A reencryption
+/// in progress is resumed with the first passphrase.
+pub fn run_slots(
+    device: &Path,
+    dir: &Path,
+    slots: &[super::SlotPassphrase<'_>],
+    req: &Luks1Request,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Outcome> {
+    let first = slots
+        .first()
+        .ok_or_else(|| invalid("No keyslot to renew"))?;
+    run_with(device, dir, slots, first.pass, None, req, stop, progress)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_with(
+    device: &Path,
+    dir: &Path,
+    slots: &[super::SlotPassphrase<'_>],
+    pass: &[u8],
+    key_slot: Option<u32>,
+    req: &Luks1Request,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Outcome> {
     let _claim = crate::volume::io::claim(&[device])?;
     let (uuid, files, offset) = match in_progress(device)? {
         Some(uuid) => {
@@ -251,7 +286,7 @@ pub fn run(
             (uuid, files, offset)
         }
         None => {
-            let (uuid, files) = init(device, dir, pass, key_slot, req)?;
+            let (uuid, files) = init(device, dir, pass, key_slot, slots, req)?;
             (uuid, files, 0)
         }
     };
@@ -333,6 +368,7 @@ fn init(
     dir: &Path,
     pass: &[u8],
     key_slot: Option<u32>,
+    slots: &[super::SlotPassphrase<'_>],
     req: &Luks1Request,
 ) -> Result<(String, Files)> {
     let vol = Volume::load(device, None)?;
@@ -343,11 +379,24 @@ fn init(
         )));
     };
     let active = vol.header().active_slots();
-    if key_slot.is_none() && active.len() != 1 {
+    if slots.is_empty() && key_slot.is_none() && active.len() != 1 {
         return Err(invalid(
             "Key file can be used only with --key-slot or with exactly one key slot active.",
         ));
     }
+    // Every renewed keyslot's passphrase is checked before anything is
+    // written.
+    for s in slots.iter().skip(1) {
+        vol.unlock(s.pass, Some(s.slot))
+            .map_err(|e| match e.kind() {
+                ErrorKind::WrongPassphrase => Error::new(
+                    ErrorKind::WrongPassphrase,
+                    "No key available with this passphrase.",
+                ),
+                _ => e,
+            })?;
+    }
+    let key_slot = slots.first().map(|s| s.slot).or(key_slot);
     let opened = vol.unlock(pass, key_slot)?;
     let uuid = h.uuid.clone();
     let files = Files::of(dir, &uuid);
@@ -383,7 +432,17 @@ fn init(
         force: true,
         ..FormatOptions::default()
     };
-    format(device, Some(files.new.as_path()), &opts, pass)?;
+    let key_bits = opts.key_bits.unwrap_or(0);
+    let new_vk = crate::keyslot::random((key_bits / 8) as usize)?;
+    let opts = FormatOptions {
+        volume_key: Some(new_vk.clone()),
+        ..opts
+    };
+    let mut new_vol = format(device, Some(files.new.as_path()), &opts, pass)?;
+    // The other renewed keyslots, in their own slot numbers.
+    for s in slots.iter().skip(1) {
+        new_vol.add_key(&new_vk, s.pass, Some(s.slot), &req.kdf)?;
+    }
     crash::point();
     // Marked: no LUKS tool opens the device until the new header is on it.
     let mut f = open_rw(device)?;

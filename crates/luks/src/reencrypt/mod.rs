@@ -61,12 +61,14 @@ mod header;
 mod lock;
 pub mod luks1;
 mod mover;
+mod resilience;
 mod state;
 
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
+pub use resilience::set_resilience;
 pub use state::{Mode, Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).
@@ -147,8 +149,10 @@ pub fn status(device: &Path) -> Result<Option<State>> {
 }
 
 /// Starts a reencryption of `device` with the passphrase `pass` (the
-/// keyslots it opens — `key_slot` only, when given — get a twin for the
+/// keyslot it opens — `key_slot` only, when given — gets a twin for the
 /// new key with the same passphrase), writing cryptsetup's metadata.
+/// Without `key_slot` a reencryption needs exactly one active keyslot
+/// (a decryption opens any): [`init_slots`] renews several.
 /// Nothing is reencrypted yet; [`run`] does that.
 pub fn init(device: &Path, pass: &[u8], key_slot: Option<u32>, req: &InitRequest) -> Result<State> {
     let meta = req.header.as_deref().unwrap_or(device);
@@ -163,6 +167,99 @@ pub fn init_held(
     key_slot: Option<u32>,
     req: &InitRequest,
 ) -> Result<State> {
+    init_with(device, Unlock::One { pass, key_slot }, req)
+}
+
+/// The passphrase of one keyslot a reencryption renews.
+#[derive(Clone, Copy)]
+pub struct SlotPassphrase<'a> {
+    /// The keyslot.
+    pub slot: u32,
+    /// Its passphrase.
+    pub pass: &'a [u8],
+}
+
+impl std::fmt::Debug for SlotPassphrase<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotPassphrase")
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a reencryption renewing each keyslot of `slots` (in their
+/// order; the first is the one cryptsetup records as the old one): each
+/// passphrase must open its keyslot, and each gets a twin in a free
+/// keyslot sealing the new key with that passphrase (the old keyslot's
+/// KDF, priority and tokens), as cryptsetup does for every active
+/// keyslot without `--key-slot`. The keyslots of the old key go when the
+/// reencryption finishes, renewed or not. Not for a decryption.
+pub fn init_slots(device: &Path, slots: &[SlotPassphrase<'_>], req: &InitRequest) -> Result<State> {
+    let meta = req.header.as_deref().unwrap_or(device);
+    let _claim = io::claim(&[device, meta])?;
+    init_slots_held(device, slots, req)
+}
+
+/// [`init_slots`] on a device its caller holds (the daemon serving it).
+pub fn init_slots_held(
+    device: &Path,
+    slots: &[SlotPassphrase<'_>],
+    req: &InitRequest,
+) -> Result<State> {
+    if req.decrypt {
+        return Err(invalid("A decryption renews no keyslot"));
+    }
+    init_with(device, Unlock::Each(slots), req)
+}
+
+/// The keyslots a reencryption of the volume whose header is on `meta`
+/// asks a passphrase for when all are renewed: those bound to the data
+/// segment's key (cryptsetup's `CRYPT_SLOT_ACTIVE`), in slot order.
+pub fn active_slots(meta: &Path) -> Result<Vec<u32>> {
+    let (h, _) = read_header(meta)?;
+    Ok(h.meta.segment_keyslots())
+}
+
+/// Whether `pass` opens keyslot `slot` of the volume whose header is on
+/// `meta`, to the data segment's key (cryptsetup's check before it takes
+/// the passphrase of a keyslot to renew). A wrong one is
+/// [`ErrorKind::WrongPassphrase`].
+pub fn check_slot(meta: &Path, slot: u32, pass: &[u8]) -> Result<()> {
+    let (h, _) = read_header(meta)?;
+    let did = h
+        .meta
+        .segment_digest()
+        .map(|(i, _)| i.clone())
+        .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
+    unlock_any(&h, meta, pass, &[slot], &[did.as_str()])
+        .map(|_| ())
+        .map_err(no_key)
+}
+
+/// A wrong passphrase in cryptsetup's words (`tools_passphrase_msg`).
+fn no_key(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::WrongPassphrase => Error::new(
+            ErrorKind::WrongPassphrase,
+            "No key available with this passphrase.",
+        ),
+        _ => e,
+    }
+}
+
+/// The passphrases a new reencryption opens the old key with.
+enum Unlock<'a> {
+    /// One passphrase: for `key_slot`, or the only active keyslot (any
+    /// keyslot for a decryption).
+    One {
+        pass: &'a [u8],
+        key_slot: Option<u32>,
+    },
+    /// One passphrase per keyslot, each renewed.
+    Each(&'a [SlotPassphrase<'a>]),
+}
+
+fn init_with(device: &Path, unlock: Unlock<'_>, req: &InitRequest) -> Result<State> {
     let meta = req.header.as_deref().unwrap_or(device);
     let (mut h, _) = read_header(meta)?;
     if State::load(&h)?.is_some() {
@@ -191,27 +288,37 @@ pub fn init_held(
         .map(|(i, d)| (i.clone(), d.clone()))
         .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
     let bound = h.meta.segment_keyslots();
-    let candidates: Vec<u32> = match key_slot {
-        Some(s) => vec![s],
-        None => bound.clone(),
-    };
-    if key_slot.is_none() && bound.len() > 1 {
-        return Err(invalid(
-            "Key file or keyring key description can be used only with \
-             --key-slot or with exactly one key slot active.",
-        ));
-    }
-    let (slot, old_vk) =
-        unlock_any(&h, meta, pass, &candidates, &[old_did.as_str()]).map_err(|e| {
-            match (e.kind(), key_slot) {
-                (ErrorKind::WrongPassphrase, None) => Error::new(
-                    ErrorKind::WrongPassphrase,
-                    "No key available with this passphrase.",
-                ),
-                _ => e,
+    // The keyslots renewed, with their passphrases, and the old key.
+    let (renewed, old_vk): (Vec<SlotPassphrase<'_>>, Secret) = match unlock {
+        Unlock::One { pass, key_slot } => {
+            let candidates: Vec<u32> = match key_slot {
+                Some(s) => vec![s],
+                None => bound.clone(),
+            };
+            if key_slot.is_none() && bound.len() > 1 && !req.decrypt {
+                return Err(invalid(
+                    "Key file can be used only with --key-slot or with exactly one key slot active.",
+                ));
             }
-        })?;
-    let old_vk = old_vk.1;
+            let (slot, (_, vk)) = unlock_any(&h, meta, pass, &candidates, &[old_did.as_str()])
+                .map_err(|e| if key_slot.is_none() { no_key(e) } else { e })?;
+            if !req.decrypt {
+                check_free_slots(&h, 1)?;
+            }
+            (vec![SlotPassphrase { slot, pass }], vk)
+        }
+        Unlock::Each(slots) => {
+            let mut vk = None;
+            for s in slots {
+                let (_, (_, k)) =
+                    unlock_any(&h, meta, s.pass, &[s.slot], &[old_did.as_str()]).map_err(no_key)?;
+                vk = Some(k);
+            }
+            let vk = vk.ok_or_else(|| invalid("No keyslot to renew"))?;
+            check_free_slots(&h, slots.len())?;
+            (slots.to_vec(), vk)
+        }
+    };
 
     // The new layout (a decryption has none: plaintext).
     let (cipher, sector_size, new_vk) = if req.decrypt {
@@ -234,8 +341,19 @@ pub fn init_held(
     let new_did = if req.decrypt {
         String::new()
     } else {
-        let old_ks = meta_slot(&h, slot)?;
-        new_keyslot(&mut h, &mut *f, old_ks, slot, pass, &new_vk, req)?
+        let mut new_slots = Vec::new();
+        for s in &renewed {
+            let old_ks = meta_slot(&h, s.slot)?;
+            new_slots.push(new_keyslot(
+                &mut h, &mut *f, old_ks, s.slot, s.pass, &new_vk, req,
+            )?);
+        }
+        // One digest binds every twin, as cryptsetup's
+        // `CRYPT_VOLUME_KEY_DIGEST_REUSE` does.
+        let new_did = free_digest(&h);
+        h.obj_mut("digests")
+            .insert(new_did.clone(), new_digest(&new_vk, &new_slots, &[])?);
+        new_did
     };
     let free_slot = |h: &RawHeader| {
         (0..json::MAX_KEYSLOTS)
@@ -387,8 +505,8 @@ fn meta_slot(h: &RawHeader, slot: u32) -> Result<json::Keyslot> {
 }
 
 /// Seals `new_vk` with `pass` in a free keyslot like `old_ks` (slot
-/// `slot`; its tokens name the new one too), bound to a new digest;
-/// returns the digest's id.
+/// `slot`; its tokens name the new one too), bound to no digest yet;
+/// returns the new keyslot's id.
 fn new_keyslot(
     h: &mut RawHeader,
     f: &mut dyn io::Device,
@@ -448,12 +566,21 @@ fn new_keyslot(
             }
         }
     }
-    let new_did = free_digest(h);
-    h.obj_mut("digests").insert(
-        new_did.clone(),
-        new_digest(new_vk, &[new_slot.to_string()], &[])?,
-    );
-    Ok(new_did)
+    Ok(new_slot.to_string())
+}
+
+/// cryptsetup's count of keyslots a reencryption renewing `renewed`
+/// keyslots needs (`_check_luks2_keyslots`): every keyslot there is, a
+/// twin for each renewed one and the reencrypt keyslot must fit.
+fn check_free_slots(h: &RawHeader, renewed: usize) -> Result<()> {
+    let used = h.obj("keyslots").len();
+    if used + renewed + 1 > json::MAX_KEYSLOTS as usize {
+        return Err(Error::new(
+            ErrorKind::SlotBusy,
+            "Not enough free keyslots for reencryption.",
+        ));
+    }
+    Ok(())
 }
 
 /// Resumes (or runs from its start) the reencryption of `device`,
