@@ -32,7 +32,8 @@ done
 
 WORK=$(mktemp -d "$DIR/ucrypt-reenc.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-FS=$(stat -f -c %T "$WORK")
+# The filesystem type as mount(8) names it (stat -f says ext2/ext3 for ext4).
+FS=$(findmnt -no FSTYPE -T "$WORK" 2>/dev/null || stat -f -c %T "$WORK")
 DIRECT=1
 [ "$FS" = tmpfs ] && DIRECT=0
 KEY=$WORK/key
