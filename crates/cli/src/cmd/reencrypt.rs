@@ -280,11 +280,23 @@ pub(super) fn slot_passphrases(
             "Key file can be used only with --key-slot or with exactly one key slot active.",
         ));
     }
-    let source = a.key.source(g.prompting());
-    let mut out = Vec::with_capacity(active.len());
-    for slot in active {
+    ask_each_slot(&a.key.source(g.prompting()), active, |slot, p| {
+        reencrypt::check_slot(meta, slot, p)
+    })
+}
+
+/// The passphrase of each of `slots` in turn, asked as cryptsetup asks it
+/// ("Enter passphrase for key slot N: ") and checked by `check` before
+/// the next is asked; none at all is refused as cryptsetup refuses it.
+pub(super) fn ask_each_slot(
+    source: &luks::ops::KeySource,
+    slots: impl IntoIterator<Item = u32>,
+    check: impl Fn(u32, &[u8]) -> luks::Result<()>,
+) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
+    let mut out = Vec::new();
+    for slot in slots {
         let pass = source.unlock(&format!("Enter passphrase for key slot {slot}: "), |p| {
-            reencrypt::check_slot(meta, slot, p)?;
+            check(slot, p)?;
             Ok(p.clone())
         })?;
         out.push((slot, pass));

@@ -114,23 +114,16 @@ fn slot_passphrases(
     prompting: Prompting,
 ) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
     let vol = luks::Volume::load(dev, None)?;
-    let source = a.key.source(prompting);
-    let mut out = Vec::new();
-    for slot in vol.header().active_slots() {
-        let pass = source.unlock(&format!("Enter passphrase for key slot {slot}: "), |p| {
-            vol.unlock(p, Some(slot)).map_err(|e| match e.kind() {
+    let slots = vol.header().active_slots();
+    super::reencrypt::ask_each_slot(&a.key.source(prompting), slots, |slot, p| {
+        vol.unlock(p, Some(slot))
+            .map(drop)
+            .map_err(|e| match e.kind() {
                 luks::ErrorKind::WrongPassphrase => luks::Error::new(
                     luks::ErrorKind::WrongPassphrase,
                     "No key available with this passphrase.",
                 ),
                 _ => e,
-            })?;
-            Ok(p.clone())
-        })?;
-        out.push((slot, pass));
-    }
-    if out.is_empty() {
-        return Err(Failure::usage("No key available with this passphrase."));
-    }
-    Ok(out)
+            })
+    })
 }
