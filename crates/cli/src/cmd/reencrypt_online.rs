@@ -143,15 +143,6 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         check_start(&a, &dev)?;
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
-    if let (Some(st), Some(r)) = (&state, a.resilience.as_deref()) {
-        if r != st.resilience.name() {
-            // The daemon resumes with the recorded resilience; the switch
-            // a resume may make (cryptsetup's) is offline only in ucrypt.
-            return Err(Failure::usage(format!(
-                "Switching the resilience of a reencryption resumed with --active-name                  (to {r}) is not supported by ucrypt: resume it offline, or without --resilience."
-            )));
-        }
-    }
     let mut init = if state.is_none() {
         let req = init_request(&a)?;
         Some(InitParams {
@@ -235,6 +226,10 @@ pub(super) fn start_and_watch(
     init: Option<InitParams>,
     rate: u64,
 ) -> CmdResult {
+    // A resume may switch the resilience, as cryptsetup's does (the
+    // daemon writes it before the data moves again); a start's is in
+    // `init`.
+    let switch = init.is_none();
     let start = ReencryptStart {
         passphrase,
         key_slot: a.key_slot,
@@ -242,6 +237,8 @@ pub(super) fn start_and_watch(
         init_only: a.init_only,
         hotzone: a.hotzone_size.unwrap_or(0),
         rate,
+        resilience: a.resilience.clone().filter(|_| switch),
+        resilience_hash: a.resilience_hash.clone().filter(|_| switch),
     };
     let first = control::reencrypt(name, start, DRAIN_TIMEOUT)?;
     if a.init_only {

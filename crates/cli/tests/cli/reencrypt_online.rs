@@ -983,33 +983,64 @@ fn online_renews_every_keyslot() {
     assert_ne!(volume_key(&v.img, &v.key), old_key, "the key changed");
 }
 
-/// A resume with `--active-name` given another `--resilience` than the
-/// recorded one is refused with nothing written (ucrypt switches it
-/// offline only); the recorded one is accepted.
+/// A resume with `--active-name` given another `--resilience` switches
+/// it before the data moves again, as cryptsetup's resume does: the
+/// header's reencrypt keyslot carries the new mode (and its digest holds:
+/// cryptsetup finishes the run), the daemon moves under it, and the data
+/// ends intact. `none` is refused online with nothing written.
 #[test]
-fn online_resume_refuses_another_resilience() {
+fn online_resume_switches_the_resilience() {
     let test = "reencrypt_online_resilience";
     if !require_tool(test, "cryptsetup") {
         return;
     }
-    let (v, _plain) = Vol::new(test, &base(), 0x5108);
+    let (v, plain) = Vol::new(test, &base(), 0x5108);
     v.open(&[]);
     wait_child(v.reencrypt_online(&["--init-only"]), "init-only");
+    assert!(
+        v.status_of_header().contains("checksum"),
+        "{}",
+        v.status_of_header()
+    );
     let before = std::fs::read(&v.img).unwrap();
     let out = v
-        .reencrypt_online(&["--resume-only", "--resilience", "journal"])
+        .reencrypt_online(&["--resume-only", "--resilience", "none"])
         .wait_with_output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not supported by ucrypt"),
+        String::from_utf8_lossy(&out.stderr).contains("checksum or journal"),
         "{out:?}"
     );
     assert!(std::fs::read(&v.img).unwrap() == before, "nothing written");
-    wait_child(
-        v.reencrypt_online(&["--resume-only", "--resilience", "checksum"]),
-        "resume with the recorded resilience",
+    // Switched, and caught mid-way (slow enough) to see it move under
+    // the new mode.
+    let child = v.reencrypt_online(&[
+        "--resume-only",
+        "--resilience",
+        "journal",
+        "--hotzone-size",
+        "1M",
+        "--rate",
+        "4",
+    ]);
+    testutil::wait_until(Duration::from_secs(60), "a hotzone moved", || {
+        v.status()
+            .is_some_and(|s| s["reencryption"]["hotzones"].as_u64() >= Some(1))
+    });
+    let st = v.status().unwrap();
+    assert_eq!(st["reencryption"]["resilience"], "journal", "{st}");
+    assert!(
+        v.status_of_header().contains("journal"),
+        "{}",
+        v.status_of_header()
     );
     v.close();
+    let _ = child.wait_with_output().unwrap();
+    assert!(v.in_reencryption(), "stopped mid-way");
+    // cryptsetup accepts the switched metadata (its digest) and finishes.
+    let o = v.cryptsetup_resume();
+    assert!(o.status.success(), "cryptsetup resume: {o:?}");
     assert!(!v.in_reencryption());
+    assert_eq!(v.read_plain(), plain, "plaintext at the end");
 }

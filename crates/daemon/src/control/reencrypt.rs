@@ -26,6 +26,14 @@ pub struct ReencryptStart {
     pub hotzone: u64,
     /// Rate limit in bytes per second (0: none).
     pub rate: u64,
+    /// A resume's new resilience (`checksum`, `journal`), switched before
+    /// the data moves again as cryptsetup's `--resume-only --resilience`
+    /// switches it; `None` keeps the recorded one.
+    #[serde(default)]
+    pub resilience: Option<String>,
+    /// The checksum hash of a switched resilience.
+    #[serde(default)]
+    pub resilience_hash: Option<String>,
 }
 
 /// A new reencryption's parameters (`luks::reencrypt::InitRequest`).

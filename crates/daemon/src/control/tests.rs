@@ -275,6 +275,8 @@ fn a_reencrypt_request_carries_any_passphrase_bytes() {
         init_only: false,
         hotzone: 1 << 20,
         rate: 0,
+        resilience: Some("journal".into()),
+        resilience_hash: None,
     };
     let req = Request::Reencrypt(Box::new(start));
     let mut line = Secret::with_capacity(256);

@@ -143,7 +143,22 @@ impl Daemon {
                     reencrypt::init_slots_held(&device, &slots, &req)?;
                 }
             }
-            _ => {}
+            (Some(_), None) => {
+                if let Some(r) = start.resilience.as_deref() {
+                    if r == "none" {
+                        return Err(refuse_none());
+                    }
+                    reencrypt::set_resilience_held(
+                        &device,
+                        &meta,
+                        pass,
+                        start.key_slot,
+                        r,
+                        start.resilience_hash.as_deref(),
+                    )?;
+                }
+            }
+            (Some(_), Some(_)) => {}
         }
         let online = Online::unlock_at(&device, &meta, pass, start.key_slot)?;
         let st = online.state();

@@ -68,7 +68,7 @@ pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
-pub use resilience::set_resilience;
+pub use resilience::{set_resilience, set_resilience_held};
 pub use state::{Mode, Resilience, State};
 
 /// cryptsetup's largest hotzone (1 GiB).

@@ -31,6 +31,19 @@ pub fn set_resilience(
     hash: Option<&str>,
 ) -> Result<()> {
     let _claim = io::claim(&[device, meta])?;
+    set_resilience_held(device, meta, pass, key_slot, resilience, hash)
+}
+
+/// [`set_resilience`] on a device its caller holds (the daemon serving
+/// it, between two runs of its reencryption: no hotzone is moving).
+pub fn set_resilience_held(
+    device: &Path,
+    meta: &Path,
+    pass: &[u8],
+    key_slot: Option<u32>,
+    resilience: &str,
+    hash: Option<&str>,
+) -> Result<()> {
     let (mut h, _) = read_header_of(meta, device)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
     let shifting = matches!(st.resilience, Resilience::Datashift { .. });
