@@ -35,7 +35,7 @@
 #
 # Usage: scripts/bench-reencrypt-online.sh  (env: DIR=/dev/shm where the
 #        image lives, a directory on a real disk measures that disk;
-#        SIZE=4096 MiB; ROUNDS=3; RUNTIME=3 s per cell; RATE=MiB/s of the
+#        SIZE=4096 MiB; ROUNDS=3; RUNTIME=2 s per cell; RATE=MiB/s of the
 #        limited state (default: half the round's offline rate);
 #        CIPHER=aes-xts-plain64; SECTOR=4096; CELLS="randread:4k:1 ...")
 # A small check that it works (seconds):
@@ -49,7 +49,7 @@ cd "$(dirname "$0")/.."
 DIR=${DIR:-/dev/shm}
 SIZE=${SIZE:-4096}
 ROUNDS=${ROUNDS:-3}
-RUNTIME=${RUNTIME:-3}
+RUNTIME=${RUNTIME:-2}
 RATE=${RATE:-}
 CIPHER=${CIPHER:-aes-xts-plain64}
 SECTOR=${SECTOR:-4096}
@@ -224,6 +224,9 @@ for r in $(seq 1 "$ROUNDS"); do
   t1=$(now)
   off=$(python3 -c "print(f'{$DMIB / ($t1 - $t0):.1f}')")
   lim=${RATE:-$(python3 -c "print(f'{$off / 2:.1f}')")}
+  if python3 -c "import sys; sys.exit(0 if $DMIB > 1.2 * $RUNTIME * $off else 1)"; then :; else
+    echo "round $r: $DMIB MiB at the offline $off MiB/s may not outlast a ${RUNTIME}s cell: restarts likely (raise SIZE)"
+  fi
   open_volume
   for c in $CELLS; do
     IFS=: read -r rw bs qd <<<"$c"
