@@ -174,9 +174,10 @@ online_cell() {
   [ "$running" = true ] || [ "$finished" = true ] || die "the online reencryption stopped: $(cat "$WORK/reenc.log")"
   moved=$((moved + d - done0))
   # The next cell starts on a volume out of reencryption: finish this one
-  # with no limit.
+  # with no limit. `--resume --rate 0` only steers (`--rate` alone would
+  # start another if this one just finished); it fails if none runs.
   if [ "$running" = true ] && [ $# -gt 0 ]; then
-    "$UCRYPT" reencrypt --active-name "$NAME" --rate 0 >/dev/null
+    "$UCRYPT" reencrypt --active-name "$NAME" --resume --rate 0 >/dev/null 2>&1 </dev/null || true
   fi
   end_run
   python3 -c "print('$(cat "$WORK/client")', f'{$moved / 1048576 / ($t1 - $t0):.1f}', $restarts)" >"$WORK/cell"
