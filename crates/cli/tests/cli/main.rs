@@ -15,6 +15,7 @@ mod backing_lock;
 mod bench_cli;
 mod bench_file;
 mod bench_rbd;
+mod bench_reencrypt_online;
 mod bench_vhost;
 mod bitlk_images;
 mod close_bounded;

@@ -326,12 +326,12 @@ impl Daemon {
     }
 
     fn reencrypt_thread(self: Arc<Self>, online: Online, opts: RunOptions, sh: &Shared) {
+        let rate = sh.lock().rate;
         let mut fence = EngineFence {
             d: &self,
             sh,
             held: None,
-            started: Instant::now(),
-            moved: 0,
+            pace: Pace::new(rate, Instant::now()),
         };
         let r = online.run(
             &opts,
@@ -372,8 +372,54 @@ struct EngineFence<'a> {
     d: &'a Daemon,
     sh: &'a Shared,
     held: Option<Instant>,
-    started: Instant,
+    pace: Pace,
+}
+
+/// The rate limit's pacing: the bytes moved since the window started
+/// against the time since then. A new limit and the end of a pause start
+/// a new window, so neither the time paused nor the bytes moved under
+/// another limit count: a resume after a long pause does not catch up at
+/// full speed, and a limit set after an unthrottled stretch paces from
+/// then on instead of stopping the data until the whole run's bytes fit.
+struct Pace {
+    rate: u64,
+    since: Instant,
     moved: u64,
+    paused: bool,
+}
+
+impl Pace {
+    fn new(rate: u64, now: Instant) -> Self {
+        Pace {
+            rate,
+            since: now,
+            moved: 0,
+            paused: false,
+        }
+    }
+
+    /// A hotzone of `len` bytes is being moved.
+    fn moved(&mut self, len: u64) {
+        self.moved += len;
+    }
+
+    /// How long to wait at `now` before the next hotzone (`None`: go on)
+    /// under the limit `rate` (bytes/s, 0: none), or while `paused`.
+    fn wait(&mut self, rate: u64, paused: bool, now: Instant) -> Option<Duration> {
+        if paused {
+            self.paused = true;
+            return Some(Duration::from_millis(500));
+        }
+        if self.paused || rate != self.rate {
+            *self = Pace::new(rate, now);
+        }
+        if rate == 0 {
+            return None;
+        }
+        let due = Duration::from_secs_f64(self.moved as f64 / rate as f64);
+        due.checked_sub(now.duration_since(self.since))
+            .filter(|w| !w.is_zero())
+    }
 }
 
 fn luks_err(e: impl std::fmt::Display) -> luks::Error {
@@ -384,7 +430,7 @@ impl Fence for EngineFence<'_> {
     fn hold(&mut self, _off: u64, len: u64) -> luks::Result<()> {
         self.d.engine.suspend().map_err(luks_err)?;
         self.held = Some(Instant::now());
-        self.moved += len;
+        self.pace.moved(len);
         Ok(())
     }
 
@@ -410,15 +456,9 @@ impl Fence for EngineFence<'_> {
             if self.sh.stop.load(Ordering::Relaxed) || done >= total {
                 return Ok(());
             }
-            let wait = if p.paused {
-                Some(Duration::from_millis(500))
-            } else if p.rate > 0 {
-                let due = Duration::from_secs_f64(self.moved as f64 / p.rate as f64);
-                due.checked_sub(self.started.elapsed())
-            } else {
-                None
+            let Some(w) = self.pace.wait(p.rate, p.paused, Instant::now()) else {
+                return Ok(());
             };
-            let Some(w) = wait else { return Ok(()) };
             p = self
                 .sh
                 .wake
@@ -426,5 +466,62 @@ impl Fence for EngineFence<'_> {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn at(t0: Instant, secs: f64) -> Instant {
+        t0 + Duration::from_secs_f64(secs)
+    }
+
+    #[test]
+    fn pace_holds_the_rate() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(MIB, t0);
+        p.moved(4 * MIB);
+        let w = p.wait(MIB, false, at(t0, 1.0)).expect("a wait");
+        assert_eq!(w, Duration::from_secs(3));
+        assert_eq!(p.wait(0, false, at(t0, 1.0)), None, "no limit: no wait");
+    }
+
+    #[test]
+    fn a_resume_after_a_long_pause_does_not_catch_up_at_full_speed() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(MIB, t0);
+        p.moved(4 * MIB);
+        assert_eq!(p.wait(MIB, false, at(t0, 4.0)), None);
+        // Paused for a minute.
+        assert!(p.wait(MIB, true, at(t0, 4.0)).is_some());
+        assert!(p.wait(MIB, true, at(t0, 64.0)).is_some());
+        // Resumed: the next hotzone goes, the one after waits its turn
+        // at 1 MiB/s rather than 60 MiB of "credit" moving at once.
+        assert_eq!(p.wait(MIB, false, at(t0, 64.0)), None);
+        p.moved(4 * MIB);
+        let w = p
+            .wait(MIB, false, at(t0, 64.5))
+            .expect("paced after the resume");
+        assert!(w >= Duration::from_secs(3), "{w:?}");
+    }
+
+    #[test]
+    fn a_limit_set_after_an_unthrottled_stretch_paces_from_then_on() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(0, t0);
+        // 10 GiB in 10 s with no limit.
+        for _ in 0..2560 {
+            p.moved(4 * MIB);
+        }
+        assert_eq!(p.wait(0, false, at(t0, 10.0)), None);
+        // `--rate 50`: the next hotzone waits about 4 MiB / 50 MiB/s, not
+        // the 200 s the whole run's bytes would ask at that rate.
+        assert_eq!(p.wait(50 * MIB, false, at(t0, 10.0)), None);
+        p.moved(4 * MIB);
+        let w = p.wait(50 * MIB, false, at(t0, 10.01)).unwrap_or_default();
+        assert!(w <= Duration::from_millis(80), "{w:?}");
     }
 }
