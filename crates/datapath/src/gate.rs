@@ -348,6 +348,12 @@ impl Gate {
         }
     }
 
+    /// True when a request waits to be admitted: a caller blocked in
+    /// `admit` (held, draining or full) or one an engine thread parked.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.state.load(SeqCst) & (WAITERS | DEFERRED) != 0
+    }
+
     /// True while [`Gate::hold`] holds admission.
     pub(crate) fn held(&self) -> bool {
         self.state.load(SeqCst) & HELD != 0

@@ -34,8 +34,10 @@ fn suspend_resume(store: Store, c: Cipher) {
         let data: Vec<u8> = (0..8192u32).map(|i| (i * 13 % 251) as u8).collect();
         e.write(4096, data.clone(), false).expect("write");
 
+        assert!(!e.requests_waiting(), "{what}: nobody waits yet");
         e.suspend().expect("suspend");
         assert!(e.is_suspended(), "{what}");
+        assert!(!e.requests_waiting(), "{what}: nobody waits yet");
         // The engine holds no reference to the cipher any more: the key is
         // wiped with its last owner (here, this test).
         eventually(what, || Arc::strong_count(&crypt) == 1);
@@ -51,6 +53,8 @@ fn suspend_resume(store: Store, c: Cipher) {
             })
             .collect();
         eventually(what, || e.stats().in_flight == 0);
+        // The online reencryption's fence asks this to give clients a turn.
+        eventually(what, || e.requests_waiting());
         assert!(
             rx.recv_timeout(Duration::from_millis(100)).is_err(),
             "{what}: a request completed while suspended"
@@ -67,6 +71,7 @@ fn suspend_resume(store: Store, c: Cipher) {
         for t in waiting {
             t.join().expect("reader thread");
         }
+        assert!(!e.requests_waiting(), "{what}: every waiter admitted");
         assert!(matches!(e.resume(sector_crypt(c)), Err(Error::Invalid(_))));
         e.shutdown().expect("shutdown");
     }

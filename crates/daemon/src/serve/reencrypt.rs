@@ -20,7 +20,10 @@
 //! The whole engine is held per hotzone (requests outside the hotzone wait
 //! too): the hold is one hotzone's move (a few MiB by default, see
 //! [`DEFAULT_HOTZONE`]), and the mapping can only change while nothing is
-//! in flight anyway. `status` reports the longest hold. A request never
+//! in flight anyway. `status` reports the longest hold. When a request
+//! waited through a hold, the clients get as long again before the next
+//! one, so an unthrottled reencryption under client IO takes at most
+//! half of the time; on an idle volume the hotzones go back to back. A request never
 //! sees a half-moved hotzone: it runs before the hold under the old
 //! mapping or after it under the new one, and the header that describes
 //! the new mapping is on the device before any request is admitted under
@@ -422,6 +425,20 @@ impl Pace {
     }
 }
 
+/// How long the clients run between two hotzones after a hold of
+/// `held`: as long as the hold when a request waited through it (`waited`),
+/// so under client IO the reencryption takes at most half of the time and
+/// the clients keep at least half; none when nobody waited, so an idle
+/// volume reencrypts at full speed. (Back to back, an unthrottled
+/// reencryption held the engine nearly all the time: clients starved.)
+fn client_turn(held: Duration, waited: bool) -> Duration {
+    if waited {
+        held
+    } else {
+        Duration::ZERO
+    }
+}
+
 fn luks_err(e: impl std::fmt::Display) -> luks::Error {
     luks::Error::new(luks::ErrorKind::Io, e.to_string())
 }
@@ -436,28 +453,33 @@ impl Fence for EngineFence<'_> {
 
     fn advanced(&mut self, done: u64, total: u64, tables: Vec<Target>) -> luks::Result<()> {
         let new = self.d.targets(tables).map_err(luks_err)?;
+        // Clients that waited through this hold get as long again before
+        // the next one (see `client_turn`).
+        let waited = self.d.engine.requests_waiting();
         {
             let mut t = self.d.table.lock().unwrap_or_else(|e| e.into_inner());
             self.d.install(&new).map_err(luks_err)?;
             *t = new;
         }
-        let held = self
-            .held
-            .take()
-            .map_or(0, |h| h.elapsed().as_micros() as u64);
+        let held = self.held.take().map_or(Duration::ZERO, |h| h.elapsed());
+        let turn_ends = Instant::now() + client_turn(held, waited);
         let mut p = self.sh.lock();
         (p.done, p.total) = (done, total);
         p.hotzones += 1;
-        p.max_hold_us = p.max_hold_us.max(held);
-        // The rate limit: sleep until the bytes moved so far fit the
-        // rate; a pause waits here too, IO flowing meanwhile. A stop ends
-        // both.
+        p.max_hold_us = p.max_hold_us.max(held.as_micros() as u64);
+        // The clients' turn, then the rate limit: sleep until the bytes
+        // moved so far fit the rate; a pause waits here too, IO flowing
+        // meanwhile. A stop ends all three.
         loop {
             if self.sh.stop.load(Ordering::Relaxed) || done >= total {
                 return Ok(());
             }
-            let Some(w) = self.pace.wait(p.rate, p.paused, Instant::now()) else {
-                return Ok(());
+            let now = Instant::now();
+            let turn = turn_ends.saturating_duration_since(now);
+            let w = match self.pace.wait(p.rate, p.paused, now) {
+                Some(w) => w.max(turn),
+                None if !turn.is_zero() => turn,
+                None => return Ok(()),
             };
             p = self
                 .sh
@@ -477,6 +499,13 @@ mod tests {
 
     fn at(t0: Instant, secs: f64) -> Instant {
         t0 + Duration::from_secs_f64(secs)
+    }
+
+    #[test]
+    fn clients_that_waited_get_a_turn_as_long_as_the_hold() {
+        let hold = Duration::from_millis(12);
+        assert_eq!(client_turn(hold, true), hold);
+        assert_eq!(client_turn(hold, false), Duration::ZERO);
     }
 
     #[test]

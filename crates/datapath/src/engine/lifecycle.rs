@@ -85,6 +85,12 @@ impl Engine {
         self.core.gate.held()
     }
 
+    /// True when a request waits for admission: blocked by a suspension
+    /// or a swap, or by a full queue (a client with IO to do now).
+    pub fn requests_waiting(&self) -> bool {
+        self.core.gate.has_waiters()
+    }
+
     /// The current generation's layout.
     fn current(&self) -> Result<Layout, Error> {
         let cur = self.core.gate.current().ok_or(Error::Shutdown)?;
