@@ -213,6 +213,10 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     let Some(dev) = a.device.as_ref() else {
         return Err(Failure::usage("Command requires device as argument."));
     };
+    if let (true, Some(h)) = (super::reencrypt_dshift::wanted(&a), a.header.as_deref()) {
+        return super::reencrypt_dshift::run(&a, dev, h, g);
+    }
+    super::reencrypt_dshift::check_header(&a)?;
     check_type(&a, a.header.as_deref().unwrap_or(dev))?;
     if a.header.is_none() && super::reencrypt_luks1::is_luks1(dev) {
         return super::reencrypt_luks1::run(&a, dev, g.prompting());
@@ -426,7 +430,12 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
 
 /// Runs (or resumes, `resumed`) the data steps, with cryptsetup's
 /// progress and its handling of SIGINT/SIGTERM (stop after the hotzone).
-fn run_steps(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8], resumed: bool) -> CmdResult {
+pub(super) fn run_steps(
+    a: &ReencryptArgs,
+    dev: &std::path::Path,
+    pass: &[u8],
+    resumed: bool,
+) -> CmdResult {
     if a.force_offline_reencrypt && resumed {
         println!("Resuming LUKS reencryption in forced offline mode.");
     }

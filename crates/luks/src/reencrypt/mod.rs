@@ -55,6 +55,7 @@ use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, SealV2};
 
 pub(crate) mod crash;
+mod decrypt_shift;
 mod encrypt;
 pub mod fence;
 mod header;
@@ -64,6 +65,7 @@ mod mover;
 mod resilience;
 mod state;
 
+pub use decrypt_shift::{init_decrypt_shift, DecryptShiftRequest};
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
@@ -627,11 +629,7 @@ fn run_loop(
     if let Some((off, len)) = st.hotzone() {
         fence.hold(off, len)?;
         m.recover(&h, st, off, len)?;
-        done = if st.backward {
-            m.size.saturating_sub(off)
-        } else {
-            off + len
-        };
+        done = m.done_after(off, len);
         post_segments_mem(&mut h, st, done, m.size)?;
         if done < m.size {
             h.write(&mut *open_rw(meta)?)?;
@@ -645,11 +643,7 @@ fn run_loop(
             break;
         }
         let len = m.next_len(done);
-        let off = if st.backward {
-            m.size - done - len
-        } else {
-            done
-        };
+        let off = m.place(done, len);
         fence.hold(off, len)?;
         m.step(&mut h, st, done, len)?;
         done += len;
@@ -1024,6 +1018,9 @@ fn make_segments(
     hot: Option<u64>,
     total: u64,
 ) -> Result<()> {
+    if st.moved.is_some() && st.mode == Mode::Decrypt {
+        return decrypt_shift::make_segments(h, st, done, hot, total);
+    }
     if st.moved.is_some() {
         return make_shift_segments(h, st, done, hot, total);
     }
