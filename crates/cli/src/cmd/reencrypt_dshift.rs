@@ -30,7 +30,7 @@ pub(super) fn check_header(a: &ReencryptArgs) -> CmdResult {
     let Some(h) = a.header.as_deref().filter(|_| a.decrypt) else {
         return Ok(());
     };
-    if h.exists() && luks::ops::probe(h).is_err() {
+    if h.exists() && luks::ops::probe(h).is_err() && reencrypt::status(h).is_err() {
         return Err(Failure::usage(format!(
             "Device {} is not a valid LUKS device.",
             h.display()
