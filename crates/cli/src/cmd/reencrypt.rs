@@ -1,7 +1,9 @@
 //! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (LUKS1:
 //! `reencrypt_luks1.rs`) (a new
 //! volume key; optionally a new cipher, key size or sector size; or
-//! `--decrypt` with a detached `--header`; `--encrypt` of a plaintext
+//! `--decrypt` with a detached `--header`, or with `--header NEWFILE` of a
+//! volume whose header is inside the device (`reencrypt_dshift.rs`);
+//! `--encrypt` of a plaintext
 //! device with a detached `--header` or a data shift, online under a
 //! NAME it serves when one is given) over `luks::reencrypt`. Options,
 //! messages and exit codes are cryptsetup's.
@@ -97,8 +99,9 @@ pub struct ReencryptArgs {
     /// Progress as JSON lines.
     #[arg(long)]
     pub(super) progress_json: bool,
-    /// Decrypt the device (remove encryption; needs a detached --header
-    /// and data offset 0, as in cryptsetup 2.6).
+    /// Decrypt the device (remove encryption; needs --header: a detached
+    /// header with data offset 0, or a file that does not exist yet, to
+    /// which the header inside the device is exported, as in cryptsetup 2.6).
     #[arg(long, conflicts_with = "encrypt")]
     pub(super) decrypt: bool,
     /// Device or file with the detached LUKS2 header.

@@ -1,5 +1,7 @@
 //! LUKS2 reencryption (a new volume key, optionally a new cipher, key
-//! size or sector size), decryption (`--decrypt`, detached header) and
+//! size or sector size), decryption (`--decrypt`: detached header, or
+//! the header inside the device exported and the data moved down,
+//! `decrypt_shift.rs`) and
 //! encryption (`--encrypt`: detached header, or the header inside the
 //! device with the data shifted, `encrypt.rs`) offline, in cryptsetup's
 //! own metadata format, so either tool resumes what the other started.
@@ -15,7 +17,10 @@
 //! (direction forward; a decryption goes backward, from the end, and so
 //! does an encryption with a data shift, each hotzone written `shift`
 //! bytes further on than it was read, its first `shift` bytes read from
-//! the moved segment at the end of the device): read
+//! the moved segment at the end of the device; a decryption with a data
+//! shift goes forward from its moved segment's end, each hotzone written
+//! `shift` bytes before it was read, the moved segment last, in place,
+//! protected as checksum or journal): read
 //! the old ciphertext; protect it (checksum: a hash per block in the
 //! reencrypt keyslot's area; journal: the ciphertext itself there; none:
 //! nothing; datashift: nothing, the source stays intact), write the

@@ -3,16 +3,21 @@
 //!
 //! ```text
 //! keyslots: {.., "N": {type: reencrypt, key_size: 1, mode, direction,
-//!                      area: {type: checksum|journal|none|datashift, offset, size,
-//!                             [hash, sector_size] | [shift_size]}}}
+//!                      area: {type: checksum|journal|none|datashift|
+//!                             datashift-checksum|datashift-journal, offset, size,
+//!                             [hash, sector_size], [shift_size]}}}
 //! segments: data segments (new | [in-reencryption] | old), then
 //!           backup-previous (old layout) and backup-final (new layout);
 //!           an encryption with a data shift: moved | plaintext |
-//!           [in-reencryption] | new, and a backup-moved-segment
+//!           [in-reencryption] | new, and a backup-moved-segment; a
+//!           decryption with a data shift: moved (crypt, at 0) | plaintext
+//!           | [in-reencryption] | old, and a backup-moved-segment
+//!           (`decrypt_shift.rs`)
 //! digests:  old key → old segments + backup-previous; new key → new
 //!           segments + backup-final; a hotzone segment → both;
 //!           verification digest → the reencrypt keyslot only
-//! config.requirements.mandatory: ["online-reencrypt-v2"]
+//! config.requirements.mandatory: ["online-reencrypt-v2"] (v3: a
+//!           decryption with a data shift)
 //! ```
 //!
 //! The verification digest is a PBKDF2 digest (as of a volume key) over
@@ -49,8 +54,10 @@ pub enum Resilience {
     /// Nothing: a crash mid-hotzone loses that hotzone's data.
     None,
     /// The data moves by `shift` bytes toward the end of the device while
-    /// it is encrypted (`--reduce-device-size`): a hotzone's source is
-    /// never its target, so a torn hotzone is simply done again.
+    /// it is encrypted (`--reduce-device-size`), or toward its start while
+    /// it is decrypted (`datashift-checksum`, `datashift-journal`: see
+    /// [`State::moved_resilience`]): a hotzone's source is never its
+    /// target, so a torn hotzone is simply done again.
     Datashift {
         /// `shift_size`: the distance in bytes (the new data offset).
         shift: u64,
@@ -79,8 +86,11 @@ pub enum Mode {
     /// inside the device (direction backward, resilience `datashift`, the
     /// first `shift` bytes moved to the end of the device first).
     Encrypt,
-    /// Old key to plaintext (a `linear` segment), with a detached header
-    /// (direction backward, no data shift).
+    /// Old key to plaintext (a `linear` segment): with a detached header
+    /// (direction backward, no data shift), or with the header exported
+    /// from the device (direction forward, resilience
+    /// `datashift-checksum` or `datashift-journal`, the data moved down
+    /// by its offset).
     Decrypt,
 }
 
