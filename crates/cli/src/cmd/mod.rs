@@ -10,6 +10,7 @@ pub mod kdf;
 pub mod luks;
 pub mod plain;
 pub mod reencrypt;
+mod reencrypt_dshift;
 mod reencrypt_luks1;
 mod reencrypt_online;
 pub mod serve;

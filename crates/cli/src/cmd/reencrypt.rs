@@ -1,7 +1,9 @@
 //! `ucrypt reencrypt`: cryptsetup's offline LUKS2 reencryption (LUKS1:
 //! `reencrypt_luks1.rs`) (a new
 //! volume key; optionally a new cipher, key size or sector size; or
-//! `--decrypt` with a detached `--header`; `--encrypt` of a plaintext
+//! `--decrypt` with a detached `--header`, or with `--header NEWFILE` of a
+//! volume whose header is inside the device (`reencrypt_dshift.rs`);
+//! `--encrypt` of a plaintext
 //! device with a detached `--header` or a data shift, online under a
 //! NAME it serves when one is given) over `luks::reencrypt`. Options,
 //! messages and exit codes are cryptsetup's.
@@ -97,8 +99,9 @@ pub struct ReencryptArgs {
     /// Progress as JSON lines.
     #[arg(long)]
     pub(super) progress_json: bool,
-    /// Decrypt the device (remove encryption; needs a detached --header
-    /// and data offset 0, as in cryptsetup 2.6).
+    /// Decrypt the device (remove encryption; needs --header: a detached
+    /// header with data offset 0, or a file that does not exist yet, to
+    /// which the header inside the device is exported, as in cryptsetup 2.6).
     #[arg(long, conflicts_with = "encrypt")]
     pub(super) decrypt: bool,
     /// Device or file with the detached LUKS2 header.
@@ -213,6 +216,10 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     let Some(dev) = a.device.as_ref() else {
         return Err(Failure::usage("Command requires device as argument."));
     };
+    if let (true, Some(h)) = (super::reencrypt_dshift::wanted(&a), a.header.as_deref()) {
+        return super::reencrypt_dshift::run(&a, dev, h, g);
+    }
+    super::reencrypt_dshift::check_header(&a)?;
     check_type(&a, a.header.as_deref().unwrap_or(dev))?;
     if a.header.is_none() && super::reencrypt_luks1::is_luks1(dev) {
         return super::reencrypt_luks1::run(&a, dev, g.prompting());
@@ -426,7 +433,12 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
 
 /// Runs (or resumes, `resumed`) the data steps, with cryptsetup's
 /// progress and its handling of SIGINT/SIGTERM (stop after the hotzone).
-fn run_steps(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8], resumed: bool) -> CmdResult {
+pub(super) fn run_steps(
+    a: &ReencryptArgs,
+    dev: &std::path::Path,
+    pass: &[u8],
+    resumed: bool,
+) -> CmdResult {
     if a.force_offline_reencrypt && resumed {
         println!("Resuming LUKS reencryption in forced offline mode.");
     }

@@ -128,7 +128,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
         // decrypts with a data shift.
         return Err(Failure::usage(format!(
             "LUKS2 decryption exporting the header to {} (a data shift) is not supported \
-             by ucrypt reencrypt: it decrypts volumes with a detached header only.",
+             online by ucrypt reencrypt: run it offline (without --active-name).",
             h.display()
         )));
     }
@@ -141,6 +141,15 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     let state = reencrypt::status(&meta)?;
     if state.is_none() {
         check_start(&a, &dev)?;
+    }
+    if state
+        .as_ref()
+        .is_some_and(|st| st.moved_resilience.is_some())
+    {
+        return Err(Failure::usage(
+            "Resuming a LUKS2 decryption with a data shift online is not supported by ucrypt: \
+             resume it offline (without --active-name).",
+        ));
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let mut init = if state.is_none() {

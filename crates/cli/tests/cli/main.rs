@@ -51,6 +51,7 @@ mod rbd_faults;
 mod rbd_interop;
 mod reencrypt;
 mod reencrypt_compat;
+mod reencrypt_dshift;
 mod reencrypt_encrypt;
 mod reencrypt_luks1;
 mod reencrypt_online;

@@ -40,16 +40,24 @@
 //!   `resume_with_another_resilience`.
 //! - [30], [31] blkid probes and the dm sector-size check: need blkid's
 //!   superblock probing of a mapped device (not ported).
-//! - [32]–[37] decryption with a data shift (header inside the device):
-//!   not supported by ucrypt (not ported).
+//! - [32]–[37] decryption with a data shift (header inside the device),
+//!   in `reencrypt_dshift`: [32] offline (one run, `--init-only` then a
+//!   run, data offset 4 MiB and 16 MiB): `a_whole_run_equals_cryptsetups`,
+//!   `each_tool_finishes_the_others_init`; [33], [34] (a failed write in the
+//!   shift area or the moved segment, `datashift-checksum`/`-journal`):
+//!   `a_crash_at_any_write_is_finished_by_both_tools` (crash points stand in
+//!   for dm-error); [37] large data offsets: `large_data_offsets`; the
+//!   refusals: `refusals_are_cryptsetups_and_write_nothing`. The online
+//!   parts of [32] and [35], [36] (online) are refused by ucrypt (not ported).
 //! - `reencryption-compat-test` [1], [5] (LUKS1 chain, one keyslot):
 //!   `luks1_chain_and_keyslot_choice`, with [6] (all keyslots renewed); [2]
 //!   LUKS1 `--reduce-device-size`, [4], [11], [12] LUKS1 `--new`, [8] `--keep-key`, [10]
 //!   `--decrypt`, `--use-directio`, `--volume-key-file`: not supported by ucrypt;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
-//!   [2]–[6] old (`online-reencrypt` v1) metadata and [9] decryption with a
-//!   data shift: not supported by ucrypt; [8] AEAD: ucrypt has no integrity.
+//!   [2]–[6] old (`online-reencrypt` v1) metadata: not supported by ucrypt;
+//!   [9] decryption with a data shift: `reencrypt_dshift::mangled_datashift_metadata_is_refused`;
+//!   [8] AEAD: ucrypt has no integrity.
 
 use std::path::Path;
 use std::process::Output;

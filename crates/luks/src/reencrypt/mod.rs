@@ -1,5 +1,7 @@
 //! LUKS2 reencryption (a new volume key, optionally a new cipher, key
-//! size or sector size), decryption (`--decrypt`, detached header) and
+//! size or sector size), decryption (`--decrypt`: detached header, or
+//! the header inside the device exported and the data moved down,
+//! `decrypt_shift.rs`) and
 //! encryption (`--encrypt`: detached header, or the header inside the
 //! device with the data shifted, `encrypt.rs`) offline, in cryptsetup's
 //! own metadata format, so either tool resumes what the other started.
@@ -15,7 +17,10 @@
 //! (direction forward; a decryption goes backward, from the end, and so
 //! does an encryption with a data shift, each hotzone written `shift`
 //! bytes further on than it was read, its first `shift` bytes read from
-//! the moved segment at the end of the device): read
+//! the moved segment at the end of the device; a decryption with a data
+//! shift goes forward from its moved segment's end, each hotzone written
+//! `shift` bytes before it was read, the moved segment last, in place,
+//! protected as checksum or journal): read
 //! the old ciphertext; protect it (checksum: a hash per block in the
 //! reencrypt keyslot's area; journal: the ciphertext itself there; none:
 //! nothing; datashift: nothing, the source stays intact), write the
@@ -55,6 +60,7 @@ use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, SealV2};
 
 pub(crate) mod crash;
+mod decrypt_shift;
 mod encrypt;
 pub mod fence;
 mod header;
@@ -64,6 +70,7 @@ mod mover;
 mod resilience;
 mod state;
 
+pub use decrypt_shift::{init_decrypt_shift, DecryptShiftRequest};
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
@@ -627,11 +634,7 @@ fn run_loop(
     if let Some((off, len)) = st.hotzone() {
         fence.hold(off, len)?;
         m.recover(&h, st, off, len)?;
-        done = if st.backward {
-            m.size.saturating_sub(off)
-        } else {
-            off + len
-        };
+        done = m.done_after(off, len);
         post_segments_mem(&mut h, st, done, m.size)?;
         if done < m.size {
             h.write(&mut *open_rw(meta)?)?;
@@ -645,11 +648,7 @@ fn run_loop(
             break;
         }
         let len = m.next_len(done);
-        let off = if st.backward {
-            m.size - done - len
-        } else {
-            done
-        };
+        let off = m.place(done, len);
         fence.hold(off, len)?;
         m.step(&mut h, st, done, len)?;
         done += len;
@@ -1024,6 +1023,9 @@ fn make_segments(
     hot: Option<u64>,
     total: u64,
 ) -> Result<()> {
+    if st.moved.is_some() && st.mode == Mode::Decrypt {
+        return decrypt_shift::make_segments(h, st, done, hot, total);
+    }
     if st.moved.is_some() {
         return make_shift_segments(h, st, done, hot, total);
     }

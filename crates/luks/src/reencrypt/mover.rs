@@ -98,6 +98,11 @@ pub(super) struct Mover {
     backward: bool,
     /// A data shift's size (0 otherwise).
     shift: u64,
+    /// A decryption with a data shift: the moved segment's length and
+    /// the protection of its hotzone, the last (see [`Mover::place`]).
+    dshift: Option<(u64, Resilience)>,
+    /// The data device's size.
+    dev_size: u64,
     pub(super) size: u64,
     pub(super) hotzone: u64,
     /// Threads per hotzone.
@@ -149,7 +154,8 @@ impl Mover {
         .max(u64::from(st.old.sector_size.max(st.new.sector_size)));
         if let Resilience::Datashift { shift } = st.resilience {
             // cryptsetup's hotzone with a data shift is the shift itself
-            // (`--hotzone-size` does not apply).
+            // (`--hotzone-size` does not apply; for a decryption it sized
+            // the moved segment at the init).
             let _ = want;
             return Self::open(device, meta, dev_size, st, old_vk, new_vk, shift, &mk);
         }
@@ -201,7 +207,13 @@ impl Mover {
         let workers = std::thread::available_parallelism()
             .map_or(1, usize::from)
             .clamp(1, MAX_WORKERS);
+        let dshift = st
+            .moved_resilience
+            .filter(|_| st.moved.is_some())
+            .map(|r| (st.moved_len(), r));
         let held = match st.resilience {
+            // The moved segment's hotzone (checksum or journal) is held.
+            Resilience::Datashift { .. } if dshift.is_some() => true,
             Resilience::Journal => true,
             Resilience::Checksum { .. } => hotzone <= HELD_MAX,
             // Read, reencrypted and written piece by piece: nothing is
@@ -223,6 +235,8 @@ impl Mover {
                 Resilience::Datashift { shift } => shift,
                 _ => 0,
             },
+            dshift,
+            dev_size,
             size,
             hotzone,
             workers,
@@ -237,6 +251,16 @@ impl Mover {
     /// one hotzone of their own, the last, as cryptsetup cuts them.
     pub(super) fn next_len(&self, done: u64) -> u64 {
         let left = self.size - done;
+        if let Some((m, _)) = self.dshift {
+            // A decryption with a data shift: hotzones of `shift` bytes
+            // after the moved segment, then the moved segment itself.
+            let rest = self.size.saturating_sub(m);
+            return if done < rest {
+                self.shift.min(rest - done)
+            } else {
+                m
+            };
+        }
         if self.data.moved.is_none() {
             return self.hotzone.min(left);
         }
@@ -343,11 +367,53 @@ impl Mover {
         })
     }
 
+    /// Where the hotzone of `len` bytes after `done` bytes lies in the
+    /// data area: forward from its start, backward from its end; a
+    /// decryption with a data shift does the data after its moved
+    /// segment (`M` bytes, at the start of the device) forward, then the
+    /// moved segment in place.
+    pub(super) fn place(&self, done: u64, len: u64) -> u64 {
+        match self.dshift {
+            Some((m, _)) if done + m >= self.size => 0,
+            Some((m, _)) => m + done,
+            None if self.backward => self.size - done - len,
+            None => done,
+        }
+    }
+
+    /// The bytes done once the hotzone `[off, off+len)` is (the inverse
+    /// of [`Mover::place`]).
+    pub(super) fn done_after(&self, off: u64, len: u64) -> u64 {
+        match self.dshift {
+            Some(_) if off == 0 => self.size,
+            Some((m, _)) => (off + len).saturating_sub(m),
+            None if self.backward => self.size.saturating_sub(off),
+            None => off + len,
+        }
+    }
+
+    /// The protection of the hotzone at `off`: a decryption with a data
+    /// shift protects its moved segment, decrypted in place, as
+    /// `datashift-checksum` or `datashift-journal` say.
+    fn protection(&self, st: &State, off: u64) -> Resilience {
+        match self.dshift {
+            Some((_, r)) if off == 0 => r,
+            _ => st.resilience,
+        }
+    }
+
     /// Overwrites the moved segment (plaintext) with random bytes, as
-    /// cryptsetup does once an encryption with a data shift is done.
+    /// cryptsetup does once an encryption with a data shift is done;
+    /// after a decryption with a data shift, the last `shift` bytes of
+    /// the device (ciphertext left behind).
     pub(super) fn wipe_moved(&mut self) -> Result<()> {
         let Some(m) = self.data.moved else {
             return Ok(());
+        };
+        let m = if self.dshift.is_some() {
+            self.dev_size.saturating_sub(self.shift)
+        } else {
+            m
         };
         let mut left = self.shift;
         let mut at = m;
@@ -375,16 +441,13 @@ impl Mover {
         done: u64,
         len: u64,
     ) -> Result<()> {
-        let off = if self.backward {
-            self.size - done - len
-        } else {
-            done
-        };
+        let off = self.place(done, len);
         let held = self.held;
-        let protect = st.resilience != Resilience::None;
+        let resilience = self.protection(st, off);
+        let protect = resilience != Resilience::None;
         if protect {
             let mut f = open_rw(&self.meta_path)?;
-            match st.resilience {
+            match resilience {
                 Resilience::Checksum { hash, block } => {
                     // A last hotzone shorter than a whole number of
                     // blocks (a data area in smaller sectors) hashes its
@@ -408,7 +471,7 @@ impl Mover {
             make_segments(h, st, done, Some(len), self.size)?;
             h.write(&mut *f)?;
         }
-        match st.resilience {
+        match resilience {
             Resilience::Checksum { .. } => {
                 self.pieces(off, len, held, Job::Move { read: !held })?
             }
@@ -438,7 +501,7 @@ impl Mover {
         if len == 0 || off + len > self.size {
             return Err(corrupt("LUKS2 hotzone segment lies outside the data area"));
         }
-        match st.resilience {
+        match self.protection(st, off) {
             Resilience::Checksum { hash, block } => {
                 let dl = hash.digest_len();
                 let whole = (len / u64::from(block)) as usize;

@@ -3,16 +3,21 @@
 //!
 //! ```text
 //! keyslots: {.., "N": {type: reencrypt, key_size: 1, mode, direction,
-//!                      area: {type: checksum|journal|none|datashift, offset, size,
-//!                             [hash, sector_size] | [shift_size]}}}
+//!                      area: {type: checksum|journal|none|datashift|
+//!                             datashift-checksum|datashift-journal, offset, size,
+//!                             [hash, sector_size], [shift_size]}}}
 //! segments: data segments (new | [in-reencryption] | old), then
 //!           backup-previous (old layout) and backup-final (new layout);
 //!           an encryption with a data shift: moved | plaintext |
-//!           [in-reencryption] | new, and a backup-moved-segment
+//!           [in-reencryption] | new, and a backup-moved-segment; a
+//!           decryption with a data shift: moved (crypt, at 0) | plaintext
+//!           | [in-reencryption] | old, and a backup-moved-segment
+//!           (`decrypt_shift.rs`)
 //! digests:  old key → old segments + backup-previous; new key → new
 //!           segments + backup-final; a hotzone segment → both;
 //!           verification digest → the reencrypt keyslot only
-//! config.requirements.mandatory: ["online-reencrypt-v2"]
+//! config.requirements.mandatory: ["online-reencrypt-v2"] (v3: a
+//!           decryption with a data shift)
 //! ```
 //!
 //! The verification digest is a PBKDF2 digest (as of a volume key) over
@@ -49,8 +54,10 @@ pub enum Resilience {
     /// Nothing: a crash mid-hotzone loses that hotzone's data.
     None,
     /// The data moves by `shift` bytes toward the end of the device while
-    /// it is encrypted (`--reduce-device-size`): a hotzone's source is
-    /// never its target, so a torn hotzone is simply done again.
+    /// it is encrypted (`--reduce-device-size`), or toward its start while
+    /// it is decrypted (`datashift-checksum`, `datashift-journal`: see
+    /// [`State::moved_resilience`]): a hotzone's source is never its
+    /// target, so a torn hotzone is simply done again.
     Datashift {
         /// `shift_size`: the distance in bytes (the new data offset).
         shift: u64,
@@ -79,8 +86,11 @@ pub enum Mode {
     /// inside the device (direction backward, resilience `datashift`, the
     /// first `shift` bytes moved to the end of the device first).
     Encrypt,
-    /// Old key to plaintext (a `linear` segment), with a detached header
-    /// (direction backward, no data shift).
+    /// Old key to plaintext (a `linear` segment): with a detached header
+    /// (direction backward, no data shift), or with the header exported
+    /// from the device (direction forward, resilience
+    /// `datashift-checksum` or `datashift-journal`, the data moved down
+    /// by its offset).
     Decrypt,
 }
 
@@ -129,6 +139,11 @@ pub struct State {
     /// Every byte is under the new key (the run stopped before its
     /// final header write).
     pub all_new: bool,
+    /// A decryption with a data shift (`datashift-checksum` or
+    /// `datashift-journal`): the protection of its last hotzone, the
+    /// moved segment decrypted in place (`Checksum` or `Journal`);
+    /// `None` otherwise.
+    pub moved_resilience: Option<Resilience>,
 }
 
 /// Which segment a flag marks.
@@ -239,16 +254,23 @@ impl State {
             "backward" => true,
             _ => return Err(corrupt(format!("Illegal reencrypt direction {direction}"))),
         };
-        let datashift = ks
+        let area_type = ks
             .get("area")
             .and_then(|a| a.get("type"))
             .and_then(Value::as_str)
-            == Some("datashift");
+            .unwrap_or_default();
+        let datashift = area_type == "datashift";
+        let shift_decrypt = matches!(area_type, "datashift-checksum" | "datashift-journal");
         // The combinations ucrypt runs: reencrypt and encrypt forward,
-        // decrypt backward, and encrypt backward with a data shift.
-        if backward != (mode == Mode::Decrypt || (mode == Mode::Encrypt && datashift))
-            || (datashift && mode != Mode::Encrypt)
-        {
+        // decrypt backward, encrypt backward with a data shift, and
+        // decrypt forward with a data shift (the header exported).
+        let ok = if shift_decrypt {
+            mode == Mode::Decrypt && !backward
+        } else {
+            backward == (mode == Mode::Decrypt || (mode == Mode::Encrypt && datashift))
+                && (!datashift || mode == Mode::Encrypt)
+        };
+        if !ok {
             return Err(unsupported(format!(
                 "LUKS2 reencryption mode {} with direction {direction} is not supported by ucrypt",
                 mode.name()
@@ -266,20 +288,26 @@ impl State {
         };
         let (offset, size) = (num("offset")?, num("size")?);
         let kind = s(area, "type").unwrap_or_default();
+        let checksum = || -> Result<Resilience> {
+            let hash = Hash::parse(&s(area, "hash").unwrap_or_default())?;
+            let block = area
+                .get("sector_size")
+                .and_then(Value::as_u64)
+                .filter(|b| *b >= 512 && b.is_power_of_two() && *b <= 1 << 20)
+                .ok_or_else(|| corrupt("Invalid sector_size for checksum resilience mode"))?
+                as u32;
+            Ok(Resilience::Checksum { hash, block })
+        };
+        let moved_resilience = match kind.as_str() {
+            "datashift-checksum" => Some(checksum()?),
+            "datashift-journal" => Some(Resilience::Journal),
+            _ => None,
+        };
         let resilience = match kind.as_str() {
-            "checksum" => {
-                let hash = Hash::parse(&s(area, "hash").unwrap_or_default())?;
-                let block = area
-                    .get("sector_size")
-                    .and_then(Value::as_u64)
-                    .filter(|b| *b >= 512 && b.is_power_of_two() && *b <= 1 << 20)
-                    .ok_or_else(|| corrupt("Invalid sector_size for checksum resilience mode"))?
-                    as u32;
-                Resilience::Checksum { hash, block }
-            }
+            "checksum" => checksum()?,
             "journal" => Resilience::Journal,
             "none" => Resilience::None,
-            "datashift" => {
+            "datashift" | "datashift-checksum" | "datashift-journal" => {
                 let shift = num("shift_size")?;
                 if shift == 0 || shift % 4096 != 0 {
                     return Err(corrupt("LUKS2 reencrypt keyslot shift_size is invalid"));
@@ -333,8 +361,9 @@ impl State {
         let kind = |plain: bool| if plain { "linear" } else { "crypt" };
         let (old_id, old) = one("backup-previous", kind(mode == Mode::Encrypt))?;
         let (new_id, new) = one("backup-final", kind(mode == Mode::Decrypt))?;
+        let moved_kind = kind(mode == Mode::Encrypt);
         let moved = match (resilience, &flagged(&segs, "backup-moved-segment")[..]) {
-            (Resilience::Datashift { .. }, [x]) if x.1.kind == "linear" => Some(x.1.clone()),
+            (Resilience::Datashift { .. }, [x]) if x.1.kind == moved_kind => Some(x.1.clone()),
             (_, []) if !matches!(resilience, Resilience::Datashift { .. }) => None,
             _ => {
                 return Err(unsupported(
@@ -394,12 +423,33 @@ impl State {
             Resilience::Datashift { shift } => shift,
             _ => 0,
         };
-        if old.offset + shift != new.offset {
+        let shifted = if mode == Mode::Decrypt {
+            new.offset + shift == old.offset
+        } else {
+            old.offset + shift == new.offset
+        };
+        if !shifted {
             return Err(unsupported(
                 "LUKS2 reencryption with this data shift is not supported by ucrypt",
             ));
         }
-        if let Some(m) = &moved {
+        if let (Some(m), Mode::Decrypt) = (&moved, mode) {
+            // The data's first bytes (at most `shift`), still encrypted,
+            // moved to the start of the device; bound to the old key.
+            let mid = moved_id(&segs);
+            if new.offset != 0
+                || m.offset != 0
+                || m.fixed_size()?.is_none_or(|s| s == 0 || s > shift)
+                || m.encryption != old.encryption
+                || m.sector_size != old.sector_size
+                || m.iv_tweak != old.iv_tweak
+                || digest_of(&mid, false).ok().as_ref() != Some(&old_digest)
+            {
+                return Err(unsupported(
+                    "LUKS2 decryption with this moved segment is not supported by ucrypt",
+                ));
+            }
+        } else if let Some(m) = &moved {
             // The first `shift` bytes wait at the end of the device.
             let size = old.fixed_size()?.unwrap_or(0);
             if old.offset != 0
@@ -438,6 +488,7 @@ impl State {
             verify_digest,
             data,
             moved,
+            moved_resilience,
         };
         st.check_layout(h)?;
         Ok(Some(st))
@@ -448,6 +499,9 @@ impl State {
     /// its layout's type, cipher and IVs and bound to its layout's digest
     /// (a `linear` one to none; a `crypt` hotzone to every key's).
     fn check_layout(&self, h: &RawHeader) -> Result<()> {
+        if let (Some(m), Mode::Decrypt) = (&self.moved, self.mode) {
+            return self.check_decrypt_shift_layout(h, m);
+        }
         if let Some(m) = &self.moved {
             return self.check_shift_layout(h, m);
         }
@@ -540,6 +594,75 @@ impl State {
         Ok(())
     }
 
+    /// The data segments of a decryption with a data shift, in the order
+    /// cryptsetup writes them: the moved segment (the data's first `M`
+    /// bytes, still encrypted, at the start of the device; or, in its
+    /// own last hotzone, plaintext), the plaintext decrypted so far at
+    /// `M`, at most one hotzone, then the ciphertext still `shift` bytes
+    /// further on; when all is done one plaintext segment.
+    fn check_decrypt_shift_layout(&self, h: &RawHeader, moved: &Segment) -> Result<()> {
+        let shift = self.old.offset;
+        let m = moved.fixed_size()?.unwrap_or(0);
+        let n = self.data.len();
+        if n == 0 || n > 4 {
+            return Err(corrupt(format!(
+                "LUKS2 reencryption with {n} data segments"
+            )));
+        }
+        let mut at = 0u64; // logical position in the data
+        let mut phase = 0; // 0 moved, 1 plaintext, 2 hotzone, 3 old
+        for (i, (id, s)) in self.data.iter().enumerate() {
+            let bad = || {
+                corrupt(format!(
+                    "LUKS2 segment {id} does not continue the reencryption layout"
+                ))
+            };
+            let digests: Vec<&String> = h
+                .meta
+                .digests
+                .iter()
+                .filter(|(_, d)| d.segments.iter().any(|x| x == id))
+                .map(|(k, _)| k)
+                .collect();
+            let hot = in_reencryption(s);
+            let size = s.fixed_size()?;
+            let last = i + 1 == n;
+            if s.kind == "crypt" {
+                let place = if i == 0 { 0 } else { shift + at };
+                if hot
+                    || digests != [&self.old_digest]
+                    || s.offset != place
+                    || s.encryption != self.old.encryption
+                    || s.sector_size != self.old.sector_size
+                    || s.iv_tweak != self.old.iv_tweak + at / 512
+                    || (i == 0 && size != Some(m))
+                    || (i > 0 && phase >= 3)
+                    || (size.is_none() && !last)
+                {
+                    return Err(bad());
+                }
+                phase = if i == 0 { 1 } else { 3 };
+            } else {
+                let first_hot = i == 0 && hot && size == Some(m);
+                let single = n == 1 && !hot && size.is_none();
+                let plain = i > 0 && !hot && phase == 1 && at == m;
+                let hot_zone = i > 0 && hot && phase <= 1 && at >= m;
+                if !digests.is_empty()
+                    || s.offset != at
+                    || !(first_hot || single || plain || hot_zone)
+                    || (size.is_none() && !last)
+                {
+                    return Err(bad());
+                }
+                phase = if hot_zone { 2 } else { 1 };
+            }
+            if let Some(sz) = size {
+                at += sz;
+            }
+        }
+        Ok(())
+    }
+
     /// The data segments of an encryption with a data shift, in the
     /// order cryptsetup writes them: the moved segment (the data's first
     /// `shift` bytes, plaintext, at the end of the device), the rest of
@@ -619,6 +742,18 @@ impl State {
     /// Bytes already reencrypted of `total`, when clean (forward: from
     /// the data start; backward: from its end).
     pub fn progress_of(&self, total: u64) -> u64 {
+        if self.moved.is_some() && self.mode == Mode::Decrypt {
+            // A decryption with a data shift: the plaintext after the
+            // moved segment (its last hotzone), then all of it.
+            return match &self.data[..] {
+                [(_, s)] if s.kind == "linear" => total,
+                [_, (_, s), ..] if s.kind == "linear" => match s.fixed_size() {
+                    Ok(Some(p)) => p,
+                    _ => total.saturating_sub(self.moved_len()),
+                },
+                _ => 0,
+            };
+        }
         if self.moved.is_some() {
             // A data shift: what is not plaintext any more.
             let plain: u64 = self
@@ -638,6 +773,14 @@ impl State {
         } else {
             first
         }
+    }
+
+    /// The moved segment's length (0 without one).
+    pub(crate) fn moved_len(&self) -> u64 {
+        self.moved
+            .as_ref()
+            .and_then(|m| m.fixed_size().ok().flatten())
+            .unwrap_or(0)
     }
 
     /// Bytes already reencrypted (from the data start), when clean and
@@ -697,11 +840,12 @@ impl State {
         sstr(&mut out, area, "type")?;
         su64(&mut out, area, "offset", false)?;
         su64(&mut out, area, "size", false)?;
-        if area.get("type").and_then(Value::as_str) == Some("checksum") {
+        let atype = area.get("type").and_then(Value::as_str);
+        if matches!(atype, Some("checksum" | "datashift-checksum")) {
             sstr(&mut out, area, "hash")?;
             su32(&mut out, area, "sector_size")?;
         }
-        if area.get("type").and_then(Value::as_str) == Some("datashift") {
+        if atype.is_some_and(|t| t.starts_with("datashift")) {
             su64(&mut out, area, "shift_size", false)?;
         }
         for flag in ["backup-previous", "backup-final", "backup-moved-segment"] {

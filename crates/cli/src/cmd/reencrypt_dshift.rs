@@ -1,0 +1,89 @@
+//! `ucrypt reencrypt --decrypt --header NEWFILE DEVICE` where NEWFILE
+//! does not exist: cryptsetup 2.6.1's decryption of a volume whose
+//! header is inside the device (`decrypt_luks2_datashift_init`): the
+//! header exported to NEWFILE, the data moved down by the data offset
+//! while it is decrypted, over `luks::reencrypt::init_decrypt_shift`.
+//! A resume names NEWFILE with `--header` and goes the ordinary way.
+
+use std::path::Path;
+
+use luks::ops;
+use luks::reencrypt::{self, DecryptShiftRequest};
+
+use super::reencrypt::{prompt, ReencryptArgs};
+use crate::global::Globals;
+use crate::{CmdResult, Failure};
+
+/// Whether `--decrypt --header` names a header file that does not exist
+/// (cryptsetup's test: `stat` fails with `ENOENT`).
+pub(super) fn wanted(a: &ReencryptArgs) -> bool {
+    a.decrypt
+        && a.active_name.is_none()
+        && a.header.as_deref().is_some_and(|h| {
+            std::fs::symlink_metadata(h).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        })
+}
+
+/// cryptsetup's refusal of a `--decrypt --header` file that exists but
+/// holds no LUKS header.
+pub(super) fn check_header(a: &ReencryptArgs) -> CmdResult {
+    let Some(h) = a.header.as_deref().filter(|_| a.decrypt) else {
+        return Ok(());
+    };
+    if h.exists() && luks::ops::probe(h).is_err() && reencrypt::status(h).is_err() {
+        return Err(Failure::usage(format!(
+            "Device {} is not a valid LUKS device.",
+            h.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Initializes the decryption of `dev` with its header exported to
+/// `header` (asking first unless `--batch-mode`), then runs it unless
+/// `--init-only`.
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> CmdResult {
+    if a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    // Only a plain LUKS2 volume on the device is exported; anything else
+    // gets the error a missing header gets.
+    let plain_luks2 = matches!(luks::Volume::load(dev, None), Ok(v) if v.header().version() == 2)
+        && matches!(reencrypt::status(dev), Ok(None));
+    if !plain_luks2 {
+        return Err(Failure::usage(format!(
+            "Device {} does not exist or access denied.",
+            header.display()
+        )));
+    }
+    if !g.batch_mode {
+        let q = format!(
+            "Header file {h} does not exist. Do you want to initialize LUKS2 decryption of \
+             device {d} and export LUKS2 header to file {h}?",
+            h = header.display(),
+            d = dev.display()
+        );
+        if !ops::Ui::confirm(&mut super::luks::Terminal, &q) {
+            return Err(Failure::usage("Operation aborted."));
+        }
+    }
+    let req = DecryptShiftRequest {
+        resilience: a.resilience.clone(),
+        resilience_hash: a.resilience_hash.clone(),
+        hotzone: a.hotzone_size.unwrap_or(0),
+        key_slot: a.key_slot,
+    };
+    if let Some(r) = req.resilience.as_deref() {
+        if matches!(r, "datashift" | "none") {
+            return Err(Failure::usage(
+                "Requested --resilience option cannot be applied to current reencryption operation.",
+            ));
+        }
+    }
+    let pass = a.key.source(g.prompting()).read(&prompt(a, dev), false)?;
+    reencrypt::init_decrypt_shift(dev, header, &pass, &req)?;
+    if a.init_only {
+        return Ok(());
+    }
+    super::reencrypt::run_steps(a, dev, &pass, false)
+}
