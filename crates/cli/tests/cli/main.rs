@@ -55,6 +55,7 @@ mod reencrypt_luks1;
 mod reencrypt_online;
 mod reencrypt_online_start;
 mod reencrypt_plaintext;
+mod reencrypt_test_passphrase;
 mod runtime_dir;
 mod tables;
 mod tcrypt_images;

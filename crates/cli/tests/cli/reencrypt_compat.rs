@@ -33,7 +33,9 @@
 //! - [23] `--volume-key-file`: not accepted by ucrypt (not ported).
 //! - [24]–[26] initial `cipher_null`: cryptsetup cannot format it without
 //!   device-mapper here (not ported).
-//! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`.
+//! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`;
+//!   its variants with no data area, `-S`, wrong passphrases and a data device under
+//!   one sector: `reencrypt_test_passphrase::*`.
 //! - [28] nested encryption, `--type` mismatch: `nested_encryption_and_type_mismatch_are_refused`.
 //! - [29] conflicting parameters on resume: `conflicting_parameters_are_refused`;
 //!   a resume switching `--resilience` (and `--resilience-hash`):

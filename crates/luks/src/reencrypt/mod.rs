@@ -63,6 +63,7 @@ pub mod luks1;
 mod mover;
 mod resilience;
 mod state;
+mod test_key;
 
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
@@ -70,6 +71,7 @@ use header::RawHeader;
 use mover::Mover;
 pub use resilience::set_resilience;
 pub use state::{Mode, Resilience, State};
+pub use test_key::{check_data_device, test_passphrase};
 
 /// cryptsetup's largest hotzone (1 GiB).
 pub const MAX_HOTZONE: u64 = 1 << 30;
