@@ -439,6 +439,37 @@ pub fn unlock_reencrypting(
     }
 }
 
+/// `open --test-passphrase` of a LUKS2 volume stopped in the middle of a
+/// reencryption, encryption or decryption: the passphrase (from `range`
+/// of `key_file` or a prompt, as [`unlock_reencrypting`] asks it) is
+/// checked against the keys in use and nothing is resolved, as
+/// cryptsetup checks it ([`luks::reencrypt::test_passphrase`]; a data
+/// area of no bytes is no error). `false` when the header holds no
+/// volume in reencryption, so the ordinary LUKS path answers.
+pub fn test_reencrypting(
+    device: &Path,
+    header: Option<&Path>,
+    key_file: Option<&Path>,
+    range: luks::passphrase::KeyfileRange,
+    key_slot: Option<u32>,
+    want: Option<VolumeType>,
+    prompting: &luks::passphrase::Prompting,
+) -> Result<bool> {
+    if want.is_some_and(|w| w != VolumeType::Luks2) {
+        return Ok(false);
+    }
+    let meta = header.unwrap_or(device);
+    if !matches!(luks::reencrypt::status(meta), Ok(Some(_))) {
+        return Ok(false);
+    }
+    luks::reencrypt::check_data_device(device, meta)?;
+    let prompt = format!("Enter passphrase for {}: ", device.display());
+    prompting.unlock(key_file, range, &prompt, |pass| {
+        luks::reencrypt::test_passphrase(device, meta, pass, key_slot)
+    })?;
+    Ok(true)
+}
+
 /// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].
 pub fn luks_table(
     device: &Path,

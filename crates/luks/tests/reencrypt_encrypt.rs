@@ -47,6 +47,7 @@ fn finish(dev: &Path, header: Option<&Path>) {
     let opts = reencrypt::RunOptions {
         hotzone: 0,
         header: header.map(Path::to_path_buf),
+        device_size: None,
     };
     let out = reencrypt::run(
         dev,

@@ -116,6 +116,14 @@ pub struct ReencryptArgs {
     /// bytes must be unused).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub(super) reduce_device_size: Option<u64>,
+    /// Reencrypt only the data's first SIZE bytes (cryptsetup's size
+    /// syntax; the rest of the device is left as it is).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub(super) device_size: Option<u64>,
+    /// The new volume key from FILE (its first --key-size bits; default
+    /// the current key's size) instead of a random one.
+    #[arg(long, value_name = "FILE")]
+    pub(super) volume_key_file: Option<PathBuf>,
     /// With --encrypt: the LUKS type (luks2 only); otherwise luks1 or
     /// luks2 must be the volume's version.
     #[arg(long = "type", short = 'M', value_name = "TYPE")]
@@ -202,6 +210,7 @@ pub(super) fn check_resume(st: &reencrypt::State, a: &ReencryptArgs) -> CmdResul
 }
 
 fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+    check_offline_options(&a)?;
     if a.name.is_some() && (!a.encrypt || a.active_name.is_some()) {
         return Err(Failure::usage(
             "Only --encrypt (without --active-name) takes a NAME to activate.",
@@ -228,6 +237,10 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     check_progress(state.is_some(), &a, g, dev)?;
     if let Some(st) = &state {
         check_resume(st, &a)?;
+    }
+    if let (None, Some(size)) = (&state, a.device_size) {
+        let meta = a.header.as_deref().unwrap_or(dev);
+        reencrypt::check_device_size(dev, meta, size, a.sector_size)?;
     }
     if state.is_none() && a.key_slot.is_none() && !a.decrypt {
         let req = init_request(&a)?;
@@ -257,6 +270,61 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         change_resilience(&a, dev, &pass)?;
     }
     run_steps(&a, dev, &pass, state.is_some())
+}
+
+/// `--device-size` as cryptsetup parses it (a positive multiple of 512
+/// bytes, not with `--reduce-device-size`); ucrypt runs it and
+/// `--volume-key-file` offline only and on LUKS2 (`--volume-key-file`
+/// for a reencryption only).
+fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
+    if a.volume_key_file.is_some()
+        && (a.encrypt || a.decrypt || a.active_name.is_some() || a.name.is_some())
+    {
+        return Err(Failure::usage(
+            "--volume-key-file is supported by ucrypt for offline LUKS2 reencryption only.",
+        ));
+    }
+    if a.volume_key_file.is_some()
+        && a.header.is_none()
+        && a.device
+            .as_deref()
+            .is_some_and(super::reencrypt_luks1::is_luks1)
+    {
+        return Err(Failure::usage(
+            "--volume-key-file is supported by ucrypt for offline LUKS2 reencryption only.",
+        ));
+    }
+    let Some(size) = a.device_size else {
+        return Ok(());
+    };
+    if size == 0 {
+        return Err(Failure::usage("--device-size: invalid numeric value"));
+    }
+    if size % 512 != 0 {
+        return Err(Failure::usage(
+            "Device size must be multiple of 512 bytes sector.",
+        ));
+    }
+    if a.reduce_device_size.is_some() {
+        return Err(Failure::usage(
+            "Options --reduce-device-size and --data-size cannot be combined.",
+        ));
+    }
+    if a.active_name.is_some() || a.name.is_some() {
+        return Err(Failure::usage(
+            "--device-size is not supported by ucrypt for online reencryption.",
+        ));
+    }
+    if a.header.is_none()
+        && a.device
+            .as_deref()
+            .is_some_and(super::reencrypt_luks1::is_luks1)
+    {
+        return Err(Failure::usage(
+            "--device-size is not supported by ucrypt for LUKS1 reencryption.",
+        ));
+    }
+    Ok(())
 }
 
 /// A resume given `--resilience` switches the reencryption to it (with
@@ -399,6 +467,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if let Some(st) = &state {
         check_resume(st, &a)?;
     }
+    if let (None, Some(size)) = (&state, a.device_size) {
+        reencrypt::check_device_size(dev, &hdr, size, a.sector_size)?;
+    }
     let pass = a
         .key
         .source(g.prompting())
@@ -451,6 +522,7 @@ pub(super) fn run_steps(
     let opts = reencrypt::RunOptions {
         hotzone: a.hotzone_size.unwrap_or(0),
         header: a.header.clone(),
+        device_size: a.device_size,
     };
     let out = reencrypt::run(dev, pass, a.key_slot, &opts, &stop, &mut |d, t| {
         pr.update(d, t)
@@ -486,6 +558,7 @@ pub(super) fn init_request(a: &ReencryptArgs) -> Result<reencrypt::InitRequest, 
         kdf,
         decrypt: a.decrypt,
         header: a.header.clone(),
+        volume_key_file: a.volume_key_file.clone(),
     })
 }
 

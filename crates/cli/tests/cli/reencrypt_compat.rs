@@ -23,17 +23,24 @@
 //!   `reencrypt_encrypt::an_interrupted_or_crashed_encryption_*`,
 //!   `reencrypt::an_interrupted_or_crashed_decryption_*` (crash points stand in
 //!   for the failing writes); the online variants need dm-crypt.
-//! - [16]–[21] `--device-size`: not accepted by ucrypt (not ported).
+//! - [16], [18], [20], [21] `--device-size` offline (reencryption with the header
+//!   inside or detached, encryption, decryption; the refusals; a crashed
+//!   fixed-size run resumed by either tool): `reencrypt_device_size::*`; [17],
+//!   [19] online need dm-crypt (ucrypt refuses `--device-size` with `--active-name`).
 //! - [22] multi-keyslot reencryption (one passphrase per keyslot on stdin,
 //!   every keyslot renewed with its KDF; the `-d KEY` refusal with several
 //!   keyslots, `-S` keeping one keyslot and the unbound ones, the keyslot
 //!   count limits, a wrong passphrase): `multi_keyslot_reencryption_renews_every_keyslot`;
 //!   either tool resuming the other's multi-keyslot `--init-only`:
 //!   `multi_keyslot_init_only_is_resumed_by_the_other_tool`.
-//! - [23] `--volume-key-file`: not accepted by ucrypt (not ported).
+//! - [23] `--volume-key-file` (`-S0 -s 128`, then `luksErase` and the key file
+//!   opening the data again; a short or missing file and the volume's own key
+//!   refused): `reencrypt_volume_key::*`.
 //! - [24]–[26] initial `cipher_null`: cryptsetup cannot format it without
 //!   device-mapper here (not ported).
-//! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`.
+//! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`;
+//!   its variants with no data area, `-S`, wrong passphrases and a data device under
+//!   one sector: `reencrypt_test_passphrase::*`.
 //! - [28] nested encryption, `--type` mismatch: `nested_encryption_and_type_mismatch_are_refused`.
 //! - [29] conflicting parameters on resume: `conflicting_parameters_are_refused`;
 //!   a resume switching `--resilience` (and `--resilience-hash`):

@@ -9,7 +9,8 @@
 //!                     ├─ LUKS: load header ─ tokens ─ passphrase ─ unlock
 //!                     ├─ BITLK: read metadata ─ passphrase/.BEK ─ unlock
 //!                     └─ FVAULT2: read metadata ─ passphrase ─ unlock
-//!          ─ test_passphrase: the LUKS branch, then stop
+//!          ─ test_passphrase: the LUKS branch, then stop (a volume in
+//!            reencryption: its keys only, `test_reencrypting`)
 //! ```
 
 use std::path::Path;
@@ -18,7 +19,8 @@ use crypto::table::Targets;
 use luks::passphrase::{KeyfileRange, Prompting};
 
 use super::{
-    device, plain_table_arg, unlock_bitlk, unlock_fvault2, unlock_reencrypting, Luks, VolumeType,
+    device, plain_table_arg, test_reencrypting, unlock_bitlk, unlock_fvault2, unlock_reencrypting,
+    Luks, VolumeType,
 };
 use crate::error::{invalid, Result};
 use plain::PlainOptions;
@@ -150,6 +152,20 @@ impl Mapping<'_> {
         let kind = self.kind.unwrap_or(VolumeType::Luks);
         self.check(kind)?;
         let device = device(device_arg)?;
+        if matches!(kind, VolumeType::Luks | VolumeType::Luks2)
+            && self.table.is_none()
+            && test_reencrypting(
+                &device,
+                self.header,
+                self.key_file,
+                self.plain.range(),
+                self.key_slot,
+                Some(kind).filter(|k| *k != VolumeType::Luks),
+                &self.prompting,
+            )?
+        {
+            return Ok(());
+        }
         self.unlock(kind, &device, say).map(|_| ())
     }
 

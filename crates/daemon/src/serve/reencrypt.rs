@@ -131,6 +131,7 @@ impl Daemon {
                     kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
                     decrypt: p.decrypt,
                     header: self.header.clone(),
+                    volume_key_file: None,
                 };
                 if p.slots.is_empty() {
                     reencrypt::init_held(&device, pass, start.key_slot, &req)?;
@@ -203,6 +204,7 @@ impl Daemon {
         let opts = RunOptions {
             hotzone: progress.hotzone,
             header: self.header.clone(),
+            device_size: None,
         };
         let thread = std::thread::Builder::new()
             .name("reencrypt".into())

@@ -11,7 +11,12 @@
 //!   run()     init → [recover] → steps → finalize  verification digest)
 //!   tables()  a header mid-reencryption → one dm-crypt table per segment
 //!   fence     the same loop online: a `Fence` told around each hotzone
+//!   test_passphrase()  the keys in use checked, nothing resolved (test_key.rs)
 //! ```
+//!
+//! `--device-size` runs over the data's first bytes only (`size.rs`,
+//! cryptsetup's fixed-length mode); `--volume-key-file` gives the new
+//! key (`volume_key.rs`).
 //!
 //! One step reencrypts a hotzone of the data area, from the start
 //! (direction forward; a decryption goes backward, from the end, and so
@@ -68,7 +73,10 @@ mod lock;
 pub mod luks1;
 mod mover;
 mod resilience;
+mod size;
 mod state;
+mod test_key;
+mod volume_key;
 
 pub use decrypt_shift::{init_decrypt_shift, DecryptShiftRequest};
 pub use encrypt::{init_encrypt, EncryptRequest};
@@ -76,7 +84,9 @@ pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
 pub use resilience::{set_resilience, set_resilience_held};
+pub use size::check_device_size;
 pub use state::{Mode, Resilience, State};
+pub use test_key::{check_data_device, test_passphrase};
 
 /// cryptsetup's largest hotzone (1 GiB).
 pub const MAX_HOTZONE: u64 = 1 << 30;
@@ -113,6 +123,9 @@ pub struct InitRequest {
     pub decrypt: bool,
     /// The detached header (`--header`); `None`: on the device.
     pub header: Option<PathBuf>,
+    /// `--volume-key-file`: the new volume key from this file
+    /// (`volume_key.rs`); `None`: a random one.
+    pub volume_key_file: Option<PathBuf>,
 }
 
 /// How to run the data steps.
@@ -122,6 +135,10 @@ pub struct RunOptions {
     pub hotzone: u64,
     /// The detached header (`--header`); `None`: on the device.
     pub header: Option<PathBuf>,
+    /// `--device-size` in bytes: only the data's first bytes are
+    /// reencrypted (cryptsetup's fixed-length mode, [`State::fixed_size`]);
+    /// `None`: up to the device's end.
+    pub device_size: Option<u64>,
 }
 
 /// How a run ended.
@@ -333,6 +350,12 @@ fn init_with(device: &Path, unlock: Unlock<'_>, req: &InitRequest) -> Result<Sta
     } else {
         new_layout(&seg, old_vk.len(), req)?
     };
+    if req.volume_key_file.is_some() {
+        let changed = cipher != seg.encryption
+            || new_vk.len() != old_vk.len()
+            || sector_size != seg.sector_size;
+        volume_key::check_new(&old_vk, &new_vk, changed)?;
+    }
     let resilience = match req.resilience.as_deref().unwrap_or("checksum") {
         "checksum" => "checksum",
         "journal" => "journal",
@@ -483,7 +506,10 @@ fn new_layout(seg: &Segment, old_len: usize, req: &InitRequest) -> Result<(Strin
             "Unsupported encryption sector size {sector_size}."
         )));
     }
-    let new_vk = Secret::from_slice(&keyslot::random(key_len)?);
+    let new_vk = match &req.volume_key_file {
+        Some(f) => volume_key::read(f, key_len)?,
+        None => Secret::from_slice(&keyslot::random(key_len)?),
+    };
     // The new cipher must be one the data path can run.
     crypto::SectorCrypt::new(&crypto::CryptConfig {
         cipher: cipher.clone(),
@@ -617,6 +643,13 @@ fn run_loop(
     progress: &mut dyn FnMut(u64, u64),
     fence: &mut dyn Fence,
 ) -> Result<Outcome> {
+    let mut o = o;
+    // Without --device-size a run goes to the device's end, even one a
+    // fixed-size run stopped (cryptsetup resumes it so).
+    o.state.fixed_size = match opts.device_size {
+        Some(size) => Some(size::check(&o.state, o.dev_size, size)?),
+        None => None,
+    };
     let device = o.device.as_path();
     let meta = o.meta.as_path();
     let st = &o.state;
@@ -829,6 +862,9 @@ fn read_header(device: &Path) -> Result<(RawHeader, u64)> {
 /// Bytes of the data area being reencrypted.
 fn data_size(dev_size: u64, st: &State) -> Result<u64> {
     let align = u64::from(st.old.sector_size.max(st.new.sector_size));
+    if let Some(size) = st.fixed_size {
+        return Ok(size / align * align);
+    }
     let size = match st.old.fixed_size()? {
         Some(s) => s,
         None => dev_size.checked_sub(st.old.offset).ok_or_else(|| {
@@ -1051,7 +1087,7 @@ fn make_segments(
         }
         v
     };
-    let fixed = st.old.fixed_size()?.is_some();
+    let fixed = st.old.fixed_size()?.is_some() || st.fixed_size.is_some();
     let keys = |like: &Segment, d: &str| -> Vec<String> {
         if like.kind == "linear" || d.is_empty() {
             Vec::new()
@@ -1270,11 +1306,16 @@ fn finalize(device: &Path, h: &mut RawHeader, st: &State) -> Result<()> {
         .map(|k| (k.area.offset, k.area.size))
         .collect();
     wipe.push(st.area);
-    let final_seg = h
+    let mut final_seg = h
         .obj("segments")
         .get("0")
         .cloned()
         .ok_or_else(|| corrupt("segment 0 vanished"))?;
+    if st.fixed_size.is_some() && st.new.fixed_size()?.is_none() {
+        // A fixed-length run ends with the final segment recorded at init,
+        // to the device's end (size.rs).
+        final_seg["size"] = json!("dynamic");
+    }
     let ks = h.obj_mut("keyslots");
     for s in &old_slots {
         ks.remove(s);

@@ -144,6 +144,13 @@ pub struct State {
     /// moved segment decrypted in place (`Checksum` or `Journal`);
     /// `None` otherwise.
     pub moved_resilience: Option<Resilience>,
+    /// The bytes a reencryption in cryptsetup's fixed-length mode covers
+    /// (`--device-size`; recorded mid-way as data segments of fixed
+    /// sizes only, which this is the sum of on load, what the mapping
+    /// of such a volume covers; a run without `--device-size` resets it
+    /// and goes to the device's end, as cryptsetup's resume does);
+    /// `None`: up to the device's end.
+    pub fixed_size: Option<u64>,
 }
 
 /// Which segment a flag marks.
@@ -473,7 +480,22 @@ impl State {
                     .digests
                     .get(&new_digest)
                     .is_some_and(|d| d.segments.contains(&data[0].0)));
+        // cryptsetup's `LUKS2_get_data_size`: no dynamic data segment
+        // means a fixed-length run stopped mid-way.
+        let fixed_size = if moved.is_none() && old.fixed_size()?.is_none() {
+            let mut sum = Some(0u64);
+            for (_, s) in &data {
+                sum = match (sum, s.fixed_size()?) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    _ => None,
+                };
+            }
+            sum.filter(|&s| s > 0)
+        } else {
+            None
+        };
         let st = State {
+            fixed_size,
             all_new,
             version,
             mode,
