@@ -105,8 +105,9 @@ pub struct ReencryptArgs {
     #[arg(long)]
     pub(super) header: Option<PathBuf>,
     /// Encrypt a plaintext device in place (LUKS2, the header in the
-    /// detached --header file, as in cryptsetup 2.6).
-    #[arg(long)]
+    /// detached --header file, as in cryptsetup 2.6; `--new`/`-N` as
+    /// cryptsetup spells it too).
+    #[arg(long, visible_alias = "new", short = 'N')]
     pub(super) encrypt: bool,
     /// With --encrypt and no --header: the header goes inside the
     /// device, the data moves by half of SIZE (the device's last SIZE

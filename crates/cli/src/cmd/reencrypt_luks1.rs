@@ -209,7 +209,7 @@ fn slot_passphrases(
     dev: &Path,
     prompting: Prompting,
 ) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
-    let vol = luks::Volume::load(dev, None)?;
+    let vol = luks::Volume::load(dev, a.header.as_deref())?;
     let slots = vol.header().active_slots();
     super::reencrypt::ask_each_slot(&a.key.source(prompting), slots, |slot, p| {
         vol.unlock(p, Some(slot))

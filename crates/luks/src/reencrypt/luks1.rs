@@ -750,8 +750,9 @@ fn init_encrypt(
         offset: if reduce > 0 { size - reduce } else { 0 },
     };
     create_log(&files, &uuid, &log)?;
-    luks1_fake::write(&files.org, key_bits, hash, slot)?;
-    format(device, Some(files.new.as_path()), &opts, pass)?;
+    let headers = luks1_fake::write(&files.org, key_bits, hash, slot)
+        .and_then(|_| format(device, Some(files.new.as_path()), &opts, pass).map(drop));
+    abandon_on_error(&files, headers)?;
     crash::point();
     Ok((uuid, files, log))
 }
@@ -863,7 +864,42 @@ fn init(
         offset: if backward { size - data_offset } else { 0 },
     };
     create_log(&files, &uuid, &log)?;
-    vol.header_backup(&files.org)?;
+    let headers = vol
+        .header_backup(&files.org)
+        .and_then(|_| new_header(device, &files, pass, slots, req, opts, &opened));
+    abandon_on_error(&files, headers)?;
+    crash::point();
+    // Marked: no LUKS tool opens the device until the new header is on it.
+    let mut f = open_rw(hdr_dev)?;
+    write_at(&mut *f, 0, &NOMAGIC)?;
+    crash::point();
+    sync(&*f)?;
+    Ok((uuid, files, log))
+}
+
+/// A start refused before the device was touched (a KDF cost out of
+/// range, say) leaves no file behind, as cryptsetup's tool removes its own.
+fn abandon_on_error(files: &Files, r: Result<()>) -> Result<()> {
+    if r.is_err() {
+        for p in [&files.log, &files.org, &files.new, &files.sum] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    r
+}
+
+/// The new header of a reencryption (a new key, or the old one with
+/// `--keep-key`; every renewed keyslot in its own number) or the fake
+/// one of a decryption.
+fn new_header(
+    device: &Path,
+    files: &Files,
+    pass: &[u8],
+    slots: &[super::SlotPassphrase<'_>],
+    req: &Luks1Request,
+    opts: FormatOptions,
+    opened: &crate::Opened,
+) -> Result<()> {
     if req.mode == Luks1Mode::Decrypt {
         let bits = req.key_bits.unwrap_or(256);
         luks1_fake::write(&files.new, bits, opts.hash, opened.keyslot)?;
@@ -883,13 +919,7 @@ fn init(
             new_vol.add_key(&new_vk, s.pass, Some(s.slot), &req.kdf)?;
         }
     }
-    crash::point();
-    // Marked: no LUKS tool opens the device until the new header is on it.
-    let mut f = open_rw(hdr_dev)?;
-    write_at(&mut *f, 0, &NOMAGIC)?;
-    crash::point();
-    sync(&*f)?;
-    Ok((uuid, files, log))
+    Ok(())
 }
 
 #[cfg(test)]
