@@ -44,8 +44,13 @@
 //!   not supported by ucrypt (not ported).
 //! - `reencryption-compat-test` [1], [5] (LUKS1 chain, one keyslot):
 //!   `luks1_chain_and_keyslot_choice`, with [6] (all keyslots renewed); [2]
-//!   LUKS1 `--reduce-device-size`, [4], [11], [12] LUKS1 `--new`, [8] `--keep-key`, [10]
-//!   `--decrypt`, `--use-directio`, `--volume-key-file`: not supported by ucrypt;
+//!   LUKS1 `--reduce-device-size`, [4] and [11] `--new --type luks1` (a
+//!   data shift, a detached header, a key file), [8] `--keep-key`, [10]
+//!   `--decrypt`, [12] nested encryption refused:
+//!   `luks1_shift_encrypt_keep_key_decrypt_of_the_script` (its crash and
+//!   resume cases in `reencrypt_luks1`; cryptsetup's LUKS1 tool needs
+//!   device-mapper, so it checks results rather than runs); [4]'s 64 MiB
+//!   variant, `--use-directio`, `--volume-key-file`: not ported;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
 //!   [2]–[6] old (`online-reencrypt` v1) metadata and [9] decryption with a

@@ -32,9 +32,22 @@
 //! ([`run_slots`]), as cryptsetup asks for them; with `--key-slot` (or a
 //! key file, which cryptsetup allows only for a volume with one active
 //! keyslot or with `--key-slot`) only that keyslot is, and the others
-//! are dropped. Data shifts (`--reduce-device-size`),
-//! `--encrypt`, `--decrypt` and `--keep-key` of the LUKS1 tool are not
-//! implemented. Hand-written: no crate implements this format.
+//! are dropped.
+//!
+//! The log's `mode` says what runs: 0 a reencryption (`--keep-key`: the
+//! new header holds the old key and no data moves), 1 an encryption (the
+//! files are named by cryptsetup's [`NO_UUID`], the old side is a
+//! `cipher_null` fake header at offset 0, the device is not marked and
+//! the new header lands on it, or in the detached `--header`, at the
+//! end), 2 a decryption (the new side is the fake header: the plaintext
+//! goes to offset 0 over the header, the old data's tail is zeroed; once
+//! the first block is written only `--uuid` names the files, as in
+//! cryptsetup's tool). `direction` 1 (`--reduce-device-size`) moves the
+//! data up, last block first; a block then never exceeds the shift, so a
+//! crash before its log moved redoes it from untouched source. The gap a
+//! shift leaves below the new data is zeroed (cryptsetup leaves the
+//! plaintext's old head there). Hand-written: no crate implements this
+//! format.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
