@@ -108,8 +108,9 @@ pub struct ReencryptArgs {
     #[arg(long)]
     pub(super) header: Option<PathBuf>,
     /// Encrypt a plaintext device in place (LUKS2, the header in the
-    /// detached --header file, as in cryptsetup 2.6).
-    #[arg(long)]
+    /// detached --header file, as in cryptsetup 2.6; `--new`/`-N` as
+    /// cryptsetup spells it too).
+    #[arg(long, visible_alias = "new", short = 'N')]
     pub(super) encrypt: bool,
     /// With --encrypt and no --header: the header goes inside the
     /// device, the data moves by half of SIZE (the device's last SIZE
@@ -128,9 +129,14 @@ pub struct ReencryptArgs {
     /// luks2 must be the volume's version.
     #[arg(long = "type", short = 'M', value_name = "TYPE")]
     pub(super) luks_type: Option<String>,
-    /// With --encrypt: the new volume's UUID.
+    /// With --encrypt: the new volume's UUID (LUKS1 --decrypt: resume the
+    /// decryption of this UUID, its header already overwritten).
     #[arg(long)]
     pub(super) uuid: Option<String>,
+    /// LUKS1: a new header (hash, KDF) with the volume key kept; no data
+    /// is rewritten.
+    #[arg(long)]
+    pub(super) keep_key: bool,
     #[command(flatten)]
     pub(super) kdf: super::kdf::KdfArgs,
 }
@@ -219,6 +225,19 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if let Some(name) = a.active_name.clone() {
         return super::reencrypt_online::run(a, &name, g);
     }
+    if let Some(dev) = a.device.as_ref() {
+        if super::reencrypt_luks1::wanted(&a, dev) {
+            if !a.encrypt {
+                check_type(&a, a.header.as_deref().unwrap_or(dev))?;
+            }
+            return super::reencrypt_luks1::run(&a, dev, g.prompting());
+        }
+    }
+    if a.keep_key {
+        return Err(Failure::usage(
+            "LUKS2 reencryption with --keep-key is not supported by ucrypt.",
+        ));
+    }
     if a.encrypt || a.reduce_device_size.is_some() {
         return encrypt_cmd(a, g);
     }
@@ -230,9 +249,6 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     }
     super::reencrypt_dshift::check_header(&a)?;
     check_type(&a, a.header.as_deref().unwrap_or(dev))?;
-    if a.header.is_none() && super::reencrypt_luks1::is_luks1(dev) {
-        return super::reencrypt_luks1::run(&a, dev, g.prompting());
-    }
     let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
     check_progress(state.is_some(), &a, g, dev)?;
     if let Some(st) = &state {
@@ -434,11 +450,6 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     }
     match a.luks_type.as_deref() {
         None | Some("luks2") => {}
-        Some("luks" | "luks1") => {
-            return Err(Failure::usage(
-                "LUKS1 encryption is not supported by ucrypt reencrypt: use --type luks2.",
-            ))
-        }
         Some(t) => return Err(Failure::usage(format!("Invalid device type {t}."))),
     }
     let Some(dev) = a.device.as_ref() else {

@@ -58,8 +58,13 @@
 //!   parts of [32] and [35], [36] (online) are refused by ucrypt (not ported).
 //! - `reencryption-compat-test` [1], [5] (LUKS1 chain, one keyslot):
 //!   `luks1_chain_and_keyslot_choice`, with [6] (all keyslots renewed); [2]
-//!   LUKS1 `--reduce-device-size`, [4], [11], [12] LUKS1 `--new`, [8] `--keep-key`, [10]
-//!   `--decrypt`, `--use-directio`, `--volume-key-file`: not supported by ucrypt;
+//!   LUKS1 `--reduce-device-size`, [4] and [11] `--new --type luks1` (a
+//!   data shift, a detached header, a key file), [8] `--keep-key`, [10]
+//!   `--decrypt`, [12] nested encryption refused:
+//!   `luks1_shift_encrypt_keep_key_decrypt_of_the_script` (its crash and
+//!   resume cases in `reencrypt_luks1`; cryptsetup's LUKS1 tool needs
+//!   device-mapper, so it checks results rather than runs); [4]'s 64 MiB
+//!   variant, `--use-directio`, `--volume-key-file`: not ported;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
 //!   [2]–[6] old (`online-reencrypt` v1) metadata: not supported by ucrypt;
@@ -1546,4 +1551,203 @@ fn resume_with_another_resilience() {
     assert!(!in_reencryption(&img));
     cs_opens(&img, PW1);
     assert!(read_back(&img, None) == plain, "none: data");
+}
+
+/// `reencryption-compat-test` [2], [4], [8], [10], [11], [12]: LUKS1 data
+/// shifts, encryption (`--new --type luks1`), `--keep-key`, decryption
+/// and nested-encryption refusals, with the script's arguments and the
+/// plaintext compared where it zero-fills and hashes (cryptsetup's LUKS1
+/// tool itself needs device-mapper: the results are checked by
+/// `cryptsetup open --test-passphrase`, `luksDump` and `isLuks`).
+#[test]
+fn luks1_shift_encrypt_keep_key_decrypt_of_the_script() {
+    if !require_tool("reencrypt_compat_luks1_new", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("recompat-luks1-new");
+    let img = dir.join("img");
+    let fast = ["--pbkdf-force-iterations", "1000", "--pbkdf", "pbkdf2"];
+    let fresh = |mib: u64| {
+        let f = std::fs::File::create(&img).unwrap();
+        f.set_len(mib << 20).unwrap();
+    };
+    let luks1 = |extra: &[&str]| {
+        let mut a = cat(&["-q", "luksFormat", "--type", "luks1"], extra);
+        a.extend(fast.iter().map(|x| x.to_string()));
+        a.push(s(&img).into());
+        ok(run("cryptsetup", &args(&a), PW1), "luksFormat luks1");
+    };
+    let reenc = |extra: &[&str]| {
+        let mut a = cat(&["reencrypt", s(&img), "-q"], &fast);
+        a.extend(extra.iter().map(|x| x.to_string()));
+        ucrypt_in(dir.path(), &args(&a), PW1)
+    };
+
+    // [2] Reencryption with data shift: the data moves up 1024 sectors.
+    fresh(8);
+    luks1(&[
+        "-c",
+        "aes-cbc-essiv:sha256",
+        "-s",
+        "128",
+        "--align-payload",
+        "2048",
+    ]);
+    let plain = fill(&img, None, 80);
+    ok(
+        reenc(&["-s", "256", "--reduce-device-size", "1024S"]),
+        "[2] shift",
+    );
+    cs_opens(&img, PW1);
+    assert!(
+        read_back(&img, None) == plain[..plain.len() - (512 << 10)],
+        "[2]"
+    );
+    ok(reenc(&[]), "[2] again");
+    assert!(
+        read_back(&img, None) == plain[..plain.len() - (512 << 10)],
+        "[2]"
+    );
+
+    // [4] Encryption: a header that is the device itself is refused (not
+    // detached, no reduction), nothing written; then with a reduction.
+    fresh(8);
+    let mut p = vec![0u8; 8 << 20];
+    Rng::new(81).fill(&mut p);
+    std::fs::write(&img, &p).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&img, &link).unwrap();
+    for h in [&img, &link] {
+        let before = hashes(&[&img]);
+        let out = reenc(&["--type", "luks1", "--new", "--header", s(h)]);
+        assert!(!out.status.success(), "[4] header {h:?}");
+        assert!(hashes(&[&img]) == before, "[4] header {h:?}: written");
+    }
+    ok(
+        reenc(&[
+            "-c",
+            "aes-cbc-essiv:sha256",
+            "-s",
+            "128",
+            "--new",
+            "--type",
+            "luks1",
+            "--reduce-device-size",
+            "2048S",
+        ]),
+        "[4] encrypt",
+    );
+    cs_opens(&img, PW1);
+    assert!(
+        read_back(&img, None) == p[..p.len() - (1 << 20)],
+        "[4] data"
+    );
+    // A key file as the new passphrase.
+    fresh(8);
+    let key1 = dir.join("key1");
+    std::fs::write(&key1, b"compat key file").unwrap();
+    ok(
+        reenc(&[
+            "-d",
+            s(&key1),
+            "--new",
+            "--type",
+            "luks1",
+            "--reduce-device-size",
+            "4096S",
+        ]),
+        "[4] -d KEY1",
+    );
+    ok(
+        testutil::run(
+            "cryptsetup",
+            &["open", "--test-passphrase", s(&img), "-d", s(&key1)],
+            None,
+        ),
+        "[4] key file opens",
+    );
+
+    // [8] Header only reencryption: hash and iterations, the key kept.
+    fresh(8);
+    luks1(&["--hash", "sha512"]);
+    let plain = fill(&img, None, 82);
+    let key = volume_key(&img, PW1);
+    let keep = |extra: &[&str]| {
+        let a = cat(&["reencrypt", s(&img), "-q", "--keep-key"], extra);
+        ucrypt_in(dir.path(), &args(&a), PW1)
+    };
+    ok(keep(&fast), "[8] --keep-key");
+    let before = hashes(&[&img]);
+    let out = keep(&["--pbkdf-force-iterations", "999"]);
+    assert!(!out.status.success(), "[8] 999 iterations");
+    assert!(hashes(&[&img]) == before, "[8] 999: written");
+    ok(
+        keep(&["--hash", "sha256", "--pbkdf-force-iterations", "1001"]),
+        "[8] 1001",
+    );
+    let dump = testutil::run_ok("cryptsetup", &["luksDump", s(&img)]);
+    assert!(dump.contains("Hash spec:     \tsha256"), "{dump}");
+    assert!(dump.contains("Iterations:         \t1001"), "{dump}");
+    ok(
+        keep(&["--hash", "sha512", "--pbkdf-force-iterations", "1000"]),
+        "[8] sha512",
+    );
+    assert_eq!(volume_key(&img, PW1), key, "[8] the key kept");
+    assert!(read_back(&img, None) == plain, "[8] data");
+
+    // [10] Removal of encryption (keyslot 0, then keyslot 5): the
+    // plaintext at the start, the rest zero.
+    for extra in [&[][..], &["-S5"]] {
+        fresh(8);
+        luks1(extra);
+        let plain = fill(&img, None, 83);
+        ok(reenc(&["--decrypt"]), "[10] --decrypt");
+        let mut want = plain.clone();
+        want.resize(8 << 20, 0);
+        assert!(std::fs::read(&img).unwrap() == want, "[10] {extra:?}");
+    }
+
+    // [11] Detached header: encryption, reencryption, decryption; then
+    // an existing empty header file.
+    fresh(8);
+    std::fs::write(&img, &p).unwrap();
+    let hdr = dir.join("img.hdr");
+    ok(
+        reenc(&["--header", s(&hdr), "--new", "--type", "luks1"]),
+        "[11] encrypt",
+    );
+    assert!(read_back(&img, Some(&hdr)) == p, "[11] encrypted");
+    ok(reenc(&["--header", s(&hdr)]), "[11] reencrypt");
+    assert!(read_back(&img, Some(&hdr)) == p, "[11] reencrypted");
+    ok(reenc(&["--header", s(&hdr), "--decrypt"]), "[11] decrypt");
+    assert!(std::fs::read(&img).unwrap() == p, "[11] decrypted");
+    std::fs::write(&hdr, b"").unwrap();
+    ok(
+        reenc(&["--header", s(&hdr), "--new", "--type", "luks1"]),
+        "[11] empty header",
+    );
+    assert!(read_back(&img, Some(&hdr)) == p, "[11] empty header");
+    let is_luks = |f: &Path| {
+        testutil::run("cryptsetup", &["isLuks", s(f)], None)
+            .status
+            .success()
+    };
+    assert!(!is_luks(&img) && is_luks(&hdr), "[11]");
+
+    // [12] Nested encryption is refused by both tools, nothing written
+    // and no header file created.
+    fresh(8);
+    luks1(&[]);
+    let _ = std::fs::remove_file(&hdr);
+    for a in [
+        &["--new", "--type", "luks1", "--reduce-device-size", "1024S"][..],
+        &["--new", "--type", "luks1", "--header", s(&hdr)],
+    ] {
+        let mut full = vec![s(&img), "-q"];
+        full.extend_from_slice(&fast);
+        full.extend_from_slice(a);
+        let err = both_refuse(&[&img], &full);
+        assert!(err.contains("already LUKS device"), "[12] {a:?}: {err}");
+        assert!(!hdr.exists(), "[12] {a:?}: header file created");
+    }
 }

@@ -71,6 +71,7 @@ pub mod fence;
 mod header;
 mod lock;
 pub mod luks1;
+mod luks1_fake;
 mod mover;
 mod resilience;
 mod size;
