@@ -41,8 +41,8 @@ use zeroize::Zeroizing;
 use super::header::{self, RawHeader};
 use super::state::State;
 use super::{
-    free_digest, has_flag, largest_gap, new_digest, no_key, read_header, set_digest_segments,
-    unlock_any, DEFAULT_NONE_HOTZONE, MIN_ALIGNMENT,
+    free_digest, largest_gap, new_digest, no_key, read_header, set_digest_segments,
+    set_shift_segments, unlock_any, DEFAULT_NONE_HOTZONE, MIN_ALIGNMENT,
 };
 use crate::error::{corrupt, invalid, unsupported, Error, ErrorKind, Result};
 use crate::hash::Hash;
@@ -369,34 +369,6 @@ pub(super) fn make_segments(
             out.push((crypt(shift + end, end, None), true));
         }
     }
-    let backup = |flag: &str| {
-        h.obj("segments")
-            .values()
-            .find(|s| has_flag(s, flag))
-            .cloned()
-            .ok_or_else(|| corrupt(format!("{flag} segment vanished")))
-    };
-    let (prev, fin, mv) = (
-        backup("backup-previous")?,
-        backup("backup-final")?,
-        backup("backup-moved-segment")?,
-    );
-    let n = out.len();
-    let mut old_ids = Vec::new();
-    let segs = h.obj_mut("segments");
-    segs.clear();
-    for (i, (v, old)) in out.into_iter().enumerate() {
-        segs.insert(i.to_string(), v);
-        if old {
-            old_ids.push(i.to_string());
-        }
-    }
-    segs.insert(n.to_string(), prev);
-    segs.insert((n + 1).to_string(), fin);
-    segs.insert((n + 2).to_string(), mv);
-    old_ids.push(n.to_string());
-    old_ids.push((n + 2).to_string());
-    let ids: Vec<&str> = old_ids.iter().map(String::as_str).collect();
-    set_digest_segments(h, &st.old_digest, &ids);
-    Ok(())
+    // The previous and the moved backup segments are under the old key.
+    set_shift_segments(h, out, &st.old_digest, &[0, 2])
 }

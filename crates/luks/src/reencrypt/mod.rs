@@ -1245,6 +1245,21 @@ fn make_shift_segments(
         let size = (plain + hl > 0 || hot.is_some()).then_some(done);
         out.push((crypt(plain + hl, size, None), true));
     }
+    // The final backup segment is under the new key.
+    set_shift_segments(h, out, &st.new_digest, &[1])
+}
+
+/// Replaces `h`'s segments of a data shift with `data` (each with whether
+/// `digest` covers it) followed by the three backup segments (previous,
+/// final, moved, found by their flags), and binds `digest` to those data
+/// segments and to the backups `bound` names (0 previous, 1 final, 2
+/// moved).
+pub(super) fn set_shift_segments(
+    h: &mut RawHeader,
+    data: Vec<(Value, bool)>,
+    digest: &str,
+    bound: &[usize],
+) -> Result<()> {
     let backup = |flag: &str| {
         h.obj("segments")
             .values()
@@ -1252,27 +1267,27 @@ fn make_shift_segments(
             .cloned()
             .ok_or_else(|| corrupt(format!("{flag} segment vanished")))
     };
-    let (prev, fin, mv) = (
+    let backups = [
         backup("backup-previous")?,
         backup("backup-final")?,
         backup("backup-moved-segment")?,
-    );
-    let n = out.len();
-    let mut new_ids = Vec::new();
+    ];
+    let n = data.len();
+    let mut ids = Vec::new();
     let segs = h.obj_mut("segments");
     segs.clear();
-    for (i, (v, is_new)) in out.into_iter().enumerate() {
+    for (i, (v, covered)) in data.into_iter().enumerate() {
         segs.insert(i.to_string(), v);
-        if is_new {
-            new_ids.push(i.to_string());
+        if covered {
+            ids.push(i.to_string());
         }
     }
-    segs.insert(n.to_string(), prev);
-    segs.insert((n + 1).to_string(), fin);
-    segs.insert((n + 2).to_string(), mv);
-    new_ids.push((n + 1).to_string());
-    let ids: Vec<&str> = new_ids.iter().map(String::as_str).collect();
-    set_digest_segments(h, &st.new_digest, &ids);
+    for (i, b) in backups.into_iter().enumerate() {
+        segs.insert((n + i).to_string(), b);
+    }
+    ids.extend(bound.iter().map(|b| (n + b).to_string()));
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    set_digest_segments(h, digest, &ids);
     Ok(())
 }
 

@@ -217,6 +217,23 @@ pub(crate) fn requirement(h: &RawHeader) -> Result<Option<u8>> {
     Ok(None)
 }
 
+/// The digests bound to segment `id`.
+fn digests_of<'a>(h: &'a RawHeader, id: &str) -> Vec<&'a String> {
+    h.meta
+        .digests
+        .iter()
+        .filter(|(_, d)| d.segments.iter().any(|x| x == id))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// A segment that breaks a data shift's layout.
+fn not_continued(id: &str) -> Error {
+    corrupt(format!(
+        "LUKS2 segment {id} does not continue the reencryption layout"
+    ))
+}
+
 impl State {
     /// Loads the state from a header in reencryption; `Ok(None)` when it
     /// is not. Metadata ucrypt cannot act on is refused with the reason.
@@ -634,18 +651,8 @@ impl State {
         let mut at = 0u64; // logical position in the data
         let mut phase = 0; // 0 moved, 1 plaintext, 2 hotzone, 3 old
         for (i, (id, s)) in self.data.iter().enumerate() {
-            let bad = || {
-                corrupt(format!(
-                    "LUKS2 segment {id} does not continue the reencryption layout"
-                ))
-            };
-            let digests: Vec<&String> = h
-                .meta
-                .digests
-                .iter()
-                .filter(|(_, d)| d.segments.iter().any(|x| x == id))
-                .map(|(k, _)| k)
-                .collect();
+            let bad = || not_continued(id);
+            let digests = digests_of(h, id);
             let hot = in_reencryption(s);
             let size = s.fixed_size()?;
             let last = i + 1 == n;
@@ -702,18 +709,8 @@ impl State {
             )));
         }
         for (i, (id, s)) in self.data.iter().enumerate() {
-            let bad = || {
-                corrupt(format!(
-                    "LUKS2 segment {id} does not continue the reencryption layout"
-                ))
-            };
-            let digests: Vec<&String> = h
-                .meta
-                .digests
-                .iter()
-                .filter(|(_, d)| d.segments.iter().any(|x| x == id))
-                .map(|(k, _)| k)
-                .collect();
+            let bad = || not_continued(id);
+            let digests = digests_of(h, id);
             let size = s.fixed_size()?;
             if s.kind == "linear" {
                 let place = if at == 0 { moved.offset } else { at };
