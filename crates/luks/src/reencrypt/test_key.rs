@@ -98,21 +98,14 @@ fn open_digest(h: &RawHeader, meta: &Path, pass: &[u8], did: &str) -> Result<Sec
     if did.is_empty() {
         return Ok(Secret::from_slice(&[]));
     }
-    let prio = |k: &crate::luks2::json::Keyslot| {
-        k.extra
-            .get("priority")
-            .and_then(|p| p.as_i64())
-            .unwrap_or(1)
-    };
-    let mut slots: Vec<(i64, u32)> = h
+    let luks2 = h
         .meta
         .keyslots
         .iter()
-        .filter(|(_, k)| k.kind == "luks2" && prio(k) != 0)
-        .filter_map(|(id, k)| Some((prio(k), id.parse().ok()?)))
-        .collect();
-    slots.sort_by_key(|&(p, s)| (std::cmp::Reverse(p), s));
-    let order: Vec<u32> = slots.iter().map(|&(_, s)| s).collect();
+        .filter(|(_, k)| k.kind == "luks2")
+        .filter_map(|(id, _)| id.parse().ok());
+    let order = h.meta.in_try_order(luks2);
+    let prio = |s: u32| h.meta.keyslot_priority(s);
     match unlock_any(h, meta, pass, &order, &[did]) {
         Ok((_, (_, key))) => Ok(key),
         Err(e) if e.kind() == ErrorKind::WrongPassphrase => {
@@ -124,9 +117,9 @@ fn open_digest(h: &RawHeader, meta: &Path, pass: &[u8], did: &str) -> Result<Sec
             };
             // cryptsetup answers with its last keyslot of normal priority
             // (a wrong passphrase in a preferred one outweighs "unusable").
-            let last_normal = slots.iter().rev().find(|&&(p, _)| p == 1);
-            let preferred = slots.iter().any(|&(p, s)| p == 2 && bound(s));
-            if last_normal.is_some_and(|&(_, s)| bound(s)) || preferred {
+            let last_normal = order.iter().rev().find(|&&s| prio(s) == 1);
+            let preferred = order.iter().any(|&s| prio(s) == 2 && bound(s));
+            if last_normal.is_some_and(|&s| bound(s)) || preferred {
                 Err(wrong())
             } else {
                 Err(no_usable())

@@ -164,20 +164,7 @@ impl Volume {
     fn unlock_order(&self) -> Vec<u32> {
         match &self.header {
             Header::V1(_) => self.header.active_slots(),
-            Header::V2(h) => {
-                let bound = h.meta.segment_keyslots();
-                let prio = |s: u32| {
-                    h.meta
-                        .keyslots
-                        .get(&s.to_string())
-                        .and_then(|k| k.extra.get("priority"))
-                        .and_then(|p| p.as_i64())
-                        .unwrap_or(1)
-                };
-                let mut v: Vec<u32> = bound.into_iter().filter(|&s| prio(s) != 0).collect();
-                v.sort_by_key(|&s| (std::cmp::Reverse(prio(s)), s));
-                v
-            }
+            Header::V2(h) => h.meta.in_try_order(h.meta.segment_keyslots()),
         }
     }
 

@@ -131,6 +131,27 @@ impl Metadata {
         v
     }
 
+    /// A keyslot's priority (0 ignore, 1 normal, 2 prefer; normal when
+    /// unset or absent).
+    pub fn keyslot_priority(&self, slot: u32) -> i64 {
+        self.keyslots
+            .get(&slot.to_string())
+            .and_then(|k| k.extra.get("priority"))
+            .and_then(|p| p.as_i64())
+            .unwrap_or(1)
+    }
+
+    /// `slots` in cryptsetup's try order: higher priority first, then by
+    /// number; priority 0 ("ignore") left out.
+    pub fn in_try_order(&self, slots: impl IntoIterator<Item = u32>) -> Vec<u32> {
+        let mut v: Vec<u32> = slots
+            .into_iter()
+            .filter(|&s| self.keyslot_priority(s) != 0)
+            .collect();
+        v.sort_by_key(|&s| (std::cmp::Reverse(self.keyslot_priority(s)), s));
+        v
+    }
+
     /// Full validation (everything except the device size).
     pub fn validate(&self, hdr_size: u64) -> Result<()> {
         let c = &self.config;
