@@ -390,9 +390,11 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>, inflight: &Arc<Inflight>) {
                         drop(tail);
                     };
                     match g.adaptive() {
-                        Some(a) if moved => {
-                            a.hand_crypto(true, Box::new(move || finish(buf, res, Path::Offload)))
-                        }
+                        Some(a) if moved => a.hand_crypto(
+                            true,
+                            r.len(),
+                            Box::new(move || finish(buf, res, Path::Offload)),
+                        ),
                         _ => finish(buf, res, Path::Inline),
                     }
                 }),
@@ -421,6 +423,7 @@ fn run_async(gen: &Arc<Gen>, batch: Vec<Pending>, inflight: &Arc<Inflight>) {
                         let c = ctx.clone();
                         a.hand_crypto(
                             false,
+                            r.len(),
                             Box::new(move || {
                                 if let Some(cr) = &c.crypt {
                                     cr.encrypt(r.sector(), &mut op.buf);
