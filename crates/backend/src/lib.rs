@@ -496,7 +496,9 @@ pub fn check_range(size: u64, offset: u64, len: u64) -> io::Result<()> {
 }
 
 /// An error raised by this crate; converted into [`std::io::Error`] at the
-/// trait boundary (with a matching [`std::io::ErrorKind`]).
+/// trait boundary (with a matching [`std::io::ErrorKind`]). The workspace's
+/// shape (docs/ARCHITECTURE.md, "Errors"), except that the [`ErrorKind`]
+/// is the message and `context` a note shown after it.
 #[derive(Debug, thiserror::Error)]
 #[error("{kind}{}", context.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
 pub struct Error {

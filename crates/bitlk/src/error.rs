@@ -1,5 +1,7 @@
-//! The crate's one error type: a kind callers match on (and the cli maps
-//! to cryptsetup's exit codes) and cryptsetup's message.
+//! The crate's one error type, in the workspace's shape
+//! (docs/ARCHITECTURE.md, "Errors"; it has no source): a kind callers
+//! match on (and the cli maps to cryptsetup's exit codes) and
+//! cryptsetup's message.
 
 /// What went wrong, in cryptsetup's errno terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

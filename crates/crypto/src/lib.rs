@@ -42,7 +42,7 @@ pub use cipher::{
     Provider, AESNI_XTS_NAME, CAMELLIA_XTS_NAME, KUZNYECHIK_XTS_NAME, OPENSSL_XTS_NAME,
     RUST_XTS_NAME, SERPENT_AVX2_XTS_NAME, SERPENT_XTS_NAME, TWOFISH_XTS_NAME, VAES_XTS_NAME,
 };
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 pub use perf::PerfFlags;
 pub use secret::Secret;
 pub use spec::CipherSpec;
@@ -780,46 +780,45 @@ mod tests {
     #[test]
     fn errors_have_kinds_callers_can_match() {
         let e = |c: CryptConfig| SectorCrypt::new(&c).unwrap_err();
-        assert!(matches!(
-            e(cfg("aes-xts-plain64", vec![0; 20])),
-            Error::Key(_)
-        ));
-        assert!(matches!(
-            e(cfg("aes-xts-bogus", vec![0; 64])),
-            Error::Spec(_)
-        ));
-        assert!(matches!(
-            e(cfg("cast6-xts-plain64", vec![0; 64])),
-            Error::Unsupported(_)
-        ));
+        assert_eq!(
+            e(cfg("aes-xts-plain64", vec![0; 20])).kind(),
+            ErrorKind::Key
+        );
+        assert_eq!(e(cfg("aes-xts-bogus", vec![0; 64])).kind(), ErrorKind::Spec);
+        assert_eq!(
+            e(cfg("cast6-xts-plain64", vec![0; 64])).kind(),
+            ErrorKind::Unsupported
+        );
         let mut c = cfg("aes-xts-plain64", vec![1; 64]);
         c.sector_size = 1000;
-        assert!(matches!(e(c), Error::SectorSize(_)));
+        assert_eq!(e(c).kind(), ErrorKind::SectorSize);
         let mut c = cfg("aes-xts-plain64", vec![1; 64]);
         c.sector_size = 4096;
         c.iv_offset = 3;
-        assert!(matches!(e(c), Error::Misaligned(_)));
+        assert_eq!(e(c).kind(), ErrorKind::Misaligned);
         let t = |line: &str| table::Table::parse(line).unwrap_err();
         let key = "00".repeat(64);
-        assert!(matches!(t("0 8 crypt"), Error::Table(_)));
-        assert!(matches!(
+        assert_eq!(t("0 8 crypt").kind(), ErrorKind::Table);
+        assert_eq!(
             t(&format!(
                 "0 8 crypt aes-xts-plain64 {key} 0 /dev/x 0 1 sector_size:999"
-            )),
-            Error::SectorSize(_)
-        ));
-        assert!(matches!(
+            ))
+            .kind(),
+            ErrorKind::SectorSize
+        );
+        assert_eq!(
             t(&format!(
                 "0 9 crypt aes-xts-plain64 {key} 0 /dev/x 0 1 sector_size:4096"
-            )),
-            Error::Misaligned(_)
-        ));
-        assert!(matches!(
-            t("0 8 crypt aes-xts-plain64 abc 0 /dev/x 0"),
-            Error::Key(_)
-        ));
+            ))
+            .kind(),
+            ErrorKind::Misaligned
+        );
+        assert_eq!(
+            t("0 8 crypt aes-xts-plain64 abc 0 /dev/x 0").kind(),
+            ErrorKind::Key
+        );
         let spec = t(&format!("0 8 crypt aes-xts-bogus {key} 0 /dev/x 0"));
-        assert!(matches!(spec, Error::Spec(_)), "{spec:?}");
+        assert_eq!(spec.kind(), ErrorKind::Spec, "{spec:?}");
         assert!(spec.message().ends_with("(field <cipher>)"), "{spec}");
     }
 
@@ -868,7 +867,10 @@ mod tests {
         }
         let mut c = cfg("aes-cbc-tcw", vec![1; 64]);
         c.sector_size = 4096;
-        assert!(matches!(SectorCrypt::new(&c), Err(Error::SectorSize(_))));
+        assert_eq!(
+            SectorCrypt::new(&c).err().map(|e| e.kind()),
+            Some(ErrorKind::SectorSize)
+        );
     }
 
     /// Sector 1 of TrueCrypt 1.x/4.x volumes from cryptsetup's test images

@@ -235,7 +235,7 @@ pub fn cipher_row(
     dur: Duration,
 ) -> Result<CipherRow, crate::Error> {
     if key_bits % 8 != 0 {
-        return Err(crate::Error::Key(format!(
+        return Err(crate::error::key(format!(
             "Invalid key size {key_bits}: not a whole number of bytes"
         )));
     }

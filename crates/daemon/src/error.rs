@@ -1,5 +1,6 @@
-//! The crate's one error type: a message, a stable [`ErrorKind`] callers
-//! match on, and the cause as `#[source]`.
+//! The crate's one error type, in the workspace's shape
+//! (docs/ARCHITECTURE.md, "Errors"): a message, a stable [`ErrorKind`]
+//! callers match on, and the cause as `#[source]`.
 //!
 //! Messages start with a capital letter and do not repeat their source;
 //! print an error with [`Error::chain`] (or walk `source()`) to get the

@@ -385,7 +385,7 @@ impl Daemon {
             }
             Some(Frontend::Fuse(f)) => match f.unmount() {
                 Ok(()) => {}
-                Err(fuse::Error::Busy(p)) if !force => {
+                Err(e) if e.kind() == fuse::ErrorKind::Busy && !force => {
                     // Still mounted and serving: refuse, like `cryptsetup
                     // close` on a device that is in use.
                     return Err(Error::new(
@@ -393,7 +393,7 @@ impl Daemon {
                         format!(
                             "Device {} is still in use: {} is busy (detach the loop device or unmount first)",
                             self.ping.name,
-                            p.display()
+                            f.mountpoint().display()
                         ),
                     ));
                 }

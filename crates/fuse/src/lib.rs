@@ -38,42 +38,105 @@ mod fs;
 
 use fs::Fs;
 
-/// Errors of the FUSE frontend.
+/// Errors of the FUSE frontend, in the workspace's shape
+/// (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`], the message
+/// `Display` shows and the OS error that caused it as the source. A failed
+/// request is not one of these: it is answered through
+/// [`datapath::Error::errno`].
 #[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<io::Error>,
+}
+
+/// What went wrong; stable for callers to match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorKind {
     /// Mounting failed.
-    #[error("Cannot mount FUSE export at {path}")]
-    Mount {
-        /// The mountpoint.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    Mount,
     /// The mountpoint is not an empty directory (a file, or a directory
     /// with something in it): mounting would hide or misuse it.
-    #[error("FUSE mountpoint {} {what}", .path.display())]
-    Occupied {
-        /// The mountpoint.
-        path: PathBuf,
-        /// What is wrong ("exists and is not a directory", "is not empty").
-        what: &'static str,
-    },
+    Occupied,
     /// The mountpoint does not exist.
-    #[error("FUSE mountpoint {} does not exist (create an empty directory there)", .0.display())]
-    NoMountpoint(PathBuf),
+    NoMountpoint,
     /// The exported file is still in use (e.g. a loop device is attached).
-    #[error("FUSE export at {0} is busy (is a loop device still attached? try `losetup -j FILE`)")]
-    Busy(PathBuf),
+    Busy,
     /// Unmounting failed for another reason.
-    #[error("Cannot unmount FUSE export at {path}: {message}")]
-    Unmount {
-        /// The mountpoint.
-        path: PathBuf,
-        /// The unmount tool's message.
-        message: String,
-    },
+    Unmount,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, message: String) -> Self {
+        Self {
+            kind,
+            message,
+            source: None,
+        }
+    }
+
+    /// [`ErrorKind::Mount`] at `path`.
+    fn mount(path: &Path, source: io::Error) -> Self {
+        Self {
+            source: Some(source),
+            ..Self::new(
+                ErrorKind::Mount,
+                format!("Cannot mount FUSE export at {}", path.display()),
+            )
+        }
+    }
+
+    /// [`ErrorKind::Occupied`]: what is wrong with `path` ("exists and is
+    /// not a directory", "is not empty").
+    fn occupied(path: &Path, what: &str) -> Self {
+        Self::new(
+            ErrorKind::Occupied,
+            format!("FUSE mountpoint {} {what}", path.display()),
+        )
+    }
+
+    /// [`ErrorKind::NoMountpoint`].
+    fn no_mountpoint(path: &Path) -> Self {
+        Self::new(
+            ErrorKind::NoMountpoint,
+            format!(
+                "FUSE mountpoint {} does not exist (create an empty directory there)",
+                path.display()
+            ),
+        )
+    }
+
+    /// [`ErrorKind::Busy`].
+    fn busy(path: &Path) -> Self {
+        Self::new(
+            ErrorKind::Busy,
+            format!(
+                "FUSE export at {} is busy (is a loop device still attached? try `losetup -j FILE`)",
+                path.display()
+            ),
+        )
+    }
+
+    /// [`ErrorKind::Unmount`]: `why` is the unmount tool's message.
+    fn unmount(path: &Path, why: &str) -> Self {
+        Self::new(
+            ErrorKind::Unmount,
+            format!("Cannot unmount FUSE export at {}: {why}", path.display()),
+        )
+    }
+
+    /// The stable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message (what `Display` shows; the source is apart).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 /// How the export looks. What it allows (read-only: writes refused with
@@ -96,7 +159,7 @@ pub struct Export {
 
 impl Export {
     /// Mounts the export at `mountpoint`, which must be an existing empty
-    /// directory ([`Error::NoMountpoint`], [`Error::Occupied`] otherwise:
+    /// directory ([`ErrorKind::NoMountpoint`], [`ErrorKind::Occupied`] otherwise:
     /// nothing is created, and nothing is hidden under the mount). A stale
     /// mount left there by a crashed daemon is detached first.
     pub fn mount(
@@ -105,10 +168,7 @@ impl Export {
         cfg: ExportConfig,
     ) -> Result<Self, Error> {
         let view = view.into();
-        let merr = |source| Error::Mount {
-            path: mountpoint.to_owned(),
-            source,
-        };
+        let merr = |source| Error::mount(mountpoint, source);
         clean_stale_mount(mountpoint).map_err(merr)?;
         check_mountpoint(mountpoint)?;
         if cfg.file_name.is_empty()
@@ -158,7 +218,7 @@ impl Export {
         &self.mountpoint
     }
 
-    /// Unmounts (not lazily: fails with [`Error::Busy`] while the file is in
+    /// Unmounts (not lazily: fails with [`ErrorKind::Busy`] while the file is in
     /// use, leaving the export mounted and serving) and waits for the session
     /// to end. Calling it again after success does nothing.
     pub fn unmount(&mut self) -> Result<(), Error> {
@@ -186,22 +246,13 @@ impl Drop for Export {
 
 /// Checks that `path` is an empty directory to mount on.
 pub fn check_mountpoint(path: &Path) -> Result<(), Error> {
-    let occupied = |what| Error::Occupied {
-        path: path.to_owned(),
-        what,
-    };
+    let occupied = |what| Error::occupied(path, what);
     match std::fs::metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NoMountpoint(path.to_owned())),
-        Err(e) => Err(Error::Mount {
-            path: path.to_owned(),
-            source: e,
-        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::no_mountpoint(path)),
+        Err(e) => Err(Error::mount(path, e)),
         Ok(m) if !m.is_dir() => Err(occupied("exists and is not a directory")),
         Ok(_) => {
-            let mut entries = std::fs::read_dir(path).map_err(|e| Error::Mount {
-                path: path.to_owned(),
-                source: e,
-            })?;
+            let mut entries = std::fs::read_dir(path).map_err(|e| Error::mount(path, e))?;
             if entries.next().is_some() {
                 return Err(occupied("is not empty"));
             }
@@ -241,16 +292,13 @@ fn unmount(path: &Path, lazy: bool) -> Result<(), Error> {
             Ok(o) => {
                 message = String::from_utf8_lossy(&o.stderr).trim().to_owned();
                 if message.contains("busy") {
-                    return Err(Error::Busy(path.to_owned()));
+                    return Err(Error::busy(path));
                 }
             }
             Err(e) => message = e.to_string(),
         }
     }
-    Err(Error::Unmount {
-        path: path.to_owned(),
-        message,
-    })
+    Err(Error::unmount(path, &message))
 }
 
 #[cfg(test)]
@@ -262,10 +310,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ucrypt-fuse-mnt-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(matches!(
-            check_mountpoint(&dir.join("absent")),
-            Err(Error::NoMountpoint(_))
-        ));
+        assert_eq!(
+            check_mountpoint(&dir.join("absent")).map_err(|e| e.kind()),
+            Err(ErrorKind::NoMountpoint)
+        );
         let file = dir.join("disk.img");
         std::fs::write(&file, b"data").unwrap();
         let e = check_mountpoint(&file).unwrap_err();

@@ -33,7 +33,8 @@ pub enum ErrorKind {
     Io,
 }
 
-/// An error with cryptsetup's message where it has one.
+/// An error with cryptsetup's message where it has one, in the
+/// workspace's shape (docs/ARCHITECTURE.md, "Errors"; it has no source).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {

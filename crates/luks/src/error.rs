@@ -1,4 +1,5 @@
-//! The crate's one error type: a stable [`ErrorKind`] callers match on, a
+//! The crate's one error type, in the workspace's shape
+//! (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`] callers match on, a
 //! message (never containing key material) and an optional source: the I/O,
 //! `crypto`, JSON or randomness error that caused it.
 

@@ -18,14 +18,14 @@ pub(crate) struct Negotiated {
 }
 
 fn write_all(w: &mut impl Write, buf: &[u8]) -> Result<(), Error> {
-    w.write_all(buf).map_err(Error::Io)
+    w.write_all(buf).map_err(Error::io)
 }
 
 /// Reads exactly `buf.len()` bytes; a short read is a protocol violation.
 pub(crate) fn read_exact(r: &mut impl Read, buf: &mut [u8], what: &str) -> Result<(), Error> {
     r.read_exact(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => Error::Protocol(format!("Truncated {what}")),
-        _ => Error::Io(e),
+        io::ErrorKind::UnexpectedEof => Error::protocol(format!("Truncated {what}")),
+        _ => Error::io(e),
     })
 }
 
@@ -59,7 +59,7 @@ pub(crate) fn greet(r: &mut impl Read, w: &mut impl Write) -> Result<Session, Er
     read_exact(r, &mut cf, "client flags")?;
     let client_flags = u32::from_be_bytes(cf);
     if client_flags & !(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES) != 0 {
-        return Err(Error::Protocol(format!(
+        return Err(Error::protocol(format!(
             "Unknown client flags {client_flags:#x}"
         )));
     }
@@ -88,13 +88,13 @@ pub(crate) fn options(
         let mut rd = proto::Reader::new(&hdr);
         let (magic, opt, len) = match (rd.u64(), rd.u32(), rd.u32()) {
             (Some(m), Some(o), Some(l)) => (m, o, l),
-            _ => return Err(Error::Protocol("Short option header".into())),
+            _ => return Err(Error::protocol("Short option header")),
         };
         if magic != proto::IHAVEOPT {
-            return Err(Error::Protocol(format!("Bad option magic {magic:#x}")));
+            return Err(Error::protocol(format!("Bad option magic {magic:#x}")));
         }
         if len > proto::MAX_OPTION_LEN {
-            return Err(Error::Protocol(format!(
+            return Err(Error::protocol(format!(
                 "Option {opt} length {len} too large"
             )));
         }
@@ -104,8 +104,8 @@ pub(crate) fn options(
         if tls_missing && opt != proto::OPT_STARTTLS && opt != proto::OPT_ABORT {
             if opt == proto::OPT_EXPORT_NAME {
                 // This option cannot carry an error: the spec says close.
-                return Err(Error::Protocol(
-                    "NBD_OPT_EXPORT_NAME before the required TLS".into(),
+                return Err(Error::protocol(
+                    "NBD_OPT_EXPORT_NAME before the required TLS",
                 ));
             }
             write_all(
@@ -118,8 +118,8 @@ pub(crate) fn options(
             proto::OPT_EXPORT_NAME => {
                 if stopping || !name_matches(&data, shared) {
                     // This option cannot carry an error: the spec says close.
-                    return Err(Error::Protocol(
-                        "Unknown export name in NBD_OPT_EXPORT_NAME".into(),
+                    return Err(Error::protocol(
+                        "Unknown export name in NBD_OPT_EXPORT_NAME",
                     ));
                 }
                 let mut b = Vec::with_capacity(134);

@@ -233,35 +233,94 @@ pub mod internal {
     }
 }
 
-/// Errors of the NBD frontend.
+/// Errors of the NBD frontend, in the workspace's shape
+/// (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`], the message
+/// `Display` shows and the socket's OS error as the source. A failed
+/// request is not one of these: it is answered through
+/// [`datapath::Error::nbd_error`].
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Could not listen on the requested endpoint.
-    #[error("Cannot listen on {endpoint}")]
-    Bind {
-        /// The socket path or address.
-        endpoint: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// TLS credentials could not be loaded (path and reason in the message).
-    #[error("Cannot set up TLS: {0}")]
-    TlsSetup(String),
-    /// A client broke the protocol and was disconnected.
-    #[error("Protocol violation: {0}")]
-    Protocol(String),
-    /// Socket IO failed.
-    #[error("NBD socket IO failed")]
-    Io(#[from] io::Error),
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<io::Error>,
 }
+
+/// What went wrong; stable for callers to match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Could not listen on the requested endpoint.
+    Bind,
+    /// TLS credentials could not be loaded (path and reason in the message).
+    TlsSetup,
+    /// A client broke the protocol and was disconnected.
+    Protocol,
+    /// Socket IO failed.
+    Io,
+}
+
+/// What a [`ErrorKind::Protocol`] message starts with.
+const PROTOCOL_VIOLATION: &str = "Protocol violation: ";
 
 impl Error {
     fn bind(endpoint: &str, source: io::Error) -> Self {
-        Self::Bind {
-            endpoint: endpoint.to_owned(),
-            source,
+        Self {
+            kind: ErrorKind::Bind,
+            message: format!("Cannot listen on {endpoint}"),
+            source: Some(source),
         }
+    }
+
+    /// [`ErrorKind::TlsSetup`]: `why` says which file and what is wrong.
+    fn tls_setup(why: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::TlsSetup,
+            message: format!("Cannot set up TLS: {}", why.into()),
+            source: None,
+        }
+    }
+
+    /// [`ErrorKind::Protocol`]: `why` says what the client did.
+    fn protocol(why: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::Protocol,
+            message: format!("{PROTOCOL_VIOLATION}{}", why.into()),
+            source: None,
+        }
+    }
+
+    /// [`ErrorKind::Io`].
+    fn io(source: io::Error) -> Self {
+        Self {
+            kind: ErrorKind::Io,
+            message: "NBD socket IO failed".into(),
+            source: Some(source),
+        }
+    }
+
+    /// For [`ErrorKind::Protocol`]: what the client did (the message
+    /// without its "Protocol violation: ").
+    fn protocol_reason(&self) -> Option<&str> {
+        (self.kind == ErrorKind::Protocol)
+            .then(|| self.message.strip_prefix(PROTOCOL_VIOLATION))
+            .flatten()
+    }
+
+    /// The stable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message (what `Display` shows; the source is apart).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Self::io(e)
     }
 }

@@ -410,7 +410,7 @@ fn accept_loop(listener: Listener, woken: UnixStream, shared: Arc<Shared>) {
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
                 let r = serve_client(stream, &s, id);
-                if let Err(Error::Protocol(why)) = &r {
+                if let Some(why) = r.as_ref().err().and_then(Error::protocol_reason) {
                     s.protocol_errors.fetch_add(1, Ordering::Relaxed);
                     eprintln!("ucrypt nbd: client {id} disconnected: {why}");
                 }
@@ -465,12 +465,12 @@ fn serve_session(
                 // Bytes sent after STARTTLS but before the handshake would
                 // be plaintext injected into the TLS session: refuse them.
                 if !reader.buffer().is_empty() {
-                    return Err(Error::Protocol(
-                        "Data sent between NBD_OPT_STARTTLS and the TLS handshake".into(),
+                    return Err(Error::protocol(
+                        "Data sent between NBD_OPT_STARTTLS and the TLS handshake",
                     ));
                 }
                 let Some(ctx) = shared.tls.context() else {
-                    return Err(Error::Protocol("STARTTLS without credentials".into()));
+                    return Err(Error::protocol("STARTTLS without credentials"));
                 };
                 drop(w);
                 let (local, p) = upgrade(reader.into_inner(), ctx, REPLY_TIMEOUT)?;

@@ -119,14 +119,14 @@ impl TlsConfig {
     /// client (the daemon turns `verify_peer` on for TCP by default).
     pub fn x509(mode: TlsMode, dir: &Path, verify_peer: bool) -> Result<Self, Error> {
         let setup = |what: &str, e: openssl::error::ErrorStack| {
-            Error::TlsSetup(format!("{what} in {}: {e}", dir.display()))
+            Error::tls_setup(format!("{what} in {}: {e}", dir.display()))
         };
         let mut b = base_context().map_err(|e| setup("OpenSSL context", e))?;
         let cert = dir.join("server-cert.pem");
         let key = dir.join("server-key.pem");
         for f in [&cert, &key] {
             if !f.is_file() {
-                return Err(Error::TlsSetup(format!("Missing {}", f.display())));
+                return Err(Error::tls_setup(format!("Missing {}", f.display())));
             }
         }
         b.set_certificate_chain_file(&cert)
@@ -138,7 +138,7 @@ impl TlsConfig {
         if verify_peer {
             let ca = dir.join("ca-cert.pem");
             if !ca.is_file() {
-                return Err(Error::TlsSetup(format!(
+                return Err(Error::tls_setup(format!(
                     "Missing {} (needed to verify clients)",
                     ca.display()
                 )));
@@ -160,12 +160,12 @@ impl TlsConfig {
     /// A client whose identity is not in the file fails the handshake.
     pub fn psk(mode: TlsMode, file: &Path) -> Result<Self, Error> {
         let text = Zeroizing::new(std::fs::read_to_string(file).map_err(|e| {
-            Error::TlsSetup(format!("Cannot read PSK file {}: {e}", file.display()))
+            Error::tls_setup(format!("Cannot read PSK file {}: {e}", file.display()))
         })?);
         let keys = parse_psk_file(&text)
-            .map_err(|why| Error::TlsSetup(format!("{}: {why}", file.display())))?;
+            .map_err(|why| Error::tls_setup(format!("{}: {why}", file.display())))?;
         let setup = |what: &str, e: openssl::error::ErrorStack| {
-            Error::TlsSetup(format!("{what} for {}: {e}", file.display()))
+            Error::tls_setup(format!("{what} for {}: {e}", file.display()))
         };
         let mut b = base_context().map_err(|e| setup("OpenSSL context", e))?;
         // TLS 1.2 suites with PSK key exchange; TLS 1.3 uses the key with
@@ -283,8 +283,8 @@ pub(crate) fn upgrade(
     ctx: &SslContext,
     reply_timeout: Duration,
 ) -> Result<(UnixStream, JoinHandle<()>), Error> {
-    let ssl = Ssl::new(ctx).map_err(|e| Error::TlsSetup(e.to_string()))?;
-    let mut tls = SslStream::new(ssl, raw).map_err(|e| Error::TlsSetup(e.to_string()))?;
+    let ssl = Ssl::new(ctx).map_err(|e| Error::tls_setup(e.to_string()))?;
+    let mut tls = SslStream::new(ssl, raw).map_err(|e| Error::tls_setup(e.to_string()))?;
     if let Err(e) = tls.accept() {
         let timed_out = matches!(e.code(), ErrorCode::WANT_READ | ErrorCode::WANT_WRITE)
             || e.io_error()
@@ -294,7 +294,7 @@ pub(crate) fn upgrade(
         } else {
             e.to_string()
         };
-        return Err(Error::Protocol(format!("TLS handshake failed: {why}")));
+        return Err(Error::protocol(format!("TLS handshake failed: {why}")));
     }
     let (local, remote) = UnixStream::pair()?;
     tls.get_mut().clear()?;

@@ -483,14 +483,14 @@ pub(crate) fn transmit(
         while got < raw.len() {
             match src.read(&mut raw[got..]) {
                 Ok(0) if got == 0 => return Ok(()),
-                Ok(0) => return Err(Error::Protocol("Truncated request header".into())),
+                Ok(0) => return Err(Error::protocol("Truncated request header")),
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::Io(e)),
+                Err(e) => return Err(Error::io(e)),
             }
         }
         let Some(h) = RequestHeader::decode(&raw) else {
-            return Err(Error::Protocol("Bad request magic".into()));
+            return Err(Error::protocol("Bad request magic"));
         };
         let fua = h.flags & proto::CMD_FLAG_FUA != 0;
         after_large_write = h.kind == proto::CMD_WRITE && u64::from(h.len) >= DIRECT_RECV_MIN;
@@ -499,7 +499,7 @@ pub(crate) fn transmit(
         // framing is lost: read it first, decide afterwards.
         let payload = if h.kind == proto::CMD_WRITE {
             if h.len > proto::MAX_PAYLOAD {
-                return Err(Error::Protocol(format!(
+                return Err(Error::protocol(format!(
                     "Write payload of {} bytes exceeds the maximum",
                     h.len
                 )));

@@ -1,5 +1,6 @@
-//! The crate's one error type: a stable [`ErrorKind`], a message and the
-//! cause. Reading a passphrase or key file fails with the luks crate's
+//! The crate's one error type, in the workspace's shape
+//! (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`], a message and
+//! the cause. Reading a passphrase or key file fails with the luks crate's
 //! error, opening an `rbd:` image with the backend's: both are kept whole
 //! as the source of a message-less error ([`Error::key`],
 //! [`Error::backend`]) and shown as themselves.

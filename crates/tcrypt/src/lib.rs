@@ -79,29 +79,30 @@ pub enum ErrorKind {
     NotSupported,
 }
 
-/// An error with cryptsetup's wording where it has one.
+/// An error with cryptsetup's wording where it has one, in the
+/// workspace's shape (docs/ARCHITECTURE.md, "Errors").
 #[derive(Debug, thiserror::Error)]
-#[error("{msg}")]
+#[error("{message}")]
 pub struct Error {
     kind: ErrorKind,
-    msg: String,
+    message: String,
     #[source]
     source: Option<std::io::Error>,
 }
 
 impl Error {
-    fn new(kind: ErrorKind, msg: impl Into<String>) -> Self {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
-            msg: msg.into(),
+            message: message.into(),
             source: None,
         }
     }
 
-    fn io(msg: impl Into<String>, e: std::io::Error) -> Self {
+    fn io(message: impl Into<String>, e: std::io::Error) -> Self {
         Self {
             kind: ErrorKind::Io,
-            msg: msg.into(),
+            message: message.into(),
             source: Some(e),
         }
     }

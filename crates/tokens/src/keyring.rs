@@ -18,7 +18,7 @@ const KEYCTL_READ: libc::c_long = 11;
 /// The payload of the `user` key described by `description`.
 pub fn passphrase(description: &str) -> Result<Secret, Error> {
     let desc = CString::new(description)
-        .map_err(|_| Error::Malformed("key description holds a NUL byte".into()))?;
+        .map_err(|_| Error::malformed("key description holds a NUL byte".into()))?;
     let ty = c"user";
     // SAFETY: both strings are NUL-terminated and live across the call;
     // the callout info is NULL (no upcall) and the destination keyring 0.
@@ -33,7 +33,7 @@ pub fn passphrase(description: &str) -> Result<Secret, Error> {
     };
     if id < 0 {
         let e = std::io::Error::last_os_error();
-        return Err(Error::Unavailable(format!(
+        return Err(Error::unavailable(format!(
             "Cannot find key \"{description}\" in the kernel keyring: {e}"
         )));
     }
@@ -53,7 +53,7 @@ pub fn passphrase(description: &str) -> Result<Secret, Error> {
         };
         if n < 0 {
             let e = std::io::Error::last_os_error();
-            return Err(Error::Unavailable(format!(
+            return Err(Error::unavailable(format!(
                 "Cannot read key \"{description}\" from the kernel keyring: {e}"
             )));
         }

@@ -37,46 +37,121 @@ pub mod tpm2;
 
 pub use token::{parse, Kind, Token};
 
-/// Why a token gave no passphrase.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Error {
-    /// The token (or a field of it: blob, URI) is not what its type says.
-    Malformed(String),
-    /// What the token needs is not here: no TPM, no PKCS#11 module, no
-    /// key in the keyring, no PIN to give, no signature file.
-    Unavailable(String),
-    /// No PKCS#11 token matching the URI is plugged in (yet): waited for
-    /// with crypttab's `token-timeout=`.
-    Absent(String),
-    /// The TPM's policy does not match this system's state (PCRs changed).
-    Policy(String),
-    /// The PIN was refused.
-    WrongPin(String),
-    /// The device refused or failed otherwise.
-    Failed(String),
-    /// A token type or feature ucrypt does not unlock.
-    Unsupported(String),
-    /// The passphrase opened none of the token's keyslots.
-    Keyslot(String),
+/// Why a token gave no passphrase, in the workspace's error shape
+/// (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`], the message
+/// `Display` shows (it is what `-v` prints after "Token N (TYPE) failed: ")
+/// and an optional source.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Malformed(s)
-            | Error::Unavailable(s)
-            | Error::Absent(s)
-            | Error::Policy(s)
-            | Error::WrongPin(s)
-            | Error::Failed(s)
-            | Error::Unsupported(s)
-            | Error::Keyslot(s) => f.write_str(s),
-        }
+        f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|s| s as _)
+    }
+}
+
+/// What went wrong; stable for callers to match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The token (or a field of it: blob, URI) is not what its type says.
+    Malformed,
+    /// What the token needs is not here: no TPM, no PKCS#11 module, no
+    /// key in the keyring, no PIN to give, no signature file.
+    Unavailable,
+    /// No PKCS#11 token matching the URI is plugged in (yet): waited for
+    /// with crypttab's `token-timeout=`.
+    Absent,
+    /// The TPM's policy does not match this system's state (PCRs changed).
+    Policy,
+    /// The PIN was refused.
+    WrongPin,
+    /// The device refused or failed otherwise.
+    Failed,
+    /// A token type or feature ucrypt does not unlock.
+    Unsupported,
+    /// The passphrase opened none of the token's keyslots.
+    Keyslot,
+}
+
+impl Error {
+    /// A new error of `kind`; `message` does not repeat a source attached
+    /// with [`Error::with_source`].
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the cause.
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The stable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message (what `Display` shows).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// An [`ErrorKind::Malformed`] error.
+    pub(crate) fn malformed(message: String) -> Self {
+        Self::new(ErrorKind::Malformed, message)
+    }
+
+    /// An [`ErrorKind::Unavailable`] error.
+    pub(crate) fn unavailable(message: String) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    /// An [`ErrorKind::Absent`] error.
+    pub(crate) fn absent(message: String) -> Self {
+        Self::new(ErrorKind::Absent, message)
+    }
+
+    /// An [`ErrorKind::Policy`] error.
+    pub(crate) fn policy(message: String) -> Self {
+        Self::new(ErrorKind::Policy, message)
+    }
+
+    /// An [`ErrorKind::WrongPin`] error.
+    pub(crate) fn wrong_pin(message: String) -> Self {
+        Self::new(ErrorKind::WrongPin, message)
+    }
+
+    /// An [`ErrorKind::Failed`] error.
+    pub(crate) fn failed(message: String) -> Self {
+        Self::new(ErrorKind::Failed, message)
+    }
+
+    /// An [`ErrorKind::Unsupported`] error.
+    pub(crate) fn unsupported(message: String) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+
+    /// An [`ErrorKind::Keyslot`] error.
+    pub(crate) fn keyslot(message: String) -> Self {
+        Self::new(ErrorKind::Keyslot, message)
+    }
+}
 
 /// The token options of `open`, `open --test-passphrase` and `map --luks`
 /// (cryptsetup's `--token-*` options and systemd-cryptsetup's crypttab
@@ -191,7 +266,7 @@ pub fn unlock<T>(
         }
     }
     if let (true, Some(e)) = (falling_back, tpm2_failure) {
-        if let Error::Policy(_) = e {
+        if e.kind() == ErrorKind::Policy {
             eprintln!("No TPM2 metadata matching the current system state found in LUKS2 header, falling back to traditional unlocking.");
         } else {
             eprintln!("TPM2 operation failed, falling back to traditional unlocking: {e}");
@@ -207,10 +282,10 @@ fn try_token<T>(
     open: &mut TryKeyslots<'_, T>,
 ) -> Result<T, Error> {
     if token.keyslots.is_empty() {
-        return Err(Error::Keyslot("the token is assigned to no keyslot".into()));
+        return Err(Error::keyslot("the token is assigned to no keyslot".into()));
     }
     let mut pins = PinSource::new(args, prompting);
-    let mut attempt = |pass: Secret| open(&pass, &token.keyslots).map_err(Error::Keyslot);
+    let mut attempt = |pass: Secret| open(&pass, &token.keyslots).map_err(Error::keyslot);
     match &token.kind {
         Kind::Keyring { description } => attempt(keyring::passphrase(description)?),
         Kind::Tpm2(t) => loop {
@@ -218,7 +293,7 @@ fn try_token<T>(
                 let auto = matches!(args.tpm2_device.as_deref(), None | Some("auto"));
                 let name = args.volume_name.as_deref().unwrap_or("the volume");
                 if auto && !tpm2::wait_for_device(name, timeout) {
-                    return Err(Error::Unavailable("No TPM2 (tpmrm) device found.".into()));
+                    return Err(Error::unavailable("No TPM2 (tpmrm) device found.".into()));
                 }
             }
             let pin = if t.pin {
@@ -229,7 +304,7 @@ fn try_token<T>(
             let device = args.tpm2_device.as_deref();
             let signature = args.tpm2_signature.as_deref();
             match tpm2::unseal(t, device, pin.as_ref(), signature) {
-                Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
+                Err(e) if e.kind() == ErrorKind::WrongPin && pins.again() => eprintln!("{e}"),
                 r => break attempt(r?),
             }
         },
@@ -249,19 +324,19 @@ fn try_token<T>(
                     pins.next(&format!("Please enter security token PIN for '{label}': "))
                 });
                 match r {
-                    Err(Error::WrongPin(e)) if pins.again() => eprintln!("{e}"),
-                    Err(Error::Absent(_)) if waiting.as_mut().is_some_and(Waiting::again) => {}
+                    Err(e) if e.kind() == ErrorKind::WrongPin && pins.again() => eprintln!("{e}"),
+                    Err(e) if e.kind() == ErrorKind::Absent && waiting.as_mut().is_some_and(Waiting::again) => {}
                     r => break attempt(r?),
                 }
             }
         }
-        Kind::Fido2 => Err(Error::Unsupported(
+        Kind::Fido2 => Err(Error::unsupported(
             "systemd-fido2 tokens are not supported (ucrypt has no FIDO2 stack); use the passphrase or another token".into(),
         )),
-        Kind::Clevis => Err(Error::Unsupported(
+        Kind::Clevis => Err(Error::unsupported(
             "clevis tokens are not supported; unlock with clevis' own tools (clevis luks unlock)".into(),
         )),
-        Kind::Other(ty) => Err(Error::Unsupported(format!(
+        Kind::Other(ty) => Err(Error::unsupported(format!(
             "token type {ty} is not supported"
         ))),
     }
@@ -334,7 +409,7 @@ impl<'a> PinSource<'a> {
             let mut s = self
                 .prompting
                 .read(Some(f), "", false)
-                .map_err(|e| Error::Unavailable(format!("Cannot read the PIN file: {e}")))?;
+                .map_err(|e| Error::unavailable(format!("Cannot read the PIN file: {e}")))?;
             while s.last() == Some(&b'\n') {
                 s.truncate(s.len() - 1);
             }
@@ -346,14 +421,14 @@ impl<'a> PinSource<'a> {
             )));
         }
         if self.args.headless || !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-            return Err(Error::Unavailable(
+            return Err(Error::unavailable(
                 "A PIN is needed and none was given (--token-pin-file, $PIN or a terminal)".into(),
             ));
         }
         self.typed = true;
         self.prompting
             .read(None, prompt, false)
-            .map_err(|e| Error::Unavailable(format!("No PIN: {e}")))
+            .map_err(|e| Error::unavailable(format!("No PIN: {e}")))
     }
 
     /// After a wrong PIN: ask again? Only a typed PIN is, and each wrong

@@ -51,7 +51,7 @@ pub struct Uri {
 impl Uri {
     /// Parses `pkcs11:attr=value;...[?query]`; values are percent-decoded.
     pub fn parse(s: &str) -> Result<Self, Error> {
-        let bad = |w: &str| Error::Malformed(format!("PKCS#11 URI \"{s}\": {w}"));
+        let bad = |w: &str| Error::malformed(format!("PKCS#11 URI \"{s}\": {w}"));
         let rest = s
             .strip_prefix("pkcs11:")
             .ok_or_else(|| bad("does not start with pkcs11:"))?;
@@ -106,15 +106,15 @@ fn module(given: Option<&Path>, uri: &Uri) -> Result<PathBuf, Error> {
         .map(PathBuf::from)
         .find(|p| p.exists())
         .ok_or_else(|| {
-            Error::Unavailable("No PKCS#11 module: p11-kit's proxy module is not installed".into())
+            Error::unavailable("No PKCS#11 module: p11-kit's proxy module is not installed".into())
         })
 }
 
 /// Decrypts `t`'s key on the token its URI names; `pin` is asked for
 /// (with the token's label) only when a matching token is present (none:
-/// [`Error::Absent`]). The module is loaded and initialised for this call
-/// alone, so a token plugged in since the last call is seen. Returns the
-/// keyslot passphrase.
+/// [`ErrorKind::Absent`](crate::ErrorKind::Absent)). The module is loaded
+/// and initialised for this call alone, so a token plugged in since the
+/// last call is seen. Returns the keyslot passphrase.
 pub fn decrypt(
     t: &Pkcs11Token,
     uri_override: Option<&str>,
@@ -124,16 +124,16 @@ pub fn decrypt(
     let uri = Uri::parse(uri_override.unwrap_or(&t.uri))?;
     let path = module(module_path, &uri)?;
     let p11 = Pkcs11::new(&path).map_err(|e| {
-        Error::Unavailable(format!(
+        Error::unavailable(format!(
             "Cannot load PKCS#11 module {}: {e}",
             path.display()
         ))
     })?;
     p11.initialize(CInitializeArgs::OsThreads)
-        .map_err(|e| Error::Unavailable(format!("Cannot initialise PKCS#11 module: {e}")))?;
+        .map_err(|e| Error::unavailable(format!("Cannot initialise PKCS#11 module: {e}")))?;
     let slots = p11
         .get_slots_with_token()
-        .map_err(|e| Error::Unavailable(format!("Cannot list PKCS#11 slots: {e}")))?;
+        .map_err(|e| Error::unavailable(format!("Cannot list PKCS#11 slots: {e}")))?;
     let matches =
         |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have.trim_end());
     let slot = slots
@@ -146,23 +146,23 @@ pub fn decrypt(
                     && matches(&uri.serial, i.serial_number())
             })
         })
-        .ok_or_else(|| Error::Absent("No matching PKCS#11 token present".into()))?;
+        .ok_or_else(|| Error::absent("No matching PKCS#11 token present".into()))?;
     let label = p11
         .get_token_info(slot)
         .map(|i| i.label().trim_end().to_string())
         .unwrap_or_default();
     let session = p11
         .open_ro_session(slot)
-        .map_err(|e| Error::Failed(format!("Failed to open PKCS#11 session: {e}")))?;
+        .map_err(|e| Error::failed(format!("Failed to open PKCS#11 session: {e}")))?;
     let pin = pin(&label)?;
     session
         .login_with_raw(UserType::User, &RawAuthPin::new(pin.to_vec()))
         .map_err(|e| {
             let s = e.to_string();
             if s.contains("PinIncorrect") || s.contains("PIN_INCORRECT") {
-                Error::WrongPin(format!("PIN for token '{label}' is incorrect"))
+                Error::wrong_pin(format!("PIN for token '{label}' is incorrect"))
             } else {
-                Error::Failed(format!("Failed to log into security token '{label}': {s}"))
+                Error::failed(format!("Failed to log into security token '{label}': {s}"))
             }
         })?;
     let mut template = vec![Attribute::Class(ObjectClass::PRIVATE_KEY)];
@@ -174,19 +174,19 @@ pub fn decrypt(
     }
     let keys = session
         .find_objects(&template)
-        .map_err(|e| Error::Failed(format!("Failed to find private key: {e}")))?;
+        .map_err(|e| Error::failed(format!("Failed to find private key: {e}")))?;
     let key = match keys.as_slice() {
         [k] => *k,
-        [] => return Err(Error::Failed("Failed to find private key on token".into())),
+        [] => return Err(Error::failed("Failed to find private key on token".into())),
         _ => {
-            return Err(Error::Failed(
+            return Err(Error::failed(
                 "Found more than one matching private key on token".into(),
             ))
         }
     };
     let plain = session
         .decrypt(&Mechanism::RsaPkcs, key, &t.encrypted)
-        .map_err(|e| Error::Failed(format!("Failed to decrypt key on security token: {e}")))?;
+        .map_err(|e| Error::failed(format!("Failed to decrypt key on security token: {e}")))?;
     let plain = zeroize::Zeroizing::new(plain);
     Ok(crate::encode_passphrase(&plain))
 }

@@ -55,14 +55,14 @@ pub fn load(path: Option<&Path>) -> Result<(PathBuf, Vec<u8>), Error> {
             Ok(b) => return Ok((c.clone(), b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                return Err(Error::Unavailable(format!(
+                return Err(Error::unavailable(format!(
                     "Failed to read TPM PCR signature file '{}': {e}",
                     c.display()
                 )))
             }
         }
     }
-    Err(Error::Unavailable(format!(
+    Err(Error::unavailable(format!(
         "Failed to find TPM PCR signature file '{}': No such file or directory",
         name.display()
     )))
@@ -70,9 +70,10 @@ pub fn load(path: Option<&Path>) -> Result<(PathBuf, Vec<u8>), Error> {
 
 /// The signature in `json` for PCR `bank` (`"sha256"`, `"sha1"`), the
 /// PCRs of `mask`, the key whose fingerprint is `fingerprint` and the
-/// policy digest `policy`. No such entry is [`Error::Policy`] (the
-/// system's state is not one the key signed); a document that is not
-/// what systemd writes is [`Error::Malformed`].
+/// policy digest `policy`. No such entry is
+/// [`ErrorKind::Policy`](crate::ErrorKind::Policy) (the system's state is
+/// not one the key signed); a document that is not what systemd writes is
+/// [`ErrorKind::Malformed`](crate::ErrorKind::Malformed).
 pub fn find(
     json: &[u8],
     bank: &str,
@@ -80,15 +81,15 @@ pub fn find(
     fingerprint: &[u8],
     policy: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let bad = |w: &str| Error::Malformed(w.to_string());
+    let bad = |w: &str| Error::malformed(w.to_string());
     let v: Value = serde_json::from_slice(json)
-        .map_err(|e| Error::Malformed(format!("Failed to parse TPM PCR signature JSON: {e}")))?;
+        .map_err(|e| Error::malformed(format!("Failed to parse TPM PCR signature JSON: {e}")))?;
     let v = v
         .as_object()
         .ok_or_else(|| bad("Signature is not a JSON object."))?;
     let entries = v
         .get(bank)
-        .ok_or_else(|| Error::Policy(format!("Signature lacks data for PCR bank '{bank}'.")))?;
+        .ok_or_else(|| Error::policy(format!("Signature lacks data for PCR bank '{bank}'.")))?;
     let entries = entries
         .as_array()
         .ok_or_else(|| bad("Bank data is not a JSON array."))?;
@@ -98,7 +99,7 @@ pub fn find(
             .ok_or_else(|| bad("Bank data element is not a JSON object"))?;
         let Some(pcrs) = e.get("pcrs") else { continue };
         let parsed = pcr_array(pcrs)
-            .map_err(|w| Error::Malformed(format!("Failed to parse JSON PCR mask: {w}")))?;
+            .map_err(|w| Error::malformed(format!("Failed to parse JSON PCR mask: {w}")))?;
         if parsed != mask {
             continue;
         }
@@ -117,7 +118,7 @@ pub fn find(
             .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
             .ok_or_else(|| bad("Failed to decode signature in JSON data"));
     }
-    Err(Error::Policy(
+    Err(Error::policy(
         "Couldn't find signature for this PCR bank, PCR index and public key.".into(),
     ))
 }
@@ -144,7 +145,7 @@ pub struct PublicKey {
 impl PublicKey {
     /// Reads a PEM `PUBLIC KEY` (SubjectPublicKeyInfo) holding an RSA key.
     pub fn from_pem(pem: &[u8]) -> Result<Self, Error> {
-        let bad = |w: &str| Error::Malformed(w.to_string());
+        let bad = |w: &str| Error::malformed(w.to_string());
         let key = openssl::pkey::PKey::public_key_from_pem(pem)
             .map_err(|_| bad("Failed to parse PEM public key."))?;
         let rsa = key
@@ -181,11 +182,11 @@ mod tests {
     fn finds_by_bank_mask_key_and_policy() {
         let m = 1 << 11;
         assert_eq!(
-            find(DOC.as_bytes(), "sha256", m, &[0xaa], &[1]),
+            find(DOC.as_bytes(), "sha256", m, &[0xaa], &[1]).map_err(|e| e.to_string()),
             Ok(vec![0, 1])
         );
         assert_eq!(
-            find(DOC.as_bytes(), "sha256", m, &[0xbb], &[2]),
+            find(DOC.as_bytes(), "sha256", m, &[0xbb], &[2]).map_err(|e| e.to_string()),
             Ok(vec![2])
         );
         for (bank, mask, fp, pol) in [
@@ -195,10 +196,10 @@ mod tests {
             ("sha256", m, 0xaa, 2),
         ] {
             assert!(
-                matches!(
-                    find(DOC.as_bytes(), bank, mask, &[fp], &[pol]),
-                    Err(Error::Policy(_))
-                ),
+                find(DOC.as_bytes(), bank, mask, &[fp], &[pol])
+                    .err()
+                    .map(|e| e.kind())
+                    == Some(crate::ErrorKind::Policy),
                 "{bank} {mask} {fp} {pol}"
             );
         }
@@ -215,10 +216,10 @@ mod tests {
             r#"{"sha256":[{"pcrs":[11],"pkfp":"aa","pol":"01","sig":"!"}]}"#,
         ] {
             assert!(
-                matches!(
-                    find(doc.as_bytes(), "sha256", 1 << 11, &[0xaa], &[1]),
-                    Err(Error::Malformed(_))
-                ),
+                find(doc.as_bytes(), "sha256", 1 << 11, &[0xaa], &[1])
+                    .err()
+                    .map(|e| e.kind())
+                    == Some(crate::ErrorKind::Malformed),
                 "{doc}"
             );
         }

@@ -107,11 +107,11 @@ impl Kind {
 /// Parses token `id`'s JSON text (as `token export` prints it).
 pub fn parse(id: u32, json: &[u8]) -> Result<Token, Error> {
     let v: Value = serde_json::from_slice(json)
-        .map_err(|e| Error::Malformed(format!("token {id}: not JSON ({e})")))?;
+        .map_err(|e| Error::malformed(format!("token {id}: not JSON ({e})")))?;
     let obj = v
         .as_object()
-        .ok_or_else(|| Error::Malformed(format!("token {id}: not a JSON object")))?;
-    let bad = |what: &str| Error::Malformed(format!("token {id}: {what}"));
+        .ok_or_else(|| Error::malformed(format!("token {id}: not a JSON object")))?;
+    let bad = |what: &str| Error::malformed(format!("token {id}: {what}"));
     let ty = obj
         .get("type")
         .and_then(Value::as_str)

@@ -50,7 +50,7 @@ use crate::Error;
 
 /// Why unsealing failed, in systemd's words where it has them.
 fn fail(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Failed(format!("{what}: {e}"))
+    Error::failed(format!("{what}: {e}"))
 }
 
 /// The TCTI for `--tpm2-device=` (`None`: `auto`).
@@ -61,7 +61,7 @@ pub fn tcti(device: Option<&str>) -> Result<TctiNameConf, Error> {
         Some(s) => s.to_string(),
     };
     TctiNameConf::from_str(&spec)
-        .map_err(|_| Error::Failed(format!("Cannot use TPM2 device \"{spec}\"")))
+        .map_err(|_| Error::failed(format!("Cannot use TPM2 device \"{spec}\"")))
 }
 
 /// Waits, as systemd-cryptsetup does for crypttab's `token-timeout=`, for
@@ -118,9 +118,9 @@ fn auto_device() -> Result<String, Error> {
         .map(|e| format!("device:/dev/{e}"))
         .collect();
     match found.len() {
-        0 => Err(Error::Unavailable("No TPM2 (tpmrm) device found.".into())),
+        0 => Err(Error::unavailable("No TPM2 (tpmrm) device found.".into())),
         1 => Ok(found.remove(0)),
-        _ => Err(Error::Unavailable(
+        _ => Err(Error::unavailable(
             "More than one TPM2 (tpmrm) device found.".into(),
         )),
     }
@@ -151,7 +151,7 @@ pub fn unseal(
         std::env::set_var("TSS2_LOG", "all+NONE");
     }
     let mut ctx = Context::new(tcti(device)?)
-        .map_err(|e| Error::Unavailable(format!("Failed to connect to the TPM2: {e}")))?;
+        .map_err(|e| Error::unavailable(format!("Failed to connect to the TPM2: {e}")))?;
     let primary = primary(&mut ctx, t.primary_alg)?;
     let result = unseal_under(&mut ctx, primary, t, signed.as_ref(), private, public, pin);
     let _ = ctx.flush_context(primary.into());
@@ -207,7 +207,7 @@ fn unseal_under(
             .execute_without_session(|c| c.policy_get_digest(policy))
             .map_err(|e| fail("Failed to get policy digest from TPM", e))?;
         if !t.policy_hash.is_empty() && digest.value() != t.policy_hash.as_slice() {
-            return Err(Error::Policy(
+            return Err(Error::policy(
                 "Current policy digest does not match stored policy digest, cancelling TPM2 authentication attempt.".into(),
             ));
         }
@@ -218,7 +218,7 @@ fn unseal_under(
             .map_err(|e| fail("Failed to load HMAC key in TPM", e))?;
         let out = (|| {
             if t.pin {
-                let pin = pin.ok_or_else(|| Error::Unavailable("A TPM2 PIN is needed".into()))?;
+                let pin = pin.ok_or_else(|| Error::unavailable("A TPM2 PIN is needed".into()))?;
                 let auth = Auth::try_from(Sha256::digest(&pin[..]).to_vec())
                     .map_err(|e| fail("Failed to load PIN in TPM", e))?;
                 ctx.tr_set_auth(ObjectHandle::from(key), auth)
@@ -232,7 +232,7 @@ fn unseal_under(
                         && (s.contains("authorization HMAC check failed")
                             || s.contains("authorization failure"))
                     {
-                        Error::WrongPin(format!("Failed to unseal HMAC key in TPM: {s}"))
+                        Error::wrong_pin(format!("Failed to unseal HMAC key in TPM: {s}"))
                     } else {
                         fail("Failed to unseal HMAC key in TPM", s)
                     }
@@ -301,7 +301,7 @@ fn authorize(
             .map_err(|e| fail("Failed to validate signature in TPM", e))?;
         let sig = PublicKeyRsa::try_from(sig)
             .and_then(|sig| RsaSignature::create(HashingAlgorithm::Sha256, sig))
-            .map_err(|_| Error::Failed("Signature larger than buffer.".into()))?;
+            .map_err(|_| Error::failed("Signature larger than buffer.".into()))?;
         let ticket = ctx
             .execute_without_session(|c| c.verify_signature(key, hash, Signature::RsaSsa(sig)))
             .map_err(|e| fail("Failed to validate signature in TPM", e))?;
@@ -322,7 +322,7 @@ fn rsa_public(key: &PublicKey) -> Result<Public, Error> {
     let bits = u16::try_from(key.modulus.len() * 8)
         .ok()
         .and_then(|b| RsaKeyBits::try_from(b).ok())
-        .ok_or_else(|| Error::Malformed("RSA key size not supported by the TPM".into()))?;
+        .ok_or_else(|| Error::malformed("RSA key size not supported by the TPM".into()))?;
     let attrs = ObjectAttributesBuilder::new()
         .with_decrypt(true)
         .with_sign_encrypt(true)
@@ -363,13 +363,13 @@ fn start_session(
         HashingAlgorithm::Sha256,
     )
     .map_err(|e| fail("Failed to open session in TPM", e))?
-    .ok_or_else(|| Error::Failed("Failed to open session in TPM".into()))
+    .ok_or_else(|| Error::failed("Failed to open session in TPM".into()))
 }
 
 /// `tpm2-blob`: a TPM2B_PRIVATE then a TPM2B_PUBLIC, each a big-endian
 /// 16-bit size and that many bytes (tpm2-tss's marshalling).
 fn split_blob(blob: &[u8]) -> Result<(Private, Public), Error> {
-    let bad = || Error::Malformed("tpm2-blob is not a TPM2B_PRIVATE and a TPM2B_PUBLIC".into());
+    let bad = || Error::malformed("tpm2-blob is not a TPM2B_PRIVATE and a TPM2B_PUBLIC".into());
     let take = |b: &[u8]| -> Option<(Vec<u8>, usize)> {
         let n = usize::from(u16::from_be_bytes([*b.first()?, *b.get(1)?]));
         Some((b.get(2..2 + n)?.to_vec(), 2 + n))
@@ -461,7 +461,7 @@ mod tests {
             &[0, 0, 0, 0, 9],
         ] {
             assert!(
-                matches!(split_blob(blob), Err(Error::Malformed(_))),
+                split_blob(blob).err().map(|e| e.kind()) == Some(crate::ErrorKind::Malformed),
                 "{blob:?}"
             );
         }

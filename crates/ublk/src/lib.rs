@@ -93,7 +93,9 @@ pub struct Device {
 }
 
 /// Errors of the ublk frontend: a stable [`ErrorKind`] and, when libublk
-/// or the driver refused a step, libublk's error as the source.
+/// or the driver refused a step, libublk's error as the source. The
+/// workspace's shape (docs/ARCHITECTURE.md, "Errors"), except that the
+/// kind is the message.
 #[derive(Debug, thiserror::Error)]
 #[error("{kind}")]
 pub struct Error {

@@ -118,25 +118,69 @@ impl Options {
     }
 }
 
-/// Errors of the vhost-user-blk frontend.
+/// Errors of the vhost-user-blk frontend, in the workspace's shape
+/// (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`], the message
+/// `Display` shows and the OS error that caused it as the source. A failed
+/// request is not one of these: it is answered through
+/// [`datapath::Error::errno`].
 #[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<std::io::Error>,
+}
+
+/// What went wrong; stable for callers to match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorKind {
     /// The options cannot describe a valid device.
-    #[error("Invalid vhost-user-blk options: {0}")]
-    InvalidOptions(String),
+    InvalidOptions,
     /// The socket could not be created.
-    #[error("Cannot listen on vhost-user socket {}", .path.display())]
-    Listen {
-        /// The socket path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
+    Listen,
     /// The serving thread could not start.
-    #[error("Cannot start the vhost-user-blk thread")]
-    Thread(#[source] std::io::Error),
+    Thread,
+}
+
+impl Error {
+    /// [`ErrorKind::InvalidOptions`]: `what` is wrong with them.
+    fn invalid_options(what: String) -> Self {
+        Self {
+            kind: ErrorKind::InvalidOptions,
+            message: format!("Invalid vhost-user-blk options: {what}"),
+            source: None,
+        }
+    }
+
+    /// [`ErrorKind::Listen`] on the socket `path`.
+    fn listen(path: &Path, source: std::io::Error) -> Self {
+        Self {
+            kind: ErrorKind::Listen,
+            message: format!("Cannot listen on vhost-user socket {}", path.display()),
+            source: Some(source),
+        }
+    }
+
+    /// [`ErrorKind::Thread`].
+    fn thread(source: std::io::Error) -> Self {
+        Self {
+            kind: ErrorKind::Thread,
+            message: "Cannot start the vhost-user-blk thread".into(),
+            source: Some(source),
+        }
+    }
+
+    /// The stable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message (what `Display` shows; the source is apart).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 /// A running vhost-user-blk export; [`Server::shutdown`] stops it.
@@ -170,10 +214,7 @@ impl Server {
     /// ([`Server::start_on`]); the socket is removed at shutdown if the
     /// path still names it.
     pub fn start(view: impl Into<Export>, opts: &Options) -> Result<Self, Error> {
-        let listen_err = |source| Error::Listen {
-            path: opts.socket.clone(),
-            source,
-        };
+        let listen_err = |source| Error::listen(&opts.socket, source);
         let listener = UnixListener::bind(&opts.socket).map_err(listen_err)?;
         std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
             .map_err(listen_err)?;
@@ -214,10 +255,7 @@ impl Server {
             shared: Arc::clone(&shared),
             threads: backend::threads_for(opts.num_queues),
         });
-        let listen_err = |source| Error::Listen {
-            path: opts.socket.clone(),
-            source,
-        };
+        let listen_err = |source| Error::listen(&opts.socket, source);
         let wake = listener.try_clone().map_err(listen_err)?;
         // From a bound listener: no path, so rust-vmm never unlinks one.
         let listener = Listener::from(listener);
@@ -227,7 +265,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("vhost-accept".into())
             .spawn(move || accept_loop(listener, dev, &s2, &c2))
-            .map_err(Error::Thread)?;
+            .map_err(Error::thread)?;
         Ok(Self {
             socket: opts.socket.clone(),
             stop,
@@ -300,7 +338,7 @@ fn shutdown_listener(wake: &UnixListener) {
 }
 
 fn validate(c: &DeviceConfig, opts: &Options) -> Result<(), Error> {
-    let bad = |m: String| Err(Error::InvalidOptions(m));
+    let bad = |m: String| Err(Error::invalid_options(m));
     if !c.sector_size.is_power_of_two() || !(512..=4096).contains(&c.sector_size) {
         return bad(format!(
             "sector size {} is not 512..4096 and a power of two",

@@ -88,8 +88,8 @@ pub(super) fn start_frontend(
                 threads: 4,
             };
             let e = fuse::Export::mount(view, &mnt, fcfg).map_err(|e| {
-                let kind = match e {
-                    fuse::Error::Occupied { .. } => ErrorKind::Busy,
+                let kind = match e.kind() {
+                    fuse::ErrorKind::Occupied => ErrorKind::Busy,
                     _ => ErrorKind::NoDevice,
                 };
                 Error::transparent(kind, e)
