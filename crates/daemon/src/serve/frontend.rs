@@ -86,6 +86,7 @@ pub(super) fn start_frontend(
             let fcfg = fuse::ExportConfig {
                 file_name: name.to_owned(),
                 threads: 4,
+                uring: fuse::UringMode::Auto,
             };
             let e = fuse::Export::mount(view, &mnt, fcfg).map_err(|e| {
                 let kind = match e {
