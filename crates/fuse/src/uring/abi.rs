@@ -8,6 +8,8 @@
 //! written as a native-endian integer at its offset in the kernel's
 //! `struct`, so this module needs no `unsafe`.
 
+#![deny(unsafe_code)]
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType};
