@@ -451,13 +451,32 @@ fn run(
             break;
         }
         if let Err(e) = q.ring.submit_and_wait(1) {
-            if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
-                // The ring itself failed: nothing more can be answered
-                // here; the kernel tears the entries down at unmount.
-                break;
+            match e.raw_os_error() {
+                // Interrupted, or completions to reap first.
+                Some(libc::EINTR | libc::EBUSY) => {}
+                // Short of memory for now: try again shortly.
+                Some(libc::EAGAIN | libc::ENOMEM) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                _ => {
+                    // The ring itself failed: nothing more can be answered
+                    // here; the kernel ends the requests these entries
+                    // hold when it tears them down at unmount.
+                    break;
+                }
             }
         }
         pending.extend(q.ring.completion().map(|c| (c.user_data(), c.result())));
+    }
+    if q.ents
+        .iter()
+        .any(|e| !matches!(e.state, State::Dead | State::Idle))
+    {
+        // The kernel may still write into entries whose commands are in
+        // flight: keep their buffers for the life of the process.
+        std::mem::forget(std::mem::take(&mut q.ents));
+        std::mem::forget(std::mem::replace(&mut q.wake_buf, Buf::new(0)));
+        return;
     }
     q.disarm_wake();
 }
