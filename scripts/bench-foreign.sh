@@ -36,8 +36,19 @@ WORK=$(mktemp -d "${DIR:-/dev/shm}/ucrypt-foreign.XXXXXX")
 export UCRYPT_RUNTIME_DIR=$WORK/run
 PIDS=()
 MOUNTS=()
+# ucrypt's FUSE export uses FUSE over io_uring when the fuse module's
+# enable_uring is on: turned on for the run (root only), put back after.
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_OLD=
+if [ -w "$URING_PARAM" ]; then
+  URING_OLD=$(cat "$URING_PARAM")
+  echo 1 >"$URING_PARAM" || URING_OLD=
+fi
 cleanup() {
   for v in bl-fuse bl-nbd; do "$UCRYPT" close "$v" >/dev/null 2>&1 || true; done
+  if [ -n "$URING_OLD" ]; then
+    if [ "$URING_OLD" = Y ]; then echo 1; else echo 0; fi >"$URING_PARAM" || true
+  fi
   for m in "${MOUNTS[@]}"; do fusermount3 -u "$m" 2>/dev/null || umount "$m" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 0.3
@@ -67,6 +78,7 @@ MOUNTS+=("$WORK/mnt/uc")
 TARGET[ucrypt-fuse]="file:$WORK/mnt/uc/bl-fuse"; WRITES[ucrypt-fuse]=1
 for _ in $(seq 200); do [ -e "$WORK/mnt/uc/bl-fuse" ] && break; sleep 0.05; done
 [ -e "$WORK/mnt/uc/bl-fuse" ] || { echo "bench-foreign: ucrypt's FUSE export did not appear" >&2; exit 1; }
+FUSE_TRANSPORT=$("$UCRYPT" status bl-fuse | awk '$1 == "fuse:" { sub(",", "", $3); print $3 }')
 "$UCRYPT" open --type bitlk --key-file "$WORK/rp" "$WORK/uc-nbd.img" bl-nbd >/dev/null
 TARGET[ucrypt-nbd]="nbd:nbd+unix:///?socket=$UCRYPT_RUNTIME_DIR/bl-nbd.nbd.sock"; WRITES[ucrypt-nbd]=1
 dislocker -V "$WORK/dislocker.img" -p"$RP" -- "$WORK/mnt/dis"
@@ -133,6 +145,7 @@ done
 
 # ---- report -------------------------------------------------------------------
 echo "bench-foreign: MiB/s, median of $ROUNDS x ${RUNTIME}s, images in ${DIR:-/dev/shm} ($(stat -f -c %T "$WORK")), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "ucrypt's FUSE export: transport ${FUSE_TRANSPORT:-unknown} (enable_uring $(cat "$URING_PARAM" 2>/dev/null || echo absent))"
 echo "BitLocker: cryptsetup's bitlk-aes-xts-128.img (100 MiB; jobs span its first $((SPAN >> 20)) MiB, below the FVE metadata); FileVault 2: fvault2-images/small (160 MiB volume)"
 printf '%-16s' job; for p in "${PEERS[@]}"; do printf ' %16s' "$p"; done
 printf ' %14s %14s %14s\n' fuse/dislocker fuse/bdemount nbd/dislocker

@@ -214,6 +214,7 @@ impl Frontends {
             let cfg = ExportConfig {
                 file_name: "disk".into(),
                 threads: 1,
+                uring: fuse::UringMode::Auto,
             };
             std::fs::create_dir(dir.join("mnt")).expect("mountpoint");
             Export::mount(engine.clone(), &dir.join("mnt"), cfg).expect("mount FUSE export")

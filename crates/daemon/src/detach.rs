@@ -188,7 +188,10 @@ mod tests {
             volume_type: crate::resolve::VolumeType::Luks2,
             device: "/img".into(),
             header: None,
-            export: crate::ExportSpec::Fuse(None),
+            export: crate::ExportSpec::Fuse {
+                mountpoint: None,
+                uring: crate::FuseUring::Auto,
+            },
             tls: crate::TlsSpec::default(),
             mode: datapath::CryptMode::Inline,
             perf: control::Flags::default(),

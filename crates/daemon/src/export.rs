@@ -19,7 +19,13 @@ pub enum ExportSpec {
     /// NBD on TCP (unencrypted on the wire unless [`TlsSpec`] turns TLS on).
     NbdTcp(SocketAddr),
     /// A FUSE file export at a mountpoint (`NAME.fuse` if `None`).
-    Fuse(Option<PathBuf>),
+    Fuse {
+        /// The mountpoint (`NAME.fuse` in the runtime directory if `None`).
+        mountpoint: Option<PathBuf>,
+        /// Whether requests go over FUSE-over-io_uring (`uring=`).
+        #[serde(default)]
+        uring: FuseUring,
+    },
     /// A ublk block device.
     Ublk,
     /// A vhost-user-blk socket for virtual machines, offering this many queues.
@@ -31,8 +37,61 @@ pub enum ExportSpec {
     },
 }
 
+/// `--export fuse=...,uring=auto|on|off`: whether a FUSE export's
+/// requests go over FUSE-over-io_uring (`auto`: when the kernel takes it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FuseUring {
+    /// The ring when the kernel's `enable_uring` is on, /dev/fuse otherwise.
+    #[default]
+    Auto,
+    /// The ring, or the export fails to start.
+    On,
+    /// /dev/fuse only.
+    Off,
+}
+
+impl From<FuseUring> for fuse::UringMode {
+    fn from(u: FuseUring) -> Self {
+        match u {
+            FuseUring::Auto => Self::Auto,
+            FuseUring::On => Self::On,
+            FuseUring::Off => Self::Off,
+        }
+    }
+}
+
+/// `fuse`'s arguments after the word: `""`, `=MOUNTPOINT`,
+/// `=MOUNTPOINT,uring=MODE`, `=uring=MODE` or `,uring=MODE`.
+fn parse_fuse(rest: &str, path: impl Fn(&str) -> Result<PathBuf>) -> Result<ExportSpec> {
+    let (dir, option) = match rest.split_at_checked(1) {
+        None => (None, None),
+        Some((",", opt)) => (None, Some(opt)),
+        Some((_, body)) if body.starts_with("uring=") => (None, Some(body)),
+        Some((_, body)) => match body.rsplit_once(",uring=") {
+            Some((d, _)) => (Some(d), Some(&body[d.len() + 1..])),
+            None => (Some(body), None),
+        },
+    };
+    let uring = match option {
+        None => FuseUring::Auto,
+        Some("uring=auto") => FuseUring::Auto,
+        Some("uring=on") => FuseUring::On,
+        Some("uring=off") => FuseUring::Off,
+        Some(o) => {
+            return Err(invalid(format!(
+                "Invalid FUSE export option {o:?}: use uring=auto, uring=on or uring=off"
+            )))
+        }
+    };
+    Ok(ExportSpec::Fuse {
+        mountpoint: dir.map(path).transpose()?,
+        uring,
+    })
+}
+
 impl ExportSpec {
-    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT]`, `ublk` or
+    /// Parses `nbd[=SOCKET]`, `fuse[=MOUNTPOINT][,uring=auto|on|off]`, `ublk` or
     /// `vhost-user-blk=SOCKET` ([`vhost_blk::MAX_QUEUES`] queues; see
     /// [`ExportSpec::with_num_queues`]); with `listen`
     /// (`PORT` on loopback, or `ADDR:PORT`) NBD is served on TCP instead.
@@ -46,6 +105,15 @@ impl ExportSpec {
             std::path::absolute(v)
                 .map_err(|e| invalid(format!("Invalid path {v:?}")).with_source(e))
         };
+        if let Some(rest) = export
+            .strip_prefix("fuse")
+            .filter(|r| r.is_empty() || r.starts_with('=') || r.starts_with(','))
+        {
+            if listen.is_some() {
+                return Err(invalid("--listen only applies to --export nbd"));
+            }
+            return parse_fuse(rest, path);
+        }
         let spec = match (kind, arg, listen) {
             ("nbd", Some(_), Some(_)) => {
                 return Err(invalid(
@@ -55,8 +123,6 @@ impl ExportSpec {
             ("nbd", None, Some(l)) => Self::NbdTcp(parse_listen(l)?),
             ("nbd", None, None) => Self::NbdUnix(None),
             ("nbd", Some(p), None) => Self::NbdUnix(Some(path(p)?)),
-            ("fuse", None, _) => Self::Fuse(None),
-            ("fuse", Some(p), _) => Self::Fuse(Some(path(p)?)),
             ("ublk", None, _) => Self::Ublk,
             ("vhost-user-blk", Some(p), _) if !p.is_empty() => Self::VhostUserBlk {
                 socket: path(p)?,
@@ -64,7 +130,7 @@ impl ExportSpec {
             },
             _ => {
                 return Err(invalid(format!(
-                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT], ublk or vhost-user-blk=SOCKET"
+                    "Unknown export {export:?}: use nbd[=SOCKET], fuse[=MOUNTPOINT][,uring=auto|on|off], ublk or vhost-user-blk=SOCKET"
                 )))
             }
         };

@@ -48,6 +48,6 @@ pub mod volumes;
 pub use error::{backend_error, chain, Error, ErrorKind, Result};
 pub use open::OpenOptions;
 pub use resolve::tcrypt;
-pub use serve::{run, ExportSpec, Spec};
+pub use serve::{run, ExportSpec, FuseUring, Spec};
 pub use spec::VolumeSpec;
 pub use tls::TlsSpec;

@@ -35,7 +35,7 @@ mod live;
 pub mod notify;
 mod reencrypt;
 
-pub use crate::export::ExportSpec;
+pub use crate::export::{ExportSpec, FuseUring};
 use frontend::{start_frontend, Frontend};
 pub use reencrypt::DEFAULT_HOTZONE;
 
@@ -426,6 +426,13 @@ impl Daemon {
             Some(Frontend::Vhost(s)) => Some((&s.stats()).into()),
             _ => None,
         };
+        let fuse = match &*frontend {
+            Some(Frontend::Fuse(e)) => Some(control::FuseStatus {
+                transport: e.transport().as_str().to_owned(),
+                ring_requests: e.ring_requests(),
+            }),
+            _ => None,
+        };
         drop(frontend);
         // One target: the fields describe it; several: the first crypt
         // target, the whole mapping's size, and every target listed.
@@ -453,6 +460,7 @@ impl Daemon {
             stats: self.engine.stats(),
             nbd,
             vhost,
+            fuse,
             io: Some(self.backend.io_path().into()),
             targets: control::TargetStatus::list(&t),
             reencryption: self.reencryption_status(),
@@ -559,14 +567,37 @@ impl Daemon {
 mod tests {
     use super::*;
 
+    fn fuse_at(dir: Option<&str>, uring: FuseUring) -> ExportSpec {
+        ExportSpec::Fuse {
+            mountpoint: dir.map(Into::into),
+            uring,
+        }
+    }
+
     #[test]
     fn exports_parse_as_before() {
         let abs = |p: &str| std::path::absolute(p).unwrap();
         let ok = [
             ("nbd", None, ExportSpec::NbdUnix(None)),
             ("nbd=s.sock", None, ExportSpec::NbdUnix(Some(abs("s.sock")))),
-            ("fuse", None, ExportSpec::Fuse(None)),
-            ("fuse=/mnt/x", None, ExportSpec::Fuse(Some("/mnt/x".into()))),
+            ("fuse", None, fuse_at(None, FuseUring::Auto)),
+            (
+                "fuse=/mnt/x",
+                None,
+                fuse_at(Some("/mnt/x"), FuseUring::Auto),
+            ),
+            (
+                "fuse=/mnt/x,uring=on",
+                None,
+                fuse_at(Some("/mnt/x"), FuseUring::On),
+            ),
+            (
+                "fuse=/mnt/a,b,uring=off",
+                None,
+                fuse_at(Some("/mnt/a,b"), FuseUring::Off),
+            ),
+            ("fuse,uring=on", None, fuse_at(None, FuseUring::On)),
+            ("fuse=uring=auto", None, fuse_at(None, FuseUring::Auto)),
             ("ublk", None, ExportSpec::Ublk),
             (
                 "vhost-user-blk=/run/v.sock",
@@ -593,6 +624,10 @@ mod tests {
         for (e, l) in [
             ("nbd=s", Some("1")),
             ("fuse", Some("1")),
+            ("fuse=/mnt/x,uring=yes", None),
+            ("fuse,uring", None),
+            ("fuse=/mnt/x,uring=", None),
+            ("fusex", None),
             ("ublk=x", None),
             ("vhost", None),
             ("vhost-user-blk", None),

@@ -257,7 +257,10 @@ mod tests {
             VolumeSpec {
                 volume_type: VolumeType::Luks2,
                 header: Some("/h".into()),
-                export: ExportSpec::Fuse(Some("/mnt".into())),
+                export: ExportSpec::Fuse {
+                    mountpoint: Some("/mnt".into()),
+                    uring: crate::FuseUring::On,
+                },
                 mode: CryptMode::Adaptive,
                 perf: Flags {
                     perf: PerfFlags {

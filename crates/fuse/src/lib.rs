@@ -19,24 +19,39 @@
 //! `fallocate` punch-hole / zero-range map to discard / write-zeroes.
 //!
 //! Built on the `fuser` crate (pure-Rust mount; no libfuse needed). This
-//! file mounts and unmounts; `fs.rs` answers the kernel's requests. What
-//! the file allows (read-only, punch-hole) is the [`datapath::Export`] it
-//! serves, and every refusal before submission is that view's
-//! ([`datapath::Export::check`] on the whole sectors a request covers), so
-//! it is the engine's own. Errors reach the kernel as
+//! file mounts and unmounts; `ops.rs` says what each request does, and two
+//! transports carry them: fuser's /dev/fuse threads (`fs.rs`, also INIT
+//! and what the kernel never puts on the ring: forgets, interrupts), and
+//! FUSE over io_uring (`uring/`, Linux 6.14+ with the `fuse` module's
+//! `enable_uring` on), one pinned thread per kernel queue answering
+//! without a read or write syscall per request. [`UringMode`] picks;
+//! by default the ring is used when the kernel takes it, and the export
+//! falls back to /dev/fuse otherwise ([`Export::transport`] says which).
+//! What the file allows (read-only, punch-hole) is the
+//! [`datapath::Export`] it serves, and every refusal before submission is
+//! that view's ([`datapath::Export::check`] on the whole sectors a request
+//! covers), so it is the engine's own. Errors reach the kernel as
 //! [`datapath::Error::errno`], the table every frontend shares.
-#![forbid(unsafe_code)]
+// Only `uring/` (the ring's buffers and SQEs) has `unsafe`, each block
+// with its `// SAFETY:` argument.
+#![deny(unsafe_code)]
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use datapath::Export as View;
-use fuser::{BackgroundSession, Config, MountOption};
+use fuser::{BackgroundSession, Config, MountOption, Session};
 
 mod fs;
+mod ops;
+mod uring;
 
 use fs::Fs;
+use ops::Ops;
 
 /// Errors of the FUSE frontend, in the workspace's shape
 /// (docs/ARCHITECTURE.md, "Errors"): a stable [`ErrorKind`], the message
@@ -148,6 +163,52 @@ pub struct ExportConfig {
     pub file_name: String,
     /// FUSE session threads (each with its own cloned /dev/fuse fd).
     pub threads: usize,
+    /// Whether requests go over io_uring.
+    pub uring: UringMode,
+}
+
+/// Whether the export's requests go over FUSE-over-io_uring
+/// (`--export fuse=DIR,uring=auto|on|off`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UringMode {
+    /// The ring when the kernel takes it, /dev/fuse otherwise.
+    #[default]
+    Auto,
+    /// The ring, or the mount fails.
+    On,
+    /// /dev/fuse only.
+    Off,
+}
+
+impl std::str::FromStr for UringMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "on" => Ok(Self::On),
+            "off" => Ok(Self::Off),
+            _ => Err(format!("Invalid uring={s:?}: use auto, on or off")),
+        }
+    }
+}
+
+/// Which transport carries a mounted export's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// read(2)/write(2) on /dev/fuse (fuser's threads).
+    DevFuse,
+    /// FUSE over io_uring, one queue per CPU.
+    Uring,
+}
+
+impl Transport {
+    /// `dev-fuse` or `io_uring`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DevFuse => "dev-fuse",
+            Self::Uring => "io_uring",
+        }
+    }
 }
 
 /// A mounted export. Call [`Export::unmount`] to stop it cleanly.
@@ -155,6 +216,10 @@ pub struct Export {
     mountpoint: PathBuf,
     file: PathBuf,
     session: Option<BackgroundSession>,
+    transport: Transport,
+    /// The io_uring queue threads, if any started.
+    queues: Option<uring::Running>,
+    stats: Arc<uring::Stats>,
 }
 
 impl Export {
@@ -199,13 +264,93 @@ impl Export {
         config.mount_options = options;
         config.n_threads = Some(cfg.threads.max(1));
         config.clone_fd = cfg.threads > 1;
-        let fs = Fs::new(view, cfg);
-        let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(merr)?;
+        let mode = cfg.uring;
+        let unavailable = |why: String| {
+            merr(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("FUSE over io_uring is unavailable: {why}"),
+            ))
+        };
+        // The rings exist before INIT asks for the ring protocol: once the
+        // kernel agreed, it holds requests until the queues register.
+        let prepared = match (mode, uring::enabled()) {
+            (UringMode::Off, _) => None,
+            (_, Some(true)) => match uring::prepare(fs::MAX_WRITE as usize) {
+                Ok(p) => Some(p),
+                Err(e) if mode == UringMode::On => return Err(unavailable(e.to_string())),
+                Err(e) => {
+                    log::debug!("FUSE export at {}: /dev/fuse ({e})", mountpoint.display());
+                    None
+                }
+            },
+            (UringMode::On, state) => {
+                return Err(unavailable(format!(
+                    "{} is {}",
+                    uring::ENABLE_PARAM,
+                    if state.is_some() { "off" } else { "absent" }
+                )))
+            }
+            (UringMode::Auto, _) => {
+                log::debug!(
+                    "FUSE export at {}: /dev/fuse ({} is not on)",
+                    mountpoint.display(),
+                    uring::ENABLE_PARAM
+                );
+                None
+            }
+        };
+        let agreed = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(Ops::new(view, cfg));
+        let fs = Fs::new(Arc::clone(&ops), prepared.is_some(), Arc::clone(&agreed));
+        let session = Session::new(fs, mountpoint, &config).map_err(merr)?;
+        let stats = Arc::new(uring::Stats::default());
+        let mut transport = Transport::DevFuse;
+        let mut queues = None;
+        let mut why = String::from("the kernel did not offer it at INIT");
+        if let Some(p) = prepared.filter(|_| agreed.load(Ordering::Acquire)) {
+            // A duplicate of the session's descriptor: the queues'
+            // commands go to the same connection.
+            let dev = session.as_fd().try_clone_to_owned().map_err(merr)?;
+            let (running, res) = p.start(dev, Arc::clone(&ops), Arc::clone(&stats));
+            queues = Some(running);
+            match res {
+                Ok(()) => transport = Transport::Uring,
+                Err(e) => why = format!("the kernel refused the registration: {e}"),
+            }
+        }
+        if transport == Transport::DevFuse {
+            if mode == UringMode::On {
+                // Dropping the session unmounts; the queues end with it.
+                drop(session);
+                if let Some(q) = queues {
+                    q.join();
+                }
+                return Err(unavailable(why));
+            }
+            if mode == UringMode::Auto {
+                log::debug!("FUSE export at {}: /dev/fuse ({why})", mountpoint.display());
+            }
+        }
+        let session = session.spawn().map_err(merr)?;
         Ok(Self {
             mountpoint: mountpoint.to_owned(),
             file,
             session: Some(session),
+            transport,
+            queues,
+            stats,
         })
+    }
+
+    /// Which transport carries the requests.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// How many requests the io_uring queues answered so far (0 over
+    /// /dev/fuse).
+    pub fn ring_requests(&self) -> u64 {
+        self.stats.requests.load(Ordering::Relaxed)
     }
 
     /// The exported file.
@@ -229,6 +374,10 @@ impl Export {
         if let Some(s) = self.session.take() {
             // The kernel closed the connection; the session threads exit.
             let _ = s.join();
+        }
+        if let Some(q) = self.queues.take() {
+            // The kernel tore the ring's entries down at unmount.
+            q.join();
         }
         Ok(())
     }

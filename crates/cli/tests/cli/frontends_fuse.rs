@@ -218,3 +218,208 @@ fn fuse_file_semantics() {
     drop(f);
     vol.close();
 }
+
+/// Sets the fuse module's `enable_uring` for one test and puts the old
+/// value back; the tests that touch it run one at a time.
+struct UringParam {
+    old: String,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+static URING_ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl UringParam {
+    /// `None` (the test skips) when the parameter cannot be set.
+    fn set(test: &str, on: bool) -> Option<Self> {
+        let one = URING_ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let needs = [Tool("fusermount3"), DevFuse, testutil::Capability::IoUring];
+        if !testutil::require_all(test, &needs) {
+            return None;
+        }
+        let Ok(old) = std::fs::read_to_string(URING_PARAM) else {
+            testutil::skip_kernel(test, "the fuse module has no enable_uring parameter");
+            return None;
+        };
+        if std::fs::write(URING_PARAM, if on { "1" } else { "0" }).is_err() {
+            testutil::skip(test, "cannot set enable_uring (needs root)");
+            return None;
+        }
+        Some(Self {
+            old: old.trim().to_owned(),
+            _one: one,
+        })
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let v = if self.old == "Y" { "1" } else { "0" };
+        std::fs::write(URING_PARAM, v).expect("restore enable_uring");
+    }
+}
+
+/// `status`'s FUSE line: (transport, requests over the ring).
+fn fuse_status(vol: &Vol) -> (String, u64) {
+    let o = vol.ucrypt(&["status", &vol.name]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "status: {text}");
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("fuse:"))
+        .unwrap_or_else(|| panic!("no fuse line in status: {text}"))
+        .trim()
+        .to_owned();
+    // "transport io_uring, 12 requests over the ring"
+    let (t, rest) = line
+        .strip_prefix("transport ")
+        .and_then(|l| l.split_once(", "))
+        .unwrap_or_else(|| panic!("bad fuse line: {line}"));
+    let n = rest.split(' ').next().unwrap().parse().unwrap();
+    (t.to_owned(), n)
+}
+
+/// Writes through the FUSE file with O_DIRECT (aligned), buffered
+/// unaligned O_SYNC writes and fsync, reading each back through the
+/// mount; `model` is the device before, and what it must hold after.
+fn write_every_way(file: &Path, model: &mut [u8]) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let direct = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+        .unwrap();
+    // A 4096-aligned window of a larger buffer, as O_DIRECT needs.
+    let mut raw = vec![0u8; (1 << 20) + 4096];
+    let at = (4096 - raw.as_ptr() as usize % 4096) % 4096;
+    for (off, len) in [(0u64, 4096usize), (8192, 65536), (MIB, 1 << 20)] {
+        let data = random_bytes(len, off ^ 0xd1);
+        raw[at..at + len].copy_from_slice(&data);
+        direct.write_all_at(&raw[at..at + len], off).unwrap();
+        model[off as usize..off as usize + len].copy_from_slice(&data);
+        raw[at..at + len].fill(0);
+        direct.read_exact_at(&mut raw[at..at + len], off).unwrap();
+        assert!(raw[at..at + len] == data[..], "O_DIRECT read back at {off}");
+    }
+    direct.sync_all().unwrap();
+    drop(direct);
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_SYNC)
+        .open(file)
+        .unwrap();
+    for (off, len) in [(100u64, 7usize), (4090, 300), (3 * MIB + 513, 70_000)] {
+        let data = random_bytes(len, off ^ 0xb0);
+        f.seek(SeekFrom::Start(off)).unwrap();
+        f.write_all(&data).unwrap();
+        model[off as usize..off as usize + len].copy_from_slice(&data);
+    }
+    f.sync_all().unwrap();
+    let mut all = Vec::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut all).unwrap();
+    if let Some(i) = (0..model.len()).find(|&i| all.get(i) != Some(&model[i])) {
+        panic!(
+            "buffered read through the mount differs from byte {i}: read {:?}, written {:?}",
+            &all[i.saturating_sub(4)..(i + 8).min(all.len())],
+            &model[i.saturating_sub(4)..i + 8]
+        );
+    }
+}
+
+/// What `map --read` of the closed volume gives: the device as ucrypt
+/// reads it without FUSE.
+fn map_read(vol: &Vol) -> Vec<u8> {
+    let o = vol.ucrypt(&["map", "--read", "--table", &vol.table()]);
+    assert!(
+        o.status.success(),
+        "map --read: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+#[test]
+fn fuse_over_io_uring_carries_the_requests_and_map_reads_them_back() {
+    const T: &str = "fuse_over_io_uring_carries_the_requests_and_map_reads_them_back";
+    let Some(_param) = UringParam::set(T, true) else {
+        return;
+    };
+    let size = 8 * MIB;
+    let mut vol = Vol::new("fe-furing", size, 512);
+    // A sparse image decrypts to noise: the model starts from it.
+    let mut model = map_read(&vol);
+    vol.open(&["--export", "fuse,uring=on"]);
+    let (transport, before) = fuse_status(&vol);
+    assert_eq!(transport, "io_uring");
+    write_every_way(&vol.fuse_file(), &mut model);
+    let (_, after) = fuse_status(&vol);
+    assert!(
+        after > before + 20,
+        "the writes did not go over the ring ({before} -> {after})"
+    );
+    vol.close();
+    assert!(
+        map_read(&vol) == model,
+        "map --read differs from what was written"
+    );
+    assert!(vol.oracle_decrypt() == model, "the oracle differs");
+}
+
+#[test]
+fn fuse_over_dev_fuse_when_asked_or_when_the_kernel_says_no() {
+    const T: &str = "fuse_over_dev_fuse_when_asked_or_when_the_kernel_says_no";
+    let size = 8 * MIB;
+    {
+        let Some(_param) = UringParam::set(T, true) else {
+            return;
+        };
+        let mut vol = Vol::new("fe-fuoff", size, 512);
+        let mut model = map_read(&vol);
+        vol.open(&["--export", "fuse,uring=off"]);
+        assert_eq!(fuse_status(&vol), ("dev-fuse".to_owned(), 0));
+        write_every_way(&vol.fuse_file(), &mut model);
+        assert_eq!(fuse_status(&vol).1, 0, "uring=off used the ring");
+        vol.close();
+        assert!(
+            map_read(&vol) == model,
+            "map --read differs from what was written"
+        );
+    }
+    let Some(_param) = UringParam::set(T, false) else {
+        return;
+    };
+    let mut vol = Vol::new("fe-funo", size, 512);
+    // uring=on without the kernel's consent: a clear error, nothing served.
+    let table = vol.table();
+    let image = vol.image.display().to_string();
+    let o = vol.ucrypt(&[
+        "open",
+        "--type",
+        "plain",
+        "--table",
+        &table,
+        "--export",
+        "fuse,uring=on",
+        &image,
+        &vol.name,
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "uring=on opened without enable_uring");
+    assert!(err.contains("enable_uring is off"), "{err}");
+    assert!(vol.pid().is_none(), "a daemon stayed behind");
+    assert!(!vol.fuse_file().exists());
+    // auto: served over /dev/fuse.
+    let mut model = map_read(&vol);
+    vol.open(&["--export", "fuse"]);
+    assert_eq!(fuse_status(&vol), ("dev-fuse".to_owned(), 0));
+    write_every_way(&vol.fuse_file(), &mut model);
+    vol.close();
+    assert!(
+        map_read(&vol) == model,
+        "map --read differs from what was written"
+    );
+}

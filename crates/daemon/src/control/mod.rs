@@ -47,7 +47,7 @@ pub use reencrypt::{
 };
 pub use server::{serve, Handled};
 pub use status::{
-    IoStatus, NbdStats, Status, TargetStatus, VhostQueueStats, VhostStats, JSON_SCHEMA,
+    FuseStatus, IoStatus, NbdStats, Status, TargetStatus, VhostQueueStats, VhostStats, JSON_SCHEMA,
 };
 
 /// How long a client waits for a reply: a ping (`list`, start-up).

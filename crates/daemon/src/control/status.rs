@@ -53,6 +53,10 @@ pub struct Status {
     /// vhost-user-blk counters, per queue (vhost-user-blk exports only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost: Option<VhostStats>,
+    /// Which transport carries a FUSE export's requests (FUSE exports
+    /// only; absent from an older daemon's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse: Option<FuseStatus>,
     /// How the backing device is read and written (absent from an older
     /// daemon's status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +69,16 @@ pub struct Status {
     /// none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reencryption: Option<super::Reencryption>,
+}
+
+/// A FUSE export's transport.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FuseStatus {
+    /// `io_uring` (FUSE over io_uring) or `dev-fuse` (/dev/fuse reads and
+    /// writes).
+    pub transport: String,
+    /// Requests answered over the ring so far.
+    pub ring_requests: u64,
 }
 
 /// One target of a multi-target mapping.
@@ -275,6 +289,13 @@ impl fmt::Display for Status {
                 f,
                 "  clients: {} connected, {} accepted, {} disconnected for protocol errors",
                 c.connections, c.accepted, c.protocol_errors
+            )?;
+        }
+        if let Some(u) = &self.fuse {
+            writeln!(
+                f,
+                "  fuse:    transport {}, {} requests over the ring",
+                u.transport, u.ring_requests
             )?;
         }
         if let Some(v) = &self.vhost {

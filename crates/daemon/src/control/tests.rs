@@ -55,6 +55,10 @@ pub(super) fn sample_status() -> Status {
                 ..VhostQueueStats::default()
             }],
         }),
+        fuse: Some(FuseStatus {
+            transport: "io_uring".into(),
+            ring_requests: 7,
+        }),
         io: Some(
             backend::IoPath {
                 engine: "io_uring".into(),
@@ -88,6 +92,10 @@ fn status_and_ping_text() {
         "{text}"
     );
     assert!(lines.contains(&"  export:  nbd nbd+unix:///?socket=/r/v.nbd.sock"));
+    assert!(
+        lines.contains(&"  fuse:    transport io_uring, 7 requests over the ring"),
+        "{text}"
+    );
     assert!(lines[lines.len() - 3].starts_with("  reads:   7 requests, 0 bytes"));
     assert!(lines[lines.len() - 3].ends_with("p50 1.5 us, p99 0.0 us"));
     assert!(!text.ends_with('\n'));

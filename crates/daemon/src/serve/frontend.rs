@@ -63,8 +63,8 @@ pub(super) fn start_frontend(
         ExportSpec::NbdTcp(a) => {
             start_nbd(view, name, Bound::Tcp(nbd::Endpoint::Tcp(a)), tls).map(no_socket)
         }
-        ExportSpec::Fuse(p) => {
-            let mnt = match p {
+        ExportSpec::Fuse { mountpoint, uring } => {
+            let mnt = match mountpoint {
                 Some(p) => p,
                 None => {
                     // Ours, in the runtime directory: made here (a dead
@@ -86,6 +86,7 @@ pub(super) fn start_frontend(
             let fcfg = fuse::ExportConfig {
                 file_name: name.to_owned(),
                 threads: 4,
+                uring: uring.into(),
             };
             let e = fuse::Export::mount(view, &mnt, fcfg).map_err(|e| {
                 let kind = match e.kind() {
