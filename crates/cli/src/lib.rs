@@ -179,7 +179,6 @@ pub fn main() -> ExitCode {
         }
     };
     let g = cli.globals;
-    luks::kdf::set_verbose(g.verbose());
     luks::set_metadata_locking(!g.disable_locks);
     // `map --read` writes the plaintext to stdout: the tool's own lines
     // go to stderr there.

@@ -89,6 +89,9 @@ pub struct KdfChoice {
     pub memory_kib: Option<u32>,
     /// Argon2 threads.
     pub parallel: Option<u32>,
+    /// `-v`: print what calibration measured and chose
+    /// ([`KdfRequest::verbose`]).
+    pub verbose: bool,
 }
 
 impl KdfChoice {
@@ -111,6 +114,7 @@ impl KdfChoice {
             force_iterations: self.force_iterations,
             memory_kib: self.memory_kib,
             parallel: self.parallel,
+            verbose: self.verbose,
         })
     }
 }

@@ -161,7 +161,7 @@ impl Commands {
                 let req = ops::ConvertKeyRequest {
                     key: a.key.source(g.prompting()),
                     key_slot: a.key_slot,
-                    kdf: a.kdf.choice(),
+                    kdf: a.kdf.choice(g.verbose()),
                 };
                 admin::convert_key(&a.base.target(g), &req, ui)
             }

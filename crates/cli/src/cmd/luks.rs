@@ -446,7 +446,7 @@ impl Commands {
                     batch: g.batch_mode,
                     force: a.force,
                     luks_type: a.luks_type,
-                    kdf: a.kdf.choice(),
+                    kdf: a.kdf.choice(g.verbose()),
                     cipher: a.cipher,
                     key_bits: a.key_size,
                     sector_size: a.sector_size,
@@ -557,7 +557,7 @@ fn add_key(a: AddKeyArgs, change: bool, g: Globals) -> CmdResult {
         header: a.common.dev.header,
         key_slot: a.common.key_slot,
         new_key_slot: a.new_key_slot,
-        kdf: a.kdf.choice(),
+        kdf: a.kdf.choice(g.verbose()),
         new_key: ops::KeySource {
             file: a.new_key_file.or(a.new_keyfile),
             range: luks::passphrase::KeyfileRange {

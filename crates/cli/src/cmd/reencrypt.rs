@@ -230,7 +230,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             if !a.encrypt {
                 check_type(&a, a.header.as_deref().unwrap_or(dev))?;
             }
-            return super::reencrypt_luks1::run(&a, dev, g.prompting());
+            return super::reencrypt_luks1::run(&a, dev, g.prompting(), g.verbose());
         }
     }
     if a.keep_key {
@@ -259,7 +259,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         reencrypt::check_device_size(dev, meta, size, a.sector_size)?;
     }
     if state.is_none() && a.key_slot.is_none() && !a.decrypt {
-        let req = init_request(&a)?;
+        let req = init_request(&a, g.verbose())?;
         let meta = a.header.as_deref().unwrap_or(dev);
         let passes = slot_passphrases(&a, g, meta)?;
         let slots: Vec<reencrypt::SlotPassphrase<'_>> = passes
@@ -278,7 +278,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     }
     let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
-        reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
+        reencrypt::init(dev, &pass, a.key_slot, &init_request(&a, g.verbose())?)?;
         if a.init_only {
             return Ok(());
         }
@@ -494,7 +494,7 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             resilience: a.resilience.clone(),
             resilience_hash: a.resilience_hash.clone(),
             hash,
-            kdf: a.kdf.request(2)?,
+            kdf: a.kdf.request(2, g.verbose())?,
             key_slot: a.key_slot,
             uuid: a.uuid.clone(),
             header: a.header.clone(),
@@ -554,9 +554,12 @@ pub(super) fn prompt(a: &ReencryptArgs, dev: &std::path::Path) -> String {
 }
 
 /// What a new reencryption changes, from the options.
-pub(super) fn init_request(a: &ReencryptArgs) -> Result<reencrypt::InitRequest, Failure> {
+pub(super) fn init_request(
+    a: &ReencryptArgs,
+    verbose: bool,
+) -> Result<reencrypt::InitRequest, Failure> {
     let kdf = if a.kdf.pbkdf.is_some() || a.kdf.force_iterations.is_some() {
-        Some(a.kdf.request(2)?)
+        Some(a.kdf.request(2, verbose)?)
     } else {
         None
     };

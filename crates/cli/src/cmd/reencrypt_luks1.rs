@@ -55,7 +55,7 @@ fn same_file(header: &Path, dev: &Path) -> bool {
 
 /// The request from the options, refusing what cryptsetup refuses and
 /// what ucrypt does not do (with the words of each).
-fn request(a: &ReencryptArgs, dev: &Path) -> Result<luks1::Luks1Request, Failure> {
+fn request(a: &ReencryptArgs, dev: &Path, verbose: bool) -> Result<luks1::Luks1Request, Failure> {
     for (given, what) in [
         (a.init_only, "--init-only"),
         (a.sector_size.is_some(), "--sector-size"),
@@ -121,7 +121,7 @@ fn request(a: &ReencryptArgs, dev: &Path) -> Result<luks1::Luks1Request, Failure
         cipher: a.cipher.clone(),
         key_bits: a.key_size,
         hash: Some(luks::Hash::parse(&a.kdf.hash)?),
-        kdf: a.kdf.request(1)?,
+        kdf: a.kdf.request(1, verbose)?,
         mode,
         reduce: a.reduce_device_size.unwrap_or(0),
         keep_key: a.keep_key,
@@ -131,9 +131,9 @@ fn request(a: &ReencryptArgs, dev: &Path) -> Result<luks1::Luks1Request, Failure
 }
 
 /// Runs the LUKS1 reencryption of `dev` (or resumes it), the passphrase
-/// asked as `prompting` says.
-pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdResult {
-    let req = request(a, dev)?;
+/// asked as `prompting` says (`verbose`: `-v`).
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting, verbose: bool) -> CmdResult {
+    let req = request(a, dev, verbose)?;
     let dir = std::env::current_dir()
         .map_err(|e| Failure::usage(format!("Cannot read the working directory: {e}")))?;
     let uuid = luks1::resumable(dev, &dir, &req)?;

@@ -153,7 +153,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let mut init = if state.is_none() {
-        let req = init_request(&a)?;
+        let req = init_request(&a, g.verbose())?;
         Some(InitParams {
             cipher: req.cipher,
             key_bits: req.key_bits,
