@@ -437,10 +437,14 @@ forward_backend!(std::sync::Arc);
 forward_backend!(Box);
 
 /// Opens a device named on the command line: `rbd:POOL/IMAGE[@SNAP]` as an
-/// [`RbdBackend`] (with the process's [`rbd::RbdConfig`]; `read_only`,
+/// [`RbdBackend`] reaching its cluster as `ceph` says (`read_only`,
 /// `allow_discard` and `min_size` of `opts` apply), anything else as a
 /// [`FileBackend`] path.
-pub fn open_device(path: &std::path::Path, opts: &FileOptions) -> Result<Box<dyn Backend>, Error> {
+pub fn open_device(
+    path: &std::path::Path,
+    opts: &FileOptions,
+    ceph: &rbd::RbdConfig,
+) -> Result<Box<dyn Backend>, Error> {
     match rbd::RbdSpec::of_path(path) {
         Some(spec) => {
             let o = rbd::RbdOptions {
@@ -448,7 +452,7 @@ pub fn open_device(path: &std::path::Path, opts: &FileOptions) -> Result<Box<dyn
                 allow_discard: opts.allow_discard,
                 min_size: opts.min_size,
             };
-            Ok(Box::new(RbdBackend::open(&spec?, &o)?))
+            Ok(Box::new(RbdBackend::open_with(&spec?, &o, ceph)?))
         }
         None => Ok(Box::new(FileBackend::open(path, opts)?)),
     }

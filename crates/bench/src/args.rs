@@ -51,6 +51,9 @@ pub struct BenchArgs {
     /// With --ceph: the pool the images are made in (and removed from;
     /// default `rbd`).
     pub ceph_pool: String,
+    /// With --ceph: how the cluster is reached (`--ceph-conf`,
+    /// `--ceph-id`, `--keyring`).
+    pub ceph_config: backend::rbd::RbdConfig,
     /// The dm-crypt flag advisor: measure the kernel's dm-crypt flags over
     /// brd (root, fio) and answer one `cryptsetup refresh` line.
     pub dm_crypt: bool,
@@ -79,6 +82,7 @@ impl Default for BenchArgs {
             peers: false,
             ceph: false,
             ceph_pool: "rbd".into(),
+            ceph_config: backend::rbd::RbdConfig::default(),
             dm_crypt: false,
             workload: None,
             fio_job: None,
@@ -167,6 +171,7 @@ impl BenchArgs {
         if self.ceph {
             Ok(Via::Rbd(crate::runner::rbd::RbdPlan {
                 pool: self.ceph_pool.clone(),
+                cluster: self.ceph_config.clone(),
                 peers: self.peers,
                 ucrypt_exe: ucrypt_exe?,
             }))

@@ -1,9 +1,11 @@
 //! cryptsetup's global options: `-v`/`--verbose`, `--debug`,
 //! `-q`/`--batch-mode`, `-T`/`--tries`, `-t`/`--timeout`,
-//! `-y`/`--verify-passphrase`, `--disable-locks` and `--test-args` are clap
-//! global options ([`Globals`]), so every verb takes them before or after
-//! its name, alone or combined (`ucrypt -qv erase DEV`, `ucrypt status -v
-//! NAME`), and `--help` lists them.
+//! `-y`/`--verify-passphrase`, `--disable-locks` and `--test-args`, with
+//! the Ceph options of `rbd:` devices (`--ceph-conf`, `--ceph-id`,
+//! `--keyring`), are clap global options ([`Globals`]), so every verb takes
+//! them before or after its name, alone or combined (`ucrypt -qv erase
+//! DEV`, `ucrypt status -v NAME`), and `--help` lists them. The verbs get
+//! them as values: [`Globals::prompting`], [`Globals::access`].
 //!
 //! As cryptsetup's `tools_show_status`, `-v` ends the run with `Command
 //! successful.` or `Command failed with code -N (...).` on stdout
@@ -15,8 +17,12 @@ use std::ffi::OsString;
 use clap::{Args, CommandFactory};
 
 /// The options every verb takes.
-#[derive(Args, Clone, Copy, Debug, Default)]
+#[derive(Args, Clone, Debug, Default)]
 pub struct Globals {
+    /// How `rbd:` devices reach their cluster (first: `--help` lists
+    /// them before the other global options).
+    #[command(flatten)]
+    pub ceph: crate::CephArgs,
     /// Do not ask for confirmation.
     #[arg(long, short = 'q', global = true)]
     pub batch_mode: bool,
@@ -74,6 +80,15 @@ impl Globals {
             timeout: self.timeout,
             verify: self.verify(),
             try_empty: false,
+        }
+    }
+
+    /// How LUKS headers are reached: `--disable-locks` and the Ceph
+    /// options, handed to every `luks` call that opens one.
+    pub fn access(&self) -> luks::DeviceAccess {
+        luks::DeviceAccess {
+            locking: !self.disable_locks,
+            ceph: self.ceph.config(),
         }
     }
 

@@ -91,8 +91,6 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     #[command(flatten)]
-    ceph: CephArgs,
-    #[command(flatten)]
     globals: global::Globals,
 }
 
@@ -112,16 +110,14 @@ pub struct CephArgs {
 }
 
 impl CephArgs {
-    /// Makes these the process's cluster settings
-    /// (`backend::rbd::RbdConfig::current`).
-    pub fn install(self) {
+    /// These options as the cluster settings an `rbd:` open is given.
+    pub fn config(&self) -> backend::rbd::RbdConfig {
         backend::rbd::RbdConfig {
-            conf: self.ceph_conf,
-            id: self.ceph_id,
-            keyring: self.keyring,
+            conf: self.ceph_conf.clone(),
+            id: self.ceph_id.clone(),
+            keyring: self.keyring.clone(),
             timeout: None,
         }
-        .install();
     }
 
     /// The same options as arguments, to hand on to `ucrypt-bench`.
@@ -179,8 +175,6 @@ pub fn main() -> ExitCode {
         }
     };
     let g = cli.globals;
-    luks::kdf::set_verbose(g.verbose());
-    luks::set_metadata_locking(!g.disable_locks);
     // `map --read` writes the plaintext to stdout: the tool's own lines
     // go to stderr there.
     let data_on_stdout = matches!(&cli.command, Command::Crypt(c) if c.stdout_is_data());
@@ -191,21 +185,19 @@ pub fn main() -> ExitCode {
             println!("{}", global::processing_line(&args));
         }
     }
-    let ceph = cli.ceph;
-    ceph.clone().install();
     let result = match cli.command {
         // cryptsetup's --test-args: the arguments parsed; nothing runs.
         _ if g.test_args => Ok(()),
-        Command::Crypt(c) => c.run(g),
-        Command::Luks(c) => c.run(g),
-        Command::Header(c) => c.run(g),
+        Command::Crypt(c) => c.run(&g),
+        Command::Luks(c) => c.run(&g),
+        Command::Header(c) => c.run(&g),
         Command::Docs(c) => c.run(),
-        Command::Daemon(c) => c.run(g),
-        Command::Bench(c) => c.run(&ceph, g),
-        Command::Reencrypt(c) => c.run(g),
-        Command::Bitlk(c) => c.run(g),
-        Command::Fvault2(c) => c.run(g),
-        Command::Tcrypt(c) => c.run(g),
+        Command::Daemon(c) => c.run(&g),
+        Command::Bench(c) => c.run(&g),
+        Command::Reencrypt(c) => c.run(&g),
+        Command::Bitlk(c) => c.run(&g),
+        Command::Fvault2(c) => c.run(&g),
+        Command::Tcrypt(c) => c.run(&g),
     };
     let code = match result {
         Ok(()) => 0,

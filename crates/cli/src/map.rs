@@ -78,6 +78,9 @@ pub enum Source<'a> {
         tokens: &'a tokens::TokenOptions,
         /// How a passphrase (or PIN) typed at the terminal is asked for.
         prompting: Prompting,
+        /// How the header and the device are reached (`--disable-locks`,
+        /// the Ceph options).
+        access: &'a luks::DeviceAccess,
     },
     /// `--bitlk DEVICE`: the BitLocker volume's table, unlocked with a
     /// passphrase, recovery password or `.BEK` file from `key_file` or a
@@ -145,6 +148,7 @@ impl Source<'_> {
                 key_slot,
                 tokens,
                 prompting,
+                access,
             } => {
                 let prompt_reads_stdin =
                     key_file.is_none() && !tokens.token_only && !io::stdin().is_terminal();
@@ -154,7 +158,8 @@ impl Source<'_> {
                     ));
                 }
                 let (table, _) = daemon::resolve::unlock_luks(
-                    device, header, key_file, range, key_slot, None, tokens, &prompting, warn,
+                    device, header, access, key_file, range, key_slot, None, tokens, &prompting,
+                    warn,
                 )?;
                 Ok(table)
             }
@@ -230,9 +235,24 @@ const CHUNK: usize = 1 << 20;
 /// while it is mounted, mapped or served: exit 5), and a regular file
 /// under its write lock; a Read shares either. The process is
 /// non-dumpable while it holds the table's key (see [`Source::table`]).
+/// An `rbd:` device reaches its cluster with librados's defaults
+/// ([`map_with`] says how otherwise).
 pub fn map(
     table: &Targets,
     dir: Direction,
+    input: &mut dyn Read,
+    input_len: Option<u64>,
+    output: &mut dyn Write,
+) -> Result<()> {
+    let ceph = backend::rbd::RbdConfig::default();
+    map_with(table, dir, &ceph, input, input_len, output)
+}
+
+/// [`map`], an `rbd:` device reaching its cluster as `ceph` says.
+pub fn map_with(
+    table: &Targets,
+    dir: Direction,
+    ceph: &backend::rbd::RbdConfig,
     input: &mut dyn Read,
     input_len: Option<u64>,
     output: &mut dyn Write,
@@ -250,7 +270,7 @@ pub fn map(
             input_len,
         )?),
     };
-    let engine = engine(table, dir)?;
+    let engine = engine(table, dir, ceph)?;
     let result = match &mut source {
         None => read_all(&engine, table, output),
         Some((src, len)) => write_all(&engine, table, src, *len),
@@ -264,17 +284,18 @@ pub fn map(
 
 /// [`map`] on the process's standard streams, as `ucrypt map` runs it:
 /// Read decrypts to stdout; Write encrypts stdin, whose size is known up
-/// front when it is a regular file (`< plain.img`).
-pub fn map_stdio(table: &Targets, dir: Direction) -> Result<()> {
+/// front when it is a regular file (`< plain.img`); an `rbd:` device
+/// reaches its cluster as `ceph` says.
+pub fn map_stdio(table: &Targets, dir: Direction, ceph: &backend::rbd::RbdConfig) -> Result<()> {
     match dir {
         Direction::Read => {
             let mut out = io::stdout().lock();
-            map(table, dir, &mut io::empty(), None, &mut out)
+            map_with(table, dir, ceph, &mut io::empty(), None, &mut out)
         }
         Direction::Write => {
             let len = stdin_regular_file_len();
             let mut input = io::stdin().lock();
-            map(table, dir, &mut input, len, &mut io::sink())
+            map_with(table, dir, ceph, &mut input, len, &mut io::sink())
         }
     }
 }
@@ -301,7 +322,7 @@ fn read_stdin_pos() -> Option<u64> {
 }
 
 /// An inline engine over the table's device, read-only for reads.
-fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
+fn engine(table: &Targets, dir: Direction, ceph: &backend::rbd::RbdConfig) -> Result<Engine> {
     let path = table.device();
     let backend = backend::open_device(
         std::path::Path::new(path),
@@ -315,6 +336,7 @@ fn engine(table: &Targets, dir: Direction) -> Result<Engine> {
             exclusive: dir == Direction::Write,
             ..FileOptions::default()
         },
+        ceph,
     )
     .map_err(|e| {
         if matches!(

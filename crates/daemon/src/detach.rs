@@ -146,13 +146,11 @@ pub fn read_handover(input: impl Read, name: &str) -> Result<(VolumeSpec, Target
 }
 
 /// The detached daemon: reads the hand-over from standard input (past
-/// `Stdin`'s heap buffer, which would keep a copy of the key), installs
-/// the spec's Ceph settings, adopts the parent's claim on the name and
+/// `Stdin`'s heap buffer, which would keep a copy of the key), adopts the parent's claim on the name and
 /// serves until `close` or a signal ([`crate::serve::run`]; `ready` gets
 /// the ping answer).
 pub fn serve_stdin(name: &str, ready: impl FnOnce(&Ping)) -> Result<()> {
     let (spec, table) = handover_from(Secret::read_stdin(MAX_HANDOVER as usize), name)?;
-    spec.ceph.install();
     let claim = runtime::claim(&spec.name, true)?;
     crate::serve::run(spec.into_spec(table, Some(claim.lock.into())), ready)
 }

@@ -61,14 +61,19 @@ impl OpenOptions {
 
     /// Serves `table` in this process until `close` or a signal; `ready`
     /// gets the ping answer once clients can connect ([`serve::run`]).
+    /// `locking` off (`--disable-locks`) leaves a LUKS header unlocked
+    /// while the daemon reads and writes it (online reencryption).
     pub fn serve(
         self,
         table: Targets,
         volume_type: VolumeType,
+        locking: bool,
         ready: impl FnOnce(&Ping),
     ) -> Result<()> {
         let (spec, lock) = self.resolved(volume_type);
-        serve::run(spec.into_spec(table, Some(lock)), ready)
+        let mut spec = spec.into_spec(table, Some(lock));
+        spec.access.locking = locking;
+        serve::run(spec, ready)
     }
 
     /// Starts the daemon detached (`exe` is this binary), hands it the

@@ -229,9 +229,10 @@ impl Luks {
     /// Reads the LUKS header of `device` (or the detached `header`).
     ///
     /// Fails with [`ErrorKind::NoDevice`] when `device` does not exist and
-    /// [`ErrorKind::InvalidInput`] when it holds no LUKS header.
-    pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
-        let vol = luks::ops::open_header(device, header)?;
+    /// [`ErrorKind::InvalidInput`] when it holds no LUKS header. Both are
+    /// opened as `access` says.
+    pub fn load(device: &Path, header: Option<&Path>, access: &luks::DeviceAccess) -> Result<Self> {
+        let vol = luks::ops::open_header(device, header, access)?;
         let version = match vol.header() {
             luks::Header::V1(_) => VolumeType::Luks1,
             luks::Header::V2(_) => VolumeType::Luks2,
@@ -246,8 +247,13 @@ impl Luks {
     /// [`Luks::load`] requiring one LUKS version (`open --type luks1|luks2`):
     /// any other is "not a valid LUKS device" ([`ErrorKind::InvalidInput`]),
     /// as in cryptsetup.
-    pub fn load_as(device: &Path, header: Option<&Path>, want: Option<VolumeType>) -> Result<Self> {
-        let vol = Self::load(device, header)?;
+    pub fn load_as(
+        device: &Path,
+        header: Option<&Path>,
+        access: &luks::DeviceAccess,
+        want: Option<VolumeType>,
+    ) -> Result<Self> {
+        let vol = Self::load(device, header, access)?;
         if want.is_some_and(|w| w != vol.version) {
             return Err(invalid(format!(
                 "Device {} is not a valid LUKS device",
@@ -352,10 +358,12 @@ impl Luks {
 /// then the passphrase comes from `range` of `key_file` (cryptsetup's
 /// `--keyfile-offset`/`--keyfile-size`) or a prompt (asked as `prompting`
 /// says). Returns the table cryptsetup would load and the LUKS version.
+/// Header and device are opened as `access` says.
 #[allow(clippy::too_many_arguments)]
 pub fn unlock_luks(
     device: &Path,
     header: Option<&Path>,
+    access: &luks::DeviceAccess,
     key_file: Option<&Path>,
     range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
@@ -365,12 +373,12 @@ pub fn unlock_luks(
     mut warn: impl FnMut(&str),
 ) -> Result<(Targets, VolumeType)> {
     let reencrypting = unlock_reencrypting(
-        device, header, key_file, range, key_slot, want, true, prompting,
+        device, header, access, key_file, range, key_slot, want, true, prompting,
     )?;
     if let Some(t) = reencrypting {
         return Ok((t, VolumeType::Luks2));
     }
-    let vol = Luks::load_as(device, header, want)?;
+    let vol = Luks::load_as(device, header, access, want)?;
     vol.warnings().iter().for_each(|w| warn(w));
     if let Some(t) = vol.unlock_tokens(tokens, prompting, key_file.is_some())? {
         return Ok((t.into(), vol.version()));
@@ -399,6 +407,7 @@ pub fn unlock_luks(
 pub fn unlock_reencrypting(
     device: &Path,
     header: Option<&Path>,
+    access: &luks::DeviceAccess,
     key_file: Option<&Path>,
     range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
@@ -410,7 +419,7 @@ pub fn unlock_reencrypting(
         return Ok(None);
     }
     let meta = header.unwrap_or(device);
-    let torn = match luks::reencrypt::status(meta) {
+    let torn = match luks::reencrypt::status(meta, access) {
         Ok(Some(st)) => st.hotzone().is_some(),
         _ => return Ok(None),
     };
@@ -420,6 +429,7 @@ pub fn unlock_reencrypting(
             let stop = std::sync::atomic::AtomicBool::new(true);
             let opts = luks::reencrypt::RunOptions {
                 header: header.map(Path::to_path_buf),
+                access: access.clone(),
                 ..Default::default()
             };
             let done = luks::reencrypt::run(device, pass, key_slot, &opts, &stop, &mut |_, _| {})?;
@@ -429,7 +439,7 @@ pub fn unlock_reencrypting(
                 return Ok(None);
             }
         }
-        luks::reencrypt::tables_at(device, meta, pass, key_slot).map(Some)
+        luks::reencrypt::tables_at(device, meta, access, pass, key_slot).map(Some)
     })?;
     match tables {
         Some(t) => Targets::new(t)
@@ -446,9 +456,11 @@ pub fn unlock_reencrypting(
 /// cryptsetup checks it ([`luks::reencrypt::test_passphrase`]; a data
 /// area of no bytes is no error). `false` when the header holds no
 /// volume in reencryption, so the ordinary LUKS path answers.
+#[allow(clippy::too_many_arguments)]
 pub fn test_reencrypting(
     device: &Path,
     header: Option<&Path>,
+    access: &luks::DeviceAccess,
     key_file: Option<&Path>,
     range: luks::passphrase::KeyfileRange,
     key_slot: Option<u32>,
@@ -459,25 +471,27 @@ pub fn test_reencrypting(
         return Ok(false);
     }
     let meta = header.unwrap_or(device);
-    if !matches!(luks::reencrypt::status(meta), Ok(Some(_))) {
+    if !matches!(luks::reencrypt::status(meta, access), Ok(Some(_))) {
         return Ok(false);
     }
-    luks::reencrypt::check_data_device(device, meta)?;
+    luks::reencrypt::check_data_device(device, meta, access)?;
     let prompt = format!("Enter passphrase for {}: ", device.display());
     prompting.unlock(key_file, range, &prompt, |pass| {
-        luks::reencrypt::test_passphrase(device, meta, pass, key_slot)
+        luks::reencrypt::test_passphrase(device, meta, access, pass, key_slot)
     })?;
     Ok(true)
 }
 
-/// Loads and unlocks the LUKS volume on `device` in one step; see [`Luks`].
+/// Loads and unlocks the LUKS volume on `device` in one step (locking
+/// its header, an `rbd:` device reached with librados's defaults); see
+/// [`Luks`].
 pub fn luks_table(
     device: &Path,
     header: Option<&Path>,
     passphrase: &[u8],
     key_slot: Option<u32>,
 ) -> Result<Table> {
-    Luks::load(device, header)?.unlock(passphrase, key_slot)
+    Luks::load(device, header, &luks::DeviceAccess::default())?.unlock(passphrase, key_slot)
 }
 
 /// The engine configuration for serving `table` with the options given on
@@ -556,10 +570,14 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
         assert!(e.chain().starts_with("Invalid table: "), "{}", e.chain());
 
-        let e = Luks::load(&dir.join("missing"), None).err().unwrap();
+        let e = Luks::load(&dir.join("missing"), None, &luks::DeviceAccess::default())
+            .err()
+            .unwrap();
         assert_eq!(e.kind(), ErrorKind::NoDevice);
         std::fs::write(dir.join("zeros"), vec![0u8; 8192]).unwrap();
-        let e = Luks::load(&dir.join("zeros"), None).err().unwrap();
+        let e = Luks::load(&dir.join("zeros"), None, &luks::DeviceAccess::default())
+            .err()
+            .unwrap();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
         assert!(
             e.to_string().ends_with("zeros is not a valid LUKS device"),

@@ -63,6 +63,9 @@ pub struct Spec {
     /// The volume's name, already claimed ([`runtime::claim`]); `None`:
     /// [`run`] claims it (refused while anyone holds it).
     pub lock: Option<Arc<NameLock>>,
+    /// How the device and a LUKS header are reached (metadata locking,
+    /// the Ceph cluster of an `rbd:` device).
+    pub access: luks::DeviceAccess,
 }
 
 /// Serves `spec` until `close` or SIGTERM/SIGINT. `ready` gets the ping
@@ -98,14 +101,15 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         direct,
         header,
         lock,
+        access,
     } = spec;
     drop(lock);
 
-    let (engine, backend) = build_engine(&table, &cfg, io_engine, direct)?;
+    let (engine, backend) = build_engine(&table, &cfg, io_engine, direct, &access.ceph)?;
     let engine = Arc::new(engine);
     // Dropped last: the export's socket file goes once the frontend stopped.
     let (frontend, export_kind, endpoint, _export_socket) =
-        start_frontend(&engine, &name, &cfg, export, &tls, &paths, &table)?;
+        start_frontend(&engine, &name, &cfg, export, &tls, &paths, &table, &access)?;
 
     let (tx, rx) = mpsc::channel();
     let daemon = Arc::new(Daemon {
@@ -123,6 +127,7 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         started: Instant::now(),
         events: tx.clone(),
         header,
+        access,
         reencryption: Mutex::new(None),
     });
 
@@ -214,6 +219,7 @@ fn build_engine(
     cfg: &EngineConfig,
     io_engine: backend::IoEngine,
     direct: backend::DirectIo,
+    ceph: &backend::rbd::RbdConfig,
 ) -> Result<(Engine, Arc<dyn backend::Backend>)> {
     let opts = FileOptions {
         read_only: cfg.read_only,
@@ -232,7 +238,7 @@ fn build_engine(
         ..FileOptions::default()
     };
     let backend: Arc<dyn backend::Backend> = Arc::from(
-        backend::open_device(std::path::Path::new(table.device()), &opts)
+        backend::open_device(std::path::Path::new(table.device()), &opts, ceph)
             .map_err(crate::error::backend_error)?,
     );
     let engine =
@@ -266,6 +272,8 @@ struct Daemon {
     events: mpsc::Sender<Event>,
     /// The detached LUKS header, if any.
     header: Option<std::path::PathBuf>,
+    /// How the device and the header are reached (online reencryption).
+    access: luks::DeviceAccess,
     /// The online reencryption started here, if any.
     reencryption: Mutex<Option<reencrypt::Running>>,
 }

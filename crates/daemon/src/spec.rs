@@ -87,28 +87,24 @@ pub struct Ceph {
 }
 
 impl Ceph {
-    /// The settings installed in this process
-    /// ([`backend::rbd::RbdConfig::current`]), paths made absolute.
-    pub fn current() -> Self {
-        let c = backend::rbd::RbdConfig::current();
-        let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    /// The settings `c` (the command line's), paths made absolute.
+    pub fn of(c: &backend::rbd::RbdConfig) -> Self {
+        let abs = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
         Self {
-            conf: c.conf.map(abs),
-            id: c.id,
-            keyring: c.keyring.map(abs),
+            conf: c.conf.as_ref().map(abs),
+            id: c.id.clone(),
+            keyring: c.keyring.as_ref().map(abs),
         }
     }
 
-    /// Makes these the process's cluster settings (the detached daemon,
-    /// before it opens an `rbd:` device).
-    pub fn install(&self) {
+    /// These settings as an `rbd:` open is given them.
+    pub fn config(&self) -> backend::rbd::RbdConfig {
         backend::rbd::RbdConfig {
             conf: self.conf.clone(),
             id: self.id.clone(),
             keyring: self.keyring.clone(),
             timeout: None,
         }
-        .install();
     }
 }
 
@@ -116,6 +112,8 @@ impl VolumeSpec {
     /// The daemon's [`Spec`] for `table`: its device becomes
     /// [`VolumeSpec::device`] and the given flags are merged into it
     /// ([`resolve::engine_config`]). `lock` is the name's claim, if held.
+    /// The daemon reaches its devices with metadata locking on and the
+    /// spec's Ceph settings ([`Spec::access`]).
     pub fn into_spec(self, mut table: Targets, lock: Option<Arc<NameLock>>) -> Spec {
         table.set_device(&self.device.display().to_string());
         let mut engine = resolve::engine_config(
@@ -138,6 +136,10 @@ impl VolumeSpec {
             direct: self.direct,
             header: self.header,
             lock,
+            access: luks::DeviceAccess {
+                locking: true,
+                ceph: self.ceph.config(),
+            },
         }
     }
 

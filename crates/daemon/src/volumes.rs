@@ -87,6 +87,7 @@ pub fn resume(name: &str, unlock: impl FnOnce(&Path, VolumeType) -> Result<Table
 /// header's; the passphrase comes from `key_file` (its `range`) or a
 /// prompt on the terminal (asked as `prompting` says); only `key_slot` is
 /// tried if given.
+#[allow(clippy::too_many_arguments)]
 pub fn resume_luks(
     name: &str,
     version: Option<VolumeType>,
@@ -95,9 +96,10 @@ pub fn resume_luks(
     range: KeyfileRange,
     key_slot: Option<u32>,
     prompting: &luks::passphrase::Prompting,
+    access: &luks::DeviceAccess,
 ) -> Result<()> {
     resume(name, |device, found| {
-        let vol = crate::resolve::Luks::load(device, header)?;
+        let vol = crate::resolve::Luks::load(device, header, access)?;
         if version.unwrap_or(found) != vol.version() {
             let msg = format!("Device {} is not a valid LUKS device.", device.display());
             return Err(invalid(msg));

@@ -49,6 +49,7 @@ fn serve_status_refresh_table_close() {
         direct: backend::DirectIo::Never,
         header: None,
         lock: None,
+        access: luks::DeviceAccess::default(),
     };
     let (tx, rx) = mpsc::channel();
     let server =

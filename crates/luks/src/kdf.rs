@@ -13,7 +13,7 @@
 //!        │                 ─► pbkdf2: iterations/s, CPU time, one run ≥ 500 ms
 //!        │                 ─► argon2: search(measure): grow m, then t, until a
 //!        ▼                    run lands in 95–110 % of --iter-time
-//!   Calibration { kdf, what was measured }   (-v prints it: set_verbose)
+//!   Calibration { kdf, what was measured }   (-v prints it: KdfRequest::verbose)
 //!
 //!   Kdf from a header ─► check_limits (at load: cryptsetup's maxima)
 //!                     ─► estimate (at unlock: a notice above NOTICE_SECS)
@@ -44,7 +44,6 @@
 //! weaker than asked. The search is written against a measure function
 //! ([`argon2_search`]) so tests drive it with a fake clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -71,20 +70,6 @@ pub const MAX_ARGON2_PARALLEL: u32 = 4;
 /// An unlock estimated to take longer than this (seconds) prints a notice
 /// first.
 pub const NOTICE_SECS: f64 = 5.0;
-
-static VERBOSE: AtomicBool = AtomicBool::new(false);
-
-/// Prints what calibration measured and chose on standard output (as
-/// cryptsetup's `-v`), once set for the process.
-pub fn set_verbose(on: bool) {
-    VERBOSE.store(on, Ordering::Relaxed);
-}
-
-fn verbose(line: &str) {
-    if VERBOSE.load(Ordering::Relaxed) {
-        println!("{line}");
-    }
-}
 
 /// Default `--iter-time` in milliseconds.
 pub const DEFAULT_ITER_TIME_MS: u32 = 2000;
@@ -361,6 +346,9 @@ pub struct KdfRequest {
     pub memory_kib: Option<u32>,
     /// Argon2 lanes.
     pub parallel: Option<u32>,
+    /// Print what calibration measured and chose on standard output
+    /// (cryptsetup's `-v`).
+    pub verbose: bool,
 }
 
 impl Default for KdfRequest {
@@ -372,6 +360,7 @@ impl Default for KdfRequest {
             force_iterations: None,
             memory_kib: None,
             parallel: None,
+            verbose: false,
         }
     }
 }
@@ -405,11 +394,11 @@ impl KdfRequest {
 
     /// Resolves the request to concrete costs, benchmarking like cryptsetup
     /// when no forced cost is given. `key_len` is the derived key length.
-    /// With [`set_verbose`], prints what was measured and chosen.
+    /// With [`KdfRequest::verbose`], prints what was measured and chosen.
     pub fn resolve(&self, key_len: usize) -> Result<Kdf> {
         let cal = self.calibrate(key_len)?;
-        if let Some(line) = cal.line() {
-            verbose(&line);
+        if let (true, Some(line)) = (self.verbose, cal.line()) {
+            println!("{line}");
         }
         Ok(cal.kdf)
     }

@@ -48,7 +48,7 @@ use std::io::{Cursor, Read, Seek, SeekFrom};
 pub use error::{Error, ErrorKind, Result};
 pub use hash::Hash;
 pub use kdf::{Kdf, KdfRequest};
-pub use volume::{format, open, set_metadata_locking, FormatOptions, Opened, Volume};
+pub use volume::{format, open, DeviceAccess, FormatOptions, Opened, Volume};
 pub use volume::{token_text, Priority, Repair, TokenPlacement, KEYRING_TOKEN, MAX_LABEL_LEN};
 
 use error::corrupt;

@@ -29,7 +29,9 @@ use zeroize::Zeroizing;
 
 use crate::error::invalid;
 use crate::passphrase::{self, KeyfileRange};
-use crate::{Error, ErrorKind, FormatOptions, Hash, Header, KdfRequest, Result, Volume};
+use crate::{
+    DeviceAccess, Error, ErrorKind, FormatOptions, Hash, Header, KdfRequest, Result, Volume,
+};
 
 pub mod admin;
 mod inspect;
@@ -89,6 +91,9 @@ pub struct KdfChoice {
     pub memory_kib: Option<u32>,
     /// Argon2 threads.
     pub parallel: Option<u32>,
+    /// `-v`: print what calibration measured and chose
+    /// ([`KdfRequest::verbose`]).
+    pub verbose: bool,
 }
 
 impl KdfChoice {
@@ -111,6 +116,7 @@ impl KdfChoice {
             force_iterations: self.force_iterations,
             memory_kib: self.memory_kib,
             parallel: self.parallel,
+            verbose: self.verbose,
         })
     }
 }
@@ -184,26 +190,37 @@ fn no_device(device: &Path) -> Error {
     )
 }
 
-/// Loads the volume on `device` (header in `header` if detached) and
-/// shows its warnings. No LUKS header is [`ErrorKind::NotLuks`] naming the
-/// file that should hold it.
-pub fn load(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Volume> {
-    load_worded(device, header, ui, "")
+/// Loads the volume on `device` (header in `header` if detached, both
+/// reached as `access` says) and shows its warnings. No LUKS header is
+/// [`ErrorKind::NotLuks`] naming the file that should hold it.
+pub fn load(
+    device: &Path,
+    header: Option<&Path>,
+    access: &DeviceAccess,
+    ui: &mut dyn Ui,
+) -> Result<Volume> {
+    load_worded(device, header, access, ui, "")
 }
 
 /// [`load`] for the header administration verbs ([`admin`]), which say
 /// "not a valid LUKS device." with cryptsetup's full stop.
-pub fn load_header(device: &Path, header: Option<&Path>, ui: &mut dyn Ui) -> Result<Volume> {
-    load_worded(device, header, ui, ".")
+pub fn load_header(
+    device: &Path,
+    header: Option<&Path>,
+    access: &DeviceAccess,
+    ui: &mut dyn Ui,
+) -> Result<Volume> {
+    load_worded(device, header, access, ui, ".")
 }
 
 fn load_worded(
     device: &Path,
     header: Option<&Path>,
+    access: &DeviceAccess,
     ui: &mut dyn Ui,
     stop: &str,
 ) -> Result<Volume> {
-    let vol = open_header(device, header).map_err(|e| match e.kind() {
+    let vol = open_header(device, header, access).map_err(|e| match e.kind() {
         ErrorKind::NotLuks => Error::new(ErrorKind::NotLuks, format!("{}{stop}", e.message())),
         _ => e,
     })?;
@@ -217,11 +234,11 @@ fn load_worded(
 /// without showing anything: a missing device is [`ErrorKind::Io`] "Device
 /// … does not exist or access denied", no header [`ErrorKind::NotLuks`]
 /// "Device … is not a valid LUKS device", as cryptsetup words them.
-pub fn open_header(device: &Path, header: Option<&Path>) -> Result<Volume> {
+pub fn open_header(device: &Path, header: Option<&Path>, access: &DeviceAccess) -> Result<Volume> {
     if !backend::device_exists(device) {
         return Err(no_device(device));
     }
-    Volume::load(device, header).map_err(|e| match e.kind() {
+    Volume::load(device, header, access).map_err(|e| match e.kind() {
         ErrorKind::NotLuks => Error::new(
             ErrorKind::NotLuks,
             format!(
@@ -246,8 +263,8 @@ pub fn confirm_destructive(ui: &mut dyn Ui, batch: bool, warning: &str) -> Resul
 }
 
 /// Reads the LUKS header at the start of `path`, if any (isLuks).
-pub fn probe(path: &Path) -> Result<Header> {
-    let mut f = crate::volume::open_ro(path)?;
+pub fn probe(path: &Path, access: &DeviceAccess) -> Result<Header> {
+    let mut f = crate::volume::open_ro(path, access)?;
     let size = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap_or(0);
     Header::read(&mut f, size)
 }
@@ -306,6 +323,8 @@ pub struct FormatRequest {
     pub keyslots_size: Option<u64>,
     /// `--keyslot-cipher` / `--keyslot-key-size`.
     pub keyslot_cipher: KeyslotCipher,
+    /// How the devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// Formats a volume: checks the type and the device (refused while in
@@ -327,7 +346,7 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
     // DEV_EXCL check refuses it.
     let _claim = crate::volume::claim(&[meta, req.device.as_path()])?;
     let mut force = req.force;
-    if !force && backend::device_exists(meta) && probe(meta).is_ok() {
+    if !force && backend::device_exists(meta) && probe(meta, &req.access).is_ok() {
         let q = format!(
             "WARNING: {} already contains a LUKS header. Overwrite it?",
             meta.display()
@@ -377,6 +396,7 @@ pub fn format(req: &FormatRequest, ui: &mut dyn Ui) -> Result<Volume> {
         metadata_size: req.metadata_size,
         keyslots_size: req.keyslots_size,
         keyslot_cipher,
+        access: req.access.clone(),
     };
     // Refused options are refused before the prompt, as in cryptsetup.
     opts.check(req.header.is_some())?;
@@ -408,6 +428,8 @@ pub struct KeyRequest {
     pub volume_key_file: Option<PathBuf>,
     /// `--keyslot-cipher` / `--keyslot-key-size` for the new keyslot.
     pub keyslot_cipher: KeyslotCipher,
+    /// How the devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// What [`add_key`] did.
@@ -449,7 +471,7 @@ pub fn add_key(req: &KeyRequest, change: bool, ui: &mut dyn Ui) -> Result<KeyCha
         ));
     }
     req.keyslot_cipher.pair()?;
-    let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    let mut vol = load(&req.device, req.header.as_deref(), &req.access, ui)?;
     req.keyslot_cipher.apply(&mut vol)?;
     let (old_slot, vk) = match &req.volume_key_file {
         Some(p) => {
@@ -510,12 +532,14 @@ pub struct RemoveRequest {
     pub key_slot: Option<u32>,
     /// Remove the last keyslot without asking.
     pub batch: bool,
+    /// How the devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// Wipes the keyslot the passphrase opens (asking first if it is the
 /// last one); returns its number.
 pub fn remove_key(req: &RemoveRequest, ui: &mut dyn Ui) -> Result<u32> {
-    let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    let mut vol = load(&req.device, req.header.as_deref(), &req.access, ui)?;
     let (slot, _vk) = req.key.unlock("Enter passphrase to be deleted: ", |pass| {
         vol.unlock_key(pass, req.key_slot)
     })?;
@@ -548,13 +572,15 @@ pub struct KillRequest {
     pub key: KeySource,
     /// Ask nothing.
     pub batch: bool,
+    /// How the devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// Wipes one keyslot, as cryptsetup's luksKillSlot: unless `batch` (and
 /// with a key file always), a passphrase must open another keyslot, or
 /// for the last keyslot that one (confirmed first when typed).
 pub fn kill_slot(req: &KillRequest, ui: &mut dyn Ui) -> Result<()> {
-    let mut vol = load(&req.device, req.header.as_deref(), ui)?;
+    let mut vol = load(&req.device, req.header.as_deref(), &req.access, ui)?;
     let active = vol.header().active_slots();
     if !active.contains(&req.slot) {
         return Err(invalid(format!("Keyslot {} is not active", req.slot)));

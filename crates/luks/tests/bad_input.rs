@@ -65,9 +65,9 @@ fn wrong_passphrase_changes_nothing() {
     for v in [1, 2] {
         let p = image(&dir, v);
         let before = digest(&p);
-        let e = luks::open(&p, None, b"wrong", None).unwrap_err();
+        let e = luks::open(&p, None, &luks::DeviceAccess::default(), b"wrong", None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::WrongPassphrase);
-        let mut vol = Volume::load(&p, None).unwrap();
+        let mut vol = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
         let e = vol.unlock_key(b"wrong", None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::WrongPassphrase);
         // add_key with a key that is not the volume key is refused.
@@ -88,11 +88,11 @@ fn wrong_passphrase_changes_nothing() {
 fn corrupted_primary_opens_from_secondary_with_warning() {
     let dir = TempDir::new("luks-bad-primary");
     let p = image(&dir, 2);
-    let good = luks::open(&p, None, PASS, None).unwrap();
+    let good = luks::open(&p, None, &luks::DeviceAccess::default(), PASS, None).unwrap();
     let mut img = std::fs::read(&p).unwrap();
     img[4096 + 10] ^= 0x55; // JSON byte: checksum no longer matches
     std::fs::write(&p, &img).unwrap();
-    let vol = Volume::load(&p, None).unwrap();
+    let vol = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
     assert!(
         vol.header()
             .warnings()
@@ -106,7 +106,7 @@ fn corrupted_primary_opens_from_secondary_with_warning() {
     // Magic gone too: found by scanning the secondary offsets.
     img[..4096].fill(0);
     std::fs::write(&p, &img).unwrap();
-    let o = luks::open(&p, None, PASS, None).unwrap();
+    let o = luks::open(&p, None, &luks::DeviceAccess::default(), PASS, None).unwrap();
     assert_eq!(o.volume_key, good.volume_key);
 }
 
@@ -118,7 +118,7 @@ fn both_copies_corrupted_or_truncated_fail_cleanly() {
     img[4096 + 10] ^= 0x55;
     img[16384 + 4096 + 10] ^= 0x55;
     std::fs::write(&p, &img).unwrap();
-    let e = Volume::load(&p, None).unwrap_err();
+    let e = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     assert!(e.to_string().contains("Both"), "{e}");
 
@@ -127,7 +127,7 @@ fn both_copies_corrupted_or_truncated_fail_cleanly() {
         let full = std::fs::read(&p).unwrap();
         for len in [0usize, 7, 600, 5000, 20000, 40000, 1 << 20] {
             std::fs::write(&p, &full[..len]).unwrap();
-            let e = Volume::load(&p, None).unwrap_err();
+            let e = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap_err();
             assert!(
                 matches!(
                     e.kind(),
@@ -265,7 +265,7 @@ fn lying_json_is_refused() {
 /// cryptsetup too leaves to activation: KDF costs, sizes against the
 /// device) by the unlock, before any key material is used.
 fn refusal(p: &std::path::Path) -> luks::Error {
-    match Volume::load(p, None) {
+    match Volume::load(p, None, &luks::DeviceAccess::default()) {
         Err(e) => e,
         Ok(v) => v.unlock(PASS, None).expect_err("lying volume unlocked"),
     }
@@ -280,13 +280,15 @@ fn luks1_lies_are_refused() {
     let mut img = orig.clone();
     img[208 + 7 * 48 + 40..208 + 7 * 48 + 44].copy_from_slice(&0x7fff_0000u32.to_be_bytes());
     std::fs::write(&p, &img).unwrap();
-    assert!(Volume::load(&p, None).is_err());
+    assert!(Volume::load(&p, None, &luks::DeviceAccess::default()).is_err());
     // key bytes absurd.
     let mut img = orig.clone();
     img[108..112].copy_from_slice(&u32::MAX.to_be_bytes());
     std::fs::write(&p, &img).unwrap();
     assert_eq!(
-        Volume::load(&p, None).unwrap_err().kind(),
+        Volume::load(&p, None, &luks::DeviceAccess::default())
+            .unwrap_err()
+            .kind(),
         ErrorKind::Corrupt
     );
     // payload offset beyond the device.
@@ -303,7 +305,7 @@ fn crash_between_header_copies_leaves_a_valid_header() {
     let dir = TempDir::new("luks-crash");
     let p = image(&dir, 2);
     let before = std::fs::read(&p).unwrap();
-    let mut vol = Volume::load(&p, None).unwrap();
+    let mut vol = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
     let (_, vk) = vol.unlock_key(PASS, None).unwrap();
     let slot = vol.add_key(&vk, b"new pass", None, &fast(2).kdf).unwrap();
     let after = std::fs::read(&p).unwrap();
@@ -311,7 +313,7 @@ fn crash_between_header_copies_leaves_a_valid_header() {
     let mut crashed = after.clone();
     crashed[..16384].copy_from_slice(&before[..16384]);
     std::fs::write(&p, &crashed).unwrap();
-    let v = Volume::load(&p, None).unwrap();
+    let v = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
     assert!(
         v.header()
             .warnings()
@@ -326,7 +328,7 @@ fn crash_between_header_copies_leaves_a_valid_header() {
     let mut early = before.clone();
     early[32768..].copy_from_slice(&after[32768..]);
     std::fs::write(&p, &early).unwrap();
-    let v = Volume::load(&p, None).unwrap();
+    let v = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
     assert!(v.header().warnings().is_empty());
     assert_eq!(v.unlock(PASS, None).unwrap().keyslot, 0);
 }
@@ -345,7 +347,9 @@ fn format_refuses_existing_header_without_force() {
     };
     luks::format(&p, None, &forced, b"other").unwrap();
     assert_eq!(
-        luks::open(&p, None, b"other", None).unwrap().sector_size,
+        luks::open(&p, None, &luks::DeviceAccess::default(), b"other", None)
+            .unwrap()
+            .sector_size,
         512
     );
 }
@@ -355,7 +359,7 @@ fn keyslot_lifecycle_and_backup() {
     let dir = TempDir::new("luks-life");
     for v in [1, 2] {
         let p = image(&dir, v);
-        let mut vol = Volume::load(&p, None).unwrap();
+        let mut vol = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
         let (_, vk) = vol.unlock_key(PASS, None).unwrap();
         let s1 = vol.add_key(&vk, b"two", None, &fast(v).kdf).unwrap();
         let s5 = vol.add_key(&vk, b"five", Some(5), &fast(v).kdf).unwrap();
@@ -366,14 +370,23 @@ fn keyslot_lifecycle_and_backup() {
                 .kind(),
             ErrorKind::SlotBusy
         );
-        assert_eq!(luks::open(&p, None, b"five", Some(5)).unwrap().keyslot, 5);
         assert_eq!(
-            luks::open(&p, None, b"five", Some(1)).unwrap_err().kind(),
+            luks::open(&p, None, &luks::DeviceAccess::default(), b"five", Some(5))
+                .unwrap()
+                .keyslot,
+            5
+        );
+        assert_eq!(
+            luks::open(&p, None, &luks::DeviceAccess::default(), b"five", Some(1))
+                .unwrap_err()
+                .kind(),
             ErrorKind::WrongPassphrase
         );
         vol.kill_slot(1, false).unwrap();
         assert_eq!(
-            luks::open(&p, None, b"two", None).unwrap_err().kind(),
+            luks::open(&p, None, &luks::DeviceAccess::default(), b"two", None)
+                .unwrap_err()
+                .kind(),
             ErrorKind::WrongPassphrase
         );
         // Backup, clobber, restore.
@@ -387,11 +400,16 @@ fn keyslot_lifecycle_and_backup() {
         let mut img = std::fs::read(&p).unwrap();
         img[..40000].fill(0);
         std::fs::write(&p, &img).unwrap();
-        assert!(luks::open(&p, None, PASS, None).is_err());
-        Volume::header_restore(&p, None, &bak, false).unwrap();
-        assert_eq!(luks::open(&p, None, b"five", None).unwrap().volume_key, vk);
+        assert!(luks::open(&p, None, &luks::DeviceAccess::default(), PASS, None).is_err());
+        Volume::header_restore(&p, None, &bak, false, &luks::DeviceAccess::default()).unwrap();
+        assert_eq!(
+            luks::open(&p, None, &luks::DeviceAccess::default(), b"five", None)
+                .unwrap()
+                .volume_key,
+            vk
+        );
         // Last slot needs allow_last.
-        let mut vol = Volume::load(&p, None).unwrap();
+        let mut vol = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
         vol.kill_slot(5, false).unwrap();
         assert_eq!(
             vol.kill_slot(0, false).unwrap_err().kind(),
@@ -400,7 +418,13 @@ fn keyslot_lifecycle_and_backup() {
         let old = vol.header().uuid().to_string();
         let new = vol.set_uuid(None).unwrap();
         assert_ne!(old, new);
-        assert_eq!(Volume::load(&p, None).unwrap().header().uuid(), new);
+        assert_eq!(
+            Volume::load(&p, None, &luks::DeviceAccess::default())
+                .unwrap()
+                .header()
+                .uuid(),
+            new
+        );
     }
 }
 
@@ -409,8 +433,8 @@ fn a_header_another_process_wrote_since_loading_is_not_overwritten() {
     let dir = TempDir::new("stale-header");
     for version in [1, 2] {
         let img = image(&dir, version);
-        let mut current = Volume::load(&img, None).unwrap();
-        let mut stale = Volume::load(&img, None).unwrap();
+        let mut current = Volume::load(&img, None, &luks::DeviceAccess::default()).unwrap();
+        let mut stale = Volume::load(&img, None, &luks::DeviceAccess::default()).unwrap();
         let uuid = current.set_uuid(None).unwrap();
         let before = digest(&img);
         let e = stale.set_uuid(None).unwrap_err();
@@ -423,10 +447,22 @@ fn a_header_another_process_wrote_since_loading_is_not_overwritten() {
             before,
             "LUKS{version}: the stale header was written"
         );
-        assert_eq!(Volume::load(&img, None).unwrap().header().uuid(), uuid);
+        assert_eq!(
+            Volume::load(&img, None, &luks::DeviceAccess::default())
+                .unwrap()
+                .header()
+                .uuid(),
+            uuid
+        );
         // The volume that wrote last is current and writes on.
         current.set_uuid(None).unwrap();
-        assert_ne!(Volume::load(&img, None).unwrap().header().uuid(), uuid);
+        assert_ne!(
+            Volume::load(&img, None, &luks::DeviceAccess::default())
+                .unwrap()
+                .header()
+                .uuid(),
+            uuid
+        );
     }
 }
 
@@ -446,7 +482,7 @@ fn a_header_write_waits_for_the_metadata_lock() {
     let path = img.clone();
     let writer = std::thread::spawn(move || {
         // Loading reads under a shared lock: it does not wait.
-        let mut v = Volume::load(&path, None).unwrap();
+        let mut v = Volume::load(&path, None, &luks::DeviceAccess::default()).unwrap();
         tx.send("loaded").unwrap();
         tx.send(match v.set_uuid(None) {
             Ok(_) => "written",
@@ -486,7 +522,7 @@ fn header_strings_reach_the_dump_escaped() {
     });
     // The label loads as cryptsetup stores it; every form of the dump
     // escapes it.
-    let vol = Volume::load(&p, None).unwrap();
+    let vol = Volume::load(&p, None, &luks::DeviceAccess::default()).unwrap();
     let text = luks::dump::header_text(vol.header(), &p);
     let json = luks::dump::json_text(vol.header()).unwrap();
     let summary = luks::summary::Summary::of(vol.header()).to_json();

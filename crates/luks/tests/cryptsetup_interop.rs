@@ -205,7 +205,8 @@ fn cs_to_ucrypt(c: &Cell) {
 
     // ucrypt opens it.
     let (pass, slot) = if c.second_key { (PASS2, 1) } else { (PASS, 0) };
-    let opened = luks::open(&dev, header, pass, None).expect("ucrypt opens the cryptsetup volume");
+    let opened = luks::open(&dev, header, &luks::DeviceAccess::default(), pass, None)
+        .expect("ucrypt opens the cryptsetup volume");
     assert_eq!(opened.keyslot, slot);
     assert_eq!(
         &opened.volume_key[..],
@@ -215,12 +216,14 @@ fn cs_to_ucrypt(c: &Cell) {
     assert_eq!(opened.cipher, c.cipher);
     assert_eq!(opened.sector_size, c.sector);
     if c.second_key {
-        let by_slot = luks::open(&dev, header, PASS2, Some(1)).unwrap();
+        let by_slot =
+            luks::open(&dev, header, &luks::DeviceAccess::default(), PASS2, Some(1)).unwrap();
         assert_eq!(&by_slot.volume_key[..], &cs_key[..]);
-        let e = luks::open(&dev, header, PASS, Some(1)).unwrap_err();
+        let e =
+            luks::open(&dev, header, &luks::DeviceAccess::default(), PASS, Some(1)).unwrap_err();
         assert_eq!(e.kind(), luks::ErrorKind::WrongPassphrase);
     }
-    let e = luks::open(&dev, header, b"wrong", None).unwrap_err();
+    let e = luks::open(&dev, header, &luks::DeviceAccess::default(), b"wrong", None).unwrap_err();
     assert_eq!(e.kind(), luks::ErrorKind::WrongPassphrase);
     let expect_off = if c.detached {
         0
@@ -449,7 +452,7 @@ fn ucrypt_to_cs(
         dump.contains(&format!("Version:       \t{version}")),
         "{dump}"
     );
-    let opened = luks::open(&dev, header, PASS, None).unwrap();
+    let opened = luks::open(&dev, header, &luks::DeviceAccess::default(), PASS, None).unwrap();
     let cs_key = cs_volume_key(&dev, header, &kf);
     assert_eq!(
         &opened.volume_key[..],
@@ -478,7 +481,8 @@ fn ucrypt_to_cs(
     }
     a.extend([dev.to_str().unwrap(), kf2.to_str().unwrap()]);
     cryptsetup(&a);
-    let o2 = luks::open(&dev, header, PASS2, None).expect("ucrypt opens with cryptsetup's new key");
+    let o2 = luks::open(&dev, header, &luks::DeviceAccess::default(), PASS2, None)
+        .expect("ucrypt opens with cryptsetup's new key");
     assert_eq!(o2.keyslot, 1);
     assert_eq!(&o2.volume_key[..], &cs_key[..]);
 
@@ -599,7 +603,7 @@ fn cs_luks2_64k_metadata_small_keyslots_area() {
         ]
         .concat(),
     );
-    let mut vol = luks::Volume::load(&dev, None).unwrap();
+    let mut vol = luks::Volume::load(&dev, None, &luks::DeviceAccess::default()).unwrap();
     assert_eq!(vol.header().label(), "geo");
     let o = vol.unlock(PASS, None).unwrap();
     assert_eq!(o.payload_offset, 2 << 20);

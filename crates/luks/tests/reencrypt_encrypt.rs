@@ -33,6 +33,7 @@ fn request(header: Option<&Path>, reduce: Option<u64>) -> EncryptRequest {
         uuid: None,
         header: header.map(Path::to_path_buf),
         reduce,
+        access: luks::DeviceAccess::default(),
     }
 }
 
@@ -48,6 +49,7 @@ fn finish(dev: &Path, header: Option<&Path>) {
         hotzone: 0,
         header: header.map(Path::to_path_buf),
         device_size: None,
+        access: luks::DeviceAccess::default(),
     };
     let out = reencrypt::run(
         dev,
@@ -59,7 +61,11 @@ fn finish(dev: &Path, header: Option<&Path>) {
     )
     .unwrap();
     assert_eq!(out, reencrypt::Outcome::Finished);
-    assert!(reencrypt::status(header.unwrap_or(dev)).unwrap().is_none());
+    assert!(
+        reencrypt::status(header.unwrap_or(dev), &luks::DeviceAccess::default())
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]

@@ -102,18 +102,23 @@ fn tables_of_a_volume_cryptsetup_left_mid_way_decrypt_to_the_plaintext() {
     assert!(text.contains("Reencryption interrupted"), "{text}");
 
     // The ordinary loader still refuses the volume, with its reason.
-    let e = ucrypt_luks::Volume::load(&img, None).unwrap_err();
+    let e =
+        ucrypt_luks::Volume::load(&img, None, &ucrypt_luks::DeviceAccess::default()).unwrap_err();
     assert!(e.to_string().contains("reencryption is in progress"), "{e}");
 
     let pass = std::fs::read(&key).unwrap();
-    let st = ucrypt_luks::reencrypt::status(&img).unwrap().unwrap();
+    let st = ucrypt_luks::reencrypt::status(&img, &ucrypt_luks::DeviceAccess::default())
+        .unwrap()
+        .unwrap();
     assert!(st.hotzone().is_none());
     assert!(
         st.progress() > 0 && st.progress() < DATA as u64,
         "{}",
         st.progress()
     );
-    let tables = ucrypt_luks::reencrypt::tables(&img, &pass, None).unwrap();
+    let tables =
+        ucrypt_luks::reencrypt::tables(&img, &ucrypt_luks::DeviceAccess::default(), &pass, None)
+            .unwrap();
     assert_eq!(tables.len(), 2, "{tables:?}");
     let mut covered = 0;
     let data = std::fs::read(&img).unwrap();

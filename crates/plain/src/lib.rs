@@ -72,6 +72,8 @@ pub struct PlainOptions {
     pub keyfile: KeyfileRange,
     /// How a passphrase typed at the terminal is asked for (`--timeout`, `-y`).
     pub prompting: luks::passphrase::Prompting,
+    /// How an `rbd:` device reaches its cluster (its size is asked).
+    pub ceph: backend::rbd::RbdConfig,
 }
 
 /// Where the key material comes from, and how it becomes the key.
@@ -210,7 +212,7 @@ impl PlainOptions {
                 "Large IV sectors option is supported only for opening plain type device with sector size larger than 512 bytes.",
             ));
         }
-        let dev_bytes = device_bytes(device)?;
+        let dev_bytes = device_bytes(device, &self.ceph)?;
         let dev_sectors = dev_bytes / 512;
         if self.offset >= dev_sectors {
             return Err(invalid(format!(
@@ -273,14 +275,15 @@ fn vec_secret(len: usize) -> Secret {
     Secret::zeroed(len)
 }
 
-/// Size of a file or block device in bytes.
-fn device_bytes(device: &Path) -> Result<u64> {
+/// Size of a file or block device (or an `rbd:` image, its cluster
+/// reached as `ceph` says) in bytes.
+fn device_bytes(device: &Path, ceph: &backend::rbd::RbdConfig) -> Result<u64> {
     if backend::rbd::is_rbd(device) {
         let ro = backend::FileOptions {
             read_only: true,
             ..backend::FileOptions::default()
         };
-        return backend::open_device(device, &ro)
+        return backend::open_device(device, &ro, ceph)
             .map(|b| b.size())
             .map_err(Error::backend);
     }

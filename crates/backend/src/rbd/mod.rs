@@ -11,8 +11,8 @@
 //!
 //! # Opening
 //!
-//! `rbd:POOL/IMAGE[@SNAP]` ([`RbdSpec`]) with the process's [`RbdConfig`]
-//! (ceph.conf, client id, keyring). Connecting is bounded: unless
+//! `rbd:POOL/IMAGE[@SNAP]` ([`RbdSpec`]) with the [`RbdConfig`] the caller
+//! passes (ceph.conf, client id, keyring). Connecting is bounded: unless
 //! ceph.conf sets them, `client_mount_timeout` and `rados_mon_op_timeout`
 //! are [`DEFAULT_TIMEOUT`] (or [`RbdConfig::timeout`]), so a cluster that
 //! does not answer fails the open with a timeout naming the image.
@@ -93,11 +93,6 @@ impl std::fmt::Debug for RbdBackend {
 }
 
 impl RbdBackend {
-    /// Opens `spec` with the settings installed by [`RbdConfig::install`].
-    pub fn open(spec: &RbdSpec, opts: &RbdOptions) -> Result<Self, Error> {
-        Self::open_with(spec, opts, &RbdConfig::current())
-    }
-
     /// Opens `spec` reaching the cluster as `cfg` says.
     pub fn open_with(spec: &RbdSpec, opts: &RbdOptions, cfg: &RbdConfig) -> Result<Self, Error> {
         let shown = spec.to_string();

@@ -1,8 +1,7 @@
-//! `rbd:POOL/IMAGE[@SNAP]` device specs and the process-wide Ceph client
-//! settings (`--ceph-conf`, `--ceph-id`, `--keyring`).
+//! `rbd:POOL/IMAGE[@SNAP]` device specs and the Ceph client settings
+//! (`--ceph-conf`, `--ceph-id`, `--keyring`) an open is given.
 
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
 use std::time::Duration;
 
 use crate::{Error, ErrorKind};
@@ -81,8 +80,9 @@ pub fn is_rbd(path: &Path) -> bool {
 /// monitor commands), unless ceph.conf sets `client_mount_timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How this process reaches the Ceph cluster; unset fields take librados's
-/// defaults (`$CEPH_CONF` or /etc/ceph/ceph.conf, `client.admin`, the
+/// How an open reaches the Ceph cluster (the cli builds it once from its
+/// options and passes it to whatever opens an `rbd:` device); unset fields
+/// take librados's defaults (`$CEPH_CONF` or /etc/ceph/ceph.conf, `client.admin`, the
 /// keyring named in ceph.conf).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RbdConfig {
@@ -97,25 +97,7 @@ pub struct RbdConfig {
     pub timeout: Option<Duration>,
 }
 
-static CONFIG: RwLock<RbdConfig> = RwLock::new(RbdConfig {
-    conf: None,
-    id: None,
-    keyring: None,
-    timeout: None,
-});
-
 impl RbdConfig {
-    /// Makes `self` the settings every later RBD open in this process uses
-    /// (the command line sets it once, before any device is opened).
-    pub fn install(self) {
-        *CONFIG.write().unwrap_or_else(|p| p.into_inner()) = self;
-    }
-
-    /// The settings installed by [`RbdConfig::install`].
-    pub fn current() -> Self {
-        CONFIG.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
     /// The command-line options that reproduce these settings (for a
     /// re-executed daemon, which runs in `/`): `--ceph-conf=…`,
     /// `--ceph-id=…`, `--keyring=…`, paths made absolute.

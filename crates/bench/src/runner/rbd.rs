@@ -10,8 +10,8 @@
 //! ```
 //!
 //! The cluster is the caller's: `ucrypt --ceph-conf FILE [--ceph-id ID]
-//! [--keyring FILE]` (or librados's defaults), which this process has
-//! installed as [`backend::rbd::RbdConfig::current`]; `scripts/ceph-bench.sh`
+//! [--keyring FILE]` (or librados's defaults), handed in as
+//! [`RbdPlan::cluster`]; `scripts/ceph-bench.sh`
 //! starts a throwaway one. Every image is made in `--ceph-pool` when its
 //! server starts and removed (`rbd rm`) after the servers stop: an
 //! unencrypted one of the run's size for raw, and per encrypted server a
@@ -55,6 +55,9 @@ const LUKS2_HEADER_MIB: u64 = 16;
 pub struct RbdPlan {
     /// Pool the images are made in.
     pub pool: String,
+    /// How the cluster is reached (`--ceph-conf`, `--ceph-id`,
+    /// `--keyring`).
+    pub cluster: RbdConfig,
     /// Add qemu-storage-daemon with librbd's LUKS2 (`qsd-luks2`).
     pub peers: bool,
     /// The ucrypt binary (`std::env::current_exe()` from the CLI).
@@ -116,7 +119,7 @@ impl RbdRunner {
         servers::remove_stale();
         let tag = format!("{}-{}", std::process::id(), crate::timestamp_compact());
         let cluster = Cluster {
-            cfg: RbdConfig::current(),
+            cfg: plan.cluster.clone(),
             pool: plan.pool.clone(),
         };
         let pass = servers::shm_dir().join(format!("{}{tag}-ceph.pass", servers::STEM));

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ucrypt_cli::global::{self, Globals};
-use ucrypt_cli::{CephArgs, Failure};
+use ucrypt_cli::Failure;
 
 // Beside this file, in a directory cargo does not take for a binary.
 #[path = "ucrypt-bench/args.rs"]
@@ -42,8 +42,6 @@ struct Cli {
     #[command(flatten)]
     bench: args::BenchFlags,
     #[command(flatten)]
-    ceph: CephArgs,
-    #[command(flatten)]
     globals: Globals,
     /// Print this command's man page (ucrypt-bench.8) and exit.
     #[arg(long, hide = true)]
@@ -63,13 +61,12 @@ fn main() -> ExitCode {
     if g.debug {
         println!("{}", global::processing_line(&args));
     }
-    cli.ceph.install();
     let result = if g.test_args {
         Ok(())
     } else if cli.man {
         man()
     } else {
-        run(&cli.bench.request())
+        run(&cli.bench.request(g.ceph.config()))
     };
     let code = match result {
         Ok(()) => 0,

@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use clap::{Args, Subcommand};
 
 use crate::global::Globals;
-use crate::{CephArgs, CmdResult, Failure};
+use crate::{CmdResult, Failure};
 
 /// Commands of this group.
 #[derive(Subcommand)]
@@ -41,13 +41,13 @@ pub struct BenchArgs {
 impl Commands {
     /// Replaces this process with `ucrypt-bench`; returns only if that
     /// could not start.
-    pub fn run(self, ceph: &CephArgs, globals: Globals) -> CmdResult {
+    pub fn run(self, globals: &Globals) -> CmdResult {
         let Commands::Bench(a) = self;
         let exe = beside("ucrypt-bench")
             .map_err(|e| Failure::device(format!("Cannot find ucrypt-bench: {e}")))?;
         let err = std::process::Command::new(&exe)
             .args(globals.to_args())
-            .args(ceph.to_args())
+            .args(globals.ceph.to_args())
             .args(a.args)
             .exec();
         Err(Failure::device(format!(

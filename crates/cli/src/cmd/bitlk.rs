@@ -43,7 +43,7 @@ pub struct DumpArgs {
 
 impl Commands {
     /// Runs the subcommand.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         match self {
             Self::BitlkDump(a) => dump(a, g),
         }
@@ -51,7 +51,7 @@ impl Commands {
 }
 
 /// `bitlkDump` (also `dump` of a BitLocker device).
-pub(crate) fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+pub(crate) fn dump(a: DumpArgs, g: &Globals) -> CmdResult {
     let _ = a.readonly;
     let path = a.device.display().to_string();
     if !a.dump_volume_key {
@@ -84,7 +84,7 @@ pub(crate) fn dump(a: DumpArgs, g: Globals) -> CmdResult {
 
 /// cryptsetup's question before a volume key dump of a BitLocker or
 /// FileVault 2 device, asked at a terminal unless `--batch-mode`.
-pub(crate) fn confirm_key_dump(g: Globals) -> Result<(), Failure> {
+pub(crate) fn confirm_key_dump(g: &Globals) -> Result<(), Failure> {
     if std::io::stdin().is_terminal() && !g.batch_mode {
         eprintln!(
             "The header dump with volume key is sensitive information\n\

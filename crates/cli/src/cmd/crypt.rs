@@ -134,7 +134,7 @@ impl Commands {
     }
 
     /// Runs the command.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         match self {
             Self::Map(a) => {
                 let prompting = g.prompting();
@@ -160,6 +160,7 @@ impl Commands {
                 let keyfiles = &a.key.key_file;
                 let switches = a.tcrypt_args.given();
                 let tokens = a.tokens.options(g.verbose());
+                let access = g.access();
                 let source = match (&line, &a.luks, &a.bitlk, &a.fvault2) {
                     (_, _, _, Some(device)) => Source::Fvault2 {
                         device,
@@ -198,6 +199,7 @@ impl Commands {
                         key_slot: a.key_slot,
                         tokens: &tokens,
                         prompting,
+                        access: &access,
                     },
                     // clap's "source" group requires one of them.
                     (None, None, None, None) => {
@@ -207,7 +209,7 @@ impl Commands {
                     }
                 };
                 let table = source.table(dir, |w| Terminal.warn(w))?;
-                crate::map::map_stdio(&table, dir)?;
+                crate::map::map_stdio(&table, dir, &access.ceph)?;
                 Ok(())
             }
             Self::Benchmark(a) => benchmark(&a),

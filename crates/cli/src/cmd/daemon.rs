@@ -201,7 +201,7 @@ pub struct RefreshArgs {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         match self {
             Commands::Open(a) => open(a, g),
             Commands::Close { name } => {
@@ -274,7 +274,7 @@ impl Commands {
     }
 }
 
-fn open(mut a: OpenArgs, g: Globals) -> CmdResult {
+fn open(mut a: OpenArgs, g: &Globals) -> CmdResult {
     let mut tokens = a.tokens.options(g.verbose());
     let mut prompting = g.prompting();
     if let Some(file) = a.crypttab.take() {
@@ -299,6 +299,7 @@ fn open(mut a: OpenArgs, g: Globals) -> CmdResult {
         tokens,
         prompting,
         tcrypt: a.tcrypt.given(),
+        access: g.access(),
     };
     let say = |w: &str| eprintln!("{w}");
     if a.plain.test_passphrase {
@@ -306,12 +307,14 @@ fn open(mut a: OpenArgs, g: Globals) -> CmdResult {
     }
     // clap requires NAME unless --test-passphrase.
     let name = a.name.as_deref().unwrap_or_default();
-    let spec = a.serve.spec(name, &a.device, a.header.as_deref())?;
+    let spec = a
+        .serve
+        .spec(name, &a.device, a.header.as_deref(), &m.access.ceph)?;
     let opts = OpenOptions::claim(spec, report_stale_mount)?;
     // cryptsetup's plain mode, a table line, or the LUKS header (prompting).
     let (table, volume_type) = m.resolve(&opts.spec.device, say)?;
     if a.serve.foreground {
-        opts.serve(table, volume_type, print_ping)?;
+        opts.serve(table, volume_type, m.access.locking, print_ping)?;
         return Ok(());
     }
     let exe = std::env::current_exe()
@@ -431,7 +434,7 @@ fn apply_crypttab(
 }
 
 /// `resume`: the key comes from the header as for `open` (prompting).
-fn resume(a: ResumeArgs, g: Globals) -> CmdResult {
+fn resume(a: ResumeArgs, g: &Globals) -> CmdResult {
     let version = a.kind.and_then(VolumeType::luks_version);
     let (header, key_file) = (a.header.as_deref(), a.key.key_file.as_deref());
     let (range, slot) = (a.key.range(), a.key_slot);
@@ -443,6 +446,7 @@ fn resume(a: ResumeArgs, g: Globals) -> CmdResult {
         range,
         slot,
         &g.prompting(),
+        &g.access(),
     )?)
 }
 

@@ -38,7 +38,7 @@ pub struct DumpArgs {
 
 impl Commands {
     /// Runs the subcommand.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         match self {
             Self::Fvault2Dump(a) => dump(a, g),
         }
@@ -46,7 +46,7 @@ impl Commands {
 }
 
 /// `fvault2Dump` (also `dump` of a FileVault 2 device).
-pub(crate) fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+pub(crate) fn dump(a: DumpArgs, g: &Globals) -> CmdResult {
     let path = a.device.display().to_string();
     let (_, m) = daemon::resolve::load_fvault2_metadata(&a.device)?;
     if !a.dump_volume_key {

@@ -131,7 +131,7 @@ pub struct ConvertKeyArgs {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         let ui = &mut Terminal;
         let done = match self {
             Self::Token(a) => {
@@ -161,7 +161,7 @@ impl Commands {
                 let req = ops::ConvertKeyRequest {
                     key: a.key.source(g.prompting()),
                     key_slot: a.key_slot,
-                    kdf: a.kdf.choice(),
+                    kdf: a.kdf.choice(g.verbose()),
                 };
                 admin::convert_key(&a.base.target(g), &req, ui)
             }
@@ -180,11 +180,12 @@ impl Commands {
 }
 
 impl Base {
-    fn target(&self, g: Globals) -> ops::Target {
+    fn target(&self, g: &Globals) -> ops::Target {
         ops::Target {
             device: self.device.clone(),
             header: self.header.clone(),
             batch: g.batch_mode,
+            access: g.access(),
         }
     }
 }

@@ -44,8 +44,9 @@ pub struct KdfArgs {
 }
 
 impl KdfArgs {
-    /// The choice as the `luks` crate takes it.
-    pub fn choice(&self) -> KdfChoice {
+    /// The choice as the `luks` crate takes it; `verbose` (`-v`) prints
+    /// what calibration measured and chose.
+    pub fn choice(&self, verbose: bool) -> KdfChoice {
         KdfChoice {
             pbkdf: self.pbkdf.clone(),
             hash: self.hash.clone(),
@@ -53,12 +54,13 @@ impl KdfArgs {
             force_iterations: self.force_iterations,
             memory_kib: self.memory_kib,
             parallel: self.parallel,
+            verbose,
         }
     }
 
     /// [`KdfChoice::request`] for a LUKS`version` keyslot.
-    pub fn request(&self, version: u32) -> luks::Result<luks::kdf::KdfRequest> {
-        self.choice().request(version)
+    pub fn request(&self, version: u32, verbose: bool) -> luks::Result<luks::kdf::KdfRequest> {
+        self.choice(verbose).request(version)
     }
 }
 

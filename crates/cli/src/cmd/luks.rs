@@ -293,7 +293,7 @@ fn foreign_type(a: &DumpArgs) -> Option<Foreign> {
 
 /// `dump` of a BitLocker, FileVault 2 or TrueCrypt/VeraCrypt device: the
 /// matching `*Dump` verb with the options `dump` shares with it.
-fn dump_foreign(kind: Foreign, a: DumpArgs, g: Globals) -> CmdResult {
+fn dump_foreign(kind: Foreign, a: DumpArgs, g: &Globals) -> CmdResult {
     let c = a.common;
     if a.json || a.dump_json_metadata || c.key_slot.is_some() || c.dev.header.is_some() {
         return Err(crate::Failure::usage(
@@ -432,7 +432,7 @@ pub struct UuidArgs {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         let ui = &mut Terminal;
         match self {
             Self::Format(a) => {
@@ -446,7 +446,7 @@ impl Commands {
                     batch: g.batch_mode,
                     force: a.force,
                     luks_type: a.luks_type,
-                    kdf: a.kdf.choice(),
+                    kdf: a.kdf.choice(g.verbose()),
                     cipher: a.cipher,
                     key_bits: a.key_size,
                     sector_size: a.sector_size,
@@ -459,6 +459,7 @@ impl Commands {
                     metadata_size: a.luks2_metadata_size,
                     keyslots_size: a.luks2_keyslots_size,
                     keyslot_cipher: a.keyslot.cipher(),
+                    access: g.access(),
                 };
                 let vol = ops::format(&req, ui)?;
                 for w in vol.header().warnings() {
@@ -483,6 +484,7 @@ impl Commands {
                     key,
                     key_slot: c.key_slot,
                     batch: g.batch_mode,
+                    access: g.access(),
                 };
                 eprintln!("Key slot {} removed.", ops::remove_key(&req, ui)?);
                 Ok(())
@@ -494,11 +496,12 @@ impl Commands {
                     slot: a.slot,
                     key: a.key.source(g.prompting()),
                     batch: g.batch_mode,
+                    access: g.access(),
                 };
                 Ok(ops::kill_slot(&req, ui)?)
             }
             Self::HeaderBackup(a) => {
-                let vol = ops::load(&a.dev.device, a.dev.header.as_deref(), ui)?;
+                let vol = ops::load(&a.dev.device, a.dev.header.as_deref(), &g.access(), ui)?;
                 Ok(vol.header_backup(&a.header_backup_file)?)
             }
             Self::HeaderRestore(a) => {
@@ -507,6 +510,7 @@ impl Commands {
                     a.dev.header.as_deref(),
                     &a.header_backup_file,
                     g.batch_mode,
+                    &g.access(),
                 )?;
                 eprintln!(
                     "Restored LUKS{} header with UUID {}.",
@@ -517,7 +521,7 @@ impl Commands {
             }
             Self::IsLuks(a) => is_luks(a, g),
             Self::Uuid(a) => {
-                let mut vol = ops::load(&a.dev.device, a.dev.header.as_deref(), ui)?;
+                let mut vol = ops::load(&a.dev.device, a.dev.header.as_deref(), &g.access(), ui)?;
                 match a.uuid {
                     Some(u) => Ok(vol.set_uuid(Some(&u)).map(|_| ())?),
                     None => {
@@ -550,14 +554,14 @@ impl ops::Ui for Terminal {
     }
 }
 
-fn add_key(a: AddKeyArgs, change: bool, g: Globals) -> CmdResult {
+fn add_key(a: AddKeyArgs, change: bool, g: &Globals) -> CmdResult {
     let req = ops::KeyRequest {
         key: a.common.key.source(g.prompting()),
         device: a.common.dev.device,
         header: a.common.dev.header,
         key_slot: a.common.key_slot,
         new_key_slot: a.new_key_slot,
-        kdf: a.kdf.choice(),
+        kdf: a.kdf.choice(g.verbose()),
         new_key: ops::KeySource {
             file: a.new_key_file.or(a.new_keyfile),
             range: luks::passphrase::KeyfileRange {
@@ -568,21 +572,27 @@ fn add_key(a: AddKeyArgs, change: bool, g: Globals) -> CmdResult {
         },
         volume_key_file: a.volume_key_file,
         keyslot_cipher: a.keyslot.cipher(),
+        access: g.access(),
     };
     eprintln!("{}", ops::add_key(&req, change, &mut Terminal)?);
     Ok(())
 }
 
-fn is_luks(a: IsLuksArgs, g: Globals) -> CmdResult {
+fn is_luks(a: IsLuksArgs, g: &Globals) -> CmdResult {
     let why = |e: &luks::Error| {
         if g.verbose() {
             eprintln!("{}", daemon::chain(e));
         }
     };
-    Ok(ops::is_luks(&a.device, a.luks_type.as_deref(), why)?)
+    Ok(ops::is_luks(
+        &a.device,
+        &g.access(),
+        a.luks_type.as_deref(),
+        why,
+    )?)
 }
 
-fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+fn dump(a: DumpArgs, g: &Globals) -> CmdResult {
     if let Some(kind) = foreign_type(&a) {
         return dump_foreign(kind, a, g);
     }
@@ -612,6 +622,7 @@ fn dump(a: DumpArgs, g: Globals) -> CmdResult {
         kind,
         key_slot: c.key_slot,
         batch: g.batch_mode,
+        access: g.access(),
     };
     let text = ops::dump(&req, &mut Terminal)?;
     write_unbuffered(&text)

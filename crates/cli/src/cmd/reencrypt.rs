@@ -147,7 +147,7 @@ fn size_arg(s: &str) -> Result<u64, String> {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         let Commands::Reencrypt(a) = self;
         reencrypt_cmd(a, g)
     }
@@ -160,7 +160,7 @@ impl Commands {
 pub(super) fn check_progress(
     in_progress: bool,
     a: &ReencryptArgs,
-    g: Globals,
+    g: &Globals,
     dev: &std::path::Path,
 ) -> CmdResult {
     if in_progress && a.init_only {
@@ -215,7 +215,7 @@ pub(super) fn check_resume(st: &reencrypt::State, a: &ReencryptArgs) -> CmdResul
     Ok(())
 }
 
-fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+fn reencrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
     check_offline_options(&a)?;
     if a.name.is_some() && (!a.encrypt || a.active_name.is_some()) {
         return Err(Failure::usage(
@@ -230,7 +230,7 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             if !a.encrypt {
                 check_type(&a, a.header.as_deref().unwrap_or(dev))?;
             }
-            return super::reencrypt_luks1::run(&a, dev, g.prompting());
+            return super::reencrypt_luks1::run(&a, dev, g);
         }
     }
     if a.keep_key {
@@ -247,19 +247,19 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if let (true, Some(h)) = (super::reencrypt_dshift::wanted(&a), a.header.as_deref()) {
         return super::reencrypt_dshift::run(&a, dev, h, g);
     }
-    super::reencrypt_dshift::check_header(&a)?;
+    super::reencrypt_dshift::check_header(&a, g)?;
     check_type(&a, a.header.as_deref().unwrap_or(dev))?;
-    let state = reencrypt::status(a.header.as_deref().unwrap_or(dev))?;
+    let state = reencrypt::status(a.header.as_deref().unwrap_or(dev), &g.access())?;
     check_progress(state.is_some(), &a, g, dev)?;
     if let Some(st) = &state {
         check_resume(st, &a)?;
     }
     if let (None, Some(size)) = (&state, a.device_size) {
         let meta = a.header.as_deref().unwrap_or(dev);
-        reencrypt::check_device_size(dev, meta, size, a.sector_size)?;
+        reencrypt::check_device_size(dev, meta, &g.access(), size, a.sector_size)?;
     }
     if state.is_none() && a.key_slot.is_none() && !a.decrypt {
-        let req = init_request(&a)?;
+        let req = init_request(&a, g)?;
         let meta = a.header.as_deref().unwrap_or(dev);
         let passes = slot_passphrases(&a, g, meta)?;
         let slots: Vec<reencrypt::SlotPassphrase<'_>> = passes
@@ -274,18 +274,18 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             return Ok(());
         }
         // The first passphrase opens the old key and the new one.
-        return run_steps(&a, dev, slots[0].pass, false);
+        return run_steps(&a, dev, slots[0].pass, false, g);
     }
     let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
-        reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
+        reencrypt::init(dev, &pass, a.key_slot, &init_request(&a, g)?)?;
         if a.init_only {
             return Ok(());
         }
     } else {
-        change_resilience(&a, dev, &pass)?;
+        change_resilience(&a, dev, &pass, g)?;
     }
-    run_steps(&a, dev, &pass, state.is_some())
+    run_steps(&a, dev, &pass, state.is_some(), g)
 }
 
 /// `--device-size` as cryptsetup parses it (a positive multiple of 512
@@ -347,10 +347,16 @@ fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
 /// `--resilience-hash`), as cryptsetup's resume does; without
 /// `--resilience` the recorded one stays (`--resilience-hash` alone
 /// changes nothing, as in cryptsetup).
-fn change_resilience(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8]) -> CmdResult {
+fn change_resilience(
+    a: &ReencryptArgs,
+    dev: &std::path::Path,
+    pass: &[u8],
+    g: &Globals,
+) -> CmdResult {
     if let Some(r) = a.resilience.as_deref() {
         let meta = a.header.as_deref().unwrap_or(dev);
-        reencrypt::set_resilience(dev, meta, pass, a.key_slot, r, a.resilience_hash.as_deref())?;
+        let hash = a.resilience_hash.as_deref();
+        reencrypt::set_resilience(dev, meta, &g.access(), pass, a.key_slot, r, hash)?;
     }
     Ok(())
 }
@@ -362,17 +368,17 @@ fn change_resilience(a: &ReencryptArgs, dev: &std::path::Path, pass: &[u8]) -> C
 /// with one active keyslot only, as in cryptsetup.
 pub(super) fn slot_passphrases(
     a: &ReencryptArgs,
-    g: Globals,
+    g: &Globals,
     meta: &std::path::Path,
 ) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
-    let active = reencrypt::active_slots(meta)?;
+    let active = reencrypt::active_slots(meta, &g.access())?;
     if a.key.key_file.is_some() && active.len() > 1 {
         return Err(Failure::usage(
             "Key file can be used only with --key-slot or with exactly one key slot active.",
         ));
     }
     ask_each_slot(&a.key.source(g.prompting()), active, |slot, p| {
-        reencrypt::check_slot(meta, slot, p)
+        reencrypt::check_slot(meta, &g.access(), slot, p)
     })
 }
 
@@ -432,7 +438,7 @@ fn check_type(a: &ReencryptArgs, hdr: &std::path::Path) -> CmdResult {
 
 /// `--encrypt`: checks the options as cryptsetup does, starts the
 /// encryption (or resumes the one the header records) and runs it.
-fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
+fn encrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
     if let Some(r) = a.reduce_device_size {
         if r > 1 << 30 {
             return Err(Failure::usage("Maximum device reduce size is 1 GiB."));
@@ -466,7 +472,7 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     // A header already recording an encryption is resumed (cryptsetup
     // does the same); any other LUKS header is refused by the init.
     let state = if hdr.exists() {
-        match reencrypt::status(&hdr) {
+        match reencrypt::status(&hdr, &g.access()) {
             Ok(s) => s,
             Err(e) if e.kind() == luks::ErrorKind::NotLuks => None,
             Err(e) => return Err(e.into()),
@@ -479,7 +485,7 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
         check_resume(st, &a)?;
     }
     if let (None, Some(size)) = (&state, a.device_size) {
-        reencrypt::check_device_size(dev, &hdr, size, a.sector_size)?;
+        reencrypt::check_device_size(dev, &hdr, &g.access(), size, a.sector_size)?;
     }
     let pass = a
         .key
@@ -494,11 +500,12 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             resilience: a.resilience.clone(),
             resilience_hash: a.resilience_hash.clone(),
             hash,
-            kdf: a.kdf.request(2)?,
+            kdf: a.kdf.request(2, g.verbose())?,
             key_slot: a.key_slot,
             uuid: a.uuid.clone(),
             header: a.header.clone(),
             reduce: a.reduce_device_size,
+            access: g.access(),
         };
         reencrypt::init_encrypt(dev, &pass, &req)?;
         if let Some(name) = &a.name {
@@ -508,9 +515,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             return Ok(());
         }
     } else {
-        change_resilience(&a, dev, &pass)?;
+        change_resilience(&a, dev, &pass, g)?;
     }
-    run_steps(&a, dev, &pass, state.is_some())
+    run_steps(&a, dev, &pass, state.is_some(), g)
 }
 
 /// Runs (or resumes, `resumed`) the data steps, with cryptsetup's
@@ -520,6 +527,7 @@ pub(super) fn run_steps(
     dev: &std::path::Path,
     pass: &[u8],
     resumed: bool,
+    g: &Globals,
 ) -> CmdResult {
     if a.force_offline_reencrypt && resumed {
         println!("Resuming LUKS reencryption in forced offline mode.");
@@ -534,6 +542,7 @@ pub(super) fn run_steps(
         hotzone: a.hotzone_size.unwrap_or(0),
         header: a.header.clone(),
         device_size: a.device_size,
+        access: g.access(),
     };
     let out = reencrypt::run(dev, pass, a.key_slot, &opts, &stop, &mut |d, t| {
         pr.update(d, t)
@@ -554,9 +563,12 @@ pub(super) fn prompt(a: &ReencryptArgs, dev: &std::path::Path) -> String {
 }
 
 /// What a new reencryption changes, from the options.
-pub(super) fn init_request(a: &ReencryptArgs) -> Result<reencrypt::InitRequest, Failure> {
+pub(super) fn init_request(
+    a: &ReencryptArgs,
+    g: &Globals,
+) -> Result<reencrypt::InitRequest, Failure> {
     let kdf = if a.kdf.pbkdf.is_some() || a.kdf.force_iterations.is_some() {
-        Some(a.kdf.request(2)?)
+        Some(a.kdf.request(2, g.verbose())?)
     } else {
         None
     };
@@ -570,6 +582,7 @@ pub(super) fn init_request(a: &ReencryptArgs) -> Result<reencrypt::InitRequest, 
         decrypt: a.decrypt,
         header: a.header.clone(),
         volume_key_file: a.volume_key_file.clone(),
+        access: g.access(),
     })
 }
 

@@ -26,11 +26,13 @@ pub(super) fn wanted(a: &ReencryptArgs) -> bool {
 
 /// cryptsetup's refusal of a `--decrypt --header` file that exists but
 /// holds no LUKS header.
-pub(super) fn check_header(a: &ReencryptArgs) -> CmdResult {
+pub(super) fn check_header(a: &ReencryptArgs, g: &Globals) -> CmdResult {
     let Some(h) = a.header.as_deref().filter(|_| a.decrypt) else {
         return Ok(());
     };
-    if h.exists() && luks::ops::probe(h).is_err() && reencrypt::status(h).is_err() {
+    let access = g.access();
+    if h.exists() && luks::ops::probe(h, &access).is_err() && reencrypt::status(h, &access).is_err()
+    {
         return Err(Failure::usage(format!(
             "Device {} is not a valid LUKS device.",
             h.display()
@@ -42,14 +44,15 @@ pub(super) fn check_header(a: &ReencryptArgs) -> CmdResult {
 /// Initializes the decryption of `dev` with its header exported to
 /// `header` (asking first unless `--batch-mode`), then runs it unless
 /// `--init-only`.
-pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> CmdResult {
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: &Globals) -> CmdResult {
     if a.resume_only {
         return Err(Failure::usage("Device reencryption not in progress."));
     }
     // Only a plain LUKS2 volume on the device is exported; anything else
     // gets the error a missing header gets.
-    let plain_luks2 = matches!(luks::Volume::load(dev, None), Ok(v) if v.header().version() == 2)
-        && matches!(reencrypt::status(dev), Ok(None));
+    let access = g.access();
+    let plain_luks2 = matches!(luks::Volume::load(dev, None, &access), Ok(v) if v.header().version() == 2)
+        && matches!(reencrypt::status(dev, &access), Ok(None));
     if !plain_luks2 {
         return Err(Failure::usage(format!(
             "Device {} does not exist or access denied.",
@@ -72,6 +75,7 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> C
         resilience_hash: a.resilience_hash.clone(),
         hotzone: a.hotzone_size.unwrap_or(0),
         key_slot: a.key_slot,
+        access,
     };
     if let Some(r) = req.resilience.as_deref() {
         if matches!(r, "datashift" | "none") {
@@ -85,5 +89,5 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> C
     if a.init_only {
         return Ok(());
     }
-    super::reencrypt::run_steps(a, dev, &pass, false)
+    super::reencrypt::run_steps(a, dev, &pass, false, g)
 }

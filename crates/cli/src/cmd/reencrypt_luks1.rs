@@ -13,6 +13,7 @@ use luks::passphrase::Prompting;
 use luks::reencrypt::{luks1, Outcome};
 
 use super::reencrypt::{prompt, Progress, ReencryptArgs};
+use crate::global::Globals;
 use crate::{CmdResult, Failure};
 
 /// Whether `dev` holds a LUKS1 volume, or one marked as in LUKS1
@@ -55,7 +56,7 @@ fn same_file(header: &Path, dev: &Path) -> bool {
 
 /// The request from the options, refusing what cryptsetup refuses and
 /// what ucrypt does not do (with the words of each).
-fn request(a: &ReencryptArgs, dev: &Path) -> Result<luks1::Luks1Request, Failure> {
+fn request(a: &ReencryptArgs, dev: &Path, g: &Globals) -> Result<luks1::Luks1Request, Failure> {
     for (given, what) in [
         (a.init_only, "--init-only"),
         (a.sector_size.is_some(), "--sector-size"),
@@ -121,19 +122,21 @@ fn request(a: &ReencryptArgs, dev: &Path) -> Result<luks1::Luks1Request, Failure
         cipher: a.cipher.clone(),
         key_bits: a.key_size,
         hash: Some(luks::Hash::parse(&a.kdf.hash)?),
-        kdf: a.kdf.request(1)?,
+        kdf: a.kdf.request(1, g.verbose())?,
         mode,
         reduce: a.reduce_device_size.unwrap_or(0),
         keep_key: a.keep_key,
         header,
         uuid: a.uuid.clone(),
+        access: g.access(),
     })
 }
 
 /// Runs the LUKS1 reencryption of `dev` (or resumes it), the passphrase
-/// asked as `prompting` says.
-pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdResult {
-    let req = request(a, dev)?;
+/// asked as `g` says.
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, g: &Globals) -> CmdResult {
+    let prompting = g.prompting();
+    let req = request(a, dev, g)?;
     let dir = std::env::current_dir()
         .map_err(|e| Failure::usage(format!("Cannot read the working directory: {e}")))?;
     let uuid = luks1::resumable(dev, &dir, &req)?;
@@ -157,7 +160,7 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, prompting: Prompting) -> CmdRes
     if !resumed && renew_each && a.key_slot.is_none() && a.key.key_file.is_none() {
         // Every active keyslot renewed, each passphrase asked for its
         // keyslot and checked, as cryptsetup's LUKS1 reencryption does.
-        let passes = slot_passphrases(a, dev, prompting)?;
+        let passes = slot_passphrases(a, dev, prompting, &req.access)?;
         let slots: Vec<luks::reencrypt::SlotPassphrase<'_>> = passes
             .iter()
             .map(|(slot, p)| luks::reencrypt::SlotPassphrase {
@@ -208,8 +211,9 @@ fn slot_passphrases(
     a: &ReencryptArgs,
     dev: &Path,
     prompting: Prompting,
+    access: &luks::DeviceAccess,
 ) -> Result<Vec<(u32, crypto::Secret)>, Failure> {
-    let vol = luks::Volume::load(dev, a.header.as_deref())?;
+    let vol = luks::Volume::load(dev, a.header.as_deref(), access)?;
     let slots = vol.header().active_slots();
     super::reencrypt::ask_each_slot(&a.key.source(prompting), slots, |slot, p| {
         vol.unlock(p, Some(slot))

@@ -52,7 +52,7 @@ use crate::{CmdResult, Failure};
 const POLL: Duration = Duration::from_millis(200);
 
 /// Runs `reencrypt --active-name name`.
-pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
+pub(super) fn run(a: ReencryptArgs, name: &str, g: &Globals) -> CmdResult {
     let rate = match a.rate {
         Some(r) if !(r.is_finite() && r >= 0.0) => {
             return Err(Failure::usage(format!("Invalid rate {r}.")))
@@ -138,7 +138,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     if a.decrypt && !a.resume_only {
         check_decrypt_header(&a, &dev)?;
     }
-    let state = reencrypt::status(&meta)?;
+    let state = reencrypt::status(&meta, &g.access())?;
     if state.is_none() {
         check_start(&a, &dev)?;
     }
@@ -153,7 +153,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let mut init = if state.is_none() {
-        let req = init_request(&a)?;
+        let req = init_request(&a, g)?;
         Some(InitParams {
             cipher: req.cipher,
             key_bits: req.key_bits,

@@ -206,13 +206,14 @@ impl ServeArgs {
     /// TLS credentials (loaded, so that bad ones fail on the terminal
     /// before anything starts). The mode defaults to adaptive, or classic
     /// when dm-crypt's flags are being modelled (`--perf-*`). The volume
-    /// type is set once the mapping is resolved; Ceph's settings are the
-    /// process's (`--ceph-*`).
+    /// type is set once the mapping is resolved; Ceph's settings are
+    /// `ceph` (`--ceph-*`).
     pub fn spec(
         &self,
         name: &str,
         device: &Path,
         header: Option<&Path>,
+        ceph: &backend::rbd::RbdConfig,
     ) -> daemon::Result<VolumeSpec> {
         daemon::runtime::check_name(name)?;
         let perf = self.perf.flags();
@@ -247,7 +248,7 @@ impl ServeArgs {
             read_only: self.readonly,
             io_engine: parse_io_engine(&self.io_engine)?,
             direct: parse_direct_io(&self.direct_io)?,
-            ceph: Ceph::current(),
+            ceph: Ceph::of(ceph),
         })
     }
 }

@@ -97,14 +97,14 @@ impl TcryptArgs {
 
 impl Commands {
     /// Runs the command.
-    pub fn run(self, g: Globals) -> CmdResult {
+    pub fn run(self, g: &Globals) -> CmdResult {
         match self {
             Self::TcryptDump(a) => dump(a, g),
         }
     }
 }
 
-fn dump(a: DumpArgs, g: Globals) -> CmdResult {
+fn dump(a: DumpArgs, g: &Globals) -> CmdResult {
     let switches = a.tcrypt.given();
     let given = daemon::tcrypt::Given {
         device: &a.device,
@@ -123,7 +123,7 @@ pub(crate) fn dump_device(
     keyfiles: &[PathBuf],
     args: &daemon::tcrypt::TcryptArgs,
     dump_volume_key: bool,
-    g: Globals,
+    g: &Globals,
 ) -> CmdResult {
     let given = daemon::tcrypt::Given {
         device,
@@ -136,7 +136,7 @@ pub(crate) fn dump_device(
     dump_given(given, dump_volume_key, g)
 }
 
-fn dump_given(given: daemon::tcrypt::Given<'_>, dump_volume_key: bool, g: Globals) -> CmdResult {
+fn dump_given(given: daemon::tcrypt::Given<'_>, dump_volume_key: bool, g: &Globals) -> CmdResult {
     let name = given.device.display().to_string();
     // cryptsetup asks only at a terminal (piped stdin holds the passphrase).
     if dump_volume_key

@@ -112,6 +112,9 @@ impl KdfParams {
             force_iterations: self.force_iterations,
             memory_kib: self.memory_kib,
             parallel: self.parallel,
+            // The daemon prints nothing of its own: the cli that asked
+            // for the reencryption shows its progress.
+            verbose: false,
         })
     }
 }

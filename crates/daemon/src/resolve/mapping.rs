@@ -78,8 +78,14 @@ impl PlainGiven {
     }
 
     /// The options with cryptsetup's defaults, keyed by `key_file`, a
-    /// passphrase asked as `prompting` says.
-    pub fn options(&self, key_file: Option<&Path>, prompting: Prompting) -> PlainOptions {
+    /// passphrase asked as `prompting` says, an `rbd:` device's cluster
+    /// reached as `ceph` says.
+    pub fn options(
+        &self,
+        key_file: Option<&Path>,
+        prompting: Prompting,
+        ceph: backend::rbd::RbdConfig,
+    ) -> PlainOptions {
         PlainOptions {
             cipher: self.cipher.clone(),
             key_bits: self.key_bits,
@@ -92,6 +98,7 @@ impl PlainGiven {
             key_file: key_file.map(Path::to_path_buf),
             keyfile: self.range(),
             prompting,
+            ceph,
         }
     }
 }
@@ -129,6 +136,9 @@ pub struct Mapping<'a> {
     pub prompting: Prompting,
     /// The TCRYPT switches (`--type tcrypt`).
     pub tcrypt: super::tcrypt::TcryptArgs,
+    /// How headers and `rbd:` devices are reached (`--disable-locks`,
+    /// the Ceph options).
+    pub access: luks::DeviceAccess,
 }
 
 impl Mapping<'_> {
@@ -157,6 +167,7 @@ impl Mapping<'_> {
             && test_reencrypting(
                 &device,
                 self.header,
+                &self.access,
                 self.key_file,
                 self.plain.range(),
                 self.key_slot,
@@ -252,7 +263,9 @@ impl Mapping<'_> {
                 let table = plain_table_arg(line, self.key_file, true)?;
                 return Ok((table, VolumeType::Plain));
             }
-            let o = self.plain.options(self.key_file, self.prompting);
+            let o = self
+                .plain
+                .options(self.key_file, self.prompting, self.access.ceph.clone());
             o.warnings().into_iter().for_each(&mut say);
             return Ok((o.open(device)?.into(), VolumeType::Plain));
         }
@@ -297,6 +310,7 @@ impl Mapping<'_> {
         if let Some(t) = unlock_reencrypting(
             device,
             self.header,
+            &self.access,
             self.key_file,
             range,
             self.key_slot,
@@ -306,7 +320,7 @@ impl Mapping<'_> {
         )? {
             return Ok((t, VolumeType::Luks2));
         }
-        let vol = Luks::load_as(device, self.header, want)?;
+        let vol = Luks::load_as(device, self.header, &self.access, want)?;
         vol.warnings()
             .iter()
             .for_each(|w| say(&format!("WARNING: {w}")));

@@ -39,6 +39,7 @@ pub(super) enum Frontend {
 /// for it (removed when dropped, after the frontend stopped).
 type Started = (Frontend, ExportKind, String, Option<SocketFile>);
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn start_frontend(
     engine: &Arc<Engine>,
     name: &str,
@@ -47,6 +48,7 @@ pub(super) fn start_frontend(
     tls: &TlsSpec,
     paths: &Paths,
     table: &Targets,
+    access: &luks::DeviceAccess,
 ) -> Result<Started> {
     let no_socket = |(f, k, e): (Frontend, ExportKind, String)| (f, k, e, None);
     let view = Export::new(Arc::clone(engine))
@@ -103,7 +105,7 @@ pub(super) fn start_frontend(
             let (listener, file) = SocketFile::bind(&socket)?;
             let opts = vhost_blk::Options {
                 num_queues,
-                serial: volume_uuid(table),
+                serial: volume_uuid(table, access),
                 ..vhost_blk::Options::new(socket)
             };
             let s = vhost_blk::Server::start_on(view, listener, &opts)
@@ -121,8 +123,8 @@ pub(super) fn start_frontend(
 
 /// The LUKS UUID of the table's device, for virtio-blk GET_ID (empty for
 /// plain mappings and detached headers, which the daemon does not see).
-fn volume_uuid(table: &Targets) -> String {
-    luks::Volume::load(std::path::Path::new(table.device()), None)
+fn volume_uuid(table: &Targets, access: &luks::DeviceAccess) -> String {
+    luks::Volume::load(std::path::Path::new(table.device()), None, access)
         .map(|v| v.header().uuid().to_owned())
         .unwrap_or_default()
 }

@@ -101,7 +101,7 @@ impl Daemon {
         }
         let device = self.device_path();
         let meta = self.header.clone().unwrap_or_else(|| device.clone());
-        let state = reencrypt::status(&meta)?;
+        let state = reencrypt::status(&meta, &self.access)?;
         let pass = &start.passphrase;
         match (&state, &start.init) {
             (None, None) => return Err(invalid("Device reencryption not in progress.")),
@@ -132,6 +132,7 @@ impl Daemon {
                     decrypt: p.decrypt,
                     header: self.header.clone(),
                     volume_key_file: None,
+                    access: self.access.clone(),
                 };
                 if p.slots.is_empty() {
                     reencrypt::init_held(&device, pass, start.key_slot, &req)?;
@@ -155,6 +156,7 @@ impl Daemon {
                     reencrypt::set_resilience_held(
                         &device,
                         &meta,
+                        &self.access,
                         pass,
                         start.key_slot,
                         r,
@@ -164,7 +166,7 @@ impl Daemon {
             }
             (Some(_), Some(_)) => {}
         }
-        let online = Online::unlock_at(&device, &meta, pass, start.key_slot)?;
+        let online = Online::unlock_at(&device, &meta, &self.access, pass, start.key_slot)?;
         let st = online.state();
         if st.resilience == Resilience::None {
             return Err(refuse_none());
@@ -205,6 +207,7 @@ impl Daemon {
             hotzone: progress.hotzone,
             header: self.header.clone(),
             device_size: None,
+            access: self.access.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("reencrypt".into())

@@ -31,6 +31,8 @@ pub struct Target {
     pub header: Option<PathBuf>,
     /// Never ask (`--batch-mode`).
     pub batch: bool,
+    /// How the devices are opened (locking, Ceph).
+    pub access: crate::DeviceAccess,
 }
 
 impl Target {
@@ -46,7 +48,7 @@ impl Target {
     }
 
     fn load(&self, ui: &mut dyn Ui) -> Result<Volume> {
-        load_header(&self.device, self.header.as_deref(), ui)
+        load_header(&self.device, self.header.as_deref(), &self.access, ui)
     }
 }
 
@@ -378,12 +380,15 @@ mod tests {
             device: zeros.clone(),
             header: None,
             batch: true,
+            access: crate::DeviceAccess::default(),
         };
         let e = repair(&t, &mut ui).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NotLuks);
         let want = format!("Device {} is not a valid LUKS device", zeros.display());
         assert_eq!(e.to_string(), format!("{want}."));
-        let e = super::super::load(&zeros, None, &mut ui).err().unwrap();
+        let e = super::super::load(&zeros, None, &crate::DeviceAccess::default(), &mut ui)
+            .err()
+            .unwrap();
         assert_eq!(e.to_string(), want);
         let missing = Target {
             device: dir.join("missing"),

@@ -40,13 +40,15 @@ pub struct DumpRequest {
     pub key_slot: Option<u32>,
     /// Do not ask before showing the volume key.
     pub batch: bool,
+    /// How the devices are opened (locking, Ceph).
+    pub access: crate::DeviceAccess,
 }
 
 /// luksDump: the text to print on standard output, in locked pages wiped
 /// on drop (it may hold the volume key). Strings from the header are
 /// escaped ([`crate::dump::escape`]).
 pub fn dump(req: &DumpRequest, ui: &mut dyn Ui) -> Result<Secret> {
-    let vol = load(&req.device, req.header.as_deref(), ui)?;
+    let vol = load(&req.device, req.header.as_deref(), &req.access, ui)?;
     let target = req.header.as_deref().unwrap_or(&req.device);
     match req.kind {
         DumpKind::Summary => Ok(text(crate::summary::Summary::of(vol.header()).to_json())),
@@ -78,9 +80,15 @@ fn text(s: String) -> Secret {
 /// isLuks: succeeds if `device` starts with a LUKS header of `luks_type`
 /// (`luks`, `luks1`, `luks2`; any if `None`). When no header can be read,
 /// `why` gets the reason first (cryptsetup prints it with `-v`); the
-/// error is then "Device … is not a valid LUKS device".
-pub fn is_luks(device: &Path, luks_type: Option<&str>, why: impl FnOnce(&Error)) -> Result<()> {
-    let h = probe(device).map_err(|e| {
+/// error is then "Device … is not a valid LUKS device". `device` is
+/// opened as `access` says.
+pub fn is_luks(
+    device: &Path,
+    access: &crate::DeviceAccess,
+    luks_type: Option<&str>,
+    why: impl FnOnce(&Error),
+) -> Result<()> {
+    let h = probe(device, access).map_err(|e| {
         why(&e);
         Error::new(
             ErrorKind::NotLuks,

@@ -48,6 +48,7 @@ use crate::error::{corrupt, invalid, unsupported, Error, ErrorKind, Result};
 use crate::hash::Hash;
 use crate::luks2::json as lj;
 use crate::volume::io;
+use crate::DeviceAccess;
 
 /// What `--decrypt --header NEWFILE` takes from the options.
 #[derive(Debug, Clone, Default)]
@@ -62,6 +63,8 @@ pub struct DecryptShiftRequest {
     pub hotzone: u64,
     /// `--key-slot`: the keyslot the passphrase opens.
     pub key_slot: Option<u32>,
+    /// How the device and the header are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// Starts the decryption of `device` (its header inside it) with the
@@ -83,7 +86,8 @@ pub fn init_decrypt_shift(
             header.display()
         )));
     }
-    let (mut h, dev_size) = read_header(device)?;
+    let access = &req.access;
+    let (mut h, dev_size) = read_header(device, access)?;
     if State::load(&h)?.is_some() {
         return Err(invalid(
             "LUKS2 reencryption already initialized. Aborting operation.",
@@ -152,7 +156,7 @@ pub fn init_decrypt_shift(
         Some(s) => vec![s],
         None => h.meta.segment_keyslots(),
     };
-    let (_, (_, old_vk)) = unlock_any(&h, device, pass, &candidates, &[old_did.as_str()])
+    let (_, (_, old_vk)) = unlock_any(&h, device, access, pass, &candidates, &[old_did.as_str()])
         .map_err(|e| if req.key_slot.is_none() { no_key(e) } else { e })?;
 
     // The reencrypt keyslot in the largest free gap of the keyslots area.
@@ -239,8 +243,8 @@ pub fn init_decrypt_shift(
     // The metadata must load before anything is written.
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))?;
 
-    export(device, header, &h)?;
-    let moved_ok = move_first(device, &h, shift, moved);
+    export(device, header, access, &h)?;
+    let moved_ok = move_first(device, access, &h, shift, moved);
     if let Err(e) = moved_ok {
         return Err(Error::new(
             e.kind(),
@@ -250,14 +254,14 @@ pub fn init_decrypt_shift(
             ),
         ));
     }
-    let mut f = io::open_rw(header)?;
+    let mut f = io::open_rw(header, access)?;
     h.write(&mut *f)?;
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))
 }
 
 /// Copies the device's header and keyslots area (the old header as it
 /// is) to the new file `header`, created with mode 0600.
-fn export(device: &Path, header: &Path, h: &RawHeader) -> Result<()> {
+fn export(device: &Path, header: &Path, access: &DeviceAccess, h: &RawHeader) -> Result<()> {
     let len = 2 * h.bin.hdr_size + h.meta.config.keyslots_size;
     let out = std::fs::OpenOptions::new()
         .write(true)
@@ -274,7 +278,7 @@ fn export(device: &Path, header: &Path, h: &RawHeader) -> Result<()> {
             ),
         })?;
     let res = (|| -> Result<()> {
-        let mut src = io::open_ro(device)?;
+        let mut src = io::open_ro(device, access)?;
         let mut buf = Zeroizing::new(vec![0u8; 1 << 20]);
         let mut at = 0u64;
         while at < len {
@@ -296,8 +300,14 @@ fn export(device: &Path, header: &Path, h: &RawHeader) -> Result<()> {
 
 /// Wipes the LUKS signatures of both header copies on the device and
 /// copies the ciphertext `[shift, shift + moved)` to `[0, moved)`.
-fn move_first(device: &Path, h: &RawHeader, shift: u64, moved: u64) -> Result<()> {
-    let mut f = io::open_rw(device)?;
+fn move_first(
+    device: &Path,
+    access: &DeviceAccess,
+    h: &RawHeader,
+    shift: u64,
+    moved: u64,
+) -> Result<()> {
+    let mut f = io::open_rw(device, access)?;
     for off in [0, h.bin.hdr_size] {
         io::write_at(&mut *f, off, &[0u8; 6])?;
     }

@@ -56,6 +56,7 @@ use crate::kdf::KdfRequest;
 use crate::keyslot;
 use crate::volume::keyslots::area_size_v2;
 use crate::volume::{self, io, FormatOptions};
+use crate::DeviceAccess;
 
 /// What `--encrypt` creates (cryptsetup's `reencrypt --encrypt` options).
 #[derive(Debug, Clone)]
@@ -83,6 +84,8 @@ pub struct EncryptRequest {
     pub header: Option<PathBuf>,
     /// `--reduce-device-size` in bytes: the data shifts by half of it.
     pub reduce: Option<u64>,
+    /// How the device and the header are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// LUKS2 metadata size (one copy) cryptsetup uses for an encryption with
@@ -116,9 +119,10 @@ pub fn init_encrypt(device: &Path, pass: &[u8], req: &EncryptRequest) -> Result<
         r => return Err(invalid(format!("Unsupported resilience mode {r}"))),
     };
     let rhash = Hash::parse(req.resilience_hash.as_deref().unwrap_or("sha256"))?;
-    refuse_luks(device)?;
+    let access = &req.access;
+    refuse_luks(device, access)?;
     if header.exists() {
-        refuse_luks(&header)?;
+        refuse_luks(&header, access)?;
     }
     let sector_size = req.sector_size.unwrap_or(512);
     let (opts, vk) = plan(req, sector_size, 0)?;
@@ -138,9 +142,9 @@ pub fn init_encrypt(device: &Path, pass: &[u8], req: &EncryptRequest) -> Result<
     }
     let _claim = io::claim(&[device, &header])?;
     volume::format(device, Some(&header), &opts, pass)?;
-    let (mut h, _) = read_header(&header)?;
+    let (mut h, _) = read_header(&header, access)?;
     encrypt_layout(&mut h, &vk, resilience, rhash, sector_size)?;
-    let mut f = io::open_rw(&header)?;
+    let mut f = io::open_rw(&header, access)?;
     h.write(&mut *f)?;
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))
 }
@@ -162,6 +166,7 @@ fn plan(req: &EncryptRequest, sector_size: u32, offset: u64) -> Result<(FormatOp
         uuid: req.uuid.clone(),
         key_slot: req.key_slot,
         data_offset: Some(offset),
+        access: req.access.clone(),
         ..Default::default()
     };
     if offset > 0 {
@@ -190,9 +195,10 @@ fn plan(req: &EncryptRequest, sector_size: u32, offset: u64) -> Result<(FormatOp
 fn init_shift(device: &Path, pass: &[u8], req: &EncryptRequest, reduce: u64) -> Result<State> {
     let sector_size = req.sector_size.unwrap_or(512);
     let shift = reduce / 2;
-    refuse_luks(device)?;
+    let access = &req.access;
+    refuse_luks(device, access)?;
     let dev_size = {
-        let mut f = io::open_ro(device)?;
+        let mut f = io::open_ro(device, access)?;
         io::device_size(&mut *f, device)?
     };
     if dev_size <= reduce {
@@ -224,14 +230,14 @@ fn init_shift(device: &Path, pass: &[u8], req: &EncryptRequest, reduce: u64) -> 
     // nothing of the device is written before it is complete.
     let tmp = TempHeader::create(device)?;
     volume::format(device, Some(&tmp.0), &opts, pass)?;
-    let (mut h, _) = read_header(&tmp.0)?;
+    let (mut h, _) = read_header(&tmp.0, access)?;
     shift_layout(&mut h, &vk, dev_size, data, shift)?;
-    h.write(&mut *io::open_rw(&tmp.0)?)?;
+    h.write(&mut *io::open_rw(&tmp.0, access)?)?;
     let mut image = vec![0u8; shift as usize];
-    io::read_exact_at(&mut *io::open_ro(&tmp.0)?, 0, &mut image)?;
+    io::read_exact_at(&mut *io::open_ro(&tmp.0, access)?, 0, &mut image)?;
     // The data's first `shift` bytes go to the end of the device, then
     // the header over them.
-    let mut f = io::open_rw(device)?;
+    let mut f = io::open_rw(device, access)?;
     let mut buf = vec![0u8; (1 << 20).min(shift as usize)];
     let mut at = 0;
     while at < shift {
@@ -246,7 +252,7 @@ fn init_shift(device: &Path, pass: &[u8], req: &EncryptRequest, reduce: u64) -> 
     io::write_at(&mut *f, 0, &image)?;
     io::sync(&*f)?;
     drop(f);
-    let (h, _) = read_header(device)?;
+    let (h, _) = read_header(device, access)?;
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))
 }
 
@@ -375,10 +381,10 @@ fn free_slot(h: &RawHeader) -> Result<u32> {
 
 /// Refuses a `device` that already carries a LUKS header as cryptsetup
 /// does.
-fn refuse_luks(device: &Path) -> Result<()> {
+fn refuse_luks(device: &Path, access: &DeviceAccess) -> Result<()> {
     let name = device;
-    let Ok((h, _)) = read_header(device) else {
-        return match crate::ops::probe(device) {
+    let Ok((h, _)) = read_header(device, access) else {
+        return match crate::ops::probe(device, access) {
             Ok(_) => Err(Error::new(
                 ErrorKind::AlreadyLuks,
                 format!(

@@ -28,6 +28,7 @@ use super::{
     RunOptions, State,
 };
 use crate::error::{invalid, Result};
+use crate::DeviceAccess;
 
 /// What the reencryption loop needs from whoever serves the volume
 /// meanwhile.
@@ -77,15 +78,23 @@ pub struct Online {
     pub(super) state: State,
     pub(super) old_key: Secret,
     pub(super) new_key: Secret,
+    /// How the devices are opened (locking, Ceph).
+    pub(super) access: DeviceAccess,
     /// cryptsetup's reencryption lock, held until the run ends.
     pub(super) _lock: Option<ReencryptLock>,
 }
 
 impl Online {
     /// Loads the reencryption state of `device` (refused when none is in
-    /// progress) and unlocks the old and the new key with `pass`.
-    pub fn unlock(device: &Path, pass: &[u8], key_slot: Option<u32>) -> Result<Self> {
-        Self::unlock_at(device, device, pass, key_slot)
+    /// progress) and unlocks the old and the new key with `pass`; the
+    /// device is opened as `access` says.
+    pub fn unlock(
+        device: &Path,
+        access: &DeviceAccess,
+        pass: &[u8],
+        key_slot: Option<u32>,
+    ) -> Result<Self> {
+        Self::unlock_at(device, device, access, pass, key_slot)
     }
 
     /// [`Online::unlock`] with the header in `meta` (a detached header
@@ -93,17 +102,18 @@ impl Online {
     pub fn unlock_at(
         device: &Path,
         meta: &Path,
+        access: &DeviceAccess,
         pass: &[u8],
         key_slot: Option<u32>,
     ) -> Result<Self> {
-        let (first, _) = read_header_of(meta, device)?;
+        let (first, _) = read_header_of(meta, device, access)?;
         // Under the lock, the header again: another process may have moved
         // the reencryption on (or ended it) before the lock was had.
-        let lock = ReencryptLock::take(&first.bin.uuid)?;
-        let (header, dev_size) = read_header_of(meta, device)?;
+        let lock = ReencryptLock::take(&first.bin.uuid, access.locking)?;
+        let (header, dev_size) = read_header_of(meta, device, access)?;
         let state =
             State::load(&header)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
-        let (old_key, new_key) = unlock_both(&header, meta, pass, key_slot, &state)?;
+        let (old_key, new_key) = unlock_both(&header, meta, access, pass, key_slot, &state)?;
         state.verify(&header, &old_key, &new_key)?;
         Ok(Online {
             device: device.to_path_buf(),
@@ -113,6 +123,7 @@ impl Online {
             state,
             old_key,
             new_key,
+            access: access.clone(),
             _lock: lock,
         })
     }

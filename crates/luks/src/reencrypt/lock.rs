@@ -16,7 +16,6 @@ use rustix::fs::FlockOperation;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::lockfile::LockFile;
-use crate::volume::io;
 
 /// The held lock; released when dropped (the end of the run, or the
 /// process's exit, a crash included).
@@ -27,9 +26,10 @@ pub(crate) struct ReencryptLock {
 impl ReencryptLock {
     /// Takes the lock of the volume with `uuid`: [`ErrorKind::Busy`] with
     /// cryptsetup's message while another process reencrypts it; `None`
-    /// when locking is off or cannot be done here.
-    pub(crate) fn take(uuid: &str) -> Result<Option<Self>> {
-        if !io::metadata_locking() {
+    /// when locking is off (`locking` false, as with `--disable-locks`)
+    /// or cannot be done here.
+    pub(crate) fn take(uuid: &str, locking: bool) -> Result<Option<Self>> {
+        if !locking {
             return Ok(None);
         }
         let name = format!("LUKS2-reencryption-{uuid}");

@@ -58,6 +58,7 @@ use crate::hash::Hash;
 use crate::kdf::KdfRequest;
 use crate::volume::io::{device_size, open_ro, open_rw, read_exact_at, sync, write_at};
 use crate::volume::{format, FormatOptions, Volume};
+use crate::DeviceAccess;
 use crate::Header;
 
 use super::luks1_fake::{self, NO_UUID};
@@ -93,12 +94,15 @@ pub struct Luks1Request {
     /// `--uuid`: resume the decryption of the volume with this UUID
     /// whose header the plaintext already overwrote.
     pub uuid: Option<String>,
+    /// How the device and the headers are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// The UUID of a LUKS1 device marked as in reencryption (magic
-/// [`NOMAGIC`], version 1); `None` when it is not so marked.
-pub fn in_progress(device: &Path) -> Result<Option<String>> {
-    let mut f = open_ro(device)?;
+/// [`NOMAGIC`], version 1); `None` when it is not so marked. `device`
+/// is opened as `access` says.
+pub fn in_progress(device: &Path, access: &DeviceAccess) -> Result<Option<String>> {
+    let mut f = open_ro(device, access)?;
     let size = device_size(&mut *f, device)?;
     if size < 4096 {
         return Ok(None);
@@ -257,8 +261,8 @@ fn log_text(uuid: &str, log: &Log) -> [u8; 512] {
     out
 }
 
-fn write_log(path: &Path, uuid: &str, log: &Log) -> Result<()> {
-    let mut f = open_rw(path)?;
+fn write_log(path: &Path, access: &DeviceAccess, uuid: &str, log: &Log) -> Result<()> {
+    let mut f = open_rw(path, access)?;
     write_at(&mut *f, 0, &log_text(uuid, log))?;
     crash::point();
     sync(&*f)
@@ -327,7 +331,7 @@ pub fn resumable(device: &Path, dir: &Path, req: &Luks1Request) -> Result<Option
         return Ok(files.log.exists().then(|| NO_UUID.to_string()));
     }
     let hdr = req.header.as_deref().unwrap_or(device);
-    if let Some(u) = in_progress(hdr)? {
+    if let Some(u) = in_progress(hdr, &req.access)? {
         return Ok(Some(u));
     }
     if let (Luks1Mode::Decrypt, Some(u)) = (req.mode, &req.uuid) {
@@ -383,8 +387,14 @@ struct Side {
 impl Side {
     /// The side a header file describes: `cipher_null` is plaintext at
     /// its data offset, anything else is opened with `pass`.
-    fn open(device: &Path, hdr: &Path, pass: &[u8], key_slot: Option<u32>) -> Result<(Side, u64)> {
-        let vol = Volume::load(device, Some(hdr))?;
+    fn open(
+        device: &Path,
+        hdr: &Path,
+        access: &DeviceAccess,
+        pass: &[u8],
+        key_slot: Option<u32>,
+    ) -> Result<(Side, u64)> {
+        let vol = Volume::load(device, Some(hdr), access)?;
         let Header::V1(h) = vol.header() else {
             return Err(invalid("The new LUKS1 header is not LUKS1."));
         };
@@ -476,8 +486,8 @@ fn run_with(
         (false, false) => Luks1Mode::Reencrypt,
         (true, true) => return Err(invalid("Wrong log format.")),
     };
-    let (old, old_size) = Side::open(device, &files.org, pass, key_slot)?;
-    let (new, new_size) = Side::open(device, &files.new, pass, key_slot)?;
+    let (old, old_size) = Side::open(device, &files.org, &req.access, pass, key_slot)?;
+    let (new, new_size) = Side::open(device, &files.new, &req.access, pass, key_slot)?;
     let backward = new.base > old.base;
     let total = if mode == Luks1Mode::Decrypt {
         old_size
@@ -500,12 +510,21 @@ fn run_with(
         mode,
         offset: done,
     };
-    let mut f = open_rw(device)?;
+    let mut f = open_rw(device, &req.access)?;
     // `--keep-key` moves no data; neither does a resumed run whose two
     // headers share the key at the same offset.
     if !(fresh && req.keep_key) {
         copy(
-            &mut *f, &files, &uuid, &old, &new, log, total, stop, progress,
+            &mut *f,
+            &files,
+            &req.access,
+            &uuid,
+            &old,
+            &new,
+            log,
+            total,
+            stop,
+            progress,
         )?;
         if stop.load(Ordering::Relaxed) {
             return Ok(Outcome::Interrupted);
@@ -526,6 +545,7 @@ fn run_with(
 fn copy(
     f: &mut dyn crate::volume::io::Device,
     files: &Files,
+    access: &DeviceAccess,
     uuid: &str,
     old: &Side,
     new: &Side,
@@ -593,6 +613,7 @@ fn copy(
         done = if log.backward { at } else { at + len as u64 };
         write_log(
             &files.log,
+            access,
             uuid,
             &Log {
                 offset: done,
@@ -721,7 +742,7 @@ fn init_encrypt(
     let key_bits = req.key_bits.unwrap_or(256);
     let hash = req.hash.unwrap_or(Hash::Sha256);
     let slot = key_slot.unwrap_or(0);
-    let mut dev = open_ro(device)?;
+    let mut dev = open_ro(device, &req.access)?;
     let size = device_size(&mut *dev, device)? / 512 * 512;
     drop(dev);
     let reduce = req.reduce;
@@ -751,6 +772,7 @@ fn init_encrypt(
         key_slot: Some(slot),
         data_offset: Some(reduce),
         force: true,
+        access: req.access.clone(),
         ..FormatOptions::default()
     };
     // Checked before anything is written.
@@ -809,7 +831,7 @@ fn init(
         return init_encrypt(device, dir, pass, key_slot, req);
     }
     let hdr_dev = req.header.as_deref().unwrap_or(device);
-    let vol = Volume::load(device, req.header.as_deref())?;
+    let vol = Volume::load(device, req.header.as_deref(), &req.access)?;
     let Header::V1(h) = vol.header() else {
         return Err(invalid(format!(
             "Device {} is not a valid LUKS1 device.",
@@ -856,6 +878,7 @@ fn init(
         data_offset: Some(data_offset),
         // The file was just emptied: nothing to protect in it.
         force: true,
+        access: req.access.clone(),
         ..FormatOptions::default()
     };
     if req.mode == Luks1Mode::Reencrypt {
@@ -883,7 +906,7 @@ fn init(
     abandon_on_error(&files, headers)?;
     crash::point();
     // Marked: no LUKS tool opens the device until the new header is on it.
-    let mut f = open_rw(hdr_dev)?;
+    let mut f = open_rw(hdr_dev, &req.access)?;
     write_at(&mut *f, 0, &NOMAGIC)?;
     crash::point();
     sync(&*f)?;

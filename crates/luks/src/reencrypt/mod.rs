@@ -63,6 +63,7 @@ use crate::keyslot::{self, material_len};
 use crate::luks2::json::{self, Segment};
 use crate::volume::io::{self, open_ro, open_rw, read_exact_at, sync};
 use crate::volume::keyslots::{allocate_area, area_size_v2, SealV2};
+use crate::DeviceAccess;
 
 pub(crate) mod crash;
 mod decrypt_shift;
@@ -127,6 +128,8 @@ pub struct InitRequest {
     /// `--volume-key-file`: the new volume key from this file
     /// (`volume_key.rs`); `None`: a random one.
     pub volume_key_file: Option<PathBuf>,
+    /// How the header and data devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// How to run the data steps.
@@ -140,6 +143,8 @@ pub struct RunOptions {
     /// reencrypted (cryptsetup's fixed-length mode, [`State::fixed_size`]);
     /// `None`: up to the device's end.
     pub device_size: Option<u64>,
+    /// How the header and data devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 /// How a run ended.
@@ -167,9 +172,10 @@ pub(crate) fn fuzz_state(data: &[u8]) {
 }
 
 /// The reencryption state of `device`'s header, `None` when not in
-/// reencryption. Refuses metadata ucrypt cannot act on, with the reason.
-pub fn status(device: &Path) -> Result<Option<State>> {
-    let (h, _) = read_header(device)?;
+/// reencryption (the header opened as `access` says). Refuses metadata
+/// ucrypt cannot act on, with the reason.
+pub fn status(device: &Path, access: &DeviceAccess) -> Result<Option<State>> {
+    let (h, _) = read_header(device, access)?;
     State::load(&h)
 }
 
@@ -240,8 +246,8 @@ pub fn init_slots_held(
 /// The keyslots a reencryption of the volume whose header is on `meta`
 /// asks a passphrase for when all are renewed: those bound to the data
 /// segment's key (cryptsetup's `CRYPT_SLOT_ACTIVE`), in slot order.
-pub fn active_slots(meta: &Path) -> Result<Vec<u32>> {
-    let (h, _) = read_header(meta)?;
+pub fn active_slots(meta: &Path, access: &DeviceAccess) -> Result<Vec<u32>> {
+    let (h, _) = read_header(meta, access)?;
     Ok(h.meta.segment_keyslots())
 }
 
@@ -249,14 +255,14 @@ pub fn active_slots(meta: &Path) -> Result<Vec<u32>> {
 /// `meta`, to the data segment's key (cryptsetup's check before it takes
 /// the passphrase of a keyslot to renew). A wrong one is
 /// [`ErrorKind::WrongPassphrase`].
-pub fn check_slot(meta: &Path, slot: u32, pass: &[u8]) -> Result<()> {
-    let (h, _) = read_header(meta)?;
+pub fn check_slot(meta: &Path, access: &DeviceAccess, slot: u32, pass: &[u8]) -> Result<()> {
+    let (h, _) = read_header(meta, access)?;
     let did = h
         .meta
         .segment_digest()
         .map(|(i, _)| i.clone())
         .ok_or_else(|| corrupt("LUKS2 segment has no digest"))?;
-    unlock_any(&h, meta, pass, &[slot], &[did.as_str()])
+    unlock_any(&h, meta, access, pass, &[slot], &[did.as_str()])
         .map(|_| ())
         .map_err(no_key)
 }
@@ -286,7 +292,8 @@ enum Unlock<'a> {
 
 fn init_with(device: &Path, unlock: Unlock<'_>, req: &InitRequest) -> Result<State> {
     let meta = req.header.as_deref().unwrap_or(device);
-    let (mut h, _) = read_header(meta)?;
+    let access = &req.access;
+    let (mut h, _) = read_header(meta, access)?;
     if State::load(&h)?.is_some() {
         return Err(invalid(
             "LUKS2 reencryption already initialized. Aborting operation.",
@@ -325,8 +332,9 @@ fn init_with(device: &Path, unlock: Unlock<'_>, req: &InitRequest) -> Result<Sta
                     "Key file can be used only with --key-slot or with exactly one key slot active.",
                 ));
             }
-            let (slot, (_, vk)) = unlock_any(&h, meta, pass, &candidates, &[old_did.as_str()])
-                .map_err(|e| if key_slot.is_none() { no_key(e) } else { e })?;
+            let (slot, (_, vk)) =
+                unlock_any(&h, meta, access, pass, &candidates, &[old_did.as_str()])
+                    .map_err(|e| if key_slot.is_none() { no_key(e) } else { e })?;
             if !req.decrypt {
                 check_free_slots(&h, 1)?;
             }
@@ -336,7 +344,8 @@ fn init_with(device: &Path, unlock: Unlock<'_>, req: &InitRequest) -> Result<Sta
             let mut vk = None;
             for s in slots {
                 let (_, (_, k)) =
-                    unlock_any(&h, meta, s.pass, &[s.slot], &[old_did.as_str()]).map_err(no_key)?;
+                    unlock_any(&h, meta, access, s.pass, &[s.slot], &[old_did.as_str()])
+                        .map_err(no_key)?;
                 vk = Some(k);
             }
             let vk = vk.ok_or_else(|| invalid("No keyslot to renew"))?;
@@ -368,7 +377,7 @@ fn init_with(device: &Path, unlock: Unlock<'_>, req: &InitRequest) -> Result<Sta
     };
     let rhash = Hash::parse(req.resilience_hash.as_deref().unwrap_or("sha256"))?;
 
-    let mut f = open_rw(meta)?;
+    let mut f = open_rw(meta, access)?;
     let new_did = if req.decrypt {
         String::new()
     } else {
@@ -632,7 +641,12 @@ pub fn run(
 ) -> Result<Outcome> {
     let meta = opts.header.as_deref().unwrap_or(device);
     let _claim = io::claim(&[device, meta])?;
-    Online::unlock_at(device, meta, pass, key_slot)?.run(opts, stop, progress, &mut Unfenced)
+    Online::unlock_at(device, meta, &opts.access, pass, key_slot)?.run(
+        opts,
+        stop,
+        progress,
+        &mut Unfenced,
+    )
 }
 
 /// [`run`]'s loop over an unlocked reencryption, `fence` told around each
@@ -653,6 +667,7 @@ fn run_loop(
     };
     let device = o.device.as_path();
     let meta = o.meta.as_path();
+    let access = &o.access;
     let st = &o.state;
     let mut h = o.header.clone();
     let mut m = Mover::new(
@@ -663,6 +678,7 @@ fn run_loop(
         &o.old_key,
         &o.new_key,
         opts.hotzone,
+        access,
     )?;
     let mut done = st.progress_of(m.size);
     if let Some((off, len)) = st.hotzone() {
@@ -671,7 +687,7 @@ fn run_loop(
         done = m.done_after(off, len);
         post_segments_mem(&mut h, st, done, m.size)?;
         if done < m.size {
-            h.write(&mut *open_rw(meta)?)?;
+            h.write(&mut *open_rw(meta, access)?)?;
             advance(fence, &o, done, m.size)?;
         }
     }
@@ -697,14 +713,14 @@ fn run_loop(
     }
     if done < m.size {
         if dirty {
-            h.write(&mut *open_rw(meta)?)?;
+            h.write(&mut *open_rw(meta, access)?)?;
         }
         return Ok(Outcome::Interrupted);
     }
     if dirty {
         post_segments_mem(&mut h, st, done, m.size)?;
     }
-    finalize(meta, &mut h, st)?;
+    finalize(meta, access, &mut h, st)?;
     m.wipe_moved()?;
     advance(fence, &o, done, m.size)?;
     Ok(Outcome::Finished)
@@ -731,9 +747,15 @@ fn advance(fence: &mut dyn Fence, o: &Online, done: u64, total: u64) -> Result<(
 /// a data shift is the moved segment at the end of the device or the
 /// plaintext still in place. Start, length and offset are in 512-byte
 /// sectors. `pass` must unlock every key the segments use; the
-/// verification digest is checked first.
-pub fn tables(device: &Path, pass: &[u8], key_slot: Option<u32>) -> Result<Vec<Target>> {
-    tables_at(device, device, pass, key_slot)
+/// verification digest is checked first. The device is opened as
+/// `access` says.
+pub fn tables(
+    device: &Path,
+    access: &DeviceAccess,
+    pass: &[u8],
+    key_slot: Option<u32>,
+) -> Result<Vec<Target>> {
+    tables_at(device, device, access, pass, key_slot)
 }
 
 /// [`tables`] with the header in `meta` (a detached header file, or
@@ -741,10 +763,11 @@ pub fn tables(device: &Path, pass: &[u8], key_slot: Option<u32>) -> Result<Vec<T
 pub fn tables_at(
     device: &Path,
     meta: &Path,
+    access: &DeviceAccess,
     pass: &[u8],
     key_slot: Option<u32>,
 ) -> Result<Vec<Target>> {
-    let (h, dev_size) = read_header_of(meta, device)?;
+    let (h, dev_size) = read_header_of(meta, device, access)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
     if st.hotzone().is_some() {
         // A crash tore a hotzone: some of its blocks are old, some new,
@@ -756,7 +779,7 @@ pub fn tables_at(
             device.display()
         )));
     }
-    let (old_vk, new_vk) = unlock_both(&h, meta, pass, key_slot, &st)?;
+    let (old_vk, new_vk) = unlock_both(&h, meta, access, pass, key_slot, &st)?;
     st.verify(&h, &old_vk, &new_vk)?;
     let total = data_size(dev_size, &st)?;
     segment_targets(&h, &st, device, total, &old_vk, &new_vk)
@@ -843,18 +866,18 @@ fn segment_targets(
 }
 
 /// The header on `meta` and the size of the data device `data` (the
-/// same path without a detached header).
-fn read_header_of(meta: &Path, data: &Path) -> Result<(RawHeader, u64)> {
-    let (h, size) = read_header(meta)?;
+/// same path without a detached header), both opened as `access` says.
+fn read_header_of(meta: &Path, data: &Path, access: &DeviceAccess) -> Result<(RawHeader, u64)> {
+    let (h, size) = read_header(meta, access)?;
     if meta == data {
         return Ok((h, size));
     }
-    let mut f = open_ro(data)?;
+    let mut f = open_ro(data, access)?;
     Ok((h, io::device_size(&mut *f, data)?))
 }
 
-fn read_header(device: &Path) -> Result<(RawHeader, u64)> {
-    let mut f = open_ro(device)?;
+fn read_header(device: &Path, access: &DeviceAccess) -> Result<(RawHeader, u64)> {
+    let mut f = open_ro(device, access)?;
     let size = io::device_size(&mut *f, device)?;
     let h = RawHeader::read(&mut *f, size)?;
     Ok((h, size))
@@ -956,11 +979,12 @@ fn largest_gap(h: &RawHeader) -> (u64, u64) {
 fn unlock_any(
     h: &RawHeader,
     device: &Path,
+    access: &DeviceAccess,
     pass: &[u8],
     candidates: &[u32],
     digests: &[&str],
 ) -> Result<(u32, (String, Secret))> {
-    let mut f = open_ro(device)?;
+    let mut f = open_ro(device, access)?;
     for &s in candidates {
         let Some(ks) = h.meta.keyslots.get(&s.to_string()) else {
             continue;
@@ -1009,6 +1033,7 @@ fn unlock_any(
 fn unlock_both(
     h: &RawHeader,
     device: &Path,
+    access: &DeviceAccess,
     pass: &[u8],
     key_slot: Option<u32>,
     st: &State,
@@ -1026,7 +1051,14 @@ fn unlock_both(
     // With --key-slot, that slot opens one key and the slots bound to the
     // other digest are tried with the same passphrase.
     if let Some(s) = key_slot {
-        let (_, (d, k)) = unlock_any(h, device, pass, &[s], &[&st.old_digest, &st.new_digest])?;
+        let (_, (d, k)) = unlock_any(
+            h,
+            device,
+            access,
+            pass,
+            &[s],
+            &[&st.old_digest, &st.new_digest],
+        )?;
         // (An empty id is no digest: no keyslot opens it.)
         if d == st.old_digest {
             old = Some(k);
@@ -1035,10 +1067,18 @@ fn unlock_both(
         }
     }
     if old.is_none() {
-        old = Some(unlock_any(h, device, pass, &slots, &[&st.old_digest])?.1 .1);
+        old = Some(
+            unlock_any(h, device, access, pass, &slots, &[&st.old_digest])?
+                .1
+                 .1,
+        );
     }
     if new.is_none() {
-        new = Some(unlock_any(h, device, pass, &slots, &[&st.new_digest])?.1 .1);
+        new = Some(
+            unlock_any(h, device, access, pass, &slots, &[&st.new_digest])?
+                .1
+                 .1,
+        );
     }
     match (old, new) {
         (Some(o), Some(n)) => Ok((o, n)),
@@ -1309,7 +1349,7 @@ fn post_segments_mem(h: &mut RawHeader, st: &State, done: u64, total: u64) -> Re
 /// reencrypt keyslot and its digest go; segment 0 covers the data with
 /// the new key. The freed keyslot areas are wiped after the header no
 /// longer names them.
-fn finalize(device: &Path, h: &mut RawHeader, st: &State) -> Result<()> {
+fn finalize(device: &Path, access: &DeviceAccess, h: &mut RawHeader, st: &State) -> Result<()> {
     let old_slots: Vec<String> = h
         .meta
         .digests
@@ -1370,7 +1410,7 @@ fn finalize(device: &Path, h: &mut RawHeader, st: &State) -> Result<()> {
             }
         }
     }
-    let mut f = open_rw(device)?;
+    let mut f = open_rw(device, access)?;
     h.write(&mut *f)?;
     for (off, len) in wipe {
         io::zero_range(&mut *f, off, len)?;

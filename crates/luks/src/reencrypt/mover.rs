@@ -43,6 +43,7 @@ use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
 use crate::hash::Hash;
 use crate::luks2::json::Segment;
 use crate::volume::io::{open_ro, open_rw, read_exact_at, sync, write_at};
+use crate::DeviceAccess;
 
 /// Bytes one thread moves at a time: a multiple of every checksum block
 /// (at most 1 MiB) and sector size; each written piece is a crash point.
@@ -95,6 +96,8 @@ enum Job {
 pub(super) struct Mover {
     data: Data,
     meta_path: PathBuf,
+    /// How the header is opened (locking, Ceph).
+    access: DeviceAccess,
     backward: bool,
     /// A data shift's size (0 otherwise).
     shift: u64,
@@ -118,6 +121,7 @@ pub(super) struct Mover {
 }
 
 impl Mover {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         device: &Path,
         meta: &Path,
@@ -126,6 +130,7 @@ impl Mover {
         old_vk: &[u8],
         new_vk: &[u8],
         want: u64,
+        access: &DeviceAccess,
     ) -> Result<Self> {
         let mk = |s: &Segment, k: &[u8]| {
             if s.kind == "linear" {
@@ -157,7 +162,9 @@ impl Mover {
             // (`--hotzone-size` does not apply; for a decryption it sized
             // the moved segment at the init).
             let _ = want;
-            return Self::open(device, meta, dev_size, st, old_vk, new_vk, shift, &mk);
+            return Self::open(
+                device, meta, access, dev_size, st, old_vk, new_vk, shift, &mk,
+            );
         }
         let max = match st.resilience {
             Resilience::Checksum { hash, block } => {
@@ -184,13 +191,16 @@ impl Mover {
         if hotzone == 0 {
             return Err(invalid("Invalid reencryption length."));
         }
-        Self::open(device, meta, dev_size, st, old_vk, new_vk, hotzone, &mk)
+        Self::open(
+            device, meta, access, dev_size, st, old_vk, new_vk, hotzone, &mk,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
     fn open(
         device: &Path,
         meta: &Path,
+        access: &DeviceAccess,
         dev_size: u64,
         st: &State,
         old_vk: &[u8],
@@ -230,6 +240,7 @@ impl Mover {
                 moved: st.moved.as_ref().map(|m| m.offset),
             },
             meta_path: meta.to_path_buf(),
+            access: access.clone(),
             backward: st.backward,
             shift: match st.resilience {
                 Resilience::Datashift { shift } => shift,
@@ -446,7 +457,7 @@ impl Mover {
         let resilience = self.protection(st, off);
         let protect = resilience != Resilience::None;
         if protect {
-            let mut f = open_rw(&self.meta_path)?;
+            let mut f = open_rw(&self.meta_path, &self.access)?;
             match resilience {
                 Resilience::Checksum { hash, block } => {
                     // A last hotzone shorter than a whole number of
@@ -488,7 +499,7 @@ impl Mover {
             // reencryption is never written, as cryptsetup 2.6.1 would
             // resume such a header from the start.
             if done + len < self.size {
-                h.write(&mut *open_rw(&self.meta_path)?)?;
+                h.write(&mut *open_rw(&self.meta_path, &self.access)?)?;
             } else {
                 h.meta = header::ordinary_view(&h.json, h.bin.hdr_size)?;
             }
@@ -519,7 +530,7 @@ impl Mover {
                 };
                 self.sums.resize(count * dl, 0);
                 read_exact_at(
-                    &mut *open_ro(&self.meta_path)?,
+                    &mut *open_ro(&self.meta_path, &self.access)?,
                     st.area.0,
                     &mut self.sums[..count * dl],
                 )?;
@@ -532,7 +543,7 @@ impl Mover {
                 }
                 self.reserve(len);
                 read_exact_at(
-                    &mut *open_ro(&self.meta_path)?,
+                    &mut *open_ro(&self.meta_path, &self.access)?,
                     st.area.0,
                     &mut self.buf[..len as usize],
                 )?;

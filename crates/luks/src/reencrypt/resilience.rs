@@ -15,6 +15,7 @@ use crate::error::{corrupt, invalid, Result};
 use crate::hash::Hash;
 use crate::reencrypt::{Resilience, State};
 use crate::volume::io::{self, open_rw};
+use crate::DeviceAccess;
 
 /// Sets the resilience of the reencryption in progress on `device` (its
 /// header on `meta`) to `resilience` (`checksum`, `journal` or `none`;
@@ -25,13 +26,14 @@ use crate::volume::io::{self, open_rw};
 pub fn set_resilience(
     device: &Path,
     meta: &Path,
+    access: &DeviceAccess,
     pass: &[u8],
     key_slot: Option<u32>,
     resilience: &str,
     hash: Option<&str>,
 ) -> Result<()> {
     let _claim = io::claim(&[device, meta])?;
-    set_resilience_held(device, meta, pass, key_slot, resilience, hash)
+    set_resilience_held(device, meta, access, pass, key_slot, resilience, hash)
 }
 
 /// [`set_resilience`] on a device its caller holds (the daemon serving
@@ -39,12 +41,13 @@ pub fn set_resilience(
 pub fn set_resilience_held(
     device: &Path,
     meta: &Path,
+    access: &DeviceAccess,
     pass: &[u8],
     key_slot: Option<u32>,
     resilience: &str,
     hash: Option<&str>,
 ) -> Result<()> {
-    let (mut h, _) = read_header_of(meta, device)?;
+    let (mut h, _) = read_header_of(meta, device, access)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
     let shifting = matches!(st.resilience, Resilience::Datashift { .. });
     if shifting || resilience.starts_with("datashift") {
@@ -85,13 +88,13 @@ pub fn set_resilience_held(
             device.display()
         )));
     }
-    let (old_vk, new_vk) = unlock_both(&h, meta, pass, key_slot, &st)?;
+    let (old_vk, new_vk) = unlock_both(&h, meta, access, pass, key_slot, &st)?;
     st.verify(&h, &old_vk, &new_vk)?;
     h.obj_mut("keyslots")
         .get_mut(&st.keyslot)
         .ok_or_else(|| corrupt("The reencrypt keyslot vanished"))?["area"] = area;
     resign(&mut h, &st, &old_vk, &new_vk)?;
-    h.write(&mut *open_rw(meta)?)?;
+    h.write(&mut *open_rw(meta, access)?)?;
     // The header read back must load as a reencryption with the new
     // resilience and its digest must hold.
     let st2 = State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished"))?;

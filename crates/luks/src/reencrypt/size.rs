@@ -11,6 +11,7 @@ use std::path::Path;
 use super::{read_header_of, Resilience, State, MIN_ALIGNMENT};
 use crate::error::{invalid, ErrorKind, Result};
 use crate::volume::io::{self, open_ro};
+use crate::DeviceAccess;
 
 /// `size` checked against the reencryption `st` on a device of
 /// `dev_size` bytes as cryptsetup checks `--device-size` on a run
@@ -61,10 +62,11 @@ pub(super) fn check(st: &State, dev_size: u64, size: u64) -> Result<u64> {
 pub fn check_device_size(
     device: &Path,
     meta: &Path,
+    access: &DeviceAccess,
     size: u64,
     new_sector_size: Option<u32>,
 ) -> Result<()> {
-    let (area, old_ss) = match read_header_of(meta, device) {
+    let (area, old_ss) = match read_header_of(meta, device, access) {
         Ok((h, dev_size)) => {
             let seg = h.meta.segment().1;
             let area = if meta == device || seg.offset > 0 {
@@ -76,7 +78,7 @@ pub fn check_device_size(
         }
         // No header yet (an encryption): the whole device, plaintext.
         Err(e) if e.kind() == ErrorKind::NotLuks || !meta.exists() => {
-            let mut f = open_ro(device)?;
+            let mut f = open_ro(device, access)?;
             (io::device_size(&mut *f, device)?, 512)
         }
         Err(e) => return Err(e),

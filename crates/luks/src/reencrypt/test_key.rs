@@ -24,11 +24,13 @@ use crypto::Secret;
 
 use super::{read_header_of, unlock_any, RawHeader, State};
 use crate::error::{invalid, Error, ErrorKind, Result};
+use crate::DeviceAccess;
 
 /// Refuses, as cryptsetup does before asking for a passphrase, a data
-/// device `device` (apart from its header `meta`) smaller than a sector.
-pub fn check_data_device(device: &Path, meta: &Path) -> Result<()> {
-    let (_, size) = read_header_of(meta, device)?;
+/// device `device` (apart from its header `meta`) smaller than a sector;
+/// both are opened as `access` says.
+pub fn check_data_device(device: &Path, meta: &Path, access: &DeviceAccess) -> Result<()> {
+    let (_, size) = read_header_of(meta, device, access)?;
     if meta != device && size < 512 {
         return Err(Error::new(
             ErrorKind::DeviceSize,
@@ -44,13 +46,15 @@ pub fn check_data_device(device: &Path, meta: &Path) -> Result<()> {
 /// Checks `pass` (only keyslot `key_slot`, when given) against the keys
 /// of the reencryption whose header is on `meta` (the data on `device`),
 /// as `cryptsetup open --test-passphrase` does; see the module comment.
+/// Both are opened as `access` says.
 pub fn test_passphrase(
     device: &Path,
     meta: &Path,
+    access: &DeviceAccess,
     pass: &[u8],
     key_slot: Option<u32>,
 ) -> Result<()> {
-    let (h, _) = read_header_of(meta, device)?;
+    let (h, _) = read_header_of(meta, device, access)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
     if st.hotzone().is_some() {
         return Err(invalid(format!(
@@ -61,8 +65,8 @@ pub fn test_passphrase(
     }
     let (old, new) = match key_slot {
         None => (
-            open_digest(&h, meta, pass, &st.old_digest)?,
-            open_digest(&h, meta, pass, &st.new_digest)?,
+            open_digest(&h, meta, access, pass, &st.old_digest)?,
+            open_digest(&h, meta, access, pass, &st.new_digest)?,
         ),
         Some(s) => {
             let slot = h.meta.keyslots.get(&s.to_string());
@@ -70,7 +74,7 @@ pub fn test_passphrase(
                 return Err(no_usable());
             }
             let ids: Vec<&str> = h.meta.digests.keys().map(String::as_str).collect();
-            let (_, (did, key)) = unlock_any(&h, meta, pass, &[s], &ids).map_err(|e| {
+            let (_, (did, key)) = unlock_any(&h, meta, access, pass, &[s], &ids).map_err(|e| {
                 if e.kind() == ErrorKind::WrongPassphrase {
                     wrong()
                 } else {
@@ -94,7 +98,13 @@ pub fn test_passphrase(
 
 /// The key of digest `did` (none for the empty id: the plaintext side),
 /// from the keyslots cryptsetup tries for it, in its order.
-fn open_digest(h: &RawHeader, meta: &Path, pass: &[u8], did: &str) -> Result<Secret> {
+fn open_digest(
+    h: &RawHeader,
+    meta: &Path,
+    access: &DeviceAccess,
+    pass: &[u8],
+    did: &str,
+) -> Result<Secret> {
     if did.is_empty() {
         return Ok(Secret::from_slice(&[]));
     }
@@ -106,7 +116,7 @@ fn open_digest(h: &RawHeader, meta: &Path, pass: &[u8], did: &str) -> Result<Sec
         .filter_map(|(id, _)| id.parse().ok());
     let order = h.meta.in_try_order(luks2);
     let prio = |s: u32| h.meta.keyslot_priority(s);
-    match unlock_any(h, meta, pass, &order, &[did]) {
+    match unlock_any(h, meta, access, pass, &order, &[did]) {
         Ok((_, (_, key))) => Ok(key),
         Err(e) if e.kind() == ErrorKind::WrongPassphrase => {
             let bound = |s: u32| {

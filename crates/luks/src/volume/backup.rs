@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::io::{device_size, open_ro, open_rw, read_exact_at, sync, write_at};
-use super::Volume;
+use super::{DeviceAccess, Volume};
 use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
 use crate::Header;
 
@@ -18,7 +18,7 @@ impl Volume {
         // cryptsetup saves the headers and keyslot areas, not the gap
         // up to the payload.
         let len = self.header.metadata_end().min(self.meta_size);
-        let mut src = open_ro(&self.meta_path)?;
+        let mut src = open_ro(&self.meta_path, &self.access)?;
         let mut buf = vec![0u8; len as usize];
         read_exact_at(&mut src, 0, &mut buf)?;
         let mut opts = OpenOptions::new();
@@ -51,7 +51,7 @@ impl Volume {
 
     /// Restores a backup made by [`Volume::header_backup`] (or cryptsetup)
     /// onto `device` (or the detached `header`). A different UUID on the
-    /// target needs `force`. Refused ([`ErrorKind::Busy`]) while the
+    /// target needs `force`; the target is opened as `access` says. Refused ([`ErrorKind::Busy`]) while the
     /// volume is in use (mounted, mapped, served by a daemon): its
     /// mapping would go on writing under a key the restored header may
     /// not hold.
@@ -60,13 +60,14 @@ impl Volume {
         header: Option<&Path>,
         backup: &Path,
         force: bool,
+        access: &DeviceAccess,
     ) -> Result<Header> {
         let img = std::fs::read(backup)
             .map_err(|e| Error::io(format!("Cannot read {}", backup.display()), e))?;
         let new = Header::from_bytes(&img)?;
         let target = header.unwrap_or(device);
         let _claim = super::io::claim(&[target, device])?;
-        let mut f = open_rw(target)?;
+        let mut f = open_rw(target, access)?;
         let size = device_size(&mut f, target)?;
         if (img.len() as u64) > size && header.is_none() {
             return Err(Error::new(

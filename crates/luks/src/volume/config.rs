@@ -122,12 +122,12 @@ impl Volume {
         }
         match &mut self.header {
             Header::V1(h) => {
-                let mut f = open_rw(&self.meta_path)?;
+                let mut f = open_rw(&self.meta_path, &self.access)?;
                 write_at(&mut f, 0, &h.to_bytes())?;
                 sync(&f)?;
             }
             Header::V2(h) => {
-                let mut f = open_rw(&self.meta_path)?;
+                let mut f = open_rw(&self.meta_path, &self.access)?;
                 write_luks2(&mut f, h)?;
                 h.warnings.clear();
             }

@@ -11,7 +11,7 @@ use super::io::{
     device_size, open_ro, open_rw, open_rw_with, sync, write_at, write_luks2, zero_range, Dev,
 };
 use super::keyslots::checked_uuid;
-use super::{layout, Volume};
+use super::{layout, DeviceAccess, Volume};
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::hash::Hash;
 use crate::kdf::{KdfRequest, MIN_PBKDF2_ITERATIONS};
@@ -59,6 +59,8 @@ pub struct FormatOptions {
     pub keyslots_size: Option<u64>,
     /// `--keyslot-cipher` and `--keyslot-key-size` (bits), LUKS2 only.
     pub keyslot_cipher: Option<(String, u32)>,
+    /// How the header and data devices are opened (locking, Ceph).
+    pub access: DeviceAccess,
 }
 
 impl std::fmt::Debug for FormatOptions {
@@ -84,6 +86,7 @@ impl std::fmt::Debug for FormatOptions {
             .field("metadata_size", &self.metadata_size)
             .field("keyslots_size", &self.keyslots_size)
             .field("keyslot_cipher", &self.keyslot_cipher)
+            .field("access", &self.access)
             .finish()
     }
 }
@@ -108,6 +111,7 @@ impl Default for FormatOptions {
             metadata_size: None,
             keyslots_size: None,
             keyslot_cipher: None,
+            access: DeviceAccess::default(),
         }
     }
 }
@@ -132,7 +136,7 @@ pub fn format(
     layout.check(opts.version)?;
     let area = plan_area_cipher(opts)?;
     let kdf = plan_kdf(opts, &key, area.as_ref())?;
-    let mut target = open_target(device, header, opts.force)?;
+    let mut target = open_target(device, header, opts.force, &opts.access)?;
     layout.data_size = target.data_size;
     let uuid = match &opts.uuid {
         Some(u) => checked_uuid(u)?,
@@ -187,6 +191,7 @@ pub fn format(
         meta_size: target.meta_size.max(wipe),
         data_size: target.data_size,
         keyslot_encryption: area,
+        access: opts.access.clone(),
     };
     let mut vol = add_first_key(vol, &key.volume_key, passphrase, slot, &kdf, device, header)?;
     if let Header::V2(h) = &mut vol.header {
@@ -325,8 +330,13 @@ struct Target {
 
 /// Step 2: sizes the data device, opens (or creates) the header device and,
 /// unless `force`, refuses one that already holds a LUKS header.
-fn open_target(device: &Path, header: Option<&Path>, force: bool) -> Result<Target> {
-    let mut data = open_ro(device)?;
+fn open_target(
+    device: &Path,
+    header: Option<&Path>,
+    force: bool,
+    access: &DeviceAccess,
+) -> Result<Target> {
+    let mut data = open_ro(device, access)?;
     let data_size = device_size(&mut data, device)?;
     drop(data);
     let meta_path = header.unwrap_or(device);
@@ -338,8 +348,9 @@ fn open_target(device: &Path, header: Option<&Path>, force: bool) -> Result<Targ
                 .write(true)
                 .create(true)
                 .truncate(false),
+            access,
         )?,
-        None => open_rw(device)?,
+        None => open_rw(device, access)?,
     };
     let meta_size = device_size(&mut file, meta_path)?;
     if !force {
@@ -587,7 +598,7 @@ fn add_first_key(
     header: Option<&Path>,
 ) -> Result<Volume> {
     vol.add_key(vk, passphrase, Some(slot), kdf)?;
-    Volume::load(device, header)
+    Volume::load(device, header, &vol.access)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! write one header at once, nor read one half written. On a block device
 //! the lock is cryptsetup's lock file, `/run/cryptsetup/L_MAJOR:MINOR`
 //! ([`crate::lockfile`]), or the device node where that directory cannot be
-//! used. `--disable-locks` turns it off ([`set_metadata_locking`]). The
+//! used. `--disable-locks` turns it off ([`DeviceAccess::locking`]). The
 //! daemon's data path holds its own, separate lock (backend's OFD `fcntl`
 //! lock), which `flock` does not see on a local file system, so a key can
 //! be added to a volume being served, as with cryptsetup. (NFS emulates
@@ -32,17 +32,42 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::FlockOperation;
 
 use crate::lockfile::{flock_waiting, LockFile};
 
-use backend::rbd::{RbdBackend, RbdOptions, RbdSpec};
+use backend::rbd::{RbdBackend, RbdConfig, RbdOptions, RbdSpec};
 use backend::Backend;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::luks2;
+
+/// How headers are reached: the metadata lock taken on them and the Ceph
+/// cluster of an `rbd:` header. The cli builds it once from its options
+/// (`--disable-locks`, `--ceph-conf`, `--ceph-id`, `--keyring`) and passes
+/// it to every verb that opens a header; a [`Volume`](super::Volume)
+/// keeps the one it was loaded with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAccess {
+    /// Lock headers while they are read and written (see the module
+    /// doc); `false` with `--disable-locks`, which also turns off
+    /// cryptsetup's reencryption lock, as `crypt_metadata_locking_enabled`
+    /// turns off both.
+    pub locking: bool,
+    /// How an `rbd:` header reaches its cluster.
+    pub ceph: RbdConfig,
+}
+
+impl Default for DeviceAccess {
+    /// Locking on, librados's default cluster settings.
+    fn default() -> Self {
+        Self {
+            locking: true,
+            ceph: RbdConfig::default(),
+        }
+    }
+}
 
 /// What the volume operations read and write headers on.
 pub(crate) trait Device: Read + Write + Seek {
@@ -117,7 +142,7 @@ impl Device for Rbd {
 }
 
 /// Opens an `rbd:` name; `None` for a path.
-fn open_rbd(path: &Path, read_only: bool) -> Option<Result<Dev>> {
+fn open_rbd(path: &Path, read_only: bool, ceph: &RbdConfig) -> Option<Result<Dev>> {
     let spec = RbdSpec::of_path(path)?;
     let shown = path.display();
     let opts = RbdOptions {
@@ -125,7 +150,7 @@ fn open_rbd(path: &Path, read_only: bool) -> Option<Result<Dev>> {
         ..RbdOptions::default()
     };
     Some(
-        spec.and_then(|s| RbdBackend::open(&s, &opts))
+        spec.and_then(|s| RbdBackend::open_with(&s, &opts, ceph))
             .map(|image| Box::new(Rbd { image, pos: 0 }) as Dev)
             .map_err(|e| {
                 let busy = matches!(e.kind(), backend::ErrorKind::Locked { .. });
@@ -198,53 +223,40 @@ pub(crate) fn device_size(f: &mut dyn Device, path: &Path) -> Result<u64> {
         .map_err(|e| Error::io(format!("Cannot size {}", path.display()), e))
 }
 
-/// Whether headers are locked while read and written (see the module
-/// doc; off with `--disable-locks`).
-static LOCKING: AtomicBool = AtomicBool::new(true);
-
-/// Turns metadata locking on or off for the process (cryptsetup's
-/// `--disable-locks` turns it off).
-pub fn set_metadata_locking(on: bool) {
-    LOCKING.store(on, Ordering::Relaxed);
-}
-
-/// Whether metadata locking is on (cryptsetup's reencryption lock is off
-/// with it, as `crypt_metadata_locking_enabled` turns both off).
-pub(crate) fn metadata_locking() -> bool {
-    LOCKING.load(Ordering::Relaxed)
-}
-
-/// Opens `path` to read headers, under a shared lock.
-pub(crate) fn open_ro(path: &Path) -> Result<Dev> {
-    if let Some(r) = open_rbd(path, true) {
+/// Opens `path` to read headers, under a shared lock (unless `access`
+/// turns locking off).
+pub(crate) fn open_ro(path: &Path, access: &DeviceAccess) -> Result<Dev> {
+    if let Some(r) = open_rbd(path, true, &access.ceph) {
         return r;
     }
     let f =
         File::open(path).map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
-    locked(f, path, FlockOperation::LockShared)
+    locked(f, path, FlockOperation::LockShared, access)
 }
 
-/// Opens `path` to write headers, under an exclusive lock.
-pub(crate) fn open_rw(path: &Path) -> Result<Dev> {
-    open_rw_with(path, OpenOptions::new().read(true).write(true))
+/// Opens `path` to write headers, under an exclusive lock (unless
+/// `access` turns locking off).
+pub(crate) fn open_rw(path: &Path, access: &DeviceAccess) -> Result<Dev> {
+    open_rw_with(path, OpenOptions::new().read(true).write(true), access)
 }
 
 /// [`open_rw`] with `opts` (say, creating a detached header file).
-pub(super) fn open_rw_with(path: &Path, opts: &OpenOptions) -> Result<Dev> {
-    if let Some(r) = open_rbd(path, false) {
+pub(super) fn open_rw_with(path: &Path, opts: &OpenOptions, access: &DeviceAccess) -> Result<Dev> {
+    if let Some(r) = open_rbd(path, false, &access.ceph) {
         return r;
     }
     let f = opts
         .open(path)
         .map_err(|e| Error::io(format!("Cannot open {} for writing", path.display()), e))?;
-    locked(f, path, FlockOperation::LockExclusive)
+    locked(f, path, FlockOperation::LockExclusive, access)
 }
 
 /// `f` (opened from `path`) under the metadata lock `op`: on a block
-/// device cryptsetup's lock file when it can be used, else `f` itself.
-fn locked(f: File, path: &Path, op: FlockOperation) -> Result<Dev> {
+/// device cryptsetup's lock file when it can be used, else `f` itself;
+/// as it is when `access` turns locking off.
+fn locked(f: File, path: &Path, op: FlockOperation, access: &DeviceAccess) -> Result<Dev> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    if !LOCKING.load(Ordering::Relaxed) {
+    if !access.locking {
         return Ok(Box::new(f));
     }
     if let Ok(m) = f.metadata() {
@@ -387,7 +399,7 @@ mod tests {
                 )
             );
             // The metadata lock is another matter: keyslot verbs go on.
-            drop(open_rw(&img).unwrap());
+            drop(open_rw(&img, &crate::DeviceAccess::default()).unwrap());
             drop(served);
         }
         drop(claim(&[&img]).unwrap());

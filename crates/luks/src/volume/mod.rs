@@ -39,7 +39,7 @@ mod unlock;
 
 pub use config::{Priority, Repair, MAX_LABEL_LEN};
 pub use format::{format, FormatOptions};
-pub use io::set_metadata_locking;
+pub use io::DeviceAccess;
 pub(crate) use io::{claim, device_size, open_ro, Claim};
 pub use token::{token_text, TokenPlacement, KEYRING_TOKEN};
 
@@ -145,14 +145,16 @@ impl Opened {
 }
 
 /// Unlocks the volume on `device` (header on `device` or the detached
-/// `header`) with `passphrase`, trying `key_slot` only if given.
+/// `header`, reached as `access` says) with `passphrase`, trying
+/// `key_slot` only if given.
 pub fn open(
     device: &Path,
     header: Option<&Path>,
+    access: &DeviceAccess,
     passphrase: &[u8],
     key_slot: Option<u32>,
 ) -> Result<Opened> {
-    let vol = Volume::load(device, header)?;
+    let vol = Volume::load(device, header, access)?;
     vol.unlock(passphrase, key_slot)
 }
 
@@ -167,16 +169,20 @@ pub struct Volume {
     /// Cipher and key length new LUKS2 keyslots are sealed with, when
     /// set ([`Volume::set_keyslot_encryption`]); else cryptsetup's choice.
     keyslot_encryption: Option<(String, usize)>,
+    /// How the header device is opened again to write it.
+    access: DeviceAccess,
 }
 
 impl Volume {
-    /// Reads the header of `device` (or of the detached `header` file).
-    pub fn load(device: &Path, header: Option<&Path>) -> Result<Self> {
+    /// Reads the header of `device` (or of the detached `header` file),
+    /// both reached as `access` says (which the volume keeps for its
+    /// writes).
+    pub fn load(device: &Path, header: Option<&Path>, access: &DeviceAccess) -> Result<Self> {
         let meta_path = header.unwrap_or(device).to_path_buf();
-        let mut data = open_ro(device)?;
+        let mut data = open_ro(device, access)?;
         let data_size = device_size(&mut data, device)?;
         let (mut meta, meta_size) = if header.is_some() {
-            let mut m = open_ro(&meta_path)?;
+            let mut m = open_ro(&meta_path, access)?;
             let s = device_size(&mut m, &meta_path)?;
             (m, s)
         } else {
@@ -190,6 +196,7 @@ impl Volume {
             meta_size,
             data_size,
             keyslot_encryption: None,
+            access: access.clone(),
         };
         vol.check_data_device(false)?;
         Ok(vol)
@@ -201,7 +208,7 @@ impl Volume {
     /// (a cryptsetup or ucrypt adding a key meanwhile) is refused, and
     /// nothing is written, rather than overwritten with the stale copy.
     pub(super) fn open_update(&self) -> Result<io::Dev> {
-        let mut f = io::open_rw(&self.meta_path)?;
+        let mut f = io::open_rw(&self.meta_path, &self.access)?;
         let size = device_size(&mut f, &self.meta_path)?;
         let same = match (Header::read(&mut f, size), &self.header) {
             // LUKS2 counts its writes: seqid is what cryptsetup checks too.
@@ -272,6 +279,12 @@ impl Volume {
     /// The parsed header.
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// How the volume's devices are opened (the settings it was loaded
+    /// with).
+    pub fn access(&self) -> &DeviceAccess {
+        &self.access
     }
 
     /// Where the header lives.

@@ -125,7 +125,7 @@ impl Volume {
 
     /// Finds the keyslot `pass` opens: `(slot, volume key)`.
     pub fn unlock_key(&self, pass: &[u8], key_slot: Option<u32>) -> Result<(u32, Secret)> {
-        let mut f = open_ro(&self.meta_path)?;
+        let mut f = open_ro(&self.meta_path, &self.access)?;
         let slots: Vec<u32> = match key_slot {
             Some(s) => vec![s],
             None => self.unlock_order(),

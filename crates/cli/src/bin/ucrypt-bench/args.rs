@@ -83,8 +83,9 @@ pub struct BenchFlags {
 }
 
 impl BenchFlags {
-    /// The bench crate's request: these options as plain values.
-    pub fn request(&self) -> bench::BenchArgs {
+    /// The bench crate's request: these options as plain values, the
+    /// cluster of `--ceph` reached as `ceph` says.
+    pub fn request(&self, ceph: backend::rbd::RbdConfig) -> bench::BenchArgs {
         bench::BenchArgs {
             profile: self.profile.clone(),
             quick: self.quick,
@@ -96,6 +97,7 @@ impl BenchFlags {
             peers: self.peers,
             ceph: self.ceph,
             ceph_pool: self.ceph_pool.clone(),
+            ceph_config: ceph,
             dm_crypt: self.dm_crypt,
             workload: self.workload.clone(),
             fio_job: self.fio_job.clone(),
