@@ -33,6 +33,8 @@ fn request(header: Option<&Path>, reduce: Option<u64>) -> EncryptRequest {
         uuid: None,
         header: header.map(Path::to_path_buf),
         reduce,
+        offset: None,
+        volume_key_file: None,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod plain;
 pub mod reencrypt;
 mod reencrypt_dshift;
 mod reencrypt_luks1;
+mod reencrypt_offset;
 mod reencrypt_online;
 pub mod serve;
 pub mod tcrypt;

@@ -117,6 +117,12 @@ pub struct ReencryptArgs {
     /// bytes must be unused).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub(super) reduce_device_size: Option<u64>,
+    /// With --encrypt: the data offset in 512-byte sectors (with
+    /// --header: where the data starts, the bytes before it kept; with
+    /// --reduce-device-size: at most half of it, which then becomes
+    /// twice the offset). Ignored otherwise, as cryptsetup ignores it.
+    #[arg(long, short = 'o', value_name = "SECTORS")]
+    pub(super) offset: Option<u64>,
     /// Reencrypt only the data's first SIZE bytes (cryptsetup's size
     /// syntax; the rest of the device is left as it is).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
@@ -481,6 +487,10 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     if let (None, Some(size)) = (&state, a.device_size) {
         reencrypt::check_device_size(dev, &hdr, size, a.sector_size)?;
     }
+    let (reduce, offset) = match state {
+        None => super::reencrypt_offset::layout(&a)?,
+        Some(_) => (None, None),
+    };
     let pass = a
         .key
         .source(g.prompting())
@@ -498,7 +508,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             key_slot: a.key_slot,
             uuid: a.uuid.clone(),
             header: a.header.clone(),
-            reduce: a.reduce_device_size,
+            reduce,
+            offset,
+            volume_key_file: a.volume_key_file.clone(),
         };
         reencrypt::init_encrypt(dev, &pass, &req)?;
         if let Some(name) = &a.name {

@@ -12,9 +12,15 @@
 //!   `-c aes-xts-plain64 --init-only` then resumed): `reencryption_chain_of_the_script`;
 //!   the online resume via `--active-name` needs dm-crypt (guest suite).
 //! - [2] encryption with a data shift: `reencrypt_encrypt::reduce_device_size_*`;
-//!   `--offset` with `--reduce-device-size` is not accepted by ucrypt (not ported).
+//!   `--offset` with `--reduce-device-size` (below half of it: the reduction
+//!   adjusted; above: refused): `reencrypt_offset::offset_with_reduce_device_size_is_cryptsetups`,
+//!   `reencrypt_offset::an_offset_is_refused_where_cryptsetup_refuses_it`;
+//!   `--header` with `--offset` and `--reduce-device-size` (a detached header
+//!   and a data shift) is refused by ucrypt as unsupported (not ported).
 //! - [3] encryption with a detached header: `reencrypt_encrypt::a_whole_ucrypt_run_is_cryptsetups`,
-//!   `misuse_is_refused_and_nothing_is_written`; `--offset` not accepted (not ported).
+//!   `misuse_is_refused_and_nothing_is_written`; with `--offset` (the data
+//!   past it encrypted, the bytes before it kept):
+//!   `reencrypt_offset::offset_with_a_detached_header_is_cryptsetups`.
 //! - [4] reencryption with a detached header: `reencryption_of_a_detached_header`;
 //!   two mappings of one header (`--active-name`) need dm-crypt.
 //! - [5] decryption with a detached header: `reencrypt::decrypt_with_a_detached_header_*`.
