@@ -295,25 +295,15 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
 }
 
 /// `--device-size` as cryptsetup parses it (a positive multiple of 512
-/// bytes, not with `--reduce-device-size`); ucrypt runs it and
-/// `--volume-key-file` offline only and on LUKS2 (`--volume-key-file`
-/// for a reencryption only).
+/// bytes, not with `--reduce-device-size`); ucrypt runs it offline only
+/// and on LUKS2. `--volume-key-file` is taken offline (a LUKS2
+/// reencryption or `--encrypt`, a LUKS1 reencryption) and ignored where
+/// cryptsetup 2.6.1 ignores it (`--decrypt`, LUKS1 `--encrypt`); ucrypt's
+/// online reencryption does not take it.
 fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
-    if a.volume_key_file.is_some()
-        && (a.encrypt || a.decrypt || a.active_name.is_some() || a.name.is_some())
-    {
+    if a.volume_key_file.is_some() && a.active_name.is_some() {
         return Err(Failure::usage(
-            "--volume-key-file is supported by ucrypt for offline LUKS2 reencryption only.",
-        ));
-    }
-    if a.volume_key_file.is_some()
-        && a.header.is_none()
-        && a.device
-            .as_deref()
-            .is_some_and(super::reencrypt_luks1::is_luks1)
-    {
-        return Err(Failure::usage(
-            "--volume-key-file is supported by ucrypt for offline LUKS2 reencryption only.",
+            "--volume-key-file is not supported by ucrypt for online reencryption.",
         ));
     }
     let Some(size) = a.device_size else {
@@ -581,7 +571,8 @@ pub(super) fn init_request(a: &ReencryptArgs) -> Result<reencrypt::InitRequest, 
         kdf,
         decrypt: a.decrypt,
         header: a.header.clone(),
-        volume_key_file: a.volume_key_file.clone(),
+        // cryptsetup 2.6.1 ignores it for a decryption.
+        volume_key_file: a.volume_key_file.clone().filter(|_| !a.decrypt),
     })
 }
 

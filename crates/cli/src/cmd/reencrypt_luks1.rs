@@ -127,6 +127,7 @@ fn request(a: &ReencryptArgs, dev: &Path) -> Result<luks1::Luks1Request, Failure
         keep_key: a.keep_key,
         header,
         uuid: a.uuid.clone(),
+        volume_key_file: a.volume_key_file.clone(),
     })
 }
 

@@ -93,6 +93,10 @@ pub struct Luks1Request {
     /// `--uuid`: resume the decryption of the volume with this UUID
     /// whose header the plaintext already overwrote.
     pub uuid: Option<String>,
+    /// `--volume-key-file`: a reencryption's new volume key is this
+    /// file's first key-size bytes (cryptsetup 2.6.1's LUKS1 tool reads
+    /// it there only: an encryption or a decryption ignores it).
+    pub volume_key_file: Option<PathBuf>,
 }
 
 /// The UUID of a LUKS1 device marked as in reencryption (magic
@@ -917,10 +921,13 @@ fn new_header(
         let bits = req.key_bits.unwrap_or(256);
         luks1_fake::write(&files.new, bits, opts.hash, opened.keyslot)?;
     } else {
+        let len = (opts.key_bits.unwrap_or(0) / 8) as usize;
         let new_vk = if req.keep_key {
             zeroize::Zeroizing::new(opened.volume_key.to_vec())
+        } else if let (Some(f), Luks1Mode::Reencrypt) = (&req.volume_key_file, req.mode) {
+            zeroize::Zeroizing::new(super::volume_key::read(f, len)?.to_vec())
         } else {
-            crate::keyslot::random((opts.key_bits.unwrap_or(0) / 8) as usize)?
+            crate::keyslot::random(len)?
         };
         let opts = FormatOptions {
             volume_key: Some(new_vk.clone()),
