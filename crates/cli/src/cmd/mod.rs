@@ -14,6 +14,7 @@ mod reencrypt_dshift;
 mod reencrypt_luks1;
 mod reencrypt_offset;
 mod reencrypt_online;
+mod reencrypt_verbose;
 pub mod serve;
 pub mod tcrypt;
 pub mod tokens;

@@ -18,6 +18,7 @@ use clap::{Args, Subcommand};
 use luks::{ops, reencrypt};
 
 use super::luks::KeyFileArgs;
+use super::reencrypt_verbose as verbose;
 use crate::global::Globals;
 use crate::{CmdResult, Failure};
 
@@ -276,6 +277,8 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             })
             .collect();
         reencrypt::init_slots(dev, &slots, &req)?;
+        let unlocked: Vec<u32> = passes.iter().map(|(s, _)| *s).collect();
+        verbose::started(g, &unlocked, &verbose::created(g, meta)?);
         if a.init_only {
             return Ok(());
         }
@@ -284,7 +287,14 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
     }
     let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
+        let meta = a.header.as_deref().unwrap_or(dev);
+        let opened = verbose::opened_by(g, meta, a.key_slot, &pass)?;
         reencrypt::init(dev, &pass, a.key_slot, &init_request(&a)?)?;
+        let created = match a.decrypt {
+            true => Vec::new(),
+            false => verbose::created(g, meta)?,
+        };
+        verbose::started(g, opened.as_slice(), &created);
         if a.init_only {
             return Ok(());
         }
@@ -503,8 +513,9 @@ fn encrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
             volume_key_file: a.volume_key_file.clone(),
         };
         reencrypt::init_encrypt(dev, &pass, &req)?;
+        verbose::started(g, &[], &[a.key_slot.unwrap_or(0)]);
         if let Some(name) = &a.name {
-            return super::reencrypt_online::encrypt_as(&a, dev, name, pass);
+            return super::reencrypt_online::encrypt_as(&a, dev, name, pass, g);
         }
         if a.init_only {
             return Ok(());

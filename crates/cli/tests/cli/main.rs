@@ -60,6 +60,7 @@ mod reencrypt_online;
 mod reencrypt_online_start;
 mod reencrypt_plaintext;
 mod reencrypt_test_passphrase;
+mod reencrypt_verbose;
 mod reencrypt_volume_key;
 mod runtime_dir;
 mod tables;
