@@ -653,17 +653,7 @@ fn finish(
         }
         let end = (meta_end as usize).min(hdr.len());
         if req.header.is_some() {
-            // A detached header: the file given (created if missing).
-            let mut h = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(hdr_dev)
-                .map_err(|e| Error::io(format!("Cannot open {}", hdr_dev.display()), e))?;
-            write_at(&mut h, 0, &hdr[..end])?;
-            crash::point();
-            sync(&h)?;
+            write_detached(hdr_dev, &hdr[..end])?;
         } else {
             // Through the device's own (locked) handle.
             write_at(f, 0, &hdr[..end])?;
@@ -675,6 +665,23 @@ fn finish(
         let _ = std::fs::remove_file(p);
     }
     Ok(())
+}
+
+/// The new header's write to the detached `--header` file (created if
+/// missing), under the metadata lock as every header write
+/// ([`open_rw`]): a cryptsetup or ucrypt reading or writing it
+/// meanwhile is waited for.
+fn write_detached(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
+    let mut h = open_rw(path)?;
+    write_at(&mut *h, 0, bytes)?;
+    crash::point();
+    sync(&*h)
 }
 
 /// Whether the first bytes of `path` are a LUKS header or one marked by
@@ -945,6 +952,33 @@ fn new_header(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_detached_header_is_written_under_the_metadata_lock() {
+        use rustix::fs::{flock, FlockOperation};
+        let dir = std::env::temp_dir().join(format!("luks1-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hdr");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        // Another holder (an open file description of its own, as another
+        // process's) has the exclusive lock.
+        let holder = std::fs::File::open(&path).unwrap();
+        flock(&holder, FlockOperation::LockExclusive).unwrap();
+        let p = path.clone();
+        let writer = std::thread::spawn(move || write_detached(&p, &[0xa5; 512]));
+        // Not written while the lock is held.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!writer.is_finished(), "the write did not wait for the lock");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            [0u8; 4096],
+            "written under the lock"
+        );
+        drop(holder);
+        writer.join().unwrap().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap()[..512], [0xa5; 512]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn sums_are_for_their_block_only_and_torn_ones_are_ignored() {
