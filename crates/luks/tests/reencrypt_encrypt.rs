@@ -34,6 +34,8 @@ fn request(header: Option<&Path>, reduce: Option<u64>) -> EncryptRequest {
         header: header.map(Path::to_path_buf),
         reduce,
         access: luks::DeviceAccess::default(),
+        offset: None,
+        volume_key_file: None,
     }
 }
 

@@ -18,6 +18,7 @@ use clap::{Args, Subcommand};
 use luks::{ops, reencrypt};
 
 use super::luks::KeyFileArgs;
+use super::reencrypt_verbose as verbose;
 use crate::global::Globals;
 use crate::{CmdResult, Failure};
 
@@ -117,6 +118,12 @@ pub struct ReencryptArgs {
     /// bytes must be unused).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub(super) reduce_device_size: Option<u64>,
+    /// With --encrypt: the data offset in 512-byte sectors (with
+    /// --header: where the data starts, the bytes before it kept; with
+    /// --reduce-device-size: at most half of it, which then becomes
+    /// twice the offset). Ignored otherwise, as cryptsetup ignores it.
+    #[arg(long, short = 'o', value_name = "SECTORS")]
+    pub(super) offset: Option<u64>,
     /// Reencrypt only the data's first SIZE bytes (cryptsetup's size
     /// syntax; the rest of the device is left as it is).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
@@ -270,6 +277,8 @@ fn reencrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
             })
             .collect();
         reencrypt::init_slots(dev, &slots, &req)?;
+        let unlocked: Vec<u32> = passes.iter().map(|(s, _)| *s).collect();
+        verbose::started(g, &unlocked, &verbose::created(g, meta)?);
         if a.init_only {
             return Ok(());
         }
@@ -278,7 +287,14 @@ fn reencrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
     }
     let pass = a.key.source(g.prompting()).read(&prompt(&a, dev), false)?;
     if state.is_none() {
+        let meta = a.header.as_deref().unwrap_or(dev);
+        let opened = verbose::opened_by(g, meta, a.key_slot, &pass)?;
         reencrypt::init(dev, &pass, a.key_slot, &init_request(&a, g)?)?;
+        let created = match a.decrypt {
+            true => Vec::new(),
+            false => verbose::created(g, meta)?,
+        };
+        verbose::started(g, opened.as_slice(), &created);
         if a.init_only {
             return Ok(());
         }
@@ -289,25 +305,15 @@ fn reencrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
 }
 
 /// `--device-size` as cryptsetup parses it (a positive multiple of 512
-/// bytes, not with `--reduce-device-size`); ucrypt runs it and
-/// `--volume-key-file` offline only and on LUKS2 (`--volume-key-file`
-/// for a reencryption only).
+/// bytes, not with `--reduce-device-size`); ucrypt runs it offline only
+/// and on LUKS2. `--volume-key-file` is taken offline (a LUKS2
+/// reencryption or `--encrypt`, a LUKS1 reencryption) and ignored where
+/// cryptsetup 2.6.1 ignores it (`--decrypt`, LUKS1 `--encrypt`); ucrypt's
+/// online reencryption does not take it.
 fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
-    if a.volume_key_file.is_some()
-        && (a.encrypt || a.decrypt || a.active_name.is_some() || a.name.is_some())
-    {
+    if a.volume_key_file.is_some() && a.active_name.is_some() {
         return Err(Failure::usage(
-            "--volume-key-file is supported by ucrypt for offline LUKS2 reencryption only.",
-        ));
-    }
-    if a.volume_key_file.is_some()
-        && a.header.is_none()
-        && a.device
-            .as_deref()
-            .is_some_and(super::reencrypt_luks1::is_luks1)
-    {
-        return Err(Failure::usage(
-            "--volume-key-file is supported by ucrypt for offline LUKS2 reencryption only.",
+            "--volume-key-file is not supported by ucrypt for online reencryption.",
         ));
     }
     let Some(size) = a.device_size else {
@@ -487,6 +493,10 @@ fn encrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
     if let (None, Some(size)) = (&state, a.device_size) {
         reencrypt::check_device_size(dev, &hdr, &g.access(), size, a.sector_size)?;
     }
+    let (reduce, offset) = match state {
+        None => super::reencrypt_offset::layout(&a)?,
+        Some(_) => (None, None),
+    };
     let pass = a
         .key
         .source(g.prompting())
@@ -504,12 +514,15 @@ fn encrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
             key_slot: a.key_slot,
             uuid: a.uuid.clone(),
             header: a.header.clone(),
-            reduce: a.reduce_device_size,
+            reduce,
+            offset,
+            volume_key_file: a.volume_key_file.clone(),
             access: g.access(),
         };
         reencrypt::init_encrypt(dev, &pass, &req)?;
+        verbose::started(g, &[], &[a.key_slot.unwrap_or(0)]);
         if let Some(name) = &a.name {
-            return super::reencrypt_online::encrypt_as(&a, dev, name, pass);
+            return super::reencrypt_online::encrypt_as(&a, dev, name, pass, g);
         }
         if a.init_only {
             return Ok(());
@@ -581,7 +594,8 @@ pub(super) fn init_request(
         kdf,
         decrypt: a.decrypt,
         header: a.header.clone(),
-        volume_key_file: a.volume_key_file.clone(),
+        // cryptsetup 2.6.1 ignores it for a decryption.
+        volume_key_file: a.volume_key_file.clone().filter(|_| !a.decrypt),
         access: g.access(),
     })
 }

@@ -129,6 +129,7 @@ fn request(a: &ReencryptArgs, dev: &Path, g: &Globals) -> Result<luks1::Luks1Req
         header,
         uuid: a.uuid.clone(),
         access: g.access(),
+        volume_key_file: a.volume_key_file.clone(),
     })
 }
 

@@ -186,7 +186,13 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: &Globals) -> CmdResult {
 /// `reencrypt --encrypt ... DEVICE NAME` after the metadata is written:
 /// serves DEVICE as NAME (`ucrypt open`, the passphrase on its stdin) and
 /// encrypts under it, as cryptsetup activates NAME and encrypts online.
-pub(super) fn encrypt_as(a: &ReencryptArgs, dev: &Path, name: &str, pass: Secret) -> CmdResult {
+pub(super) fn encrypt_as(
+    a: &ReencryptArgs,
+    dev: &Path,
+    name: &str,
+    pass: Secret,
+    g: &crate::global::Globals,
+) -> CmdResult {
     use std::io::Write;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::device(format!("Cannot find the ucrypt binary: {e}")))?;
@@ -198,6 +204,19 @@ pub(super) fn encrypt_as(a: &ReencryptArgs, dev: &Path, name: &str, pass: Secret
     if let Some(s) = a.key_slot {
         c.arg("--key-slot").arg(s.to_string());
     }
+    // The parent's -v/--debug, as cryptsetup's activation inside its
+    // reencrypt logs under them; open's closing status line is left to
+    // this command's own (its stdout is read for that: the daemon open
+    // starts writes to its log file, never to this pipe).
+    if g.verbose {
+        c.arg("--verbose");
+    }
+    if g.debug {
+        c.arg("--debug");
+    }
+    if g.verbose() {
+        c.stdout(std::process::Stdio::piped());
+    }
     let mut child = c
         .args(["--key-file", "-"])
         .arg(dev)
@@ -208,6 +227,9 @@ pub(super) fn encrypt_as(a: &ReencryptArgs, dev: &Path, name: &str, pass: Secret
     if let Some(mut stdin) = child.stdin.take() {
         // A failed write shows as open's own error (no passphrase).
         let _ = stdin.write_all(&pass);
+    }
+    if let Some(out) = child.stdout.take() {
+        super::reencrypt_verbose::forward_child(out);
     }
     let st = child
         .wait()

@@ -12,9 +12,15 @@
 //!   `-c aes-xts-plain64 --init-only` then resumed): `reencryption_chain_of_the_script`;
 //!   the online resume via `--active-name` needs dm-crypt (guest suite).
 //! - [2] encryption with a data shift: `reencrypt_encrypt::reduce_device_size_*`;
-//!   `--offset` with `--reduce-device-size` is not accepted by ucrypt (not ported).
+//!   `--offset` with `--reduce-device-size` (below half of it: the reduction
+//!   adjusted; above: refused): `reencrypt_offset::offset_with_reduce_device_size_is_cryptsetups`,
+//!   `reencrypt_offset::an_offset_is_refused_where_cryptsetup_refuses_it`;
+//!   `--header` with `--offset` and `--reduce-device-size` (a detached header
+//!   and a data shift) is refused by ucrypt as unsupported (not ported).
 //! - [3] encryption with a detached header: `reencrypt_encrypt::a_whole_ucrypt_run_is_cryptsetups`,
-//!   `misuse_is_refused_and_nothing_is_written`; `--offset` not accepted (not ported).
+//!   `misuse_is_refused_and_nothing_is_written`; with `--offset` (the data
+//!   past it encrypted, the bytes before it kept):
+//!   `reencrypt_offset::offset_with_a_detached_header_is_cryptsetups`.
 //! - [4] reencryption with a detached header: `reencryption_of_a_detached_header`;
 //!   two mappings of one header (`--active-name`) need dm-crypt.
 //! - [5] decryption with a detached header: `reencrypt::decrypt_with_a_detached_header_*`.
@@ -35,7 +41,9 @@
 //!   `multi_keyslot_init_only_is_resumed_by_the_other_tool`.
 //! - [23] `--volume-key-file` (`-S0 -s 128`, then `luksErase` and the key file
 //!   opening the data again; a short or missing file and the volume's own key
-//!   refused): `reencrypt_volume_key::*`.
+//!   refused): `reencrypt_volume_key::*`, which also checks it with
+//!   `--encrypt` (the key from the file; a short file refused) and that
+//!   `--decrypt` ignores it, as cryptsetup 2.6.1 does.
 //! - [24]–[26] initial `cipher_null`: cryptsetup cannot format it without
 //!   device-mapper here (not ported).
 //! - [27] `--test-passphrase` with reencryption metadata: `test_passphrase_with_reencryption_metadata`;
@@ -63,8 +71,9 @@
 //!   `--decrypt`, [12] nested encryption refused:
 //!   `luks1_shift_encrypt_keep_key_decrypt_of_the_script` (its crash and
 //!   resume cases in `reencrypt_luks1`; cryptsetup's LUKS1 tool needs
-//!   device-mapper, so it checks results rather than runs); [4]'s 64 MiB
-//!   variant, `--use-directio`, `--volume-key-file`: not ported;
+//!   device-mapper, so it checks results rather than runs); [1]'s
+//!   `--volume-key-file`: `reencrypt_volume_key::a_luks1_reencryption_takes_the_volume_key_from_the_file`;
+//!   [4]'s 64 MiB variant, `--use-directio`: not ported;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
 //!   [2]–[6] old (`online-reencrypt` v1) metadata: not supported by ucrypt;

@@ -17,7 +17,7 @@ use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
 const DATA: usize = 4 << 20;
 
 /// Fast keyslot parameters for both tools.
-const FAST_KDF: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+pub(crate) const FAST_KDF: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 
 struct Plain {
     _dir: TempDir,
@@ -74,7 +74,7 @@ fn encrypt(tool: &str, hdr: &Path, data: &Path, key: &Path, args: &[&str]) -> Ou
         .unwrap()
 }
 
-fn json(hdr: &Path) -> Value {
+pub(crate) fn json(hdr: &Path) -> Value {
     let out = ok(
         Command::new("cryptsetup")
             .args(["luksDump", "--dump-json-metadata"])
@@ -93,7 +93,7 @@ fn in_reencryption(hdr: &Path) -> bool {
 }
 
 /// Salts and digests aside, the metadata.
-fn shape(mut v: Value) -> Value {
+pub(crate) fn shape(mut v: Value) -> Value {
     fn strip(v: &mut Value) {
         match v {
             Value::Object(m) => {
@@ -121,7 +121,7 @@ fn check_finished(p: &Plain, img: &Path, hdr: &Path, what: &str) {
 
 /// The finished volume `img` (header `hdr`, or on it) opens in
 /// cryptsetup and its first bytes read through ucrypt's map are `plain`.
-fn check_volume(key: &Path, img: &Path, hdr: Option<&Path>, plain: &[u8], what: &str) {
+pub(crate) fn check_volume(key: &Path, img: &Path, hdr: Option<&Path>, plain: &[u8], what: &str) {
     let meta = hdr.unwrap_or(img);
     assert!(!in_reencryption(meta), "{what}: still in reencryption");
     let mut c = Command::new("cryptsetup");

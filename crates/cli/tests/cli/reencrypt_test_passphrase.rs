@@ -3,7 +3,8 @@
 //! (exit code and message) and writes nothing: the keys are checked, no
 //! table is resolved, so a data area of no bytes (a detached header given
 //! as its own device, its data offset at or past the file's end) is no
-//! error. Variants of `luks2-reencryption-test` [27].
+//! error. Variants of `luks2-reencryption-test` [27]; a detached header
+//! in no reencryption whose data cannot be mapped answers the same way.
 
 use std::path::Path;
 
@@ -127,4 +128,48 @@ fn an_encryption_with_one_key_answers_as_cryptsetup() {
         same_answer(&files, &["--header", h, s(&dev)], b"wrong\n"),
         2
     );
+}
+
+/// A detached LUKS2 header in no reencryption, its data offset 0 or past
+/// the header file's end, given as its own device (or with a data device
+/// of a sector or none): cryptsetup checks the keyslots only, and so
+/// does ucrypt, with the same exit codes and nothing written.
+#[test]
+fn a_detached_header_whose_data_cannot_be_mapped_answers_as_cryptsetup() {
+    if !require_tool("reencrypt_test_passphrase_detached", "cryptsetup") {
+        return;
+    }
+    let dir = TempDir::new("retestpw-detached");
+    let dev = dir.join("dev");
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    for (offset, name) in [("0", "hdr0"), ("65536", "hdr32m")] {
+        let hdr = dir.join(name);
+        let mut a = vec!["-q", "luksFormat", "--type", "luks2", "--offset", offset];
+        a.extend_from_slice(FAST);
+        a.extend(["--header", s(&hdr), s(&dev)]);
+        ok(testutil::run("cryptsetup", &a, Some(PW)), "luksFormat");
+        let files = [hdr.as_path(), dev.as_path()];
+        let h = s(&hdr);
+        assert_eq!(same_answer(&files, &[h], PW), 0, "{name}");
+        assert_eq!(same_answer(&files, &["-S", "0", h], PW), 0, "{name}");
+        assert_eq!(same_answer(&files, &[h], b"wrong\n"), 2, "{name}");
+        assert_eq!(
+            same_answer(&files, &["--header", h, s(&dev)], PW),
+            0,
+            "{name}"
+        );
+        let small = dir.join("small");
+        for (len, code) in [(512, 0), (0, 1)] {
+            std::fs::File::create(&small).unwrap().set_len(len).unwrap();
+            let files = [hdr.as_path(), small.as_path()];
+            assert_eq!(
+                same_answer(&files, &["--header", h, s(&small)], PW),
+                code,
+                "{name}: a data device of {len} bytes"
+            );
+        }
+    }
 }

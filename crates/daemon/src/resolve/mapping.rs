@@ -177,7 +177,64 @@ impl Mapping<'_> {
         {
             return Ok(());
         }
+        if self.test_keys_only(kind, &device)? {
+            return Ok(());
+        }
         self.unlock(kind, &device, say).map(|_| ())
+    }
+
+    /// `--test-passphrase` of a LUKS header whose data could not be
+    /// mapped (a detached header with data offset 0 named as the device,
+    /// a data offset past the data device's end): cryptsetup checks the
+    /// keyslots only and so does this, the passphrase asked as for any
+    /// unlock. `false`: not such a header (or not LUKS, or asked for
+    /// tokens), for the ordinary unlock to answer.
+    fn test_keys_only(&self, kind: VolumeType, device: &Path) -> Result<bool> {
+        if !matches!(
+            kind,
+            VolumeType::Luks | VolumeType::Luks1 | VolumeType::Luks2
+        ) || self.table.is_some()
+            || self.tokens.asked()
+        {
+            return Ok(false);
+        }
+        let Ok(vol) = luks::Volume::load_header_only(device, self.header, &self.access) else {
+            return Ok(false);
+        };
+        let version = match vol.header() {
+            luks::Header::V1(_) => VolumeType::Luks1,
+            luks::Header::V2(_) => VolumeType::Luks2,
+        };
+        if vol.check_mapping().is_ok() || (kind != VolumeType::Luks && kind != version) {
+            return Ok(false);
+        }
+        // A detached header's data device under one sector: refused
+        // before the passphrase, in cryptsetup's words.
+        if self.header.is_some_and(|h| h != device) && vol.data_size() < 512 {
+            return Err(luks::Error::new(
+                luks::ErrorKind::DeviceSize,
+                format!(
+                    "Header detected but device {} is too small.",
+                    device.display()
+                ),
+            )
+            .into());
+        }
+        let prompt = format!("Enter passphrase for {}: ", device.display());
+        self.prompting
+            .unlock(self.key_file, self.plain.range(), &prompt, |pass| {
+                vol.unlock_key(pass, self.key_slot)
+                    .map(drop)
+                    .map_err(|e| match e.kind() {
+                        // cryptsetup's words for it.
+                        luks::ErrorKind::WrongPassphrase => luks::Error::new(
+                            luks::ErrorKind::WrongPassphrase,
+                            "No key available with this passphrase.",
+                        ),
+                        _ => e,
+                    })
+            })?;
+        Ok(true)
     }
 
     /// The option combinations cryptsetup refuses for `open` of `kind`.

@@ -86,6 +86,13 @@ pub struct EncryptRequest {
     pub reduce: Option<u64>,
     /// How the device and the header are opened (locking, Ceph).
     pub access: DeviceAccess,
+    /// With a detached `header`: the data offset in bytes (`--offset`;
+    /// the data before it is left as it is). `None`: 0.
+    pub offset: Option<u64>,
+    /// The volume key from this file (its first key-size bytes, as
+    /// cryptsetup's `luksFormat --volume-key-file`) instead of a random
+    /// one.
+    pub volume_key_file: Option<PathBuf>,
 }
 
 /// LUKS2 metadata size (one copy) cryptsetup uses for an encryption with
@@ -125,7 +132,9 @@ pub fn init_encrypt(device: &Path, pass: &[u8], req: &EncryptRequest) -> Result<
         refuse_luks(&header, access)?;
     }
     let sector_size = req.sector_size.unwrap_or(512);
-    let (opts, vk) = plan(req, sector_size, 0)?;
+    let offset = req.offset.unwrap_or(0);
+    let (opts, vk) = plan(req, sector_size, offset)?;
+    check_room(offset, vk.len())?;
     {
         // The header file exists before it is claimed (claims open it).
         std::fs::OpenOptions::new()
@@ -150,8 +159,9 @@ pub fn init_encrypt(device: &Path, pass: &[u8], req: &EncryptRequest) -> Result<
 }
 
 /// The format options of the new volume (data offset `offset`; with a
-/// data shift the header's size as cryptsetup sets it) and its volume
-/// key, checked before anything is written.
+/// data shift, no detached header, the header's size as cryptsetup sets
+/// it) and its volume key (random, or read from `--volume-key-file`),
+/// checked before anything is written.
 fn plan(req: &EncryptRequest, sector_size: u32, offset: u64) -> Result<(FormatOptions, Secret)> {
     let mut opts = FormatOptions {
         version: 2,
@@ -169,7 +179,7 @@ fn plan(req: &EncryptRequest, sector_size: u32, offset: u64) -> Result<(FormatOp
         access: req.access.clone(),
         ..Default::default()
     };
-    if offset > 0 {
+    if offset > 0 && req.header.is_none() {
         opts.metadata_size = Some(SHIFT_METADATA);
         opts.keyslots_size = Some(offset.saturating_sub(2 * SHIFT_METADATA));
     }
@@ -185,7 +195,10 @@ fn plan(req: &EncryptRequest, sector_size: u32, offset: u64) -> Result<(FormatOp
         None if xts => 64,
         None => 32,
     };
-    let vk = Secret::from_slice(&keyslot::random(key_len)?);
+    let vk = match &req.volume_key_file {
+        Some(f) => super::volume_key::read(f, key_len)?,
+        None => Secret::from_slice(&keyslot::random(key_len)?),
+    };
     opts.volume_key = Some(Zeroizing::new(vk.to_vec()));
     Ok((opts, vk))
 }
@@ -254,6 +267,25 @@ fn init_shift(device: &Path, pass: &[u8], req: &EncryptRequest, reduce: u64) -> 
     drop(f);
     let (h, _) = read_header(device, access)?;
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))
+}
+
+/// With a detached header and a data offset (`--offset`), the room
+/// cryptsetup's format leaves before it (two 16 KiB header copies, then
+/// the keyslots area up to the offset) must hold the offset's minimum
+/// and the new keyslot; refused here, before the header file is written,
+/// in cryptsetup's words (cryptsetup writes the header first).
+fn check_room(offset: u64, key_len: usize) -> Result<()> {
+    const MIN: u64 = 2 * 16384;
+    if offset == 0 {
+        return Ok(());
+    }
+    if offset < MIN {
+        return Err(invalid("Requested data offset is too small."));
+    }
+    if offset - MIN < area_size_v2(key_len) {
+        return Err(Error::new(ErrorKind::SlotBusy, "No space for new keyslot."));
+    }
+    Ok(())
 }
 
 /// The temporary header file of an encryption with a data shift, removed
@@ -422,11 +454,7 @@ fn encrypt_layout(
     sector_size: u32,
 ) -> Result<()> {
     let (did, mut fin) = formatted_segment(h)?;
-    if h.meta.segment().1.offset != 0 {
-        return Err(unsupported(
-            "LUKS2 encryption without a data shift needs data offset 0",
-        ));
-    }
+    let offset = h.meta.segment().1.offset.to_string();
     let rslot = free_slot(h)?;
     let (alo, asz) = largest_gap(h);
     if asz == 0 && resilience != "none" {
@@ -450,11 +478,11 @@ fn encrypt_layout(
     segs.clear();
     segs.insert(
         "0".into(),
-        json!({"type": "linear", "offset": "0", "size": "dynamic"}),
+        json!({"type": "linear", "offset": offset, "size": "dynamic"}),
     );
     segs.insert(
         "1".into(),
-        json!({"type": "linear", "offset": "0", "size": "dynamic", "flags": ["backup-previous"]}),
+        json!({"type": "linear", "offset": offset, "size": "dynamic", "flags": ["backup-previous"]}),
     );
     segs.insert("2".into(), fin);
     super::set_digest_segments(h, &did, &["2"]);

@@ -96,6 +96,10 @@ pub struct Luks1Request {
     pub uuid: Option<String>,
     /// How the device and the headers are opened (locking, Ceph).
     pub access: DeviceAccess,
+    /// `--volume-key-file`: a reencryption's new volume key is this
+    /// file's first key-size bytes (cryptsetup 2.6.1's LUKS1 tool reads
+    /// it there only: an encryption or a decryption ignores it).
+    pub volume_key_file: Option<PathBuf>,
 }
 
 /// The UUID of a LUKS1 device marked as in reencryption (magic
@@ -670,17 +674,7 @@ fn finish(
         }
         let end = (meta_end as usize).min(hdr.len());
         if req.header.is_some() {
-            // A detached header: the file given (created if missing).
-            let mut h = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(hdr_dev)
-                .map_err(|e| Error::io(format!("Cannot open {}", hdr_dev.display()), e))?;
-            write_at(&mut h, 0, &hdr[..end])?;
-            crash::point();
-            sync(&h)?;
+            write_detached(hdr_dev, &hdr[..end], &req.access)?;
         } else {
             // Through the device's own (locked) handle.
             write_at(f, 0, &hdr[..end])?;
@@ -692,6 +686,23 @@ fn finish(
         let _ = std::fs::remove_file(p);
     }
     Ok(())
+}
+
+/// The new header's write to the detached `--header` file (created if
+/// missing), under the metadata lock as every header write
+/// ([`open_rw`]): a cryptsetup or ucrypt reading or writing it
+/// meanwhile is waited for.
+fn write_detached(path: &Path, bytes: &[u8], access: &DeviceAccess) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
+    let mut h = open_rw(path, access)?;
+    write_at(&mut *h, 0, bytes)?;
+    crash::point();
+    sync(&*h)
 }
 
 /// Whether the first bytes of `path` are a LUKS header or one marked by
@@ -940,10 +951,13 @@ fn new_header(
         let bits = req.key_bits.unwrap_or(256);
         luks1_fake::write(&files.new, bits, opts.hash, opened.keyslot)?;
     } else {
+        let len = (opts.key_bits.unwrap_or(0) / 8) as usize;
         let new_vk = if req.keep_key {
             zeroize::Zeroizing::new(opened.volume_key.to_vec())
+        } else if let (Some(f), Luks1Mode::Reencrypt) = (&req.volume_key_file, req.mode) {
+            zeroize::Zeroizing::new(super::volume_key::read(f, len)?.to_vec())
         } else {
-            crate::keyslot::random((opts.key_bits.unwrap_or(0) / 8) as usize)?
+            crate::keyslot::random(len)?
         };
         let opts = FormatOptions {
             volume_key: Some(new_vk.clone()),
@@ -961,6 +975,34 @@ fn new_header(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_detached_header_is_written_under_the_metadata_lock() {
+        use rustix::fs::{flock, FlockOperation};
+        let dir = std::env::temp_dir().join(format!("luks1-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hdr");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        // Another holder (an open file description of its own, as another
+        // process's) has the exclusive lock.
+        let holder = std::fs::File::open(&path).unwrap();
+        flock(&holder, FlockOperation::LockExclusive).unwrap();
+        let p = path.clone();
+        let writer =
+            std::thread::spawn(move || write_detached(&p, &[0xa5; 512], &DeviceAccess::default()));
+        // Not written while the lock is held.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!writer.is_finished(), "the write did not wait for the lock");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            [0u8; 4096],
+            "written under the lock"
+        );
+        drop(holder);
+        writer.join().unwrap().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap()[..512], [0xa5; 512]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn sums_are_for_their_block_only_and_torn_ones_are_ignored() {

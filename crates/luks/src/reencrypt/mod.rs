@@ -251,6 +251,24 @@ pub fn active_slots(meta: &Path, access: &DeviceAccess) -> Result<Vec<u32>> {
     Ok(h.meta.segment_keyslots())
 }
 
+/// The keyslots of the new volume key of the reencryption the header on
+/// `meta` records, in slot order (none when it records none): what its
+/// start created.
+pub fn new_key_slots(meta: &Path, access: &DeviceAccess) -> Result<Vec<u32>> {
+    let (h, _) = read_header(meta, access)?;
+    let Some(st) = State::load(&h)? else {
+        return Ok(Vec::new());
+    };
+    let mut slots: Vec<u32> = h
+        .meta
+        .digests
+        .get(&st.new_digest)
+        .map(|d| d.keyslots.iter().filter_map(|k| k.parse().ok()).collect())
+        .unwrap_or_default();
+    slots.sort_unstable();
+    Ok(slots)
+}
+
 /// Whether `pass` opens keyslot `slot` of the volume whose header is on
 /// `meta`, to the data segment's key (cryptsetup's check before it takes
 /// the passphrase of a keyslot to renew). A wrong one is

@@ -178,6 +178,22 @@ impl Volume {
     /// both reached as `access` says (which the volume keeps for its
     /// writes).
     pub fn load(device: &Path, header: Option<&Path>, access: &DeviceAccess) -> Result<Self> {
+        let vol = Self::load_header_only(device, header, access)?;
+        vol.check_data_device(false)?;
+        Ok(vol)
+    }
+
+    /// Reads the header as [`Volume::load`] does, without checking the
+    /// data area against it: cryptsetup's `open --test-passphrase` checks
+    /// keyslots only, so a detached header with data offset 0 named as the
+    /// device, or a data offset past the data device's end, still answers
+    /// it ([`Volume::unlock_key`]; [`Volume::check_mapping`] says whether
+    /// the data could be mapped).
+    pub fn load_header_only(
+        device: &Path,
+        header: Option<&Path>,
+        access: &DeviceAccess,
+    ) -> Result<Self> {
         let meta_path = header.unwrap_or(device).to_path_buf();
         let mut data = open_ro(device, access)?;
         let data_size = device_size(&mut data, device)?;
@@ -189,7 +205,7 @@ impl Volume {
             (data, data_size)
         };
         let h = Header::read(&mut meta, meta_size)?;
-        let vol = Volume {
+        Ok(Volume {
             header: h,
             meta_path,
             detached: header.is_some(),
@@ -197,9 +213,28 @@ impl Volume {
             data_size,
             keyslot_encryption: None,
             access: access.clone(),
+        })
+    }
+
+    /// Whether the header and the data device allow mapping the data
+    /// (what [`Volume::load`] and an unlock check).
+    pub fn check_mapping(&self) -> Result<()> {
+        self.check_data_device(true)?;
+        let (ss, fixed) = match &self.header {
+            Header::V1(_) => (512, None),
+            Header::V2(h) => (
+                u64::from(self.header.sector_size()),
+                h.meta.segment().1.fixed_size()?,
+            ),
         };
-        vol.check_data_device(false)?;
-        Ok(vol)
+        let rest = self.data_size.saturating_sub(self.header.payload_offset());
+        if fixed.is_none() && rest / ss == 0 {
+            return Err(Error::new(
+                ErrorKind::DeviceSize,
+                "The LUKS data area is empty (device too small)",
+            ));
+        }
+        Ok(())
     }
 
     /// Opens the header device to write this volume's header, under the
