@@ -16,7 +16,10 @@
 //!   the reencrypt keyslot or an absent one is "No usable keyslot is
 //!   available.";
 //! - a detached header's data device under one sector is "Header
-//!   detected but device DEV is too small." before any passphrase.
+//!   detected but device DEV is too small." before any passphrase;
+//! - metadata that needs `repair` (`upgrade.rs`): the keys unlocked (a
+//!   wrong passphrase: "No usable keyslot is available."), then
+//!   "Reencryption metadata is invalid." and that line (exit 1).
 
 use std::path::Path;
 
@@ -52,6 +55,14 @@ pub fn test_passphrase(
 ) -> Result<()> {
     let (h, _) = read_header_of(meta, device)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+    if st.needs_repair() {
+        // cryptsetup unlocks, fails the verification, and ends with its
+        // last keyslot's answer.
+        super::upgrade::unlock_keys(&h, meta, pass, key_slot, &st)?;
+        return Err(invalid(
+            "Reencryption metadata is invalid.\nNo usable keyslot is available.",
+        ));
+    }
     if st.hotzone().is_some() {
         return Err(invalid(format!(
             "Device {} requires reencryption recovery: run ucrypt reencrypt --resume-only \
