@@ -102,6 +102,7 @@ impl Online {
         let (header, dev_size) = read_header_of(meta, device)?;
         let state =
             State::load(&header)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+        super::upgrade::check_resumable(&state)?;
         let (old_key, new_key) =
             super::upgrade::unlock_keys(&header, meta, pass, key_slot, &state)?;
         state.verify(&header, &old_key, &new_key)?;

@@ -18,7 +18,7 @@
 //! - a detached header's data device under one sector is "Header
 //!   detected but device DEV is too small." before any passphrase;
 //! - metadata that needs `repair` (`upgrade.rs`): the keys unlocked (a
-//!   wrong passphrase: "No usable keyslot is available."), then
+//!   wrong passphrase answered as above), then
 //!   "Reencryption metadata is invalid." and that line (exit 1).
 
 use std::path::Path;
@@ -58,7 +58,15 @@ pub fn test_passphrase(
     if st.needs_repair() {
         // cryptsetup unlocks, fails the verification, and ends with its
         // last keyslot's answer.
-        super::upgrade::unlock_keys(&h, meta, pass, key_slot, &st)?;
+        match key_slot {
+            None => {
+                open_digest(&h, meta, pass, &st.old_digest)?;
+                open_digest(&h, meta, pass, &st.new_digest)?;
+            }
+            Some(_) => {
+                super::upgrade::unlock_keys(&h, meta, pass, key_slot, &st)?;
+            }
+        }
         return Err(invalid(
             "Reencryption metadata is invalid.\nNo usable keyslot is available.",
         ));
@@ -105,7 +113,7 @@ pub fn test_passphrase(
 
 /// The key of digest `did` (none for the empty id: the plaintext side),
 /// from the keyslots cryptsetup tries for it, in its order.
-fn open_digest(h: &RawHeader, meta: &Path, pass: &[u8], did: &str) -> Result<Secret> {
+pub(super) fn open_digest(h: &RawHeader, meta: &Path, pass: &[u8], did: &str) -> Result<Secret> {
     if did.is_empty() {
         return Ok(Secret::from_slice(&[]));
     }
