@@ -25,8 +25,9 @@ pub enum Commands {
     /// Destroy every keyslot: the volume becomes unusable (cryptsetup luksErase).
     #[command(alias = "luksErase")]
     Erase(PlainArgs),
-    /// Rewrite a damaged or inconsistent LUKS header (cryptsetup repair).
-    Repair(PlainArgs),
+    /// Rewrite a damaged or inconsistent LUKS header; upgrade reencryption
+    /// metadata of cryptsetup before 2.4 with the passphrase (cryptsetup repair).
+    Repair(RepairArgs),
     /// Convert between LUKS1 and LUKS2 in place (cryptsetup convert).
     Convert(ConvertArgs),
     /// Re-seal a keyslot with another PBKDF (cryptsetup luksConvertKey).
@@ -95,11 +96,24 @@ pub struct ConfigArgs {
     key_slot: Option<u32>,
 }
 
-/// `ucrypt erase|repair DEVICE`.
+/// `ucrypt erase DEVICE`.
 #[derive(Args)]
 pub struct PlainArgs {
     #[command(flatten)]
     base: Base,
+}
+
+/// `ucrypt repair DEVICE`.
+#[derive(Args)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    base: Base,
+    /// The passphrase for reencryption metadata to upgrade.
+    #[command(flatten)]
+    key: KeyFileArgs,
+    /// The keyslot of that passphrase.
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
 }
 
 /// `ucrypt convert DEVICE --type luks1|luks2`.
@@ -155,7 +169,7 @@ impl Commands {
                 admin::config(&a.base.target(g), &req, ui)
             }
             Self::Erase(a) => admin::erase(&a.base.target(g), ui),
-            Self::Repair(a) => admin::repair(&a.base.target(g), ui),
+            Self::Repair(a) => repair(&a, g, ui),
             Self::Convert(a) => admin::convert(&a.base.target(g), &a.luks_type, ui),
             Self::ConvertKey(a) => {
                 let req = ops::ConvertKeyRequest {
@@ -177,6 +191,33 @@ impl Commands {
         }
         Ok(())
     }
+}
+
+/// cryptsetup's question before it upgrades old reencryption metadata.
+const UPGRADE_QUESTION: &str = "Unprotected LUKS2 reencryption metadata detected. \
+    Please verify the reencryption operation is desirable (see luksDump output)\n\
+    and continue (upgrade metadata) only if you acknowledge the operation as genuine.";
+
+/// repair: reencryption metadata of cryptsetup before 2.4 upgraded with
+/// the passphrase (`luks::reencrypt::upgrade`), any other header through
+/// `admin::repair`.
+fn repair(a: &RepairArgs, g: &Globals, ui: &mut Terminal) -> luks::Result<Done> {
+    let meta = a.base.header.as_deref().unwrap_or(&a.base.device);
+    if !matches!(luks::reencrypt::needs_upgrade(meta, &g.access()), Ok(true)) {
+        return admin::repair(&a.base.target(g), ui);
+    }
+    if !g.batch_mode && !ops::Ui::confirm(ui, UPGRADE_QUESTION) {
+        return Err(luks::Error::new(
+            luks::ErrorKind::InvalidArgument,
+            "Operation aborted.",
+        ));
+    }
+    let pass = a.key.source(g.prompting()).read(
+        "Enter passphrase to protect and upgrade reencryption metadata: ",
+        false,
+    )?;
+    luks::reencrypt::upgrade(&a.base.device, meta, &g.access(), &pass, a.key_slot)?;
+    Ok(Done::Nothing)
 }
 
 impl Base {

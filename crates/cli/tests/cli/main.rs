@@ -56,6 +56,7 @@ mod reencrypt_dshift;
 mod reencrypt_encrypt;
 mod reencrypt_luks1;
 mod reencrypt_offset;
+mod reencrypt_old_metadata;
 mod reencrypt_online;
 mod reencrypt_online_start;
 mod reencrypt_plaintext;

@@ -76,7 +76,17 @@
 //!   [4]'s 64 MiB variant, `--use-directio`: not ported;
 //!   [7], [9] block sizes of loop devices need the kernel.
 //! - `luks2-reencryption-mangle-test` [1], [7]: `mangled_metadata_is_refused`;
-//!   [2]–[6] old (`online-reencrypt` v1) metadata: not supported by ucrypt;
+//!   [1]'s requirement flags (an unknown `online-reencryptx`, two
+//!   reencryption requirements: no LUKS2 header to either tool; `-v999`
+//!   and `-v3X`, which cryptsetup dumps, refused by ucrypt as every
+//!   unknown requirement): `reencrypt_old_metadata::reencryption_requirement_flags`;
+//!   [1]–[6] old (`online-reencrypt` v1, no digest) metadata, refused with
+//!   cryptsetup's answers and upgraded by either tool's `repair` for the
+//!   other to finish: `reencrypt_old_metadata::old_reencryption_metadata_is_upgraded_by_either_repair`
+//!   ([2]–[5] also with the script's own segment after the hotzone,
+//!   whose IV tweak ucrypt refuses to run after cryptsetup's repair; [6]'s
+//!   reencryption with a data shift is upgraded by ucrypt for cryptsetup
+//!   and not run by ucrypt);
 //!   [9] decryption with a data shift: `reencrypt_dshift::mangled_datashift_metadata_is_refused`;
 //!   [8] AEAD: ucrypt has no integrity.
 
@@ -89,7 +99,7 @@ use testutil::{require_tool, Rng, TempDir};
 use super::reencrypt::ok;
 
 const PW1: &[u8] = b"compat passphrase 1\n";
-const FAST_PBKDF2: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+pub(crate) const FAST_PBKDF2: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const FAST_PBKDF_ARGON: &[&str] = &[
     "--pbkdf-force-iterations",
     "4",
@@ -100,7 +110,7 @@ const FAST_PBKDF_ARGON: &[&str] = &[
 ];
 
 /// `prog ARGS` (paths as text) with `stdin`.
-fn run(prog: &str, args: &[&str], stdin: &[u8]) -> Output {
+pub(crate) fn run(prog: &str, args: &[&str], stdin: &[u8]) -> Output {
     testutil::run(prog, args, Some(stdin))
 }
 
@@ -123,7 +133,7 @@ fn ucrypt_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
         .unwrap()
 }
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
@@ -154,7 +164,7 @@ fn fill(img: &Path, hdr: Option<&Path>, seed: u64) -> Vec<u8> {
     fill_with(img, hdr, &key, seed)
 }
 
-fn fill_with(img: &Path, hdr: Option<&Path>, key: &Path, seed: u64) -> Vec<u8> {
+pub(crate) fn fill_with(img: &Path, hdr: Option<&Path>, key: &Path, seed: u64) -> Vec<u8> {
     let size = data_size(img, hdr);
     let mut plain = vec![0u8; size];
     Rng::new(seed).fill(&mut plain);
@@ -193,7 +203,7 @@ fn data_size(img: &Path, hdr: Option<&Path>) -> usize {
     (std::fs::metadata(img).unwrap().len() - off) as usize
 }
 
-fn json(hdr: &Path) -> Value {
+pub(crate) fn json(hdr: &Path) -> Value {
     let out = ok(
         run(
             "cryptsetup",
@@ -1171,7 +1181,7 @@ fn luks1_chain_and_keyslot_choice() {
 /// The JSON area of a 16 KiB-metadata LUKS2 header rewritten (both
 /// copies, their checksums recomputed), as the mangle script's
 /// `img_update_json` does.
-fn mangle(img: &Path, j: &Value) {
+pub(crate) fn mangle(img: &Path, j: &Value) {
     const MSIZE: usize = 16384;
     let text = serde_json::to_vec(j).unwrap();
     let mut b = std::fs::read(img).unwrap();

@@ -16,6 +16,7 @@ use crate::kdf::{Argon2Variant, Kdf};
 use crate::ErrorKind;
 
 mod check;
+pub(crate) use check::check_reencrypt_requirement;
 
 /// Largest keyslots area cryptsetup accepts (128 MiB).
 pub const MAX_KEYSLOTS_SIZE: u64 = 128 << 20;

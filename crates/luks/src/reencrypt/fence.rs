@@ -24,8 +24,7 @@ use crypto::Secret;
 use super::header::RawHeader;
 use super::lock::ReencryptLock;
 use super::{
-    data_size, post_segments_mem, read_header_of, segment_targets, unlock_both, Outcome,
-    RunOptions, State,
+    data_size, post_segments_mem, read_header_of, segment_targets, Outcome, RunOptions, State,
 };
 use crate::error::{invalid, Result};
 use crate::DeviceAccess;
@@ -113,7 +112,9 @@ impl Online {
         let (header, dev_size) = read_header_of(meta, device, access)?;
         let state =
             State::load(&header)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
-        let (old_key, new_key) = unlock_both(&header, meta, access, pass, key_slot, &state)?;
+        super::upgrade::check_resumable(&state)?;
+        let (old_key, new_key) =
+            super::upgrade::unlock_keys(&header, meta, access, pass, key_slot, &state)?;
         state.verify(&header, &old_key, &new_key)?;
         Ok(Online {
             device: device.to_path_buf(),

@@ -121,6 +121,7 @@ impl RawHeader {
 /// The header without its reencryption parts, loaded as the ordinary
 /// verbs load a header (every check of `luks2/json/check.rs`).
 pub(crate) fn ordinary_view(json: &Value, hdr_size: u64) -> Result<Metadata> {
+    crate::luks2::json::check_reencrypt_requirement(json)?;
     let mut v = json.clone();
     let reenc: Vec<String> = v
         .get("keyslots")
@@ -154,7 +155,7 @@ pub(crate) fn ordinary_view(json: &Value, hdr_size: u64) -> Result<Metadata> {
             m.retain(|r| {
                 !matches!(
                     r.as_str(),
-                    Some("online-reencrypt-v2" | "online-reencrypt-v3")
+                    Some("online-reencrypt" | "online-reencrypt-v2" | "online-reencrypt-v3")
                 )
             });
             empty = m.is_empty();

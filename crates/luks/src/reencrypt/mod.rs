@@ -78,6 +78,7 @@ mod resilience;
 mod size;
 mod state;
 mod test_key;
+mod upgrade;
 mod volume_key;
 
 pub use decrypt_shift::{init_decrypt_shift, DecryptShiftRequest};
@@ -89,6 +90,7 @@ pub use resilience::{set_resilience, set_resilience_held};
 pub use size::check_device_size;
 pub use state::{Mode, Resilience, State};
 pub use test_key::{check_data_device, test_passphrase};
+pub use upgrade::{needs_upgrade, upgrade};
 
 /// cryptsetup's largest hotzone (1 GiB).
 pub const MAX_HOTZONE: u64 = 1 << 30;
@@ -797,7 +799,7 @@ pub fn tables_at(
             device.display()
         )));
     }
-    let (old_vk, new_vk) = unlock_both(&h, meta, access, pass, key_slot, &st)?;
+    let (old_vk, new_vk) = upgrade::unlock_keys(&h, meta, access, pass, key_slot, &st)?;
     st.verify(&h, &old_vk, &new_vk)?;
     let total = data_size(dev_size, &st)?;
     segment_targets(&h, &st, device, total, &old_vk, &new_vk)

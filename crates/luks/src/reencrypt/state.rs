@@ -108,7 +108,8 @@ impl Mode {
 /// The loaded reencryption state.
 #[derive(Debug, Clone)]
 pub struct State {
-    /// Requirement version (2 for `online-reencrypt-v2`).
+    /// Requirement version (2 for `online-reencrypt-v2`; 1 for the old
+    /// `online-reencrypt`, which needs [`State::needs_repair`]).
     pub version: u8,
     /// What the reencryption does.
     pub mode: Mode,
@@ -129,7 +130,8 @@ pub struct State {
     pub old_digest: String,
     /// See `old_digest`.
     pub new_digest: String,
-    /// The verification digest's id.
+    /// The verification digest's id; empty when the header has none
+    /// (metadata of cryptsetup before 2.4, [`State::needs_repair`]).
     pub verify_digest: String,
     /// Data segments in id order (no backups).
     pub data: Vec<(String, Segment)>,
@@ -206,11 +208,9 @@ pub(crate) fn requirement(h: &RawHeader) -> Result<Option<u8>> {
         match r {
             "online-reencrypt-v2" => return Ok(Some(2)),
             "online-reencrypt-v3" => return Ok(Some(3)),
-            "online-reencrypt" => {
-                return Err(unsupported(
-                    "Legacy LUKS2 reencryption is no longer supported.",
-                ))
-            }
+            // cryptsetup 2.2's metadata: no verification digest yet;
+            // `repair` with the passphrase upgrades it (`upgrade.rs`).
+            "online-reencrypt" => return Ok(Some(1)),
             _ => {}
         }
     }
@@ -286,12 +286,16 @@ impl State {
         let datashift = area_type == "datashift";
         let shift_decrypt = matches!(area_type, "datashift-checksum" | "datashift-journal");
         // The combinations ucrypt runs: reencrypt and encrypt forward,
-        // decrypt backward, encrypt backward with a data shift, and
-        // decrypt forward with a data shift (the header exported).
+        // decrypt either way (cryptsetup's own starts go backward; a
+        // forward one is metadata of cryptsetup 2.2), encrypt backward
+        // with a data shift, and decrypt forward with a data shift (the
+        // header exported).
         let ok = if shift_decrypt {
             mode == Mode::Decrypt && !backward
+        } else if mode == Mode::Decrypt {
+            !datashift
         } else {
-            backward == (mode == Mode::Decrypt || (mode == Mode::Encrypt && datashift))
+            backward == (mode == Mode::Encrypt && datashift)
                 && (!datashift || mode == Mode::Encrypt)
         };
         if !ok {
@@ -437,6 +441,8 @@ impl State {
             {
                 id.clone()
             }
+            // No digest: old metadata, upgraded by `repair`.
+            [] => String::new(),
             _ => {
                 return Err(corrupt(
                     "LUKS2 reencryption metadata has no valid verification digest",
@@ -589,7 +595,10 @@ impl State {
                     keys.clone()
                 };
                 want.sort();
-                if s.kind != self.new.kind || digests != want {
+                // cryptsetup 2.2's metadata binds a hotzone to the new
+                // key only (the mangle suite's old reencryptions).
+                let new_only = bound(&self.new, &self.new_digest);
+                if s.kind != self.new.kind || (digests != want && digests != new_only) {
                     return Err(corrupt(format!(
                         "LUKS2 hotzone segment {id} must be bound to both digests"
                     )));
@@ -891,9 +900,20 @@ impl State {
         Ok(out)
     }
 
+    /// Metadata no cryptsetup since 2.4 acts on before `repair` upgrades
+    /// it (`LUKS2_reencrypt_get_params`' `CRYPT_REENCRYPT_REPAIR_NEEDED`):
+    /// the old `online-reencrypt` requirement, or no verification digest.
+    pub fn needs_repair(&self) -> bool {
+        self.version < 2 || self.verify_digest.is_empty()
+    }
+
     /// Checks the verification digest against the unlocked keys: a
-    /// mismatch is a header changed without the keys, refused.
+    /// mismatch is a header changed without the keys, refused, and so is
+    /// metadata that [`State::needs_repair`].
     pub(crate) fn verify(&self, h: &RawHeader, old_vk: &[u8], new_vk: &[u8]) -> Result<()> {
+        if self.needs_repair() {
+            return Err(super::upgrade::invalid_metadata());
+        }
         let data = Self::verification_data(h, &self.keyslot, self.version, old_vk, new_vk)?;
         let d = h
             .meta_digest(&self.verify_digest)

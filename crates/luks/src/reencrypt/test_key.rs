@@ -16,7 +16,10 @@
 //!   the reencrypt keyslot or an absent one is "No usable keyslot is
 //!   available.";
 //! - a detached header's data device under one sector is "Header
-//!   detected but device DEV is too small." before any passphrase.
+//!   detected but device DEV is too small." before any passphrase;
+//! - metadata that needs `repair` (`upgrade.rs`): the keys unlocked (a
+//!   wrong passphrase answered as above), then
+//!   "Reencryption metadata is invalid." and that line (exit 1).
 
 use std::path::Path;
 
@@ -56,6 +59,22 @@ pub fn test_passphrase(
 ) -> Result<()> {
     let (h, _) = read_header_of(meta, device, access)?;
     let st = State::load(&h)?.ok_or_else(|| invalid("Device reencryption not in progress."))?;
+    if st.needs_repair() {
+        // cryptsetup unlocks, fails the verification, and ends with its
+        // last keyslot's answer.
+        match key_slot {
+            None => {
+                open_digest(&h, meta, access, pass, &st.old_digest)?;
+                open_digest(&h, meta, access, pass, &st.new_digest)?;
+            }
+            Some(_) => {
+                super::upgrade::unlock_keys(&h, meta, access, pass, key_slot, &st)?;
+            }
+        }
+        return Err(invalid(
+            "Reencryption metadata is invalid.\nNo usable keyslot is available.",
+        ));
+    }
     if st.hotzone().is_some() {
         return Err(invalid(format!(
             "Device {} requires reencryption recovery: run ucrypt reencrypt --resume-only \
@@ -98,7 +117,7 @@ pub fn test_passphrase(
 
 /// The key of digest `did` (none for the empty id: the plaintext side),
 /// from the keyslots cryptsetup tries for it, in its order.
-fn open_digest(
+pub(super) fn open_digest(
     h: &RawHeader,
     meta: &Path,
     access: &DeviceAccess,

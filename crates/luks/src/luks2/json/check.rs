@@ -11,6 +11,7 @@
 //! | JSON: an object from the first byte, NUL-terminated, only NULs after it | `hdr_read_disk` / `LUKS2_hdr_validate` |
 //! | objects and field types (strings, decimal numbers in strings, string arrays), segment ids without gaps | `hdr_validate_json_size`, `hdr_validate_keyslots`, `hdr_validate_segments`, `hdr_validate_digests`, `hdr_validate_tokens` (in `shape.rs`) |
 //! | mandatory requirements unknown to ucrypt refuse the header | `LUKS2_config_get_requirements` / `LUKS2_unmet_requirements` |
+//! | at most one reencryption requirement (`online-reencrypt`, `online-reencrypt-vN`), and a reencrypt keyslot only with one (else not a LUKS2 header) | `hdr_validate_requirements`, `LUKS2_keyslots_validate` (`luks2_keyslot.c`) |
 //! | `config.json_size` = header size − 4096; `keyslots_size` 4 KiB-aligned, at most 128 MiB | `hdr_validate_config`, `validate_keyslots_size` |
 //! | ids: keyslots and tokens 0..32, digests and segments numeric | `numbered`, `LUKS2_KEYSLOTS_MAX`, `LUKS2_TOKENS_MAX` |
 //! | keyslot type `luks2`, area type `raw` (others: unsupported) | `LUKS2_keyslot_validate` → `luks2_keyslot_validate` (`luks2_keyslot_luks2.c`) |
@@ -352,12 +353,60 @@ impl Metadata {
     }
 }
 
+/// A name cryptsetup counts as a reencryption requirement
+/// (`reencrypt_candidate_flag`): `online-reencrypt`, or
+/// `online-reencrypt-v` and digits.
+fn reencrypt_candidate(r: &str) -> bool {
+    r == "online-reencrypt"
+        || r.strip_prefix("online-reencrypt-v")
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The reencryption requirement and keyslot as cryptsetup validates them
+/// (`hdr_validate_requirements`, `LUKS2_keyslots_validate`): at most one
+/// reencryption requirement, and a reencrypt keyslot only with one. A
+/// header that fails is no LUKS2 header to cryptsetup ("Device … is not
+/// a valid LUKS device."), so [`ErrorKind::NotLuks`] here.
+pub(crate) fn check_reencrypt_requirement(v: &Value) -> Result<()> {
+    let candidates = v
+        .get("config")
+        .and_then(|c| c.get("requirements"))
+        .and_then(|r| r.get("mandatory"))
+        .and_then(Value::as_array)
+        .map_or(0, |m| {
+            m.iter()
+                .filter(|r| r.as_str().is_some_and(reencrypt_candidate))
+                .count()
+        });
+    if candidates > 1 {
+        return Err(crate::Error::new(
+            ErrorKind::NotLuks,
+            "LUKS2 header has more than one reencryption requirement",
+        ));
+    }
+    let reencrypt_slot = v
+        .get("keyslots")
+        .and_then(Value::as_object)
+        .is_some_and(|ks| {
+            ks.values()
+                .any(|k| k.get("type").and_then(Value::as_str) == Some("reencrypt"))
+        });
+    if reencrypt_slot && candidates == 0 {
+        return Err(crate::Error::new(
+            ErrorKind::NotLuks,
+            "LUKS2 reencrypt keyslot without the reencryption requirement",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks on the untyped value that give better messages than a shape error:
 /// mandatory requirements and non-luks2 keyslots.
 fn precheck(v: &Value) -> Result<()> {
     let obj = v
         .as_object()
         .ok_or_else(|| corrupt("LUKS2 JSON metadata is not an object"))?;
+    check_reencrypt_requirement(v)?;
     if let Some(req) = obj.get("config").and_then(|c| c.get("requirements")) {
         if let Some(m) = req.get("mandatory").and_then(Value::as_array) {
             let names: Vec<String> = m
