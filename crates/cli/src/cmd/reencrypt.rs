@@ -289,9 +289,10 @@ fn reencrypt_cmd(a: ReencryptArgs, g: Globals) -> CmdResult {
 }
 
 /// `--device-size` as cryptsetup parses it (a positive multiple of 512
-/// bytes, not with `--reduce-device-size`); ucrypt runs it and
-/// `--volume-key-file` offline only and on LUKS2 (`--volume-key-file`
-/// for a reencryption only).
+/// bytes, not with `--reduce-device-size`); ucrypt runs it on LUKS2,
+/// offline or online (`--active-name`: the size the volume is served
+/// with, checked by the daemon), not with an encryption that activates
+/// NAME; `--volume-key-file` offline only, for a reencryption only.
 fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
     if a.volume_key_file.is_some()
         && (a.encrypt || a.decrypt || a.active_name.is_some() || a.name.is_some())
@@ -326,9 +327,9 @@ fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
             "Options --reduce-device-size and --data-size cannot be combined.",
         ));
     }
-    if a.active_name.is_some() || a.name.is_some() {
+    if a.name.is_some() {
         return Err(Failure::usage(
-            "--device-size is not supported by ucrypt for online reencryption.",
+            "--device-size is not supported by ucrypt for online encryption.",
         ));
     }
     if a.header.is_none()

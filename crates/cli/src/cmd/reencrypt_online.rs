@@ -248,6 +248,7 @@ pub(super) fn start_and_watch(
         rate,
         resilience: a.resilience.clone().filter(|_| switch),
         resilience_hash: a.resilience_hash.clone().filter(|_| switch),
+        device_size: a.device_size,
     };
     let first = control::reencrypt(name, start, DRAIN_TIMEOUT)?;
     if a.init_only {

@@ -25,8 +25,12 @@
 //!   for the failing writes); the online variants need dm-crypt.
 //! - [16], [18], [20], [21] `--device-size` offline (reencryption with the header
 //!   inside or detached, encryption, decryption; the refusals; a crashed
-//!   fixed-size run resumed by either tool): `reencrypt_device_size::*`; [17],
-//!   [19] online need dm-crypt (ucrypt refuses `--device-size` with `--active-name`).
+//!   fixed-size run resumed by either tool): `reencrypt_device_size::*`; [17]
+//!   online (the run covers the served size after `resize --size`; the
+//!   size mismatch and the misaligned size refused after `--init-only`;
+//!   a fixed-size run stopped by either tool finished by the other) in
+//!   `reencrypt_online::size::*`; [19] (the same online with a detached
+//!   header) is not ported.
 //! - [22] multi-keyslot reencryption (one passphrase per keyslot on stdin,
 //!   every keyslot renewed with its KDF; the `-d KEY` refusal with several
 //!   keyslots, `-S` keeping one keyslot and the unbound ones, the keyslot

@@ -34,6 +34,10 @@ pub struct ReencryptStart {
     /// The checksum hash of a switched resilience.
     #[serde(default)]
     pub resilience_hash: Option<String>,
+    /// `--device-size` in bytes: must be the size the volume is served
+    /// with, which is what an online run covers (cryptsetup's rule).
+    #[serde(default)]
+    pub device_size: Option<u64>,
 }
 
 /// A new reencryption's parameters (`luks::reencrypt::InitRequest`).

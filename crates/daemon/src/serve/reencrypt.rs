@@ -103,6 +103,22 @@ impl Daemon {
         let meta = self.header.clone().unwrap_or_else(|| device.clone());
         let state = reencrypt::status(&meta)?;
         let pass = &start.passphrase;
+        // An online run covers what is served (a volume resized smaller
+        // than its data area: its first bytes only, cryptsetup's
+        // fixed-length mode), checked before anything is written.
+        let served = self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len_bytes();
+        let fixed = reencrypt::online_size(
+            &device,
+            &meta,
+            served,
+            start.device_size,
+            start.init.as_ref().and_then(|p| p.sector_size),
+            start.init_only,
+        )?;
         match (&state, &start.init) {
             (None, None) => return Err(invalid("Device reencryption not in progress.")),
             (Some(_), Some(_)) if start.init_only => {
@@ -164,7 +180,10 @@ impl Daemon {
             }
             (Some(_), Some(_)) => {}
         }
-        let online = Online::unlock_at(&device, &meta, pass, start.key_slot)?;
+        let mut online = Online::unlock_at(&device, &meta, pass, start.key_slot)?;
+        if let Some(size) = fixed {
+            online.fix_size(size)?;
+        }
         let st = online.state();
         if st.resilience == Resilience::None {
             return Err(refuse_none());
@@ -204,7 +223,7 @@ impl Daemon {
         let opts = RunOptions {
             hotzone: progress.hotzone,
             header: self.header.clone(),
-            device_size: None,
+            device_size: fixed,
         };
         let thread = std::thread::Builder::new()
             .name("reencrypt".into())

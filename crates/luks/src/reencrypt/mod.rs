@@ -85,7 +85,7 @@ pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
 pub use resilience::{set_resilience, set_resilience_held};
-pub use size::check_device_size;
+pub use size::{check_device_size, online_size};
 pub use state::{Mode, Resilience, State};
 pub use test_key::{check_data_device, test_passphrase};
 
