@@ -142,15 +142,6 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: Globals) -> CmdResult {
     if state.is_none() {
         check_start(&a, &dev)?;
     }
-    if state
-        .as_ref()
-        .is_some_and(|st| st.moved_resilience.is_some())
-    {
-        return Err(Failure::usage(
-            "Resuming a LUKS2 decryption with a data shift online is not supported by ucrypt: \
-             resume it offline (without --active-name).",
-        ));
-    }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let mut init = if state.is_none() {
         let req = init_request(&a)?;

@@ -24,6 +24,8 @@ use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
 
 use crate::nbd_client::NbdClient;
 
+#[path = "reencrypt_online_dshift.rs"]
+mod dshift;
 #[path = "reencrypt_online_size.rs"]
 mod size;
 

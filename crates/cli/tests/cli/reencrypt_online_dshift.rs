@@ -1,0 +1,152 @@
+//! The decryption with a data shift of a volume whose header was inside
+//! the device (`reencrypt --decrypt --header NEWFILE`,
+//! luks2-reencryption-test [32] online, scaled down) continued online:
+//! initialized by either tool (`--init-only`), served by `open --header
+//! NEWFILE` and finished by `reencrypt --active-name --resume-only`
+//! under a verifying NBD writer; closed mid-way, cryptsetup finishes it.
+//! At the end the device starts with the plaintext the clients saw.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use testutil::require_tool;
+
+use super::{base, ok, start_writer, wait_child, Vol};
+use crate::nbd_client::NbdClient;
+
+/// The data offset (the shift): 2 MiB, so the 30 MiB of data move in
+/// several hotzones.
+const OFFSET_SECTORS: &str = "4096";
+
+/// A volume with its data at 2 MiB; its whole plaintext.
+fn vol(tag: &str, seed: u64) -> (Vol, Vec<u8>) {
+    let (v, _) = Vol::formatted(tag, &base(), seed, &["--offset", OFFSET_SECTORS]);
+    let plain = v.read_plain();
+    (v, plain)
+}
+
+fn new_header(v: &Vol) -> PathBuf {
+    v.dir.join("exported.hdr")
+}
+
+/// `tool reencrypt --decrypt --header NEWFILE --init-only` of `v`.
+fn init_only(v: &Vol, tool: &str) {
+    let h = new_header(v);
+    let mut c = if tool == "cryptsetup" {
+        let mut c = Command::new("cryptsetup");
+        c.arg("reencrypt").arg("--force-offline-reencrypt");
+        c
+    } else {
+        v.cmd(&["reencrypt"])
+    };
+    c.args(["-q", "--decrypt", "--init-only", "--header"])
+        .arg(&h)
+        .arg("--key-file")
+        .arg(&v.key)
+        .arg(&v.img);
+    ok(c.output().unwrap(), &format!("{tool} --init-only"));
+}
+
+/// The device's first `len` bytes.
+fn device_head(img: &Path, len: usize) -> Vec<u8> {
+    let mut b = std::fs::read(img).unwrap();
+    b.truncate(len);
+    b
+}
+
+fn no_reencryption(h: &Path) {
+    let o = ok(
+        Command::new("cryptsetup")
+            .args(["luksDump", "--dump-json-metadata"])
+            .arg(h)
+            .output()
+            .unwrap(),
+        "luksDump",
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        j["config"]["requirements"].is_null(),
+        "finished: {}",
+        j["config"]
+    );
+    assert_eq!(j["segments"]["0"]["type"], "linear", "{}", j["segments"]);
+}
+
+#[test]
+fn a_datashift_decryption_initialized_by_either_tool_is_finished_online() {
+    let test = "datashift_decryption_finished_online";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    for (i, tool) in ["ucrypt", "cryptsetup"].into_iter().enumerate() {
+        let (v, plain) = vol(test, 0xd5f0 + i as u64);
+        init_only(&v, tool);
+        let h = new_header(&v);
+        let hs = h.to_str().unwrap();
+        v.open(&["--header", hs]);
+        let c = NbdClient::connect(&v.socket()).unwrap();
+        assert_eq!(c.size, plain.len() as u64);
+        let (stop, writer) = start_writer(c, plain.clone(), 31 + i as u64);
+        wait_child(
+            v.reencrypt_online(&["--resume-only", "--header", hs]),
+            "reencrypt --active-name --resume-only",
+        );
+        let st = v.status().expect("status");
+        assert_eq!(st["reencryption"]["finished"], true, "{tool}: {st}");
+        stop.store(true, Ordering::Relaxed);
+        let seen = writer.join().unwrap();
+        assert!(seen.mismatch.is_none(), "{tool}: {:?}", seen.mismatch);
+        assert!(seen.ops > 0);
+        v.close();
+        no_reencryption(&h);
+        assert!(
+            device_head(&v.img, plain.len()) == seen.model,
+            "{tool}: the device holds the plaintext"
+        );
+    }
+}
+
+#[test]
+fn a_datashift_decryption_closed_midway_online_is_finished_by_cryptsetup() {
+    let test = "datashift_decryption_closed_midway";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let (v, plain) = vol(test, 0xd5f5);
+    init_only(&v, "ucrypt");
+    let h = new_header(&v);
+    let hs = h.to_str().unwrap();
+    v.open(&["--header", hs]);
+    let c = NbdClient::connect(&v.socket()).unwrap();
+    let (stop, writer) = start_writer(c, plain.clone(), 37);
+    let child = v.reencrypt_online(&["--resume-only", "--header", hs, "--rate", "4"]);
+    testutil::wait_until(Duration::from_secs(60), "two hotzones", || {
+        v.status()
+            .is_some_and(|s| s["reencryption"]["hotzones"].as_u64() >= Some(2))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let seen = writer.join().unwrap();
+    assert!(seen.mismatch.is_none(), "{:?}", seen.mismatch);
+    v.close();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "interrupted by the close");
+    let o = Command::new("cryptsetup")
+        .args([
+            "reencrypt",
+            "-q",
+            "--resume-only",
+            "--force-offline-reencrypt",
+            "--header",
+        ])
+        .arg(&h)
+        .arg("--key-file")
+        .arg(&v.key)
+        .arg(&v.img)
+        .output()
+        .unwrap();
+    ok(o, "cryptsetup --resume-only");
+    no_reencryption(&h);
+    assert!(device_head(&v.img, plain.len()) == seen.model);
+}
