@@ -30,6 +30,7 @@ use crate::resolve::VolumeType;
 use crate::runtime::{self, NameLock, Paths, SocketFile};
 use crate::tls::TlsSpec;
 
+mod dshift;
 mod frontend;
 mod live;
 pub mod notify;
@@ -122,7 +123,7 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         frontend: Mutex::new(Some(frontend)),
         started: Instant::now(),
         events: tx.clone(),
-        header,
+        header: Mutex::new(header),
         reencryption: Mutex::new(None),
     });
 
@@ -264,8 +265,9 @@ struct Daemon {
     frontend: Mutex<Option<Frontend>>,
     started: Instant,
     events: mpsc::Sender<Event>,
-    /// The detached LUKS header, if any.
-    header: Option<std::path::PathBuf>,
+    /// The detached LUKS header, if any (a decryption with a data shift
+    /// started here exports the header inside the device to one).
+    header: Mutex<Option<std::path::PathBuf>>,
     /// The online reencryption started here, if any.
     reencryption: Mutex<Option<reencrypt::Running>>,
 }

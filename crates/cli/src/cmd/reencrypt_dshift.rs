@@ -39,15 +39,9 @@ pub(super) fn check_header(a: &ReencryptArgs) -> CmdResult {
     Ok(())
 }
 
-/// Initializes the decryption of `dev` with its header exported to
-/// `header` (asking first unless `--batch-mode`), then runs it unless
-/// `--init-only`.
-pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> CmdResult {
-    if a.resume_only {
-        return Err(Failure::usage("Device reencryption not in progress."));
-    }
-    // Only a plain LUKS2 volume on the device is exported; anything else
-    // gets the error a missing header gets.
+/// Only a plain LUKS2 volume on the device is exported; anything else
+/// gets the error a missing header gets.
+pub(super) fn check_plain_luks2(dev: &Path, header: &Path) -> CmdResult {
     let plain_luks2 = matches!(luks::Volume::load(dev, None), Ok(v) if v.header().version() == 2)
         && matches!(reencrypt::status(dev), Ok(None));
     if !plain_luks2 {
@@ -56,6 +50,11 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> C
             header.display()
         )));
     }
+    Ok(())
+}
+
+/// cryptsetup's question before the export (unless `--batch-mode`).
+pub(super) fn confirm(dev: &Path, header: &Path, g: Globals) -> CmdResult {
     if !g.batch_mode {
         let q = format!(
             "Header file {h} does not exist. Do you want to initialize LUKS2 decryption of \
@@ -67,6 +66,18 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> C
             return Err(Failure::usage("Operation aborted."));
         }
     }
+    Ok(())
+}
+
+/// Initializes the decryption of `dev` with its header exported to
+/// `header` (asking first unless `--batch-mode`), then runs it unless
+/// `--init-only`.
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: Globals) -> CmdResult {
+    if a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    check_plain_luks2(dev, header)?;
+    confirm(dev, header, g)?;
     let req = DecryptShiftRequest {
         resilience: a.resilience.clone(),
         resilience_hash: a.resilience_hash.clone(),

@@ -1,13 +1,17 @@
 //! The decryption with a data shift of a volume whose header was inside
 //! the device (`reencrypt --decrypt --header NEWFILE`,
-//! luks2-reencryption-test [32] online, scaled down) continued online:
+//! luks2-reencryption-test [32] online, scaled down) online: started on
+//! the served volume (the header exported under the clients), or
 //! initialized by either tool (`--init-only`), served by `open --header
-//! NEWFILE` and finished by `reencrypt --active-name --resume-only`
-//! under a verifying NBD writer; closed mid-way, cryptsetup finishes it.
-//! At the end the device starts with the plaintext the clients saw.
+//! NEWFILE` and finished by `reencrypt --active-name --resume-only`,
+//! always under a verifying NBD writer; closed mid-way, cryptsetup or
+//! ucrypt online finishes it. At the end the device starts with the
+//! plaintext the clients saw. The refusals write nothing and leave the
+//! clients' IO flowing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::process::Output;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -149,4 +153,186 @@ fn a_datashift_decryption_closed_midway_online_is_finished_by_cryptsetup() {
     ok(o, "cryptsetup --resume-only");
     no_reencryption(&h);
     assert!(device_head(&v.img, plain.len()) == seen.model);
+}
+
+fn sha256(path: &Path) -> String {
+    let o = Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(o.status.success(), "sha256sum {}", path.display());
+    String::from_utf8_lossy(&o.stdout)[..64].to_string()
+}
+
+/// `reencrypt -q --active-name v --decrypt --header NEWFILE EXTRA` with
+/// `pass` on stdin.
+fn start_online(v: &Vol, pass: &[u8], extra: &[&str]) -> Output {
+    use std::io::Write;
+    let h = new_header(v);
+    let mut a = vec![
+        "reencrypt",
+        "-q",
+        "--active-name",
+        "v",
+        "--decrypt",
+        "--header",
+        h.to_str().unwrap(),
+        "--key-file",
+        "-",
+    ];
+    a.extend_from_slice(extra);
+    let mut c = v
+        .cmd(&a)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(pass).unwrap();
+    c.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_datashift_decryption_starts_online_under_a_verifying_nbd_writer() {
+    let test = "datashift_decryption_starts_online";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    for (i, res) in ["checksum", "journal"].into_iter().enumerate() {
+        let (v, plain) = vol(test, 0xd5e0 + i as u64);
+        v.open(&[]);
+        let c = NbdClient::connect(&v.socket()).unwrap();
+        assert_eq!(c.size, plain.len() as u64);
+        let (stop, writer) = start_writer(c, plain.clone(), 41 + i as u64);
+        ok(
+            start_online(
+                &v,
+                super::PASS,
+                &["--resilience", res, "--hotzone-size", "1M"],
+            ),
+            "reencrypt --decrypt --header NEWFILE --active-name",
+        );
+        let st = v.status().expect("status");
+        assert_eq!(st["reencryption"]["finished"], true, "{res}: {st}");
+        stop.store(true, Ordering::Relaxed);
+        let seen = writer.join().unwrap();
+        assert!(seen.mismatch.is_none(), "{res}: {:?}", seen.mismatch);
+        assert!(seen.ops > 0);
+        v.close();
+        let h = new_header(&v);
+        no_reencryption(&h);
+        assert!(
+            device_head(&v.img, plain.len()) == seen.model,
+            "{res}: the device holds the plaintext"
+        );
+    }
+}
+
+/// `--init-only` online: the header exported, the volume served from it
+/// at once (the writer's IO spans the switch); closed mid-way, the next
+/// `open --header NEWFILE` and an online resume finish it, or
+/// cryptsetup's `--resume-only` does.
+#[test]
+fn a_datashift_decryption_initialized_online_is_finished_by_either_tool() {
+    let test = "datashift_decryption_init_online";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    for (i, by_cryptsetup) in [false, true].into_iter().enumerate() {
+        let (v, plain) = vol(test, 0xd5e5 + i as u64);
+        v.open(&[]);
+        let c = NbdClient::connect(&v.socket()).unwrap();
+        let (stop, writer) = start_writer(c, plain.clone(), 43 + i as u64);
+        ok(
+            start_online(&v, super::PASS, &["--init-only"]),
+            "--init-only online",
+        );
+        let h = new_header(&v);
+        let hs = h.to_str().unwrap();
+        assert!(h.exists(), "the header exported");
+        let child = v.reencrypt_online(&["--resume-only", "--header", hs, "--rate", "4"]);
+        testutil::wait_until(Duration::from_secs(60), "two hotzones", || {
+            v.status()
+                .is_some_and(|s| s["reencryption"]["hotzones"].as_u64() >= Some(2))
+        });
+        stop.store(true, Ordering::Relaxed);
+        let seen = writer.join().unwrap();
+        assert!(seen.mismatch.is_none(), "{:?}", seen.mismatch);
+        v.close();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success(), "interrupted by the close");
+        if by_cryptsetup {
+            let o = Command::new("cryptsetup")
+                .args([
+                    "reencrypt",
+                    "-q",
+                    "--resume-only",
+                    "--force-offline-reencrypt",
+                    "--header",
+                ])
+                .arg(&h)
+                .arg("--key-file")
+                .arg(&v.key)
+                .arg(&v.img)
+                .output()
+                .unwrap();
+            ok(o, "cryptsetup --resume-only");
+            assert!(device_head(&v.img, plain.len()) == seen.model);
+        } else {
+            v.open(&["--header", hs]);
+            let c = NbdClient::connect(&v.socket()).unwrap();
+            let (stop, writer) = start_writer(c, seen.model.clone(), 47);
+            wait_child(
+                v.reencrypt_online(&["--resume-only", "--header", hs]),
+                "resume online",
+            );
+            stop.store(true, Ordering::Relaxed);
+            let seen = writer.join().unwrap();
+            assert!(seen.mismatch.is_none(), "{:?}", seen.mismatch);
+            v.close();
+            assert!(device_head(&v.img, plain.len()) == seen.model);
+        }
+        no_reencryption(&h);
+    }
+}
+
+/// A wrong passphrase and the resiliences a data shift cannot take:
+/// exit 1 (2 for the passphrase, as cryptsetup), nothing written, no
+/// header exported, and the clients' IO still flows.
+#[test]
+fn datashift_decryption_refusals_online_write_nothing() {
+    let (v, plain) = vol("datashift_decryption_refusals", 0xd5ea);
+    v.open(&[]);
+    let h = new_header(&v);
+    let cases: [(&[u8], &[&str], i32, &str); 3] = [
+        (
+            b"wrong passphrase",
+            &[],
+            2,
+            "No key available with this passphrase.",
+        ),
+        (
+            super::PASS,
+            &["--resilience", "none"],
+            1,
+            "Requested --resilience option cannot be applied",
+        ),
+        (
+            super::PASS,
+            &["--resume-only"],
+            1,
+            "Device reencryption not in progress.",
+        ),
+    ];
+    for (pass, extra, code, want) in cases {
+        let before = sha256(&v.img);
+        let o = start_online(&v, pass, extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert_eq!(sha256(&v.img), before, "{extra:?}: nothing written");
+        assert!(!h.exists(), "{extra:?}: no header exported");
+        let mut c = NbdClient::connect(&v.socket()).unwrap();
+        assert!(
+            c.read(0, 4096).unwrap() == plain[..4096],
+            "{extra:?}: IO flows"
+        );
+    }
 }

@@ -59,6 +59,11 @@ pub struct InitParams {
     /// with a detached header, data offset 0).
     #[serde(default)]
     pub decrypt: bool,
+    /// With `decrypt` of a volume whose header is inside the device: the
+    /// file (not existing yet, an absolute path) the header is exported
+    /// to, the data then moved down while it is decrypted (a data shift).
+    #[serde(default)]
+    pub export_header: Option<std::path::PathBuf>,
     /// The keyslots renewed, each with its passphrase (cryptsetup's
     /// every active keyslot); empty: the keyslot the start's passphrase
     /// opens (`key_slot`, or the only active one).

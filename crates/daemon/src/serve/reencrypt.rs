@@ -45,7 +45,7 @@ use crypto::table::{Target, Targets};
 use luks::reencrypt::{self, Fence, Online, Outcome, Resilience, RunOptions};
 
 use super::Daemon;
-use crate::control::{ReencryptAction, ReencryptStart, Reencryption, Reply};
+use crate::control::{InitParams, ReencryptAction, ReencryptStart, Reencryption, Reply};
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::resolve::VolumeType;
 
@@ -100,7 +100,8 @@ impl Daemon {
             )));
         }
         let device = self.device_path();
-        let meta = self.header.clone().unwrap_or_else(|| device.clone());
+        let mut header = self.header();
+        let mut meta = header.clone().unwrap_or_else(|| device.clone());
         let state = reencrypt::status(&meta)?;
         let pass = &start.passphrase;
         // An online run covers what is served (a volume resized smaller
@@ -130,37 +131,20 @@ impl Daemon {
                 if p.resilience.as_deref() == Some("none") {
                     return Err(refuse_none());
                 }
-                if p.decrypt && self.header.is_none() {
-                    // The header is in the device: cryptsetup exports it
-                    // and shifts the data (`--header` naming a new file),
-                    // which ucrypt does not do.
-                    return Err(invalid(
-                        "LUKS2 decryption is supported with detached header device only (with data offset set to 0).",
-                    ));
-                }
-                let req = reencrypt::InitRequest {
-                    cipher: p.cipher.clone(),
-                    key_bits: p.key_bits,
-                    sector_size: p.sector_size,
-                    resilience: p.resilience.clone(),
-                    resilience_hash: p.resilience_hash.clone(),
-                    kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
-                    decrypt: p.decrypt,
-                    header: self.header.clone(),
-                    volume_key_file: None,
-                };
-                if p.slots.is_empty() {
-                    reencrypt::init_held(&device, pass, start.key_slot, &req)?;
+                if p.decrypt && header.is_none() {
+                    // The header is in the device: exported to a new file
+                    // and the data shifted down (`dshift.rs`), or refused
+                    // as cryptsetup refuses it without that file.
+                    let Some(new) = &p.export_header else {
+                        return Err(invalid(
+                            "LUKS2 decryption is supported with detached header device only (with data offset set to 0).",
+                        ));
+                    };
+                    self.start_decrypt_shift(&device, new, &start, p)?;
+                    header = Some(new.clone());
+                    meta = new.clone();
                 } else {
-                    let slots: Vec<reencrypt::SlotPassphrase<'_>> = p
-                        .slots
-                        .iter()
-                        .map(|s| reencrypt::SlotPassphrase {
-                            slot: s.slot,
-                            pass: &s.passphrase,
-                        })
-                        .collect();
-                    reencrypt::init_slots_held(&device, &slots, &req)?;
+                    self.init_held(&device, header.clone(), &start, p)?;
                 }
             }
             (Some(_), None) => {
@@ -222,7 +206,7 @@ impl Daemon {
         let sh = Arc::clone(&shared);
         let opts = RunOptions {
             hotzone: progress.hotzone,
-            header: self.header.clone(),
+            header,
             device_size: fixed,
         };
         let thread = std::thread::Builder::new()
@@ -236,6 +220,42 @@ impl Daemon {
             thread: Some(thread),
         });
         Ok(Reply::Reencryption(progress))
+    }
+
+    /// A new reencryption's or decryption's metadata (`p`), written on a
+    /// device this daemon serves.
+    fn init_held(
+        &self,
+        device: &std::path::Path,
+        header: Option<std::path::PathBuf>,
+        start: &ReencryptStart,
+        p: &InitParams,
+    ) -> Result<()> {
+        let req = reencrypt::InitRequest {
+            cipher: p.cipher.clone(),
+            key_bits: p.key_bits,
+            sector_size: p.sector_size,
+            resilience: p.resilience.clone(),
+            resilience_hash: p.resilience_hash.clone(),
+            kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
+            decrypt: p.decrypt,
+            header,
+            volume_key_file: None,
+        };
+        if p.slots.is_empty() {
+            reencrypt::init_held(device, &start.passphrase, start.key_slot, &req)?;
+        } else {
+            let slots: Vec<reencrypt::SlotPassphrase<'_>> = p
+                .slots
+                .iter()
+                .map(|s| reencrypt::SlotPassphrase {
+                    slot: s.slot,
+                    pass: &s.passphrase,
+                })
+                .collect();
+            reencrypt::init_slots_held(device, &slots, &req)?;
+        }
+        Ok(())
     }
 
     /// `ReencryptSet`: pause, resume or a new rate.
@@ -285,7 +305,15 @@ impl Daemon {
         }
     }
 
-    fn device_path(&self) -> std::path::PathBuf {
+    /// The detached header the volume is served with, if any.
+    pub(super) fn header(&self) -> Option<std::path::PathBuf> {
+        self.header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(super) fn device_path(&self) -> std::path::PathBuf {
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         std::path::PathBuf::from(t.device())
     }
@@ -308,7 +336,7 @@ impl Daemon {
 
     /// The reencryption's targets as the served mapping: our device, the
     /// engine's flags on every crypt line.
-    fn targets(&self, tables: Vec<Target>) -> Result<Targets> {
+    pub(super) fn targets(&self, tables: Vec<Target>) -> Result<Targets> {
         let mut t = Targets::new(tables)
             .map_err(|e| invalid("Invalid reencryption table").with_source(e))?;
         let have = self.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -331,7 +359,7 @@ impl Daemon {
     /// mapping; one crypt target (the end of a reencryption or
     /// encryption) as the one-key volume `open` would have built, so
     /// `resize` and `luksSuspend` work on it again.
-    fn install(&self, t: &Targets) -> Result<()> {
+    pub(super) fn install(&self, t: &Targets) -> Result<()> {
         let e = |e: datapath::Error| Error::transparent(ErrorKind::Io, e);
         let Some(one) = t.as_single() else {
             let m = crate::targets::mapping(t, self.backend.clone())?;
@@ -460,7 +488,7 @@ fn client_turn(held: Duration, waited: bool) -> Duration {
     }
 }
 
-fn luks_err(e: impl std::fmt::Display) -> luks::Error {
+pub(super) fn luks_err(e: impl std::fmt::Display) -> luks::Error {
     luks::Error::new(luks::ErrorKind::Io, e.to_string())
 }
 

@@ -77,6 +77,21 @@ pub fn init_decrypt_shift(
     req: &DecryptShiftRequest,
 ) -> Result<State> {
     let _claim = io::claim(&[device])?;
+    init_decrypt_shift_held(device, header, pass, req, &mut || Ok(()))
+}
+
+/// [`init_decrypt_shift`] on a device its caller holds (the daemon
+/// serving it): `before_write` is called once everything is checked and
+/// the passphrase opened the key, just before the first write (the
+/// header's export), so the caller can stop its clients' IO there; an
+/// error from it ends the init with nothing written.
+pub fn init_decrypt_shift_held(
+    device: &Path,
+    header: &Path,
+    pass: &[u8],
+    req: &DecryptShiftRequest,
+    before_write: &mut dyn FnMut() -> Result<()>,
+) -> Result<State> {
     if header.exists() {
         return Err(invalid(format!(
             "Header file {} exists already.",
@@ -239,6 +254,7 @@ pub fn init_decrypt_shift(
     // The metadata must load before anything is written.
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))?;
 
+    before_write()?;
     export(device, header, &h)?;
     let moved_ok = move_first(device, &h, shift, moved);
     if let Err(e) = moved_ok {

@@ -79,7 +79,7 @@ mod state;
 mod test_key;
 mod volume_key;
 
-pub use decrypt_shift::{init_decrypt_shift, DecryptShiftRequest};
+pub use decrypt_shift::{init_decrypt_shift, init_decrypt_shift_held, DecryptShiftRequest};
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
