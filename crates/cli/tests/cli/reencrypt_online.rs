@@ -182,13 +182,7 @@ impl Vol {
     /// Whether the primary header's JSON (up to its first NUL) names the
     /// reencryption requirement.
     fn in_reencryption(&self) -> bool {
-        let mut json = vec![0u8; 12 << 10];
-        std::fs::File::open(&self.img)
-            .unwrap()
-            .read_exact_at(&mut json, 4096)
-            .unwrap();
-        let end = json.iter().position(|&b| b == 0).unwrap_or(json.len());
-        String::from_utf8_lossy(&json[..end]).contains("online-reencrypt")
+        in_reencryption_at(&self.img)
     }
 }
 
@@ -230,6 +224,18 @@ impl Vol {
             .map(|k| k["area"].to_string());
         format!("segments {}, reencrypt area {rs:?}", v["segments"])
     }
+}
+
+/// Whether the primary header's JSON in `hdr` (up to its first NUL)
+/// names the reencryption requirement.
+fn in_reencryption_at(hdr: &Path) -> bool {
+    let mut json = vec![0u8; 12 << 10];
+    std::fs::File::open(hdr)
+        .unwrap()
+        .read_exact_at(&mut json, 4096)
+        .unwrap();
+    let end = json.iter().position(|&b| b == 0).unwrap_or(json.len());
+    String::from_utf8_lossy(&json[..end]).contains("online-reencrypt")
 }
 
 impl Drop for Vol {

@@ -336,3 +336,93 @@ fn datashift_decryption_refusals_online_write_nothing() {
         );
     }
 }
+
+/// The plaintext through `ucrypt map --luks --header NEWFILE` (which
+/// repairs a torn hotzone first).
+fn read_plain_with(v: &Vol, h: &Path) -> Vec<u8> {
+    ok(
+        v.ucrypt(&[
+            "map",
+            "--read",
+            "--luks",
+            v.i(),
+            "--header",
+            h.to_str().unwrap(),
+            "--key-file",
+            v.k(),
+        ]),
+        "map --luks --header",
+    )
+    .stdout
+}
+
+/// luks2-reencryption-test [35], [36] (an I/O error in the shift area or
+/// the moved segment while the decryption runs online; here the daemon
+/// aborts at its N-th write, the crash hook, from the init's first write
+/// on): every write the clients saw acknowledged reads back through the
+/// header left in NEWFILE, and `reencrypt --resume-only` finishes it to
+/// that plaintext.
+#[test]
+fn a_crash_during_an_online_datashift_decryption_loses_no_acknowledged_write() {
+    let test = "datashift_decryption_online_crash";
+    if !require_tool(test, "cryptsetup") {
+        return;
+    }
+    let (template, plain) = vol(test, 0xd5ee);
+    for n in [1u64, 2, 3, 4, 5, 6, 8, 11, 15, 20, 30, 45] {
+        let v = Vol::copy_of(&template, &format!("{test}{n}"), &base());
+        let mut open = v.cmd(&["open", "--key-file", v.k(), v.i(), "v"]);
+        open.env("UCRYPT_REENCRYPT_CRASH_AFTER", n.to_string());
+        ok(
+            open.stdin(std::process::Stdio::null()).output().unwrap(),
+            "open",
+        );
+        let pid = v.pid().expect("the daemon's pid");
+        let c = NbdClient::connect(&v.socket()).unwrap();
+        let (stop, writer) = start_writer(c, plain.clone(), 200 + n);
+        let _ = start_online(&v, super::PASS, &["--hotzone-size", "1M"]);
+        // A crash past the run's last write: the daemon is still there.
+        super::kill_daemon(pid, &v.img);
+        stop.store(true, Ordering::Relaxed);
+        let seen = writer.join().unwrap();
+        assert!(seen.mismatch.is_none(), "point {n}: {:?}", seen.mismatch);
+        testutil::wait_until(Duration::from_secs(30), "the killed daemon", || {
+            !super::serves(pid, &v.img)
+        });
+        testutil::wait_until(Duration::from_secs(30), "the killed daemon's lock", || {
+            !super::locked(&v.img)
+        });
+        let h = new_header(&v);
+        assert!(
+            h.exists(),
+            "point {n}: the header exported before any data moved"
+        );
+        let got = read_plain_with(&v, &h);
+        if let Some(at) = super::lost_write(&got, &seen) {
+            panic!(
+                "point {n}: byte {at} lost an acknowledged write ({} writer ops)",
+                seen.ops
+            );
+        }
+        if super::in_reencryption_at(&h) {
+            ok(
+                v.ucrypt(&[
+                    "reencrypt",
+                    "-q",
+                    "--resume-only",
+                    "--header",
+                    h.to_str().unwrap(),
+                    "--key-file",
+                    v.k(),
+                    v.i(),
+                ]),
+                "reencrypt --resume-only",
+            );
+            no_reencryption(&h);
+            assert!(
+                device_head(&v.img, plain.len()) == got,
+                "point {n}: the finished plaintext"
+            );
+        }
+    }
+}
