@@ -457,7 +457,7 @@ impl Daemon {
             vhost,
             io: Some(self.backend.io_path().into()),
             targets: control::TargetStatus::list(&t),
-            reencryption: self.reencryption_status(),
+            reencryption: self.reencryption_status(&t),
         }
     }
 

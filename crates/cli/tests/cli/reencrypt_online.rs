@@ -28,6 +28,8 @@ use crate::nbd_client::NbdClient;
 mod dshift;
 #[path = "reencrypt_online_size.rs"]
 mod size;
+#[path = "reencrypt_online_status.rs"]
+mod status;
 
 /// Data area of the test volumes (the LUKS2 header takes 16 MiB before it).
 const DATA: u64 = 16 << 20;

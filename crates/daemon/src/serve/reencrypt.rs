@@ -277,10 +277,48 @@ impl Daemon {
         Ok(Reply::Reencryption(p.clone()))
     }
 
-    /// The reencryption's progress for `status`, if one ran here.
-    pub(super) fn reencryption_status(&self) -> Option<Reencryption> {
-        let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref().map(|r| r.shared.lock().clone())
+    /// The reencryption's progress for `status`: the one that ran here,
+    /// else the one the header records (initialized only, or stopped
+    /// before this daemon served the volume), as cryptsetup's status
+    /// shows a device in reencryption whether or not it moves. `served`
+    /// is the mapping (its lock held by the caller).
+    pub(super) fn reencryption_status(&self, served: &Targets) -> Option<Reencryption> {
+        {
+            let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(r) = slot.as_ref() {
+                return Some(r.shared.lock().clone());
+            }
+        }
+        self.reencryption_on_disk(served)
+    }
+
+    /// The header's reencryption, if any, not moving: its progress over
+    /// the served size (what an online run covers).
+    fn reencryption_on_disk(&self, served: &Targets) -> Option<Reencryption> {
+        if self.volume_type != VolumeType::Luks2 {
+            return None;
+        }
+        let meta = self
+            .header()
+            .unwrap_or_else(|| std::path::PathBuf::from(served.device()));
+        // Metadata ucrypt cannot act on shows as none here; `reencrypt`
+        // says why.
+        let st = reencrypt::status(&meta).ok().flatten()?;
+        let total = served.len_bytes();
+        Some(Reencryption {
+            done: st.progress_of(total),
+            total,
+            direction: if st.backward { "backward" } else { "forward" }.into(),
+            resilience: st.resilience.name().into(),
+            hotzone: 0,
+            hotzones: 0,
+            rate: 0,
+            paused: false,
+            running: false,
+            finished: false,
+            error: None,
+            max_hold_us: 0,
+        })
     }
 
     /// True while a reencryption moves data (or is paused).
@@ -313,7 +351,7 @@ impl Daemon {
             .clone()
     }
 
-    pub(super) fn device_path(&self) -> std::path::PathBuf {
+    fn device_path(&self) -> std::path::PathBuf {
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         std::path::PathBuf::from(t.device())
     }
