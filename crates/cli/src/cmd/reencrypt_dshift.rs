@@ -3,7 +3,9 @@
 //! header is inside the device (`decrypt_luks2_datashift_init`): the
 //! header exported to NEWFILE, the data moved down by the data offset
 //! while it is decrypted, over `luks::reencrypt::init_decrypt_shift`.
-//! A resume names NEWFILE with `--header` and goes the ordinary way.
+//! A resume names NEWFILE with `--header` and goes the ordinary way. The
+//! online start (`--active-name`) is `reencrypt_online.rs`'s, with the
+//! same checks and question.
 
 use std::path::Path;
 

@@ -1,6 +1,8 @@
 //! `ucrypt reencrypt --active-name NAME`: the online reencryption of a
-//! volume ucrypt serves, the start of its decryption (`--decrypt`, a
-//! detached header), or the continuation (`--resume-only`) of an
+//! volume ucrypt serves (over the size it is served with; `--device-size`
+//! must equal it), the start of its decryption (`--decrypt`: a detached
+//! header, or the header inside the device exported to a new file), or
+//! the continuation (`--resume-only`) of an
 //! encryption or decryption it serves mid-way. The passphrase is read
 //! here and crosses the control socket in locked memory; the daemon
 //! initializes the metadata (unless it is in reencryption already) and

@@ -1,6 +1,7 @@
 //! Online reencryption of the served volume (`ucrypt reencrypt
-//! --active-name`), the decryption of one served with a detached header
-//! (`--decrypt`), and the continuation of an encryption or decryption
+//! --active-name`, over the size it is served with), the decryption of
+//! one served with a detached header (`--decrypt`; with the header inside
+//! the device exported first, `dshift.rs`), and the continuation of an encryption or decryption
 //! it serves mid-way (`--resume-only`): the LUKS2 reencryption loop
 //! ([`luks::reencrypt::Online`]) runs on a thread of its own while the
 //! frontend keeps serving, the engine held for each hotzone.

@@ -23,7 +23,9 @@
 //!             the largest free gap, shift_size D}}
 //! ```
 //!
-//! [`run`](super::run) moves the data (the mover's `place` orders the
+//! [`run`](super::run) (or [`super::Online::run`], the daemon serving the
+//! volume: [`init_decrypt_shift_held`] with its clients held from the
+//! first write) moves the data (the mover's `place` orders the
 //! hotzones); [`make_segments`] writes the segments of each point. The
 //! layout was read off cryptsetup 2.6.1's `--init-only` output on this
 //! machine and its `lib/luks2/luks2_reencrypt.c`
