@@ -30,6 +30,7 @@ use crate::resolve::VolumeType;
 use crate::runtime::{self, NameLock, Paths, SocketFile};
 use crate::tls::TlsSpec;
 
+mod dshift;
 mod frontend;
 mod live;
 pub mod notify;
@@ -126,7 +127,7 @@ fn serve(spec: Spec, ready: impl FnOnce(&Ping)) -> Result<()> {
         frontend: Mutex::new(Some(frontend)),
         started: Instant::now(),
         events: tx.clone(),
-        header,
+        header: Mutex::new(header),
         access,
         reencryption: Mutex::new(None),
     });
@@ -270,8 +271,9 @@ struct Daemon {
     frontend: Mutex<Option<Frontend>>,
     started: Instant,
     events: mpsc::Sender<Event>,
-    /// The detached LUKS header, if any.
-    header: Option<std::path::PathBuf>,
+    /// The detached LUKS header, if any (a decryption with a data shift
+    /// started here exports the header inside the device to one).
+    header: Mutex<Option<std::path::PathBuf>>,
     /// How the device and the header are reached (online reencryption).
     access: luks::DeviceAccess,
     /// The online reencryption started here, if any.
@@ -471,7 +473,7 @@ impl Daemon {
             fuse,
             io: Some(self.backend.io_path().into()),
             targets: control::TargetStatus::list(&t),
-            reencryption: self.reencryption_status(),
+            reencryption: self.reencryption_status(&t),
         }
     }
 

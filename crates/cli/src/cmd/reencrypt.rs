@@ -305,11 +305,13 @@ fn reencrypt_cmd(a: ReencryptArgs, g: &Globals) -> CmdResult {
 }
 
 /// `--device-size` as cryptsetup parses it (a positive multiple of 512
-/// bytes, not with `--reduce-device-size`); ucrypt runs it offline only
-/// and on LUKS2. `--volume-key-file` is taken offline (a LUKS2
-/// reencryption or `--encrypt`, a LUKS1 reencryption) and ignored where
-/// cryptsetup 2.6.1 ignores it (`--decrypt`, LUKS1 `--encrypt`); ucrypt's
-/// online reencryption does not take it.
+/// bytes, not with `--reduce-device-size`); ucrypt runs it on LUKS2,
+/// offline or online (`--active-name`: the size the volume is served
+/// with, checked by the daemon), not with an encryption that activates
+/// NAME. `--volume-key-file` is taken offline (a LUKS2 reencryption or
+/// `--encrypt`, a LUKS1 reencryption) and ignored where cryptsetup 2.6.1
+/// ignores it (`--decrypt`, LUKS1 `--encrypt`); ucrypt's online
+/// reencryption does not take it.
 fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
     if a.volume_key_file.is_some() && a.active_name.is_some() {
         return Err(Failure::usage(
@@ -332,9 +334,9 @@ fn check_offline_options(a: &ReencryptArgs) -> CmdResult {
             "Options --reduce-device-size and --data-size cannot be combined.",
         ));
     }
-    if a.active_name.is_some() || a.name.is_some() {
+    if a.name.is_some() {
         return Err(Failure::usage(
-            "--device-size is not supported by ucrypt for online reencryption.",
+            "--device-size is not supported by ucrypt for online encryption.",
         ));
     }
     if a.header.is_none()

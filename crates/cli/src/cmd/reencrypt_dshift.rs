@@ -3,12 +3,14 @@
 //! header is inside the device (`decrypt_luks2_datashift_init`): the
 //! header exported to NEWFILE, the data moved down by the data offset
 //! while it is decrypted, over `luks::reencrypt::init_decrypt_shift`.
-//! A resume names NEWFILE with `--header` and goes the ordinary way.
+//! A resume names NEWFILE with `--header` and goes the ordinary way. The
+//! online start (`--active-name`) is `reencrypt_online.rs`'s, with the
+//! same checks and question.
 
 use std::path::Path;
 
-use luks::ops;
 use luks::reencrypt::{self, DecryptShiftRequest};
+use luks::{ops, DeviceAccess};
 
 use super::reencrypt::{prompt, ReencryptArgs};
 use crate::global::Globals;
@@ -41,24 +43,22 @@ pub(super) fn check_header(a: &ReencryptArgs, g: &Globals) -> CmdResult {
     Ok(())
 }
 
-/// Initializes the decryption of `dev` with its header exported to
-/// `header` (asking first unless `--batch-mode`), then runs it unless
-/// `--init-only`.
-pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: &Globals) -> CmdResult {
-    if a.resume_only {
-        return Err(Failure::usage("Device reencryption not in progress."));
-    }
-    // Only a plain LUKS2 volume on the device is exported; anything else
-    // gets the error a missing header gets.
-    let access = g.access();
-    let plain_luks2 = matches!(luks::Volume::load(dev, None, &access), Ok(v) if v.header().version() == 2)
-        && matches!(reencrypt::status(dev, &access), Ok(None));
+/// Only a plain LUKS2 volume on the device is exported; anything else
+/// gets the error a missing header gets.
+pub(super) fn check_plain_luks2(dev: &Path, header: &Path, access: &DeviceAccess) -> CmdResult {
+    let plain_luks2 = matches!(luks::Volume::load(dev, None, access), Ok(v) if v.header().version() == 2)
+        && matches!(reencrypt::status(dev, access), Ok(None));
     if !plain_luks2 {
         return Err(Failure::usage(format!(
             "Device {} does not exist or access denied.",
             header.display()
         )));
     }
+    Ok(())
+}
+
+/// cryptsetup's question before the export (unless `--batch-mode`).
+pub(super) fn confirm(dev: &Path, header: &Path, g: &Globals) -> CmdResult {
     if !g.batch_mode {
         let q = format!(
             "Header file {h} does not exist. Do you want to initialize LUKS2 decryption of \
@@ -70,6 +70,19 @@ pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: &Globals) -> 
             return Err(Failure::usage("Operation aborted."));
         }
     }
+    Ok(())
+}
+
+/// Initializes the decryption of `dev` with its header exported to
+/// `header` (asking first unless `--batch-mode`), then runs it unless
+/// `--init-only`.
+pub(super) fn run(a: &ReencryptArgs, dev: &Path, header: &Path, g: &Globals) -> CmdResult {
+    if a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    let access = g.access();
+    check_plain_luks2(dev, header, &access)?;
+    confirm(dev, header, g)?;
     let req = DecryptShiftRequest {
         resilience: a.resilience.clone(),
         resilience_hash: a.resilience_hash.clone(),

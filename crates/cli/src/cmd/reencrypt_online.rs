@@ -1,6 +1,8 @@
 //! `ucrypt reencrypt --active-name NAME`: the online reencryption of a
-//! volume ucrypt serves, the start of its decryption (`--decrypt`, a
-//! detached header), or the continuation (`--resume-only`) of an
+//! volume ucrypt serves (over the size it is served with; `--device-size`
+//! must equal it), the start of its decryption (`--decrypt`: a detached
+//! header, or the header inside the device exported to a new file), or
+//! the continuation (`--resume-only`) of an
 //! encryption or decryption it serves mid-way. The passphrase is read
 //! here and crosses the control socket in locked memory; the daemon
 //! initializes the metadata (unless it is in reencryption already) and
@@ -20,7 +22,7 @@
 //! | `--decrypt --header HDR`, HDR a detached header, data offset 0 | starts online (backward, `checksum` unless `--resilience`) | the same, in the daemon; `--init-only` then `--resume-only` too |
 //! | `--decrypt --header HDR`, header in the device (or offset > 0) | "LUKS2 decryption is supported with detached header device only (with data offset set to 0)." | the same |
 //! | `--decrypt` without `--header` | "LUKS2 decryption requires --header option." | the same |
-//! | `--decrypt --header NEW`, NEW not existing, header in the device | starts online: exports the header to NEW, then decrypts moving the data to offset 0 (`datashift-checksum`) | refused: not supported |
+//! | `--decrypt --header NEW`, NEW not existing, header in the device | starts online: exports the header to NEW, then decrypts moving the data to offset 0 (`datashift-checksum`) | the same, in the daemon (the clients held during the export, `daemon::serve::dshift`); `--init-only` then `--resume-only --header NEW` too |
 //! | `--encrypt DEVICE` | "Device HDR-or-DEVICE is already LUKS device. Aborting operation." | the same |
 //! | `--encrypt` without DEVICE | "Command requires device as argument." | the same |
 //! | `--reduce-device-size` without `--encrypt` | handed to libcryptsetup as a `datashift` reencryption or decryption | refused: not supported |
@@ -126,11 +128,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: &Globals) -> CmdResult {
     if let Some(h) = a.header.as_ref().filter(|h| a.decrypt && !h.exists()) {
         // cryptsetup exports the device's header to the new file and
         // decrypts with a data shift.
-        return Err(Failure::usage(format!(
-            "LUKS2 decryption exporting the header to {} (a data shift) is not supported \
-             online by ucrypt reencrypt: run it offline (without --active-name).",
-            h.display()
-        )));
+        return decrypt_shift(&a, name, &dev, h, g, rate);
     }
     // The header: the detached one (`--header`, as the daemon serves it)
     // or on the device.
@@ -141,15 +139,6 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: &Globals) -> CmdResult {
     let state = reencrypt::status(&meta, &g.access())?;
     if state.is_none() {
         check_start(&a, &dev)?;
-    }
-    if state
-        .as_ref()
-        .is_some_and(|st| st.moved_resilience.is_some())
-    {
-        return Err(Failure::usage(
-            "Resuming a LUKS2 decryption with a data shift online is not supported by ucrypt: \
-             resume it offline (without --active-name).",
-        ));
     }
     super::reencrypt::check_progress(state.is_some(), &a, g, &dev)?;
     let mut init = if state.is_none() {
@@ -162,6 +151,7 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: &Globals) -> CmdResult {
             resilience_hash: req.resilience_hash,
             kdf: req.kdf.as_ref().map(KdfParams::of),
             decrypt: req.decrypt,
+            export_header: None,
             slots: Vec::new(),
         })
     } else {
@@ -181,6 +171,44 @@ pub(super) fn run(a: ReencryptArgs, name: &str, g: &Globals) -> CmdResult {
     }
     let passphrase = a.key.source(g.prompting()).read(&prompt(&a, &dev), false)?;
     start_and_watch(&a, name, &dev, passphrase, init, rate)
+}
+
+/// `reencrypt --decrypt --header NEWFILE --active-name NAME` of a volume
+/// served with its header inside the device: the offline command's
+/// checks and question (`reencrypt_dshift.rs`), then the daemon exports
+/// the header to NEWFILE and decrypts with a data shift under its
+/// clients (`--init-only`: the metadata only, the volume then served
+/// with NEWFILE).
+fn decrypt_shift(
+    a: &ReencryptArgs,
+    name: &str,
+    dev: &Path,
+    header: &Path,
+    g: &Globals,
+    rate: u64,
+) -> CmdResult {
+    if a.resume_only {
+        return Err(Failure::usage("Device reencryption not in progress."));
+    }
+    super::reencrypt_dshift::check_plain_luks2(dev, header, &g.access())?;
+    if let Some("datashift" | "none") = a.resilience.as_deref() {
+        return Err(Failure::usage(
+            "Requested --resilience option cannot be applied to current reencryption operation.",
+        ));
+    }
+    super::reencrypt_dshift::confirm(dev, header, g)?;
+    // The daemon's working directory is not this one.
+    let new = std::path::absolute(header)
+        .map_err(|e| Failure::usage(format!("Invalid header path {}: {e}", header.display())))?;
+    let init = InitParams {
+        resilience: a.resilience.clone(),
+        resilience_hash: a.resilience_hash.clone(),
+        decrypt: true,
+        export_header: Some(new),
+        ..InitParams::default()
+    };
+    let passphrase = a.key.source(g.prompting()).read(&prompt(a, dev), false)?;
+    start_and_watch(a, name, dev, passphrase, Some(init), rate)
 }
 
 /// `reencrypt --encrypt ... DEVICE NAME` after the metadata is written:
@@ -270,6 +298,7 @@ pub(super) fn start_and_watch(
         rate,
         resilience: a.resilience.clone().filter(|_| switch),
         resilience_hash: a.resilience_hash.clone().filter(|_| switch),
+        device_size: a.device_size,
     };
     let first = control::reencrypt(name, start, DRAIN_TIMEOUT)?;
     if a.init_only {

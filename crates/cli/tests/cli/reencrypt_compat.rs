@@ -31,8 +31,12 @@
 //!   for the failing writes); the online variants need dm-crypt.
 //! - [16], [18], [20], [21] `--device-size` offline (reencryption with the header
 //!   inside or detached, encryption, decryption; the refusals; a crashed
-//!   fixed-size run resumed by either tool): `reencrypt_device_size::*`; [17],
-//!   [19] online need dm-crypt (ucrypt refuses `--device-size` with `--active-name`).
+//!   fixed-size run resumed by either tool): `reencrypt_device_size::*`; [17]
+//!   online (the run covers the served size after `resize --size`; the
+//!   size mismatch and the misaligned size refused after `--init-only`;
+//!   a fixed-size run stopped by either tool finished by the other) in
+//!   `reencrypt_online::size::*`; [19] (the same online with a detached
+//!   header) is not ported.
 //! - [22] multi-keyslot reencryption (one passphrase per keyslot on stdin,
 //!   every keyslot renewed with its KDF; the `-d KEY` refusal with several
 //!   keyslots, `-S` keeping one keyslot and the unbound ones, the keyslot
@@ -62,8 +66,13 @@
 //!   shift area or the moved segment, `datashift-checksum`/`-journal`):
 //!   `a_crash_at_any_write_is_finished_by_both_tools` (crash points stand in
 //!   for dm-error); [37] large data offsets: `large_data_offsets`; the
-//!   refusals: `refusals_are_cryptsetups_and_write_nothing`. The online
-//!   parts of [32] and [35], [36] (online) are refused by ucrypt (not ported).
+//!   refusals: `refusals_are_cryptsetups_and_write_nothing`. [32] online
+//!   (started on the served volume, `--init-only` online or by either tool
+//!   then finished online, closed mid-way and finished by either tool):
+//!   `reencrypt_online::dshift::*`; [35], [36] (an I/O error in the shift
+//!   area or the moved segment online): the crash hook's points through
+//!   an online run stand in for dm-error,
+//!   `reencrypt_online::dshift::a_crash_during_an_online_datashift_decryption_loses_no_acknowledged_write`.
 //! - `reencryption-compat-test` [1], [5] (LUKS1 chain, one keyslot):
 //!   `luks1_chain_and_keyslot_choice`, with [6] (all keyslots renewed); [2]
 //!   LUKS1 `--reduce-device-size`, [4] and [11] `--new --type luks1` (a

@@ -24,6 +24,13 @@ use testutil::{require_tool, ucrypt_bin, Rng, TempDir};
 
 use crate::nbd_client::NbdClient;
 
+#[path = "reencrypt_online_dshift.rs"]
+mod dshift;
+#[path = "reencrypt_online_size.rs"]
+mod size;
+#[path = "reencrypt_online_status.rs"]
+mod status;
+
 /// Data area of the test volumes (the LUKS2 header takes 16 MiB before it).
 const DATA: u64 = 16 << 20;
 const HEADER: u64 = 16 << 20;
@@ -42,6 +49,11 @@ impl Vol {
     /// A fast LUKS2 volume (ucrypt's format, pbkdf2 1000 iterations)
     /// filled with seeded plaintext; returns it and the plaintext.
     fn new(tag: &str, base: &Path, seed: u64) -> (Self, Vec<u8>) {
+        Self::formatted(tag, base, seed, &[])
+    }
+
+    /// [`Vol::new`] with `extra` luksFormat options.
+    fn formatted(tag: &str, base: &Path, seed: u64, extra: &[&str]) -> (Self, Vec<u8>) {
         let dir = TempDir::new_in(base, tag);
         std::fs::create_dir_all(dir.join("run")).unwrap();
         let img = dir.join("img");
@@ -59,6 +71,7 @@ impl Vol {
         };
         let mut args: Vec<&str> = testutil::FAST_LUKS2_FORMAT.to_vec();
         let (k, i) = (v.key.to_str().unwrap(), v.img.to_str().unwrap());
+        args.extend_from_slice(extra);
         args.extend(["--key-file", k, i]);
         ok(v.ucrypt(&args), "luksFormat");
         let mut plain = vec![0u8; DATA as usize];
@@ -171,13 +184,7 @@ impl Vol {
     /// Whether the primary header's JSON (up to its first NUL) names the
     /// reencryption requirement.
     fn in_reencryption(&self) -> bool {
-        let mut json = vec![0u8; 12 << 10];
-        std::fs::File::open(&self.img)
-            .unwrap()
-            .read_exact_at(&mut json, 4096)
-            .unwrap();
-        let end = json.iter().position(|&b| b == 0).unwrap_or(json.len());
-        String::from_utf8_lossy(&json[..end]).contains("online-reencrypt")
+        in_reencryption_at(&self.img)
     }
 }
 
@@ -219,6 +226,18 @@ impl Vol {
             .map(|k| k["area"].to_string());
         format!("segments {}, reencrypt area {rs:?}", v["segments"])
     }
+}
+
+/// Whether the primary header's JSON in `hdr` (up to its first NUL)
+/// names the reencryption requirement.
+fn in_reencryption_at(hdr: &Path) -> bool {
+    let mut json = vec![0u8; 12 << 10];
+    std::fs::File::open(hdr)
+        .unwrap()
+        .read_exact_at(&mut json, 4096)
+        .unwrap();
+    let end = json.iter().position(|&b| b == 0).unwrap_or(json.len());
+    String::from_utf8_lossy(&json[..end]).contains("online-reencrypt")
 }
 
 impl Drop for Vol {
@@ -313,7 +332,7 @@ pub(crate) struct Seen {
 /// model, a FLUSH after every 8, until `stop` or the device fails.
 fn verifying_writer(dev: &mut dyn Dev, mut model: Vec<u8>, seed: u64, stop: &AtomicBool) -> Seen {
     let mut rng = Rng::new(seed);
-    let blocks = DATA / 4096;
+    let blocks = model.len() as u64 / 4096;
     let mut ops = 0;
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..8 {

@@ -394,8 +394,9 @@ fn starts_refused_online_write_nothing() {
             "LUKS2 decryption is supported with detached header device only (with data offset set to 0).".into(),
         ),
         (
+            // The data device holds no header to export.
             vec!["--decrypt", "--header", &n],
-            format!("LUKS2 decryption exporting the header to {n}"),
+            format!("Device {n} does not exist or access denied."),
         ),
         (
             vec!["--encrypt", "--header", &h, &data],

@@ -34,6 +34,10 @@ pub struct ReencryptStart {
     /// The checksum hash of a switched resilience.
     #[serde(default)]
     pub resilience_hash: Option<String>,
+    /// `--device-size` in bytes: must be the size the volume is served
+    /// with, which is what an online run covers (cryptsetup's rule).
+    #[serde(default)]
+    pub device_size: Option<u64>,
 }
 
 /// A new reencryption's parameters (`luks::reencrypt::InitRequest`).
@@ -55,6 +59,11 @@ pub struct InitParams {
     /// with a detached header, data offset 0).
     #[serde(default)]
     pub decrypt: bool,
+    /// With `decrypt` of a volume whose header is inside the device: the
+    /// file (not existing yet, an absolute path) the header is exported
+    /// to, the data then moved down while it is decrypted (a data shift).
+    #[serde(default)]
+    pub export_header: Option<std::path::PathBuf>,
     /// The keyslots renewed, each with its passphrase (cryptsetup's
     /// every active keyslot); empty: the keyslot the start's passphrase
     /// opens (`key_slot`, or the only active one).

@@ -285,6 +285,7 @@ fn a_reencrypt_request_carries_any_passphrase_bytes() {
         rate: 0,
         resilience: Some("journal".into()),
         resilience_hash: None,
+        device_size: Some(8 << 20),
     };
     let req = Request::Reencrypt(Box::new(start));
     let mut line = Secret::with_capacity(256);

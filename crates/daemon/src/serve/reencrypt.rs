@@ -1,6 +1,7 @@
 //! Online reencryption of the served volume (`ucrypt reencrypt
-//! --active-name`), the decryption of one served with a detached header
-//! (`--decrypt`), and the continuation of an encryption or decryption
+//! --active-name`, over the size it is served with), the decryption of
+//! one served with a detached header (`--decrypt`; with the header inside
+//! the device exported first, `dshift.rs`), and the continuation of an encryption or decryption
 //! it serves mid-way (`--resume-only`): the LUKS2 reencryption loop
 //! ([`luks::reencrypt::Online`]) runs on a thread of its own while the
 //! frontend keeps serving, the engine held for each hotzone.
@@ -45,7 +46,7 @@ use crypto::table::{Target, Targets};
 use luks::reencrypt::{self, Fence, Online, Outcome, Resilience, RunOptions};
 
 use super::Daemon;
-use crate::control::{ReencryptAction, ReencryptStart, Reencryption, Reply};
+use crate::control::{InitParams, ReencryptAction, ReencryptStart, Reencryption, Reply};
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::resolve::VolumeType;
 
@@ -100,9 +101,27 @@ impl Daemon {
             )));
         }
         let device = self.device_path();
-        let meta = self.header.clone().unwrap_or_else(|| device.clone());
+        let mut header = self.header();
+        let mut meta = header.clone().unwrap_or_else(|| device.clone());
         let state = reencrypt::status(&meta, &self.access)?;
         let pass = &start.passphrase;
+        // An online run covers what is served (a volume resized smaller
+        // than its data area: its first bytes only, cryptsetup's
+        // fixed-length mode), checked before anything is written.
+        let served = self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len_bytes();
+        let fixed = reencrypt::online_size(
+            &device,
+            &meta,
+            &self.access,
+            served,
+            start.device_size,
+            start.init.as_ref().and_then(|p| p.sector_size),
+            start.init_only,
+        )?;
         match (&state, &start.init) {
             (None, None) => return Err(invalid("Device reencryption not in progress.")),
             (Some(_), Some(_)) if start.init_only => {
@@ -114,38 +133,20 @@ impl Daemon {
                 if p.resilience.as_deref() == Some("none") {
                     return Err(refuse_none());
                 }
-                if p.decrypt && self.header.is_none() {
-                    // The header is in the device: cryptsetup exports it
-                    // and shifts the data (`--header` naming a new file),
-                    // which ucrypt does not do.
-                    return Err(invalid(
-                        "LUKS2 decryption is supported with detached header device only (with data offset set to 0).",
-                    ));
-                }
-                let req = reencrypt::InitRequest {
-                    cipher: p.cipher.clone(),
-                    key_bits: p.key_bits,
-                    sector_size: p.sector_size,
-                    resilience: p.resilience.clone(),
-                    resilience_hash: p.resilience_hash.clone(),
-                    kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
-                    decrypt: p.decrypt,
-                    header: self.header.clone(),
-                    volume_key_file: None,
-                    access: self.access.clone(),
-                };
-                if p.slots.is_empty() {
-                    reencrypt::init_held(&device, pass, start.key_slot, &req)?;
+                if p.decrypt && header.is_none() {
+                    // The header is in the device: exported to a new file
+                    // and the data shifted down (`dshift.rs`), or refused
+                    // as cryptsetup refuses it without that file.
+                    let Some(new) = &p.export_header else {
+                        return Err(invalid(
+                            "LUKS2 decryption is supported with detached header device only (with data offset set to 0).",
+                        ));
+                    };
+                    self.start_decrypt_shift(&device, new, &start, p)?;
+                    header = Some(new.clone());
+                    meta = new.clone();
                 } else {
-                    let slots: Vec<reencrypt::SlotPassphrase<'_>> = p
-                        .slots
-                        .iter()
-                        .map(|s| reencrypt::SlotPassphrase {
-                            slot: s.slot,
-                            pass: &s.passphrase,
-                        })
-                        .collect();
-                    reencrypt::init_slots_held(&device, &slots, &req)?;
+                    self.init_held(&device, header.clone(), &start, p)?;
                 }
             }
             (Some(_), None) => {
@@ -166,7 +167,10 @@ impl Daemon {
             }
             (Some(_), Some(_)) => {}
         }
-        let online = Online::unlock_at(&device, &meta, &self.access, pass, start.key_slot)?;
+        let mut online = Online::unlock_at(&device, &meta, &self.access, pass, start.key_slot)?;
+        if let Some(size) = fixed {
+            online.fix_size(size)?;
+        }
         let st = online.state();
         if st.resilience == Resilience::None {
             return Err(refuse_none());
@@ -205,8 +209,8 @@ impl Daemon {
         let sh = Arc::clone(&shared);
         let opts = RunOptions {
             hotzone: progress.hotzone,
-            header: self.header.clone(),
-            device_size: None,
+            header,
+            device_size: fixed,
             access: self.access.clone(),
         };
         let thread = std::thread::Builder::new()
@@ -220,6 +224,43 @@ impl Daemon {
             thread: Some(thread),
         });
         Ok(Reply::Reencryption(progress))
+    }
+
+    /// A new reencryption's or decryption's metadata (`p`), written on a
+    /// device this daemon serves.
+    fn init_held(
+        &self,
+        device: &std::path::Path,
+        header: Option<std::path::PathBuf>,
+        start: &ReencryptStart,
+        p: &InitParams,
+    ) -> Result<()> {
+        let req = reencrypt::InitRequest {
+            cipher: p.cipher.clone(),
+            key_bits: p.key_bits,
+            sector_size: p.sector_size,
+            resilience: p.resilience.clone(),
+            resilience_hash: p.resilience_hash.clone(),
+            kdf: p.kdf.as_ref().map(|k| k.request()).transpose()?,
+            decrypt: p.decrypt,
+            header,
+            volume_key_file: None,
+            access: self.access.clone(),
+        };
+        if p.slots.is_empty() {
+            reencrypt::init_held(device, &start.passphrase, start.key_slot, &req)?;
+        } else {
+            let slots: Vec<reencrypt::SlotPassphrase<'_>> = p
+                .slots
+                .iter()
+                .map(|s| reencrypt::SlotPassphrase {
+                    slot: s.slot,
+                    pass: &s.passphrase,
+                })
+                .collect();
+            reencrypt::init_slots_held(device, &slots, &req)?;
+        }
+        Ok(())
     }
 
     /// `ReencryptSet`: pause, resume or a new rate.
@@ -241,10 +282,48 @@ impl Daemon {
         Ok(Reply::Reencryption(p.clone()))
     }
 
-    /// The reencryption's progress for `status`, if one ran here.
-    pub(super) fn reencryption_status(&self) -> Option<Reencryption> {
-        let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref().map(|r| r.shared.lock().clone())
+    /// The reencryption's progress for `status`: the one that ran here,
+    /// else the one the header records (initialized only, or stopped
+    /// before this daemon served the volume), as cryptsetup's status
+    /// shows a device in reencryption whether or not it moves. `served`
+    /// is the mapping (its lock held by the caller).
+    pub(super) fn reencryption_status(&self, served: &Targets) -> Option<Reencryption> {
+        {
+            let slot = self.reencryption.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(r) = slot.as_ref() {
+                return Some(r.shared.lock().clone());
+            }
+        }
+        self.reencryption_on_disk(served)
+    }
+
+    /// The header's reencryption, if any, not moving: its progress over
+    /// the served size (what an online run covers).
+    fn reencryption_on_disk(&self, served: &Targets) -> Option<Reencryption> {
+        if self.volume_type != VolumeType::Luks2 {
+            return None;
+        }
+        let meta = self
+            .header()
+            .unwrap_or_else(|| std::path::PathBuf::from(served.device()));
+        // Metadata ucrypt cannot act on shows as none here; `reencrypt`
+        // says why.
+        let st = reencrypt::status(&meta, &self.access).ok().flatten()?;
+        let total = served.len_bytes();
+        Some(Reencryption {
+            done: st.progress_of(total),
+            total,
+            direction: if st.backward { "backward" } else { "forward" }.into(),
+            resilience: st.resilience.name().into(),
+            hotzone: 0,
+            hotzones: 0,
+            rate: 0,
+            paused: false,
+            running: false,
+            finished: false,
+            error: None,
+            max_hold_us: 0,
+        })
     }
 
     /// True while a reencryption moves data (or is paused).
@@ -267,6 +346,14 @@ impl Daemon {
         if let Some(t) = thread {
             let _ = t.join();
         }
+    }
+
+    /// The detached header the volume is served with, if any.
+    pub(super) fn header(&self) -> Option<std::path::PathBuf> {
+        self.header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn device_path(&self) -> std::path::PathBuf {
@@ -292,7 +379,7 @@ impl Daemon {
 
     /// The reencryption's targets as the served mapping: our device, the
     /// engine's flags on every crypt line.
-    fn targets(&self, tables: Vec<Target>) -> Result<Targets> {
+    pub(super) fn targets(&self, tables: Vec<Target>) -> Result<Targets> {
         let mut t = Targets::new(tables)
             .map_err(|e| invalid("Invalid reencryption table").with_source(e))?;
         let have = self.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -315,7 +402,7 @@ impl Daemon {
     /// mapping; one crypt target (the end of a reencryption or
     /// encryption) as the one-key volume `open` would have built, so
     /// `resize` and `luksSuspend` work on it again.
-    fn install(&self, t: &Targets) -> Result<()> {
+    pub(super) fn install(&self, t: &Targets) -> Result<()> {
         let e = |e: datapath::Error| Error::transparent(ErrorKind::Io, e);
         let Some(one) = t.as_single() else {
             let m = crate::targets::mapping(t, self.backend.clone())?;
@@ -444,7 +531,7 @@ fn client_turn(held: Duration, waited: bool) -> Duration {
     }
 }
 
-fn luks_err(e: impl std::fmt::Display) -> luks::Error {
+pub(super) fn luks_err(e: impl std::fmt::Display) -> luks::Error {
     luks::Error::new(luks::ErrorKind::Io, e.to_string())
 }
 

@@ -23,7 +23,9 @@
 //!             the largest free gap, shift_size D}}
 //! ```
 //!
-//! [`run`](super::run) moves the data (the mover's `place` orders the
+//! [`run`](super::run) (or [`super::Online::run`], the daemon serving the
+//! volume: [`init_decrypt_shift_held`] with its clients held from the
+//! first write) moves the data (the mover's `place` orders the
 //! hotzones); [`make_segments`] writes the segments of each point. The
 //! layout was read off cryptsetup 2.6.1's `--init-only` output on this
 //! machine and its `lib/luks2/luks2_reencrypt.c`
@@ -80,6 +82,21 @@ pub fn init_decrypt_shift(
     req: &DecryptShiftRequest,
 ) -> Result<State> {
     let _claim = io::claim(&[device])?;
+    init_decrypt_shift_held(device, header, pass, req, &mut || Ok(()))
+}
+
+/// [`init_decrypt_shift`] on a device its caller holds (the daemon
+/// serving it): `before_write` is called once everything is checked and
+/// the passphrase opened the key, just before the first write (the
+/// header's export), so the caller can stop its clients' IO there; an
+/// error from it ends the init with nothing written.
+pub fn init_decrypt_shift_held(
+    device: &Path,
+    header: &Path,
+    pass: &[u8],
+    req: &DecryptShiftRequest,
+    before_write: &mut dyn FnMut() -> Result<()>,
+) -> Result<State> {
     if header.exists() {
         return Err(invalid(format!(
             "Header file {} exists already.",
@@ -243,6 +260,7 @@ pub fn init_decrypt_shift(
     // The metadata must load before anything is written.
     State::load(&h)?.ok_or_else(|| corrupt("Reencryption state vanished after init"))?;
 
+    before_write()?;
     export(device, header, access, &h)?;
     let moved_ok = move_first(device, access, &h, shift, moved);
     if let Err(e) = moved_ok {

@@ -24,7 +24,7 @@ use crypto::Secret;
 use super::header::RawHeader;
 use super::lock::ReencryptLock;
 use super::{
-    data_size, post_segments_mem, read_header_of, segment_targets, Outcome, RunOptions, State,
+    data_size, post_segments_mem, read_header_of, segment_targets, size, Outcome, RunOptions, State,
 };
 use crate::error::{invalid, Result};
 use crate::DeviceAccess;
@@ -137,6 +137,15 @@ impl Online {
     /// Bytes of the data area.
     pub fn total(&self) -> Result<u64> {
         data_size(self.dev_size, &self.state)
+    }
+
+    /// Runs only over the data's first `size` bytes (cryptsetup's
+    /// fixed-length mode, `size.rs`; [`super::online_size`] says which):
+    /// [`Online::total`] and [`Online::tables`] cover that many, and a
+    /// [`Online::run`] needs the same in [`RunOptions::device_size`].
+    pub fn fix_size(&mut self, size: u64) -> Result<()> {
+        self.state.fixed_size = Some(size::check(&self.state, self.dev_size, size)?);
+        Ok(())
     }
 
     /// Runs the reencryption to its end or until `stop` is set (checked

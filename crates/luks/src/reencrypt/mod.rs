@@ -81,13 +81,13 @@ mod test_key;
 mod upgrade;
 mod volume_key;
 
-pub use decrypt_shift::{init_decrypt_shift, DecryptShiftRequest};
+pub use decrypt_shift::{init_decrypt_shift, init_decrypt_shift_held, DecryptShiftRequest};
 pub use encrypt::{init_encrypt, EncryptRequest};
 pub use fence::{Fence, Online, Unfenced};
 use header::RawHeader;
 use mover::Mover;
 pub use resilience::{set_resilience, set_resilience_held};
-pub use size::check_device_size;
+pub use size::{check_device_size, online_size};
 pub use state::{Mode, Resilience, State};
 pub use test_key::{check_data_device, test_passphrase};
 pub use upgrade::{needs_upgrade, upgrade};

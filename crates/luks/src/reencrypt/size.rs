@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::{read_header_of, Resilience, State, MIN_ALIGNMENT};
+use super::{data_size, read_header_of, Resilience, State, MIN_ALIGNMENT};
 use crate::error::{invalid, ErrorKind, Result};
 use crate::volume::io::{self, open_ro};
 use crate::DeviceAccess;
@@ -95,4 +95,70 @@ pub fn check_device_size(
         )));
     }
     Ok(())
+}
+
+/// The fixed length an online run of `device` (its header on `meta`)
+/// takes when the active volume serves `served` bytes, cryptsetup 2.6.1's
+/// rule (`reencrypt_load`: the mapping's size is the reencryption's
+/// size; `--device-size`, `asked`, must equal it), checked before
+/// anything is written: `None` when `served` is the whole data area and
+/// no size was asked (the run goes to the device's end; cryptsetup
+/// records that as fixed sizes, which moves the same bytes). A start
+/// (`init`: nothing in progress yet; `new_sector_size` its sector size)
+/// is checked against the zone alignment it will record; a resume as
+/// [`check`] checks it. `init_only`: only `asked` against `served`, as
+/// cryptsetup's `--init-only` checks nothing more.
+pub fn online_size(
+    device: &Path,
+    meta: &Path,
+    access: &DeviceAccess,
+    served: u64,
+    asked: Option<u64>,
+    new_sector_size: Option<u32>,
+    init_only: bool,
+) -> Result<Option<u64>> {
+    if asked.is_some_and(|a| a != served) {
+        return Err(invalid(
+            "Active device size and requested reencryption size don't match.",
+        ));
+    }
+    if init_only {
+        return Ok(None);
+    }
+    let (h, dev_size) = read_header_of(meta, device, access)?;
+    match State::load(&h)? {
+        Some(st) => {
+            let whole = State {
+                fixed_size: None,
+                ..st.clone()
+            };
+            if asked.is_none() && st.fixed_size.is_none() && served == data_size(dev_size, &whole)?
+            {
+                return Ok(None);
+            }
+            check(&st, dev_size, served).map(Some)
+        }
+        None => {
+            let seg = h.meta.segment().1;
+            let old_ss = u64::from(seg.sector_size);
+            let new_ss = new_sector_size.map_or(old_ss, u64::from);
+            let area = dev_size.saturating_sub(seg.offset);
+            let area = area - area % old_ss.max(new_ss).max(512);
+            if asked.is_none() && served == area {
+                return Ok(None);
+            }
+            if served > area || served % old_ss.max(new_ss).max(512) != 0 {
+                return Err(invalid(
+                    "Illegal device size requested in reencryption parameters.",
+                ));
+            }
+            let align = MIN_ALIGNMENT.max(old_ss).max(new_ss);
+            if served % align != 0 {
+                return Err(invalid(format!(
+                    "Device size must be multiple of calculated zone alignment ({align} bytes)."
+                )));
+            }
+            Ok(Some(served))
+        }
+    }
 }
