@@ -36,11 +36,13 @@ WORK=$(mktemp -d "${DIR:-/dev/shm}/ucrypt-foreign.XXXXXX")
 export UCRYPT_RUNTIME_DIR=$WORK/run
 PIDS=()
 MOUNTS=()
-# ucrypt's FUSE export uses FUSE over io_uring when the fuse module's
-# enable_uring is on: turned on for the run (root only), put back after.
+# FUSE_URING=auto|on measures ucrypt's FUSE export over FUSE over io_uring
+# (the fuse module's enable_uring turned on for the run, root only, put back
+# after); the default, off, is the export's own default, /dev/fuse.
+FUSE_URING=${FUSE_URING:-off}
 URING_PARAM=/sys/module/fuse/parameters/enable_uring
 URING_OLD=
-if [ -w "$URING_PARAM" ]; then
+if [ "$FUSE_URING" != off ] && [ -w "$URING_PARAM" ]; then
   URING_OLD=$(cat "$URING_PARAM")
   echo 1 >"$URING_PARAM" || URING_OLD=
 fi
@@ -73,7 +75,7 @@ mkdir -p "$WORK/mnt"/{uc,dis,bde,fvde}
 
 # ---- the exports ----------------------------------------------------------------
 declare -A TARGET WRITES
-"$UCRYPT" open --type bitlk --key-file "$WORK/rp" --export "fuse=$WORK/mnt/uc" "$WORK/uc-fuse.img" bl-fuse >/dev/null
+"$UCRYPT" open --type bitlk --key-file "$WORK/rp" --export "fuse=$WORK/mnt/uc,uring=$FUSE_URING" "$WORK/uc-fuse.img" bl-fuse >/dev/null
 MOUNTS+=("$WORK/mnt/uc")
 TARGET[ucrypt-fuse]="file:$WORK/mnt/uc/bl-fuse"; WRITES[ucrypt-fuse]=1
 for _ in $(seq 200); do [ -e "$WORK/mnt/uc/bl-fuse" ] && break; sleep 0.05; done

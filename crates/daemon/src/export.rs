@@ -38,16 +38,21 @@ pub enum ExportSpec {
 }
 
 /// `--export fuse=...,uring=auto|on|off`: whether a FUSE export's
-/// requests go over FUSE-over-io_uring (`auto`: when the kernel takes it).
+/// requests go over FUSE-over-io_uring (`auto`: when the kernel takes
+/// it). The default is `off`: measured on this project's 2-CPU VM
+/// (cryptsetup's BitLocker image in /dev/shm, fio through the mount,
+/// `scripts/bench-foreign.sh`), the ring served 4k QD1 at about half the
+/// rate of /dev/fuse and was no faster at 4k QD32 or 1M QD8 (see
+/// docs/bench/HISTORY.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FuseUring {
     /// The ring when the kernel's `enable_uring` is on, /dev/fuse otherwise.
-    #[default]
     Auto,
     /// The ring, or the export fails to start.
     On,
     /// /dev/fuse only.
+    #[default]
     Off,
 }
 
@@ -74,7 +79,7 @@ fn parse_fuse(rest: &str, path: impl Fn(&str) -> Result<PathBuf>) -> Result<Expo
         },
     };
     let uring = match option {
-        None => FuseUring::Auto,
+        None => FuseUring::Off,
         Some("uring=auto") => FuseUring::Auto,
         Some("uring=on") => FuseUring::On,
         Some("uring=off") => FuseUring::Off,

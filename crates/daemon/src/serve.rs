@@ -590,12 +590,8 @@ mod tests {
         let ok = [
             ("nbd", None, ExportSpec::NbdUnix(None)),
             ("nbd=s.sock", None, ExportSpec::NbdUnix(Some(abs("s.sock")))),
-            ("fuse", None, fuse_at(None, FuseUring::Auto)),
-            (
-                "fuse=/mnt/x",
-                None,
-                fuse_at(Some("/mnt/x"), FuseUring::Auto),
-            ),
+            ("fuse", None, fuse_at(None, FuseUring::Off)),
+            ("fuse=/mnt/x", None, fuse_at(Some("/mnt/x"), FuseUring::Off)),
             (
                 "fuse=/mnt/x,uring=on",
                 None,

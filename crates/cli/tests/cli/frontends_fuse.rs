@@ -377,12 +377,13 @@ fn fuse_over_dev_fuse_when_asked_or_when_the_kernel_says_no() {
         let Some(_param) = UringParam::set(T, true) else {
             return;
         };
+        // The default is /dev/fuse even when the kernel offers the ring.
         let mut vol = Vol::new("fe-fuoff", size, 512);
         let mut model = map_read(&vol);
-        vol.open(&["--export", "fuse,uring=off"]);
+        vol.open(&["--export", "fuse"]);
         assert_eq!(fuse_status(&vol), ("dev-fuse".to_owned(), 0));
         write_every_way(&vol.fuse_file(), &mut model);
-        assert_eq!(fuse_status(&vol).1, 0, "uring=off used the ring");
+        assert_eq!(fuse_status(&vol).1, 0, "the default used the ring");
         vol.close();
         assert!(
             map_read(&vol) == model,
