@@ -1049,6 +1049,18 @@ fn unlock_any(
     ))
 }
 
+/// The header's keyslot ids in ascending order.
+fn keyslot_ids(h: &RawHeader) -> Vec<u32> {
+    let mut slots: Vec<u32> = h
+        .meta
+        .keyslots
+        .keys()
+        .filter_map(|k| k.parse().ok())
+        .collect();
+    slots.sort_unstable();
+    slots
+}
+
 /// Unlocks the old and the new key with one passphrase.
 fn unlock_both(
     h: &RawHeader,
@@ -1058,13 +1070,7 @@ fn unlock_both(
     key_slot: Option<u32>,
     st: &State,
 ) -> Result<(Secret, Secret)> {
-    let mut slots: Vec<u32> = h
-        .meta
-        .keyslots
-        .keys()
-        .filter_map(|k| k.parse().ok())
-        .collect();
-    slots.sort_unstable();
+    let slots = keyslot_ids(h);
     // The plaintext side of an encryption or decryption has no key.
     let mut old = st.old_digest.is_empty().then(|| Secret::from_slice(&[]));
     let mut new = st.new_digest.is_empty().then(|| Secret::from_slice(&[]));

@@ -172,13 +172,7 @@ fn open_key(
         // for `open --test-passphrase`.
         return super::test_key::open_digest(h, meta, access, pass, did);
     }
-    let mut slots: Vec<u32> = h
-        .meta
-        .keyslots
-        .keys()
-        .filter_map(|k| k.parse().ok())
-        .collect();
-    slots.sort_unstable();
+    let mut slots = super::keyslot_ids(h);
     if let Some(s) = key_slot {
         slots.retain(|&x| x != s);
         slots.insert(0, s);
